@@ -1,0 +1,267 @@
+#include "base/json_util.h"
+
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace sluice {
+namespace {
+
+std::string TypeName(const nlohmann::json& v) {
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number_float()) return "a number";
+  return std::string(v.type_name()) == "array" ? "an array" : fmt::format("a {}", v.type_name());
+}
+
+std::string Short(const nlohmann::json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+}  // namespace
+
+std::string JoinAllowed(std::span<const std::string_view> allowed) {
+  std::string out;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (i > 0) out += (i + 1 == allowed.size()) ? " or " : ", ";
+    out += fmt::format("'{}'", allowed[i]);
+  }
+  return out;
+}
+
+JsonObjectReader::JsonObjectReader(const nlohmann::json& j, std::string source, std::string path)
+    : j_(j), source_(std::move(source)), path_(std::move(path)) {
+  if (!j_.is_object()) {
+    status_ = InvalidArgumentError(fmt::format("{}: {}: expected a JSON object, got {}", source_,
+                                               path_.empty() ? "top level" : "field '" + path_ + "'",
+                                               TypeName(j_)));
+  }
+}
+
+std::string JsonObjectReader::FieldPath(std::string_view key) const {
+  return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+}
+
+Status JsonObjectReader::Error(std::string_view key, std::string_view problem) const {
+  return InvalidArgumentError(fmt::format("{}: field '{}': {}", source_, FieldPath(key), problem));
+}
+
+bool JsonObjectReader::Has(std::string_view key) const {
+  return j_.is_object() && j_.find(std::string(key)) != j_.end();
+}
+
+const nlohmann::json* JsonObjectReader::Lookup(std::string_view key) {
+  known_.emplace(key);
+  if (!j_.is_object()) return nullptr;
+  auto it = j_.find(std::string(key));
+  return it == j_.end() ? nullptr : &*it;
+}
+
+Status JsonObjectReader::Int(std::string_view key, int64_t* out, int64_t min, int64_t max) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  if (!Has(key)) {
+    known_.emplace(key);
+    return Error(key, fmt::format("is required (an integer in [{}, {}])", min, max));
+  }
+  return OptionalInt(key, out, min, max);
+}
+
+Status JsonObjectReader::OptionalInt(std::string_view key, int64_t* out, int64_t min,
+                                     int64_t max) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  const nlohmann::json* v = Lookup(key);
+  if (v == nullptr) return Status::Ok();
+  int64_t value = 0;
+  if (v->is_number_integer()) {
+    value = v->get<int64_t>();
+  } else if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    if (u > static_cast<uint64_t>(max)) {
+      return Error(key, fmt::format("must be an integer in [{}, {}], got {}", min, max, u));
+    }
+    value = static_cast<int64_t>(u);
+  } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
+             std::floor(v->get<double>()) == v->get<double>() &&
+             std::fabs(v->get<double>()) < 9e15) {
+    value = static_cast<int64_t>(v->get<double>());
+  } else {
+    return Error(key, fmt::format("must be an integer in [{}, {}], got {} {}", min, max,
+                                  TypeName(*v), Short(*v)));
+  }
+  if (value < min || value > max) {
+    return Error(key, fmt::format("must be an integer in [{}, {}], got {}", min, max, value));
+  }
+  *out = value;
+  return Status::Ok();
+}
+
+Status JsonObjectReader::OptionalInt(std::string_view key, int* out, int min, int max) {
+  int64_t v = *out;
+  SLUICE_RETURN_IF_ERROR(OptionalInt(key, &v, min, max));
+  *out = static_cast<int>(v);
+  return Status::Ok();
+}
+
+Status JsonObjectReader::Double(std::string_view key, double* out, double min, double max) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  if (!Has(key)) {
+    known_.emplace(key);
+    return Error(key, fmt::format("is required (a number in [{}, {}])", min, max));
+  }
+  return OptionalDouble(key, out, min, max);
+}
+
+Status JsonObjectReader::OptionalDouble(std::string_view key, double* out, double min,
+                                        double max) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  const nlohmann::json* v = Lookup(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_number()) {
+    return Error(key, fmt::format("must be a number in [{}, {}], got {} {}", min, max,
+                                  TypeName(*v), Short(*v)));
+  }
+  const double value = v->get<double>();
+  if (!std::isfinite(value) || value < min || value > max) {
+    return Error(key, fmt::format("must be a number in [{}, {}], got {}", min, max, value));
+  }
+  *out = value;
+  return Status::Ok();
+}
+
+Status JsonObjectReader::String(std::string_view key, std::string* out) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  if (!Has(key)) {
+    known_.emplace(key);
+    return Error(key, "is required (a string)");
+  }
+  return OptionalString(key, out);
+}
+
+Status JsonObjectReader::OptionalString(std::string_view key, std::string* out) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  const nlohmann::json* v = Lookup(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_string()) {
+    return Error(key, fmt::format("must be a string, got {} {}", TypeName(*v), Short(*v)));
+  }
+  *out = v->get<std::string>();
+  return Status::Ok();
+}
+
+Status JsonObjectReader::OptionalBool(std::string_view key, bool* out) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  const nlohmann::json* v = Lookup(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_boolean()) {
+    return Error(key, fmt::format("must be true or false, got {} {}", TypeName(*v), Short(*v)));
+  }
+  *out = v->get<bool>();
+  return Status::Ok();
+}
+
+Status JsonObjectReader::Enum(std::string_view key, std::string* out,
+                              std::span<const std::string_view> allowed) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  if (!Has(key)) {
+    known_.emplace(key);
+    return Error(key, fmt::format("is required (one of {})", JoinAllowed(allowed)));
+  }
+  return OptionalEnum(key, out, allowed);
+}
+
+Status JsonObjectReader::OptionalEnum(std::string_view key, std::string* out,
+                                      std::span<const std::string_view> allowed) {
+  SLUICE_RETURN_IF_ERROR(status_);
+  const nlohmann::json* v = Lookup(key);
+  if (v == nullptr) return Status::Ok();
+  if (v->is_string()) {
+    const std::string s = v->get<std::string>();
+    for (std::string_view a : allowed) {
+      if (a == s) {
+        *out = s;
+        return Status::Ok();
+      }
+    }
+  }
+  return Error(key, fmt::format("must be one of {}, got {}", JoinAllowed(allowed), Short(*v)));
+}
+
+const nlohmann::json* JsonObjectReader::Child(std::string_view key) { return Lookup(key); }
+
+void JsonObjectReader::Ignore(std::string_view key) { known_.emplace(key); }
+
+Status JsonObjectReader::Finish() const {
+  SLUICE_RETURN_IF_ERROR(status_);
+  for (auto it = j_.begin(); it != j_.end(); ++it) {
+    if (known_.count(it.key()) == 0) {
+      std::vector<std::string_view> allowed(known_.begin(), known_.end());
+      return Error(it.key(), fmt::format("unknown key; allowed keys here: {}",
+                                         JoinAllowed(allowed)));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_discarded()) return j;
+  // Re-parse with exceptions to learn where it failed (nlohmann reports the byte offset).
+  try {
+    const nlohmann::json ignored = nlohmann::json::parse(text);
+    (void)ignored;
+  } catch (const nlohmann::json::parse_error& e) {
+    const size_t byte = e.byte == 0 ? 0 : std::min(e.byte - 1, text.size());
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < byte; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    std::string what = e.what();
+    const size_t pos = what.find("parse error");
+    if (pos != std::string::npos) what = what.substr(pos);
+    return InvalidArgumentError(
+        fmt::format("{}:{}:{}: not valid JSON ({})", source, line, col, what));
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(fmt::format("{}: not valid JSON ({})", source, e.what()));
+  }
+  return InvalidArgumentError(fmt::format("{}: not valid JSON", source));
+}
+
+StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status(errno == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError,
+                  fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return IoError(fmt::format("{}: read failed", path));
+  return ss.str();
+}
+
+StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseJson(text, path);
+}
+
+Status WriteStringToFile(const std::string& path, std::string_view contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return IoError(fmt::format("{}: cannot open for writing ({})", path,
+                                       std::strerror(errno)));
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  out.close();
+  if (!out) return IoError(fmt::format("{}: write failed", path));
+  return Status::Ok();
+}
+
+}  // namespace sluice

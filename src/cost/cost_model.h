@@ -1,0 +1,106 @@
+// CostModel: time and memory of one layer chunk, the numbers every planner decision rests on.
+//
+// A query names a layer kind (encoder layer, decoder layer, embedding, output head), a padded
+// micro-batch shape (micro-batch size x sequence length [x decoder length]), the tensor-parallel
+// degree and the recomputation level. The answer is per ONE layer on ONE tensor-parallel rank:
+// forward and backward time (backward split into input-gradient and weight-gradient parts for
+// zero-bubble schedules), activation memory stored until backward, and the transient peak.
+// A shape the model cannot answer for (beyond the profiled range, an out-of-memory hole in a
+// table, an unsupported tp) is `feasible == false`: never a silent extrapolation.
+//
+// Layer kinds: kEncoder is a self-attention-only layer: a T5 encoder layer, and also the layer
+// of a decoder-only (GPT/LLaMA) model, which the profile tables file under "encoder" (causal
+// mask). kDecoder is an encoder-decoder model's decoder layer (self- and cross-attention),
+// keyed by encoder and decoder length. kOutputHead is logits + loss ("postprocess").
+//
+// Thread safety: implementations are immutable after construction; Layer() and ModelStates()
+// may be called from many threads. Layer() does not allocate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "model/model_spec.h"
+#include "model/parallel_config.h"
+
+namespace sluice {
+
+enum class LayerKind { kEncoder, kDecoder, kEmbedding, kOutputHead };
+enum class Recompute { kNone, kSelective, kFull };
+
+std::string_view LayerKindName(LayerKind kind);    // "encoder" | "decoder" | "embedding" | "output-head"
+std::string_view RecomputeName(Recompute rc);      // "none" | "selective" | "full"
+StatusOr<Recompute> ParseRecompute(std::string_view name);  // error lists the allowed names
+
+struct LayerShape {
+  int64_t mbs = 1;         // sequences in the micro-batch
+  int64_t seqlen = 0;      // padded encoder (or only) sequence length, tokens
+  int64_t dec_seqlen = 0;  // padded decoder length: kDecoder, and kOutputHead of enc-dec models
+
+  friend bool operator==(const LayerShape&, const LayerShape&) = default;
+};
+
+struct LayerCost {
+  bool feasible = false;     // false: the model cannot answer (out of range / memory / tp)
+  Duration forward;          // forward of one layer
+  Duration backward;         // full backward = backward_input + backward_weight (+ recompute)
+  Duration backward_input;   // input-gradient part (I), including any recomputed forward
+  Duration backward_weight;  // weight-gradient part (W)
+  Bytes stored_activation;   // kept from this layer's forward until its backward
+  Bytes peak_activation;     // transient peak while running this layer
+
+  friend bool operator==(const LayerCost&, const LayerCost&) = default;
+};
+
+// The layers one pipeline chunk holds.
+struct StageLayers {
+  int64_t encoder_layers = 0;  // kEncoder layers (all layers of a decoder-only model)
+  int64_t decoder_layers = 0;  // kDecoder layers
+  bool embedding = false;      // holds the input embedding
+  bool output_head = false;    // holds the output head (a separate matrix unless tied)
+
+  friend bool operator==(const StageLayers&, const StageLayers&) = default;
+};
+
+// Model-state memory of one device: mixed-precision Adam (fp16 weights 2 B, fp16 gradients
+// 2 B, fp32 master weights + two moments 12 B per parameter) sharded as the ZeRO stage says.
+struct ModelStateMemory {
+  int64_t params = 0;   // parameters held by this device before ZeRO sharding (after tp)
+  Bytes weights;        // fp16 weights resident on the device
+  Bytes gradients;      // fp16 gradients
+  Bytes optimizer;      // fp32 master weights and Adam moments
+  Bytes total() const { return weights + gradients + optimizer; }
+
+  friend bool operator==(const ModelStateMemory&, const ModelStateMemory&) = default;
+};
+
+// Applies mixed-precision Adam + ZeRO to `params` parameters replicated over `dp` ranks.
+ModelStateMemory ModelStatesFromParams(int64_t params, int64_t dp, int64_t zero_stage);
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+
+  // One line saying which model answers and from what, e.g.
+  // "profiled: data/profiles/a100_gpt_6.7b.json (A100-SXM4-40GB)".
+  virtual std::string Describe() const = 0;
+  virtual const ModelSpec& model() const = 0;
+  // Whether queries at this tensor-parallel degree can be feasible at all.
+  virtual bool SupportsTp(int64_t tp) const = 0;
+
+  // Cost of ONE layer of `kind` on one tp rank. REQUIRES: shape.mbs >= 1, shape.seqlen >= 1,
+  // shape.dec_seqlen >= 1 for kDecoder.
+  virtual LayerCost Layer(LayerKind kind, const LayerShape& shape, int64_t tp,
+                          Recompute rc) const = 0;
+
+  // Parameters of ONE layer of `kind` on one tp rank (kOutputHead: 0 when tied to the embedding).
+  virtual int64_t LayerParams(LayerKind kind, int64_t tp) const = 0;
+
+  // Model states of one device holding `stage` under `par` (tp, dp, zero).
+  ModelStateMemory ModelStates(const StageLayers& stage, const ParallelConfig& par) const;
+};
+
+}  // namespace sluice

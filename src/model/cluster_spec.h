@@ -1,0 +1,65 @@
+// ClusterSpec: the devices a model trains on and the links between them.
+//
+// A cluster is `nodes` x `devices_per_node` identical devices. Devices in one node talk over
+// the intra-node link (NVLink), across nodes over the inter-node link (InfiniBand/EFA); each
+// link is given as per-device, per-direction bandwidth and a latency, the alpha-beta model's
+// parameters.
+//
+// Thread safety: value types.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+
+namespace sluice {
+
+struct DeviceSpec {
+  std::string name;              // e.g. "a100-40g"
+  double peak_flops = 0;         // dense bf16/fp16 tensor-core FLOP/s
+  Bytes memory;                  // device memory
+  double hbm_bandwidth = 0;      // bytes/s
+
+  friend bool operator==(const DeviceSpec&, const DeviceSpec&) = default;
+};
+
+struct LinkSpec {
+  double bandwidth = 0;          // bytes/s per device per direction
+  Duration latency;              // one message's fixed cost (alpha)
+
+  friend bool operator==(const LinkSpec&, const LinkSpec&) = default;
+};
+
+struct ClusterSpec {
+  std::string name;              // e.g. "a100-40g:16"
+  DeviceSpec device;
+  int64_t nodes = 1;
+  int64_t devices_per_node = 8;
+  LinkSpec intra_node;           // within a node
+  LinkSpec inter_node;           // between nodes
+
+  int64_t num_devices() const { return nodes * devices_per_node; }
+
+  friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
+};
+
+Status ValidateClusterSpec(const ClusterSpec& spec, std::string_view source);
+
+// JSON form (docs/formats.md, "ClusterSpec"); units are in the field names (tflops, gib, gbps, us).
+StatusOr<ClusterSpec> ClusterSpecFromJson(const nlohmann::json& j, std::string_view source);
+nlohmann::json ClusterSpecToJson(const ClusterSpec& spec);
+
+// Device presets: a100-40g, a100-80g, h100-80g (with their usual node links).
+std::vector<std::string> DevicePresetNames();
+// `n` devices of a preset, 8 per node (fewer than 8 = one partial node).
+StatusOr<ClusterSpec> ClusterPreset(std::string_view device, int64_t n);
+// `--cluster PRESET:N|FILE`.
+StatusOr<ClusterSpec> ResolveCluster(std::string_view preset_or_file);
+
+}  // namespace sluice

@@ -1,0 +1,61 @@
+// ParallelConfig: how one training job splits the model and the data over devices.
+//
+// dp data-parallel replicas x pp pipeline stages x tp tensor-parallel ranks = devices used.
+// ep (expert parallelism) groups ranks that hold different experts of an MoE layer and must
+// divide dp * tp. vpp is the number of virtual (interleaved) stages per device. zero is the
+// ZeRO stage (0: replicated states, 1: optimizer states sharded over dp, 2: + gradients,
+// 3: + parameters).
+//
+// Thread safety: value type.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "model/cluster_spec.h"
+#include "model/model_spec.h"
+
+namespace sluice {
+
+struct ParallelConfig {
+  int64_t dp = 1;
+  int64_t pp = 1;
+  int64_t tp = 1;
+  int64_t ep = 1;
+  int64_t vpp = 1;                       // virtual stages per device (interleaved schedules)
+  int64_t zero = 0;                      // ZeRO stage 0..3
+  std::optional<Bytes> memory_limit;     // per-device budget; absent = the device's memory
+
+  int64_t devices() const { return dp * pp * tp; }
+  // Pipeline chunks the layers are cut into: pp * vpp.
+  int64_t chunks() const { return pp * vpp; }
+  // The budget planners must respect: memory_limit, else the cluster's device memory.
+  Bytes MemoryLimit(const ClusterSpec& cluster) const {
+    return memory_limit ? *memory_limit : cluster.device.memory;
+  }
+
+  friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
+};
+
+// Field ranges only (each degree >= 1, zero in 0..3, limit > 0).
+Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source);
+// Whether `config` can run `model` on `cluster`: dp*pp*tp <= devices, pp*vpp <= layers (and for
+// encoder-decoder models the stages split between the stacks), tp divides heads (and kv_heads,
+// or kv_heads divides tp), ep divides experts and dp*tp, memory limit <= device memory.
+// `cluster` may be null when the devices are not known yet.
+Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
+                         const ClusterSpec* cluster, std::string_view source);
+
+// JSON form: {"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":1,"memory_limit_mb":36000}.
+StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::string_view source);
+nlohmann::json ParallelConfigToJson(const ParallelConfig& config);
+// `--parallel K=V,...|FILE`: keys dp, pp, tp, ep, vpp, zero, memory_limit_mb; unspecified = 1
+// (zero = 0). A key given twice or an unknown key is an error listing the allowed keys.
+StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file);
+
+}  // namespace sluice
