@@ -3,8 +3,9 @@
 // Inside sluice every time is a Duration and every memory size is Bytes; conversions to
 // human units happen only at the edges (files and terminal output), through the named
 // factories and accessors below. Files say their unit in the field name (`time_ms`, `mb`).
-// "MB" in the profile tables and on the command line means MiB (2^20 bytes), as PyTorch's
-// memory counters report it.
+// "MB" in files and flags means 10^6 bytes: the profile tables use it (a GPT-6.7B layer's
+// 12h^2+13h parameters in fp16 are 402.76e6 bytes; the table says 402.771 MB), and so do the
+// memory limits quoted beside them (DynaPipe's 36,000 MB). MiB/GiB appear only in output.
 //
 // Thread safety: value types.
 #pragma once
@@ -60,12 +61,14 @@ class Bytes {
  public:
   constexpr Bytes() = default;
   static constexpr Bytes Of(int64_t bytes) { return Bytes(bytes); }
+  static constexpr Bytes MB(double v) { return Bytes(Round(v * 1e6)); }
   static constexpr Bytes KiB(double v) { return Bytes(Round(v * 1024.0)); }
   static constexpr Bytes MiB(double v) { return Bytes(Round(v * 1048576.0)); }
   static constexpr Bytes GiB(double v) { return Bytes(Round(v * 1073741824.0)); }
   static constexpr Bytes Zero() { return Bytes(0); }
 
   constexpr int64_t count() const { return n_; }
+  constexpr double mb() const { return static_cast<double>(n_) * 1e-6; }
   constexpr double mib() const { return static_cast<double>(n_) / 1048576.0; }
   constexpr double gib() const { return static_cast<double>(n_) / 1073741824.0; }
 

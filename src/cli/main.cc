@@ -1,1 +1,25 @@
-int main() { return 0; }
+// `sluice`: plans, simulates and runs training on variable-length data. One subcommand per
+// cli/cmd_*.cc file; see `sluice --help`.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "cli/cli_common.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluice: plan, simulate and run transformer training on variable-length data"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "sluice 0.1.0");
+  sluice::cli::RunState state;
+  sluice::cli::RegisterDataCommands(&app, &state);
+  sluice::cli::RegisterCostCommands(&app, &state);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? sluice::cli::kExitOk : sluice::cli::kExitBadInput;
+  }
+  if (!state.status.ok()) {
+    fmt::print(stderr, "sluice: error: {}\n", state.status.message());
+  }
+  return sluice::cli::ExitCodeFor(state.status);
+}

@@ -1,0 +1,7 @@
+#include "cli/cli_common.h"
+
+namespace sluice::cli {
+
+void RegisterDataCommands(CLI::App* app, RunState* state) {}
+
+}  // namespace sluice::cli
