@@ -3,7 +3,8 @@
 // A cluster is `nodes` x `devices_per_node` identical devices. Devices in one node talk over
 // the intra-node link (NVLink), across nodes over the inter-node link (InfiniBand/EFA); each
 // link is given as per-device, per-direction bandwidth and a latency, the alpha-beta model's
-// parameters.
+// parameters. The device presets (a100-40g, a100-80g, h100-80g) and the source of each of their
+// numbers are in cluster_spec.cc and docs/formats.d/model.md.
 //
 // Thread safety: value types.
 #pragma once
@@ -49,17 +50,25 @@ struct ClusterSpec {
   friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
 };
 
+// Checks every field: positive finite device numbers, nodes >= 1, devices_per_node >= 1, link
+// latencies >= 0, and a positive bandwidth on each link that is used (intra_node when
+// devices_per_node > 1, inter_node when nodes > 1). Messages use the JSON field names.
 Status ValidateClusterSpec(const ClusterSpec& spec, std::string_view source);
 
-// JSON form (docs/formats.md, "ClusterSpec"); units are in the field names (tflops, gib, gbps, us).
+// JSON form (docs/formats.d/model.md, "ClusterSpec"); units are in the field names: peak_tflops
+// (10^12 FLOP/s), memory_gib (2^30 bytes), hbm_gb_per_s and bandwidth_gb_per_s (10^9 bytes/s),
+// latency_us (microseconds). "device" may also be a preset name, whose links then become the
+// defaults of intra_node and inter_node. FromJson(ToJson(spec)) == spec for every valid spec.
 StatusOr<ClusterSpec> ClusterSpecFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ClusterSpecToJson(const ClusterSpec& spec);
 
 // Device presets: a100-40g, a100-80g, h100-80g (with their usual node links).
 std::vector<std::string> DevicePresetNames();
-// `n` devices of a preset, 8 per node (fewer than 8 = one partial node).
+// `n` devices of a preset, 8 per node: 1 <= n <= 8 is one node of n devices, a larger n must be a
+// multiple of 8. The cluster is named "<device>:<n>". Unknown device: NotFound listing presets.
 StatusOr<ClusterSpec> ClusterPreset(std::string_view device, int64_t n);
-// `--cluster PRESET:N|FILE`.
+// `--cluster PRESET:N|FILE`: "a100-40g:16", "a100-40g" (= 8 devices), else a JSON ClusterSpec
+// file. Errors list the presets.
 StatusOr<ClusterSpec> ResolveCluster(std::string_view preset_or_file);
 
 }  // namespace sluice

@@ -61,23 +61,30 @@ struct ModelSpec {
   // Encoder + decoder layers.
   int64_t TotalLayers() const { return layers + decoder_layers; }
   bool is_encoder_decoder() const { return kind == ModelKind::kEncoderDecoder; }
-  // Whether layer `i` (0-based within its stack) has an MoE MLP.
+  // Whether layer `i` (0-based within its stack) has an MoE MLP: false for a dense model, else
+  // every `moe->layer_interval`-th layer counting from 1, i.e. (i + 1) % layer_interval == 0
+  // (interval 2: layers 1, 3, 5, ... as in GShard and Switch).
   bool IsMoeLayer(int64_t i) const;
 
   friend bool operator==(const ModelSpec&, const ModelSpec&) = default;
 };
 
 // Checks every field and their relations (heads divide hidden unless head_dim is set, kv_heads
-// divides heads, MoE top_k <= experts, ...). `source` names the file or flag for the message.
+// divides heads, decoder_layers > 0 exactly for encoder-decoder models, MoE experts >= 2,
+// 1 <= top_k <= experts, capacity_factor > 0, 1 <= layer_interval <= layers). The ranges are
+// listed in docs/formats.d/model.md. `source` names the file or flag for the message.
 Status ValidateModelSpec(const ModelSpec& spec, std::string_view source);
 
-// JSON form (docs/formats.md, "ModelSpec"). Unknown keys, wrong types and impossible values are
-// errors naming `source` and the field.
+// JSON form (docs/formats.d/model.md, "ModelSpec"). Unknown keys, wrong types and impossible
+// values are errors naming `source` and the field. FromJson(ToJson(spec)) == spec for every valid
+// spec.
 StatusOr<ModelSpec> ModelSpecFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ModelSpecToJson(const ModelSpec& spec);
 
-// Named presets: gpt-6.7b, gpt-13b, t5-11b, llama-7b, gpt-tiny, t5-tiny, gpt-tiny-moe, ...
+// Named presets: gpt-6.7b, gpt-13b, t5-11b, llama-7b, gpt-tiny, t5-tiny, gpt-tiny-moe (the
+// numbers and their sources: docs/formats.d/model.md). Every preset passes ValidateModelSpec.
 std::vector<std::string> ModelPresetNames();
+// The preset called `name`; NotFound listing the presets otherwise.
 StatusOr<ModelSpec> ModelPreset(std::string_view name);
 // `--model NAME|FILE`: a preset name, else a JSON file path. The error lists the presets.
 StatusOr<ModelSpec> ResolveModel(std::string_view name_or_file);

@@ -1,0 +1,250 @@
+#include "model/parallel_config.h"
+
+#include <fmt/core.h>
+
+#include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/json_util.h"
+#include "base/paths.h"
+#include "model/spec_util.h"
+
+namespace sluice {
+namespace {
+
+using model_internal::CheckIntRange;
+using model_internal::Divisors;
+using model_internal::FieldError;
+using model_internal::JoinInts;
+
+// Degrees up to 2^20 keep dp*pp*tp (< 2^60) and pp*vpp inside int64.
+constexpr int64_t kMaxDegree = int64_t{1} << 20;
+constexpr int64_t kMaxZero = 3;
+constexpr double kMaxMemoryLimitMib = 1073741824.0;  // 2^30 MiB = 1 PiB
+
+constexpr std::string_view kKeys[] = {"dp", "pp", "tp", "ep", "vpp", "zero", "memory_limit_mb"};
+
+// The degree field called `key`, or nullptr for "zero" and "memory_limit_mb".
+int64_t* Degree(ParallelConfig& config, std::string_view key) {
+  if (key == "dp") return &config.dp;
+  if (key == "pp") return &config.pp;
+  if (key == "tp") return &config.tp;
+  if (key == "ep") return &config.ep;
+  if (key == "vpp") return &config.vpp;
+  return nullptr;
+}
+
+// Whether tp can split `model`'s attention heads and MLP widths; *why is the reason it cannot.
+bool TpFits(int64_t tp, const ModelSpec& model, std::string* why) {
+  if (model.heads % tp != 0) {
+    *why = fmt::format("tp = {} does not divide heads = {}", tp, model.heads);
+    return false;
+  }
+  if (model.kv_heads % tp != 0 && tp % model.kv_heads != 0) {
+    *why = fmt::format("tp = {} and kv_heads = {}: neither divides the other", tp, model.kv_heads);
+    return false;
+  }
+  if (model.ffn_hidden % tp != 0) {
+    *why = fmt::format("tp = {} does not divide ffn_hidden = {}", tp, model.ffn_hidden);
+    return false;
+  }
+  if (model.moe.has_value() && model.moe->expert_ffn_hidden % tp != 0) {
+    *why = fmt::format("tp = {} does not divide moe.expert_ffn_hidden = {}", tp,
+                       model.moe->expert_ffn_hidden);
+    return false;
+  }
+  return true;
+}
+
+Status CheckChunks(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {
+  const int64_t chunks = config.chunks();
+  if (!model.is_encoder_decoder()) {
+    if (chunks <= model.layers && model.layers % chunks == 0) return Status::Ok();
+    return InvalidArgumentError(
+        fmt::format("{}: model '{}': pp*vpp = {} {} layers = {} (allowed: {})", source, model.name,
+                    chunks, chunks > model.layers ? "exceeds" : "does not divide", model.layers,
+                    JoinInts(Divisors(model.layers))));
+  }
+  // Encoder-decoder: one chunk holds both stacks, or half the chunks cut each stack evenly.
+  const int64_t half = chunks / 2;
+  if (chunks == 1 ||
+      (chunks % 2 == 0 && model.layers % half == 0 && model.decoder_layers % half == 0)) {
+    return Status::Ok();
+  }
+  std::vector<int64_t> allowed = {1};
+  for (int64_t d : Divisors(std::gcd(model.layers, model.decoder_layers))) allowed.push_back(2 * d);
+  return InvalidArgumentError(fmt::format(
+      "{}: model '{}': pp*vpp = {} cannot split the encoder-decoder model: pp*vpp must be 1, or "
+      "even with pp*vpp/2 dividing both layers = {} and decoder_layers = {} (allowed: {})",
+      source, model.name, chunks, model.layers, model.decoder_layers, JoinInts(allowed)));
+}
+
+Status CheckTp(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {
+  std::string why;
+  if (TpFits(config.tp, model, &why)) return Status::Ok();
+  std::vector<int64_t> allowed;
+  std::string ignored;
+  for (int64_t tp : Divisors(model.heads)) {
+    if (TpFits(tp, model, &ignored)) allowed.push_back(tp);
+  }
+  return InvalidArgumentError(fmt::format("{}: model '{}': {} (allowed tp: {})", source, model.name,
+                                          why, JoinInts(allowed)));
+}
+
+Status CheckEp(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {
+  if (config.ep == 1) return Status::Ok();
+  if (!model.moe.has_value()) {
+    return InvalidArgumentError(fmt::format(
+        "{}: model '{}': ep = {} needs an MoE model, and this one is dense (allowed ep: 1)", source,
+        model.name, config.ep));
+  }
+  const int64_t dp_tp = config.dp * config.tp;
+  if (model.moe->experts % config.ep == 0 && dp_tp % config.ep == 0) return Status::Ok();
+  return InvalidArgumentError(fmt::format(
+      "{}: model '{}': ep = {} must divide both moe.experts = {} and dp*tp = {} (allowed ep: {})",
+      source, model.name, config.ep, model.moe->experts, dp_tp,
+      JoinInts(Divisors(std::gcd(model.moe->experts, dp_tp)))));
+}
+
+Status CheckCluster(const ParallelConfig& config, const ClusterSpec& cluster,
+                    std::string_view source) {
+  if (config.devices() > cluster.num_devices()) {
+    return InvalidArgumentError(fmt::format(
+        "{}: cluster '{}': dp*pp*tp = {}*{}*{} = {} devices, but the cluster has {}", source,
+        cluster.name, config.dp, config.pp, config.tp, config.devices(), cluster.num_devices()));
+  }
+  if (config.memory_limit.has_value() && *config.memory_limit > cluster.device.memory) {
+    return FieldError(source, "memory_limit_mb",
+                      fmt::format("{} MiB exceeds the {} MiB of memory of a {} device in cluster "
+                                  "'{}'",
+                                  config.memory_limit->mib(), cluster.device.memory.mib(),
+                                  cluster.device.name, cluster.name));
+  }
+  return Status::Ok();
+}
+
+Status CheckMemoryLimit(Bytes limit, std::string_view source) {
+  return model_internal::CheckPositive(source, "memory_limit_mb", limit.mib(), kMaxMemoryLimitMib);
+}
+
+}  // namespace
+
+Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source) {
+  const std::pair<std::string_view, int64_t> degrees[] = {{"dp", config.dp},
+                                                          {"pp", config.pp},
+                                                          {"tp", config.tp},
+                                                          {"ep", config.ep},
+                                                          {"vpp", config.vpp}};
+  for (const auto& [key, degree] : degrees) {
+    SLUICE_RETURN_IF_ERROR(CheckIntRange(source, key, degree, 1, kMaxDegree));
+  }
+  SLUICE_RETURN_IF_ERROR(CheckIntRange(source, "zero", config.zero, 0, kMaxZero));
+  if (config.memory_limit.has_value()) {
+    SLUICE_RETURN_IF_ERROR(CheckMemoryLimit(*config.memory_limit, source));
+  }
+  return Status::Ok();
+}
+
+Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
+                         const ClusterSpec* cluster, std::string_view source) {
+  SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(config, source));
+  SLUICE_RETURN_IF_ERROR(ValidateModelSpec(model, fmt::format("model '{}'", model.name)));
+  SLUICE_RETURN_IF_ERROR(CheckChunks(config, model, source));
+  SLUICE_RETURN_IF_ERROR(CheckTp(config, model, source));
+  SLUICE_RETURN_IF_ERROR(CheckEp(config, model, source));
+  if (cluster == nullptr) return Status::Ok();
+  SLUICE_RETURN_IF_ERROR(ValidateClusterSpec(*cluster, fmt::format("cluster '{}'", cluster->name)));
+  return CheckCluster(config, *cluster, source);
+}
+
+StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::string_view source) {
+  JsonObjectReader r(j, std::string(source));
+  SLUICE_RETURN_IF_ERROR(r.status());
+  ParallelConfig config;
+  for (std::string_view key : kKeys) {
+    if (int64_t* degree = Degree(config, key)) {
+      SLUICE_RETURN_IF_ERROR(r.OptionalInt(key, degree, 1, kMaxDegree));
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("zero", &config.zero, 0, kMaxZero));
+  double mib = 0;
+  SLUICE_RETURN_IF_ERROR(model_internal::ReadPositive(r, "memory_limit_mb", /*required=*/false,
+                                                      kMaxMemoryLimitMib, &mib));
+  if (mib > 0) config.memory_limit = Bytes::MiB(mib);
+  SLUICE_RETURN_IF_ERROR(r.Finish());
+  SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(config, source));
+  return config;
+}
+
+nlohmann::json ParallelConfigToJson(const ParallelConfig& config) {
+  nlohmann::json j = {{"dp", config.dp}, {"pp", config.pp},   {"tp", config.tp},
+                      {"ep", config.ep}, {"vpp", config.vpp}, {"zero", config.zero}};
+  if (config.memory_limit.has_value()) {
+    j["memory_limit_mb"] = model_internal::NumberJson(config.memory_limit->mib());
+  }
+  return j;
+}
+
+StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file) {
+  const std::string source = fmt::format("--parallel '{}'", spec_or_file);
+  const std::string allowed = JoinAllowed(kKeys);
+  if (spec_or_file.find('=') == std::string_view::npos) {
+    const std::string path(spec_or_file);
+    if (!spec_or_file.empty() && FileExists(path)) {
+      SLUICE_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonFile(path));
+      return ParallelConfigFromJson(j, path);
+    }
+    return InvalidArgumentError(fmt::format(
+        "{}: expected K=V pairs separated by commas (keys {}; e.g. dp=2,pp=4) or a JSON file; "
+        "no such file",
+        source, allowed));
+  }
+  ParallelConfig config;
+  std::set<std::string, std::less<>> seen;
+  size_t start = 0;
+  while (start <= spec_or_file.size()) {
+    size_t end = spec_or_file.find(',', start);
+    if (end == std::string_view::npos) end = spec_or_file.size();
+    const std::string_view item = spec_or_file.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      return InvalidArgumentError(
+          fmt::format("{}: '{}' is not K=V (keys {}; e.g. dp=2,pp=4)", source, item, allowed));
+    }
+    const std::string_view key = item.substr(0, eq);
+    const std::string_view value = item.substr(eq + 1);
+    bool known = false;
+    for (std::string_view k : kKeys) known = known || k == key;
+    if (!known) {
+      return FieldError(source, key, fmt::format("unknown key; allowed keys: {}", allowed));
+    }
+    if (!seen.emplace(key).second) return FieldError(source, key, "is given twice");
+    int64_t* degree = Degree(config, key);
+    const int64_t lo = key == "zero" ? 0 : 1;
+    const int64_t hi = degree != nullptr ? kMaxDegree
+                       : key == "zero"   ? kMaxZero
+                                         : static_cast<int64_t>(kMaxMemoryLimitMib);
+    const std::optional<int64_t> n = model_internal::ParseDecimal(value);
+    if (!n.has_value()) {
+      return FieldError(source, key,
+                        fmt::format("must be an integer in [{}, {}], got '{}'", lo, hi, value));
+    }
+    SLUICE_RETURN_IF_ERROR(CheckIntRange(source, key, *n, lo, hi));
+    if (degree != nullptr) {
+      *degree = *n;
+    } else if (key == "zero") {
+      config.zero = *n;
+    } else {
+      config.memory_limit = Bytes::MiB(static_cast<double>(*n));
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(config, source));
+  return config;
+}
+
+}  // namespace sluice

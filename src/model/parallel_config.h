@@ -42,20 +42,31 @@ struct ParallelConfig {
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
-// Field ranges only (each degree >= 1, zero in 0..3, limit > 0).
+// Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 2^30] MiB.
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source);
-// Whether `config` can run `model` on `cluster`: dp*pp*tp <= devices, pp*vpp <= layers (and for
-// encoder-decoder models the stages split between the stacks), tp divides heads (and kv_heads,
-// or kv_heads divides tp), ep divides experts and dp*tp, memory limit <= device memory.
-// `cluster` may be null when the devices are not known yet.
+// Whether `config` can run `model` on `cluster`:
+//   - pp*vpp chunks divide the layers evenly. Encoder-decoder models: pp*vpp == 1 (one chunk
+//     holds both stacks), or pp*vpp is even and half the chunks split the encoder's `layers`
+//     and half the decoder's `decoder_layers`, each evenly (pp*vpp/2 divides both);
+//   - tp divides heads and ffn_hidden (and moe->expert_ffn_hidden), and kv_heads % tp == 0 or
+//     tp % kv_heads == 0;
+//   - ep > 1 only for MoE models, and ep divides moe->experts and dp*tp;
+//   - with a cluster: dp*pp*tp <= devices, memory_limit <= the device's memory.
+// Messages name `source`, the model or cluster, and list the allowed values. `cluster` may be
+// null when the devices are not known yet.
 Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
                          const ClusterSpec* cluster, std::string_view source);
 
-// JSON form: {"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":1,"memory_limit_mb":36000}.
+// JSON form: {"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":1,"memory_limit_mb":36000}; every key is
+// optional (degrees default to 1, zero to 0, no memory limit); memory_limit_mb is MiB and may be
+// fractional. FromJson(ToJson(config)) == config for every valid config.
 StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ParallelConfigToJson(const ParallelConfig& config);
-// `--parallel K=V,...|FILE`: keys dp, pp, tp, ep, vpp, zero, memory_limit_mb; unspecified = 1
-// (zero = 0). A key given twice or an unknown key is an error listing the allowed keys.
+// `--parallel K=V,...|FILE`: keys dp, pp, tp, ep, vpp, zero, memory_limit_mb with plain decimal
+// integer values; unspecified = 1 (zero = 0, no memory limit). An unknown key is an error listing
+// the allowed keys; a key given twice, a value that is not an integer or is out of range is an
+// error naming the key. An argument without '=' that names an existing file is read as JSON.
+// An argument with '=' never touches the file system.
 StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file);
 
 }  // namespace sluice

@@ -1,0 +1,256 @@
+#include "model/parallel_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/json_util.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+ParallelConfig Parse(std::string_view flag) {
+  StatusOr<ParallelConfig> config = ResolveParallel(flag);
+  EXPECT_TRUE(config.ok()) << config.status().ToString();
+  return config.ok() ? *config : ParallelConfig{};
+}
+
+std::string FlagError(std::string_view flag) {
+  StatusOr<ParallelConfig> config = ResolveParallel(flag);
+  EXPECT_FALSE(config.ok()) << flag;
+  return config.status().message();
+}
+
+std::string FitError(std::string_view flag, const ModelSpec& model,
+                     const ClusterSpec* cluster = nullptr) {
+  Status s = CheckParallelFits(Parse(flag), model, cluster, "--parallel");
+  EXPECT_FALSE(s.ok()) << flag;
+  return s.message();
+}
+
+bool Fits(std::string_view flag, const ModelSpec& model, const ClusterSpec* cluster = nullptr) {
+  Status s = CheckParallelFits(Parse(flag), model, cluster, "--parallel");
+  EXPECT_TRUE(s.ok()) << flag << ": " << s.ToString();
+  return s.ok();
+}
+
+TEST(ParallelFlagTest, ParsesPairsWithDefaults) {
+  ParallelConfig c = Parse("dp=2,pp=4");
+  EXPECT_EQ(c.dp, 2);
+  EXPECT_EQ(c.pp, 4);
+  EXPECT_EQ(c.tp, 1);
+  EXPECT_EQ(c.ep, 1);
+  EXPECT_EQ(c.vpp, 1);
+  EXPECT_EQ(c.zero, 0);
+  EXPECT_FALSE(c.memory_limit.has_value());
+  EXPECT_EQ(c.devices(), 8);
+  EXPECT_EQ(c.chunks(), 4);
+
+  c = Parse("tp=8,pp=2,dp=1,ep=1,vpp=3,zero=0,memory_limit_mb=36000");
+  EXPECT_EQ(c.tp, 8);
+  EXPECT_EQ(c.vpp, 3);
+  EXPECT_EQ(c.chunks(), 6);
+  ASSERT_TRUE(c.memory_limit.has_value());
+  EXPECT_EQ(*c.memory_limit, Bytes::MiB(36000));
+  EXPECT_EQ(c.MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::MiB(36000));
+  EXPECT_EQ(Parse("zero=3").zero, 3);
+  EXPECT_EQ(Parse("dp=2").MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::GiB(40));
+}
+
+TEST(ParallelFlagTest, UnknownKeyListsAllowedKeys) {
+  EXPECT_THAT(
+      FlagError("dp=2,pipeline=4"),
+      AllOf(HasSubstr("--parallel 'dp=2,pipeline=4'"), HasSubstr("field 'pipeline': unknown key"),
+            HasSubstr("'dp', 'pp', 'tp', 'ep', 'vpp', 'zero' or 'memory_limit_mb'")));
+  EXPECT_THAT(FlagError("DP=2"), HasSubstr("field 'DP': unknown key"));
+}
+
+TEST(ParallelFlagTest, BadValuesNameTheKey) {
+  EXPECT_THAT(FlagError("dp=2,dp=4"), HasSubstr("field 'dp': is given twice"));
+  EXPECT_THAT(FlagError("pp=x"),
+              HasSubstr("field 'pp': must be an integer in [1, 1048576], got 'x'"));
+  EXPECT_THAT(FlagError("tp=1.5"), HasSubstr("field 'tp': must be an integer"));
+  EXPECT_THAT(FlagError("dp=0"),
+              HasSubstr("field 'dp': must be an integer in [1, 1048576], got 0"));
+  EXPECT_THAT(FlagError("vpp=-2"), HasSubstr("field 'vpp': must be an integer in [1, 1048576]"));
+  EXPECT_THAT(FlagError("ep="), HasSubstr("field 'ep': must be an integer"));
+  EXPECT_THAT(FlagError("dp= 2"), HasSubstr("field 'dp'"));
+  EXPECT_THAT(FlagError("zero=4"), HasSubstr("field 'zero': must be an integer in [0, 3], got 4"));
+  EXPECT_THAT(FlagError("memory_limit_mb=0"), HasSubstr("field 'memory_limit_mb'"));
+  EXPECT_THAT(FlagError("dp=99999999999999999999999"), HasSubstr("field 'dp'"));
+  EXPECT_THAT(FlagError("dp=2048576"), HasSubstr("field 'dp': must be an integer in [1, 1048576]"));
+}
+
+TEST(ParallelFlagTest, BadSyntax) {
+  EXPECT_THAT(FlagError("dp=2,pp"), AllOf(HasSubstr("'pp' is not K=V"), HasSubstr("'dp'")));
+  EXPECT_THAT(FlagError("dp=2,"), HasSubstr("'' is not K=V"));
+  EXPECT_THAT(FlagError("dp=2,,pp=2"), HasSubstr("'' is not K=V"));
+  EXPECT_THAT(FlagError("=2"), HasSubstr("field '': unknown key"));
+  EXPECT_THAT(FlagError(""), HasSubstr("expected K=V pairs"));
+  EXPECT_THAT(FlagError("dp2"), AllOf(HasSubstr("--parallel 'dp2'"), HasSubstr("expected K=V"),
+                                      HasSubstr("no such file")));
+}
+
+TEST(ParallelFlagTest, ReadsJsonFile) {
+  const std::string path = ::testing::TempDir() + "/sluice_parallel.json";
+  ASSERT_TRUE(WriteStringToFile(path, R"({"dp": 4, "tp": 2, "zero": 1})").ok());
+  ParallelConfig c = Parse(path);
+  EXPECT_EQ(c.dp, 4);
+  EXPECT_EQ(c.tp, 2);
+  EXPECT_EQ(c.zero, 1);
+  ASSERT_TRUE(WriteStringToFile(path, R"({"dp": 4, "tensor": 2})").ok());
+  EXPECT_THAT(FlagError(path), HasSubstr(path + ": field 'tensor': unknown key"));
+}
+
+TEST(ParallelConfigTest, JsonRoundTrip) {
+  ParallelConfig defaults;
+  ParallelConfig full;
+  full.dp = 3;
+  full.pp = 5;
+  full.tp = 2;
+  full.ep = 2;
+  full.vpp = 7;
+  full.zero = 2;
+  full.memory_limit = Bytes::MiB(36000.5);
+  ParallelConfig odd_bytes;
+  odd_bytes.memory_limit = Bytes::Of(123456789);
+  for (const ParallelConfig& c : {defaults, full, odd_bytes}) {
+    StatusOr<nlohmann::json> text = ParseJson(ParallelConfigToJson(c).dump(), "rt.json");
+    ASSERT_TRUE(text.ok());
+    StatusOr<ParallelConfig> back = ParallelConfigFromJson(*text, "rt.json");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, c);
+  }
+  EXPECT_EQ(ParallelConfigToJson(Parse("dp=2,pp=4,memory_limit_mb=36000")),
+            nlohmann::json::parse(R"({"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":0,
+                                      "memory_limit_mb":36000})"));
+  StatusOr<ParallelConfig> empty = ParallelConfigFromJson(nlohmann::json::object(), "p.json");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(*empty, ParallelConfig{});
+}
+
+TEST(ParallelConfigTest, JsonErrors) {
+  auto error_of = [](std::string_view text) {
+    StatusOr<ParallelConfig> c = ParallelConfigFromJson(nlohmann::json::parse(text), "p.json");
+    EXPECT_FALSE(c.ok()) << text;
+    return c.status().message();
+  };
+  EXPECT_THAT(error_of(R"({"dp": 2, "micro_batches": 4})"),
+              AllOf(HasSubstr("p.json: field 'micro_batches': unknown key"), HasSubstr("'vpp'")));
+  EXPECT_THAT(error_of(R"({"dp": "2"})"),
+              AllOf(HasSubstr("p.json: field 'dp'"), HasSubstr("got a string")));
+  EXPECT_THAT(error_of(R"({"pp": 0})"),
+              HasSubstr("p.json: field 'pp': must be an integer in [1, "));
+  EXPECT_THAT(error_of(R"({"zero": 4})"), HasSubstr("p.json: field 'zero'"));
+  EXPECT_THAT(error_of(R"({"memory_limit_mb": -1})"),
+              HasSubstr("p.json: field 'memory_limit_mb': must be a number in (0, "));
+  EXPECT_THAT(error_of(R"([1, 2])"), HasSubstr("p.json: top level"));
+}
+
+TEST(ParallelConfigTest, ValidateChecksStructsBuiltInCode) {
+  ParallelConfig c;
+  c.tp = 0;
+  EXPECT_THAT(ValidateParallelConfig(c, "code").message(), HasSubstr("code: field 'tp'"));
+  c = ParallelConfig{};
+  c.memory_limit = Bytes::Zero();
+  EXPECT_THAT(ValidateParallelConfig(c, "code").message(), HasSubstr("'memory_limit_mb'"));
+}
+
+TEST(ParallelFitsTest, PipelineChunksDivideLayers) {
+  const ModelSpec gpt = *ModelPreset("gpt-6.7b");
+  EXPECT_TRUE(Fits("pp=4", gpt));
+  EXPECT_TRUE(Fits("pp=4,vpp=8", gpt));
+  EXPECT_TRUE(Fits("pp=32", gpt));
+  EXPECT_THAT(FitError("pp=2,vpp=3", gpt), AllOf(HasSubstr("--parallel: model 'gpt-6.7b'"),
+                                                 HasSubstr("pp*vpp = 6 does not divide layers = 32 "
+                                                           "(allowed: 1, 2, 4, 8, 16, 32)")));
+  EXPECT_THAT(FitError("pp=64", gpt), HasSubstr("pp*vpp = 64 exceeds layers = 32"));
+}
+
+TEST(ParallelFitsTest, EncoderDecoderSplitsStagesBetweenStacks) {
+  const ModelSpec t5 = *ModelPreset("t5-11b");
+  EXPECT_TRUE(Fits("pp=1", t5));
+  EXPECT_TRUE(Fits("pp=2", t5));
+  EXPECT_TRUE(Fits("pp=4,vpp=2", t5));
+  EXPECT_TRUE(Fits("pp=48", t5));
+  EXPECT_THAT(FitError("pp=3", t5), AllOf(HasSubstr("model 't5-11b'"), HasSubstr("pp*vpp = 3"),
+                                          HasSubstr("layers = 24 and decoder_layers = 24"),
+                                          HasSubstr("(allowed: 1, 2, 4, 6, 8, 12, 16, 24, 48)")));
+  EXPECT_THAT(FitError("pp=10", t5), HasSubstr("pp*vpp = 10"));
+  ModelSpec uneven = t5;
+  uneven.decoder_layers = 6;
+  EXPECT_TRUE(Fits("pp=4", uneven));
+  EXPECT_THAT(FitError("pp=8", uneven), HasSubstr("(allowed: 1, 2, 4, 6, 12)"));
+}
+
+TEST(ParallelFitsTest, TensorParallelSplitsHeads) {
+  const ModelSpec gpt = *ModelPreset("gpt-6.7b");
+  EXPECT_TRUE(Fits("tp=8", gpt));
+  EXPECT_THAT(FitError("tp=3", gpt), AllOf(HasSubstr("tp = 3 does not divide heads = 32"),
+                                           HasSubstr("(allowed tp: 1, 2, 4, 8, 16, 32)")));
+  EXPECT_THAT(FitError("tp=64", gpt), HasSubstr("tp = 64 does not divide heads = 32"));
+
+  ModelSpec gqa = *ModelPreset("gpt-tiny");
+  gqa.hidden = 768;
+  gqa.heads = 12;
+  gqa.kv_heads = 6;
+  gqa.ffn_hidden = 3072;
+  EXPECT_TRUE(Fits("tp=3", gqa));   // 6 % 3 == 0
+  EXPECT_TRUE(Fits("tp=12", gqa));  // 12 % 6 == 0
+  EXPECT_THAT(FitError("tp=4", gqa),
+              AllOf(HasSubstr("tp = 4 and kv_heads = 6: neither divides the other"),
+                    HasSubstr("(allowed tp: 1, 2, 3, 6, 12)")));
+
+  ModelSpec narrow_mlp = *ModelPreset("gpt-tiny");
+  narrow_mlp.ffn_hidden = 510;
+  EXPECT_THAT(
+      FitError("tp=4", narrow_mlp),
+      AllOf(HasSubstr("tp = 4 does not divide ffn_hidden = 510"), HasSubstr("(allowed tp: 1, 2)")));
+}
+
+TEST(ParallelFitsTest, ExpertParallelNeedsMoe) {
+  const ModelSpec dense = *ModelPreset("gpt-tiny");
+  EXPECT_THAT(FitError("dp=2,ep=2", dense),
+              AllOf(HasSubstr("ep = 2 needs an MoE model"), HasSubstr("(allowed ep: 1)")));
+  const ModelSpec moe = *ModelPreset("gpt-tiny-moe");
+  EXPECT_TRUE(Fits("dp=2,ep=2", moe));
+  EXPECT_TRUE(Fits("dp=2,tp=2,ep=4", moe));
+  EXPECT_THAT(
+      FitError("dp=2,ep=4", moe),
+      HasSubstr("ep = 4 must divide both moe.experts = 4 and dp*tp = 2 (allowed ep: 1, 2)"));
+  EXPECT_THAT(FitError("dp=3,ep=3", moe), HasSubstr("(allowed ep: 1)"));
+}
+
+TEST(ParallelFitsTest, ClusterDevicesAndMemory) {
+  const ModelSpec gpt = *ModelPreset("gpt-6.7b");
+  const ClusterSpec eight = *ClusterPreset("a100-40g", 8);
+  EXPECT_TRUE(Fits("dp=2,pp=4", gpt, &eight));
+  EXPECT_TRUE(Fits("dp=1", gpt, &eight));
+  EXPECT_THAT(FitError("dp=4,pp=4", gpt, &eight),
+              AllOf(HasSubstr("cluster 'a100-40g:8'"),
+                    HasSubstr("dp*pp*tp = 4*4*1 = 16 devices, but the cluster has 8")));
+  EXPECT_TRUE(Fits("dp=2,memory_limit_mb=36000", gpt, &eight));
+  EXPECT_TRUE(Fits("dp=2,memory_limit_mb=40960", gpt, &eight));
+  EXPECT_THAT(FitError("memory_limit_mb=50000", gpt, &eight),
+              AllOf(HasSubstr("field 'memory_limit_mb': 50000 MiB exceeds the 40960 MiB"),
+                    HasSubstr("a100-40g")));
+  EXPECT_TRUE(Fits("dp=16,memory_limit_mb=50000", gpt, nullptr));
+}
+
+TEST(ParallelFitsTest, RejectsBrokenInputs) {
+  ModelSpec broken = *ModelPreset("gpt-tiny");
+  broken.heads = 0;
+  EXPECT_THAT(CheckParallelFits(ParallelConfig{}, broken, nullptr, "--parallel").message(),
+              HasSubstr("model 'gpt-tiny': field 'heads'"));
+  ParallelConfig bad;
+  bad.pp = 0;
+  EXPECT_THAT(CheckParallelFits(bad, *ModelPreset("gpt-tiny"), nullptr, "p.json").message(),
+              HasSubstr("p.json: field 'pp'"));
+}
+
+}  // namespace
+}  // namespace sluice
