@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `sluice` binary: exit codes (0 ok, 1 failed run, 2 bad usage or
+# input) and that error messages name the file, the field and the allowed values.
+#
+#   tests/cli_test.sh PATH/TO/sluice
+set -u
+sluice="$1"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+# expect NAME RC PATTERN -- ARGS...: runs sluice ARGS, checks the exit code and that the combined
+# output matches the extended regex PATTERN.
+expect() {
+  local name="$1" want_rc="$2" pattern="$3"
+  shift 4
+  local out rc
+  out="$("$sluice" "$@" 2>&1)"
+  rc=$?
+  if [ "$rc" -ne "$want_rc" ]; then
+    echo "FAIL $name: exit $rc, want $want_rc; output:"; echo "$out" | head -20
+    failed=$((failed + 1))
+  elif ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -20
+    failed=$((failed + 1))
+  else
+    echo "ok   $name"
+    passed=$((passed + 1))
+  fi
+}
+
+# Usage.
+expect help 0 "Subcommands:" -- --help
+expect no-subcommand 2 "subcommand is required" --
+expect unknown-subcommand 2 "" -- frobnicate
+expect data-help 0 "stats" -- data --help
+expect unknown-flag 2 "--bogus" -- data stats --bogus
+
+# data stats
+expect stats-default 0 "mixture-4task: 30,000 samples" -- data stats
+expect stats-preset-flag 0 "gcide-define: 20,000 samples" -- data stats --data gcide-define --no-histogram
+expect stats-generator 0 "web: 1,000 samples" -- data stats web --samples 1000 --seed 3
+expect stats-unknown 2 "no-such-data.*(mixture-4task|presets)" -- data stats no-such-data
+printf '{"input_len": 5, "target_len": 2}\n{"input_len": -3}\n' >"$tmp/bad.jsonl"
+expect stats-bad-line 2 "bad.jsonl:2" -- data stats "$tmp/bad.jsonl"
+printf 'input,target\n5,2\n' >"$tmp/cols.csv"
+expect stats-csv-columns 0 "1 samples|1 sample" -- data stats "$tmp/cols.csv" --input-field input --target-field target --task-field ""
+expect stats-bad-format 2 "format" -- data stats "$tmp/cols.csv" --format yaml
+expect presets 0 "mixture-4task" -- data presets
+
+# cost show / cost fit
+expect cost-show-default 0 "profiled" -- cost show
+expect cost-show-point 0 "encoder" -- cost show --model gpt-6.7b --tp 2 --seqlen 2048 --mbs 4
+expect cost-show-t5 0 "decoder" -- cost show --model t5-11b --seqlen 512 --dec-seqlen 128 --mbs 2
+expect cost-show-analytic 0 "analytic" -- cost show --model llama-7b --cluster h100-80g:8 --seqlen 4096 --mbs 1
+expect cost-show-file 0 "analytic" -- cost show --model "$(dirname "$0")/../examples/model-gpt-1.3b.json" --seqlen 1024 --mbs 2
+expect cost-show-bad-model 2 "gpt-6.7b" -- cost show --model gpt-7b
+expect cost-show-bad-tp 2 "tp" -- cost show --model gpt-6.7b --tp 3
+expect cost-show-bad-recompute 2 "none|selective|full" -- cost show --recompute some
+expect cost-show-infeasible 0 "infeasible" -- cost show --model gpt-6.7b --seqlen 8192 --mbs 64
+printf '{"name": "m", "kind": "decoder-only", "layers": 2, "hidden": 64, "heads": 2, "kv_heads": 2, "ffn_hidden": 256, "vocab": 100, "max_position": 128, "colour": 1}\n' >"$tmp/model.json"
+expect cost-show-unknown-key 2 "model.json.*colour" -- cost show --model "$tmp/model.json"
+expect cost-show-bad-cluster 2 "a100-40g" -- cost show --cluster tpu:8
+expect cost-fit 0 "mean" -- cost fit
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
