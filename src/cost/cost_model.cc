@@ -1,0 +1,87 @@
+#include "cost/cost_model.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "base/json_util.h"
+#include "cost/layer_work.h"
+
+namespace sluice {
+namespace {
+
+constexpr std::string_view kRecomputeNames[] = {"none", "selective", "full"};
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::string_view LayerKindName(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kEncoder:
+      return "encoder";
+    case LayerKind::kDecoder:
+      return "decoder";
+    case LayerKind::kEmbedding:
+      return "embedding";
+    case LayerKind::kOutputHead:
+      return "output-head";
+  }
+  return "?";
+}
+
+std::string_view RecomputeName(Recompute rc) { return kRecomputeNames[static_cast<int>(rc)]; }
+
+StatusOr<Recompute> ParseRecompute(std::string_view name) {
+  for (int i = 0; i < 3; ++i) {
+    if (kRecomputeNames[i] == name) return static_cast<Recompute>(i);
+  }
+  return InvalidArgumentError(fmt::format("unknown recompute level '{}' (allowed: {})", name,
+                                          JoinAllowed(kRecomputeNames)));
+}
+
+ModelStateMemory ModelStatesFromParams(int64_t params, int64_t dp, int64_t zero_stage) {
+  SLUICE_CHECK(params >= 0 && dp >= 1 && zero_stage >= 0 && zero_stage <= 3);
+  const int64_t shard = CeilDiv(params, dp);
+  ModelStateMemory m;
+  m.params = params;
+  m.weights = Bytes::Of(2 * (zero_stage >= 3 ? shard : params));
+  m.gradients = Bytes::Of(2 * (zero_stage >= 2 ? shard : params));
+  m.optimizer = Bytes::Of(12 * (zero_stage >= 1 ? shard : params));
+  return m;
+}
+
+ModelStateMemory operator+(const ModelStateMemory& a, const ModelStateMemory& b) {
+  ModelStateMemory m;
+  m.params = a.params + b.params;
+  m.weights = a.weights + b.weights;
+  m.gradients = a.gradients + b.gradients;
+  m.optimizer = a.optimizer + b.optimizer;
+  return m;
+}
+
+ModelStateMemory CostModel::ModelStates(const StageLayers& stage, const ParallelConfig& par) const {
+  SLUICE_CHECK(par.tp >= 1 && par.dp >= 1 && par.ep >= 1);
+  const ModelSpec& spec = model();
+  int64_t params = stage.encoder_layers * LayerParams(LayerKind::kEncoder, par.tp) +
+                   stage.decoder_layers * LayerParams(LayerKind::kDecoder, par.tp);
+  if (stage.embedding) params += LayerParams(LayerKind::kEmbedding, par.tp);
+  if (stage.output_head) {
+    // A tied head on a stage without the embedding keeps its own copy of the word embedding.
+    params += spec.tied_embeddings && !stage.embedding
+                  ? LayerParams(LayerKind::kEmbedding, par.tp)
+                  : LayerParams(LayerKind::kOutputHead, par.tp);
+  }
+  const int64_t experts =
+      stage.encoder_layers * AnalyticExpertParams(spec, LayerKind::kEncoder, par.tp) +
+      stage.decoder_layers * AnalyticExpertParams(spec, LayerKind::kDecoder, par.tp);
+  const int64_t dense = std::max<int64_t>(0, params - experts);
+  ModelStateMemory states = ModelStatesFromParams(dense, par.dp, par.zero);
+  if (experts > 0) {
+    states = states + ModelStatesFromParams(CeilDiv(experts, par.ep),
+                                            std::max<int64_t>(1, par.dp / par.ep), par.zero);
+  }
+  return states;
+}
+
+}  // namespace sluice

@@ -8,6 +8,10 @@
 // A shape the model cannot answer for (beyond the profiled range, an out-of-memory hole in a
 // table, an unsupported tp) is `feasible == false`: never a silent extrapolation.
 //
+// MoE models: Layer() and LayerParams() answer for the MEAN layer of a stack (for layer_interval
+// k: one MoE layer and k-1 dense ones averaged), so that layers x Layer() is the stack's total.
+// ModelStates() shards the experts' parameters over the expert-parallel degree.
+//
 // Layer kinds: kEncoder is a self-attention-only layer: a T5 encoder layer, and also the layer
 // of a decoder-only (GPT/LLaMA) model, which the profile tables file under "encoder" (causal
 // mask). kDecoder is an encoder-decoder model's decoder layer (self- and cross-attention),
@@ -31,9 +35,12 @@ namespace sluice {
 enum class LayerKind { kEncoder, kDecoder, kEmbedding, kOutputHead };
 enum class Recompute { kNone, kSelective, kFull };
 
-std::string_view LayerKindName(LayerKind kind);    // "encoder" | "decoder" | "embedding" | "output-head"
-std::string_view RecomputeName(Recompute rc);      // "none" | "selective" | "full"
-StatusOr<Recompute> ParseRecompute(std::string_view name);  // error lists the allowed names
+// "encoder" | "decoder" | "embedding" | "output-head"
+std::string_view LayerKindName(LayerKind kind);
+// "none" | "selective" | "full"
+std::string_view RecomputeName(Recompute rc);
+// The inverse of RecomputeName; the error lists the allowed names.
+StatusOr<Recompute> ParseRecompute(std::string_view name);
 
 struct LayerShape {
   int64_t mbs = 1;         // sequences in the micro-batch
@@ -60,7 +67,9 @@ struct StageLayers {
   int64_t encoder_layers = 0;  // kEncoder layers (all layers of a decoder-only model)
   int64_t decoder_layers = 0;  // kDecoder layers
   bool embedding = false;      // holds the input embedding
-  bool output_head = false;    // holds the output head (a separate matrix unless tied)
+  bool output_head = false;    // holds the output head (a separate matrix unless tied; a stage
+                               // with a tied head but without the embedding holds a copy of the
+                               // word embedding, as Megatron-LM does for pp > 1)
 
   friend bool operator==(const StageLayers&, const StageLayers&) = default;
 };
@@ -68,17 +77,21 @@ struct StageLayers {
 // Model-state memory of one device: mixed-precision Adam (fp16 weights 2 B, fp16 gradients
 // 2 B, fp32 master weights + two moments 12 B per parameter) sharded as the ZeRO stage says.
 struct ModelStateMemory {
-  int64_t params = 0;   // parameters held by this device before ZeRO sharding (after tp)
-  Bytes weights;        // fp16 weights resident on the device
-  Bytes gradients;      // fp16 gradients
-  Bytes optimizer;      // fp32 master weights and Adam moments
+  int64_t params = 0;  // parameters held by this device before ZeRO sharding (after tp)
+  Bytes weights;       // fp16 weights resident on the device
+  Bytes gradients;     // fp16 gradients
+  Bytes optimizer;     // fp32 master weights and Adam moments
   Bytes total() const { return weights + gradients + optimizer; }
 
   friend bool operator==(const ModelStateMemory&, const ModelStateMemory&) = default;
 };
 
-// Applies mixed-precision Adam + ZeRO to `params` parameters replicated over `dp` ranks.
+// Applies mixed-precision Adam + ZeRO to `params` parameters replicated over `dp` ranks:
+// ZeRO-1 shards the 12 B/param optimizer part over dp, ZeRO-2 also the gradients, ZeRO-3 also the
+// weights; a shard is ceil(params / dp) parameters. REQUIRES: params >= 0, dp >= 1, 0 <= zero <= 3.
 ModelStateMemory ModelStatesFromParams(int64_t params, int64_t dp, int64_t zero_stage);
+// Adds two devices' worth of states field by field (used to combine dense and expert parts).
+ModelStateMemory operator+(const ModelStateMemory& a, const ModelStateMemory& b);
 
 class CostModel {
  public:
@@ -99,7 +112,10 @@ class CostModel {
   // Parameters of ONE layer of `kind` on one tp rank (kOutputHead: 0 when tied to the embedding).
   virtual int64_t LayerParams(LayerKind kind, int64_t tp) const = 0;
 
-  // Model states of one device holding `stage` under `par` (tp, dp, zero).
+  // Model states of one device holding `stage` under `par` (tp, dp, ep, zero). Stage parameters
+  // are layers x LayerParams plus embedding/head; MoE expert parameters (an analytic count) are
+  // divided over ep and ZeRO-sharded over max(1, dp / ep) ranks, the rest over dp.
+  // REQUIRES: par.tp, par.dp, par.ep >= 1 and 0 <= par.zero <= 3.
   ModelStateMemory ModelStates(const StageLayers& stage, const ParallelConfig& par) const;
 };
 

@@ -1,4 +1,4 @@
-// Readers for sample-length files: plain text, JSON Lines and CSV (docs/formats.d/data.md).
+// Readers for sample-length files: plain text, JSON Lines and CSV (docs/formats.md).
 //
 // Each reader turns a whole file (or an in-memory text, for tests and the fuzzer) into a Dataset
 // whose samples are numbered 0..n-1 in file order. Reading is strict: the first malformed line

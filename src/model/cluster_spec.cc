@@ -286,7 +286,7 @@ StatusOr<ClusterSpec> ResolveCluster(std::string_view preset_or_file) {
   if (!FileExists(path)) {
     return NotFoundError(fmt::format(
         "--cluster '{}': not PRESET:N and no such file (presets: {}; e.g. a100-40g:16, or a JSON "
-        "ClusterSpec file, see docs/formats.d/model.md)",
+        "ClusterSpec file, see docs/formats.md)",
         preset_or_file, JoinNames(DevicePresetNames())));
   }
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonFile(path));

@@ -4,7 +4,7 @@
 // the intra-node link (NVLink), across nodes over the inter-node link (InfiniBand/EFA); each
 // link is given as per-device, per-direction bandwidth and a latency, the alpha-beta model's
 // parameters. The device presets (a100-40g, a100-80g, h100-80g) and the source of each of their
-// numbers are in cluster_spec.cc and docs/formats.d/model.md.
+// numbers are in cluster_spec.cc and docs/formats.md.
 //
 // Thread safety: value types.
 #pragma once
@@ -55,7 +55,7 @@ struct ClusterSpec {
 // devices_per_node > 1, inter_node when nodes > 1). Messages use the JSON field names.
 Status ValidateClusterSpec(const ClusterSpec& spec, std::string_view source);
 
-// JSON form (docs/formats.d/model.md, "ClusterSpec"); units are in the field names: peak_tflops
+// JSON form (docs/formats.md, "ClusterSpec"); units are in the field names: peak_tflops
 // (10^12 FLOP/s), memory_gib (2^30 bytes), hbm_gb_per_s and bandwidth_gb_per_s (10^9 bytes/s),
 // latency_us (microseconds). "device" may also be a preset name, whose links then become the
 // defaults of intra_node and inter_node. FromJson(ToJson(spec)) == spec for every valid spec.

@@ -35,7 +35,7 @@ TEST(ModelExamplesTest, ExampleFilesParseAndFitTogether) {
   EXPECT_EQ(parallel->dp, 2);
   EXPECT_EQ(parallel->pp, 4);
   EXPECT_EQ(parallel->zero, 1);
-  EXPECT_EQ(parallel->MemoryLimit(*cluster), Bytes::MiB(36000));
+  EXPECT_EQ(parallel->MemoryLimit(*cluster), Bytes::MB(36000));
 
   Status fits = CheckParallelFits(*parallel, *model, &*cluster, "parallel-dp2-pp4.json");
   EXPECT_TRUE(fits.ok()) << fits.ToString();

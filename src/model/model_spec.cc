@@ -17,7 +17,7 @@ using model_internal::FieldError;
 using model_internal::JoinNames;
 
 // Upper bounds on the fields, far above any real model; they keep products of fields (parameter
-// counts, FLOPs) inside int64 and double range. docs/formats.d/model.md lists them.
+// counts, FLOPs) inside int64 and double range. docs/formats.md lists them.
 constexpr int64_t kMaxLayers = 10000;
 constexpr int64_t kMaxHidden = int64_t{1} << 20;
 constexpr int64_t kMaxHeads = int64_t{1} << 16;
@@ -250,7 +250,7 @@ StatusOr<ModelSpec> ResolveModel(std::string_view name_or_file) {
   if (!FileExists(path)) {
     return NotFoundError(fmt::format(
         "--model '{}': not a model preset and no such file (presets: {}; or a JSON ModelSpec "
-        "file, see docs/formats.d/model.md)",
+        "file, see docs/formats.md)",
         name_or_file, JoinNames(ModelPresetNames())));
   }
   SLUICE_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonFile(path));

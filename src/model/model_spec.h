@@ -72,17 +72,17 @@ struct ModelSpec {
 // Checks every field and their relations (heads divide hidden unless head_dim is set, kv_heads
 // divides heads, decoder_layers > 0 exactly for encoder-decoder models, MoE experts >= 2,
 // 1 <= top_k <= experts, capacity_factor > 0, 1 <= layer_interval <= layers). The ranges are
-// listed in docs/formats.d/model.md. `source` names the file or flag for the message.
+// listed in docs/formats.md. `source` names the file or flag for the message.
 Status ValidateModelSpec(const ModelSpec& spec, std::string_view source);
 
-// JSON form (docs/formats.d/model.md, "ModelSpec"). Unknown keys, wrong types and impossible
+// JSON form (docs/formats.md, "ModelSpec"). Unknown keys, wrong types and impossible
 // values are errors naming `source` and the field. FromJson(ToJson(spec)) == spec for every valid
 // spec.
 StatusOr<ModelSpec> ModelSpecFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ModelSpecToJson(const ModelSpec& spec);
 
 // Named presets: gpt-6.7b, gpt-13b, t5-11b, llama-7b, gpt-tiny, t5-tiny, gpt-tiny-moe (the
-// numbers and their sources: docs/formats.d/model.md). Every preset passes ValidateModelSpec.
+// numbers and their sources: docs/formats.md). Every preset passes ValidateModelSpec.
 std::vector<std::string> ModelPresetNames();
 // The preset called `name`; NotFound listing the presets otherwise.
 StatusOr<ModelSpec> ModelPreset(std::string_view name);

@@ -24,7 +24,7 @@ using model_internal::JoinInts;
 // Degrees up to 2^20 keep dp*pp*tp (< 2^60) and pp*vpp inside int64.
 constexpr int64_t kMaxDegree = int64_t{1} << 20;
 constexpr int64_t kMaxZero = 3;
-constexpr double kMaxMemoryLimitMib = 1073741824.0;  // 2^30 MiB = 1 PiB
+constexpr double kMaxMemoryLimitMb = 1e9;  // 10^9 MB = 1 PB
 
 constexpr std::string_view kKeys[] = {"dp", "pp", "tp", "ep", "vpp", "zero", "memory_limit_mb"};
 
@@ -119,16 +119,16 @@ Status CheckCluster(const ParallelConfig& config, const ClusterSpec& cluster,
   }
   if (config.memory_limit.has_value() && *config.memory_limit > cluster.device.memory) {
     return FieldError(source, "memory_limit_mb",
-                      fmt::format("{} MiB exceeds the {} MiB of memory of a {} device in cluster "
-                                  "'{}'",
-                                  config.memory_limit->mib(), cluster.device.memory.mib(),
+                      fmt::format("{:.0f} MB exceeds the {:.0f} MB of memory of device '{}' in "
+                                  "cluster '{}'",
+                                  config.memory_limit->mb(), cluster.device.memory.mb(),
                                   cluster.device.name, cluster.name));
   }
   return Status::Ok();
 }
 
 Status CheckMemoryLimit(Bytes limit, std::string_view source) {
-  return model_internal::CheckPositive(source, "memory_limit_mb", limit.mib(), kMaxMemoryLimitMib);
+  return model_internal::CheckPositive(source, "memory_limit_mb", limit.mb(), kMaxMemoryLimitMb);
 }
 
 }  // namespace
@@ -171,10 +171,10 @@ StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::st
     }
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("zero", &config.zero, 0, kMaxZero));
-  double mib = 0;
+  double mb = 0;
   SLUICE_RETURN_IF_ERROR(model_internal::ReadPositive(r, "memory_limit_mb", /*required=*/false,
-                                                      kMaxMemoryLimitMib, &mib));
-  if (mib > 0) config.memory_limit = Bytes::MiB(mib);
+                                                      kMaxMemoryLimitMb, &mb));
+  if (mb > 0) config.memory_limit = Bytes::MB(mb);
   SLUICE_RETURN_IF_ERROR(r.Finish());
   SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(config, source));
   return config;
@@ -184,7 +184,7 @@ nlohmann::json ParallelConfigToJson(const ParallelConfig& config) {
   nlohmann::json j = {{"dp", config.dp}, {"pp", config.pp},   {"tp", config.tp},
                       {"ep", config.ep}, {"vpp", config.vpp}, {"zero", config.zero}};
   if (config.memory_limit.has_value()) {
-    j["memory_limit_mb"] = model_internal::NumberJson(config.memory_limit->mib());
+    j["memory_limit_mb"] = model_internal::NumberJson(config.memory_limit->mb());
   }
   return j;
 }
@@ -228,7 +228,7 @@ StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file) {
     const int64_t lo = key == "zero" ? 0 : 1;
     const int64_t hi = degree != nullptr ? kMaxDegree
                        : key == "zero"   ? kMaxZero
-                                         : static_cast<int64_t>(kMaxMemoryLimitMib);
+                                         : static_cast<int64_t>(kMaxMemoryLimitMb);
     const std::optional<int64_t> n = model_internal::ParseDecimal(value);
     if (!n.has_value()) {
       return FieldError(source, key,
@@ -240,7 +240,7 @@ StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file) {
     } else if (key == "zero") {
       config.zero = *n;
     } else {
-      config.memory_limit = Bytes::MiB(static_cast<double>(*n));
+      config.memory_limit = Bytes::MB(static_cast<double>(*n));
     }
   }
   SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(config, source));

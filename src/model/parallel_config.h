@@ -42,7 +42,7 @@ struct ParallelConfig {
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
-// Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 2^30] MiB.
+// Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 10^9] MB (10^6 bytes).
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source);
 // Whether `config` can run `model` on `cluster`:
 //   - pp*vpp chunks divide the layers evenly. Encoder-decoder models: pp*vpp == 1 (one chunk
@@ -58,7 +58,7 @@ Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
                          const ClusterSpec* cluster, std::string_view source);
 
 // JSON form: {"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":1,"memory_limit_mb":36000}; every key is
-// optional (degrees default to 1, zero to 0, no memory limit); memory_limit_mb is MiB and may be
+// optional (degrees default to 1, zero to 0, no memory limit); memory_limit_mb is MB (10^6 bytes, as in the profile tables) and may be
 // fractional. FromJson(ToJson(config)) == config for every valid config.
 StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ParallelConfigToJson(const ParallelConfig& config);

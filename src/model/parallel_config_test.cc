@@ -55,8 +55,8 @@ TEST(ParallelFlagTest, ParsesPairsWithDefaults) {
   EXPECT_EQ(c.vpp, 3);
   EXPECT_EQ(c.chunks(), 6);
   ASSERT_TRUE(c.memory_limit.has_value());
-  EXPECT_EQ(*c.memory_limit, Bytes::MiB(36000));
-  EXPECT_EQ(c.MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::MiB(36000));
+  EXPECT_EQ(*c.memory_limit, Bytes::MB(36000));
+  EXPECT_EQ(c.MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::MB(36000));
   EXPECT_EQ(Parse("zero=3").zero, 3);
   EXPECT_EQ(Parse("dp=2").MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::GiB(40));
 }
@@ -115,7 +115,7 @@ TEST(ParallelConfigTest, JsonRoundTrip) {
   full.ep = 2;
   full.vpp = 7;
   full.zero = 2;
-  full.memory_limit = Bytes::MiB(36000.5);
+  full.memory_limit = Bytes::MB(36000.5);
   ParallelConfig odd_bytes;
   odd_bytes.memory_limit = Bytes::Of(123456789);
   for (const ParallelConfig& c : {defaults, full, odd_bytes}) {
@@ -236,7 +236,7 @@ TEST(ParallelFitsTest, ClusterDevicesAndMemory) {
   EXPECT_TRUE(Fits("dp=2,memory_limit_mb=36000", gpt, &eight));
   EXPECT_TRUE(Fits("dp=2,memory_limit_mb=40960", gpt, &eight));
   EXPECT_THAT(FitError("memory_limit_mb=50000", gpt, &eight),
-              AllOf(HasSubstr("field 'memory_limit_mb': 50000 MiB exceeds the 40960 MiB"),
+              AllOf(HasSubstr("field 'memory_limit_mb': 50000 MB exceeds the 42950 MB"),
                     HasSubstr("a100-40g")));
   EXPECT_TRUE(Fits("dp=16,memory_limit_mb=50000", gpt, nullptr));
 }

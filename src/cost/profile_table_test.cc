@@ -1,0 +1,231 @@
+#include "cost/profile_table.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/json_util.h"
+#include "cost/cost_test_util.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// A minimal valid decoder-only table: one (tp, rc) entry, two rows per series.
+nlohmann::json SmallTable() {
+  return nlohmann::json::parse(R"({
+    "format": "layer-cost-table/1",
+    "measured_on": "unit test",
+    "source": "hand-written",
+    "model": {"name": "gpt-6.7b", "kind": "decoder-only", "hidden": 4096, "heads": 32,
+              "ffn_hidden": 16384},
+    "tables": [{
+      "tp": 1, "recompute": "none",
+      "time_ms": {
+        "encoder_forward": [{"seqlen": 16, "mbs": [1, 2], "value": [1.5, 2.5]},
+                            {"seqlen": 32, "mbs": [1], "value": [3.0]}],
+        "encoder_backward": [{"seqlen": 16, "mbs": [1, 2], "value": [3.0, 5.0]},
+                             {"seqlen": 32, "mbs": [1], "value": [6.0]}],
+        "postprocess_forward": [{"seqlen": 16, "mbs": [1, 2], "value": [1.0, 1.0]}],
+        "postprocess_backward": [{"seqlen": 16, "mbs": [1, 2], "value": [1.0, 1.0]}]
+      },
+      "stored_activation_mb": {"encoder": [{"seqlen": 16, "mbs": [1, 2], "value": [4, 8]}]},
+      "peak_activation_mb": {"encoder": [{"seqlen": 16, "mbs": [1, 2], "value": [9, 18]}]},
+      "param_mb": {"embedding": 417.656, "encoder": 402.771}
+    }]
+  })");
+}
+
+// Applies `edit` to the small table and returns the reader's error message.
+template <typename Edit>
+std::string ErrorAfter(Edit edit) {
+  nlohmann::json j = SmallTable();
+  edit(j);
+  StatusOr<LayerCostTable> t = LayerCostTableFromJson(j, "bad.json");
+  EXPECT_FALSE(t.ok()) << "expected an error for " << j.dump();
+  if (t.ok()) return "";
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  return t.status().message();
+}
+
+TEST(LayerCostTableTest, ReadsSmallTable) {
+  StatusOr<LayerCostTable> t = LayerCostTableFromJson(SmallTable(), "small.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->path, "small.json");
+  EXPECT_EQ(t->model.kind, ModelKind::kDecoderOnly);
+  ASSERT_EQ(t->configs.size(), 1u);
+  const TableConfig& c = t->configs[0];
+  const int enc = static_cast<int>(TableStage::kEncoder);
+  ASSERT_EQ(c.forward_ms[enc].size(), 2u);
+  EXPECT_EQ(c.forward_ms[enc][1].seqlen, 32);
+  EXPECT_EQ(c.forward_ms[enc][0].value, (std::vector<double>{1.5, 2.5}));
+  EXPECT_EQ(c.param_mb[enc], 402.771);
+  EXPECT_EQ(c.embedding_param_mb, 417.656);
+  EXPECT_EQ(t->Find(1, Recompute::kNone), &c);
+  EXPECT_EQ(t->Find(2, Recompute::kNone), nullptr);
+}
+
+TEST(LayerCostTableTest, ReadsShippedTables) {
+  StatusOr<LayerCostTable> gpt = ReadLayerCostTable(cost_test::GptTablePath());
+  ASSERT_TRUE(gpt.ok()) << gpt.status().ToString();
+  EXPECT_EQ(gpt->model.name, "gpt-6.7b");
+  EXPECT_EQ(gpt->configs.size(), 12u);
+  EXPECT_THAT(gpt->measured_on, HasSubstr("A100-SXM4-40GB"));
+  StatusOr<LayerCostTable> t5 = ReadLayerCostTable(cost_test::T5TablePath());
+  ASSERT_TRUE(t5.ok()) << t5.status().ToString();
+  EXPECT_EQ(t5->model.kv_channels, 128);
+  const TableConfig* c = t5->Find(1, Recompute::kNone);
+  ASSERT_NE(c, nullptr);
+  // 9 x 9 (encoder, decoder) lengths less the (4096, 4096) pair that ran out of memory.
+  EXPECT_EQ(c->forward_ms[static_cast<int>(TableStage::kDecoder)].size(), 80u);
+  EXPECT_EQ(c->forward_ms[static_cast<int>(TableStage::kDecoder)][0].dec_seqlen, 16);
+}
+
+TEST(LayerCostTableTest, RepoCopyEqualsSharedOriginal) {
+  for (const char* name : {"a100_gpt_6.7b.json", "a100_t5_11b.json"}) {
+    StatusOr<LayerCostTable> repo =
+        ReadLayerCostTable(std::string(SLUICE_TEST_SOURCE_DIR) + "/data/profiles/" + name);
+    StatusOr<LayerCostTable> shared =
+        ReadLayerCostTable(std::string(SLUICE_TEST_SHARED_DIR) + "/data/profiles/" + name);
+    if (!shared.ok()) GTEST_SKIP() << "shared data not present: " << shared.status().ToString();
+    ASSERT_TRUE(repo.ok()) << repo.status().ToString();
+    shared->path = repo->path;
+    EXPECT_TRUE(*repo == *shared) << name;
+  }
+}
+
+TEST(LayerCostTableTest, RoundTripsThroughJson) {
+  StatusOr<LayerCostTable> t5 = ReadLayerCostTable(cost_test::T5TablePath());
+  ASSERT_TRUE(t5.ok());
+  StatusOr<LayerCostTable> back = LayerCostTableFromJson(LayerCostTableToJson(*t5), t5->path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == *t5);
+}
+
+TEST(LayerCostTableTest, MissingFileNamesPath) {
+  StatusOr<LayerCostTable> t = ReadLayerCostTable("/nonexistent/table.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(t.status().message(), HasSubstr("/nonexistent/table.json"));
+}
+
+TEST(LayerCostTableTest, SyntaxErrorNamesFileAndLine) {
+  StatusOr<nlohmann::json> j = ParseJson("{\n \"format\": }", "broken.json");
+  ASSERT_FALSE(j.ok());
+  EXPECT_THAT(j.status().message(), HasSubstr("broken.json:2:"));
+}
+
+TEST(LayerCostTableErrorsTest, TopLevel) {
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j = nlohmann::json::array(); }),
+              HasSubstr("bad.json: top level: expected a JSON object"));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["format"] = "layer-cost-table/2"; }),
+              AllOf(HasSubstr("bad.json: field 'format'"), HasSubstr("'layer-cost-table/1'"),
+                    HasSubstr("got 'layer-cost-table/2'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j.erase("measured_on"); }),
+              HasSubstr("field 'measured_on': is required"));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["extra"] = 1; }),
+              AllOf(HasSubstr("field 'extra': unknown key"), HasSubstr("'tables'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["tables"] = nlohmann::json::array(); }),
+              HasSubstr("field 'tables': is required (a non-empty array"));
+}
+
+TEST(LayerCostTableErrorsTest, ModelObject) {
+  EXPECT_THAT(
+      ErrorAfter([](nlohmann::json& j) { j["model"]["kind"] = "encoder-only"; }),
+      AllOf(HasSubstr("field 'model.kind'"), HasSubstr("'decoder-only' or 'encoder-decoder'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["model"]["hidden"] = "4096"; }),
+              AllOf(HasSubstr("field 'model.hidden'"), HasSubstr("got a string")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["model"]["profiled_stages"] = {1}; }),
+              HasSubstr("field 'model.profiled_stages[0]': must be a string"));
+}
+
+TEST(LayerCostTableErrorsTest, EntryFields) {
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["tables"][0]["tp"] = "one"; }),
+              AllOf(HasSubstr("bad.json: field 'tables[0].tp'"), HasSubstr("got a string")));
+  EXPECT_THAT(
+      ErrorAfter([](nlohmann::json& j) { j["tables"][0]["recompute"] = "some"; }),
+      AllOf(HasSubstr("field 'tables[0].recompute'"), HasSubstr("'none', 'selective' or 'full'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["tables"].push_back(j["tables"][0]); }),
+              AllOf(HasSubstr("field 'tables[1]'"),
+                    HasSubstr("duplicate entry for tp 1, recompute 'none'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["tables"][0].erase("time_ms"); }),
+              HasSubstr("field 'tables[0].time_ms': is required"));
+}
+
+TEST(LayerCostTableErrorsTest, StageNames) {
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["decoder_forward"] = nlohmann::json::array();
+              }),
+              AllOf(HasSubstr("field 'tables[0].time_ms.decoder_forward': unknown stage key"),
+                    HasSubstr("'encoder_forward'"), HasSubstr("'postprocess_backward'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["stored_activation_mb"]["postprocess"] = nlohmann::json::array();
+              }),
+              AllOf(HasSubstr("field 'tables[0].stored_activation_mb.postprocess'"),
+                    HasSubstr("allowed keys here: 'encoder'")));
+  EXPECT_THAT(
+      ErrorAfter([](nlohmann::json& j) { j["tables"][0]["param_mb"]["head"] = 1.0; }),
+      AllOf(HasSubstr("field 'tables[0].param_mb.head'"), HasSubstr("'embedding' or 'encoder'")));
+}
+
+TEST(LayerCostTableErrorsTest, Rows) {
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["encoder_forward"][0]["mbs"] = {2, 1};
+              }),
+              AllOf(HasSubstr("field 'tables[0].time_ms.encoder_forward[0].mbs[1]'"),
+                    HasSubstr("strictly ascending: got 1 after 2")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["encoder_forward"][1]["mbs"] = {0};
+              }),
+              AllOf(HasSubstr("field 'tables[0].time_ms.encoder_forward[1].mbs[0]'"),
+                    HasSubstr("must be an integer in [1, ")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["encoder_backward"][0]["mbs"] = {1, 2.5};
+              }),
+              HasSubstr("field 'tables[0].time_ms.encoder_backward[0].mbs[1]'"));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["encoder_forward"][0]["value"] = {1.0};
+              }),
+              AllOf(HasSubstr("field 'tables[0].time_ms.encoder_forward[0].value'"),
+                    HasSubstr("one value per micro-batch size: 2 in 'mbs', 1 here")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["peak_activation_mb"]["encoder"][0]["value"] = {1.0, -2.0};
+              }),
+              AllOf(HasSubstr("field 'tables[0].peak_activation_mb.encoder[0].value[1]'"),
+                    HasSubstr("positive finite number")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["encoder_forward"][1]["seqlen"] = 16;
+              }),
+              AllOf(HasSubstr("field 'tables[0].time_ms.encoder_forward[1].seqlen'"),
+                    HasSubstr("duplicate row for seqlen 16")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["encoder_forward"][0]["enc_seqlen"] = 16;
+              }),
+              AllOf(HasSubstr("field 'tables[0].time_ms.encoder_forward[0].enc_seqlen'"),
+                    HasSubstr("unknown key")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["encoder_forward"][0].erase("mbs");
+              }),
+              HasSubstr("field 'tables[0].time_ms.encoder_forward[0].mbs': is required"));
+  EXPECT_THAT(
+      ErrorAfter([](nlohmann::json& j) { j["tables"][0]["param_mb"]["encoder"] = 0; }),
+      AllOf(HasSubstr("field 'tables[0].param_mb.encoder'"), HasSubstr("positive number of MB")));
+}
+
+TEST(LayerCostTableErrorsTest, DecoderRowsNeedBothLengths) {
+  StatusOr<LayerCostTable> t5 = ReadLayerCostTable(cost_test::T5TablePath());
+  ASSERT_TRUE(t5.ok());
+  nlohmann::json j = LayerCostTableToJson(*t5);
+  j["tables"][3]["time_ms"]["decoder_forward"][5].erase("dec_seqlen");
+  StatusOr<LayerCostTable> bad = LayerCostTableFromJson(j, "t5.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              AllOf(HasSubstr("t5.json: field 'tables[3].time_ms.decoder_forward[5].dec_seqlen'"),
+                    HasSubstr("is required")));
+}
+
+}  // namespace
+}  // namespace sluice
