@@ -64,6 +64,18 @@ expect cost-show-unknown-key 2 "model.json.*colour" -- cost show --model "$tmp/m
 expect cost-show-bad-cluster 2 "a100-40g" -- cost show --cluster tpu:8
 expect cost-fit 0 "mean" -- cost fit
 
+# batch
+expect batch-default 0 "summary over 3 global batches" -- batch --iterations 3
+expect batch-every-method 0 "predicted throughput" -- batch --method hydraulis+dynapipe --iterations 2 --show 0
+expect batch-t5 0 "x[0-9]+ " -- batch --model t5-11b --parallel dp=1,pp=8,zero=1 --data flan-like --max-seqlen 1024 --tokens-per-batch 16384 --iterations 2 --method dynapipe
+expect batch-t5-hydraulis 2 "decoder-only" -- batch --model t5-11b --parallel dp=1,pp=8,zero=1 --data flan-like --max-seqlen 512 --iterations 1 --method hydraulis
+expect batch-bad-method 2 "allowed: 'padding'" -- batch --method fastest
+expect batch-bad-iterations 2 "--iterations" -- batch --iterations many
+expect batch-seqlen-too-long 2 "max position" -- batch --max-seqlen 100000
+expect batch-states-oom 2 "model states" -- batch --parallel dp=8
+expect batch-all-oom 1 "no plan that fits memory" -- batch --parallel dp=1,pp=8 --memory-limit 20000 --max-seqlen 8192 --data long-context --samples 50 --iterations 1 --method padding
+expect batch-bad-long 2 "clip" -- batch --long keep
+
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -25,6 +25,13 @@ void Progress::Add(int64_t n) {
   Draw(false);
 }
 
+void Progress::Clear() {
+  if (!tty_ || !drawn_) return;
+  fmt::print(out_, "\r\033[K");
+  std::fflush(out_);
+  drawn_ = false;
+}
+
 void Progress::Finish() {
   if (finished_) return;
   finished_ = true;
@@ -51,6 +58,7 @@ void Progress::Draw(bool final) {
   if (final) line += fmt::format(" in {:.1f}s", elapsed);
   if (tty_) {
     fmt::print(out_, "\r\033[K{}{}", line, final ? "\n" : "");
+    drawn_ = !final;
   } else if (final) {
     fmt::print(out_, "{}\n", line);
   }

@@ -23,6 +23,8 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void Add(int64_t n = 1);
+  // Erases the bar from the terminal so the caller can print lines; the next Add() redraws it.
+  void Clear();
   // Draws the final state and ends the line. Called by the destructor if not called before.
   void Finish();
 
@@ -36,6 +38,7 @@ class Progress {
   bool tty_;
   bool enabled_;
   bool finished_ = false;
+  bool drawn_ = false;  // a bar is on the terminal line
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;
 };

@@ -43,5 +43,6 @@ CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens);
 // Subcommand registration, one function per cli/cmd_*.cc file.
 void RegisterDataCommands(CLI::App* app, RunState* state);
 void RegisterCostCommands(CLI::App* app, RunState* state);
+void RegisterBatchCommands(CLI::App* app, RunState* state);
 
 }  // namespace sluice::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   sluice::cli::RunState state;
   sluice::cli::RegisterDataCommands(&app, &state);
   sluice::cli::RegisterCostCommands(&app, &state);
+  sluice::cli::RegisterBatchCommands(&app, &state);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

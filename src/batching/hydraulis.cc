@@ -1,0 +1,453 @@
+#include "batching/hydraulis.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "base/rng.h"
+#include "batching/assigners.h"
+#include "batching/baseline_search.h"
+#include "batching/baselines.h"
+#include "batching/micro_batch.h"
+
+namespace sluice {
+namespace {
+
+class HydraulisAssigner final : public Assigner {
+ public:
+  std::string_view name() const override { return "hydraulis"; }
+  std::vector<std::vector<Sample>> Assign(std::span<const Sample> batch,
+                                          const StageCostEvaluator& eval,
+                                          const BatchingOptions& options) const override {
+    const int64_t dp = std::max<int64_t>(1, eval.parallel().dp);
+    const std::vector<int64_t> cost = EstimateSampleCosts(batch, eval, options);
+    const Dispatch d =
+        HydraulisDispatch(cost, dp, eval.pp(), options.hydraulis_shuffles, options.seed);
+    return GatherReplicas(batch, d.replica_of, dp);
+  }
+};
+
+class HydraulisBatcher final : public MicroBatcher {
+ public:
+  std::string_view name() const override { return "hydraulis"; }
+  StatusOr<ReplicaBatches> Build(std::span<const Sample> samples, const StageCostEvaluator& eval,
+                                 const BatchingOptions& options, int64_t replicas) const override {
+    return HydraulisPackReplica(samples, eval, options, nullptr);
+  }
+};
+
+// The most memory-hungry composition of `tokens` tokens out of sequences no longer than
+// `longest`: as many sequences of `longest` as fit, then the rest (memory per sequence is
+// convex in its length, so concentrating tokens in long sequences needs the most).
+std::vector<int64_t> WorstComposition(int64_t tokens, int64_t longest) {
+  std::vector<int64_t> lengths(static_cast<size_t>(tokens / longest), longest);
+  if (tokens % longest > 0) lengths.push_back(tokens % longest);
+  return lengths;
+}
+
+// S_cap(v): the most tokens a varlen micro-batch may hold so that any composition of sequences
+// no longer than `longest` fits the memory rule with v micro-batches in flight, at some allowed
+// recompute level (the most memory-saving one, in practice).
+// Memoised by the in-flight counts (1F1B: the same for every v >= pp).
+class TokenCapper {
+ public:
+  TokenCapper(const StageCostEvaluator& eval, std::vector<Recompute> levels, int64_t longest,
+              int64_t total)
+      : eval_(eval), levels_(std::move(levels)), longest_(longest), total_(total) {}
+
+  // 0 when even one sequence of `longest` breaks the rule; at most `total`.
+  int64_t Cap(int64_t v) {
+    std::vector<int64_t> key;
+    for (int64_t s = 0; s < eval_.pp(); ++s) key.push_back(eval_.InFlight(s, v));
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    int64_t cap = 0;
+    if (Fits(longest_, v)) {
+      int64_t good = longest_, bad = total_ + 1;
+      if (Fits(total_, v))
+        good = total_;
+      else
+        bad = total_;
+      while (bad - good > 1) {
+        const int64_t mid = good + (bad - good) / 2;
+        if (Fits(mid, v))
+          good = mid;
+        else
+          bad = mid;
+      }
+      cap = good;
+    }
+    memo_.emplace(std::move(key), cap);
+    return cap;
+  }
+
+ private:
+  bool Fits(int64_t tokens, int64_t v) const {
+    const std::vector<int64_t> lengths = WorstComposition(tokens, longest_);
+    return std::any_of(levels_.begin(), levels_.end(), [&](Recompute rc) {
+      return eval_.SummarizeVarlen(lengths, rc, v).feasible;
+    });
+  }
+
+  const StageCostEvaluator& eval_;
+  std::vector<Recompute> levels_;
+  int64_t longest_;
+  int64_t total_;
+  std::map<std::vector<int64_t>, int64_t> memo_;
+};
+
+int64_t MaxStored(const MicroBatch& mb) {
+  Bytes m;
+  for (Bytes b : mb.stage_stored) m = std::max(m, b);
+  return m.count();
+}
+
+// Turns a partition into priced varlen micro-batches in descending order of real tokens: each at
+// the fastest allowed level whose memory rule holds alone with v in flight, then raised one level
+// at a time (largest stored activations first) until the sequence passes CheckSequenceMemory,
+// then lowered where a lighter level is faster and the sequence still passes. False when pricing
+// fails or even the heaviest levels overflow.
+bool Materialize(std::span<const Sample> samples, const StageCostEvaluator& eval,
+                 const BatchIndex& index, const std::vector<Recompute>& levels,
+                 const Partition& part, int64_t v, std::vector<MicroBatch>* out) {
+  std::vector<std::vector<int64_t>> bins(static_cast<size_t>(v));
+  for (size_t i = 0; i < samples.size(); ++i) bins[part.bin[i]].push_back(static_cast<int64_t>(i));
+  std::erase_if(bins, [](const std::vector<int64_t>& b) { return b.empty(); });
+  const int64_t m = static_cast<int64_t>(bins.size());
+  std::vector<MicroBatch> mbs;
+  std::vector<size_t> level_of;
+  for (auto& bin : bins) {
+    std::stable_sort(bin.begin(), bin.end(), [&](int64_t x, int64_t y) {
+      return eval.SeqLen(samples[x]) > eval.SeqLen(samples[y]);
+    });
+    std::vector<int64_t> lengths;
+    MicroBatch mb;
+    mb.varlen = true;
+    mb.rows.emplace_back();
+    for (int64_t i : bin) {
+      mb.rows[0].push_back(samples[i].id);
+      lengths.push_back(eval.SeqLen(samples[i]));
+    }
+    size_t chosen = levels.size() - 1;
+    Duration fastest = Duration::Infinite();
+    for (size_t l = 0; l < levels.size(); ++l) {
+      const CostSummary s = eval.SummarizeVarlen(lengths, levels[l], m);
+      if (s.feasible && s.bottleneck < fastest) {
+        fastest = s.bottleneck;
+        chosen = l;
+      }
+    }
+    mb.recompute = levels[chosen];
+    if (!PriceMicroBatch(eval, index, &mb)) return false;
+    mbs.push_back(std::move(mb));
+    level_of.push_back(chosen);
+  }
+  std::vector<size_t> order(mbs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return mbs[x].real_tokens > mbs[y].real_tokens; });
+  out->clear();
+  std::vector<size_t> levels_in_order;
+  for (size_t j : order) {
+    out->push_back(std::move(mbs[j]));
+    levels_in_order.push_back(level_of[j]);
+  }
+  while (!CheckSequenceMemory(eval, *out).empty()) {
+    int64_t raise = -1;
+    for (size_t j = 0; j < out->size(); ++j) {
+      if (levels_in_order[j] + 1 >= levels.size()) continue;
+      if (raise < 0 || MaxStored((*out)[j]) > MaxStored((*out)[raise])) {
+        raise = static_cast<int64_t>(j);
+      }
+    }
+    if (raise < 0) return false;
+    MicroBatch& mb = (*out)[raise];
+    mb.recompute = levels[++levels_in_order[raise]];
+    if (!PriceMicroBatch(eval, index, &mb)) return false;
+  }
+  // Raising is greedy; lower again every micro-batch that can run faster at a lighter level
+  // while the sequence still fits, until none can.
+  for (bool lowered = true; lowered;) {
+    lowered = false;
+    for (size_t j = 0; j < out->size(); ++j) {
+      for (size_t l = 0; l < levels_in_order[j]; ++l) {
+        MicroBatch trial = (*out)[j];
+        trial.recompute = levels[l];
+        if (!PriceMicroBatch(eval, index, &trial) || trial.Bottleneck() >= (*out)[j].Bottleneck()) {
+          continue;
+        }
+        std::swap((*out)[j], trial);
+        if (CheckSequenceMemory(eval, *out).empty()) {
+          levels_in_order[j] = l;
+          lowered = true;
+          break;
+        }
+        std::swap((*out)[j], trial);
+      }
+    }
+  }
+  return true;
+}
+
+Duration Objective(std::span<const MicroBatch> mbs, int64_t pp) {
+  Duration worst = Duration::Zero();
+  for (const MicroBatch& mb : mbs) worst = std::max(worst, mb.Bottleneck());
+  return worst * (pp - 1 + static_cast<int64_t>(mbs.size()));
+}
+
+}  // namespace
+
+std::vector<int64_t> MicroBatchCounts(int64_t v_min, int64_t v_max) {
+  SLUICE_CHECK(1 <= v_min && v_min <= v_max);
+  std::vector<int64_t> counts;
+  if (v_max - v_min + 1 <= kMaxMicroBatchCounts) {
+    for (int64_t v = v_min; v <= v_max; ++v) counts.push_back(v);
+    return counts;
+  }
+  const double ratio = std::pow(static_cast<double>(v_max) / static_cast<double>(v_min),
+                                1.0 / static_cast<double>(kMaxMicroBatchCounts - 1));
+  double x = static_cast<double>(v_min);
+  for (int64_t k = 0; k < kMaxMicroBatchCounts; ++k, x *= ratio) {
+    // Never fewer than one step per value, never past v_max, always ending at v_max.
+    const int64_t remaining = kMaxMicroBatchCounts - 1 - k;
+    int64_t v = std::max<int64_t>(counts.empty() ? v_min : counts.back() + 1, std::llround(x));
+    v = std::min(v, v_max - remaining);
+    if (k == kMaxMicroBatchCounts - 1) v = v_max;
+    counts.push_back(v);
+  }
+  return counts;
+}
+
+std::unique_ptr<Assigner> MakeHydraulisAssigner() { return std::make_unique<HydraulisAssigner>(); }
+std::unique_ptr<MicroBatcher> MakeHydraulisBatcher() {
+  return std::make_unique<HydraulisBatcher>();
+}
+
+int64_t DispatchMaxTime(std::span<const int64_t> cost, std::span<const int64_t> replica_of,
+                        int64_t replicas, int64_t pp) {
+  std::vector<int64_t> sum(replicas, 0), mx(replicas, 0);
+  for (size_t i = 0; i < cost.size(); ++i) {
+    sum[replica_of[i]] += cost[i];
+    mx[replica_of[i]] = std::max(mx[replica_of[i]], cost[i]);
+  }
+  int64_t worst = 0;
+  for (int64_t r = 0; r < replicas; ++r) worst = std::max(worst, sum[r] + (pp - 1) * mx[r]);
+  return worst;
+}
+
+Dispatch HydraulisDispatch(std::span<const int64_t> cost, int64_t replicas, int64_t pp,
+                           int64_t shuffles, uint64_t seed) {
+  SLUICE_CHECK(replicas >= 1 && pp >= 1);
+  const size_t n = cost.size();
+  const Rng base(seed);
+  Dispatch best;
+  bool have = false;
+  std::vector<int64_t> order(n), replica_of(n);
+  std::vector<int64_t> sum(replicas), mx(replicas), count(replicas), t(replicas);
+  for (int64_t k = 0; k < std::max<int64_t>(1, shuffles); ++k) {
+    Rng rng = base.Fork(static_cast<uint64_t>(k));
+    std::iota(order.begin(), order.end(), 0);
+    rng.Shuffle(order);
+    std::fill(sum.begin(), sum.end(), 0);
+    std::fill(mx.begin(), mx.end(), 0);
+    std::fill(count.begin(), count.end(), 0);
+    std::fill(t.begin(), t.end(), 0);
+    for (int64_t i : order) {
+      // The two largest T_r: the resulting global max when r grows is max(T_r', max of others).
+      int64_t first = 0, second = -1;
+      for (int64_t r = 1; r < replicas; ++r) {
+        if (t[r] > t[first]) {
+          second = first;
+          first = r;
+        } else if (second < 0 || t[r] > t[second]) {
+          second = r;
+        }
+      }
+      int64_t pick = -1, pick_max = 0, pick_t = 0;
+      bool pick_empty = false;
+      for (int64_t r = 0; r < replicas; ++r) {
+        const int64_t t_new = sum[r] + cost[i] + (pp - 1) * std::max(mx[r], cost[i]);
+        const int64_t others = r == first ? (second < 0 ? 0 : t[second]) : t[first];
+        const int64_t global = std::max(t_new, others);
+        const bool empty = count[r] == 0;
+        const bool better = pick < 0 || global < pick_max ||
+                            (global == pick_max && empty && !pick_empty) ||
+                            (global == pick_max && empty == pick_empty && t_new < pick_t);
+        if (better) {
+          pick = r, pick_max = global, pick_t = t_new, pick_empty = empty;
+        }
+      }
+      replica_of[i] = pick;
+      sum[pick] += cost[i];
+      mx[pick] = std::max(mx[pick], cost[i]);
+      ++count[pick];
+      t[pick] = pick_t;
+    }
+    const int64_t max_time = *std::max_element(t.begin(), t.end());
+    const bool all_nonempty =
+        std::all_of(count.begin(), count.end(), [](int64_t c) { return c > 0; });
+    const bool better = !have || (all_nonempty && !best.all_nonempty) ||
+                        (all_nonempty == best.all_nonempty && max_time < best.max_time);
+    if (better) {
+      best = Dispatch{replica_of, max_time, all_nonempty};
+      have = true;
+    }
+  }
+  return best;
+}
+
+StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
+                                              const StageCostEvaluator& eval,
+                                              const BatchingOptions& options,
+                                              HydraulisPackDetail* detail) {
+  if (eval.model().is_encoder_decoder()) {
+    return InvalidArgumentError(fmt::format(
+        "hydraulis packs decoder-only sequences into varlen micro-batches; model '{}' is "
+        "encoder-decoder: use --method dynapipe (or an assigner with the dynapipe batcher, e.g. "
+        "hydraulis+dynapipe)",
+        eval.model().name));
+  }
+  if (!eval.varlen_supported()) {
+    return InvalidArgumentError(fmt::format(
+        "hydraulis needs varlen (per-sample attention) costs, which the cost model '{}' could not "
+        "provide for model '{}'",
+        eval.cost_model().Describe(), eval.model().name));
+  }
+  SLUICE_RETURN_IF_ERROR(CheckSampleLengths(samples, eval, options).status());
+  HydraulisPackDetail local;
+  HydraulisPackDetail& d = detail ? *detail : local;
+  d = HydraulisPackDetail{};
+  if (samples.empty()) return ReplicaBatches{};
+
+  const std::vector<Recompute> levels = RecomputeLevels(options);
+  // f(s) at the fastest allowed level that has a fit.
+  StageCostEvaluator::Quadratic q;
+  for (Recompute rc : levels) {
+    q = eval.BottleneckQuadratic(rc);
+    if (q.a > 0 || q.b > 0) break;
+  }
+  std::vector<PartitionItem> items;
+  int64_t longest = 0;
+  size_t longest_at = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const int64_t s = eval.SeqLen(samples[i]);
+    const double ms =
+        q.a * static_cast<double>(s) * static_cast<double>(s) + q.b * static_cast<double>(s);
+    items.push_back({std::max<int64_t>(0, Duration::Millis(ms).nanos()), s});
+    d.total_tokens += s;
+    if (s > longest) {
+      longest = s;
+      longest_at = i;
+    }
+  }
+  const int64_t n = static_cast<int64_t>(items.size());
+  // U = c / b: below it a micro-batch spends more time on its fixed cost than on its tokens.
+  // It only bounds the search (v_max); the objective itself charges c per micro-batch.
+  d.utilization_len =
+      q.b > 0 && q.c > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q.c / q.b))) : 1;
+
+  const BatchIndex index(samples);
+  TokenCapper capper(eval, levels, longest, d.total_tokens);
+  int64_t v_fail = 0;  // the first v whose cap is below the longest sequence
+  for (int64_t v = 1; v <= n; ++v) {
+    const int64_t cap = capper.Cap(v);
+    if (cap < longest) {  // caps only shrink as v grows
+      v_fail = v;
+      break;
+    }
+    if (v * cap >= d.total_tokens) {
+      d.v_min = v;
+      break;
+    }
+  }
+  if (d.v_min == 0) {
+    ReplicaBatches oom;
+    oom.outcome = PlanOutcome::kOutOfMemory;
+    const Sample& worst = samples[longest_at];
+    if (v_fail <= 1) {
+      MicroBatch alone;
+      alone.rows = {{worst.id}};
+      alone.varlen = true;
+      alone.recompute = levels.back();
+      const std::string need = PriceMicroBatch(eval, index, &alone)
+                                   ? MemoryNeedReason(eval, {&alone, 1})
+                                   : "the cost model cannot price it";
+      oom.infeasible_reason =
+          fmt::format("hydraulis: sample id {} ({} tokens) alone at recompute {} does not fit: {}",
+                      worst.id, longest, RecomputeName(levels.back()), need);
+    } else {
+      oom.infeasible_reason = fmt::format(
+          "hydraulis: the replica's {} tokens need more than {} micro-batches of at most "
+          "S_cap({}) = {} tokens, but with {} micro-batches in flight the token cap S_cap({}) = {} "
+          "(any composition of sequences up to the longest, at recompute up to {}) is below the "
+          "longest sequence (sample id {}, {} tokens); activation budget of stage 0 {}",
+          d.total_tokens, v_fail - 1, v_fail - 1, capper.Cap(v_fail - 1), v_fail, v_fail,
+          capper.Cap(v_fail), RecomputeName(levels.back()), worst.id, longest,
+          FormatBytes(eval.ActivationBudget(0)));
+    }
+    return oom;
+  }
+  d.v_max = std::max(d.v_min, std::min(n, d.total_tokens / d.utilization_len));
+
+  // One capper per allowed level: a lighter level's smaller cap may pack tighter bins that run
+  // without (or with less) recomputation, so each distinct cap is tried.
+  std::vector<TokenCapper> level_cappers;
+  for (Recompute rc : levels)
+    level_cappers.emplace_back(eval, std::vector<Recompute>{rc}, longest, d.total_tokens);
+  std::vector<MicroBatch> best, candidate;
+  Duration best_obj = Duration::Infinite();
+  const std::vector<int64_t> counts = MicroBatchCounts(d.v_min, d.v_max);
+  for (size_t k = 0;; ++k) {
+    // Past v_max only while nothing was feasible (bin packing may need more bins).
+    const int64_t v =
+        k < counts.size() ? counts[k] : d.v_max + static_cast<int64_t>(k - counts.size()) + 1;
+    if (v > n || (k >= counts.size() && !best_obj.is_infinite())) break;
+    std::vector<int64_t> caps = {capper.Cap(v)};
+    for (TokenCapper& c : level_cappers) caps.push_back(c.Cap(v));
+    std::sort(caps.begin(), caps.end(), std::greater<>());
+    caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+    Duration obj = Duration::Infinite();
+    int64_t obj_cap = caps.front();
+    for (int64_t cap : caps) {
+      if (cap < longest || v * cap < d.total_tokens) continue;
+      const Partition part = MinMaxPartition(items, v, cap);
+      if (!part.feasible || !Materialize(samples, eval, index, levels, part, v, &candidate)) {
+        continue;
+      }
+      const Duration o = Objective(candidate, eval.pp());
+      if (o < obj) {
+        obj = o;
+        obj_cap = cap;
+        if (o < best_obj) {
+          best_obj = o;
+          best = std::move(candidate);
+          d.chosen_v = v;
+        }
+      }
+    }
+    d.tried_v.push_back(v);
+    d.token_cap.push_back(obj_cap);
+    d.objective.push_back(obj);
+  }
+  if (best_obj.is_infinite()) {
+    ReplicaBatches oom;
+    oom.outcome = PlanOutcome::kOutOfMemory;
+    oom.infeasible_reason = fmt::format(
+        "hydraulis: no micro-batch count from {} to {} packs the replica's {} sequences under its "
+        "token cap within the memory budget (activation budget of stage 0 {})",
+        d.v_min, d.tried_v.back(), n, FormatBytes(eval.ActivationBudget(0)));
+    return oom;
+  }
+  ReplicaBatches out;
+  out.micro_batches = std::move(best);
+  return out;
+}
+
+}  // namespace sluice

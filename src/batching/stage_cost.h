@@ -1,0 +1,185 @@
+// StageCostEvaluator: what one micro-batch costs on each pipeline stage of a configuration.
+//
+// It cuts the model into pp * vpp chunks the way the runtime will (decoder-only: layers split
+// evenly, embedding on the first chunk, output head on the last; encoder-decoder: the first half
+// of the chunks hold the encoder stack, the second half the decoder stack, the head on the last;
+// pp * vpp = 1 holds everything), sums each device stage's chunks, and answers per device stage:
+// forward, backward (= input-gradient + weight-gradient) time, stored activation and transient
+// peak of one micro-batch, plus the model-state memory of the stage and so its activation budget.
+//
+// Two shapes of micro-batch:
+//  - padded: mbs rows of one padded length (and a decoder length for encoder-decoder models),
+//    priced by the CostModel directly;
+//  - varlen: samples packed into rows with per-sample attention spans (flash-attention varlen,
+//    as Hydraulis runs them), priced per stage by quadratic fits t(s) = a s^2 + b s (+ c once per
+//    micro-batch) and m(s) = alpha s^2 + beta s, fitted to the CostModel at mbs = 1 over lengths
+//    up to the model's max position. Decoder-only models only.
+//
+// Memory rule (used by every batching method): a stage s holds at most k_s micro-batches in flight
+// (k_s = in-flight count of the schedule, the running one included; 1F1B: pp - s; GPipe: all
+// micro-batches). `peak_s` is a micro-batch's own high-water mark on the stage (the activations
+// its earlier layers stored plus the running layer's transient peak), so a micro-batch fits when,
+// on every stage, k_s - 1 copies of it stay stored while it runs:
+//   (k_s - 1) * stored_s + peak_s <= budget_s = memory_limit - model_states_s.
+// Windows of unequal micro-batches are checked exactly by CheckSequenceMemory: for every k_s
+// consecutive micro-batches and each of them running, the others' stored + its peak.
+//
+// Thread safety: immutable after Create; Evaluate*() may be called concurrently and do not
+// allocate except EvaluateStages (which fills a caller-owned vector).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "cost/cost_model.h"
+#include "data/sample.h"
+#include "model/cluster_spec.h"
+#include "model/parallel_config.h"
+
+namespace sluice {
+
+// How many micro-batches a stage holds in flight.
+enum class InFlightPolicy {
+  k1F1B,   // stage s holds min(pp - s, m) (1F1B, interleaved, zero-bubble, adaptive bound)
+  kGPipe,  // every stage holds all m micro-batches
+};
+
+struct StageCost {
+  Duration forward;
+  Duration backward;         // backward_input + backward_weight
+  Duration backward_input;
+  Duration backward_weight;
+  Bytes stored;              // activations kept until backward
+  Bytes peak;                // high-water mark while running (includes its own stored so far)
+
+  friend bool operator==(const StageCost&, const StageCost&) = default;
+};
+
+// The figures the batching algorithms compare, without per-stage vectors.
+struct CostSummary {
+  bool feasible = false;     // every lookup answered and the memory rule holds
+  Duration bottleneck;       // max over stages of forward + backward
+  Duration total;            // sum over stages of forward + backward
+  Bytes max_stored;          // max over stages
+  Bytes max_peak;            // max over stages
+  double memory_load = 0;    // max over stages of ((k_s - 1) * stored_s + peak_s) / budget_s
+
+  friend bool operator==(const CostSummary&, const CostSummary&) = default;
+};
+
+struct StageCostOptions {
+  int64_t pad_multiple = 8;  // padded lengths are rounded up to a multiple of this
+  InFlightPolicy in_flight = InFlightPolicy::k1F1B;
+};
+
+class StageCostEvaluator {
+ public:
+  // REQUIRES: `cost` outlives the evaluator. Errors: `par` does not fit the model or cluster,
+  // or a stage's model states alone exceed the memory limit (a Status, since no batching
+  // method could run; the planner reports it as out-of-memory for that configuration).
+  static StatusOr<StageCostEvaluator> Create(const CostModel& cost, const ParallelConfig& par,
+                                             const ClusterSpec& cluster,
+                                             const StageCostOptions& options = {});
+
+  const CostModel& cost_model() const { return *cost_; }
+  const ModelSpec& model() const { return cost_->model(); }
+  const ParallelConfig& parallel() const { return par_; }
+  int64_t pp() const { return par_.pp; }
+  Bytes memory_limit() const { return limit_; }
+  // Layers of each device stage (its vpp chunks summed) and its model-state memory.
+  const std::vector<StageLayers>& stage_layers() const { return stage_layers_; }
+  const std::vector<ModelStateMemory>& stage_states() const { return stage_states_; }
+  // memory_limit - model states of stage s.
+  Bytes ActivationBudget(int64_t stage) const { return budgets_[stage]; }
+  // In-flight count k_s of stage s when the replica runs `num_micro_batches`.
+  int64_t InFlight(int64_t stage, int64_t num_micro_batches) const;
+
+  // The length a sample occupies: input + target for decoder-only models (prompt and response
+  // are one sequence), the input length for encoder-decoder models.
+  int64_t SeqLen(const Sample& s) const;
+  // The decoder length of a sample: target_len for encoder-decoder models, else 0.
+  int64_t DecLen(const Sample& s) const;
+  // Rounds up to the pad multiple.
+  int64_t Pad(int64_t len) const;
+
+  // Per-stage costs of a padded micro-batch (shape already padded) at `rc`; false when a
+  // lookup is infeasible. Fills `out` (resized to pp).
+  bool EvaluateStages(const LayerShape& shape, Recompute rc, std::vector<StageCost>* out) const;
+  // Summary of a padded micro-batch; memory_load uses k_s for `num_micro_batches` in flight
+  // (pass a large number for the worst case, pp for 1F1B's steady state).
+  CostSummary Summarize(const LayerShape& shape, Recompute rc, int64_t num_micro_batches) const;
+
+  // Varlen (packed, per-sample attention) micro-batch of decoder-only samples: `lengths` are the
+  // samples' sequence lengths. REQUIRES: varlen_supported().
+  bool varlen_supported() const { return varlen_supported_; }
+  bool EvaluateVarlenStages(std::span<const int64_t> lengths, Recompute rc,
+                            std::vector<StageCost>* out) const;
+  CostSummary SummarizeVarlen(std::span<const int64_t> lengths, Recompute rc,
+                              int64_t num_micro_batches) const;
+  // Hydraulis' per-sequence cost terms for the bottleneck stage at `rc`: t(s) = a s^2 + b s,
+  // plus c once per micro-batch, in milliseconds (a in ms/token^2, b in ms/token). The bottleneck
+  // stage is the one whose fit is slowest for one sequence of the longest fitted length; all zero
+  // when !varlen_supported() or `rc` has no fit. Fits are non-negative least squares on relative
+  // error over lengths 64, 96, 128, 192, ... (powers of two and 1.5x) up to max_position.
+  struct Quadratic {
+    double a = 0, b = 0, c = 0;
+  };
+  Quadratic BottleneckQuadratic(Recompute rc) const;
+
+  // Bytes one micro-batch sends from stage s to s+1 (activations; gradients are the same size):
+  // fp16 mbs x seqlen x hidden, plus mbs x dec_seqlen x hidden from the last encoder chunk on
+  // (encoder-decoder models). With vpp > 1 the largest message leaving one of the device's chunks;
+  // 0 when no chunk of the stage has a successor.
+  Bytes BoundaryBytes(const LayerShape& shape, int64_t stage) const;
+
+ private:
+  struct StageFit {  // per stage, per recompute level
+    Quadratic time;           // forward + backward
+    double fw_fraction = 0.5; // forward share of time
+    double wgrad_fraction = 0.5;  // weight-gradient share of backward
+    double mem_a = 0, mem_b = 0;  // stored bytes = mem_a s^2 + mem_b s
+    double peak_a = 0, peak_b = 0;
+    int64_t max_len = 0;      // longest fitted (feasible) length; 0 = no fit at this level
+  };
+  StageCostEvaluator() = default;
+  Status FitVarlen();
+  CostSummary SummaryFromStages(const std::vector<StageCost>& stages, bool ok,
+                                int64_t num_micro_batches) const;
+
+  const CostModel* cost_ = nullptr;
+  ParallelConfig par_;
+  StageCostOptions options_;
+  Bytes limit_;
+  std::vector<StageLayers> stage_layers_;
+  std::vector<ModelStateMemory> stage_states_;
+  std::vector<Bytes> budgets_;
+  bool varlen_supported_ = false;
+  std::vector<StageFit> fits_[3];  // [recompute][stage]
+};
+
+// Exact memory check of one replica's micro-batch order under `policy`: for every stage, every
+// window of k_s consecutive micro-batches' stored activations plus the peak of the one running
+// must fit its budget. Returns "" when it fits, else a description of the first violation.
+struct MicroBatch;
+std::string CheckSequenceMemory(const StageCostEvaluator& eval,
+                                std::span<const MicroBatch> micro_batches);
+
+// The first violation CheckSequenceMemory describes, as data (for repairs that raise recompute).
+struct MemoryViolation {
+  int64_t stage = 0;
+  int64_t begin = 0;    // the window of micro-batches in flight: [begin, end)
+  int64_t end = 0;
+  int64_t running = 0;  // the one running at its peak
+  Bytes need;           // stored of the others + peak of the running one
+  Bytes budget;         // ActivationBudget(stage)
+};
+// REQUIRES: every micro-batch has pp entries in stage_stored and stage_peak.
+std::optional<MemoryViolation> FindMemoryViolation(const StageCostEvaluator& eval,
+                                                   std::span<const MicroBatch> micro_batches);
+
+}  // namespace sluice
