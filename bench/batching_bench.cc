@@ -137,9 +137,12 @@ struct Args {
   const char* data;  // a file of data/lengths/ without .jsonl, or "lognormal"
 };
 constexpr Args kArgs[] = {
-    {"gpt-6.7b", 65536, 2048, "mixture-4task"}, {"gpt-6.7b", 65536, 2048, "lognormal"},
-    {"gpt-6.7b", 65536, 2048, "gcide-define"},  {"gpt-6.7b", 1 << 20, 8192, "mixture-4task"},
-    {"t5-11b", 65536, 2048, "mixture-4task"},   {"t5-11b", 65536, 2048, "lognormal"},
+    {"gpt-6.7b", 65536, 2048, "mixture-4task"},
+    {"gpt-6.7b", 65536, 2048, "lognormal"},
+    {"gpt-6.7b", 65536, 2048, "gcide-define"},
+    {"gpt-6.7b", 1 << 20, 8192, "mixture-4task"},
+    {"t5-11b", 65536, 2048, "mixture-4task"},
+    {"t5-11b", 65536, 2048, "lognormal"},
     {"t5-11b", 65536, 2048, "gcide-define"},
     // The T5 table stops at 4096 (tp = 1), and a 2400 + 4096 sample does not fit pp = 8.
     {"t5-11b", 1 << 20, 2048, "mixture-4task"},
@@ -167,8 +170,8 @@ void BM_DynaPipe(benchmark::State& state, Args args, Duration thinning) {
     const auto t0 = std::chrono::steady_clock::now();
     ReplicaBatches global = Must(batcher->Build(batch, *s->eval, options, s->parallel.dp));
     BatchPlan plan = Must(DistributeMicroBatches(std::move(global), batch, *s->eval, options));
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (plan.outcome != PlanOutcome::kOk) {
       state.SkipWithError(plan.infeasible_reason.c_str());
       return;
@@ -261,8 +264,8 @@ void BM_Method(benchmark::State& state, MethodParts method, Args args) {
       ok = ok && r->outcome == PlanOutcome::kOk;
       benchmark::DoNotOptimize(r->micro_batches.data());
     }
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     oom += ok ? 0 : 1;
   }
   state.counters["p50_ms"] = Median(ms);
@@ -282,8 +285,8 @@ void Register() {
     const char* phases[] = {"order", "candidates", "solve"};
     for (int p = 0; p < 3; ++p) {
       benchmark::RegisterBenchmark(
-          ("BM_DynaPipePhase/" + std::string(phases[p]) + "/" + Label(a)).c_str(),
-          BM_DynaPipePhase, a, p)
+          ("BM_DynaPipePhase/" + std::string(phases[p]) + "/" + Label(a)).c_str(), BM_DynaPipePhase,
+          a, p)
           ->Unit(benchmark::kMillisecond);
     }
   }

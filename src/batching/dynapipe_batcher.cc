@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <unordered_map>
 #include <queue>
+#include <unordered_map>
 #include <utility>
 
 namespace sluice {
@@ -184,7 +184,10 @@ SplitCandidates BuildSplitCandidates(std::span<const Sample> ordered,
       const int64_t begin = static_cast<int64_t>(c.time_ns.size());
       const int64_t len = PriceRow(
           levels, n - i,
-          [&](int64_t d, size_t l) { return ShapeTime(eval, {d, pad, 0}, levels[l]); }, &c);
+          [&](int64_t d, size_t l) {
+            return ShapeTime(eval, {d, pad, 0}, levels[l]);
+          },
+          &c);
       for (int64_t k = i; k < g; ++k) {
         c.row_begin[k] = begin;
         c.row_len[k] = std::min(len, n - k);
@@ -261,8 +264,7 @@ SplitSolution SolveConsecutiveSplit(const SplitCandidates& candidates,
   }
   out.tmax_values = static_cast<int64_t>(values.size());
   auto index_of = [&](int64_t t) {
-    return static_cast<int64_t>(std::lower_bound(values.begin(), values.end(), t) -
-                                values.begin());
+    return static_cast<int64_t>(std::lower_bound(values.begin(), values.end(), t) - values.begin());
   };
   std::priority_queue<Interval, std::vector<Interval>, IntervalAfter> queue;
   auto push = [&](int64_t lo, int64_t hi, int64_t g_lb) {
@@ -321,8 +323,7 @@ bool RaiseRecomputeToFit(const StageCostEvaluator& eval, const BatchIndex& index
       for (int64_t i = v->begin; i < v->end; ++i) {
         const MicroBatch& mb = (*micro_batches)[i];
         if (stuck[i] || mb.recompute == Recompute::kFull) continue;
-        if (pick < 0 ||
-            mb.stage_stored[v->stage] > (*micro_batches)[pick].stage_stored[v->stage]) {
+        if (pick < 0 || mb.stage_stored[v->stage] > (*micro_batches)[pick].stage_stored[v->stage]) {
           pick = i;
         }
       }
@@ -361,14 +362,15 @@ std::string AloneReason(const Sample& s, const StageCostEvaluator& eval,
     const CostSummary c = eval.Summarize(shape, rc, eval.pp());
     if (c.memory_load > 0 && (least < 0 || c.memory_load < least)) {
       least = c.memory_load;
-      detail = fmt::format("at best (recompute {}) it needs {:.2f}x the activation budget with "
-                           "{} micro-batches in flight on stage 0",
-                           RecomputeName(rc), c.memory_load, eval.InFlight(0, eval.pp()));
+      detail = fmt::format(
+          "at best (recompute {}) it needs {:.2f}x the activation budget with "
+          "{} micro-batches in flight on stage 0",
+          RecomputeName(rc), c.memory_load, eval.InFlight(0, eval.pp()));
     }
   }
   return fmt::format("sample id {} ({}x{}{} tokens padded) does not fit on its own: {}", s.id,
-                     shape.mbs, shape.seqlen,
-                     encdec ? fmt::format("+{}", shape.dec_seqlen) : "", detail);
+                     shape.mbs, shape.seqlen, encdec ? fmt::format("+{}", shape.dec_seqlen) : "",
+                     detail);
 }
 
 class DynaPipeBatcher final : public MicroBatcher {
@@ -377,8 +379,7 @@ class DynaPipeBatcher final : public MicroBatcher {
   std::string_view name() const override { return "dynapipe"; }
 
   StatusOr<ReplicaBatches> Build(std::span<const Sample> samples, const StageCostEvaluator& eval,
-                                 const BatchingOptions& options,
-                                 int64_t replicas) const override {
+                                 const BatchingOptions& options, int64_t replicas) const override {
     if (replicas < 1) {
       return InvalidArgumentError(fmt::format("dynapipe: replicas must be >= 1, got {}", replicas));
     }
@@ -411,9 +412,10 @@ class DynaPipeBatcher final : public MicroBatcher {
       for (int64_t k = begin; k < end; ++k) mb.rows.push_back({ordered[k].id});
       mb.recompute = cand.RecomputeOf(begin, end - begin);
       if (!PriceMicroBatch(eval, index, &mb)) {
-        return InternalError(fmt::format("dynapipe: micro-batch of samples {}..{} priced by the "
-                                         "DP has no cost",
-                                         begin, end - 1));
+        return InternalError(
+            fmt::format("dynapipe: micro-batch of samples {}..{} priced by the "
+                        "DP has no cost",
+                        begin, end - 1));
       }
       out.micro_batches.push_back(std::move(mb));
       begin = end;

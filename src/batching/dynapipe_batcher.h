@@ -62,14 +62,17 @@ struct SplitCandidates {
   std::vector<int64_t> row_len;      // per start i: its longest feasible run (<= n - i)
 
   // REQUIRES: 1 <= d <= row_len[i].
-  Duration Time(int64_t i, int64_t d) const { return Duration::Nanos(time_ns[row_begin[i] + d - 1]); }
+  Duration Time(int64_t i, int64_t d) const {
+    return Duration::Nanos(time_ns[row_begin[i] + d - 1]);
+  }
   Recompute RecomputeOf(int64_t i, int64_t d) const { return recompute[row_begin[i] + d - 1]; }
   int64_t num_candidates() const;  // sum of row_len
 };
 
 // Prices every feasible run of `ordered` (see the file comment). `fixed`: the only recompute
 // level allowed, or all three. Starts that fit nowhere get row_len 0.
-SplitCandidates BuildSplitCandidates(std::span<const Sample> ordered, const StageCostEvaluator& eval,
+SplitCandidates BuildSplitCandidates(std::span<const Sample> ordered,
+                                     const StageCostEvaluator& eval,
                                      const std::optional<Recompute>& fixed);
 
 struct SplitObjective {

@@ -1,5 +1,3 @@
-#include "batching/dynapipe_batcher.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +6,7 @@
 #include <vector>
 
 #include "base/rng.h"
+#include "batching/dynapipe_batcher.h"
 #include "batching/karmarkar_karp.h"
 #include "batching/ordering.h"
 #include "batching/test_util.h"
@@ -146,8 +145,8 @@ class CandidatesTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CandidatesTest, TakeTheFastestLevelThatFits) {
   const bool t5 = std::string(GetParam()) == "t5-11b";
-  auto setup = MakeTestSetup(GetParam(), t5 ? TestParallel(2, 2, 8, 30000)
-                                            : TestParallel(2, 4, 1, 30000));
+  auto setup =
+      MakeTestSetup(GetParam(), t5 ? TestParallel(2, 2, 8, 30000) : TestParallel(2, 4, 1, 30000));
   const StageCostEvaluator& e = setup->evaluator();
   const std::vector<Sample> ordered = Ordered(RandomBatch(9, 60, 2048, t5), e);
   const SplitCandidates c = BuildSplitCandidates(ordered, e, {});

@@ -10,9 +10,9 @@
 // Ties break on creation order, so the result is deterministic.
 //
 // DistributeMicroBatches gives each replica one bin (BalancedPartition) of the global
-// micro-batches, weighted by their bottleneck-stage time, then checks the memory of every replica's order exactly
-// (CheckSequenceMemory), raising recompute levels where a window is overfull unless the level is
-// fixed (RaiseRecomputeToFit in dynapipe_batcher.h).
+// micro-batches, weighted by their bottleneck-stage time, then checks the memory of every replica's
+// order exactly (CheckSequenceMemory), raising recompute levels where a window is overfull unless
+// the level is fixed (RaiseRecomputeToFit in dynapipe_batcher.h).
 //
 // Thread safety: pure functions.
 #pragma once

@@ -133,8 +133,8 @@ Status ValidateBatchPlan(const BatchPlan& plan, std::span<const Sample> batch,
   const std::string method = plan.method.empty() ? "batch plan" : plan.method;
   if (plan.outcome != PlanOutcome::kOk) {
     if (plan.infeasible_reason.empty()) {
-      return InternalError(fmt::format("{}: outcome {} without a reason", method,
-                                       PlanOutcomeName(plan.outcome)));
+      return InternalError(
+          fmt::format("{}: outcome {} without a reason", method, PlanOutcomeName(plan.outcome)));
     }
     return Status::Ok();
   }
@@ -170,8 +170,8 @@ Status ValidateBatchPlan(const BatchPlan& plan, std::span<const Sample> batch,
       if (mb.stage_forward.size() != pp || mb.stage_backward.size() != pp ||
           mb.stage_backward_weight.size() != pp || mb.stage_stored.size() != pp ||
           mb.stage_peak.size() != pp) {
-        return InternalError(fmt::format("{}: {}: per-stage vectors need {} entries", method,
-                                         where, pp));
+        return InternalError(
+            fmt::format("{}: {}: per-stage vectors need {} entries", method, where, pp));
       }
       for (size_t row = 0; row < mb.rows.size(); ++row) {
         if (mb.rows[row].empty()) {
@@ -181,8 +181,8 @@ Status ValidateBatchPlan(const BatchPlan& plan, std::span<const Sample> batch,
         int64_t dec = 0;
         for (int64_t id : mb.rows[row]) {
           if (!index.Contains(id)) {
-            return InternalError(fmt::format("{}: {}: sample id {} is not in the global batch",
-                                             method, where, id));
+            return InternalError(
+                fmt::format("{}: {}: sample id {} is not in the global batch", method, where, id));
           }
           len += eval.SeqLen(index(id));
           dec += eval.DecLen(index(id));
@@ -190,9 +190,9 @@ Status ValidateBatchPlan(const BatchPlan& plan, std::span<const Sample> batch,
         }
         if (len > mb.shape.seqlen || (encdec && dec > mb.shape.dec_seqlen)) {
           return InternalError(fmt::format(
-              "{}: {}: row {} holds {}{} tokens, more than the padded shape {}x{}{}", method,
-              where, row, len, encdec ? fmt::format("+{}", dec) : "", mb.shape.mbs,
-              mb.shape.seqlen, encdec ? fmt::format("x{}", mb.shape.dec_seqlen) : ""));
+              "{}: {}: row {} holds {}{} tokens, more than the padded shape {}x{}{}", method, where,
+              row, len, encdec ? fmt::format("+{}", dec) : "", mb.shape.mbs, mb.shape.seqlen,
+              encdec ? fmt::format("x{}", mb.shape.dec_seqlen) : ""));
         }
       }
     }

@@ -33,8 +33,8 @@ TEST(MicroBatchTest, Accessors) {
 }
 
 TEST(BatchIndexTest, FindsSparseIds) {
-  const std::vector<Sample> batch = {{.id = 40, .input_len = 5}, {.id = 7, .input_len = 9},
-                                     {.id = 1000, .input_len = 1}};
+  const std::vector<Sample> batch = {
+      {.id = 40, .input_len = 5}, {.id = 7, .input_len = 9}, {.id = 1000, .input_len = 1}};
   const BatchIndex index(batch);
   EXPECT_TRUE(index.Contains(7));
   EXPECT_FALSE(index.Contains(8));
@@ -120,8 +120,10 @@ class ValidateBatchPlanTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setup_ = MakeTestSetup("gpt-6.7b", TestParallel(2, 4));
-    batch_ = {{.id = 5, .input_len = 100}, {.id = 6, .input_len = 80},
-              {.id = 7, .input_len = 300}, {.id = 8, .input_len = 20}};
+    batch_ = {{.id = 5, .input_len = 100},
+              {.id = 6, .input_len = 80},
+              {.id = 7, .input_len = 300},
+              {.id = 8, .input_len = 20}};
     const BatchIndex index(batch_);
     plan_.method = "test";
     plan_.replicas.resize(2);

@@ -222,16 +222,14 @@ std::vector<int64_t> NearestNeighbourPath(std::span<const LengthPoint> pts) {
 
 }  // namespace
 
-std::string_view SampleOrderName(SampleOrder order) {
-  return kOrderNames[static_cast<int>(order)];
-}
+std::string_view SampleOrderName(SampleOrder order) { return kOrderNames[static_cast<int>(order)]; }
 
 StatusOr<SampleOrder> ParseSampleOrder(std::string_view name) {
   for (int i = 0; i < 4; ++i) {
     if (kOrderNames[i] == name) return static_cast<SampleOrder>(i);
   }
-  return InvalidArgumentError(fmt::format(
-      "unknown sample order '{}' (allowed: auto, sort, tsp, lexicographic)", name));
+  return InvalidArgumentError(
+      fmt::format("unknown sample order '{}' (allowed: auto, sort, tsp, lexicographic)", name));
 }
 
 std::vector<int64_t> SortDescendingOrder(std::span<const LengthPoint> points) {

@@ -165,16 +165,17 @@ std::vector<int64_t> FitLengths(int64_t max_position) {
 }  // namespace
 
 StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
-                                                       const ParallelConfig& par,
-                                                       const ClusterSpec& cluster,
-                                                       const StageCostOptions& options) {
+                                                        const ParallelConfig& par,
+                                                        const ClusterSpec& cluster,
+                                                        const StageCostOptions& options) {
   const ModelSpec& model = cost.model();
   SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(par, "parallel config"));
   SLUICE_RETURN_IF_ERROR(CheckParallelFits(par, model, &cluster, "parallel config"));
   if (!cost.SupportsTp(par.tp)) {
-    return InvalidArgumentError(fmt::format("parallel config: tp={} is not supported by the cost "
-                                            "model ({})",
-                                            par.tp, cost.Describe()));
+    return InvalidArgumentError(
+        fmt::format("parallel config: tp={} is not supported by the cost "
+                    "model ({})",
+                    par.tp, cost.Describe()));
   }
   if (options.pad_multiple < 1) {
     return InvalidArgumentError(
@@ -199,10 +200,11 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
     e.stage_states_.push_back(states);
     const Bytes budget = e.limit_ - states.total();
     if (budget <= Bytes::Zero()) {
-      return FailedPreconditionError(fmt::format(
-          "parallel config: stage {} of {} needs {} of model states (mixed-precision Adam, ZeRO-{}) "
-          "but the memory limit is {}; raise pp, tp, dp with ZeRO, or the memory limit",
-          s, model.name, FormatBytes(states.total()), par.zero, FormatBytes(e.limit_)));
+      return FailedPreconditionError(
+          fmt::format("parallel config: stage {} of {} needs {} of model states (mixed-precision "
+                      "Adam, ZeRO-{}) "
+                      "but the memory limit is {}; raise pp, tp, dp with ZeRO, or the memory limit",
+                      s, model.name, FormatBytes(states.total()), par.zero, FormatBytes(e.limit_)));
     }
     e.budgets_.push_back(budget);
   }
@@ -289,12 +291,18 @@ Status StageCostEvaluator::FitVarlen() {
   std::vector<StageCost> stages;
   for (int r = 0; r < 3; ++r) {
     const Recompute rc = static_cast<Recompute>(r);
+    // Points at several micro-batch sizes (up to max_position tokens in all), so that the fit
+    // separates the per-micro-batch floor c from work that grows with tokens: a varlen
+    // micro-batch of many short samples pays b per token, not just c.
     std::vector<std::vector<StageCost>> points;
-    std::vector<double> xs;
+    std::vector<double> xs, ms;
     for (int64_t len : lengths) {
-      if (!EvaluateStages(LayerShape{1, len, 0}, rc, &stages)) continue;
-      points.push_back(stages);
-      xs.push_back(static_cast<double>(len));
+      for (int64_t mbs = 1; mbs == 1 || mbs * len <= model().max_position; mbs *= 2) {
+        if (!EvaluateStages(LayerShape{mbs, len, 0}, rc, &stages)) continue;
+        points.push_back(stages);
+        xs.push_back(static_cast<double>(len));
+        ms.push_back(static_cast<double>(mbs));
+      }
     }
     if (points.size() < 3) continue;
     for (int64_t s = 0; s < par_.pp; ++s) {
@@ -305,8 +313,9 @@ Status StageCostEvaluator::FitVarlen() {
       for (size_t p = 0; p < points.size(); ++p) {
         const StageCost& c = points[p][s];
         const double u = xs[p] / kScale;
-        x3.push_back({u * u, u, 1.0});
-        x2.push_back({u * u, u});
+        const double m = ms[p];
+        x3.push_back({m * u * u, m * u, 1.0});
+        x2.push_back({m * u * u, m * u});
         const double time = (c.forward + c.backward).millis();
         t.push_back(time);
         st.push_back(c.stored.mb());
@@ -331,7 +340,7 @@ Status StageCostEvaluator::FitVarlen() {
       f.mem_b = sc[1] * 1e6 / kScale;
       f.peak_a = pc[0] * 1e6 / (kScale * kScale);
       f.peak_b = pc[1] * 1e6 / kScale;
-      f.max_len = static_cast<int64_t>(xs.back());
+      f.max_len = static_cast<int64_t>(*std::max_element(xs.begin(), xs.end()));
     }
     varlen_supported_ = true;
   }

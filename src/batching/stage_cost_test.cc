@@ -41,8 +41,7 @@ TEST(StageCostEvaluatorTest, InterleavedAndSingleStageLayouts) {
   EXPECT_EQ(inter->evaluator().stage_layers()[1],
             (StageLayers{.encoder_layers = 16, .output_head = true}));
   auto single = MakeTestSetup("t5-11b", TestParallel(1, 1, 8));
-  EXPECT_EQ(single->evaluator().stage_layers()[0],
-            (StageLayers{24, 24, true, true}));
+  EXPECT_EQ(single->evaluator().stage_layers()[0], (StageLayers{24, 24, true, true}));
 }
 
 TEST(StageCostEvaluatorTest, EncoderDecoderLayout) {
@@ -116,9 +115,8 @@ TEST(StageCostEvaluatorTest, StagesSumTheirLayers) {
   EXPECT_EQ(stages[0].forward, layer.forward * 4 + emb.forward);
   EXPECT_EQ(stages[0].stored, layer.stored_activation * 4 + emb.stored_activation);
   EXPECT_EQ(stages[7].forward, layer.forward * 4 + head.forward);
-  EXPECT_EQ(stages[7].peak,
-            std::max(layer.stored_activation * 3 + layer.peak_activation,
-                     layer.stored_activation * 4 + head.peak_activation));
+  EXPECT_EQ(stages[7].peak, std::max(layer.stored_activation * 3 + layer.peak_activation,
+                                     layer.stored_activation * 4 + head.peak_activation));
 }
 
 TEST(StageCostEvaluatorTest, SummaryMatchesStages) {

@@ -84,8 +84,7 @@ ParallelConfig TestParallel(int64_t dp, int64_t pp, int64_t tp, double memory_li
 }
 
 StatusOr<std::unique_ptr<TestSetup>> TryMakeTestSetup(std::string_view model,
-                                                      const ParallelConfig& parallel,
-                                                      TestCost kind,
+                                                      const ParallelConfig& parallel, TestCost kind,
                                                       const StageCostOptions& options) {
   auto setup = std::make_unique<TestSetup>();
   setup->cost = LoadTestCostModel(model, kind);
@@ -93,9 +92,9 @@ StatusOr<std::unique_ptr<TestSetup>> TryMakeTestSetup(std::string_view model,
   const int64_t n = devices <= 8 ? 8 : (devices + 7) / 8 * 8;
   setup->cluster = Unwrap(ClusterPreset("a100-40g", n), "cluster preset");
   setup->parallel = parallel;
-  SLUICE_ASSIGN_OR_RETURN(StageCostEvaluator eval,
-                          StageCostEvaluator::Create(*setup->cost, parallel, setup->cluster,
-                                                     options));
+  SLUICE_ASSIGN_OR_RETURN(
+      StageCostEvaluator eval,
+      StageCostEvaluator::Create(*setup->cost, parallel, setup->cluster, options));
   setup->eval.emplace(std::move(eval));
   return setup;
 }
