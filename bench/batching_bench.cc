@@ -227,49 +227,41 @@ void BM_DynaPipePhase(benchmark::State& state, Args args, int phase) {
   }
 }
 
-// The other methods, composed as method.h defines them (assigner over dp, then the batcher on
-// each replica), on the same batches.
-struct MethodParts {
-  const char* name;
-  std::unique_ptr<Assigner> (*assigner)();
-  std::unique_ptr<MicroBatcher> (*batcher)();
-};
-const MethodParts kMethods[] = {
-    {"padding", MakeContiguousAssigner, MakePaddingBatcher},
-    {"sorted", MakeContiguousAssigner, MakeSortedBatcher},
-    {"token-budget", MakeContiguousAssigner, MakeTokenBudgetBatcher},
-    {"packing", MakeContiguousAssigner, MakePackingBatcher},
-    {"multipack", MakeContiguousAssigner, MakeMultipackBatcher},
-    {"hydraulis", MakeHydraulisAssigner, MakeHydraulisBatcher},
-};
+// Every method through RunMethod (method.h), on the same batches: planning latency per global
+// batch and the predicted iteration time of the plan (slowest replica, 1F1B estimate).
+const char* const kMethods[] = {"padding",   "sorted",   "token-budget", "packing",
+                                "multipack", "dynapipe", "hydraulis",    "hydraulis+dynapipe"};
 
-void BM_Method(benchmark::State& state, MethodParts method, Args args) {
+void BM_Method(benchmark::State& state, std::string method, Args args) {
   const auto s = MakeScenario(args.model, args.tokens, args.max_len, args.data);
-  const auto assigner = method.assigner();
-  const auto batcher = method.batcher();
   const BatchingOptions options;
   std::vector<double> ms;
-  double oom = 0;
+  double oom = 0, predicted_ms = 0;
   size_t k = 0;
   for (auto _ : state) {
     const std::vector<Sample>& batch = s->batches[k++ % s->batches.size()];
     const auto t0 = std::chrono::steady_clock::now();
-    bool ok = true;
-    for (const std::vector<Sample>& replica : assigner->Assign(batch, *s->eval, options)) {
-      StatusOr<ReplicaBatches> r = batcher->Build(replica, *s->eval, options, 1);
-      if (!r.ok()) {
-        state.SkipWithError(r.status().ToString().c_str());
-        return;
-      }
-      ok = ok && r->outcome == PlanOutcome::kOk;
-      benchmark::DoNotOptimize(r->micro_batches.data());
-    }
+    StatusOr<BatchPlan> plan = RunMethod(method, batch, *s->eval, options);
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    oom += ok ? 0 : 1;
+    if (!plan.ok()) {
+      state.SkipWithError(plan.status().ToString().c_str());
+      return;
+    }
+    if (plan->outcome != PlanOutcome::kOk) {
+      oom += 1;
+      continue;
+    }
+    Duration worst;
+    for (const auto& mbs : plan->replicas) {
+      worst = std::max(worst, PredictReplicaTime(mbs, s->eval->pp()));
+    }
+    predicted_ms += worst.millis();
   }
+  const double n = static_cast<double>(ms.size());
   state.counters["p50_ms"] = Median(ms);
-  state.counters["oom_share"] = oom / static_cast<double>(ms.size());
+  state.counters["oom_share"] = oom / n;
+  state.counters["predicted_iter_ms"] = n > oom ? predicted_ms / (n - oom) : 0.0;
 }
 
 void Register() {
@@ -290,12 +282,14 @@ void Register() {
           ->Unit(benchmark::kMillisecond);
     }
   }
-  for (const MethodParts& m : kMethods) {
+  for (const char* m : kMethods) {
     for (const Args& a : kArgs) {
       if (std::string(a.data) != "mixture-4task") continue;
-      if (std::string(m.name) == "hydraulis" && std::string(a.model) == "t5-11b") continue;
-      benchmark::RegisterBenchmark(("BM_Method/" + std::string(m.name) + "/" + Label(a)).c_str(),
-                                   BM_Method, m, a)
+      if (std::string(m) == "hydraulis" && std::string(a.model) == "t5-11b") {
+        continue;  // varlen packing is decoder-only
+      }
+      benchmark::RegisterBenchmark(("BM_Method/" + std::string(m) + "/" + Label(a)).c_str(),
+                                   BM_Method, std::string(m), a)
           ->Unit(benchmark::kMillisecond);
     }
   }

@@ -203,6 +203,7 @@ Status ReadMemory(const nlohmann::json& j, std::string_view source, const std::s
           fmt::format("unknown stage key; allowed keys here: {}", JoinAllowed(allowed)));
     }
     const int stage = StageIndex(it.key());
+    SLUICE_CHECK(stage >= 0 && stage < kNumTableStages);  // `allowed` holds table stages only
     SLUICE_RETURN_IF_ERROR(ReadSeries(
         *it, source, at, stage == static_cast<int>(TableStage::kDecoder), &(*out)[stage]));
   }
