@@ -14,39 +14,16 @@
 #include "cost/cost_fit.h"
 #include "cost/profile_table.h"
 #include "cost/profiled_cost_model.h"
+#include "model/cluster_spec.h"
+#include "model/model_spec.h"
 
 namespace sluice {
 namespace {
 
-ModelSpec Gpt() {
-  ModelSpec m;
-  m.name = "gpt-6.7b";
-  m.layers = 32;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 32;
-  m.ffn_hidden = 16384;
-  m.vocab = 50257;
-  m.max_position = 8192;
-  return m;
-}
-
-ModelSpec T5() {
-  ModelSpec m = Gpt();
-  m.name = "t5-11b";
-  m.kind = ModelKind::kEncoderDecoder;
-  m.layers = 24;
-  m.decoder_layers = 24;
-  m.hidden = 1024;
-  m.heads = 128;
-  m.kv_heads = 128;
-  m.head_dim = 128;
-  m.ffn_hidden = 65536;
-  m.vocab = 32128;
-  return m;
-}
-
-DeviceSpec A100() { return DeviceSpec{"a100-40g", 312e12, Bytes::GiB(40), 1555e9}; }
+// The presets the shipped tables profile, and the device they were measured on.
+ModelSpec Gpt() { return *ModelPreset("gpt-6.7b"); }
+ModelSpec T5() { return *ModelPreset("t5-11b"); }
+DeviceSpec A100() { return ClusterPreset("a100-40g", 8)->device; }
 
 LayerCostTable LoadTable(const char* relative) {
   StatusOr<std::string> path = DataFile(relative);
