@@ -186,7 +186,8 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
   e.par_ = par;
   e.options_ = options;
   e.limit_ = par.MemoryLimit(cluster);
-  const std::vector<StageLayers> chunks = ChunkLayout(model, par.chunks());
+  e.chunk_layers_ = ChunkLayout(model, par.chunks());
+  const std::vector<StageLayers>& chunks = e.chunk_layers_;
   e.stage_layers_.assign(static_cast<size_t>(par.pp), StageLayers{});
   for (int64_t c = 0; c < par.chunks(); ++c) {
     StageLayers& s = e.stage_layers_[static_cast<size_t>(c % par.pp)];
@@ -215,6 +216,10 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
 int64_t StageCostEvaluator::InFlight(int64_t stage, int64_t num_micro_batches) const {
   const int64_t m = std::max<int64_t>(1, num_micro_batches);
   if (options_.in_flight == InFlightPolicy::kGPipe) return m;
+  if (options_.in_flight == InFlightPolicy::kInterleaved && par_.vpp > 1) {
+    const int64_t chunks = (par_.pp - stage - 1) * 2 + (par_.vpp - 1) * par_.pp + 1;
+    return std::max<int64_t>(1, std::min((chunks + par_.vpp - 1) / par_.vpp, m));
+  }
   return std::max<int64_t>(1, std::min(par_.pp - stage, m));
 }
 
@@ -258,6 +263,15 @@ bool StageCostEvaluator::EvaluateStages(const LayerShape& shape, Recompute rc,
   KindCosts k;
   if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return false;
   for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
+  return true;
+}
+
+bool StageCostEvaluator::EvaluateChunks(const LayerShape& shape, Recompute rc,
+                                        std::vector<StageCost>* out) const {
+  out->assign(chunk_layers_.size(), StageCost{});
+  KindCosts k;
+  if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return false;
+  for (size_t c = 0; c < chunk_layers_.size(); ++c) (*out)[c] = CombineStage(chunk_layers_[c], k);
   return true;
 }
 
@@ -422,18 +436,21 @@ StageCostEvaluator::Quadratic StageCostEvaluator::BottleneckQuadratic(Recompute 
 }
 
 Bytes StageCostEvaluator::BoundaryBytes(const LayerShape& shape, int64_t stage) const {
-  const int64_t chunks = par_.chunks();
-  const int64_t h = model().hidden;
-  const bool encdec = model().is_encoder_decoder();
   Bytes out;
   for (int64_t v = 0; v < par_.vpp; ++v) {
-    const int64_t c = stage + v * par_.pp;
-    if (c >= chunks - 1) continue;
-    int64_t tokens = shape.mbs * shape.seqlen;
-    if (encdec && c >= chunks / 2 - 1) tokens += shape.mbs * shape.dec_seqlen;
-    out = std::max(out, Bytes::Of(2 * tokens * h));
+    out = std::max(out, ChunkBoundaryBytes(shape, stage + v * par_.pp));
   }
   return out;
+}
+
+Bytes StageCostEvaluator::ChunkBoundaryBytes(const LayerShape& shape, int64_t chunk) const {
+  const int64_t chunks = par_.chunks();
+  if (chunk >= chunks - 1) return Bytes::Zero();
+  int64_t tokens = shape.mbs * shape.seqlen;
+  if (model().is_encoder_decoder() && chunk >= chunks / 2 - 1) {
+    tokens += shape.mbs * shape.dec_seqlen;
+  }
+  return Bytes::Of(2 * tokens * model().hidden);
 }
 
 std::optional<MemoryViolation> FindMemoryViolation(const StageCostEvaluator& eval,

@@ -45,8 +45,11 @@ namespace sluice {
 
 // How many micro-batches a stage holds in flight.
 enum class InFlightPolicy {
-  k1F1B,   // stage s holds min(pp - s, m) (1F1B, interleaved, zero-bubble, adaptive bound)
-  kGPipe,  // every stage holds all m micro-batches
+  k1F1B,         // stage s holds min(pp - s, m) (1F1B, zero-bubble, adaptive bound)
+  kGPipe,        // every stage holds all m micro-batches
+  kInterleaved,  // Megatron's interleaved 1F1B with vpp > 1: stage s holds up to
+                 // (pp - s - 1) * 2 + (vpp - 1) * pp + 1 chunks of 1/vpp of a micro-batch's
+                 // activations each, i.e. ceil(that / vpp) micro-batches (min m); = k1F1B at vpp 1
 };
 
 struct StageCost {
@@ -98,6 +101,7 @@ class StageCostEvaluator {
   Bytes ActivationBudget(int64_t stage) const { return budgets_[stage]; }
   // In-flight count k_s of stage s when the replica runs `num_micro_batches`.
   int64_t InFlight(int64_t stage, int64_t num_micro_batches) const;
+  const StageCostOptions& options() const { return options_; }
 
   // The length a sample occupies: input + target for decoder-only models (prompt and response
   // are one sequence), the input length for encoder-decoder models.
@@ -110,6 +114,12 @@ class StageCostEvaluator {
   // Per-stage costs of a padded micro-batch (shape already padded) at `rc`; false when a
   // lookup is infeasible. Fills `out` (resized to pp).
   bool EvaluateStages(const LayerShape& shape, Recompute rc, std::vector<StageCost>* out) const;
+  // Per-chunk (virtual stage) costs of a padded micro-batch at `rc`, for schedules that place
+  // the pp * vpp chunks separately: `out` is resized to pp * vpp, chunk c runs on device c % pp
+  // (the layout of the first paragraph). A device's chunks sum to its EvaluateStages times and
+  // stored bytes; each chunk's peak is its own high-water mark. False when a lookup is
+  // infeasible. With vpp = 1 this is EvaluateStages.
+  bool EvaluateChunks(const LayerShape& shape, Recompute rc, std::vector<StageCost>* out) const;
   // Summary of a padded micro-batch; memory_load uses k_s for `num_micro_batches` in flight
   // (pass a large number for the worst case, pp for 1F1B's steady state).
   CostSummary Summarize(const LayerShape& shape, Recompute rc, int64_t num_micro_batches) const;
@@ -136,6 +146,9 @@ class StageCostEvaluator {
   // (encoder-decoder models). With vpp > 1 the largest message leaving one of the device's chunks;
   // 0 when no chunk of the stage has a successor.
   Bytes BoundaryBytes(const LayerShape& shape, int64_t stage) const;
+  // Bytes one micro-batch sends from chunk c to chunk c + 1 (the per-chunk form of
+  // BoundaryBytes); 0 for the last chunk. REQUIRES: 0 <= chunk < pp * vpp.
+  Bytes ChunkBoundaryBytes(const LayerShape& shape, int64_t chunk) const;
 
  private:
   struct StageFit {  // per stage, per recompute level
@@ -156,6 +169,7 @@ class StageCostEvaluator {
   StageCostOptions options_;
   Bytes limit_;
   std::vector<StageLayers> stage_layers_;
+  std::vector<StageLayers> chunk_layers_;  // pp * vpp chunks in pipeline order
   std::vector<ModelStateMemory> stage_states_;
   std::vector<Bytes> budgets_;
   bool varlen_supported_ = false;

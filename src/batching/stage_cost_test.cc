@@ -239,6 +239,40 @@ TEST(StageCostEvaluatorTest, BoundaryBytes) {
   EXPECT_EQ(t5->evaluator().BoundaryBytes(shape, 3), Bytes::Zero());
 }
 
+// Chunks (virtual stages) sum to their device stage; boundaries are per chunk.
+TEST(StageCostEvaluatorTest, EvaluateChunksSumToStages) {
+  auto gpt = MakeTestSetup("gpt-6.7b", TestParallel(1, 2, 4, 36000, 1, 4));
+  const StageCostEvaluator& e = gpt->evaluator();
+  const LayerShape shape{2, 512, 0};
+  std::vector<StageCost> chunks, stages;
+  ASSERT_TRUE(e.EvaluateChunks(shape, Recompute::kNone, &chunks));
+  ASSERT_TRUE(e.EvaluateStages(shape, Recompute::kNone, &stages));
+  ASSERT_EQ(chunks.size(), 8u);
+  for (int64_t d = 0; d < 2; ++d) {
+    StageCost sum;
+    for (int64_t c = d; c < 8; c += 2) {
+      sum.forward += chunks[c].forward;
+      sum.backward_input += chunks[c].backward_input;
+      sum.backward_weight += chunks[c].backward_weight;
+      sum.stored += chunks[c].stored;
+      EXPECT_LE(chunks[c].peak, stages[d].peak);
+    }
+    EXPECT_EQ(sum.forward, stages[d].forward) << d;
+    EXPECT_EQ(sum.backward_input, stages[d].backward_input) << d;
+    EXPECT_EQ(sum.backward_weight, stages[d].backward_weight) << d;
+    EXPECT_EQ(sum.stored, stages[d].stored) << d;
+  }
+  // The embedding makes chunk 0 dearer than chunk 2 (same device, same layer count).
+  EXPECT_GT(chunks[0].forward, chunks[2].forward);
+  EXPECT_EQ(e.ChunkBoundaryBytes(shape, 0), Bytes::Of(2 * 2 * 512 * 4096));
+  EXPECT_EQ(e.ChunkBoundaryBytes(shape, 7), Bytes::Zero());
+  auto t5 = MakeTestSetup("t5-11b", TestParallel(1, 4, 4));
+  const LayerShape t5_shape{2, 512, 64};
+  EXPECT_EQ(t5->evaluator().ChunkBoundaryBytes(t5_shape, 0), Bytes::Of(2 * 2 * 512 * 1024));
+  EXPECT_EQ(t5->evaluator().ChunkBoundaryBytes(t5_shape, 1),
+            Bytes::Of(2 * 2 * (512 + 64) * 1024));
+}
+
 MicroBatch MemoryOnly(int64_t pp, Bytes stored, Bytes peak) {
   MicroBatch mb;
   mb.stage_stored.assign(static_cast<size_t>(pp), stored);

@@ -44,5 +44,6 @@ CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens);
 void RegisterDataCommands(CLI::App* app, RunState* state);
 void RegisterCostCommands(CLI::App* app, RunState* state);
 void RegisterBatchCommands(CLI::App* app, RunState* state);
+void RegisterPlanCommands(CLI::App* app, RunState* state);
 
 }  // namespace sluice::cli

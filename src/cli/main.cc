@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   sluice::cli::RegisterDataCommands(&app, &state);
   sluice::cli::RegisterCostCommands(&app, &state);
   sluice::cli::RegisterBatchCommands(&app, &state);
+  sluice::cli::RegisterPlanCommands(&app, &state);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

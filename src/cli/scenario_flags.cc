@@ -34,7 +34,7 @@ void AddScenarioFlags(CLI::App* app, ScenarioFlags* f) {
   AddSeedFlag(app, &f->seed);
 }
 
-StatusOr<Scenario> ResolveScenario(const ScenarioFlags& f) {
+StatusOr<Scenario> ResolveScenario(const ScenarioFlags& f, InFlightPolicy in_flight) {
   Scenario sc;
   SLUICE_ASSIGN_OR_RETURN(sc.model, ResolveModel(f.model));
   SLUICE_ASSIGN_OR_RETURN(sc.cluster, ResolveCluster(f.cluster));
@@ -69,7 +69,9 @@ StatusOr<Scenario> ResolveScenario(const ScenarioFlags& f) {
   CostModelOptions cost_options;
   cost_options.kind = f.cost;
   SLUICE_ASSIGN_OR_RETURN(sc.cost, MakeCostModel(sc.model, sc.cluster, cost_options));
-  auto eval = StageCostEvaluator::Create(*sc.cost, sc.parallel, sc.cluster);
+  StageCostOptions eval_options;
+  eval_options.in_flight = in_flight;
+  auto eval = StageCostEvaluator::Create(*sc.cost, sc.parallel, sc.cluster, eval_options);
   if (!eval.ok()) return InvalidArgumentError(eval.status().message());
   sc.evaluator.emplace(std::move(eval).value());
 

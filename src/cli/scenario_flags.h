@@ -59,7 +59,9 @@ struct Scenario {
   std::string Describe() const;
 };
 
-// Resolves and validates every flag; errors name the flag and the allowed values.
-StatusOr<Scenario> ResolveScenario(const ScenarioFlags& flags);
+// Resolves and validates every flag; errors name the flag and the allowed values. `in_flight` is
+// the in-flight rule of the schedule that will run the micro-batches (stage_cost.h).
+StatusOr<Scenario> ResolveScenario(const ScenarioFlags& flags,
+                                   InFlightPolicy in_flight = InFlightPolicy::k1F1B);
 
 }  // namespace sluice::cli

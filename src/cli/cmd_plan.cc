@@ -1,0 +1,234 @@
+// `sluice plan` (plan global batches into validated execution plans), `sluice plan check FILE`
+// (validate a plan file) and `sluice plan csv FILE` (export a replica's pipeline order as
+// PyTorch pipelining CSV).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "base/json_util.h"
+#include "base/progress.h"
+#include "cli/cli_common.h"
+#include "cli/scenario_flags.h"
+#include "plan/plan_json.h"
+#include "plan/pytorch_csv.h"
+#include "plan/validate.h"
+#include "planner/planner.h"
+
+namespace sluice::cli {
+namespace {
+
+struct PlanFlags {
+  ScenarioFlags scenario;
+  std::string method = "dynapipe";
+  std::string schedule = "1f1b";
+  std::string recompute;
+  std::string out;
+  bool no_search = false;
+  int64_t show = 1;
+};
+
+struct CsvFlags {
+  std::string file;
+  int64_t replica = 0;
+  bool comms = false;
+  std::string out;
+};
+
+// "plan.json" for one batch; "plan-3.json" for batch 3 of several.
+std::string OutPath(const std::string& out, int64_t index, bool several) {
+  if (!several) return out;
+  const size_t dot = out.rfind('.');
+  const size_t slash = out.rfind('/');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
+    return fmt::format("{}-{}", out, index);
+  }
+  return fmt::format("{}-{}{}", out.substr(0, dot), index, out.substr(dot));
+}
+
+void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool details) {
+  if (r.outcome != PlanOutcome::kOk) {
+    fmt::print("batch {}: {} samples, {} tokens: {}: {}\n", batch.index, batch.samples.size(),
+               batch.tokens, PlanOutcomeName(r.outcome), r.infeasible_reason);
+    return;
+  }
+  int64_t mbs = 0;
+  for (const auto& rep : r.batch_plan.replicas) mbs += static_cast<int64_t>(rep.size());
+  fmt::print(
+      "batch {}: {} samples, {} tokens, {} micro-batches, makespan {:.1f} ms (given order "
+      "{:.1f} ms), bubble {:.1f}%, planned in {:.2f} ms\n",
+      batch.index, batch.samples.size(), batch.tokens, mbs, r.makespan.millis(),
+      r.given_order_makespan.millis(), 100.0 * r.bubble_fraction, r.planning_time.millis());
+  if (!details) return;
+  std::string peaks;
+  for (int64_t s = 0; s < pp; ++s) {
+    peaks += fmt::format("{}{:.0f}", s ? " / " : "", r.peak_memory[s].mb());
+  }
+  fmt::print("  peak activation memory per stage (MB): {}\n", peaks);
+  const bool enc_dec = r.plan.model.is_encoder_decoder();
+  for (size_t d = 0; d < r.batch_plan.replicas.size(); ++d) {
+    fmt::print("  replica {} ({} schedule, estimated {:.1f} ms):\n", d, r.plan.replicas[d].schedule,
+               r.estimates[d].makespan.millis());
+    for (size_t i = 0; i < r.batch_plan.replicas[d].size(); ++i) {
+      const MicroBatch& mb = r.batch_plan.replicas[d][i];
+      fmt::print("    mb {:>3}: {}x{}{}{} {:>3} samples, {:>5.1f}% padding, {}, {:.2f} ms\n", i,
+                 mb.shape.mbs, mb.shape.seqlen,
+                 enc_dec ? fmt::format("x{}", mb.shape.dec_seqlen) : "", mb.varlen ? " varlen" : "",
+                 mb.num_samples(), 100.0 * mb.PaddingFraction(), RecomputeName(mb.recompute),
+                 mb.Bottleneck().millis());
+    }
+  }
+  size_t instructions = 0;
+  for (const RankProgram& p : r.plan.ranks) instructions += p.instructions.size();
+  fmt::print("  plan: {} rank programs, {} instructions, validated\n", r.plan.ranks.size(),
+             instructions);
+}
+
+Status RunPlan(const PlanFlags& f) {
+  SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(f.schedule));
+  // The batching methods size micro-batches for the in-flight count of the schedule that runs.
+  const InFlightPolicy policy = kind == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
+                                : kind == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
+                                                                     : InFlightPolicy::k1F1B;
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario, policy));
+  PlannerOptions options;
+  options.method = f.method;
+  options.schedule = kind;
+  options.search_order = !f.no_search;
+  options.batching.seed = f.scenario.seed;
+  options.batching.max_seqlen = sc.max_seqlen;
+  if (!f.recompute.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
+    options.batching.recompute = rc;
+  }
+  Planner planner(*sc.evaluator, sc.cluster, options);
+  fmt::print("{}\n", sc.Describe());
+  fmt::print("method:   {}, schedule {}{}\n\n", f.method, f.schedule,
+             f.no_search ? "" : ", micro-batch order searched");
+
+  GlobalBatch batch;
+  Progress progress("planning", sc.iterations, stderr, /*min_total=*/8);
+  int64_t done = 0, ok = 0;
+  double makespan_ms = 0, bubble = 0, plan_ms = 0;
+  int64_t real_tokens = 0;
+  const bool several = sc.iterations != 1;
+  while ((sc.iterations == 0 || done < sc.iterations) && sc.batcher->Next(&batch)) {
+    SLUICE_ASSIGN_OR_RETURN(PlanResult r, planner.Plan(batch.samples));
+    progress.Clear();
+    PrintResult(r, batch, sc.parallel.pp, done < f.show);
+    if (r.outcome == PlanOutcome::kOk) {
+      ++ok;
+      makespan_ms += r.makespan.millis();
+      bubble += r.bubble_fraction;
+      plan_ms += r.planning_time.millis();
+      real_tokens += batch.tokens;
+      if (!f.out.empty()) {
+        const std::string path = OutPath(f.out, batch.index, several);
+        SLUICE_RETURN_IF_ERROR(WritePlanFile(r.plan, path));
+        if (done < f.show) fmt::print("  wrote {}\n", path);
+      }
+    }
+    ++done;
+    progress.Add();
+  }
+  progress.Finish();
+  fmt::print("\nsummary over {} global batches ({} planned, {} out of memory):\n", done, ok,
+             done - ok);
+  if (ok > 0) {
+    fmt::print("  mean makespan {:.1f} ms, mean bubble {:.1f}%, {:.0f} real tokens/s predicted, "
+               "mean planning time {:.2f} ms\n",
+               makespan_ms / ok, 100.0 * bubble / ok,
+               static_cast<double>(real_tokens) / (makespan_ms / 1e3), plan_ms / ok);
+  }
+  if (!f.out.empty() && ok > 0 && several) {
+    fmt::print("  plans written to {} (one file per batch)\n", OutPath(f.out, 0, true));
+  }
+  if (ok == 0 && done > 0) {
+    return FailedPreconditionError(fmt::format(
+        "no batch could be planned within memory with method '{}' and schedule '{}'", f.method,
+        f.schedule));
+  }
+  return Status::Ok();
+}
+
+Status RunPlanCheck(const std::string& file) {
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(file));
+  Status valid = ValidatePlan(plan);
+  if (!valid.ok()) return InvalidArgumentError(fmt::format("{}: {}", file, valid.message()));
+  size_t instructions = 0;
+  for (const RankProgram& p : plan.ranks) instructions += p.instructions.size();
+  fmt::print("{}: valid plan of {} ({} dp x {} pp{}), {} rank programs, {} instructions, {} "
+             "samples\n",
+             file, plan.model.name, plan.dp(), plan.pp(),
+             plan.vpp() > 1 ? fmt::format(" x {} vpp", plan.vpp()) : "", plan.ranks.size(),
+             instructions, plan.sample_ids.size());
+  return Status::Ok();
+}
+
+Status RunPlanCsv(const CsvFlags& f) {
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
+  if (f.replica < 0 || f.replica >= plan.dp()) {
+    return InvalidArgumentError(fmt::format("--replica: {} is not a replica of {} (allowed: 0..{})",
+                                            f.replica, f.file, plan.dp() - 1));
+  }
+  PipelineOrder order = PipelineOrderOf(plan, f.replica, /*reduce_grad=*/f.comms);
+  if (!f.comms) {
+    for (auto& row : order.ranks) {
+      std::erase_if(row, [](const PipeAction& a) {
+        return a.op != PipeOp::kForward && a.op != PipeOp::kBackward &&
+               a.op != PipeOp::kBackwardInput && a.op != PipeOp::kBackwardWeight;
+      });
+    }
+  }
+  const std::string csv = PipelineOrderToCsv(order);
+  if (f.out.empty()) {
+    fmt::print("{}", csv);
+    return Status::Ok();
+  }
+  return WriteStringToFile(f.out, csv);
+}
+
+}  // namespace
+
+void RegisterPlanCommands(CLI::App* app, RunState* state) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* p = app->add_subcommand(
+      "plan", "Plan global batches into validated per-rank execution plans (and check/export them)");
+  AddScenarioFlags(p, &flags->scenario);
+  p->add_option("--method", flags->method, "Batching method (see `sluice batch --help`)")
+      ->capture_default_str();
+  p->add_option("--schedule", flags->schedule, "gpipe, 1f1b, interleaved, zb-h1 or adaptive")
+      ->capture_default_str();
+  p->add_option("--recompute", flags->recompute,
+                "none, selective or full for every micro-batch (default: the method chooses)");
+  p->add_flag("--no-search", flags->no_search, "Keep the batching order (no order search)");
+  p->add_option("--out", flags->out,
+                "Write the plan (.json, or .msgpack for the binary form); with several batches "
+                "PATH-<batch>.json per batch")
+      ->type_name("FILE");
+  p->add_option("--show", flags->show, "Print micro-batches of this many first batches")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  // `plan` runs only when neither `plan check` nor `plan csv` was chosen.
+  p->callback([p, state, flags] {
+    if (p->get_subcommands().empty()) state->status = RunPlan(*flags);
+  });
+
+  auto check_file = std::make_shared<std::string>();
+  CLI::App* check = p->add_subcommand("check", "Validate a plan file (JSON or msgpack)");
+  check->add_option("file", *check_file, "Plan file")->required()->type_name("FILE");
+  SetHandler(check, state, [check_file] { return RunPlanCheck(*check_file); });
+
+  auto csv = std::make_shared<CsvFlags>();
+  CLI::App* c = p->add_subcommand(
+      "csv", "Export one replica's pipeline order as torch.distributed.pipelining CSV");
+  c->add_option("file", csv->file, "Plan file")->required()->type_name("FILE");
+  c->add_option("--replica", csv->replica, "Data-parallel replica")->capture_default_str();
+  c->add_flag("--comms", csv->comms,
+              "compute_comms format (with SEND_F/RECV_F/SEND_B/RECV_B and REDUCE_GRAD); default "
+              "compute_only");
+  c->add_option("--out", csv->out, "Output file (default: standard output)")->type_name("FILE");
+  SetHandler(c, state, [csv] { return RunPlanCsv(*csv); });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,55 @@
+#include "plan/execution_plan.h"
+
+#include <limits>
+
+namespace sluice {
+
+std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,
+                                        int64_t boundary, int64_t num_stages) {
+  std::vector<TensorShape> out = {{shape.mbs, shape.seqlen, model.hidden}};
+  if (model.is_encoder_decoder() && boundary >= num_stages / 2 - 1) {
+    out.push_back({shape.mbs, shape.dec_seqlen, model.hidden});
+  }
+  return out;
+}
+
+std::vector<TensorShape> InputShapes(const ModelSpec& model, const LayerShape& shape) {
+  std::vector<TensorShape> out = {{shape.mbs, shape.seqlen}};
+  if (model.is_encoder_decoder()) out.push_back({shape.mbs, shape.dec_seqlen});
+  return out;
+}
+
+std::vector<TensorShape> LabelShapes(const ModelSpec& model, const LayerShape& shape) {
+  if (model.is_encoder_decoder()) return {{shape.mbs, shape.dec_seqlen}};
+  return {{shape.mbs, shape.seqlen}};
+}
+
+std::vector<TensorShape> LoadShapes(const ModelSpec& model, const LayerShape& shape, int64_t stage,
+                                    int64_t num_stages) {
+  std::vector<TensorShape> out;
+  if (stage == 0) out = InputShapes(model, shape);
+  if (stage == num_stages - 1) {
+    for (TensorShape& t : LabelShapes(model, shape)) out.push_back(std::move(t));
+  }
+  return out;
+}
+
+namespace {
+
+// sum(elements) * element_bytes, saturating at INT64_MAX.
+Bytes SaturatingBytes(const std::vector<TensorShape>& shapes, int64_t element_bytes) {
+  int64_t n = 0;
+  for (const TensorShape& t : shapes) {
+    if (__builtin_add_overflow(n, NumElements(t), &n)) n = std::numeric_limits<int64_t>::max();
+  }
+  if (__builtin_mul_overflow(n, element_bytes, &n)) n = std::numeric_limits<int64_t>::max();
+  return Bytes::Of(n);
+}
+
+}  // namespace
+
+Bytes Fp16Bytes(const std::vector<TensorShape>& shapes) { return SaturatingBytes(shapes, 2); }
+
+Bytes TokenBytes(const std::vector<TensorShape>& shapes) { return SaturatingBytes(shapes, 8); }
+
+}  // namespace sluice

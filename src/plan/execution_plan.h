@@ -1,0 +1,115 @@
+// ExecutionPlan: sluice's intermediate representation of one training iteration (one global
+// batch), the contract between the planner, the simulator and the runtime.
+//
+// A plan holds one program (an ordered Instruction list, instruction.h) per (data-parallel
+// replica, pipeline rank). Rank id = dp_index * pp + pp_index. The tensor-parallel ranks of one
+// (dp_index, pp_index) position all run that same program (their collectives inside a layer are
+// part of Forward/Backward). Virtual stage s (0 .. pp*vpp-1) runs on pipeline rank s % pp of its
+// replica. Alongside the programs the plan records everything needed to check and replay it: the
+// model, cluster and parallel configuration, the cost model it was planned with (its one-line
+// description), the batching method and schedule names, the global batch's sample ids, every
+// replica's micro-batches (sample ids per row, padded shape, recompute level, predicted per
+// virtual stage costs) and the model-state memory of each pipeline rank.
+//
+// Invariants of a valid plan are the checks of ValidatePlan (validate.h). Plans are plain values:
+// compared with ==, copied, serialised exactly by plan_json.h.
+//
+// Device placement (for link choice and collectives): device = rank * tp + tp_index, nodes are
+// runs of devices_per_node devices, so a data-parallel group of one pipeline rank spans nodes
+// when its devices do.
+//
+// Thread safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/units.h"
+#include "batching/micro_batch.h"
+#include "cost/cost_model.h"
+#include "model/cluster_spec.h"
+#include "model/model_spec.h"
+#include "model/parallel_config.h"
+#include "plan/instruction.h"
+#include "schedule/action.h"
+
+namespace sluice {
+
+inline constexpr const char* kPlanFormat = "sluice-plan/1";
+
+// A micro-batch as the plan runs it.
+struct PlanMicroBatch {
+  std::vector<std::vector<int64_t>> rows;  // sample ids per row (shape.mbs rows)
+  LayerShape shape;                        // padded shape every instruction's tensors follow
+  bool varlen = false;                     // per-sample attention inside packed rows
+  Recompute recompute = Recompute::kNone;
+  std::vector<ChunkCost> stages;           // predicted cost per virtual stage (pp*vpp entries)
+
+  friend bool operator==(const PlanMicroBatch&, const PlanMicroBatch&) = default;
+};
+
+struct PlanReplica {
+  std::string schedule;                     // the schedule generator's name, e.g. "1f1b"
+  std::vector<PlanMicroBatch> micro_batches;  // in the order instructions index them
+
+  friend bool operator==(const PlanReplica&, const PlanReplica&) = default;
+};
+
+struct RankProgram {
+  int64_t rank = 0;          // dp_index * pp + pp_index
+  int64_t dp_index = 0;
+  int64_t pp_index = 0;
+  int64_t buffer_slots = 0;  // slots the program uses: every slot id is < buffer_slots
+  std::vector<Instruction> instructions;
+
+  friend bool operator==(const RankProgram&, const RankProgram&) = default;
+};
+
+struct ExecutionPlan {
+  ModelSpec model;
+  ClusterSpec cluster;
+  ParallelConfig parallel;
+  std::string cost_model;                // CostModel::Describe() of the model it was planned with
+  std::string method;                    // batching method, e.g. "dynapipe"
+  std::vector<int64_t> sample_ids;       // the global batch's sample ids, ascending
+  std::vector<UnplacedSample> dropped;   // samples of the batch no micro-batch holds, with reasons
+  std::vector<Bytes> model_states;       // per pipeline rank: weights + gradients + optimizer
+  std::vector<PlanReplica> replicas;     // [dp_index]
+  std::vector<RankProgram> ranks;        // [rank id], dp * pp programs
+
+  int64_t dp() const { return parallel.dp; }
+  int64_t pp() const { return parallel.pp; }
+  int64_t vpp() const { return parallel.vpp; }
+  int64_t num_stages() const { return parallel.pp * parallel.vpp; }
+  int64_t RankId(int64_t dp_index, int64_t pp_index) const { return dp_index * pp() + pp_index; }
+  // Pipeline rank of virtual stage s.
+  int64_t PipelineRankOf(int64_t stage) const { return stage % pp(); }
+  // The per-device memory limit the plan must respect (parallel.MemoryLimit(cluster)).
+  Bytes memory_limit() const { return parallel.MemoryLimit(cluster); }
+
+  friend bool operator==(const ExecutionPlan&, const ExecutionPlan&) = default;
+};
+
+// Tensors of the model's boundary between virtual stages `boundary` and `boundary + 1` for a
+// micro-batch of `shape` (fp16). Decoder-only: {mbs, seqlen, hidden}. Encoder-decoder (the first
+// half of the stages hold the encoder): before the last encoder stage the encoder hidden state
+// {mbs, seqlen, hidden}; from it on the encoder output and the decoder hidden state
+// {mbs, seqlen, hidden}, {mbs, dec_seqlen, hidden} (StageCostEvaluator::BoundaryBytes' rule).
+std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,
+                                        int64_t boundary, int64_t num_stages);
+// Token ids the first stage loads (int64): {mbs, seqlen}, plus {mbs, dec_seqlen} decoder inputs
+// for encoder-decoder models.
+std::vector<TensorShape> InputShapes(const ModelSpec& model, const LayerShape& shape);
+// Labels the last stage loads (int64): {mbs, seqlen}, or {mbs, dec_seqlen} for encoder-decoder.
+std::vector<TensorShape> LabelShapes(const ModelSpec& model, const LayerShape& shape);
+// What LoadInput of `stage` loads: inputs on stage 0, labels on the last stage, both (inputs
+// first) when the model is one stage; empty for other stages.
+std::vector<TensorShape> LoadShapes(const ModelSpec& model, const LayerShape& shape, int64_t stage,
+                                    int64_t num_stages);
+// Bytes of fp16 tensors (2 per element) and of int64 token tensors (8 per element), saturating
+// at INT64_MAX.
+Bytes Fp16Bytes(const std::vector<TensorShape>& shapes);
+Bytes TokenBytes(const std::vector<TensorShape>& shapes);
+
+}  // namespace sluice

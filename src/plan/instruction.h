@@ -1,0 +1,111 @@
+// Instruction: one step of one rank's program in an ExecutionPlan (see execution_plan.h).
+//
+// A rank executes its instructions strictly in order, with no synchronisation other than what the
+// instructions say: a *Start posts a non-blocking point-to-point transfer, the matching *Finish
+// waits for it; collectives are posted asynchronously and OptimizerStep waits for them. Tensor
+// shapes travel in the instructions, so receivers allocate exact buffers and no rank exchanges
+// shapes at run time.
+//
+// Buffers are slots, numbered 0 .. RankProgram::buffer_slots-1 per rank. An instruction's
+// `outputs` allocate slots (they must be free) and fill them; `inputs` read live slots; FreeBuffer
+// releases its one input slot, after which the slot may be allocated again. What each op reads and
+// writes is listed in docs/formats.md ("Execution plan"), with the element types: token ids and
+// labels are int64, boundary activations and gradients fp16.
+//
+// Thread safety: value types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "cost/cost_model.h"
+
+namespace sluice {
+
+enum class OpKind : uint8_t {
+  kLoadInput,        // read the micro-batch's token ids (first stage) or labels (last stage)
+  kForward,          // forward of one virtual stage
+  kBackward,         // full backward (input and weight gradient)
+  kBackwardInput,    // input-gradient half of the backward (zero-bubble "I")
+  kBackwardWeight,   // weight-gradient half (zero-bubble "W")
+  kSendActStart,     // post the send of a stage's output activations to the next stage's rank
+  kSendActFinish,    // wait until that send completed
+  kRecvActStart,     // post the receive of the previous stage's activations
+  kRecvActFinish,    // wait until they arrived
+  kSendGradStart,    // post the send of the input gradient to the previous stage's rank
+  kSendGradFinish,
+  kRecvGradStart,    // post the receive of the output gradient from the next stage's rank
+  kRecvGradFinish,
+  kFreeBuffer,       // release one buffer slot
+  kAllReduceGrad,    // all-reduce one gradient bucket across the data-parallel group (ZeRO 0, 1)
+  kReduceScatterGrad,  // reduce-scatter one gradient bucket across the group (ZeRO >= 2)
+  kAllGatherParams,  // all-gather one bucket of updated parameters after the step (ZeRO >= 2)
+  kOptimizerStep,    // wait for the rank's reductions, then update the parameters
+};
+inline constexpr int kNumOpKinds = 18;
+
+// JSON names: "load-input", "forward", "backward", "backward-input", "backward-weight",
+// "send-act-start", "send-act-finish", "recv-act-start", "recv-act-finish", "send-grad-start",
+// "send-grad-finish", "recv-grad-start", "recv-grad-finish", "free-buffer", "all-reduce-grad",
+// "reduce-scatter-grad", "all-gather-params", "optimizer-step".
+std::string_view OpKindName(OpKind op);
+// The inverse of OpKindName; nullopt for any other text.
+std::optional<OpKind> OpKindFromName(std::string_view name);
+
+bool IsCompute(OpKind op);     // Forward, Backward, BackwardInput, BackwardWeight
+bool IsCommStart(OpKind op);   // the four *Start ops
+bool IsCommFinish(OpKind op);  // the four *Finish ops
+bool IsSend(OpKind op);        // SendAct*, SendGrad*
+bool IsCollective(OpKind op);  // AllReduceGrad, ReduceScatterGrad, AllGatherParams
+// The Start op a Finish op waits for, and back. REQUIRES: IsCommFinish / IsCommStart.
+OpKind StartOf(OpKind finish);
+OpKind FinishOf(OpKind start);
+
+// Dimensions of one tensor, outermost first, e.g. {mbs, seqlen, hidden}.
+using TensorShape = std::vector<int64_t>;
+// Elements of a shape (product of the dims; 1 for no dims), saturating at INT64_MAX (also for a
+// negative dim) so that no input can overflow it.
+int64_t NumElements(const TensorShape& shape);
+
+struct Instruction {
+  OpKind op = OpKind::kForward;
+  int64_t microbatch = -1;  // index into the rank's replica's micro-batches; -1: none
+  int64_t stage = -1;       // virtual stage on THIS rank (a send's source, a receive's
+                            // destination stage, a collective's stage); -1: none
+  int64_t peer = -1;        // point-to-point: the other rank's id; -1: none
+  int64_t tag = -1;         // point-to-point: MessageTag(); -1: none
+  std::vector<TensorShape> shapes;  // tensors loaded, transferred or produced (see header)
+  std::vector<int64_t> inputs;      // buffer slots read; FreeBuffer: the slot released
+  std::vector<int64_t> outputs;     // buffer slots allocated and written
+  Bytes bytes;                      // payload of a transfer, collective or load
+  int64_t bucket = -1;              // collectives: gradient bucket id of this rank; -1: none
+  Recompute recompute = Recompute::kNone;  // Forward / Backward / BackwardInput
+  Duration duration;                // predicted time of the op (0: not predicted)
+
+  friend bool operator==(const Instruction&, const Instruction&) = default;
+};
+
+// Short text for grids and messages, PyTorch pipelining style where one exists:
+// "2F0", "2B0", "2I0", "2W0", "0LOAD3", "1SEND_F3", "1SEND_F3.wait", "2RECV_F3", "2RECV_F3.wait",
+// "2SEND_B3", "1RECV_B3", "FREE(s4)", "ALLREDUCE(b2)", "REDUCE_SCATTER(b2)", "ALLGATHER(b2)",
+// "STEP".
+std::string InstructionText(const Instruction& instruction);
+
+// The tag of a point-to-point message of micro-batch `microbatch` across the boundary between
+// virtual stages `boundary` and `boundary + 1`: ((microbatch * num_stages) + boundary) * 2, plus
+// 1 for gradients. Unique within a data-parallel replica (messages never cross replicas).
+int64_t MessageTag(int64_t microbatch, int64_t boundary, bool gradient, int64_t num_stages);
+
+// Formats `cells` ([column][step]) as PyTorch's _format_pipeline_order does: a step x column
+// grid with `labels` as column headers. When `error_step` >= 0 that row ends in
+// " <-- ERROR HERE" + `error_note`. Only rows [first_step, last_step) are printed.
+std::string FormatStepGrid(const std::vector<std::string>& labels,
+                           const std::vector<std::vector<std::string>>& cells, int64_t first_step,
+                           int64_t last_step, int64_t error_step, std::string_view error_note);
+
+}  // namespace sluice

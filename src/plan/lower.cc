@@ -1,0 +1,571 @@
+#include "plan/lower.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "cost/comm_model.h"
+#include "schedule/schedule_costs.h"
+
+namespace sluice {
+namespace {
+
+constexpr Duration kMinTime = Duration::Nanos(1);  // keeps simulated events strictly ordered
+
+// Index of an action of a replica: (mb * S + stage) * 3 + k, k: 0 = F, 1 = B or I, 2 = W.
+int Slot(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward:
+      return 0;
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+      return 1;
+    case ActionKind::kBackwardWeight:
+      return 2;
+  }
+  return 0;
+}
+
+// The layers of each of the `chunks` pipeline chunks, as StageCostEvaluator cuts them.
+std::vector<StageLayers> ChunkLayers(const ModelSpec& model, int64_t chunks) {
+  std::vector<StageLayers> out(static_cast<size_t>(chunks));
+  const int64_t half = chunks / 2;
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (!model.is_encoder_decoder()) {
+      out[c].encoder_layers = model.layers / chunks;
+    } else if (chunks == 1) {
+      out[c].encoder_layers = model.layers;
+      out[c].decoder_layers = model.decoder_layers;
+    } else if (c < half) {
+      out[c].encoder_layers = model.layers / half;
+    } else {
+      out[c].decoder_layers = model.decoder_layers / half;
+    }
+  }
+  out.front().embedding = true;
+  out.back().output_head = true;
+  return out;
+}
+
+// What the lowering of one replica needs, shared by its passes.
+struct ReplicaContext {
+  const ExecutionPlan* plan = nullptr;
+  const Schedule* schedule = nullptr;
+  const CommModel* comm = nullptr;
+  int64_t dp_index = 0;
+  int64_t m = 0;   // micro-batches
+  int64_t S = 0;   // virtual stages
+  int64_t pp = 1;
+  std::vector<std::vector<std::vector<TensorShape>>> boundary;  // [mb][b]
+  std::vector<std::vector<Duration>> p2p;  // [mb][b]: transfer time of boundary b (0 if local)
+  std::vector<std::vector<Duration>> start, end;  // [rank][action index]
+  std::vector<Duration> done;  // [(mb * S + s) * 3 + k]: end time, Infinite() = not yet
+
+  int64_t Index(int64_t mb, int64_t s, int k) const { return (mb * S + s) * 3 + k; }
+  bool Remote(int64_t a, int64_t b) const { return a % pp != b % pp; }
+  const ChunkCost& Cost(int64_t mb, int64_t s) const {
+    return plan->replicas[dp_index].micro_batches[mb].stages[s];
+  }
+};
+
+bool SameNode(const ClusterSpec& cluster, int64_t tp, int64_t rank_a, int64_t rank_b) {
+  return rank_a * tp / cluster.devices_per_node == rank_b * tp / cluster.devices_per_node;
+}
+
+// Time at which `a` can start as far as its inputs go; nullopt while an input is not produced.
+std::optional<Duration> ReadyTime(const ReplicaContext& c, const Action& a) {
+  const int64_t mb = a.microbatch, s = a.stage;
+  if (a.kind == ActionKind::kForward) {
+    if (s == 0) return Duration::Zero();
+    const Duration prev = c.done[c.Index(mb, s - 1, 0)];
+    if (prev.is_infinite()) return std::nullopt;
+    return prev + c.p2p[mb][s - 1];
+  }
+  if (a.kind == ActionKind::kBackwardWeight) {
+    const Duration input = c.done[c.Index(mb, s, 1)];
+    if (input.is_infinite()) return std::nullopt;
+    return input;
+  }
+  const Duration fwd = c.done[c.Index(mb, s, 0)];
+  if (fwd.is_infinite()) return std::nullopt;
+  if (s == c.S - 1) return fwd;
+  const Duration next = c.done[c.Index(mb, s + 1, 1)];
+  if (next.is_infinite()) return std::nullopt;
+  return std::max(fwd, next + c.p2p[mb][s]);
+}
+
+Duration ActionTime(const ReplicaContext& c, const Action& a) {
+  const ChunkCost& cost = c.Cost(a.microbatch, a.stage);
+  switch (a.kind) {
+    case ActionKind::kForward:
+      return cost.forward;
+    case ActionKind::kBackward:
+      return cost.backward_input + cost.backward_weight;
+    case ActionKind::kBackwardInput:
+      return cost.backward_input;
+    case ActionKind::kBackwardWeight:
+      return cost.backward_weight;
+  }
+  return Duration::Zero();
+}
+
+// Step 1: list scheduling of every rank's actions in order.
+Status Simulate(ReplicaContext& c) {
+  const auto& ranks = c.schedule->ranks;
+  c.done.assign(static_cast<size_t>(c.m * c.S * 3), Duration::Infinite());
+  c.start.assign(c.pp, {});
+  c.end.assign(c.pp, {});
+  std::vector<size_t> next(c.pp, 0);
+  std::vector<Duration> free_at(c.pp);
+  while (true) {
+    bool progress = false, finished = true;
+    for (int64_t r = 0; r < c.pp; ++r) {
+      while (next[r] < ranks[r].size()) {
+        const Action& a = ranks[r][next[r]];
+        const std::optional<Duration> ready = ReadyTime(c, a);
+        if (!ready) break;
+        const Duration start = std::max(free_at[r], *ready);
+        free_at[r] = start + std::max(ActionTime(c, a), kMinTime);
+        c.start[r].push_back(start);
+        c.end[r].push_back(free_at[r]);
+        c.done[c.Index(a.microbatch, a.stage, Slot(a.kind))] = free_at[r];
+        ++next[r];
+        progress = true;
+      }
+      finished = finished && next[r] == ranks[r].size();
+    }
+    if (finished) return Status::Ok();
+    if (!progress) break;
+  }
+  std::string blocked;
+  for (int64_t r = 0; r < c.pp; ++r) {
+    if (next[r] == ranks[r].size()) continue;
+    blocked += fmt::format("{}rank {} at action {} ({})", blocked.empty() ? "" : "; ", r, next[r],
+                           ranks[r][next[r]].ToString());
+  }
+  return InvalidArgumentError(fmt::format(
+      "schedule '{}' of replica {} cannot run: every unfinished rank waits for an action that "
+      "waits for it: {}",
+      c.schedule->name, c.dp_index, blocked));
+}
+
+enum class EventType : uint8_t { kSendAct, kRecvAct, kSendGrad, kRecvGrad, kReduce, kCompute };
+
+struct Event {
+  Duration time;
+  int priority = 0;      // 0: transfers, 1: gradient reduction, 2: compute
+  int64_t tiebreak = 0;  // transfers: tag (the same on both ranks); else a rank-local order
+  EventType type = EventType::kCompute;
+  int64_t mb = -1;
+  int64_t stage = -1;
+  int64_t action = -1;   // compute: index in the schedule's rank list
+  auto Key() const { return std::tie(time, priority, tiebreak); }
+};
+
+// Step 2: every rank's computes, transfer starts and reductions in simulated-time order.
+std::vector<std::vector<Event>> Events(const ReplicaContext& c) {
+  std::vector<std::vector<Event>> events(c.pp);
+  for (int64_t r = 0; r < c.pp; ++r) {
+    const auto& list = c.schedule->ranks[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      const int64_t mb = a.microbatch, s = a.stage;
+      const Duration t = c.end[r][i];
+      events[r].push_back({c.start[r][i], 2, static_cast<int64_t>(i), EventType::kCompute, mb, s,
+                           static_cast<int64_t>(i)});
+      if (a.kind == ActionKind::kForward && s + 1 < c.S && c.Remote(s, s + 1)) {
+        const int64_t tag = MessageTag(mb, s, false, c.S);
+        events[r].push_back({t, 0, tag, EventType::kSendAct, mb, s});
+        events[(s + 1) % c.pp].push_back({t, 0, tag, EventType::kRecvAct, mb, s + 1});
+      }
+      if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) && s > 0 &&
+          c.Remote(s, s - 1)) {
+        const int64_t tag = MessageTag(mb, s - 1, true, c.S);
+        events[r].push_back({t, 0, tag, EventType::kSendGrad, mb, s});
+        events[(s - 1) % c.pp].push_back({t, 0, tag, EventType::kRecvGrad, mb, s - 1});
+      }
+    }
+  }
+  if (c.plan->dp() > 1) {
+    // Reductions in decreasing stage order, each once its stage's last backward is done.
+    std::vector<Duration> stage_done(c.S);
+    for (int64_t r = 0; r < c.pp; ++r) {
+      const auto& list = c.schedule->ranks[r];
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (list[i].kind == ActionKind::kBackward || list[i].kind == ActionKind::kBackwardWeight) {
+          stage_done[list[i].stage] = std::max(stage_done[list[i].stage], c.end[r][i]);
+        }
+      }
+    }
+    for (int64_t r = 0; r < c.pp; ++r) {
+      Duration t;
+      int64_t order = 0;
+      for (int64_t s = r + (c.S / c.pp - 1) * c.pp; s >= 0; s -= c.pp) {
+        t = std::max(t, stage_done[s]);
+        events[r].push_back({t, 1, order++, EventType::kReduce, -1, s});
+      }
+    }
+  }
+  for (auto& list : events) {
+    std::sort(list.begin(), list.end(),
+              [](const Event& a, const Event& b) { return a.Key() < b.Key(); });
+  }
+  return events;
+}
+
+// One gradient bucket of a virtual stage.
+struct Bucket {
+  int64_t stage = 0;
+  Bytes bytes;
+};
+
+// Step 3-5 for one rank: instructions with logical buffers, then frees and slots.
+class RankAssembler {
+ public:
+  RankAssembler(const ReplicaContext& c, int64_t r, const std::vector<std::vector<Bucket>>& buckets,
+                const ClusterSpec& cluster)
+      : c_(c), r_(r), buckets_(buckets), cluster_(cluster),
+        key_buf_(static_cast<size_t>(3 * c.m * c.S), -1) {}
+
+  RankProgram Assemble(const std::vector<Event>& events) {
+    for (const Event& e : events) Emit(e);
+    for (Instruction& in : pending_grad_sends_) out_.push_back(std::move(in));
+    pending_grad_sends_.clear();
+    Instruction step;
+    step.op = OpKind::kOptimizerStep;
+    out_.push_back(step);
+    for (const Instruction& in : gathers_) out_.push_back(in);
+    RankProgram program;
+    program.dp_index = c_.dp_index;
+    program.pp_index = r_;
+    program.rank = c_.plan->RankId(c_.dp_index, r_);
+    program.instructions = FreeAndPack(&program.buffer_slots);
+    return program;
+  }
+
+ private:
+  enum Kind { kLoad = 0, kAct = 1, kGrad = 2 };
+  int64_t Key(Kind kind, int64_t mb, int64_t b) const { return (kind * c_.m + mb) * c_.S + b; }
+  int64_t NewBuffer(Kind kind, int64_t mb, int64_t b) {
+    return key_buf_[Key(kind, mb, b)] = next_buffer_++;
+  }
+  int64_t Buffer(Kind kind, int64_t mb, int64_t b) const {
+    const int64_t id = key_buf_[Key(kind, mb, b)];
+    SLUICE_CHECK_MSG(id >= 0, "lowering: buffer read before it was produced");
+    return id;
+  }
+  int64_t GlobalRank(int64_t stage) const { return c_.plan->RankId(c_.dp_index, stage % c_.pp); }
+
+  // A transfer op of boundary b (act: from b to b+1; grad: from b+1 to b).
+  Instruction Comm(OpKind op, int64_t mb, int64_t stage, int64_t peer_stage, int64_t b,
+                   bool gradient, int64_t buffer, bool allocates) const {
+    Instruction in;
+    in.op = op;
+    in.microbatch = mb;
+    in.stage = stage;
+    in.peer = GlobalRank(peer_stage);
+    in.tag = MessageTag(mb, b, gradient, c_.S);
+    in.shapes = c_.boundary[mb][b];
+    (allocates ? in.outputs : in.inputs).push_back(buffer);
+    in.bytes = Fp16Bytes(in.shapes);
+    if (IsCommStart(op)) in.duration = c_.p2p[mb][b];
+    return in;
+  }
+
+  void Emit(const Event& e) {
+    const int64_t mb = e.mb, s = e.stage;
+    switch (e.type) {
+      case EventType::kSendAct:
+        out_.push_back(Comm(OpKind::kSendActStart, mb, s, s + 1, s, false, Buffer(kAct, mb, s),
+                            false));
+        return;
+      case EventType::kRecvAct:
+        out_.push_back(Comm(OpKind::kRecvActStart, mb, s, s - 1, s - 1, false,
+                            NewBuffer(kAct, mb, s - 1), true));
+        return;
+      case EventType::kSendGrad:
+        out_.push_back(Comm(OpKind::kSendGradStart, mb, s, s - 1, s - 1, true,
+                            Buffer(kGrad, mb, s - 1), false));
+        pending_grad_sends_.push_back(Comm(OpKind::kSendGradFinish, mb, s, s - 1, s - 1, true,
+                                           Buffer(kGrad, mb, s - 1), false));
+        return;
+      case EventType::kRecvGrad:
+        out_.push_back(Comm(OpKind::kRecvGradStart, mb, s, s + 1, s, true,
+                            NewBuffer(kGrad, mb, s), true));
+        return;
+      case EventType::kReduce:
+        EmitReduction(s);
+        return;
+      case EventType::kCompute:
+        EmitCompute(c_.schedule->ranks[r_][e.action]);
+        return;
+    }
+  }
+
+  void EmitReduction(int64_t s) {
+    const bool zero2 = c_.plan->parallel.zero >= 2;
+    const int64_t dp = c_.plan->dp();
+    bool spans = false;
+    for (int64_t d = 1; d < dp; ++d) {
+      spans = spans || !SameNode(cluster_, c_.plan->parallel.tp, c_.plan->RankId(0, r_),
+                                 c_.plan->RankId(d, r_));
+    }
+    for (const Bucket& b : buckets_[s]) {
+      Instruction in;
+      in.op = zero2 ? OpKind::kReduceScatterGrad : OpKind::kAllReduceGrad;
+      in.stage = s;
+      in.bucket = next_bucket_++;
+      in.bytes = b.bytes;
+      in.duration = c_.comm->Collective(
+          zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, b.bytes, dp, spans);
+      out_.push_back(in);
+      if (zero2) {
+        in.op = OpKind::kAllGatherParams;
+        in.duration = c_.comm->Collective(CollectiveKind::kAllGather, b.bytes, dp, spans);
+        gathers_.push_back(in);
+      }
+    }
+  }
+
+  void EmitCompute(const Action& a) {
+    const int64_t mb = a.microbatch, s = a.stage, last = c_.S - 1;
+    const PlanMicroBatch& micro = c_.plan->replicas[c_.dp_index].micro_batches[mb];
+    const ChunkCost& cost = c_.Cost(mb, s);
+    Instruction in;
+    in.microbatch = mb;
+    in.stage = s;
+    if (a.kind == ActionKind::kBackwardWeight) {
+      in.op = OpKind::kBackwardWeight;
+      in.duration = cost.backward_weight;
+      out_.push_back(in);
+      return;
+    }
+    in.recompute = micro.recompute;
+    // The stage's inputs: loaded tokens or the previous stage's activations, then labels.
+    auto add_inputs = [&] {
+      in.inputs.push_back(s == 0 ? Buffer(kLoad, mb, 0) : Buffer(kAct, mb, s - 1));
+      if (s == last && s > 0) in.inputs.push_back(Buffer(kLoad, mb, s));
+    };
+    if (a.kind == ActionKind::kForward) {
+      std::vector<TensorShape> load = LoadShapes(c_.plan->model, micro.shape, s, c_.S);
+      if (!load.empty()) {
+        Instruction li;
+        li.op = OpKind::kLoadInput;
+        li.microbatch = mb;
+        li.stage = s;
+        li.bytes = TokenBytes(load);
+        li.shapes = std::move(load);
+        li.outputs.push_back(NewBuffer(kLoad, mb, s));
+        out_.push_back(std::move(li));
+      }
+      if (s > 0 && c_.Remote(s - 1, s)) {
+        out_.push_back(Comm(OpKind::kRecvActFinish, mb, s, s - 1, s - 1, false,
+                            Buffer(kAct, mb, s - 1), false));
+      }
+      in.op = OpKind::kForward;
+      add_inputs();
+      if (s < last) {
+        in.outputs.push_back(NewBuffer(kAct, mb, s));
+        in.shapes = c_.boundary[mb][s];
+      }
+      in.duration = cost.forward;
+      out_.push_back(std::move(in));
+      return;
+    }
+    for (Instruction& f : pending_grad_sends_) out_.push_back(std::move(f));
+    pending_grad_sends_.clear();
+    if (s < last && c_.Remote(s, s + 1)) {
+      out_.push_back(
+          Comm(OpKind::kSendActFinish, mb, s, s + 1, s, false, Buffer(kAct, mb, s), false));
+      out_.push_back(
+          Comm(OpKind::kRecvGradFinish, mb, s, s + 1, s, true, Buffer(kGrad, mb, s), false));
+    }
+    in.op = a.kind == ActionKind::kBackward ? OpKind::kBackward : OpKind::kBackwardInput;
+    add_inputs();
+    if (s < last) {
+      in.inputs.push_back(Buffer(kAct, mb, s));
+      in.inputs.push_back(Buffer(kGrad, mb, s));
+    }
+    if (s > 0) {
+      in.outputs.push_back(NewBuffer(kGrad, mb, s - 1));
+      in.shapes = c_.boundary[mb][s - 1];
+    }
+    in.duration = a.kind == ActionKind::kBackward ? cost.backward_input + cost.backward_weight
+                                                  : cost.backward_input;
+    out_.push_back(std::move(in));
+  }
+
+  // Inserts a FreeBuffer after each logical buffer's last use and maps buffers to slots.
+  std::vector<Instruction> FreeAndPack(int64_t* slots_used) {
+    std::vector<int64_t> last_use(next_buffer_, -1);
+    for (size_t i = 0; i < out_.size(); ++i) {
+      for (int64_t b : out_[i].inputs) last_use[b] = static_cast<int64_t>(i);
+      for (int64_t b : out_[i].outputs) last_use[b] = static_cast<int64_t>(i);
+    }
+    std::vector<std::vector<int64_t>> frees_after(out_.size());
+    for (int64_t b = 0; b < next_buffer_; ++b) frees_after[last_use[b]].push_back(b);
+    std::vector<int64_t> slot_of(next_buffer_, -1);
+    std::vector<bool> slot_busy;
+    std::vector<Instruction> result;
+    result.reserve(out_.size() + next_buffer_);
+    for (size_t i = 0; i < out_.size(); ++i) {
+      Instruction& in = out_[i];
+      for (int64_t& b : in.outputs) {
+        const auto it = std::find(slot_busy.begin(), slot_busy.end(), false);
+        const int64_t slot = it - slot_busy.begin();
+        if (it == slot_busy.end()) slot_busy.push_back(true);
+        slot_busy[slot] = true;
+        slot_of[b] = slot;
+        b = slot;
+      }
+      for (int64_t& b : in.inputs) b = slot_of[b];
+      result.push_back(std::move(in));
+      for (int64_t b : frees_after[i]) {
+        Instruction f;
+        f.op = OpKind::kFreeBuffer;
+        f.inputs.push_back(slot_of[b]);
+        slot_busy[slot_of[b]] = false;
+        result.push_back(std::move(f));
+      }
+    }
+    *slots_used = static_cast<int64_t>(slot_busy.size());
+    return result;
+  }
+
+  const ReplicaContext& c_;
+  const int64_t r_;
+  const std::vector<std::vector<Bucket>>& buckets_;
+  const ClusterSpec& cluster_;
+  std::vector<int64_t> key_buf_;
+  int64_t next_buffer_ = 0;
+  int64_t next_bucket_ = 0;
+  std::vector<Instruction> out_;
+  std::vector<Instruction> pending_grad_sends_;
+  std::vector<Instruction> gathers_;
+};
+
+// Buckets of each virtual stage: its fp16 gradients cut into equal parts of at most `cap`.
+std::vector<std::vector<Bucket>> MakeBuckets(const StageCostEvaluator& eval, Bytes cap) {
+  const ParallelConfig& par = eval.parallel();
+  const std::vector<StageLayers> chunks = ChunkLayers(eval.model(), par.chunks());
+  std::vector<std::vector<Bucket>> out(chunks.size());
+  for (size_t s = 0; s < chunks.size(); ++s) {
+    const int64_t bytes = 2 * eval.cost_model().ModelStates(chunks[s], par).params;
+    if (bytes <= 0) continue;
+    const int64_t n = std::max<int64_t>(1, (bytes + cap.count() - 1) / std::max<int64_t>(
+                                                                           cap.count(), 1));
+    for (int64_t k = 0; k < n; ++k) {
+      out[s].push_back({static_cast<int64_t>(s), Bytes::Of(bytes / n + (k < bytes % n ? 1 : 0))});
+    }
+  }
+  return out;
+}
+
+Status CheckInputs(const BatchPlan& bp, std::span<const Schedule> schedules,
+                   const ParallelConfig& par) {
+  if (bp.outcome != PlanOutcome::kOk) {
+    return FailedPreconditionError(fmt::format("cannot lower a batch plan that is {}: {}",
+                                               PlanOutcomeName(bp.outcome), bp.infeasible_reason));
+  }
+  if (static_cast<int64_t>(bp.replicas.size()) != par.dp ||
+      static_cast<int64_t>(schedules.size()) != par.dp) {
+    return InvalidArgumentError(fmt::format(
+        "lowering: {} replicas and {} schedules for dp = {}; need one of each per replica",
+        bp.replicas.size(), schedules.size(), par.dp));
+  }
+  for (int64_t d = 0; d < par.dp; ++d) {
+    const Schedule& s = schedules[d];
+    const int64_t m = static_cast<int64_t>(bp.replicas[d].size());
+    if (s.pp != par.pp || s.vpp != par.vpp || s.num_microbatches != m) {
+      return InvalidArgumentError(fmt::format(
+          "lowering: schedule '{}' of replica {} has pp = {}, vpp = {}, {} micro-batches; the "
+          "plan has pp = {}, vpp = {}, {} micro-batches",
+          s.name, d, s.pp, s.vpp, s.num_microbatches, par.pp, par.vpp, m));
+    }
+    SLUICE_RETURN_IF_ERROR(
+        CheckScheduleComplete(s).WithPrefix(fmt::format("lowering: replica {}", d)));
+    for (int64_t i = 0; i < m; ++i) {
+      const MicroBatch& mb = bp.replicas[d][i];
+      const size_t pp = static_cast<size_t>(par.pp);
+      if (mb.stage_forward.size() != pp || mb.stage_backward.size() != pp ||
+          mb.stage_backward_weight.size() != pp || mb.stage_stored.size() != pp ||
+          mb.stage_peak.size() != pp || mb.shape.mbs < 1 || mb.shape.seqlen < 1) {
+        return InvalidArgumentError(fmt::format(
+            "lowering: micro-batch {} of replica {} has no per-stage costs for pp = {} or an "
+            "empty shape (price it with PriceMicroBatch first)",
+            i, d, par.pp));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const Sample> batch,
+                                  std::span<const Schedule> schedules,
+                                  const StageCostEvaluator& eval, const ClusterSpec& cluster,
+                                  const LowerOptions& options) {
+  const ParallelConfig& par = eval.parallel();
+  SLUICE_RETURN_IF_ERROR(CheckInputs(batch_plan, schedules, par));
+  if (options.bucket_bytes.count() <= 0) {
+    return InvalidArgumentError("lowering: bucket_bytes must be positive");
+  }
+  ExecutionPlan plan;
+  plan.model = eval.model();
+  plan.cluster = cluster;
+  plan.parallel = par;
+  plan.cost_model = eval.cost_model().Describe();
+  plan.method = batch_plan.method;
+  for (const Sample& s : batch) plan.sample_ids.push_back(s.id);
+  std::sort(plan.sample_ids.begin(), plan.sample_ids.end());
+  plan.dropped = batch_plan.dropped;
+  for (const ModelStateMemory& m : eval.stage_states()) plan.model_states.push_back(m.total());
+  std::vector<ScheduleCosts> costs(par.dp);
+  for (int64_t d = 0; d < par.dp; ++d) {
+    ScheduleCostOptions cost_options = options.costs;
+    cost_options.replica = d;
+    SLUICE_ASSIGN_OR_RETURN(costs[d], BuildScheduleCosts(batch_plan.replicas[d], eval, cluster,
+                                                         cost_options));
+    PlanReplica replica;
+    replica.schedule = schedules[d].name;
+    for (size_t i = 0; i < batch_plan.replicas[d].size(); ++i) {
+      const MicroBatch& mb = batch_plan.replicas[d][i];
+      replica.micro_batches.push_back(
+          {mb.rows, mb.shape, mb.varlen, mb.recompute, costs[d].chunks[i]});
+    }
+    plan.replicas.push_back(std::move(replica));
+  }
+  const AlphaBetaCommModel comm(cluster);
+  const std::vector<std::vector<Bucket>> buckets = MakeBuckets(eval, options.bucket_bytes);
+  plan.ranks.resize(static_cast<size_t>(par.dp * par.pp));
+  for (int64_t d = 0; d < par.dp; ++d) {
+    ReplicaContext c;
+    c.plan = &plan;
+    c.schedule = &schedules[d];
+    c.comm = &comm;
+    c.dp_index = d;
+    c.m = static_cast<int64_t>(plan.replicas[d].micro_batches.size());
+    c.S = plan.num_stages();
+    c.pp = par.pp;
+    for (int64_t i = 0; i < c.m; ++i) {
+      const LayerShape& shape = plan.replicas[d].micro_batches[i].shape;
+      c.boundary.emplace_back();
+      c.p2p.emplace_back();
+      for (int64_t b = 0; b + 1 < c.S; ++b) {
+        c.boundary[i].push_back(BoundaryShapes(plan.model, shape, b, c.S));
+        c.p2p[i].push_back(c.Remote(b, b + 1) ? std::max(costs[d].p2p[i][b], kMinTime)
+                                              : Duration::Zero());
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(Simulate(c));
+    const std::vector<std::vector<Event>> events = Events(c);
+    for (int64_t r = 0; r < par.pp; ++r) {
+      plan.ranks[plan.RankId(d, r)] = RankAssembler(c, r, buckets, cluster).Assemble(events[r]);
+    }
+  }
+  return plan;
+}
+
+}  // namespace sluice

@@ -1,0 +1,365 @@
+#include "plan/program_check.h"
+
+#include <fmt/core.h>
+
+#include <vector>
+
+#include "plan/comm_replay.h"
+
+namespace sluice {
+namespace {
+
+// The boundary a transfer crosses and whether it carries gradients.
+struct Link {
+  int64_t boundary = 0;
+  int64_t neighbour = 0;  // the stage on the peer rank
+  bool gradient = false;
+  bool valid = false;
+};
+
+Link LinkOf(OpKind op, int64_t stage, int64_t num_stages) {
+  switch (op) {
+    case OpKind::kSendActStart:
+    case OpKind::kSendActFinish:
+      return {stage, stage + 1, false, stage + 1 < num_stages};
+    case OpKind::kRecvActStart:
+    case OpKind::kRecvActFinish:
+      return {stage - 1, stage - 1, false, stage > 0};
+    case OpKind::kSendGradStart:
+    case OpKind::kSendGradFinish:
+      return {stage - 1, stage - 1, true, stage > 0};
+    default:
+      return {stage, stage + 1, true, stage + 1 < num_stages};
+  }
+}
+
+std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankProgram& program,
+                                        const Instruction& in) {
+  const int64_t S = plan.num_stages(), last = S - 1;
+  const auto& mbs = plan.replicas[program.dp_index].micro_batches;
+  for (const auto* list : {&in.inputs, &in.outputs}) {
+    for (int64_t slot : *list) {
+      if (slot < 0 || slot >= program.buffer_slots) {
+        return fmt::format("slot {} is outside the program's {} buffer slots", slot,
+                           program.buffer_slots);
+      }
+    }
+  }
+  auto want_counts = [&](size_t inputs, size_t outputs) -> std::optional<std::string> {
+    if (in.inputs.size() == inputs && in.outputs.size() == outputs) return std::nullopt;
+    return fmt::format("{} needs {} input and {} output slots, has {} and {}", OpKindName(in.op),
+                       inputs, outputs, in.inputs.size(), in.outputs.size());
+  };
+  if (in.op == OpKind::kFreeBuffer) return want_counts(1, 0);
+  if (in.op == OpKind::kOptimizerStep) return want_counts(0, 0);
+  if (in.stage < 0 || in.stage >= S || plan.PipelineRankOf(in.stage) != program.pp_index) {
+    return fmt::format("stage {} does not run on pipeline rank {} (stages 0..{}, stage s on rank "
+                       "s % {})",
+                       in.stage, program.pp_index, last, plan.pp());
+  }
+  if (IsCollective(in.op)) {
+    if (in.bucket < 0 || in.bytes.count() <= 0) {
+      return fmt::format("needs a bucket id >= 0 and a positive byte count, has {} and {}",
+                         in.bucket, in.bytes.count());
+    }
+    const bool sharded = plan.parallel.zero >= 2;
+    if ((in.op == OpKind::kAllReduceGrad) == sharded) {
+      return fmt::format("ZeRO-{} reduces gradients with {}", plan.parallel.zero,
+                         sharded ? "reduce-scatter and all-gather" : "all-reduce");
+    }
+    return want_counts(0, 0);
+  }
+  if (in.microbatch < 0 || in.microbatch >= static_cast<int64_t>(mbs.size())) {
+    return fmt::format("micro-batch {} is not in [0, {})", in.microbatch, mbs.size());
+  }
+  const PlanMicroBatch& mb = mbs[in.microbatch];
+  auto want_shapes = [&](const std::vector<TensorShape>& shapes) -> std::optional<std::string> {
+    if (in.shapes == shapes) return std::nullopt;
+    return fmt::format("tensor shapes {} differ from the {} that micro-batch {} (mbs {}, seqlen "
+                       "{}, dec_seqlen {}) needs",
+                       ShapesText(in.shapes), ShapesText(shapes), in.microbatch, mb.shape.mbs,
+                       mb.shape.seqlen, mb.shape.dec_seqlen);
+  };
+  if (in.op == OpKind::kLoadInput) {
+    const std::vector<TensorShape> load = LoadShapes(plan.model, mb.shape, in.stage, S);
+    if (load.empty()) return fmt::format("stage {} loads no input", in.stage);
+    if (auto p = want_shapes(load)) return p;
+    if (in.bytes != TokenBytes(load)) {
+      return fmt::format("bytes {} differ from the {} of int64 tokens", in.bytes.count(),
+                         TokenBytes(load).count());
+    }
+    return want_counts(0, 1);
+  }
+  if (IsCompute(in.op)) {
+    if (in.op != OpKind::kBackwardWeight && in.recompute != mb.recompute) {
+      return fmt::format("recompute '{}' differs from micro-batch {}'s '{}'",
+                         RecomputeName(in.recompute), in.microbatch, RecomputeName(mb.recompute));
+    }
+    if (in.op == OpKind::kForward) {
+      return want_shapes(in.stage < last ? BoundaryShapes(plan.model, mb.shape, in.stage, S)
+                                         : std::vector<TensorShape>{});
+    }
+    if (in.op == OpKind::kBackwardWeight) return want_shapes({});
+    return want_shapes(in.stage > 0 ? BoundaryShapes(plan.model, mb.shape, in.stage - 1, S)
+                                    : std::vector<TensorShape>{});
+  }
+  const Link link = LinkOf(in.op, in.stage, S);
+  if (!link.valid) return fmt::format("stage {} has no neighbour to {}", in.stage, OpKindName(in.op));
+  if (plan.PipelineRankOf(link.neighbour) == program.pp_index) {
+    return fmt::format("stages {} and {} run on the same rank and exchange no messages", in.stage,
+                       link.neighbour);
+  }
+  const int64_t peer = plan.RankId(program.dp_index, plan.PipelineRankOf(link.neighbour));
+  if (in.peer != peer) {
+    return fmt::format("peer {} is not rank {}, which runs stage {}", in.peer, peer,
+                       link.neighbour);
+  }
+  const int64_t tag = MessageTag(in.microbatch, link.boundary, link.gradient, S);
+  if (in.tag != tag) return fmt::format("tag {} differs from MessageTag() = {}", in.tag, tag);
+  if (auto p = want_shapes(BoundaryShapes(plan.model, mb.shape, link.boundary, S))) return p;
+  if (in.bytes != Fp16Bytes(in.shapes)) {
+    return fmt::format("bytes {} differ from the {} of the fp16 tensors", in.bytes.count(),
+                       Fp16Bytes(in.shapes).count());
+  }
+  const bool allocates = in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart;
+  return want_counts(allocates ? 0 : 1, allocates ? 1 : 0);
+}
+
+// Walks a program in order; see validate.h check 5.
+class OrderChecker {
+ public:
+  OrderChecker(const ExecutionPlan& plan, const RankProgram& program)
+      : plan_(plan), program_(program),
+        m_(static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())),
+        S_(plan.num_stages()), state_(m_ * S_, 0), holder_(3 * m_ * S_, -1),
+        open_(2 * m_ * S_, -1), slots_(program.buffer_slots) {}
+
+  std::optional<ProgramProblem> Run() {
+    const auto& list = program_.instructions;
+    for (size_t i = 0; i < list.size(); ++i) {
+      index_ = static_cast<int64_t>(i);
+      if (auto p = Step(list[i])) return ProgramProblem{index_, *p};
+    }
+    index_ = static_cast<int64_t>(list.size());
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (slots_[s].live) {
+        return ProgramProblem{index_, fmt::format("slot {} allocated by instruction {} ({}) is "
+                                                  "never freed",
+                                                  s, slots_[s].since,
+                                                  InstructionText(list[slots_[s].since]))};
+      }
+    }
+    for (int64_t t = 0; t < static_cast<int64_t>(open_.size()); ++t) {
+      if (open_[t] >= 0) {
+        return ProgramProblem{index_, fmt::format("instruction {} ({}) is never finished",
+                                                  open_[t], InstructionText(list[open_[t]]))};
+      }
+    }
+    if (!stepped_) return ProgramProblem{index_, "the program has no optimizer-step"};
+    return std::nullopt;
+  }
+
+ private:
+  enum Kind { kLoad = 0, kAct = 1, kGrad = 2 };
+  enum State { kNone = 0, kForwarded = 1, kInputGrad = 2, kDone = 3 };
+  struct Slot {
+    bool live = false;
+    bool ready = false;
+    int64_t content = -1;
+    int64_t sends = 0;   // sends in flight from this slot
+    int64_t since = -1;  // allocating instruction
+  };
+
+  int64_t Key(Kind kind, int64_t mb, int64_t b) const { return (kind * m_ + mb) * S_ + b; }
+  std::string KeyText(int64_t key) const {
+    const int64_t b = key % S_, mb = (key / S_) % m_, kind = key / S_ / m_;
+    if (kind == kLoad) return fmt::format("the tokens of micro-batch {} on stage {}", mb, b);
+    return fmt::format("the {} of micro-batch {} across boundary {}-{}",
+                       kind == kAct ? "activations" : "gradients", mb, b, b + 1);
+  }
+
+  std::optional<std::string> Read(int64_t slot, int64_t key) {
+    const Slot& s = slots_[slot];
+    if (!s.live) return fmt::format("reads slot {}, which is not allocated", slot);
+    if (s.content != key) {
+      return fmt::format("reads slot {} for {}, but it holds {}", slot, KeyText(key),
+                         KeyText(s.content));
+    }
+    if (!s.ready) {
+      return fmt::format("reads slot {} before its receive (instruction {}) finished", slot,
+                         s.since);
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> Write(int64_t slot, int64_t key, bool ready) {
+    Slot& s = slots_[slot];
+    if (s.live) {
+      return fmt::format("allocates slot {}, which still holds {} (allocated by instruction {})",
+                         slot, KeyText(s.content), s.since);
+    }
+    if (holder_[key] >= 0) {
+      return fmt::format("produces {} again (slot {} already holds it)", KeyText(key),
+                         holder_[key]);
+    }
+    s = {true, ready, key, 0, index_};
+    holder_[key] = slot;
+    return std::nullopt;
+  }
+
+  std::optional<std::string> Compute(const Instruction& in) {
+    const int64_t mb = in.microbatch, s = in.stage, last = S_ - 1;
+    int64_t& state = state_[mb * S_ + s];
+    if (in.op == OpKind::kBackwardWeight) {
+      if (state != kInputGrad) {
+        return fmt::format("W of micro-batch {} on stage {} needs its I first{}", mb, s,
+                           state == kDone ? " (and runs only once)" : "");
+      }
+      state = kDone;
+      return std::nullopt;
+    }
+    const bool forward = in.op == OpKind::kForward;
+    if (forward != (state == kNone)) {
+      return forward ? fmt::format("micro-batch {} runs F on stage {} twice", mb, s)
+                     : fmt::format("{} of micro-batch {} on stage {} {}", OpKindName(in.op), mb,
+                                   s, state == kNone ? "precedes its F" : "runs twice");
+    }
+    std::vector<int64_t> reads = {s == 0 ? Key(kLoad, mb, 0) : Key(kAct, mb, s - 1)};
+    if (s == last && s > 0) reads.push_back(Key(kLoad, mb, s));
+    if (!forward && s < last) {
+      reads.push_back(Key(kAct, mb, s));
+      reads.push_back(Key(kGrad, mb, s));
+    }
+    std::vector<int64_t> writes;
+    if (forward && s < last) writes.push_back(Key(kAct, mb, s));
+    if (!forward && s > 0) writes.push_back(Key(kGrad, mb, s - 1));
+    if (in.inputs.size() != reads.size() || in.outputs.size() != writes.size()) {
+      return fmt::format("reads {} and writes {} buffers; {} on stage {} of {} stages reads {} "
+                         "and writes {}",
+                         in.inputs.size(), in.outputs.size(), OpKindName(in.op), s, S_,
+                         reads.size(), writes.size());
+    }
+    for (size_t k = 0; k < reads.size(); ++k) {
+      if (auto p = Read(in.inputs[k], reads[k])) return p;
+    }
+    for (size_t k = 0; k < writes.size(); ++k) {
+      if (auto p = Write(in.outputs[k], writes[k], true)) return p;
+    }
+    state = forward ? kForwarded : (in.op == OpKind::kBackward ? kDone : kInputGrad);
+    return std::nullopt;
+  }
+
+  std::optional<std::string> Comm(const Instruction& in) {
+    const Link link = LinkOf(in.op, in.stage, S_);
+    const int64_t key = Key(link.gradient ? kGrad : kAct, in.microbatch, link.boundary);
+    const bool recv = !IsSend(in.op);
+    if (IsCommStart(in.op)) {
+      if (open_[in.tag] >= 0) {
+        return fmt::format("posts tag {} again while instruction {} is unfinished", in.tag,
+                           open_[in.tag]);
+      }
+      open_[in.tag] = index_;
+      if (recv) return Write(in.outputs[0], key, false);
+      if (auto p = Read(in.inputs[0], key)) return p;
+      ++slots_[in.inputs[0]].sends;
+      return std::nullopt;
+    }
+    const int64_t start = open_[in.tag];
+    if (start < 0 || program_.instructions[start].op != StartOf(in.op)) {
+      return fmt::format("finishes a {} of tag {} that this rank has not started",
+                         recv ? "receive" : "send", in.tag);
+    }
+    if (program_.instructions[start].peer != in.peer) {
+      return fmt::format("finishes instruction {} with peer {}, not {}", start,
+                         program_.instructions[start].peer, in.peer);
+    }
+    open_[in.tag] = -1;
+    Slot& slot = slots_[in.inputs[0]];
+    if (!slot.live || slot.content != key) {
+      return fmt::format("slot {} does not hold {}", in.inputs[0], KeyText(key));
+    }
+    if (recv) {
+      slot.ready = true;
+    } else {
+      --slot.sends;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::string> Step(const Instruction& in) {
+    if (stepped_ && in.op != OpKind::kAllGatherParams) {
+      return "only all-gathers may follow the optimizer step";
+    }
+    switch (in.op) {
+      case OpKind::kLoadInput:
+        return Write(in.outputs[0], Key(kLoad, in.microbatch, in.stage), true);
+      case OpKind::kFreeBuffer: {
+        Slot& s = slots_[in.inputs[0]];
+        if (!s.live) return fmt::format("frees slot {}, which is not allocated", in.inputs[0]);
+        if (s.sends > 0 || !s.ready) {
+          return fmt::format("frees slot {} while a transfer of it is unfinished", in.inputs[0]);
+        }
+        holder_[s.content] = -1;
+        s = Slot();
+        return std::nullopt;
+      }
+      case OpKind::kAllReduceGrad:
+      case OpKind::kReduceScatterGrad:
+        for (int64_t mb = 0; mb < m_; ++mb) {
+          if (state_[mb * S_ + in.stage] != kDone) {
+            return fmt::format("reduces stage {}'s gradients before micro-batch {}'s backward "
+                               "there",
+                               in.stage, mb);
+          }
+        }
+        return std::nullopt;
+      case OpKind::kAllGatherParams:
+        if (!stepped_) return "gathers parameters before the optimizer step";
+        return std::nullopt;
+      case OpKind::kOptimizerStep:
+        for (int64_t s = program_.pp_index; s < S_; s += plan_.pp()) {
+          for (int64_t mb = 0; mb < m_; ++mb) {
+            if (state_[mb * S_ + s] != kDone) {
+              return fmt::format("steps before micro-batch {} finished its {} on stage {}", mb,
+                                 state_[mb * S_ + s] == kNone ? "F" : "backward", s);
+            }
+          }
+        }
+        stepped_ = true;
+        return std::nullopt;
+      default:
+        break;
+    }
+    if (IsCompute(in.op)) return Compute(in);
+    return Comm(in);
+  }
+
+  const ExecutionPlan& plan_;
+  const RankProgram& program_;
+  const int64_t m_, S_;
+  std::vector<int64_t> state_;   // [mb * S + stage]: State
+  std::vector<int64_t> holder_;  // [content key]: slot holding it, -1
+  std::vector<int64_t> open_;    // [tag]: unfinished Start, -1
+  std::vector<Slot> slots_;
+  int64_t index_ = 0;
+  bool stepped_ = false;
+};
+
+}  // namespace
+
+std::optional<ProgramProblem> CheckProgramFields(const ExecutionPlan& plan,
+                                                 const RankProgram& program) {
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    if (auto p = FieldProblem(plan, program, program.instructions[i])) {
+      return ProgramProblem{static_cast<int64_t>(i), *p};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ProgramProblem> CheckProgramOrder(const ExecutionPlan& plan,
+                                                const RankProgram& program) {
+  return OrderChecker(plan, program).Run();
+}
+
+}  // namespace sluice

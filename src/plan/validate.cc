@@ -1,0 +1,271 @@
+#include "plan/validate.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "plan/comm_replay.h"
+#include "plan/program_check.h"
+
+namespace sluice {
+namespace {
+
+std::optional<std::string> CheckStructure(const ExecutionPlan& plan) {
+  const ParallelConfig& par = plan.parallel;
+  if (par.dp < 1 || par.pp < 1 || par.vpp < 1 || par.tp < 1) {
+    return fmt::format("parallel degrees must be >= 1 (dp {}, pp {}, tp {}, vpp {})", par.dp,
+                       par.pp, par.tp, par.vpp);
+  }
+  if (Status fits = CheckParallelFits(par, plan.model, &plan.cluster, "plan"); !fits.ok()) {
+    return fits.message();
+  }
+  if (static_cast<int64_t>(plan.ranks.size()) != par.dp * par.pp) {
+    return fmt::format("{} rank programs for dp {} x pp {}", plan.ranks.size(), par.dp, par.pp);
+  }
+  if (static_cast<int64_t>(plan.replicas.size()) != par.dp) {
+    return fmt::format("{} replicas for dp {}", plan.replicas.size(), par.dp);
+  }
+  if (static_cast<int64_t>(plan.model_states.size()) != par.pp) {
+    return fmt::format("{} model-state entries for pp {}", plan.model_states.size(), par.pp);
+  }
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    const RankProgram& p = plan.ranks[r];
+    const int64_t id = static_cast<int64_t>(r);
+    if (p.rank != id || p.dp_index != id / par.pp || p.pp_index != id % par.pp ||
+        p.buffer_slots < 0) {
+      return fmt::format("program {} says rank {}, dp {}, pp {}, {} slots; rank ids are "
+                         "dp_index * pp + pp_index",
+                         r, p.rank, p.dp_index, p.pp_index, p.buffer_slots);
+    }
+  }
+  const int64_t S = plan.num_stages();
+  for (size_t d = 0; d < plan.replicas.size(); ++d) {
+    const auto& mbs = plan.replicas[d].micro_batches;
+    for (size_t i = 0; i < mbs.size(); ++i) {
+      const PlanMicroBatch& mb = mbs[i];
+      const bool encdec = plan.model.is_encoder_decoder();
+      if (mb.shape.mbs < 1 || mb.shape.seqlen < 1 || (encdec && mb.shape.dec_seqlen < 1) ||
+          (!encdec && mb.shape.dec_seqlen != 0) ||
+          static_cast<int64_t>(mb.rows.size()) != mb.shape.mbs ||
+          static_cast<int64_t>(mb.stages.size()) != S) {
+        return fmt::format("replica {} micro-batch {}: {} rows, shape mbs {} seqlen {} "
+                           "dec_seqlen {}, {} stage costs; needs mbs rows, positive lengths "
+                           "(dec_seqlen only for encoder-decoder models) and {} stage costs",
+                           d, i, mb.rows.size(), mb.shape.mbs, mb.shape.seqlen,
+                           mb.shape.dec_seqlen, mb.stages.size(), S);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> CheckSamples(const ExecutionPlan& plan) {
+  const std::vector<int64_t>& ids = plan.sample_ids;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    if (ids[i] <= ids[i - 1]) {
+      return fmt::format("sample_ids must be ascending and unique; {} follows {}", ids[i],
+                         ids[i - 1]);
+    }
+  }
+  std::vector<std::string> where(ids.size());
+  auto place = [&](int64_t id, std::string here) -> std::optional<std::string> {
+    const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+    if (it == ids.end() || *it != id) {
+      return fmt::format("{} holds sample {}, which is not in the global batch", here, id);
+    }
+    std::string& w = where[it - ids.begin()];
+    if (!w.empty()) return fmt::format("sample {} appears twice: in {} and in {}", id, w, here);
+    w = std::move(here);
+    return std::nullopt;
+  };
+  for (size_t d = 0; d < plan.replicas.size(); ++d) {
+    const auto& mbs = plan.replicas[d].micro_batches;
+    for (size_t i = 0; i < mbs.size(); ++i) {
+      for (size_t row = 0; row < mbs[i].rows.size(); ++row) {
+        for (int64_t id : mbs[i].rows[row]) {
+          if (auto p = place(id, fmt::format("replica {} micro-batch {} row {}", d, i, row))) {
+            return p;
+          }
+        }
+      }
+    }
+  }
+  for (const UnplacedSample& s : plan.dropped) {
+    if (auto p = place(s.id, "the dropped list")) return p;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (where[i].empty()) {
+      return fmt::format("sample {} of the global batch is in no micro-batch and not dropped",
+                         ids[i]);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::vector<CommOp>> CommOps(const ExecutionPlan& plan, bool with_waits) {
+  std::vector<std::vector<CommOp>> out(plan.ranks.size());
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    const RankProgram& program = plan.ranks[r];
+    const auto& list = program.instructions;
+    out[r].resize(list.size());
+    std::vector<int64_t> start_of;  // [tag]: latest Start on this rank
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Instruction& in = list[i];
+      CommOp& op = out[r][i];
+      if (IsCommStart(in.op)) {
+        op.kind = CommOp::Kind::kPost;
+        op.send = IsSend(in.op);
+        op.peer = in.peer;
+        op.tag = in.tag;
+        op.shapes = &in.shapes;
+        if (in.tag >= static_cast<int64_t>(start_of.size())) start_of.resize(in.tag + 1, -1);
+        start_of[in.tag] = static_cast<int64_t>(i);
+      } else if (IsCommFinish(in.op) && with_waits) {
+        op.kind = CommOp::Kind::kWait;
+        op.wait_for = in.tag < static_cast<int64_t>(start_of.size()) ? start_of[in.tag] : -1;
+      } else if (IsCollective(in.op)) {
+        op.kind = CommOp::Kind::kCollective;
+        op.group = program.pp_index;
+        op.collective = {static_cast<int64_t>(in.op), in.bucket, in.bytes.count()};
+      } else if (in.op == OpKind::kOptimizerStep && with_waits) {
+        op.kind = CommOp::Kind::kWaitCollectives;
+        op.group = program.pp_index;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> DpGroups(const ExecutionPlan& plan) {
+  std::vector<std::vector<int64_t>> groups(plan.pp());
+  for (int64_t p = 0; p < plan.pp(); ++p) {
+    for (int64_t d = 0; d < plan.dp(); ++d) groups[p].push_back(plan.RankId(d, p));
+  }
+  return groups;
+}
+
+// Replays check 7 on one rank; returns the first instruction over `limit` (or -1) and the peak.
+int64_t ReplayMemory(const ExecutionPlan& plan, const RankProgram& program, Bytes limit,
+                     Bytes* peak, Bytes* need_at_failure) {
+  const auto& mbs = plan.replicas[program.dp_index].micro_batches;
+  const Bytes states = plan.model_states[program.pp_index];
+  Bytes current;
+  *peak = states;
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& in = program.instructions[i];
+    if (!IsCompute(in.op)) continue;
+    const ChunkCost& c = mbs[in.microbatch].stages[in.stage];
+    Bytes need = states + current;
+    switch (in.op) {
+      case OpKind::kForward:
+        need += c.peak;
+        current += c.stored;
+        break;
+      case OpKind::kBackward:
+        need += std::max(Bytes::Zero(), c.peak - c.stored);
+        current -= c.stored;
+        break;
+      case OpKind::kBackwardInput:
+        need += std::max(Bytes::Zero(), c.peak - c.stored);
+        current -= c.stored - c.stored_until_w;
+        break;
+      default:
+        current -= c.stored_until_w;
+        break;
+    }
+    *peak = std::max(*peak, need);
+    if (need > limit) {
+      *need_at_failure = need;
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+Status Fail(const ExecutionPlan& plan, int64_t rank, int64_t index, const std::string& message,
+            const ValidateOptions& options, bool prefixed) {
+  const RankProgram& p = plan.ranks[rank];
+  std::string text = "plan check: ";
+  if (!prefixed) {
+    text += fmt::format("rank {} (dp {}, pp {}) ", rank, p.dp_index, p.pp_index);
+    text += index < static_cast<int64_t>(p.instructions.size())
+                ? fmt::format("instruction {} ({}): ", index, InstructionText(p.instructions[index]))
+                : "at the end of its program: ";
+  }
+  text += message;
+  text += "\n" + FormatPlanGrid(plan, p.dp_index, rank, index, options.grid_context);
+  return InvalidArgumentError(std::move(text));
+}
+
+}  // namespace
+
+std::string FormatPlanGrid(const ExecutionPlan& plan, int64_t dp_index, int64_t rank,
+                           int64_t error_step, int64_t context) {
+  std::vector<std::string> labels;
+  std::vector<std::vector<std::string>> cells;
+  const int64_t first = error_step - context, end = error_step + context + 1;
+  for (int64_t p = 0; p < plan.pp(); ++p) {
+    const int64_t id = plan.RankId(dp_index, p);
+    if (id >= static_cast<int64_t>(plan.ranks.size())) break;
+    labels.push_back(fmt::format("Rank {}", id));
+    const auto& list = plan.ranks[id].instructions;
+    cells.emplace_back(list.size());
+    for (int64_t i = std::max<int64_t>(first, 0); i < std::min<int64_t>(end, list.size()); ++i) {
+      cells.back()[i] = InstructionText(list[i]);
+    }
+  }
+  return FormatStepGrid(labels, cells, first, end, error_step, fmt::format(" (rank {})", rank));
+}
+
+std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan) {
+  std::vector<Bytes> out;
+  for (const RankProgram& program : plan.ranks) {
+    Bytes peak, need;
+    ReplayMemory(plan, program, Bytes::Of(std::numeric_limits<int64_t>::max()), &peak, &need);
+    out.push_back(peak);
+  }
+  return out;
+}
+
+Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options) {
+  if (auto p = CheckStructure(plan)) return InvalidArgumentError("plan check: " + *p);
+  if (auto p = CheckSamples(plan)) return InvalidArgumentError("plan check: " + *p);
+  for (const RankProgram& program : plan.ranks) {
+    if (auto p = CheckProgramFields(plan, program)) {
+      return Fail(plan, program.rank, p->index, p->message, options, false);
+    }
+  }
+  const std::vector<std::vector<int64_t>> groups = DpGroups(plan);
+  auto text = [&](int64_t r, int64_t i) { return InstructionText(plan.ranks[r].instructions[i]); };
+  if (auto p = CheckComms(CommOps(plan, false), groups, text)) {
+    return Fail(plan, p->rank, p->index, p->message, options, true);
+  }
+  for (const RankProgram& program : plan.ranks) {
+    if (auto p = CheckProgramOrder(plan, program)) {
+      return Fail(plan, program.rank, p->index, p->message, options, false);
+    }
+  }
+  if (auto p = CheckComms(CommOps(plan, true), groups, text)) {
+    return Fail(plan, p->rank, p->index, p->message, options, true);
+  }
+  if (!options.check_memory) return Status::Ok();
+  const Bytes limit = plan.memory_limit();
+  for (const RankProgram& program : plan.ranks) {
+    Bytes peak, need;
+    const int64_t at = ReplayMemory(plan, program, limit, &peak, &need);
+    if (at >= 0) {
+      return Fail(plan, program.rank, at,
+                  fmt::format("predicted memory {} ({:.1f} MB: model states {:.1f} MB + "
+                              "activations) exceeds the limit {:.1f} MB",
+                              FormatBytes(need), need.mb(),
+                              plan.model_states[program.pp_index].mb(), limit.mb()),
+                  options, false);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+// ValidatePlan: the proof that an ExecutionPlan can run, run on every plan the planner emits and
+// by `sluice plan check FILE`.
+//
+// Checks, in this order (the first failure is reported):
+//  1. Structure: dp * pp programs with the right ids, one replica per dp index, micro-batches
+//     with mbs rows and pp*vpp stage costs, model states per pipeline rank.
+//  2. Samples: every sample id of the global batch is in exactly one row of one micro-batch or in
+//     `dropped`, and no row holds a sample outside the batch.
+//  3. Fields: every instruction's micro-batch, stage (on this rank), peer (the neighbour stage's
+//     rank), tag (MessageTag), slots, tensor shapes (derived from the micro-batch's padded shape)
+//     and byte counts are what its op requires.
+//  4. Matching: between every pair of ranks, the k-th message one posts is the k-th the other
+//     posts, with the same tag and shapes; every DP group posts identical collectives.
+//  5. Per rank, in order: each micro-batch's F precedes its B (or I, then W) on each stage, and
+//     every stage of the rank runs every micro-batch exactly once; a compute reads exactly the
+//     buffers it needs and they hold the right tensors (received ones finished); every Start has
+//     one later Finish; every slot is allocated before use, not overwritten while live, freed
+//     once (not while a transfer uses it) and free at the end; reductions follow the stage's last
+//     backward; OptimizerStep comes once, after all compute, followed only by all-gathers.
+//  6. Deadlock: the static replay of all ranks' communication finishes (comm_replay.h).
+//  7. Memory: on every rank, model states + activations never exceed the memory limit, replaying
+//     the recorded per-stage costs in program order (EstimateSchedule's rule): F needs current +
+//     peak and then keeps `stored`; B and I need current + max(0, peak - stored), then B frees
+//     `stored`, I all but `stored_until_w`, W the rest (W needs nothing beyond what it holds).
+//
+// A failure tied to an instruction prints, after the message, the step x rank grid of that rank's
+// replica around it (PyTorch's _format_pipeline_order) with "<-- ERROR HERE".
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "plan/execution_plan.h"
+
+namespace sluice {
+
+struct ValidateOptions {
+  bool check_memory = true;  // check 7 (off: a plan for a larger device may be inspected)
+  int64_t grid_context = 6;  // steps printed before and after the failing one
+};
+
+// OK, or InvalidArgument naming the rank, the instruction and the problem, plus the grid.
+Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options = {});
+
+// Predicted peak memory of each rank (model states + activations, check 7's rule), by rank id.
+// REQUIRES: the plan passes checks 1-3.
+std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan);
+
+// The grid of replica `dp_index` (one column per pipeline rank, one row per instruction index)
+// for steps [error_step - context, error_step + context], marking `error_step` of `rank`.
+std::string FormatPlanGrid(const ExecutionPlan& plan, int64_t dp_index, int64_t rank,
+                           int64_t error_step, int64_t context);
+
+}  // namespace sluice

@@ -1,0 +1,225 @@
+#include "plan/validate.h"
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include "plan/plan_test_util.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::FindInstruction;
+using testing::MakePlanFixture;
+using testing::PlanCase;
+
+// A valid pp = 4, dp = 2 plan to corrupt.
+std::unique_ptr<testing::PlanFixture> Fixture(ScheduleKind kind = ScheduleKind::k1F1B) {
+  PlanCase c;
+  c.pp = 4;
+  c.dp = 2;
+  c.kind = kind;
+  c.microbatches = 6;
+  c.seed = 3;
+  auto f = MakePlanFixture(c);
+  Status s = ValidatePlan(f->plan);
+  SLUICE_CHECK_MSG(s.ok(), s.message());
+  return f;
+}
+
+auto Is(OpKind op, int64_t mb) {
+  return [op, mb](const Instruction& in) { return in.op == op && in.microbatch == mb; };
+}
+
+std::string Check(const ExecutionPlan& plan) { return ValidatePlan(plan).message(); }
+
+// Names the rank and the instruction, and prints the grid.
+auto Names(int64_t rank, int64_t index) {
+  return AllOf(HasSubstr(fmt::format("rank {}", rank)),
+               HasSubstr(fmt::format("instruction {}", index)), HasSubstr("<-- ERROR HERE"));
+}
+
+TEST(ValidatePlanTest, DroppedReceiveIsCaught) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[1].instructions;
+  const int64_t start = FindInstruction(f->plan, 1, Is(OpKind::kRecvActStart, 2));
+  ASSERT_GE(start, 0);
+  list.erase(list.begin() + start);
+  const int64_t finish = FindInstruction(f->plan, 1, Is(OpKind::kRecvActFinish, 2));
+  list.erase(list.begin() + finish);
+  const int64_t send = FindInstruction(f->plan, 0, Is(OpKind::kSendActStart, 2));
+  EXPECT_THAT(Check(f->plan), AllOf(Names(0, send), HasSubstr("no matching receive on rank 1")));
+}
+
+TEST(ValidatePlanTest, SwappedSendOrderIsCaughtAsDeadlock) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[0].instructions;
+  const int64_t a = FindInstruction(f->plan, 0, Is(OpKind::kSendActStart, 0));
+  const int64_t b = FindInstruction(f->plan, 0, Is(OpKind::kSendActStart, 1));
+  ASSERT_LT(a, b);
+  std::swap(list[a].microbatch, list[b].microbatch);
+  std::swap(list[a].tag, list[b].tag);
+  std::swap(list[a].shapes, list[b].shapes);
+  std::swap(list[a].bytes, list[b].bytes);
+  std::swap(list[a].inputs, list[b].inputs);
+  std::swap(list[a].duration, list[b].duration);
+  // Micro-batch 1's send now comes first, before its own forward: the per-rank check would say
+  // so, but the pair check runs first and reports the order.
+  EXPECT_THAT(Check(f->plan), AllOf(Names(0, a), HasSubstr("different order"),
+                                    HasSubstr("deadlock")));
+}
+
+TEST(ValidatePlanTest, ShapeMismatchIsCaught) {
+  auto f = Fixture();
+  const int64_t i = FindInstruction(f->plan, 2, Is(OpKind::kRecvGradStart, 1));
+  ASSERT_GE(i, 0);
+  f->plan.ranks[2].instructions[i].shapes[0][1] += 8;
+  EXPECT_THAT(Check(f->plan), AllOf(Names(2, i), HasSubstr("tensor shapes")));
+}
+
+TEST(ValidatePlanTest, BufferFreedTwiceIsCaught) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[1].instructions;
+  const int64_t i = FindInstruction(
+      f->plan, 1, [](const Instruction& in) { return in.op == OpKind::kFreeBuffer; });
+  list.insert(list.begin() + i + 1, list[i]);
+  EXPECT_THAT(Check(f->plan), AllOf(Names(1, i + 1), HasSubstr("which is not allocated")));
+}
+
+TEST(ValidatePlanTest, UseAfterFreeIsCaught) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[3].instructions;
+  const int64_t b = FindInstruction(f->plan, 3, Is(OpKind::kBackward, 0));
+  ASSERT_GE(b, 0);
+  // The free right after the backward releases one of its inputs: move it before.
+  ASSERT_EQ(list[b + 1].op, OpKind::kFreeBuffer);
+  std::rotate(list.begin() + b, list.begin() + b + 1, list.begin() + b + 2);
+  EXPECT_THAT(Check(f->plan), AllOf(Names(3, b + 1), HasSubstr("not allocated")));
+}
+
+TEST(ValidatePlanTest, LeakAndUnfinishedTransferAreCaught) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[0].instructions;
+  const int64_t i = FindInstruction(
+      f->plan, 0, [](const Instruction& in) { return in.op == OpKind::kFreeBuffer; });
+  const Instruction first_free = list[i];
+  list.erase(list.begin() + i);
+  // The slot is still live when the program allocates it again.
+  EXPECT_THAT(Check(f->plan), AllOf(HasSubstr("rank 0"), HasSubstr("which still holds")));
+  list.insert(list.begin() + i, first_free);
+  const auto last = std::find_if(list.rbegin(), list.rend(), [](const Instruction& in) {
+    return in.op == OpKind::kFreeBuffer;
+  });
+  list.erase(std::next(last).base());
+  EXPECT_THAT(Check(f->plan), AllOf(HasSubstr("rank 0"), HasSubstr("at the end of its program"),
+                                    HasSubstr("is never freed")));
+  auto g = Fixture();
+  auto& list2 = g->plan.ranks[1].instructions;
+  const int64_t fin = FindInstruction(g->plan, 1, Is(OpKind::kSendGradFinish, 5));
+  ASSERT_GE(fin, 0);
+  list2.erase(list2.begin() + fin);
+  EXPECT_THAT(Check(g->plan), HasSubstr("rank 1"));
+}
+
+TEST(ValidatePlanTest, ForwardAfterBackwardAndWBeforeIAreCaught) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[3].instructions;
+  const int64_t fw = FindInstruction(f->plan, 3, Is(OpKind::kForward, 1));
+  const int64_t bw = FindInstruction(f->plan, 3, Is(OpKind::kBackward, 1));
+  ASSERT_LT(fw, bw);
+  list[fw].op = OpKind::kBackward;
+  list[fw].shapes = list[bw].shapes;
+  EXPECT_THAT(Check(f->plan), AllOf(Names(3, fw), HasSubstr("precedes its F")));
+
+  auto z = Fixture(ScheduleKind::kZbH1);
+  auto& zl = z->plan.ranks[2].instructions;
+  const int64_t in = FindInstruction(z->plan, 2, Is(OpKind::kBackwardInput, 0));
+  const int64_t w = FindInstruction(z->plan, 2, Is(OpKind::kBackwardWeight, 0));
+  ASSERT_LT(in, w);
+  const Instruction weight = zl[w];
+  zl.erase(zl.begin() + w);
+  zl.insert(zl.begin() + in, weight);
+  EXPECT_THAT(Check(z->plan), AllOf(Names(2, in), HasSubstr("needs its I first")));
+}
+
+TEST(ValidatePlanTest, MissingAndDuplicatedSamplesAreCaught) {
+  auto f = Fixture();
+  ASSERT_FALSE(f->plan.dropped.empty());
+  const int64_t dropped = f->plan.dropped[0].id;
+  f->plan.dropped.erase(f->plan.dropped.begin());
+  EXPECT_THAT(Check(f->plan), HasSubstr(fmt::format(
+                                  "sample {} of the global batch is in no micro-batch", dropped)));
+  auto g = Fixture();
+  const int64_t id = g->plan.replicas[1].micro_batches[0].rows[0][0];
+  g->plan.dropped.push_back({id, "twice"});
+  EXPECT_THAT(Check(g->plan),
+              AllOf(HasSubstr(fmt::format("sample {} appears twice", id)),
+                    HasSubstr("replica 1 micro-batch 0 row 0")));
+}
+
+TEST(ValidatePlanTest, MemoryOverTheLimitIsCaught) {
+  auto f = Fixture();
+  // Room for the model states and a sliver of activations.
+  Bytes states;
+  for (Bytes b : f->plan.model_states) states = std::max(states, b);
+  f->plan.parallel.memory_limit = states + Bytes::MB(1);
+  const std::string message = Check(f->plan);
+  EXPECT_THAT(message, AllOf(HasSubstr("exceeds the limit"), HasSubstr("instruction"),
+                             HasSubstr("<-- ERROR HERE")));
+  ValidateOptions no_memory;
+  no_memory.check_memory = false;
+  EXPECT_TRUE(ValidatePlan(f->plan, no_memory).ok());
+}
+
+TEST(ValidatePlanTest, WrongPeerTagAndRecomputeAreCaught) {
+  auto f = Fixture();
+  const int64_t i = FindInstruction(f->plan, 5, Is(OpKind::kSendActStart, 3));
+  ASSERT_GE(i, 0);
+  f->plan.ranks[5].instructions[i].peer = 2;  // replica 0's rank: messages never cross replicas
+  EXPECT_THAT(Check(f->plan), AllOf(Names(5, i), HasSubstr("peer 2 is not rank 6")));
+  auto g = Fixture();
+  g->plan.ranks[5].instructions[i].tag += 2;
+  EXPECT_THAT(Check(g->plan), AllOf(Names(5, i), HasSubstr("MessageTag")));
+  auto h = Fixture();
+  const int64_t fw = FindInstruction(h->plan, 4, Is(OpKind::kForward, 0));
+  h->plan.ranks[4].instructions[fw].recompute = Recompute::kFull;
+  EXPECT_THAT(Check(h->plan), AllOf(Names(4, fw), HasSubstr("recompute")));
+}
+
+TEST(ValidatePlanTest, ReceiveUsedBeforeItFinishesIsCaught) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[1].instructions;
+  const int64_t fin = FindInstruction(f->plan, 1, Is(OpKind::kRecvActFinish, 0));
+  ASSERT_EQ(list[fin + 1].op, OpKind::kForward);
+  std::swap(list[fin], list[fin + 1]);
+  EXPECT_THAT(Check(f->plan), AllOf(Names(1, fin), HasSubstr("before its receive")));
+}
+
+TEST(ValidatePlanTest, CollectiveMismatchAcrossReplicasIsCaught) {
+  auto f = Fixture();
+  auto& list = f->plan.ranks[6].instructions;  // dp 1, pp 2
+  const int64_t i = FindInstruction(
+      f->plan, 6, [](const Instruction& in) { return in.op == OpKind::kAllReduceGrad; });
+  ASSERT_GE(i, 0);
+  list[i].bytes = list[i].bytes + Bytes::Of(2);
+  EXPECT_THAT(Check(f->plan), AllOf(Names(6, i), HasSubstr("collective 0 of its group")));
+}
+
+TEST(ValidatePlanTest, StructureErrors) {
+  auto f = Fixture();
+  f->plan.ranks.pop_back();
+  EXPECT_THAT(Check(f->plan), HasSubstr("7 rank programs for dp 2 x pp 4"));
+  auto g = Fixture();
+  g->plan.replicas[0].micro_batches[1].rows.pop_back();
+  g->plan.replicas[0].micro_batches[1].rows.emplace_back();
+  g->plan.replicas[0].micro_batches[1].stages.pop_back();
+  EXPECT_THAT(Check(g->plan), HasSubstr("replica 0 micro-batch 1"));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,114 @@
+#include "planner/planner.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "plan/validate.h"
+#include "schedule/schedule_costs.h"
+
+namespace sluice {
+
+Planner::Planner(const StageCostEvaluator& eval, const ClusterSpec& cluster,
+                 PlannerOptions options)
+    : eval_(&eval), cluster_(&cluster), options_(std::move(options)) {}
+
+StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult result;
+  const int64_t vpp = eval_->parallel().vpp;
+  if (!SupportsVpp(options_.schedule, vpp)) {
+    return InvalidArgumentError(fmt::format(
+        "--schedule: '{}' does not run with vpp = {} (gpipe, 1f1b and zb-h1 run vpp = 1; "
+        "interleaved and adaptive run any vpp)",
+        ScheduleKindName(options_.schedule), vpp));
+  }
+  const InFlightPolicy policy = eval_->options().in_flight;
+  const bool gpipe = options_.schedule == ScheduleKind::kGPipe;
+  if (gpipe != (policy == InFlightPolicy::kGPipe)) {
+    return InvalidArgumentError(fmt::format(
+        "planner: schedule '{}' needs a cost evaluator whose in-flight rule is {} (GPipe keeps "
+        "every micro-batch's activations; the others keep a pipeline's depth)",
+        ScheduleKindName(options_.schedule), gpipe ? "kGPipe" : "not kGPipe"));
+  }
+  SLUICE_ASSIGN_OR_RETURN(result.batch_plan,
+                          RunMethod(options_.method, batch, *eval_, options_.batching));
+  auto finish = [&](PlanResult r) {
+    r.planning_time = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - start)
+                                          .count());
+    return r;
+  };
+  if (result.batch_plan.outcome != PlanOutcome::kOk) {
+    result.outcome = result.batch_plan.outcome;
+    result.infeasible_reason = "batching: " + result.batch_plan.infeasible_reason;
+    return finish(std::move(result));
+  }
+
+  const int64_t dp = eval_->parallel().dp;
+  std::vector<Schedule> schedules(static_cast<size_t>(dp));
+  result.estimates.resize(static_cast<size_t>(dp));
+  result.peak_memory.assign(static_cast<size_t>(eval_->pp()), Bytes::Zero());
+  ScheduleCostOptions cost_options = options_.lower.costs;
+  for (int64_t d = 0; d < dp; ++d) {
+    std::vector<MicroBatch>& mbs = result.batch_plan.replicas[d];
+    cost_options.replica = d;
+    SLUICE_ASSIGN_OR_RETURN(ScheduleCosts costs,
+                            BuildScheduleCosts(mbs, *eval_, *cluster_, cost_options));
+    ScheduleResult chosen;
+    Duration given;
+    if (options_.search_order) {
+      OrderSearchOptions search = options_.search;
+      search.seed = options_.batching.seed + static_cast<uint64_t>(d);
+      SLUICE_ASSIGN_OR_RETURN(OrderSearchResult found,
+                              SearchMicroBatchOrder(options_.schedule, costs, search));
+      if (found.outcome != PlanOutcome::kOk) {
+        result.outcome = found.outcome;
+        result.infeasible_reason = fmt::format("schedule {} on replica {}: {}",
+                                               ScheduleKindName(options_.schedule), d,
+                                               found.infeasible_reason);
+        return finish(std::move(result));
+      }
+      std::vector<MicroBatch> reordered;
+      reordered.reserve(mbs.size());
+      for (int64_t i : found.order) reordered.push_back(std::move(mbs[i]));
+      mbs = std::move(reordered);
+      chosen = std::move(found.result);
+      given = found.given_makespan;
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(chosen, GenerateSchedule(options_.schedule, costs,
+                                                       options_.schedule_options));
+      if (chosen.outcome != PlanOutcome::kOk) {
+        result.outcome = chosen.outcome;
+        result.infeasible_reason = fmt::format("schedule {} on replica {}: {}",
+                                               ScheduleKindName(options_.schedule), d,
+                                               chosen.infeasible_reason);
+        return finish(std::move(result));
+      }
+      given = chosen.estimate.makespan;
+    }
+    const ScheduleEstimate& est = chosen.estimate;
+    if (est.makespan >= result.makespan) {
+      result.makespan = est.makespan;
+      result.bubble_fraction = est.bubble_fraction;
+    }
+    result.given_order_makespan = std::max(result.given_order_makespan, given);
+    for (size_t r = 0; r < est.peak_memory.size() && r < result.peak_memory.size(); ++r) {
+      result.peak_memory[r] = std::max(result.peak_memory[r], est.peak_memory[r]);
+    }
+    result.estimates[d] = est;
+    schedules[d] = std::move(chosen.schedule);
+  }
+
+  SLUICE_ASSIGN_OR_RETURN(result.plan, LowerPlan(result.batch_plan, batch, schedules, *eval_,
+                                                 *cluster_, options_.lower));
+  Status valid = ValidatePlan(result.plan);
+  if (!valid.ok()) {
+    return InternalError(fmt::format("the planned execution plan failed validation: {}",
+                                     valid.message()));
+  }
+  return finish(std::move(result));
+}
+
+}  // namespace sluice

@@ -1,0 +1,78 @@
+// Planner: the façade that turns one global batch into a validated ExecutionPlan.
+//
+// The chain (ARCHITECTURE.md, "Data flow"): a batching method splits the batch into per-replica
+// micro-batches (batching/method.h); each replica's micro-batches are priced per virtual stage
+// (schedule/schedule_costs.h); the order search picks the order the schedule generator runs best
+// (schedule/order_search.h) — or the batching order is kept when the search is off; the
+// schedules are lowered into per-rank instruction streams (plan/lower.h); and every plan is
+// validated (plan/validate.h) before it is returned. Infeasibility at any step (a batch or a
+// schedule that cannot fit memory) is PlanOutcome::kOutOfMemory with the reason; a Status is
+// returned only for bad input or a plan that fails validation (a bug).
+//
+// The simulator and the plan-rewriting passes join this chain with their own issues.
+//
+// Thread safety: a Planner is immutable after construction; Plan() may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "batching/method.h"
+#include "batching/micro_batch.h"
+#include "batching/stage_cost.h"
+#include "data/sample.h"
+#include "model/cluster_spec.h"
+#include "plan/execution_plan.h"
+#include "plan/lower.h"
+#include "schedule/estimator.h"
+#include "schedule/generators.h"
+#include "schedule/order_search.h"
+
+namespace sluice {
+
+struct PlannerOptions {
+  std::string method = "dynapipe";               // batching method (batching/method.h)
+  ScheduleKind schedule = ScheduleKind::k1F1B;   // pipeline schedule generator
+  BatchingOptions batching;                      // seed, max_seqlen, fixed sizes, ...
+  bool search_order = true;                      // run the micro-batch order search
+  OrderSearchOptions search;                     // its options (seed is batching.seed)
+  ScheduleOptions schedule_options;              // used when the search is off
+  LowerOptions lower;                            // gradient buckets, W memory share
+};
+
+struct PlanResult {
+  PlanOutcome outcome = PlanOutcome::kOk;
+  std::string infeasible_reason;         // which step could not fit, and why
+  BatchPlan batch_plan;                  // micro-batches in their final (searched) order
+  std::vector<ScheduleEstimate> estimates;  // [dp replica] the fast estimator's figures
+  ExecutionPlan plan;                    // validated; empty unless outcome == kOk
+  Duration makespan;                     // slowest replica's estimated iteration
+  double bubble_fraction = 0;            // of the slowest replica
+  std::vector<Bytes> peak_memory;        // [pipeline rank] max over replicas, activations only
+  Duration given_order_makespan;         // slowest replica before the order search
+  Duration planning_time;                // wall time of Plan()
+};
+
+class Planner {
+ public:
+  // REQUIRES: `eval` and `cluster` outlive the planner; `eval` was built for `cluster` with the
+  // in-flight rule of the schedule (kGPipe for gpipe, kInterleaved for interleaved, else k1F1B).
+  Planner(const StageCostEvaluator& eval, const ClusterSpec& cluster, PlannerOptions options);
+
+  const PlannerOptions& options() const { return options_; }
+
+  // Plans one global batch. Errors: an unknown method or a schedule kind that does not support
+  // the configuration's vpp (InvalidArgument), or an internal inconsistency.
+  StatusOr<PlanResult> Plan(std::span<const Sample> batch) const;
+
+ private:
+  const StageCostEvaluator* eval_;
+  const ClusterSpec* cluster_;
+  PlannerOptions options_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,108 @@
+// The planner chain end to end: every method x schedule yields a plan that validates, the order
+// search never makes the estimate worse, and infeasibility is an outcome.
+#include "planner/planner.h"
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "batching/test_util.h"
+#include "plan/validate.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MakeTestSetup;
+using testing::RandomTokenBatch;
+using testing::TestParallel;
+
+struct Case {
+  const char* model;
+  int64_t dp, pp, vpp;
+  ScheduleKind schedule;
+  const char* method;
+};
+
+class PlannerTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlannerTest, PlansValidateAndSearchNeverHurts) {
+  const Case c = GetParam();
+  StageCostOptions eval_options;
+  eval_options.in_flight = c.schedule == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
+                           : c.schedule == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
+                                                                      : InFlightPolicy::k1F1B;
+  auto setup = MakeTestSetup(c.model, TestParallel(c.dp, c.pp, 1, 36000, 1, c.vpp),
+                             testing::TestCost::kProfiled, eval_options);
+  const StageCostEvaluator& eval = setup->evaluator();
+  const bool enc_dec = eval.model().is_encoder_decoder();
+  PlannerOptions options;
+  options.method = c.method;
+  options.schedule = c.schedule;
+  options.batching.max_seqlen = 1024;
+  Planner planner(eval, setup->cluster, options);
+  for (uint64_t seed : {1u, 2u}) {
+    const std::vector<Sample> batch = RandomTokenBatch(seed, 32768, 1024, enc_dec);
+    StatusOr<PlanResult> r = planner.Plan(batch);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
+    EXPECT_TRUE(ValidatePlan(r->plan).ok());
+    EXPECT_GT(r->makespan, Duration::Zero());
+    EXPECT_LE(r->makespan, r->given_order_makespan);
+    EXPECT_GE(r->bubble_fraction, 0.0);
+    EXPECT_LT(r->bubble_fraction, 1.0);
+    ASSERT_EQ(static_cast<int64_t>(r->peak_memory.size()), c.pp);
+    for (int64_t s = 0; s < c.pp; ++s) {
+      EXPECT_LE(r->peak_memory[s], eval.ActivationBudget(s)) << "stage " << s;
+    }
+    StatusOr<PlanResult> again = planner.Plan(batch);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->plan, r->plan) << "not deterministic";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Chains, PlannerTest,
+    ::testing::Values(Case{"gpt-6.7b", 2, 4, 1, ScheduleKind::k1F1B, "dynapipe"},
+                      Case{"gpt-6.7b", 2, 4, 1, ScheduleKind::kGPipe, "token-budget"},
+                      Case{"gpt-6.7b", 1, 8, 1, ScheduleKind::kZbH1, "dynapipe"},
+                      Case{"gpt-6.7b", 2, 4, 1, ScheduleKind::kAdaptive, "hydraulis"},
+                      Case{"gpt-6.7b", 1, 4, 2, ScheduleKind::kInterleaved, "dynapipe"},
+                      Case{"gpt-6.7b", 2, 4, 1, ScheduleKind::k1F1B, "packing"},
+                      Case{"t5-11b", 2, 8, 1, ScheduleKind::k1F1B, "dynapipe"},
+                      Case{"t5-11b", 1, 8, 1, ScheduleKind::kAdaptive, "sorted"}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = fmt::format("{}_{}_{}_pp{}_vpp{}", info.param.model[0] == 'g' ? "gpt" : "t5",
+                                     info.param.method, ScheduleKindName(info.param.schedule),
+                                     info.param.pp, info.param.vpp);
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
+
+TEST(PlannerErrorsTest, OutOfMemoryIsAnOutcome) {
+  auto setup = MakeTestSetup("gpt-6.7b", TestParallel(1, 8, 1, 20000));
+  PlannerOptions options;
+  options.batching.max_seqlen = 8192;
+  Planner planner(setup->evaluator(), setup->cluster, options);
+  std::vector<Sample> batch = {{0, 8000, 0, 0}, {1, 8100, 0, 0}};
+  StatusOr<PlanResult> r = planner.Plan(batch);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->outcome, PlanOutcome::kOutOfMemory);
+  EXPECT_THAT(r->infeasible_reason, HasSubstr("batching"));
+}
+
+TEST(PlannerErrorsTest, ScheduleThatCannotRunTheConfigurationIsAnError) {
+  auto setup = MakeTestSetup("gpt-6.7b", TestParallel(1, 4, 1, 36000, 1, 2));
+  PlannerOptions options;
+  options.schedule = ScheduleKind::kGPipe;
+  Planner planner(setup->evaluator(), setup->cluster, options);
+  std::vector<Sample> batch = {{0, 100, 0, 0}};
+  StatusOr<PlanResult> r = planner.Plan(batch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("vpp"));
+}
+
+}  // namespace
+}  // namespace sluice

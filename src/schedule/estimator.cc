@@ -1,0 +1,345 @@
+#include "schedule/estimator.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+// Completion of the action a rank is running.
+struct Event {
+  int64_t time;
+  int64_t seq;  // insertion order: equal times complete in the order they were started
+  int64_t rank;
+};
+struct Later {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+  }
+};
+
+// Duration of an action of `kind` with chunk cost `c`, in nanoseconds.
+inline int64_t DurationNs(const ChunkCost& c, ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward:
+      return c.forward.nanos();
+    case ActionKind::kBackward:
+      return c.backward_input.nanos() + c.backward_weight.nanos();
+    case ActionKind::kBackwardInput:
+      return c.backward_input.nanos();
+    case ActionKind::kBackwardWeight:
+      return c.backward_weight.nanos();
+  }
+  return 0;
+}
+
+// "" when `costs` and every action of `s` agree in shape; else the first disagreement.
+std::string CheckShapes(const Schedule& s, const ScheduleCosts& c) {
+  const int64_t stages = s.num_stages();
+  if (s.pp < 1 || s.vpp < 1 || static_cast<int64_t>(s.ranks.size()) != s.pp) {
+    return fmt::format("schedule has pp = {}, vpp = {} and {} rank lists", s.pp, s.vpp,
+                       s.ranks.size());
+  }
+  if (c.pp != s.pp || c.vpp != s.vpp) {
+    return fmt::format("costs are for pp = {}, vpp = {}; the schedule has pp = {}, vpp = {}", c.pp,
+                       c.vpp, s.pp, s.vpp);
+  }
+  const int64_t m = c.num_microbatches();
+  for (int64_t mb = 0; mb < m; ++mb) {
+    if (static_cast<int64_t>(c.chunks[mb].size()) != stages) {
+      return fmt::format("costs of micro-batch {} have {} stages, expected {}", mb,
+                         c.chunks[mb].size(), stages);
+    }
+  }
+  if (!c.p2p.empty()) {
+    if (static_cast<int64_t>(c.p2p.size()) != m) {
+      return fmt::format("p2p costs for {} micro-batches, expected {}", c.p2p.size(), m);
+    }
+    for (int64_t mb = 0; mb < m; ++mb) {
+      if (static_cast<int64_t>(c.p2p[mb].size()) != stages - 1) {
+        return fmt::format("p2p costs of micro-batch {} have {} boundaries, expected {}", mb,
+                           c.p2p[mb].size(), stages - 1);
+      }
+    }
+  }
+  if (!c.budget.empty() && static_cast<int64_t>(c.budget.size()) != s.pp) {
+    return fmt::format("{} memory budgets for pp = {}", c.budget.size(), s.pp);
+  }
+  for (int64_t r = 0; r < s.pp; ++r) {
+    for (size_t k = 0; k < s.ranks[r].size(); ++k) {
+      const Action& a = s.ranks[r][k];
+      // stage % pp == r without a division: stage - r is a multiple of pp below pp * vpp.
+      const int64_t chunk_base = a.stage - r;
+      bool on_rank = chunk_base >= 0 && chunk_base < stages;
+      if (on_rank && s.vpp == 1) on_rank = chunk_base == 0;
+      if (on_rank && s.vpp > 1) on_rank = chunk_base % s.pp == 0;
+      if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= m || !on_rank) {
+        return fmt::format(
+            "rank {} step {}: action {} is outside the costs ({} micro-batches, "
+            "{} stages) or not on its stage's rank",
+            r, k, a.ToString(), m, stages);
+      }
+    }
+  }
+  return "";
+}
+
+// Event-driven replay of the per-rank lists (estimator.h, "Model").
+class Replay {
+ public:
+  Replay(const Schedule& s, const ScheduleCosts& c)
+      : s_(s),
+        c_(c),
+        stages_(s.num_stages()),
+        rank_of_(static_cast<size_t>(stages_)),
+        f_in_(static_cast<size_t>(c.num_microbatches() * stages_), kNever),
+        g_in_(f_in_.size(), kNever),
+        f_done_(f_in_.size(), kNever),
+        i_done_(f_in_.size(), kNever),
+        next_(static_cast<size_t>(s.pp), 0),
+        free_(static_cast<size_t>(s.pp), 0),
+        busy_(static_cast<size_t>(s.pp), 0),
+        running_(static_cast<size_t>(s.pp), 0),
+        run_ns_(static_cast<size_t>(s.pp), 0),
+        channel_free_(static_cast<size_t>(2 * s.pp), 0) {
+    heap_.reserve(static_cast<size_t>(s.pp) + 1);
+    for (int64_t st = 0; st < stages_; ++st) rank_of_[st] = s.RankOf(st);
+  }
+
+  void Run() {
+    const int64_t m = c_.num_microbatches();
+    for (int64_t mb = 0; mb < m; ++mb) {
+      f_in_[Index(mb, 0)] = 0;
+      g_in_[Index(mb, stages_ - 1)] = 0;
+    }
+    for (int64_t r = 0; r < s_.pp; ++r) TryStart(r);
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), Later());
+      const Event e = heap_.back();
+      heap_.pop_back();
+      Complete(e.rank, e.time);
+    }
+  }
+
+  bool Finished(int64_t r) const { return next_[r] == s_.ranks[r].size(); }
+  size_t NextStep(int64_t r) const { return next_[r]; }
+  int64_t FreeAt(int64_t r) const { return free_[r]; }
+  int64_t Busy(int64_t r) const { return busy_[r]; }
+  bool Done(const Action& a) const {
+    const size_t i = Index(a.microbatch, a.stage);
+    return a.kind == ActionKind::kForward ? f_done_[i] != kNever : i_done_[i] != kNever;
+  }
+
+ private:
+  size_t Index(int64_t mb, int64_t stage) const {
+    return static_cast<size_t>(mb * stages_ + stage);
+  }
+
+  // Time the data of a transfer from `src` to `dst` of `size` ready at `t` arrives.
+  int64_t Transfer(int64_t src, int64_t dst, int64_t t, int64_t mb, int64_t boundary) {
+    if (src == dst) return t;
+    const int64_t d = c_.p2p.empty() ? 0 : c_.p2p[mb][boundary].nanos();
+    const int64_t next = src + 1 == s_.pp ? 0 : src + 1;
+    const size_t ch = static_cast<size_t>(2 * src + (dst == next ? 0 : 1));
+    const int64_t start = std::max(t, channel_free_[ch]);
+    channel_free_[ch] = start + d;
+    return start + d;
+  }
+
+  // Starts rank r's next action if its inputs are known (their times may lie ahead).
+  void TryStart(int64_t r) {
+    if (running_[r] || Finished(r)) return;
+    const Action& a = s_.ranks[r][next_[r]];
+    const size_t i = Index(a.microbatch, a.stage);
+    int64_t ready = 0;
+    switch (a.kind) {
+      case ActionKind::kForward:
+        ready = f_in_[i];
+        break;
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput:
+        ready = std::max(f_done_[i], g_in_[i]);
+        break;
+      case ActionKind::kBackwardWeight:
+        ready = i_done_[i];
+        break;
+    }
+    if (ready == kNever) return;
+    const int64_t start = std::max(free_[r], ready);
+    running_[r] = 1;
+    run_ns_[r] = DurationNs(c_.chunks[a.microbatch][a.stage], a.kind);
+    heap_.push_back(Event{start + run_ns_[r], seq_++, r});
+    std::push_heap(heap_.begin(), heap_.end(), Later());
+  }
+
+  void Complete(int64_t r, int64_t t) {
+    const Action& a = s_.ranks[r][next_[r]];
+    ++next_[r];
+    running_[r] = 0;
+    busy_[r] += run_ns_[r];
+    free_[r] = t;
+    const size_t i = Index(a.microbatch, a.stage);
+    if (a.kind == ActionKind::kForward) {
+      f_done_[i] = t;
+      if (a.stage + 1 < stages_) {
+        const int64_t dst = rank_of_[a.stage + 1];
+        f_in_[i + 1] = Transfer(r, dst, t, a.microbatch, a.stage);
+        if (dst != r) TryStart(dst);
+      }
+    } else if (a.kind != ActionKind::kBackwardWeight) {
+      i_done_[i] = t;
+      if (a.stage > 0) {
+        const int64_t dst = rank_of_[a.stage - 1];
+        g_in_[i - 1] = Transfer(r, dst, t, a.microbatch, a.stage - 1);
+        if (dst != r) TryStart(dst);
+      }
+    }
+    TryStart(r);
+  }
+
+  const Schedule& s_;
+  const ScheduleCosts& c_;
+  const int64_t stages_;
+  std::vector<int64_t> rank_of_;  // [stage]: its rank, without a division per lookup
+  // Per (micro-batch, stage), in nanoseconds, kNever until known: forward input at the stage's
+  // rank, gradient input there, end of F, end of B or I.
+  std::vector<int64_t> f_in_, g_in_, f_done_, i_done_;
+  std::vector<size_t> next_;  // per rank: index of the next action
+  std::vector<int64_t> free_, busy_;
+  std::vector<uint8_t> running_;
+  std::vector<int64_t> run_ns_;        // per rank: duration of the running action
+  std::vector<int64_t> channel_free_;  // [2 * src + (dst is src + 1 ? 0 : 1)]
+  std::vector<Event> heap_;            // at most one running action per rank
+  int64_t seq_ = 0;
+};
+
+// Where each stuck rank stopped and what its next action waits for.
+std::string DescribeDeadlock(const Schedule& s, const Replay& replay) {
+  auto where = [&](const Action& want) {
+    const int64_t r = s.RankOf(want.stage);
+    for (size_t k = 0; k < s.ranks[r].size(); ++k) {
+      if (s.ranks[r][k] == want) {
+        return fmt::format("{} (rank {} step {}; rank {} is stuck at step {})", want.ToString(), r,
+                           k, r, replay.NextStep(r));
+      }
+    }
+    return fmt::format("{}, which rank {} never runs", want.ToString(), r);
+  };
+  std::string out = "deadlock:";
+  const int64_t last = s.num_stages() - 1;
+  for (int64_t r = 0; r < s.pp; ++r) {
+    if (replay.Finished(r)) continue;
+    const Action& a = s.ranks[r][replay.NextStep(r)];
+    std::vector<Action> needs;
+    if (a.kind == ActionKind::kForward) {
+      if (a.stage > 0) needs.push_back({a.stage - 1, ActionKind::kForward, a.microbatch});
+    } else if (a.kind == ActionKind::kBackwardWeight) {
+      needs.push_back({a.stage, ActionKind::kBackwardInput, a.microbatch});
+    } else {
+      needs.push_back({a.stage, ActionKind::kForward, a.microbatch});
+      if (a.stage < last) {
+        // The gradient comes from the next stage's B or I, whichever the schedule has.
+        Action b{a.stage + 1, ActionKind::kBackward, a.microbatch};
+        const int64_t nr = s.RankOf(a.stage + 1);
+        bool has_b = false;
+        for (const Action& x : s.ranks[nr]) has_b = has_b || x == b;
+        if (!has_b) b.kind = ActionKind::kBackwardInput;
+        needs.push_back(b);
+      }
+    }
+    std::string waits;
+    for (const Action& n : needs) {
+      if (replay.Done(n)) continue;
+      waits += fmt::format("{}{}", waits.empty() ? "" : " and ", where(n));
+    }
+    out += fmt::format(" rank {} step {} ({}) waits for {};", r, replay.NextStep(r), a.ToString(),
+                       waits.empty() ? "nothing (inconsistent)" : waits);
+  }
+  out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+double ScheduleEstimate::RankBubbleFraction(int64_t rank) const {
+  if (makespan.nanos() <= 0) return 0;
+  return 1.0 - static_cast<double>(busy[rank].nanos()) / static_cast<double>(makespan.nanos());
+}
+
+Bytes RankPeakMemory(std::span<const Action> list, const ScheduleCosts& costs) {
+  int64_t cur = 0;
+  int64_t peak = 0;
+  for (const Action& a : list) {
+    const ChunkCost& c = costs.chunks[a.microbatch][a.stage];
+    const int64_t transient = std::max<int64_t>(0, c.peak.count() - c.stored.count());
+    switch (a.kind) {
+      case ActionKind::kForward:
+        peak = std::max(peak, cur + c.peak.count());
+        cur += c.stored.count();
+        break;
+      case ActionKind::kBackward:
+        peak = std::max(peak, cur + transient);
+        cur -= c.stored.count();
+        break;
+      case ActionKind::kBackwardInput:
+        peak = std::max(peak, cur + transient);
+        cur -= c.stored.count() - c.stored_until_w.count();
+        break;
+      case ActionKind::kBackwardWeight:
+        peak = std::max(peak, cur);
+        cur -= c.stored_until_w.count();
+        break;
+    }
+  }
+  return Bytes::Of(peak);
+}
+
+Duration ActionDuration(const Action& a, const ScheduleCosts& costs) {
+  return Duration::Nanos(DurationNs(costs.chunks[a.microbatch][a.stage], a.kind));
+}
+
+ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts& costs) {
+  ScheduleEstimate e;
+  e.problem = CheckShapes(schedule, costs);
+  if (!e.problem.empty()) {
+    e.fits_memory = false;
+    return e;
+  }
+  const int64_t pp = schedule.pp;
+  e.busy.assign(static_cast<size_t>(pp), Duration::Zero());
+  e.finish.assign(static_cast<size_t>(pp), Duration::Zero());
+  e.peak_memory.assign(static_cast<size_t>(pp), Bytes::Zero());
+  for (int64_t r = 0; r < pp; ++r) {
+    e.peak_memory[r] = RankPeakMemory(schedule.ranks[r], costs);
+    if (!costs.budget.empty() && e.peak_memory[r] > costs.budget[r] && e.fits_memory) {
+      e.fits_memory = false;
+      e.memory_problem = fmt::format("rank {} needs {} of activations, its budget is {}", r,
+                                     FormatBytes(e.peak_memory[r]), FormatBytes(costs.budget[r]));
+    }
+  }
+  Replay replay(schedule, costs);
+  replay.Run();
+  e.completed = true;
+  int64_t total_busy = 0;
+  for (int64_t r = 0; r < pp; ++r) {
+    e.completed = e.completed && replay.Finished(r);
+    e.busy[r] = Duration::Nanos(replay.Busy(r));
+    e.finish[r] = Duration::Nanos(replay.FreeAt(r));
+    e.makespan = std::max(e.makespan, e.finish[r]);
+    total_busy += replay.Busy(r);
+  }
+  if (!e.completed) e.problem = DescribeDeadlock(schedule, replay);
+  if (e.makespan.nanos() > 0) {
+    e.bubble_fraction =
+        1.0 - static_cast<double>(total_busy) /
+                  (static_cast<double>(pp) * static_cast<double>(e.makespan.nanos()));
+  }
+  return e;
+}
+
+}  // namespace sluice

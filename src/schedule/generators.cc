@@ -1,0 +1,271 @@
+#include "schedule/generators.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "schedule/dynamic_orders.h"
+
+namespace sluice {
+namespace {
+
+constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                                   ScheduleKind::kInterleaved, ScheduleKind::kZbH1,
+                                   ScheduleKind::kAdaptive};
+
+Schedule EmptySchedule(std::string name, int64_t pp, int64_t vpp, int64_t m) {
+  Schedule s;
+  s.name = std::move(name);
+  s.pp = pp;
+  s.vpp = vpp;
+  s.num_microbatches = m;
+  s.ranks.assign(static_cast<size_t>(pp), {});
+  return s;
+}
+
+Action F(int64_t stage, int64_t mb) { return Action{stage, ActionKind::kForward, mb}; }
+Action B(int64_t stage, int64_t mb) { return Action{stage, ActionKind::kBackward, mb}; }
+
+// Rank r's 1F1B list: min(pp - r - 1, m) warm-up F, F/B pairs, the remaining B.
+void AppendOneFOneB(int64_t r, int64_t pp, int64_t m, std::vector<Action>* list) {
+  const int64_t warmup = std::min(pp - r - 1, m);
+  for (int64_t mb = 0; mb < warmup; ++mb) list->push_back(F(r, mb));
+  for (int64_t i = 0; i < m - warmup; ++i) {
+    list->push_back(F(r, warmup + i));
+    list->push_back(B(r, i));
+  }
+  for (int64_t mb = m - warmup; mb < m; ++mb) list->push_back(B(r, mb));
+}
+
+// The pipeline's 1F1B peak: the largest per-rank activation peak of the 1F1B order.
+Bytes OneFOneBPeak(const ScheduleCosts& costs) {
+  std::vector<Action> list;
+  list.reserve(static_cast<size_t>(2 * costs.num_microbatches()));
+  Bytes peak;
+  for (int64_t r = 0; r < costs.pp; ++r) {
+    list.clear();
+    AppendOneFOneB(r, costs.pp, costs.num_microbatches(), &list);
+    peak = std::max(peak, RankPeakMemory(list, costs));
+  }
+  return peak;
+}
+
+// Estimates `s` and turns the estimate into an outcome. A generated schedule that does not run
+// to the end is a bug in this library, reported as an internal error.
+StatusOr<ScheduleResult> Finish(Schedule s, const ScheduleCosts& costs, std::string_view why_oom) {
+  ScheduleResult r;
+  r.estimate = EstimateSchedule(s, costs);
+  if (!r.estimate.completed) {
+    return InternalError(fmt::format("schedule '{}' (pp = {}, vpp = {}, m = {}) does not run: {}",
+                                     s.name, s.pp, s.vpp, s.num_microbatches, r.estimate.problem));
+  }
+  if (!r.estimate.fits_memory) {
+    r.outcome = PlanOutcome::kOutOfMemory;
+    r.infeasible_reason = fmt::format("{}: {}{}", s.name, r.estimate.memory_problem, why_oom);
+  }
+  r.schedule = std::move(s);
+  return r;
+}
+
+ScheduleResult OutOfMemory(std::string reason) {
+  ScheduleResult r;
+  r.outcome = PlanOutcome::kOutOfMemory;
+  r.infeasible_reason = std::move(reason);
+  r.estimate.fits_memory = false;
+  return r;
+}
+
+Status CheckNonNegative(const ChunkCost& c, int64_t mb, int64_t stage) {
+  if (c.forward < Duration::Zero() || c.backward_input < Duration::Zero() ||
+      c.backward_weight < Duration::Zero() || c.stored < Bytes::Zero() || c.peak < Bytes::Zero() ||
+      c.stored_until_w < Bytes::Zero()) {
+    return InvalidArgumentError(fmt::format(
+        "schedule costs: micro-batch {} stage {}: times and bytes must be >= 0", mb, stage));
+  }
+  if (c.stored_until_w > c.stored) {
+    return InvalidArgumentError(
+        fmt::format("schedule costs: micro-batch {} stage {}: stored_until_w {} exceeds stored {}",
+                    mb, stage, c.stored_until_w.count(), c.stored.count()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view ScheduleKindName(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::k1F1B:
+      return "1f1b";
+    case ScheduleKind::kInterleaved:
+      return "interleaved";
+    case ScheduleKind::kZbH1:
+      return "zb-h1";
+    case ScheduleKind::kAdaptive:
+      return "adaptive";
+  }
+  return "?";
+}
+
+StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name) {
+  for (ScheduleKind k : kKinds) {
+    if (name == ScheduleKindName(k)) return k;
+  }
+  return InvalidArgumentError(fmt::format(
+      "unknown schedule '{}'; allowed: gpipe, 1f1b, interleaved, zb-h1, adaptive", name));
+}
+
+std::vector<ScheduleKind> AllScheduleKinds() { return {std::begin(kKinds), std::end(kKinds)}; }
+
+bool SupportsVpp(ScheduleKind kind, int64_t vpp) {
+  if (vpp < 1) return false;
+  return kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kAdaptive || vpp == 1;
+}
+
+Status ValidateScheduleCosts(const ScheduleCosts& c) {
+  if (c.pp < 1 || c.vpp < 1) {
+    return InvalidArgumentError(
+        fmt::format("schedule costs: pp = {} and vpp = {}; both must be >= 1", c.pp, c.vpp));
+  }
+  const int64_t m = c.num_microbatches();
+  const int64_t stages = c.pp * c.vpp;
+  if (m == 0) return InvalidArgumentError("schedule costs: no micro-batches");
+  for (int64_t mb = 0; mb < m; ++mb) {
+    if (static_cast<int64_t>(c.chunks[mb].size()) != stages) {
+      return InvalidArgumentError(
+          fmt::format("schedule costs: micro-batch {} has {} stage costs, pp * vpp = {}", mb,
+                      c.chunks[mb].size(), stages));
+    }
+    for (int64_t s = 0; s < stages; ++s)
+      SLUICE_RETURN_IF_ERROR(CheckNonNegative(c.chunks[mb][s], mb, s));
+  }
+  if (!c.p2p.empty()) {
+    if (static_cast<int64_t>(c.p2p.size()) != m) {
+      return InvalidArgumentError(
+          fmt::format("schedule costs: p2p has {} micro-batches, the costs {}", c.p2p.size(), m));
+    }
+    for (int64_t mb = 0; mb < m; ++mb) {
+      if (static_cast<int64_t>(c.p2p[mb].size()) != stages - 1) {
+        return InvalidArgumentError(
+            fmt::format("schedule costs: p2p of micro-batch {} has {} boundaries, expected {}", mb,
+                        c.p2p[mb].size(), stages - 1));
+      }
+      for (Duration d : c.p2p[mb]) {
+        if (d < Duration::Zero()) {
+          return InvalidArgumentError(
+              fmt::format("schedule costs: p2p of micro-batch {} is negative", mb));
+        }
+      }
+    }
+  }
+  if (!c.budget.empty() && static_cast<int64_t>(c.budget.size()) != c.pp) {
+    return InvalidArgumentError(
+        fmt::format("schedule costs: {} memory budgets for pp = {} (give one per rank, or none)",
+                    c.budget.size(), c.pp));
+  }
+  return Status::Ok();
+}
+
+Schedule GPipeOrder(int64_t pp, int64_t m) {
+  Schedule s = EmptySchedule("gpipe", pp, 1, m);
+  for (int64_t r = 0; r < pp; ++r) {
+    for (int64_t mb = 0; mb < m; ++mb) s.ranks[r].push_back(F(r, mb));
+    for (int64_t mb = 0; mb < m; ++mb) s.ranks[r].push_back(B(r, mb));
+  }
+  return s;
+}
+
+Schedule OneFOneBOrder(int64_t pp, int64_t m) {
+  Schedule s = EmptySchedule("1f1b", pp, 1, m);
+  for (int64_t r = 0; r < pp; ++r) AppendOneFOneB(r, pp, m, &s.ranks[r]);
+  return s;
+}
+
+Schedule InterleavedOrder(int64_t pp, int64_t vpp, int64_t m) {
+  if (vpp == 1) {
+    Schedule s = OneFOneBOrder(pp, m);
+    s.name = "interleaved";
+    return s;
+  }
+  Schedule s = EmptySchedule("interleaved", pp, vpp, m);
+  // Megatron's schedule table over groups of pp micro-batches, each group run chunk by chunk;
+  // backward k is table entry k with the chunk mirrored. When pp does not divide m, the last
+  // group is padded to pp with phantom micro-batches whose actions are then left out: dropping
+  // whole micro-batches from a deadlock-free order keeps it deadlock-free (the padded order's
+  // execution, restricted to the real micro-batches, is still one), which Megatron's table with
+  // a short last group is not (its warm-up assumes full groups).
+  const int64_t padded = (m + pp - 1) / pp * pp;
+  std::vector<std::pair<int64_t, int64_t>> table;  // (micro-batch, chunk)
+  for (int64_t g = 0; g < padded; g += pp) {
+    for (int64_t c = 0; c < vpp; ++c) {
+      for (int64_t mb = g; mb < g + pp; ++mb) table.emplace_back(mb, c);
+    }
+  }
+  const int64_t total = padded * vpp;
+  for (int64_t r = 0; r < pp; ++r) {
+    std::vector<Action>& list = s.ranks[r];
+    auto fwd = [&](int64_t k) {
+      if (table[k].first < m) list.push_back(F(table[k].second * pp + r, table[k].first));
+    };
+    auto bwd = [&](int64_t k) {
+      if (table[k].first < m)
+        list.push_back(B((vpp - 1 - table[k].second) * pp + r, table[k].first));
+    };
+    const int64_t warmup = std::min((pp - r - 1) * 2 + (vpp - 1) * pp, total);
+    for (int64_t k = 0; k < warmup; ++k) fwd(k);
+    for (int64_t k = 0; k < total - warmup; ++k) {
+      fwd(warmup + k);
+      bwd(k);
+    }
+    for (int64_t k = total - warmup; k < total; ++k) bwd(k);
+  }
+  return s;
+}
+
+StatusOr<ScheduleResult> GenerateSchedule(ScheduleKind kind, const ScheduleCosts& costs,
+                                          const ScheduleOptions& options) {
+  SLUICE_RETURN_IF_ERROR(ValidateScheduleCosts(costs));
+  if (!SupportsVpp(kind, costs.vpp)) {
+    return InvalidArgumentError(
+        fmt::format("schedule '{}' runs one stage per rank (vpp = 1), the costs have vpp = {}; use "
+                    "interleaved or adaptive",
+                    ScheduleKindName(kind), costs.vpp));
+  }
+  if (options.max_in_flight < 0) {
+    return InvalidArgumentError(
+        fmt::format("schedule options: max_in_flight must be >= 0 (0 = unlimited), got {}",
+                    options.max_in_flight));
+  }
+  const int64_t pp = costs.pp;
+  const int64_t m = costs.num_microbatches();
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return Finish(GPipeOrder(pp, m), costs, " (GPipe keeps every micro-batch's activations)");
+    case ScheduleKind::k1F1B:
+      return Finish(OneFOneBOrder(pp, m), costs, "");
+    case ScheduleKind::kInterleaved:
+      return Finish(InterleavedOrder(pp, costs.vpp, m), costs, "");
+    case ScheduleKind::kZbH1: {
+      // The 1F1B bound: the pipeline's 1F1B peak, capped by each rank's budget.
+      std::vector<Bytes> bound(static_cast<size_t>(pp), OneFOneBPeak(costs));
+      for (int64_t r = 0; r < pp && !costs.budget.empty(); ++r) {
+        bound[r] = std::min(bound[r], costs.budget[r]);
+      }
+      Schedule s;
+      const std::string oom = schedule_internal::ZbH1Order(costs, bound, &s);
+      if (!oom.empty()) return OutOfMemory("zb-h1: " + oom);
+      return Finish(std::move(s), costs, "");
+    }
+    case ScheduleKind::kAdaptive: {
+      Schedule s;
+      const std::string oom = schedule_internal::AdaptiveOrder(costs, options.max_in_flight, &s);
+      if (!oom.empty()) return OutOfMemory("adaptive: " + oom);
+      return Finish(std::move(s), costs, "");
+    }
+  }
+  return InternalError("unknown schedule kind");
+}
+
+}  // namespace sluice
