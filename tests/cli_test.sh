@@ -76,6 +76,24 @@ expect batch-states-oom 2 "model states" -- batch --parallel dp=8
 expect batch-all-oom 1 "no plan that fits memory" -- batch --parallel dp=1,pp=8 --memory-limit 20000 --max-seqlen 8192 --data long-context --samples 50 --iterations 1 --method padding
 expect batch-bad-long 2 "clip" -- batch --long keep
 
+# plan, plan check, plan csv
+expect plan-default 0 "makespan .* bubble" -- plan --iterations 2 --out "$tmp/plan.json"
+expect plan-check 0 "valid plan of gpt-6.7b" -- plan check "$tmp/plan-0.json"
+expect plan-csv 0 "^0F0,0F1" -- plan csv "$tmp/plan-0.json"
+expect plan-csv-comms 0 "SEND_F0" -- plan csv "$tmp/plan-0.json" --comms
+expect plan-csv-bad-replica 2 "allowed: 0..1" -- plan csv "$tmp/plan-0.json" --replica 5
+for s in gpipe zb-h1 adaptive; do
+  expect "plan-$s" 0 "1 planned" -- plan --schedule "$s" --iterations 1 --parallel dp=1,pp=8,zero=1 --show 0
+done
+expect plan-interleaved 0 "1 planned" -- plan --schedule interleaved --parallel dp=1,pp=4,vpp=2,zero=1 --memory-limit 40000 --iterations 1 --show 0
+expect plan-msgpack 0 "wrote" -- plan --iterations 1 --out "$tmp/plan.msgpack"
+expect plan-check-msgpack 0 "valid plan" -- plan check "$tmp/plan.msgpack"
+expect plan-bad-schedule 2 "1f1b" -- plan --schedule zigzag
+expect plan-gpipe-vpp 2 "vpp" -- plan --schedule gpipe --parallel dp=1,pp=4,vpp=2,zero=1
+printf '{"format": "sluice-plan/1"}' >"$tmp/empty-plan.json"
+expect plan-check-incomplete 2 "empty-plan.json" -- plan check "$tmp/empty-plan.json"
+expect plan-check-missing 2 "no-such-plan.json" -- plan check "$tmp/no-such-plan.json"
+
 echo
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
