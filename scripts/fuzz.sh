@@ -10,7 +10,7 @@ seconds="${1:-300}"
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(model_config_fuzzer cost_table_fuzzer data_reader_fuzzer)
+  targets=(model_config_fuzzer cost_table_fuzzer data_reader_fuzzer schedule_csv_fuzzer)
 fi
 
 bash scripts/setup.sh --fuzz >/dev/null

@@ -16,7 +16,8 @@
 //    high-water mark, stored included); B and I the transient max(0, peak - stored); W nothing.
 //  - A rank whose next action can never start is a deadlock: the estimate says which ranks stop
 //    where and what they wait for; it never hangs.
-// Cost: O(A log A) time for A actions, vectors sized once per call, nothing allocated per event.
+// Cost: O(A log pp) time for A actions (at most one running action per rank in the event heap),
+// vectors sized once per call, nothing allocated per event.
 //
 // Thread safety: a pure function of its arguments.
 #pragma once

@@ -56,10 +56,12 @@ TEST(GeneratorsTest, GPipeAnd1F1BMatchTheClosedForm) {
   }
 }
 
-// ZB-H1 with f = i = w: the idle time of each rank is (p - 1) f against 1F1B's (p - 1)(f + i +
-// w), a third (zero-bubble, Table: bubble B/3). The greedy reaches the ideal exactly on rank 0
-// and within one W (f) elsewhere while W are still being deferred, so the ratio of the mean
-// idle time is within [1/3, 1/3 + 1/(p - 1)) and of the makespans' excess exactly bounded too.
+// ZB-H1 with f = i = w: zero-bubble's ideal leaves every rank idle (p - 1)(T_F + T_B - T_W) =
+// (p - 1) f against 1F1B's (p - 1)(f + i + w) = 3 (p - 1) f, a third (the paper's B/3; note
+// that the bubble *fractions* differ by (m + p - 1) / (3m + p - 1), since the makespans differ,
+// so the comparison is of idle time). The greedy reaches the ideal exactly on uniform costs (the
+// makespan 3 m f + (p - 1) f is asserted exactly), so the ratio is 1/3 up to floating-point
+// rounding; the tolerance 1e-9 only absorbs that.
 TEST(GeneratorsTest, ZbH1BubbleIsAThirdOf1F1B) {
   for (int64_t pp : {2, 4, 8}) {
     for (int64_t m : {8, 16, 32}) {
@@ -73,7 +75,7 @@ TEST(GeneratorsTest, ZbH1BubbleIsAThirdOf1F1B) {
         idle_zb += zb.estimate.RankIdle(r);
       }
       const double ratio = idle_zb.micros() / idle_one.micros();
-      EXPECT_NEAR(ratio, 1.0 / 3.0, 0.02) << "pp " << pp << " m " << m;
+      EXPECT_NEAR(ratio, 1.0 / 3.0, 1e-9) << "pp " << pp << " m " << m;
       // Makespan: 3 m f + (p - 1) f, the ideal.
       EXPECT_EQ(zb.estimate.makespan, Duration::Micros(10) * (3 * m + pp - 1))
           << "pp " << pp << " m " << m;
@@ -142,6 +144,10 @@ TEST(GeneratorsTest, PropertyEveryScheduleIsValid) {
                 << what << CheckScheduleComplete(r.schedule).ToString();
             EXPECT_TRUE(r.estimate.completed) << what << r.estimate.problem;
             EXPECT_TRUE(r.estimate.fits_memory) << what;
+            if (k == ScheduleKind::kZbH1) {  // within the 1F1B bound
+              const ScheduleResult one = Must(ScheduleKind::k1F1B, c);
+              EXPECT_LE(MaxPeak(r.estimate), MaxPeak(one.estimate)) << what;
+            }
             for (int64_t rank = 0; rank < pp && !c.budget.empty(); ++rank) {
               EXPECT_LE(r.estimate.peak_memory[rank], c.budget[rank]) << what;
             }
