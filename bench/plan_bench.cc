@@ -136,8 +136,8 @@ Searched Search(const Scenario& s, const BatchPlan& plan, ScheduleKind kind) {
   out.plan = plan;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const ScheduleCostOptions options{.replica = static_cast<int64_t>(r)};
-    const ScheduleCosts costs = Must(BuildScheduleCosts(plan.replicas[r], *s.eval, s.cluster,
-                                                        options));
+    const ScheduleCosts costs =
+        Must(BuildScheduleCosts(plan.replicas[r], *s.eval, s.cluster, options));
     OrderSearchResult best = Must(SearchMicroBatchOrder(kind, costs));
     for (size_t i = 0; i < best.order.size(); ++i) {
       out.plan.replicas[r][i] = plan.replicas[r][best.order[i]];
@@ -157,8 +157,8 @@ void BM_PlanIteration(benchmark::State& state, const Scenario* s, ScheduleKind k
     const Searched searched = Search(*s, s->plans[b], kind);
     const double t_search = MillisSince(t0);
     const auto t1 = std::chrono::steady_clock::now();
-    StatusOr<ExecutionPlan> plan = LowerPlan(searched.plan, s->batches[b], searched.schedules,
-                                             *s->eval, s->cluster);
+    StatusOr<ExecutionPlan> plan =
+        LowerPlan(searched.plan, s->batches[b], searched.schedules, *s->eval, s->cluster);
     const double t_lower = MillisSince(t1);
     if (!plan.ok()) {
       state.SkipWithError(plan.status().message().c_str());
@@ -175,8 +175,10 @@ void BM_PlanIteration(benchmark::State& state, const Scenario* s, ScheduleKind k
     search.push_back(t_search);
     lower.push_back(t_lower);
     validate.push_back(t_validate);
-    for (const RankProgram& p : plan->ranks) instructions += static_cast<double>(p.instructions.size());
-    for (const auto& r : plan->replicas) micro_batches += static_cast<double>(r.micro_batches.size());
+    for (const RankProgram& p : plan->ranks)
+      instructions += static_cast<double>(p.instructions.size());
+    for (const auto& r : plan->replicas)
+      micro_batches += static_cast<double>(r.micro_batches.size());
   }
   const double n = static_cast<double>(total.size());
   state.counters["p50_ms"] = Median(total);
@@ -191,8 +193,8 @@ void BM_PlanFile(benchmark::State& state, const Scenario* s, bool binary) {
   std::vector<ExecutionPlan> plans;
   for (size_t b = 0; b < s->plans.size(); ++b) {
     const Searched searched = Search(*s, s->plans[b], ScheduleKind::kAdaptive);
-    plans.push_back(Must(LowerPlan(searched.plan, s->batches[b], searched.schedules, *s->eval,
-                                   s->cluster)));
+    plans.push_back(
+        Must(LowerPlan(searched.plan, s->batches[b], searched.schedules, *s->eval, s->cluster)));
   }
   std::vector<double> write, read;
   double bytes = 0;
@@ -245,10 +247,10 @@ int main(int argc, char** argv) {
             kind == ScheduleKind::kGPipe) {
           continue;
         }
-        benchmark::RegisterBenchmark(fmt::format("BM_PlanIteration/{}/vpp{}/dp{}",
-                                                 sluice::ScheduleKindName(kind), vpp, dp)
-                                         .c_str(),
-                                     sluice::BM_PlanIteration, s, kind)
+        benchmark::RegisterBenchmark(
+            fmt::format("BM_PlanIteration/{}/vpp{}/dp{}", sluice::ScheduleKindName(kind), vpp, dp)
+                .c_str(),
+            sluice::BM_PlanIteration, s, kind)
             ->Unit(benchmark::kMillisecond);
       }
       if (vpp == 1) {

@@ -10,7 +10,8 @@ seconds="${1:-300}"
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(model_config_fuzzer cost_table_fuzzer data_reader_fuzzer schedule_csv_fuzzer)
+  targets=(model_config_fuzzer cost_table_fuzzer data_reader_fuzzer schedule_csv_fuzzer
+           plan_json_fuzzer)
 fi
 
 bash scripts/setup.sh --fuzz >/dev/null

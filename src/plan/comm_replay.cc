@@ -32,8 +32,8 @@ class Matcher {
         const CommOp& op = ranks_[r][i];
         if (op.kind != Kind::kPost) continue;
         if (op.peer < 0 || op.peer >= n || op.peer == r) {
-          return Problem(r, i, fmt::format("its peer must be another rank in [0, {}), got {}",
-                                           n, op.peer));
+          return Problem(
+              r, i, fmt::format("its peer must be another rank in [0, {}), got {}", n, op.peer));
         }
         with_[r][op.peer].push_back(static_cast<int64_t>(i));
       }
@@ -67,19 +67,22 @@ class Matcher {
         const bool a_longer = k >= lb.size();
         const int64_t r = a_longer ? a : b, peer = a_longer ? b : a;
         const int64_t i = a_longer ? la[k] : lb[k];
-        return Problem(r, i, fmt::format(
-            "no matching {} on rank {}: rank {} posts {} messages with rank {}, rank {} posts {}",
-            Noun(!ranks_[r][i].send), peer, r, (a_longer ? la : lb).size(), peer, peer,
-            (a_longer ? lb : la).size()));
+        return Problem(r, i,
+                       fmt::format("no matching {} on rank {}: rank {} posts {} messages with rank "
+                                   "{}, rank {} posts {}",
+                                   Noun(!ranks_[r][i].send), peer, r, (a_longer ? la : lb).size(),
+                                   peer, peer, (a_longer ? lb : la).size()));
       }
       const CommOp& x = ranks_[a][la[k]];
       const CommOp& y = ranks_[b][lb[k]];
       if (x.tag == y.tag && x.send != y.send) {
         if (x.shapes != nullptr && y.shapes != nullptr && *x.shapes != *y.shapes) {
-          return Problem(a, la[k], fmt::format(
-              "shape mismatch with rank {} instruction {} ({}): rank {} {}s {}, rank {} {}s {}",
-              b, lb[k], text_(b, lb[k]), a, Noun(x.send), ShapesText(*x.shapes), b, Noun(y.send),
-              ShapesText(*y.shapes)));
+          return Problem(
+              a, la[k],
+              fmt::format(
+                  "shape mismatch with rank {} instruction {} ({}): rank {} {}s {}, rank {} {}s {}",
+                  b, lb[k], text_(b, lb[k]), a, Noun(x.send), ShapesText(*x.shapes), b,
+                  Noun(y.send), ShapesText(*y.shapes)));
         }
         partner_[a][la[k]] = {b, lb[k]};
         partner_[b][lb[k]] = {a, la[k]};
@@ -92,22 +95,27 @@ class Matcher {
       };
       const auto later = match_in(lb, b, x);
       if (later != lb.end() && match_in(la, a, y) == la.end()) {
-        return Problem(b, lb[k], fmt::format(
-            "no matching {} on rank {} (tag {}); rank {}'s message {} with rank {} is {} "
-            "(instruction {})",
-            Noun(!y.send), a, y.tag, a, k, b, text_(a, la[k]), la[k]));
+        return Problem(
+            b, lb[k],
+            fmt::format(
+                "no matching {} on rank {} (tag {}); rank {}'s message {} with rank {} is {} "
+                "(instruction {})",
+                Noun(!y.send), a, y.tag, a, k, b, text_(a, la[k]), la[k]));
       }
       if (later != lb.end()) {
-        return Problem(a, la[k], fmt::format(
-            "message {} with rank {} is posted in a different order on the two ranks: rank {} "
-            "posts {} here, rank {} posts {} (instruction {}) and only later the match "
-            "(instruction {}); the ranks would deadlock or exchange the wrong tensors",
-            k, b, a, text_(a, la[k]), b, text_(b, lb[k]), lb[k], *later));
+        return Problem(
+            a, la[k],
+            fmt::format(
+                "message {} with rank {} is posted in a different order on the two ranks: rank {} "
+                "posts {} here, rank {} posts {} (instruction {}) and only later the match "
+                "(instruction {}); the ranks would deadlock or exchange the wrong tensors",
+                k, b, a, text_(a, la[k]), b, text_(b, lb[k]), lb[k], *later));
       }
-      return Problem(a, la[k], fmt::format(
-          "no matching {} on rank {} (tag {}); rank {}'s message {} with rank {} is {} "
-          "(instruction {})",
-          Noun(!x.send), b, x.tag, b, k, a, text_(b, lb[k]), lb[k]));
+      return Problem(
+          a, la[k],
+          fmt::format("no matching {} on rank {} (tag {}); rank {}'s message {} with rank {} is {} "
+                      "(instruction {})",
+                      Noun(!x.send), b, x.tag, b, k, a, text_(b, lb[k]), lb[k]));
     }
     return std::nullopt;
   }
@@ -130,8 +138,8 @@ std::optional<CommProblem> MatchCollectives(const std::vector<std::vector<CommOp
       if (op.kind != Kind::kCollective && op.kind != Kind::kWaitCollectives) continue;
       if (op.group < 0 || op.group >= static_cast<int64_t>(groups.size())) {
         return CommProblem{static_cast<int64_t>(r), static_cast<int64_t>(i),
-                           fmt::format("rank {} instruction {} ({}): no collective group {}", r,
-                                       i, text(r, i), op.group)};
+                           fmt::format("rank {} instruction {} ({}): no collective group {}", r, i,
+                                       text(r, i), op.group)};
       }
       if (op.kind == Kind::kCollective) (*posts)[r].push_back(static_cast<int64_t>(i));
     }
@@ -191,9 +199,8 @@ std::optional<CommProblem> CheckComms(const std::vector<std::vector<CommOp>>& ra
   for (int64_t r = 0; r < n; ++r) {
     for (size_t i = 0; i < ranks[r].size(); ++i) {
       const CommOp& op = ranks[r][i];
-      if (op.kind == Kind::kWait &&
-          (op.wait_for < 0 || op.wait_for >= static_cast<int64_t>(i) ||
-           ranks[r][op.wait_for].kind != Kind::kPost)) {
+      if (op.kind == Kind::kWait && (op.wait_for < 0 || op.wait_for >= static_cast<int64_t>(i) ||
+                                     ranks[r][op.wait_for].kind != Kind::kPost)) {
         return CommProblem{r, static_cast<int64_t>(i),
                            fmt::format("rank {} instruction {} ({}): waits for a transfer this "
                                        "rank has not posted before it",
@@ -247,8 +254,8 @@ std::optional<CommProblem> CheckComms(const std::vector<std::vector<CommOp>>& ra
     } else {
       what = "waits for its group's collectives";
     }
-    blocked += fmt::format("{}rank {} at instruction {} ({}) {}", listed > 1 ? "; " : "", r,
-                           pc[r], text(r, pc[r]), what);
+    blocked += fmt::format("{}rank {} at instruction {} ({}) {}", listed > 1 ? "; " : "", r, pc[r],
+                           text(r, pc[r]), what);
   }
   problem.message = "deadlock: the static replay of all ranks stops: " + blocked;
   return problem;

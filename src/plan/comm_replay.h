@@ -34,8 +34,8 @@ struct CommOp {
   int64_t peer = -1;  // kPost: the other rank, in [0, ranks) and not this rank
   int64_t tag = -1;   // kPost
   const std::vector<TensorShape>* shapes = nullptr;  // kPost: compared when both sides give them
-  int64_t wait_for = -1;  // kWait: index of the kPost on this rank it waits for
-  int64_t group = -1;     // kCollective, kWaitCollectives: index into the groups
+  int64_t wait_for = -1;                   // kWait: index of the kPost on this rank it waits for
+  int64_t group = -1;                      // kCollective, kWaitCollectives: index into the groups
   std::array<int64_t, 3> collective = {};  // kCollective: identity compared across members
 };
 

@@ -13,6 +13,16 @@ std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape
   return out;
 }
 
+bool IsBoundaryShapes(const std::vector<TensorShape>& shapes, const ModelSpec& model,
+                      const LayerShape& shape, int64_t boundary, int64_t num_stages) {
+  const bool two = model.is_encoder_decoder() && boundary >= num_stages / 2 - 1;
+  auto is = [&](const TensorShape& t, int64_t len) {
+    return t.size() == 3 && t[0] == shape.mbs && t[1] == len && t[2] == model.hidden;
+  };
+  return shapes.size() == (two ? 2u : 1u) && is(shapes[0], shape.seqlen) &&
+         (!two || is(shapes[1], shape.dec_seqlen));
+}
+
 std::vector<TensorShape> InputShapes(const ModelSpec& model, const LayerShape& shape) {
   std::vector<TensorShape> out = {{shape.mbs, shape.seqlen}};
   if (model.is_encoder_decoder()) out.push_back({shape.mbs, shape.dec_seqlen});

@@ -44,20 +44,20 @@ struct PlanMicroBatch {
   LayerShape shape;                        // padded shape every instruction's tensors follow
   bool varlen = false;                     // per-sample attention inside packed rows
   Recompute recompute = Recompute::kNone;
-  std::vector<ChunkCost> stages;           // predicted cost per virtual stage (pp*vpp entries)
+  std::vector<ChunkCost> stages;  // predicted cost per virtual stage (pp*vpp entries)
 
   friend bool operator==(const PlanMicroBatch&, const PlanMicroBatch&) = default;
 };
 
 struct PlanReplica {
-  std::string schedule;                     // the schedule generator's name, e.g. "1f1b"
+  std::string schedule;                       // the schedule generator's name, e.g. "1f1b"
   std::vector<PlanMicroBatch> micro_batches;  // in the order instructions index them
 
   friend bool operator==(const PlanReplica&, const PlanReplica&) = default;
 };
 
 struct RankProgram {
-  int64_t rank = 0;          // dp_index * pp + pp_index
+  int64_t rank = 0;  // dp_index * pp + pp_index
   int64_t dp_index = 0;
   int64_t pp_index = 0;
   int64_t buffer_slots = 0;  // slots the program uses: every slot id is < buffer_slots
@@ -70,13 +70,13 @@ struct ExecutionPlan {
   ModelSpec model;
   ClusterSpec cluster;
   ParallelConfig parallel;
-  std::string cost_model;                // CostModel::Describe() of the model it was planned with
-  std::string method;                    // batching method, e.g. "dynapipe"
-  std::vector<int64_t> sample_ids;       // the global batch's sample ids, ascending
-  std::vector<UnplacedSample> dropped;   // samples of the batch no micro-batch holds, with reasons
-  std::vector<Bytes> model_states;       // per pipeline rank: weights + gradients + optimizer
-  std::vector<PlanReplica> replicas;     // [dp_index]
-  std::vector<RankProgram> ranks;        // [rank id], dp * pp programs
+  std::string cost_model;               // CostModel::Describe() of the model it was planned with
+  std::string method;                   // batching method, e.g. "dynapipe"
+  std::vector<int64_t> sample_ids;      // the global batch's sample ids, ascending
+  std::vector<UnplacedSample> dropped;  // samples of the batch no micro-batch holds, with reasons
+  std::vector<Bytes> model_states;      // per pipeline rank: weights + gradients + optimizer
+  std::vector<PlanReplica> replicas;    // [dp_index]
+  std::vector<RankProgram> ranks;       // [rank id], dp * pp programs
 
   int64_t dp() const { return parallel.dp; }
   int64_t pp() const { return parallel.pp; }
@@ -98,6 +98,10 @@ struct ExecutionPlan {
 // {mbs, seqlen, hidden}, {mbs, dec_seqlen, hidden} (StageCostEvaluator::BoundaryBytes' rule).
 std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,
                                         int64_t boundary, int64_t num_stages);
+// Whether `shapes` == BoundaryShapes(model, shape, boundary, num_stages), without allocating
+// (the validator asks once per transfer).
+bool IsBoundaryShapes(const std::vector<TensorShape>& shapes, const ModelSpec& model,
+                      const LayerShape& shape, int64_t boundary, int64_t num_stages);
 // Token ids the first stage loads (int64): {mbs, seqlen}, plus {mbs, dec_seqlen} decoder inputs
 // for encoder-decoder models.
 std::vector<TensorShape> InputShapes(const ModelSpec& model, const LayerShape& shape);

@@ -10,10 +10,10 @@ namespace sluice {
 namespace {
 
 constexpr std::array<std::string_view, kNumOpKinds> kOpNames = {
-    "load-input",       "forward",          "backward",           "backward-input",
-    "backward-weight",  "send-act-start",   "send-act-finish",    "recv-act-start",
-    "recv-act-finish",  "send-grad-start",  "send-grad-finish",   "recv-grad-start",
-    "recv-grad-finish", "free-buffer",      "all-reduce-grad",    "reduce-scatter-grad",
+    "load-input",        "forward",         "backward",         "backward-input",
+    "backward-weight",   "send-act-start",  "send-act-finish",  "recv-act-start",
+    "recv-act-finish",   "send-grad-start", "send-grad-finish", "recv-grad-start",
+    "recv-grad-finish",  "free-buffer",     "all-reduce-grad",  "reduce-scatter-grad",
     "all-gather-params", "optimizer-step",
 };
 
@@ -137,7 +137,8 @@ std::string FormatStepGrid(const std::vector<std::string>& labels,
   std::vector<size_t> width(labels.size());
   for (size_t c = 0; c < labels.size(); ++c) {
     width[c] = labels[c].size();
-    for (int64_t s = first_step; s < last_step; ++s) width[c] = std::max(width[c], cell(c, s).size());
+    for (int64_t s = first_step; s < last_step; ++s)
+      width[c] = std::max(width[c], cell(c, s).size());
   }
   std::string out(digits + 7, ' ');
   for (size_t c = 0; c < labels.size(); ++c) {

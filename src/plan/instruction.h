@@ -28,24 +28,24 @@
 namespace sluice {
 
 enum class OpKind : uint8_t {
-  kLoadInput,        // read the micro-batch's token ids (first stage) or labels (last stage)
-  kForward,          // forward of one virtual stage
-  kBackward,         // full backward (input and weight gradient)
-  kBackwardInput,    // input-gradient half of the backward (zero-bubble "I")
-  kBackwardWeight,   // weight-gradient half (zero-bubble "W")
-  kSendActStart,     // post the send of a stage's output activations to the next stage's rank
-  kSendActFinish,    // wait until that send completed
-  kRecvActStart,     // post the receive of the previous stage's activations
-  kRecvActFinish,    // wait until they arrived
-  kSendGradStart,    // post the send of the input gradient to the previous stage's rank
+  kLoadInput,       // read the micro-batch's token ids (first stage) or labels (last stage)
+  kForward,         // forward of one virtual stage
+  kBackward,        // full backward (input and weight gradient)
+  kBackwardInput,   // input-gradient half of the backward (zero-bubble "I")
+  kBackwardWeight,  // weight-gradient half (zero-bubble "W")
+  kSendActStart,    // post the send of a stage's output activations to the next stage's rank
+  kSendActFinish,   // wait until that send completed
+  kRecvActStart,    // post the receive of the previous stage's activations
+  kRecvActFinish,   // wait until they arrived
+  kSendGradStart,   // post the send of the input gradient to the previous stage's rank
   kSendGradFinish,
-  kRecvGradStart,    // post the receive of the output gradient from the next stage's rank
+  kRecvGradStart,  // post the receive of the output gradient from the next stage's rank
   kRecvGradFinish,
-  kFreeBuffer,       // release one buffer slot
-  kAllReduceGrad,    // all-reduce one gradient bucket across the data-parallel group (ZeRO 0, 1)
+  kFreeBuffer,         // release one buffer slot
+  kAllReduceGrad,      // all-reduce one gradient bucket across the data-parallel group (ZeRO 0, 1)
   kReduceScatterGrad,  // reduce-scatter one gradient bucket across the group (ZeRO >= 2)
-  kAllGatherParams,  // all-gather one bucket of updated parameters after the step (ZeRO >= 2)
-  kOptimizerStep,    // wait for the rank's reductions, then update the parameters
+  kAllGatherParams,    // all-gather one bucket of updated parameters after the step (ZeRO >= 2)
+  kOptimizerStep,      // wait for the rank's reductions, then update the parameters
 };
 inline constexpr int kNumOpKinds = 18;
 
@@ -74,18 +74,18 @@ int64_t NumElements(const TensorShape& shape);
 
 struct Instruction {
   OpKind op = OpKind::kForward;
-  int64_t microbatch = -1;  // index into the rank's replica's micro-batches; -1: none
-  int64_t stage = -1;       // virtual stage on THIS rank (a send's source, a receive's
-                            // destination stage, a collective's stage); -1: none
-  int64_t peer = -1;        // point-to-point: the other rank's id; -1: none
-  int64_t tag = -1;         // point-to-point: MessageTag(); -1: none
+  int64_t microbatch = -1;          // index into the rank's replica's micro-batches; -1: none
+  int64_t stage = -1;               // virtual stage on THIS rank (a send's source, a receive's
+                                    // destination stage, a collective's stage); -1: none
+  int64_t peer = -1;                // point-to-point: the other rank's id; -1: none
+  int64_t tag = -1;                 // point-to-point: MessageTag(); -1: none
   std::vector<TensorShape> shapes;  // tensors loaded, transferred or produced (see header)
   std::vector<int64_t> inputs;      // buffer slots read; FreeBuffer: the slot released
   std::vector<int64_t> outputs;     // buffer slots allocated and written
   Bytes bytes;                      // payload of a transfer, collective or load
   int64_t bucket = -1;              // collectives: gradient bucket id of this rank; -1: none
   Recompute recompute = Recompute::kNone;  // Forward / Backward / BackwardInput
-  Duration duration;                // predicted time of the op (0: not predicted)
+  Duration duration;                       // predicted time of the op (0: not predicted)
 
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };

@@ -80,16 +80,14 @@ TEST(InstructionTest, NumElementsSaturates) {
 }
 
 TEST(StepGridTest, MarksTheErrorRow) {
-  const std::string grid =
-      FormatStepGrid({"Rank 0", "Rank 1"}, {{"0F0", "0F1", "0B0"}, {"1F0", "1B0"}}, 0, 3, 1,
-                     " (rank 1)");
+  const std::string grid = FormatStepGrid(
+      {"Rank 0", "Rank 1"}, {{"0F0", "0F1", "0B0"}, {"1F0", "1B0"}}, 0, 3, 1, " (rank 1)");
   EXPECT_EQ(grid,
             "        Rank 0 Rank 1\n"
             "Step 0: 0F0    1F0\n"
             "Step 1: 0F1    1B0    <-- ERROR HERE (rank 1)\n"
             "Step 2: 0B0\n");
-  const std::string window =
-      FormatStepGrid({"Rank 0"}, {{"a", "b", "c", "d", "e"}}, 1, 3, -1, "");
+  const std::string window = FormatStepGrid({"Rank 0"}, {{"a", "b", "c", "d", "e"}}, 1, 3, -1, "");
   EXPECT_EQ(window, "        Rank 0\n...\nStep 1: b\nStep 2: c\n...\n");
 }
 
@@ -111,6 +109,19 @@ TEST(ShapesTest, BoundaryShapesFollowTheModel) {
   EXPECT_EQ(LoadShapes(t5, ed, 0, 8), (std::vector<TensorShape>{{2, 128}, {2, 32}}));
   EXPECT_EQ(LoadShapes(t5, ed, 7, 8), (std::vector<TensorShape>{{2, 32}}));
   EXPECT_EQ(TokenBytes(LoadShapes(t5, ed, 7, 8)).count(), 8 * 64);
+  // IsBoundaryShapes agrees with BoundaryShapes everywhere.
+  for (const ModelSpec* m : {&gpt, &t5}) {
+    for (int64_t b = 0; b < 7; ++b) {
+      const std::vector<TensorShape> want = BoundaryShapes(*m, ed, b, 8);
+      EXPECT_TRUE(IsBoundaryShapes(want, *m, ed, b, 8));
+      std::vector<TensorShape> off = want;
+      off.back()[1] += 8;
+      EXPECT_FALSE(IsBoundaryShapes(off, *m, ed, b, 8));
+      off = want;
+      off.push_back({1});
+      EXPECT_FALSE(IsBoundaryShapes(off, *m, ed, b, 8));
+    }
+  }
 }
 
 // The replay engine on hand-made ops.

@@ -54,8 +54,8 @@ struct ReplicaContext {
   const Schedule* schedule = nullptr;
   const CommModel* comm = nullptr;
   int64_t dp_index = 0;
-  int64_t m = 0;   // micro-batches
-  int64_t S = 0;   // virtual stages
+  int64_t m = 0;  // micro-batches
+  int64_t S = 0;  // virtual stages
   int64_t pp = 1;
   std::vector<std::vector<std::vector<TensorShape>>> boundary;  // [mb][b]
   std::vector<std::vector<Duration>> p2p;  // [mb][b]: transfer time of boundary b (0 if local)
@@ -159,7 +159,7 @@ struct Event {
   EventType type = EventType::kCompute;
   int64_t mb = -1;
   int64_t stage = -1;
-  int64_t action = -1;   // compute: index in the schedule's rank list
+  int64_t action = -1;  // compute: index in the schedule's rank list
   auto Key() const { return std::tie(time, priority, tiebreak); }
 };
 
@@ -214,18 +214,16 @@ std::vector<std::vector<Event>> Events(const ReplicaContext& c) {
   return events;
 }
 
-// One gradient bucket of a virtual stage.
-struct Bucket {
-  int64_t stage = 0;
-  Bytes bytes;
-};
-
 // Step 3-5 for one rank: instructions with logical buffers, then frees and slots.
 class RankAssembler {
  public:
-  RankAssembler(const ReplicaContext& c, int64_t r, const std::vector<std::vector<Bucket>>& buckets,
+  // `buckets[s]`: the gradient buckets of virtual stage s, fp16 bytes each.
+  RankAssembler(const ReplicaContext& c, int64_t r, const std::vector<std::vector<Bytes>>& buckets,
                 const ClusterSpec& cluster)
-      : c_(c), r_(r), buckets_(buckets), cluster_(cluster),
+      : c_(c),
+        r_(r),
+        buckets_(buckets),
+        cluster_(cluster),
         key_buf_(static_cast<size_t>(3 * c.m * c.S), -1) {}
 
   RankProgram Assemble(const std::vector<Event>& events) {
@@ -277,8 +275,8 @@ class RankAssembler {
     const int64_t mb = e.mb, s = e.stage;
     switch (e.type) {
       case EventType::kSendAct:
-        out_.push_back(Comm(OpKind::kSendActStart, mb, s, s + 1, s, false, Buffer(kAct, mb, s),
-                            false));
+        out_.push_back(
+            Comm(OpKind::kSendActStart, mb, s, s + 1, s, false, Buffer(kAct, mb, s), false));
         return;
       case EventType::kRecvAct:
         out_.push_back(Comm(OpKind::kRecvActStart, mb, s, s - 1, s - 1, false,
@@ -291,8 +289,8 @@ class RankAssembler {
                                            Buffer(kGrad, mb, s - 1), false));
         return;
       case EventType::kRecvGrad:
-        out_.push_back(Comm(OpKind::kRecvGradStart, mb, s, s + 1, s, true,
-                            NewBuffer(kGrad, mb, s), true));
+        out_.push_back(
+            Comm(OpKind::kRecvGradStart, mb, s, s + 1, s, true, NewBuffer(kGrad, mb, s), true));
         return;
       case EventType::kReduce:
         EmitReduction(s);
@@ -311,18 +309,18 @@ class RankAssembler {
       spans = spans || !SameNode(cluster_, c_.plan->parallel.tp, c_.plan->RankId(0, r_),
                                  c_.plan->RankId(d, r_));
     }
-    for (const Bucket& b : buckets_[s]) {
+    for (const Bytes bytes : buckets_[s]) {
       Instruction in;
       in.op = zero2 ? OpKind::kReduceScatterGrad : OpKind::kAllReduceGrad;
       in.stage = s;
       in.bucket = next_bucket_++;
-      in.bytes = b.bytes;
+      in.bytes = bytes;
       in.duration = c_.comm->Collective(
-          zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, b.bytes, dp, spans);
+          zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, bytes, dp, spans);
       out_.push_back(in);
       if (zero2) {
         in.op = OpKind::kAllGatherParams;
-        in.duration = c_.comm->Collective(CollectiveKind::kAllGather, b.bytes, dp, spans);
+        in.duration = c_.comm->Collective(CollectiveKind::kAllGather, bytes, dp, spans);
         gathers_.push_back(in);
       }
     }
@@ -435,7 +433,7 @@ class RankAssembler {
 
   const ReplicaContext& c_;
   const int64_t r_;
-  const std::vector<std::vector<Bucket>>& buckets_;
+  const std::vector<std::vector<Bytes>>& buckets_;
   const ClusterSpec& cluster_;
   std::vector<int64_t> key_buf_;
   int64_t next_buffer_ = 0;
@@ -446,17 +444,17 @@ class RankAssembler {
 };
 
 // Buckets of each virtual stage: its fp16 gradients cut into equal parts of at most `cap`.
-std::vector<std::vector<Bucket>> MakeBuckets(const StageCostEvaluator& eval, Bytes cap) {
+std::vector<std::vector<Bytes>> MakeBuckets(const StageCostEvaluator& eval, Bytes cap) {
   const ParallelConfig& par = eval.parallel();
   const std::vector<StageLayers> chunks = ChunkLayers(eval.model(), par.chunks());
-  std::vector<std::vector<Bucket>> out(chunks.size());
+  std::vector<std::vector<Bytes>> out(chunks.size());
   for (size_t s = 0; s < chunks.size(); ++s) {
     const int64_t bytes = 2 * eval.cost_model().ModelStates(chunks[s], par).params;
     if (bytes <= 0) continue;
-    const int64_t n = std::max<int64_t>(1, (bytes + cap.count() - 1) / std::max<int64_t>(
-                                                                           cap.count(), 1));
+    const int64_t n =
+        std::max<int64_t>(1, (bytes + cap.count() - 1) / std::max<int64_t>(cap.count(), 1));
     for (int64_t k = 0; k < n; ++k) {
-      out[s].push_back({static_cast<int64_t>(s), Bytes::Of(bytes / n + (k < bytes % n ? 1 : 0))});
+      out[s].push_back(Bytes::Of(bytes / n + (k < bytes % n ? 1 : 0)));
     }
   }
   return out;
@@ -526,8 +524,8 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
   for (int64_t d = 0; d < par.dp; ++d) {
     ScheduleCostOptions cost_options = options.costs;
     cost_options.replica = d;
-    SLUICE_ASSIGN_OR_RETURN(costs[d], BuildScheduleCosts(batch_plan.replicas[d], eval, cluster,
-                                                         cost_options));
+    SLUICE_ASSIGN_OR_RETURN(
+        costs[d], BuildScheduleCosts(batch_plan.replicas[d], eval, cluster, cost_options));
     PlanReplica replica;
     replica.schedule = schedules[d].name;
     for (size_t i = 0; i < batch_plan.replicas[d].size(); ++i) {
@@ -538,7 +536,7 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
     plan.replicas.push_back(std::move(replica));
   }
   const AlphaBetaCommModel comm(cluster);
-  const std::vector<std::vector<Bucket>> buckets = MakeBuckets(eval, options.bucket_bytes);
+  const std::vector<std::vector<Bytes>> buckets = MakeBuckets(eval, options.bucket_bytes);
   plan.ranks.resize(static_cast<size_t>(par.dp * par.pp));
   for (int64_t d = 0; d < par.dp; ++d) {
     ReplicaContext c;

@@ -10,8 +10,7 @@
 //     for it) is an error.
 //  2. Every boundary transfer becomes a Start on both ranks, emitted at the same simulated moment
 //     (when the producing action ends) and ordered on both ranks by (time, tag), so every pair
-//     of ranks posts its sends and receives in the same order. Ops on one stage's consecutive
-//     ranks never cross replicas.
+//     of ranks posts its sends and receives in the same order. Transfers stay within a replica.
 //  3. Finishes: a receive finishes just before the first instruction that reads it; an
 //     activation send finishes just before the backward of that micro-batch on that stage (its
 //     buffer is the stage output the backward needs anyway); a gradient send finishes before the

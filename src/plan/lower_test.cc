@@ -78,7 +78,7 @@ TEST(LowerPlanTest, EverySchedulePpVppDpValidates) {
     }
   }
   EXPECT_EQ(plans + skipped, 2 * 2 * 4 * (5 + 2) * 2);
-  EXPECT_LE(skipped, 8);
+  EXPECT_EQ(skipped, 0);  // every generator schedules every case of this grid
   EXPECT_GT(fitting, plans / 2);
 }
 
@@ -262,10 +262,14 @@ TEST(LowerPlanTest, RejectsAScheduleThatCannotRun) {
   c.microbatches = 2;
   const auto f = MakePlanFixture(c);
   Schedule s = f->schedules[0];
-  s.ranks[0] = {{0, ActionKind::kForward, 0}, {0, ActionKind::kBackward, 0},
-                {0, ActionKind::kForward, 1}, {0, ActionKind::kBackward, 1}};
-  s.ranks[1] = {{1, ActionKind::kForward, 1}, {1, ActionKind::kBackward, 1},
-                {1, ActionKind::kForward, 0}, {1, ActionKind::kBackward, 0}};
+  s.ranks[0] = {{0, ActionKind::kForward, 0},
+                {0, ActionKind::kBackward, 0},
+                {0, ActionKind::kForward, 1},
+                {0, ActionKind::kBackward, 1}};
+  s.ranks[1] = {{1, ActionKind::kForward, 1},
+                {1, ActionKind::kBackward, 1},
+                {1, ActionKind::kForward, 0},
+                {1, ActionKind::kBackward, 0}};
   ASSERT_TRUE(CheckScheduleComplete(s).ok());
   const std::vector<Schedule> schedules = {s};
   StatusOr<ExecutionPlan> r =

@@ -69,8 +69,8 @@ std::string Describe(const json& v) {
   std::string s = v.dump();
   if (s.size() > 40) s = s.substr(0, 37) + "...";
   const char* type = v.is_number_integer() || v.is_number_unsigned() ? "integer"
-                     : v.is_number_float()                             ? "number"
-                                                                       : v.type_name();
+                     : v.is_number_float()                           ? "number"
+                                                                     : v.type_name();
   return fmt::format("{} {}", type, s);
 }
 
@@ -107,8 +107,7 @@ class Errors {
   template <typename PathFn>
   Status Int(const json& v, const PathFn& path, int64_t min, int64_t max, int64_t* out) const {
     if (AsInt(v, out) && *out >= min && *out <= max) return Status::Ok();
-    return At(path(), fmt::format("must be an integer in [{}, {}], got {}", min, max,
-                                  Describe(v)));
+    return At(path(), fmt::format("must be an integer in [{}, {}], got {}", min, max, Describe(v)));
   }
   template <typename PathFn>
   Status Ints(const json& v, const PathFn& path, int64_t min, int64_t max,
@@ -134,8 +133,8 @@ class Errors {
 
 Status ReadShapes(const Errors& e, const json& v, const std::string& path,
                   std::vector<TensorShape>* out) {
-  if (!v.is_array()) return e.At(path, fmt::format("must be an array of shapes, got {}",
-                                                   Describe(v)));
+  if (!v.is_array())
+    return e.At(path, fmt::format("must be an array of shapes, got {}", Describe(v)));
   out->resize(v.size());
   for (size_t t = 0; t < v.size(); ++t) {
     SLUICE_RETURN_IF_ERROR(e.Ints(
@@ -156,10 +155,10 @@ Status ReadInstruction(const Errors& e, const json& j, const std::string& list_p
     const json& v = it.value();
     auto p = [&] { return path(key); };
     if (key == "op") {
-      const std::optional<OpKind> op = v.is_string() ? OpKindFromName(v.get_ref<const std::string&>())
-                                                     : std::nullopt;
-      if (!op) return e.At(p(), fmt::format("must be an op name (docs/formats.md), got {}",
-                                            Describe(v)));
+      const std::optional<OpKind> op =
+          v.is_string() ? OpKindFromName(v.get_ref<const std::string&>()) : std::nullopt;
+      if (!op)
+        return e.At(p(), fmt::format("must be an op name (docs/formats.md), got {}", Describe(v)));
       in->op = *op;
       has_op = true;
     } else if (key == "mb") {
@@ -195,8 +194,9 @@ Status ReadInstruction(const Errors& e, const json& j, const std::string& list_p
       SLUICE_RETURN_IF_ERROR(e.Int(v, p, 0, kMaxAmount, &ns));
       in->duration = Duration::Nanos(ns);
     } else {
-      return e.At(p(), "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
-                       "'shapes', 'in', 'out', 'bytes', 'rc', 'ns'");
+      return e.At(p(),
+                  "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
+                  "'shapes', 'in', 'out', 'bytes', 'rc', 'ns'");
     }
   }
   if (!has_op) return e.At(path("op"), "is required (an op name)");
@@ -217,13 +217,12 @@ Status ReadCost(const Errors& e, const json& j, const std::string& base, ChunkCo
     if (it == j.end()) return e.At(p(), "is required (an integer)");
     SLUICE_RETURN_IF_ERROR(e.Int(*it, p, 0, kMaxAmount, &v[k]));
   }
-  *c = {Duration::Nanos(v[0]), Duration::Nanos(v[1]), Duration::Nanos(v[2]), Bytes::Of(v[3]),
-        Bytes::Of(v[4]), Bytes::Of(v[5])};
+  *c = {Duration::Nanos(v[0]), Duration::Nanos(v[1]), Duration::Nanos(v[2]),
+        Bytes::Of(v[3]),       Bytes::Of(v[4]),       Bytes::Of(v[5])};
   return Status::Ok();
 }
 
-Status ReadMicroBatch(const Errors& e, const json& j, const std::string& base,
-                      PlanMicroBatch* mb) {
+Status ReadMicroBatch(const Errors& e, const json& j, const std::string& base, PlanMicroBatch* mb) {
   JsonObjectReader r(j, e.source(), base);
   SLUICE_RETURN_IF_ERROR(r.status());
   SLUICE_RETURN_IF_ERROR(r.Int("mbs", &mb->shape.mbs, 1, kMaxLen));
@@ -237,17 +236,16 @@ Status ReadMicroBatch(const Errors& e, const json& j, const std::string& base,
   SLUICE_RETURN_IF_ERROR(e.Array(rows, [&] { return r.FieldPath("rows"); }));
   mb->rows.resize(rows->size());
   for (size_t i = 0; i < rows->size(); ++i) {
-    SLUICE_RETURN_IF_ERROR(e.Ints(
-        (*rows)[i], [&] { return fmt::format("{}[{}]", r.FieldPath("rows"), i); },
-        std::numeric_limits<int64_t>::min(), kMaxId, &mb->rows[i]));
+    SLUICE_RETURN_IF_ERROR(e.Ints((*rows)[i],
+                                  [&] { return fmt::format("{}[{}]", r.FieldPath("rows"), i); },
+                                  std::numeric_limits<int64_t>::min(), kMaxId, &mb->rows[i]));
   }
   const json* stages = r.Child("stages");
   SLUICE_RETURN_IF_ERROR(e.Array(stages, [&] { return r.FieldPath("stages"); }));
   mb->stages.resize(stages->size());
   for (size_t s = 0; s < stages->size(); ++s) {
-    SLUICE_RETURN_IF_ERROR(ReadCost(e, (*stages)[s],
-                                    fmt::format("{}[{}]", r.FieldPath("stages"), s),
-                                    &mb->stages[s]));
+    SLUICE_RETURN_IF_ERROR(
+        ReadCost(e, (*stages)[s], fmt::format("{}[{}]", r.FieldPath("stages"), s), &mb->stages[s]));
   }
   return r.Finish();
 }
@@ -273,7 +271,8 @@ Status ReadRank(const Errors& e, const json& j, const std::string& base, RankPro
 
 json PlanToJson(const ExecutionPlan& plan) {
   json dropped = json::array();
-  for (const UnplacedSample& s : plan.dropped) dropped.push_back({{"id", s.id}, {"reason", s.reason}});
+  for (const UnplacedSample& s : plan.dropped)
+    dropped.push_back({{"id", s.id}, {"reason", s.reason}});
   json states = json::array();
   for (Bytes b : plan.model_states) states.push_back(b.count());
   json replicas = json::array();
@@ -319,7 +318,9 @@ StatusOr<ExecutionPlan> PlanFromJson(const json& j, std::string_view source) {
   const json* cluster = r.Child("cluster");
   const json* parallel = r.Child("parallel");
   if (model == nullptr || cluster == nullptr || parallel == nullptr) {
-    return r.Error(model == nullptr ? "model" : cluster == nullptr ? "cluster" : "parallel",
+    return r.Error(model == nullptr     ? "model"
+                   : cluster == nullptr ? "cluster"
+                                        : "parallel",
                    "is required (an object)");
   }
   SLUICE_ASSIGN_OR_RETURN(plan.model, ModelSpecFromJson(*model, fmt::format("{} (model)", source)));
@@ -331,8 +332,9 @@ StatusOr<ExecutionPlan> PlanFromJson(const json& j, std::string_view source) {
   SLUICE_RETURN_IF_ERROR(r.String("method", &plan.method));
   const json* ids = r.Child("sample_ids");
   SLUICE_RETURN_IF_ERROR(e.Array(ids, [] { return std::string("sample_ids"); }));
-  SLUICE_RETURN_IF_ERROR(e.Ints(*ids, [] { return std::string("sample_ids"); },
-                                std::numeric_limits<int64_t>::min(), kMaxId, &plan.sample_ids));
+  SLUICE_RETURN_IF_ERROR(e.Ints(
+      *ids, [] { return std::string("sample_ids"); }, std::numeric_limits<int64_t>::min(), kMaxId,
+      &plan.sample_ids));
   const json* dropped = r.Child("dropped");
   SLUICE_RETURN_IF_ERROR(e.Array(dropped, [] { return std::string("dropped"); }));
   for (size_t i = 0; i < dropped->size(); ++i) {
@@ -347,8 +349,8 @@ StatusOr<ExecutionPlan> PlanFromJson(const json& j, std::string_view source) {
   const json* states = r.Child("model_states_bytes");
   std::vector<int64_t> state_bytes;
   SLUICE_RETURN_IF_ERROR(e.Array(states, [] { return std::string("model_states_bytes"); }));
-  SLUICE_RETURN_IF_ERROR(e.Ints(*states, [] { return std::string("model_states_bytes"); }, 0,
-                                kMaxAmount, &state_bytes));
+  SLUICE_RETURN_IF_ERROR(e.Ints(
+      *states, [] { return std::string("model_states_bytes"); }, 0, kMaxAmount, &state_bytes));
   for (int64_t b : state_bytes) plan.model_states.push_back(Bytes::Of(b));
   const json* replicas = r.Child("replicas");
   SLUICE_RETURN_IF_ERROR(e.Array(replicas, [] { return std::string("replicas"); }));
@@ -363,8 +365,8 @@ StatusOr<ExecutionPlan> PlanFromJson(const json& j, std::string_view source) {
     auto& out = plan.replicas[d].micro_batches;
     out.resize(mbs->size());
     for (size_t i = 0; i < mbs->size(); ++i) {
-      SLUICE_RETURN_IF_ERROR(ReadMicroBatch(
-          e, (*mbs)[i], fmt::format("{}.micro_batches[{}]", base, i), &out[i]));
+      SLUICE_RETURN_IF_ERROR(
+          ReadMicroBatch(e, (*mbs)[i], fmt::format("{}.micro_batches[{}]", base, i), &out[i]));
     }
     SLUICE_RETURN_IF_ERROR(rr.Finish());
   }
@@ -379,7 +381,8 @@ StatusOr<ExecutionPlan> PlanFromJson(const json& j, std::string_view source) {
 }
 
 std::string PlanToJsonText(const ExecutionPlan& plan, int indent) {
-  return PlanToJson(plan).dump(indent);
+  // Strings that are not UTF-8 (which no reader produces) become U+FFFD instead of throwing.
+  return PlanToJson(plan).dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
 StatusOr<ExecutionPlan> PlanFromJsonText(std::string_view text, std::string_view source) {
@@ -391,8 +394,8 @@ Status WritePlanFile(const ExecutionPlan& plan, const std::string& path) {
   const std::string_view ext = ".msgpack";
   if (path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0) {
     const std::vector<uint8_t> bytes = PlanToMsgpack(plan);
-    return WriteStringToFile(path, std::string_view(reinterpret_cast<const char*>(bytes.data()),
-                                                    bytes.size()));
+    return WriteStringToFile(
+        path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   }
   return WriteStringToFile(path, PlanToJsonText(plan) + "\n");
 }
@@ -401,9 +404,9 @@ StatusOr<ExecutionPlan> ReadPlanFile(const std::string& path) {
   SLUICE_ASSIGN_OR_RETURN(const std::string contents, ReadFileToString(path));
   const size_t first = contents.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && contents[first] == '{') return PlanFromJsonText(contents, path);
-  return PlanFromMsgpack(std::span<const uint8_t>(
-                             reinterpret_cast<const uint8_t*>(contents.data()), contents.size()),
-                         path);
+  return PlanFromMsgpack(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(contents.data()), contents.size()),
+      path);
 }
 
 }  // namespace sluice

@@ -5,11 +5,9 @@
 // whole floats where integers are due, keys in any order.
 #include <fmt/core.h>
 
-#include <bit>
-#include <cmath>
-#include <cstring>
 #include <limits>
 
+#include "plan/msgpack_codec.h"
 #include "plan/plan_json.h"
 
 namespace sluice {
@@ -17,74 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxDepth = 64;  // nesting accepted inside the model/cluster/parallel objects
-
-class Writer {
- public:
-  explicit Writer(std::vector<uint8_t>* out) : out_(*out) {}
-
-  void Map(size_t n) { Header(n, 0x80, 0xde, 0xdf, 16); }
-  void Array(size_t n) { Header(n, 0x90, 0xdc, 0xdd, 16); }
-  void Str(std::string_view s) {
-    if (s.size() < 32) {
-      out_.push_back(static_cast<uint8_t>(0xa0 | s.size()));
-    } else if (s.size() <= 0xff) {
-      out_.push_back(0xd9);
-      out_.push_back(static_cast<uint8_t>(s.size()));
-    } else {
-      Header(s.size(), 0, 0xda, 0xdb, 0);
-    }
-    out_.insert(out_.end(), s.begin(), s.end());
-  }
-  void Int(int64_t v) {
-    if (v >= 0 && v < 128) {
-      out_.push_back(static_cast<uint8_t>(v));
-    } else if (v < 0 && v >= -32) {
-      out_.push_back(static_cast<uint8_t>(v));
-    } else if (v >= 0) {
-      const uint64_t u = static_cast<uint64_t>(v);
-      if (u <= 0xff) Big(0xcc, u, 1);
-      else if (u <= 0xffff) Big(0xcd, u, 2);
-      else if (u <= 0xffffffffu) Big(0xce, u, 4);
-      else Big(0xcf, u, 8);
-    } else if (v >= -128) {
-      Big(0xd0, static_cast<uint64_t>(v), 1);
-    } else if (v >= -32768) {
-      Big(0xd1, static_cast<uint64_t>(v), 2);
-    } else if (v >= std::numeric_limits<int32_t>::min()) {
-      Big(0xd2, static_cast<uint64_t>(v), 4);
-    } else {
-      Big(0xd3, static_cast<uint64_t>(v), 8);
-    }
-  }
-  void Bool(bool b) { out_.push_back(b ? 0xc3 : 0xc2); }
-  void Json(const json& j) {
-    const std::vector<uint8_t> bytes = json::to_msgpack(j);
-    out_.insert(out_.end(), bytes.begin(), bytes.end());
-  }
-  void Ints(const std::vector<int64_t>& v) {
-    Array(v.size());
-    for (int64_t x : v) Int(x);
-  }
-
- private:
-  void Big(uint8_t tag, uint64_t v, int bytes) {
-    out_.push_back(tag);
-    for (int b = bytes - 1; b >= 0; --b) out_.push_back(static_cast<uint8_t>(v >> (8 * b)));
-  }
-  void Header(size_t n, uint8_t fix, uint8_t tag16, uint8_t tag32, size_t fix_limit) {
-    if (n < fix_limit) {
-      out_.push_back(static_cast<uint8_t>(fix | n));
-    } else if (n <= 0xffff) {
-      Big(tag16, n, 2);
-    } else {
-      Big(tag32, n, 4);
-    }
-  }
-  std::vector<uint8_t>& out_;
-};
-
-void WriteInstruction(Writer& w, const Instruction& in) {
+void WriteInstruction(MsgpackWriter& w, const Instruction& in) {
   const size_t n = 1 + (in.microbatch >= 0) + (in.stage >= 0) + (in.peer >= 0) + (in.tag >= 0) +
                    (in.bucket >= 0) + !in.shapes.empty() + !in.inputs.empty() +
                    !in.outputs.empty() + (in.bytes.count() != 0) +
@@ -129,7 +60,7 @@ void WriteInstruction(Writer& w, const Instruction& in) {
   }
 }
 
-void WriteMicroBatch(Writer& w, const PlanMicroBatch& mb) {
+void WriteMicroBatch(MsgpackWriter& w, const PlanMicroBatch& mb) {
   w.Map(5 + (mb.shape.dec_seqlen != 0) + mb.varlen);
   w.Str("rows");
   w.Array(mb.rows.size());
@@ -152,8 +83,8 @@ void WriteMicroBatch(Writer& w, const PlanMicroBatch& mb) {
   w.Array(mb.stages.size());
   for (const ChunkCost& c : mb.stages) {
     w.Map(6);
-    const int64_t v[6] = {c.forward.nanos(),  c.backward_input.nanos(), c.backward_weight.nanos(),
-                          c.stored.count(),   c.peak.count(),           c.stored_until_w.count()};
+    const int64_t v[6] = {c.forward.nanos(), c.backward_input.nanos(), c.backward_weight.nanos(),
+                          c.stored.count(),  c.peak.count(),           c.stored_until_w.count()};
     for (int k = 0; k < 6; ++k) {
       w.Str(kPlanCostKeys[k]);
       w.Int(v[k]);
@@ -161,13 +92,12 @@ void WriteMicroBatch(Writer& w, const PlanMicroBatch& mb) {
   }
 }
 
-// Decoding, with the JSON reader's messages ("<source>: field '<path>': <problem>").
-class Reader {
+// Messages in the JSON reader's form ("<source>: field '<path>': <problem>").
+class Reader : public MsgpackReader {
  public:
   Reader(std::span<const uint8_t> bytes, std::string_view source)
-      : p_(bytes.data()), end_(bytes.data() + bytes.size()), source_(source) {}
+      : MsgpackReader(bytes), source_(source) {}
 
-  bool at_end() const { return p_ == end_; }
   Status Error(const std::string& path, std::string_view problem) const {
     return InvalidArgumentError(fmt::format("{}: field '{}': {}", source_, path, problem));
   }
@@ -175,132 +105,7 @@ class Reader {
     return InvalidArgumentError(fmt::format("{}: not a valid MessagePack document", source_));
   }
 
-  // Map or array header; false (and nothing consumed) when the next value is not one.
-  bool Container(bool map, size_t* n) {
-    if (p_ >= end_) return false;
-    const uint8_t t = *p_;
-    const uint8_t fix = map ? 0x80 : 0x90;
-    uint64_t v = 0;
-    if ((t & 0xf0) == fix) {
-      *n = t & 0x0f;
-      ++p_;
-    } else if (t == (map ? 0xde : 0xdc) && Read(p_ + 1, 2, &v)) {
-      *n = v;
-      p_ += 3;
-    } else if (t == (map ? 0xdf : 0xdd) && Read(p_ + 1, 4, &v)) {
-      *n = v;
-      p_ += 5;
-    } else {
-      return false;
-    }
-    // Every element takes at least one byte (two per map entry).
-    return *n <= static_cast<size_t>(end_ - p_);
-  }
-  bool Str(std::string_view* s) {
-    if (p_ >= end_) return false;
-    const uint8_t t = *p_;
-    uint64_t len = 0;
-    size_t head = 1;
-    if ((t & 0xe0) == 0xa0) {
-      len = t & 0x1f;
-    } else if (t == 0xd9 && Read(p_ + 1, 1, &len)) {
-      head = 2;
-    } else if (t == 0xda && Read(p_ + 1, 2, &len)) {
-      head = 3;
-    } else if (t == 0xdb && Read(p_ + 1, 4, &len)) {
-      head = 5;
-    } else {
-      return false;
-    }
-    if (len > static_cast<uint64_t>(end_ - p_) - head) return false;
-    *s = std::string_view(reinterpret_cast<const char*>(p_ + head), len);
-    p_ += head + len;
-    return true;
-  }
-  // Any integer encoding, or a float holding a whole number below 9e15 (JSON's integers).
-  bool Int(int64_t* out) {
-    if (p_ >= end_) return false;
-    const uint8_t t = *p_;
-    uint64_t v = 0;
-    if (t < 0x80 || t >= 0xe0) {
-      *out = static_cast<int8_t>(t);
-      ++p_;
-      return true;
-    }
-    static_assert(sizeof(double) == 8 && sizeof(float) == 4);
-    const int width = t == 0xcc || t == 0xd0 ? 1 : t == 0xcd || t == 0xd1 ? 2
-                      : t == 0xce || t == 0xd2 || t == 0xca ? 4
-                      : t == 0xcf || t == 0xd3 || t == 0xcb ? 8 : 0;
-    if (width == 0 || !Read(p_ + 1, width, &v)) return false;
-    if (t == 0xca || t == 0xcb) {
-      const double d = t == 0xca ? static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(v)))
-                                 : std::bit_cast<double>(v);
-      if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) >= 9e15) return false;
-      *out = static_cast<int64_t>(d);
-    } else if (t >= 0xd0) {  // signed: sign-extend
-      const int shift = 64 - 8 * width;
-      *out = static_cast<int64_t>(v << shift) >> shift;
-    } else {
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
-      *out = static_cast<int64_t>(v);
-    }
-    p_ += 1 + width;
-    return true;
-  }
-  bool Bool(bool* b) {
-    if (p_ >= end_ || (*p_ != 0xc2 && *p_ != 0xc3)) return false;
-    *b = *p_++ == 0xc3;
-    return true;
-  }
-  // Decodes the next value (a small object) through nlohmann's reader.
-  bool Json(json* out) {
-    const uint8_t* begin = p_;
-    if (!Skip(0)) return false;
-    *out = json::from_msgpack(begin, p_, /*strict=*/true, /*allow_exceptions=*/false);
-    return !out->is_discarded();
-  }
-
  private:
-  static bool Fits(const uint8_t* at, const uint8_t* end, size_t n) {
-    return at <= end && static_cast<size_t>(end - at) >= n;
-  }
-  bool Read(const uint8_t* at, int bytes, uint64_t* v) const {
-    if (!Fits(at, end_, bytes)) return false;
-    *v = 0;
-    for (int b = 0; b < bytes; ++b) *v = (*v << 8) | at[b];
-    return true;
-  }
-  // Skips one value of any type.
-  bool Skip(int depth) {
-    if (depth > kMaxDepth || p_ >= end_) return false;
-    size_t n = 0;
-    std::string_view s;
-    int64_t i = 0;
-    bool b = false;
-    if (Container(true, &n)) {
-      for (size_t k = 0; k < 2 * n; ++k) {
-        if (!Skip(depth + 1)) return false;
-      }
-      return true;
-    }
-    if (Container(false, &n)) {
-      for (size_t k = 0; k < n; ++k) {
-        if (!Skip(depth + 1)) return false;
-      }
-      return true;
-    }
-    if (*p_ == 0xc0) return ++p_, true;
-    if (*p_ == 0xca || *p_ == 0xcb) {
-      const size_t w = *p_ == 0xca ? 5 : 9;
-      if (!Fits(p_, end_, w)) return false;
-      p_ += w;
-      return true;
-    }
-    return Str(&s) || Int(&i) || Bool(&b);
-  }
-
-  const uint8_t* p_;
-  const uint8_t* end_;
   std::string source_;
 };
 
@@ -328,7 +133,7 @@ Status ReadInts(Reader& r, const PathFn& path, int64_t min, int64_t max,
 template <typename PathFn>
 Status ReadString(Reader& r, const PathFn& path, std::string* out) {
   std::string_view s;
-  if (!r.Str(&s)) return r.Error(path(), Describe("a string"));
+  if (!r.Str(&s) || !ValidUtf8(s)) return r.Error(path(), Describe("a UTF-8 string"));
   *out = std::string(s);
   return Status::Ok();
 }
@@ -395,8 +200,9 @@ Status ReadInstruction(Reader& r, const std::string& list_path, size_t index, In
       SLUICE_RETURN_IF_ERROR(ReadInt(r, p, 0, kPlanMaxAmount, &ns));
       in->duration = Duration::Nanos(ns);
     } else {
-      return r.Error(p(), "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
-                          "'shapes', 'in', 'out', 'bytes', 'rc', 'ns'");
+      return r.Error(p(),
+                     "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
+                     "'shapes', 'in', 'out', 'bytes', 'rc', 'ns'");
     }
   }
   if (!has_op) return r.Error(base() + ".op", "is required (an op name)");
@@ -439,106 +245,109 @@ Status ReadObject(Reader& r, const std::string& base,
 }
 
 Status ReadMicroBatch(Reader& r, const std::string& base, PlanMicroBatch* mb) {
-  return ReadObject(r, base, {"rows", "mbs", "seqlen", "recompute", "stages"},
-                    [&](std::string_view key, const auto& p, bool* known) -> Status {
-    if (key == "rows") {
-      size_t n = 0;
-      if (!r.Container(false, &n)) return r.Error(p(), Describe("an array of rows"));
-      mb->rows.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        SLUICE_RETURN_IF_ERROR(ReadInts(
-            r, [&] { return fmt::format("{}[{}]", p(), i); },
-            std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
-            &mb->rows[i]));
-      }
-      return Status::Ok();
-    }
-    if (key == "mbs") return ReadInt(r, p, 1, kPlanMaxIndex, &mb->shape.mbs);
-    if (key == "seqlen") return ReadInt(r, p, 1, kPlanMaxIndex, &mb->shape.seqlen);
-    if (key == "dec_seqlen") return ReadInt(r, p, 1, kPlanMaxIndex, &mb->shape.dec_seqlen);
-    if (key == "varlen") {
-      return r.Bool(&mb->varlen) ? Status::Ok() : r.Error(p(), Describe("a boolean"));
-    }
-    if (key == "recompute") return ReadRecompute(r, p(), true, &mb->recompute);
-    if (key != "stages") {
-      *known = false;
-      return Status::Ok();
-    }
-    size_t n = 0;
-    if (!r.Container(false, &n)) return r.Error(p(), Describe("an array of stage costs"));
-    mb->stages.resize(n);
-    for (size_t s = 0; s < n; ++s) {
-      int64_t v[6] = {};
-      SLUICE_RETURN_IF_ERROR(ReadObject(
-          r, fmt::format("{}[{}]", p(), s),
-          {kPlanCostKeys[0], kPlanCostKeys[1], kPlanCostKeys[2], kPlanCostKeys[3],
-           kPlanCostKeys[4], kPlanCostKeys[5]},
-          [&](std::string_view k, const auto& kp, bool* found) -> Status {
-            for (int i = 0; i < 6; ++i) {
-              if (k == kPlanCostKeys[i]) return ReadInt(r, kp, 0, kPlanMaxAmount, &v[i]);
-            }
-            *found = false;
-            return Status::Ok();
-          }));
-      mb->stages[s] = {Duration::Nanos(v[0]), Duration::Nanos(v[1]), Duration::Nanos(v[2]),
-                       Bytes::Of(v[3]), Bytes::Of(v[4]), Bytes::Of(v[5])};
-    }
-    return Status::Ok();
-  });
+  return ReadObject(
+      r, base, {"rows", "mbs", "seqlen", "recompute", "stages"},
+      [&](std::string_view key, const auto& p, bool* known) -> Status {
+        if (key == "rows") {
+          size_t n = 0;
+          if (!r.Container(false, &n)) return r.Error(p(), Describe("an array of rows"));
+          mb->rows.resize(n);
+          for (size_t i = 0; i < n; ++i) {
+            SLUICE_RETURN_IF_ERROR(ReadInts(
+                r, [&] { return fmt::format("{}[{}]", p(), i); },
+                std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                &mb->rows[i]));
+          }
+          return Status::Ok();
+        }
+        if (key == "mbs") return ReadInt(r, p, 1, kPlanMaxIndex, &mb->shape.mbs);
+        if (key == "seqlen") return ReadInt(r, p, 1, kPlanMaxIndex, &mb->shape.seqlen);
+        if (key == "dec_seqlen") return ReadInt(r, p, 1, kPlanMaxIndex, &mb->shape.dec_seqlen);
+        if (key == "varlen") {
+          return r.Bool(&mb->varlen) ? Status::Ok() : r.Error(p(), Describe("a boolean"));
+        }
+        if (key == "recompute") return ReadRecompute(r, p(), true, &mb->recompute);
+        if (key != "stages") {
+          *known = false;
+          return Status::Ok();
+        }
+        size_t n = 0;
+        if (!r.Container(false, &n)) return r.Error(p(), Describe("an array of stage costs"));
+        mb->stages.resize(n);
+        for (size_t s = 0; s < n; ++s) {
+          int64_t v[6] = {};
+          SLUICE_RETURN_IF_ERROR(
+              ReadObject(r, fmt::format("{}[{}]", p(), s),
+                         {kPlanCostKeys[0], kPlanCostKeys[1], kPlanCostKeys[2], kPlanCostKeys[3],
+                          kPlanCostKeys[4], kPlanCostKeys[5]},
+                         [&](std::string_view k, const auto& kp, bool* found) -> Status {
+                           for (int i = 0; i < 6; ++i) {
+                             if (k == kPlanCostKeys[i])
+                               return ReadInt(r, kp, 0, kPlanMaxAmount, &v[i]);
+                           }
+                           *found = false;
+                           return Status::Ok();
+                         }));
+          mb->stages[s] = {Duration::Nanos(v[0]), Duration::Nanos(v[1]), Duration::Nanos(v[2]),
+                           Bytes::Of(v[3]),       Bytes::Of(v[4]),       Bytes::Of(v[5])};
+        }
+        return Status::Ok();
+      });
 }
 
 Status ReadRank(Reader& r, const std::string& base, RankProgram* prog) {
-  return ReadObject(r, base, {"rank", "dp", "pp", "buffer_slots", "instructions"},
-                    [&](std::string_view k, const auto& p, bool* found) -> Status {
-    if (k == "rank") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->rank);
-    if (k == "dp") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->dp_index);
-    if (k == "pp") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->pp_index);
-    if (k == "buffer_slots") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->buffer_slots);
-    if (k != "instructions") {
-      *found = false;
-      return Status::Ok();
-    }
-    size_t m = 0;
-    if (!r.Container(false, &m)) return r.Error(p(), Describe("an array"));
-    prog->instructions.resize(m);
-    const std::string prefix = p();
-    for (size_t j = 0; j < m; ++j) {
-      SLUICE_RETURN_IF_ERROR(ReadInstruction(r, prefix, j, &prog->instructions[j]));
-    }
-    return Status::Ok();
-  });
+  return ReadObject(
+      r, base, {"rank", "dp", "pp", "buffer_slots", "instructions"},
+      [&](std::string_view k, const auto& p, bool* found) -> Status {
+        if (k == "rank") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->rank);
+        if (k == "dp") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->dp_index);
+        if (k == "pp") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->pp_index);
+        if (k == "buffer_slots") return ReadInt(r, p, 0, kPlanMaxIndex, &prog->buffer_slots);
+        if (k != "instructions") {
+          *found = false;
+          return Status::Ok();
+        }
+        size_t m = 0;
+        if (!r.Container(false, &m)) return r.Error(p(), Describe("an array"));
+        prog->instructions.resize(m);
+        const std::string prefix = p();
+        for (size_t j = 0; j < m; ++j) {
+          SLUICE_RETURN_IF_ERROR(ReadInstruction(r, prefix, j, &prog->instructions[j]));
+        }
+        return Status::Ok();
+      });
 }
 
 Status ReadReplica(Reader& r, const std::string& base, PlanReplica* rep) {
   return ReadObject(r, base, {"schedule", "micro_batches"},
                     [&](std::string_view k, const auto& p, bool* found) -> Status {
-    if (k == "schedule") return ReadString(r, p, &rep->schedule);
-    if (k != "micro_batches") {
-      *found = false;
-      return Status::Ok();
-    }
-    size_t m = 0;
-    if (!r.Container(false, &m)) return r.Error(p(), Describe("an array"));
-    rep->micro_batches.resize(m);
-    for (size_t j = 0; j < m; ++j) {
-      SLUICE_RETURN_IF_ERROR(
-          ReadMicroBatch(r, fmt::format("{}[{}]", p(), j), &rep->micro_batches[j]));
-    }
-    return Status::Ok();
-  });
+                      if (k == "schedule") return ReadString(r, p, &rep->schedule);
+                      if (k != "micro_batches") {
+                        *found = false;
+                        return Status::Ok();
+                      }
+                      size_t m = 0;
+                      if (!r.Container(false, &m)) return r.Error(p(), Describe("an array"));
+                      rep->micro_batches.resize(m);
+                      for (size_t j = 0; j < m; ++j) {
+                        SLUICE_RETURN_IF_ERROR(ReadMicroBatch(r, fmt::format("{}[{}]", p(), j),
+                                                              &rep->micro_batches[j]));
+                      }
+                      return Status::Ok();
+                    });
 }
 
 Status ReadDropped(Reader& r, const std::string& base, UnplacedSample* d) {
   return ReadObject(r, base, {"id", "reason"},
                     [&](std::string_view k, const auto& p, bool* found) -> Status {
-    if (k == "id") {
-      return ReadInt(r, p, std::numeric_limits<int64_t>::min(),
-                     std::numeric_limits<int64_t>::max(), &d->id);
-    }
-    if (k == "reason") return ReadString(r, p, &d->reason);
-    *found = false;
-    return Status::Ok();
-  });
+                      if (k == "id") {
+                        return ReadInt(r, p, std::numeric_limits<int64_t>::min(),
+                                       std::numeric_limits<int64_t>::max(), &d->id);
+                      }
+                      if (k == "reason") return ReadString(r, p, &d->reason);
+                      *found = false;
+                      return Status::Ok();
+                    });
 }
 
 // Reads an array of objects with `read_one(reader, path, item*)`.
@@ -558,7 +367,7 @@ Status ReadArray(Reader& r, const std::string& path, std::vector<T>* out, const 
 std::vector<uint8_t> PlanToMsgpack(const ExecutionPlan& plan) {
   std::vector<uint8_t> out;
   out.reserve(64 * 1024);
-  Writer w(&out);
+  MsgpackWriter w(&out);
   w.Map(11);
   w.Str("format");
   w.Str(kPlanFormat);

@@ -76,9 +76,9 @@ std::unique_ptr<PlanFixture> MakePlanFixture(const PlanCase& c) {
       Unwrap(ClusterPreset("a100-40g", devices <= 8 ? 8 : (devices + 7) / 8 * 8), "cluster");
   f->setup->cost = Unwrap(AnalyticCostModel::Create(model, f->setup->cluster.device), "cost");
   f->setup->parallel = TestParallel(c.dp, c.pp, 1, c.memory_limit_mb, c.zero, c.vpp);
-  f->setup->eval.emplace(Unwrap(
-      StageCostEvaluator::Create(*f->setup->cost, f->setup->parallel, f->setup->cluster),
-      "evaluator"));
+  f->setup->eval.emplace(
+      Unwrap(StageCostEvaluator::Create(*f->setup->cost, f->setup->parallel, f->setup->cluster),
+             "evaluator"));
   const StageCostEvaluator& eval = f->setup->evaluator();
   const int64_t n = c.dp * c.microbatches * 4 + 1;
   if (c.fixed_shapes) {
@@ -106,16 +106,15 @@ std::unique_ptr<PlanFixture> MakePlanFixture(const PlanCase& c) {
     ScheduleResult r = Unwrap(GenerateSchedule(c.kind, costs), "schedule");
     if (r.schedule.ranks.empty()) {
       f->no_schedule = fmt::format("{}: the {} generator returned no schedule for replica {}: {}",
-                                   Describe(c), ScheduleKindName(c.kind), d,
-                                   r.infeasible_reason);
+                                   Describe(c), ScheduleKindName(c.kind), d, r.infeasible_reason);
       return f;
     }
     f->fits = f->fits && r.outcome == PlanOutcome::kOk;
     f->schedules.push_back(std::move(r.schedule));
   }
-  f->plan = Unwrap(LowerPlan(f->batch_plan, f->batch, f->schedules, eval, f->setup->cluster,
-                             c.lower),
-                   "lowering");
+  f->plan =
+      Unwrap(LowerPlan(f->batch_plan, f->batch, f->schedules, eval, f->setup->cluster, c.lower),
+             "lowering");
   return f;
 }
 
@@ -132,9 +131,10 @@ std::string CheckGolden(const std::string& file, const std::string& actual) {
   std::stringstream want;
   want << in.rdbuf();
   if (want.str() == actual) return "";
-  return fmt::format("{} differs from the output; if the change is intended, regenerate with "
-                     "SLUICE_UPDATE_GOLDEN=1\n--- golden\n{}\n--- actual\n{}",
-                     path, want.str(), actual);
+  return fmt::format(
+      "{} differs from the output; if the change is intended, regenerate with "
+      "SLUICE_UPDATE_GOLDEN=1\n--- golden\n{}\n--- actual\n{}",
+      path, want.str(), actual);
 }
 
 }  // namespace sluice::testing

@@ -33,10 +33,10 @@ struct PlanCase {
   int64_t vpp = 1;
   int64_t zero = 1;
   ScheduleKind kind = ScheduleKind::k1F1B;
-  int64_t microbatches = 6;      // per replica
+  int64_t microbatches = 6;  // per replica
   uint64_t seed = 0;
-  bool fixed_shapes = false;     // micro-batch i has 1 + i % 3 rows of 64 * (1 + i % 4) tokens
-  double memory_limit_mb = 0;    // 0: the device's memory
+  bool fixed_shapes = false;   // micro-batch i has 1 + i % 3 rows of 64 * (1 + i % 4) tokens
+  double memory_limit_mb = 0;  // 0: the device's memory
   LowerOptions lower;
 };
 

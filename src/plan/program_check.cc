@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <array>
+#include <utility>
 #include <vector>
 
 #include "plan/comm_replay.h"
@@ -53,9 +55,10 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
   if (in.op == OpKind::kFreeBuffer) return want_counts(1, 0);
   if (in.op == OpKind::kOptimizerStep) return want_counts(0, 0);
   if (in.stage < 0 || in.stage >= S || plan.PipelineRankOf(in.stage) != program.pp_index) {
-    return fmt::format("stage {} does not run on pipeline rank {} (stages 0..{}, stage s on rank "
-                       "s % {})",
-                       in.stage, program.pp_index, last, plan.pp());
+    return fmt::format(
+        "stage {} does not run on pipeline rank {} (stages 0..{}, stage s on rank "
+        "s % {})",
+        in.stage, program.pp_index, last, plan.pp());
   }
   if (IsCollective(in.op)) {
     if (in.bucket < 0 || in.bytes.count() <= 0) {
@@ -75,10 +78,11 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
   const PlanMicroBatch& mb = mbs[in.microbatch];
   auto want_shapes = [&](const std::vector<TensorShape>& shapes) -> std::optional<std::string> {
     if (in.shapes == shapes) return std::nullopt;
-    return fmt::format("tensor shapes {} differ from the {} that micro-batch {} (mbs {}, seqlen "
-                       "{}, dec_seqlen {}) needs",
-                       ShapesText(in.shapes), ShapesText(shapes), in.microbatch, mb.shape.mbs,
-                       mb.shape.seqlen, mb.shape.dec_seqlen);
+    return fmt::format(
+        "tensor shapes {} differ from the {} that micro-batch {} (mbs {}, seqlen "
+        "{}, dec_seqlen {}) needs",
+        ShapesText(in.shapes), ShapesText(shapes), in.microbatch, mb.shape.mbs, mb.shape.seqlen,
+        mb.shape.dec_seqlen);
   };
   if (in.op == OpKind::kLoadInput) {
     const std::vector<TensorShape> load = LoadShapes(plan.model, mb.shape, in.stage, S);
@@ -95,16 +99,18 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
       return fmt::format("recompute '{}' differs from micro-batch {}'s '{}'",
                          RecomputeName(in.recompute), in.microbatch, RecomputeName(mb.recompute));
     }
-    if (in.op == OpKind::kForward) {
-      return want_shapes(in.stage < last ? BoundaryShapes(plan.model, mb.shape, in.stage, S)
-                                         : std::vector<TensorShape>{});
+    // The boundary tensors it produces: F's output, B's and I's input gradient.
+    const int64_t b = in.op == OpKind::kForward ? in.stage : in.stage - 1;
+    const bool produces = in.op != OpKind::kBackwardWeight && b >= 0 && b < last;
+    if (produces ? IsBoundaryShapes(in.shapes, plan.model, mb.shape, b, S) : in.shapes.empty()) {
+      return std::nullopt;
     }
-    if (in.op == OpKind::kBackwardWeight) return want_shapes({});
-    return want_shapes(in.stage > 0 ? BoundaryShapes(plan.model, mb.shape, in.stage - 1, S)
-                                    : std::vector<TensorShape>{});
+    return want_shapes(produces ? BoundaryShapes(plan.model, mb.shape, b, S)
+                                : std::vector<TensorShape>{});
   }
   const Link link = LinkOf(in.op, in.stage, S);
-  if (!link.valid) return fmt::format("stage {} has no neighbour to {}", in.stage, OpKindName(in.op));
+  if (!link.valid)
+    return fmt::format("stage {} has no neighbour to {}", in.stage, OpKindName(in.op));
   if (plan.PipelineRankOf(link.neighbour) == program.pp_index) {
     return fmt::format("stages {} and {} run on the same rank and exchange no messages", in.stage,
                        link.neighbour);
@@ -116,7 +122,9 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
   }
   const int64_t tag = MessageTag(in.microbatch, link.boundary, link.gradient, S);
   if (in.tag != tag) return fmt::format("tag {} differs from MessageTag() = {}", in.tag, tag);
-  if (auto p = want_shapes(BoundaryShapes(plan.model, mb.shape, link.boundary, S))) return p;
+  if (!IsBoundaryShapes(in.shapes, plan.model, mb.shape, link.boundary, S)) {
+    return want_shapes(BoundaryShapes(plan.model, mb.shape, link.boundary, S));
+  }
   if (in.bytes != Fp16Bytes(in.shapes)) {
     return fmt::format("bytes {} differ from the {} of the fp16 tensors", in.bytes.count(),
                        Fp16Bytes(in.shapes).count());
@@ -129,10 +137,15 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
 class OrderChecker {
  public:
   OrderChecker(const ExecutionPlan& plan, const RankProgram& program)
-      : plan_(plan), program_(program),
+      : plan_(plan),
+        program_(program),
         m_(static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())),
-        S_(plan.num_stages()), state_(m_ * S_, 0), holder_(3 * m_ * S_, -1),
-        open_(2 * m_ * S_, -1), slots_(program.buffer_slots) {}
+        S_(plan.num_stages()),
+        state_(m_ * S_, 0),
+        holder_(3 * m_ * S_, -1),
+        open_(2 * m_ * S_, -1),
+        slots_(program.buffer_slots),
+        reduced_(S_, false) {}
 
   std::optional<ProgramProblem> Run() {
     const auto& list = program_.instructions;
@@ -143,19 +156,25 @@ class OrderChecker {
     index_ = static_cast<int64_t>(list.size());
     for (size_t s = 0; s < slots_.size(); ++s) {
       if (slots_[s].live) {
-        return ProgramProblem{index_, fmt::format("slot {} allocated by instruction {} ({}) is "
-                                                  "never freed",
-                                                  s, slots_[s].since,
-                                                  InstructionText(list[slots_[s].since]))};
+        return ProgramProblem{
+            index_, fmt::format("slot {} allocated by instruction {} ({}) is "
+                                "never freed",
+                                s, slots_[s].since, InstructionText(list[slots_[s].since]))};
       }
     }
     for (int64_t t = 0; t < static_cast<int64_t>(open_.size()); ++t) {
       if (open_[t] >= 0) {
-        return ProgramProblem{index_, fmt::format("instruction {} ({}) is never finished",
-                                                  open_[t], InstructionText(list[open_[t]]))};
+        return ProgramProblem{index_, fmt::format("instruction {} ({}) is never finished", open_[t],
+                                                  InstructionText(list[open_[t]]))};
       }
     }
     if (!stepped_) return ProgramProblem{index_, "the program has no optimizer-step"};
+    if (gathered_ != scattered_) {
+      return ProgramProblem{index_, fmt::format("all-gathers {} parameter buckets after the step "
+                                                "but reduce-scattered {} gradient buckets (they "
+                                                "must match one to one, in order)",
+                                                gathered_.size(), scattered_.size())};
+    }
     return std::nullopt;
   }
 
@@ -221,29 +240,33 @@ class OrderChecker {
     const bool forward = in.op == OpKind::kForward;
     if (forward != (state == kNone)) {
       return forward ? fmt::format("micro-batch {} runs F on stage {} twice", mb, s)
-                     : fmt::format("{} of micro-batch {} on stage {} {}", OpKindName(in.op), mb,
-                                   s, state == kNone ? "precedes its F" : "runs twice");
+                     : fmt::format("{} of micro-batch {} on stage {} {}", OpKindName(in.op), mb, s,
+                                   state == kNone ? "precedes its F" : "runs twice");
     }
-    std::vector<int64_t> reads = {s == 0 ? Key(kLoad, mb, 0) : Key(kAct, mb, s - 1)};
-    if (s == last && s > 0) reads.push_back(Key(kLoad, mb, s));
+    // What it must read and write, in order (at most 4 and 1 buffers).
+    std::array<int64_t, 4> reads{};
+    size_t num_reads = 0, num_writes = 0;
+    int64_t write = -1;
+    reads[num_reads++] = s == 0 ? Key(kLoad, mb, 0) : Key(kAct, mb, s - 1);
+    if (s == last && s > 0) reads[num_reads++] = Key(kLoad, mb, s);
     if (!forward && s < last) {
-      reads.push_back(Key(kAct, mb, s));
-      reads.push_back(Key(kGrad, mb, s));
+      reads[num_reads++] = Key(kAct, mb, s);
+      reads[num_reads++] = Key(kGrad, mb, s);
     }
-    std::vector<int64_t> writes;
-    if (forward && s < last) writes.push_back(Key(kAct, mb, s));
-    if (!forward && s > 0) writes.push_back(Key(kGrad, mb, s - 1));
-    if (in.inputs.size() != reads.size() || in.outputs.size() != writes.size()) {
-      return fmt::format("reads {} and writes {} buffers; {} on stage {} of {} stages reads {} "
-                         "and writes {}",
-                         in.inputs.size(), in.outputs.size(), OpKindName(in.op), s, S_,
-                         reads.size(), writes.size());
+    if (forward && s < last) write = Key(kAct, mb, s);
+    if (!forward && s > 0) write = Key(kGrad, mb, s - 1);
+    num_writes = write >= 0 ? 1 : 0;
+    if (in.inputs.size() != num_reads || in.outputs.size() != num_writes) {
+      return fmt::format(
+          "reads {} and writes {} buffers; {} on stage {} of {} stages reads {} "
+          "and writes {}",
+          in.inputs.size(), in.outputs.size(), OpKindName(in.op), s, S_, num_reads, num_writes);
     }
-    for (size_t k = 0; k < reads.size(); ++k) {
+    for (size_t k = 0; k < num_reads; ++k) {
       if (auto p = Read(in.inputs[k], reads[k])) return p;
     }
-    for (size_t k = 0; k < writes.size(); ++k) {
-      if (auto p = Write(in.outputs[k], writes[k], true)) return p;
+    if (write >= 0) {
+      if (auto p = Write(in.outputs[0], write, true)) return p;
     }
     state = forward ? kForwarded : (in.op == OpKind::kBackward ? kDone : kInputGrad);
     return std::nullopt;
@@ -305,16 +328,20 @@ class OrderChecker {
       }
       case OpKind::kAllReduceGrad:
       case OpKind::kReduceScatterGrad:
+        reduced_[in.stage] = true;
+        if (in.op == OpKind::kReduceScatterGrad) scattered_.push_back({in.bucket, in.bytes});
         for (int64_t mb = 0; mb < m_; ++mb) {
           if (state_[mb * S_ + in.stage] != kDone) {
-            return fmt::format("reduces stage {}'s gradients before micro-batch {}'s backward "
-                               "there",
-                               in.stage, mb);
+            return fmt::format(
+                "reduces stage {}'s gradients before micro-batch {}'s backward "
+                "there",
+                in.stage, mb);
           }
         }
         return std::nullopt;
       case OpKind::kAllGatherParams:
         if (!stepped_) return "gathers parameters before the optimizer step";
+        gathered_.push_back({in.bucket, in.bytes});
         return std::nullopt;
       case OpKind::kOptimizerStep:
         for (int64_t s = program_.pp_index; s < S_; s += plan_.pp()) {
@@ -323,6 +350,12 @@ class OrderChecker {
               return fmt::format("steps before micro-batch {} finished its {} on stage {}", mb,
                                  state_[mb * S_ + s] == kNone ? "F" : "backward", s);
             }
+          }
+          if (plan_.dp() > 1 && !reduced_[s]) {
+            return fmt::format(
+                "steps before reducing stage {}'s gradients across the {} "
+                "data-parallel replicas",
+                s, plan_.dp());
           }
         }
         stepped_ = true;
@@ -341,6 +374,8 @@ class OrderChecker {
   std::vector<int64_t> holder_;  // [content key]: slot holding it, -1
   std::vector<int64_t> open_;    // [tag]: unfinished Start, -1
   std::vector<Slot> slots_;
+  std::vector<bool> reduced_;  // [stage]: its gradients were reduced across replicas
+  std::vector<std::pair<int64_t, Bytes>> scattered_, gathered_;  // (bucket, bytes) in order
   int64_t index_ = 0;
   bool stepped_ = false;
 };

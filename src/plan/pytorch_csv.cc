@@ -138,19 +138,21 @@ StatusOr<ParsedCsv> Parse(std::string_view text, std::string_view source) {
   ParsedCsv out;
   out.cells = SplitCsv(text);
   const int64_t pp = static_cast<int64_t>(out.cells.size());
-  if (pp == 0) return InvalidArgumentError(fmt::format("{}: no rows (one per pipeline rank)", source));
+  if (pp == 0)
+    return InvalidArgumentError(fmt::format("{}: no rows (one per pipeline rank)", source));
   if (pp > kMaxStages) {
-    return InvalidArgumentError(fmt::format("{}: {} rows; at most {} ranks", source, pp, kMaxStages));
+    return InvalidArgumentError(
+        fmt::format("{}: {} rows; at most {} ranks", source, pp, kMaxStages));
   }
   out.ranks.resize(pp);
   for (int64_t r = 0; r < pp; ++r) {
     for (const Cell& c : out.cells[r]) {
       SLUICE_ASSIGN_OR_RETURN(PipeAction a, ParseCell(c, source));
       if (a.stage >= kMaxStages || a.microbatch >= kMaxMicrobatches) {
-        return InvalidArgumentError(fmt::format("{}: action '{}': at most {} stages and {} "
-                                                "micro-batches",
-                                                Where(source, c), c.text, kMaxStages,
-                                                kMaxMicrobatches));
+        return InvalidArgumentError(
+            fmt::format("{}: action '{}': at most {} stages and {} "
+                        "micro-batches",
+                        Where(source, c), c.text, kMaxStages, kMaxMicrobatches));
       }
       if (a.stage % pp != r) {
         return InvalidArgumentError(fmt::format(
@@ -168,8 +170,8 @@ StatusOr<ParsedCsv> Parse(std::string_view text, std::string_view source) {
         out.stages - 1, pp));
   }
   if (out.stages * out.microbatches > kMaxCells) {
-    return InvalidArgumentError(fmt::format("{}: {} stages x {} micro-batches is too large",
-                                            source, out.stages, out.microbatches));
+    return InvalidArgumentError(fmt::format("{}: {} stages x {} micro-batches is too large", source,
+                                            out.stages, out.microbatches));
   }
   return out;
 }
@@ -194,8 +196,8 @@ Status CheckOrder(const PipelineOrder& order, std::string_view source, const Pos
     const bool at_cell = where != nullptr && i < static_cast<int64_t>((*where)[r].size());
     return InvalidArgumentError(fmt::format(
         "{}: rank {} step {} ({}): {}\n{}", at_cell ? Where(source, (*where)[r][i]) : source, r, i,
-        i < static_cast<int64_t>(order.ranks[r].size()) ? order.ranks[r][i].ToString() : "end",
-        why, FormatStepGrid(labels, cells, i - 6, i + 7, i, fmt::format(" (rank {})", r))));
+        i < static_cast<int64_t>(order.ranks[r].size()) ? order.ranks[r][i].ToString() : "end", why,
+        FormatStepGrid(labels, cells, i - 6, i + 7, i, fmt::format(" (rank {})", r))));
   };
   Schedule compute{"csv", pp, order.vpp, m, std::vector<std::vector<Action>>(pp)};
   for (int64_t r = 0; r < pp; ++r) {
@@ -204,9 +206,10 @@ Status CheckOrder(const PipelineOrder& order, std::string_view source, const Pos
       const bool reduce = a.op == PipeOp::kReduceGrad;
       if (a.stage < 0 || a.stage >= S || a.stage % pp != r || (reduce != (a.microbatch < 0)) ||
           a.microbatch >= m) {
-        return fail(r, i, fmt::format("needs a stage in [0, {}) on this rank and a micro-batch in "
-                                      "[0, {}) (none for REDUCE_GRAD)",
-                                      S, m));
+        return fail(r, i,
+                    fmt::format("needs a stage in [0, {}) on this rank and a micro-batch in "
+                                "[0, {}) (none for REDUCE_GRAD)",
+                                S, m));
       }
       if (IsComputeOp(a.op)) {
         compute.ranks[r].push_back({a.stage, static_cast<ActionKind>(a.op), a.microbatch});
@@ -244,8 +247,8 @@ Status CheckOrder(const PipelineOrder& order, std::string_view source, const Pos
             op.kind = CommOp::Kind::kWait;
             op.wait_for = recv_b[k];
           } else if (s + 1 < S && state[k + 1] < 2) {
-            return fail(r, i, fmt::format("runs before the backward of stage {} on this rank",
-                                          s + 1));
+            return fail(r, i,
+                        fmt::format("runs before the backward of stage {} on this rank", s + 1));
           }
           state[k] = a.op == PipeOp::kBackward ? 3 : 2;
           backwards[s] += a.op == PipeOp::kBackward ? 1 : 0;
@@ -262,7 +265,8 @@ Status CheckOrder(const PipelineOrder& order, std::string_view source, const Pos
           const bool grad = a.op == PipeOp::kSendB || a.op == PipeOp::kRecvB;
           const int64_t other = (grad == send) ? s - 1 : s + 1;
           if (!remote(other)) {
-            return fail(r, i, fmt::format("stage {} has no neighbour {} on another rank", s, other));
+            return fail(r, i,
+                        fmt::format("stage {} has no neighbour {} on another rank", s, other));
           }
           if (send && state[k] < (grad ? 2 : 1)) {
             return fail(r, i, "sends before the compute that produces the tensor");

@@ -30,8 +30,15 @@
 namespace sluice {
 
 enum class PipeOp : uint8_t {
-  kForward, kBackward, kBackwardInput, kBackwardWeight,
-  kSendF, kRecvF, kSendB, kRecvB, kReduceGrad,
+  kForward,
+  kBackward,
+  kBackwardInput,
+  kBackwardWeight,
+  kSendF,
+  kRecvF,
+  kSendB,
+  kRecvB,
+  kReduceGrad,
 };
 
 struct PipeAction {

@@ -36,9 +36,10 @@ std::optional<std::string> CheckStructure(const ExecutionPlan& plan) {
     const int64_t id = static_cast<int64_t>(r);
     if (p.rank != id || p.dp_index != id / par.pp || p.pp_index != id % par.pp ||
         p.buffer_slots < 0) {
-      return fmt::format("program {} says rank {}, dp {}, pp {}, {} slots; rank ids are "
-                         "dp_index * pp + pp_index",
-                         r, p.rank, p.dp_index, p.pp_index, p.buffer_slots);
+      return fmt::format(
+          "program {} says rank {}, dp {}, pp {}, {} slots; rank ids are "
+          "dp_index * pp + pp_index",
+          r, p.rank, p.dp_index, p.pp_index, p.buffer_slots);
     }
   }
   const int64_t S = plan.num_stages();
@@ -51,11 +52,12 @@ std::optional<std::string> CheckStructure(const ExecutionPlan& plan) {
           (!encdec && mb.shape.dec_seqlen != 0) ||
           static_cast<int64_t>(mb.rows.size()) != mb.shape.mbs ||
           static_cast<int64_t>(mb.stages.size()) != S) {
-        return fmt::format("replica {} micro-batch {}: {} rows, shape mbs {} seqlen {} "
-                           "dec_seqlen {}, {} stage costs; needs mbs rows, positive lengths "
-                           "(dec_seqlen only for encoder-decoder models) and {} stage costs",
-                           d, i, mb.rows.size(), mb.shape.mbs, mb.shape.seqlen,
-                           mb.shape.dec_seqlen, mb.stages.size(), S);
+        return fmt::format(
+            "replica {} micro-batch {}: {} rows, shape mbs {} seqlen {} "
+            "dec_seqlen {}, {} stage costs; needs mbs rows, positive lengths "
+            "(dec_seqlen only for encoder-decoder models) and {} stage costs",
+            d, i, mb.rows.size(), mb.shape.mbs, mb.shape.seqlen, mb.shape.dec_seqlen,
+            mb.stages.size(), S);
       }
     }
   }
@@ -191,9 +193,10 @@ Status Fail(const ExecutionPlan& plan, int64_t rank, int64_t index, const std::s
   std::string text = "plan check: ";
   if (!prefixed) {
     text += fmt::format("rank {} (dp {}, pp {}) ", rank, p.dp_index, p.pp_index);
-    text += index < static_cast<int64_t>(p.instructions.size())
-                ? fmt::format("instruction {} ({}): ", index, InstructionText(p.instructions[index]))
-                : "at the end of its program: ";
+    text +=
+        index < static_cast<int64_t>(p.instructions.size())
+            ? fmt::format("instruction {} ({}): ", index, InstructionText(p.instructions[index]))
+            : "at the end of its program: ";
   }
   text += message;
   text += "\n" + FormatPlanGrid(plan, p.dp_index, rank, index, options.grid_context);

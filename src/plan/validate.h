@@ -16,7 +16,8 @@
 //     buffers it needs and they hold the right tensors (received ones finished); every Start has
 //     one later Finish; every slot is allocated before use, not overwritten while live, freed
 //     once (not while a transfer uses it) and free at the end; reductions follow the stage's last
-//     backward; OptimizerStep comes once, after all compute, followed only by all-gathers.
+//     backward, and with dp > 1 every stage is reduced before OptimizerStep, which comes once,
+//     after all compute, followed only by all-gathers that match the reduce-scatters.
 //  6. Deadlock: the static replay of all ranks' communication finishes (comm_replay.h).
 //  7. Memory: on every rank, model states + activations never exceed the memory limit, replaying
 //     the recorded per-stage costs in program order (EstimateSchedule's rule): F needs current +

@@ -13,8 +13,8 @@ namespace sluice {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::FindInstruction;
+using ::testing::HasSubstr;
 using testing::MakePlanFixture;
 using testing::PlanCase;
 
@@ -70,8 +70,8 @@ TEST(ValidatePlanTest, SwappedSendOrderIsCaughtAsDeadlock) {
   std::swap(list[a].duration, list[b].duration);
   // Micro-batch 1's send now comes first, before its own forward: the per-rank check would say
   // so, but the pair check runs first and reports the order.
-  EXPECT_THAT(Check(f->plan), AllOf(Names(0, a), HasSubstr("different order"),
-                                    HasSubstr("deadlock")));
+  EXPECT_THAT(Check(f->plan),
+              AllOf(Names(0, a), HasSubstr("different order"), HasSubstr("deadlock")));
 }
 
 TEST(ValidatePlanTest, ShapeMismatchIsCaught) {
@@ -157,9 +157,8 @@ TEST(ValidatePlanTest, MissingAndDuplicatedSamplesAreCaught) {
   auto g = Fixture();
   const int64_t id = g->plan.replicas[1].micro_batches[0].rows[0][0];
   g->plan.dropped.push_back({id, "twice"});
-  EXPECT_THAT(Check(g->plan),
-              AllOf(HasSubstr(fmt::format("sample {} appears twice", id)),
-                    HasSubstr("replica 1 micro-batch 0 row 0")));
+  EXPECT_THAT(Check(g->plan), AllOf(HasSubstr(fmt::format("sample {} appears twice", id)),
+                                    HasSubstr("replica 1 micro-batch 0 row 0")));
 }
 
 TEST(ValidatePlanTest, MemoryOverTheLimitIsCaught) {
@@ -208,6 +207,29 @@ TEST(ValidatePlanTest, CollectiveMismatchAcrossReplicasIsCaught) {
   ASSERT_GE(i, 0);
   list[i].bytes = list[i].bytes + Bytes::Of(2);
   EXPECT_THAT(Check(f->plan), AllOf(Names(6, i), HasSubstr("collective 0 of its group")));
+}
+
+TEST(ValidatePlanTest, MissingGradientReductionIsCaught) {
+  auto f = Fixture();
+  for (RankProgram& p : f->plan.ranks) {
+    std::erase_if(p.instructions,
+                  [](const Instruction& in) { return in.op == OpKind::kAllReduceGrad; });
+  }
+  EXPECT_THAT(Check(f->plan), HasSubstr("steps before reducing stage 0's gradients across the 2 "
+                                        "data-parallel replicas"));
+  PlanCase c;
+  c.pp = 2;
+  c.dp = 2;
+  c.zero = 2;
+  auto z = MakePlanFixture(c);
+  auto& list = z->plan.ranks[3].instructions;
+  ASSERT_EQ(list.back().op, OpKind::kAllGatherParams);
+  list.back().bytes = list.back().bytes + Bytes::Of(2);
+  // The other replica's rank posts different collectives: caught before the per-rank check.
+  EXPECT_THAT(Check(z->plan), HasSubstr("does not match"));
+  list.pop_back();
+  z->plan.ranks[1].instructions.pop_back();
+  EXPECT_THAT(Check(z->plan), HasSubstr("must match one to one"));
 }
 
 TEST(ValidatePlanTest, StructureErrors) {
