@@ -12,6 +12,8 @@
 // counters give the per-batch median (p50_ms), samples, micro-batches, candidate runs, t_max
 // values and DP runs. Run: build-batch-rel/bench/batching_bench --benchmark_filter=DynaPipe
 #include <benchmark/benchmark.h>
+
+#include "bench/bench_util.h"
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -37,23 +39,14 @@
 #include "model/cluster_spec.h"
 #include "model/model_spec.h"
 
-#ifndef SLUICE_BENCH_SHARED_DIR
-#error "SLUICE_BENCH_SHARED_DIR must be defined by the build"
-#endif
-
 namespace sluice {
 namespace {
 
-constexpr int kBatches = 8;
+using bench::LengthsPath;
+using bench::Median;
+using bench::Must;
 
-template <typename T>
-T Must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "batching_bench: %s\n", v.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(v).value();
-}
+constexpr int kBatches = 8;
 
 // Everything one configuration needs, built once per benchmark run.
 struct Scenario {
@@ -65,13 +58,6 @@ struct Scenario {
   std::vector<std::vector<Sample>> batches;
   std::string label;  // which cost model answered ("profiled" or "analytic")
 };
-
-std::string LengthsPath(const std::string& name) {
-  const std::string relative = "lengths/" + name + ".jsonl";
-  StatusOr<std::string> p = DataFile(relative);
-  if (p.ok()) return *p;
-  return std::string(SLUICE_BENCH_SHARED_DIR) + "/data/" + relative;
-}
 
 Sample Clip(Sample s, int64_t max_len, bool encdec) {
   s.input_len = std::clamp<int64_t>(s.input_len, 1, max_len);
@@ -150,11 +136,6 @@ constexpr Args kArgs[] = {
 
 std::string Label(const Args& a) {
   return fmt::format("{}/{}/{}/{}", a.model, a.tokens, a.max_len, a.data);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 void BM_DynaPipe(benchmark::State& state, Args args, Duration thinning) {

@@ -3,6 +3,8 @@
 // 3-D grid) and the analytic model, and the time of a full fit of the GPT table.
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_util.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -20,6 +22,8 @@
 namespace sluice {
 namespace {
 
+using bench::Must;
+
 // The presets the shipped tables profile, and the device they were measured on.
 ModelSpec Gpt() { return *ModelPreset("gpt-6.7b"); }
 ModelSpec T5() { return *ModelPreset("t5-11b"); }
@@ -34,15 +38,6 @@ LayerCostTable LoadTable(const char* relative) {
     std::exit(1);
   }
   return std::move(t).value();
-}
-
-template <typename T>
-T Must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s\n", v.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(v).value();
 }
 
 // Shapes a batching DP asks about: random (mbs, seqlen[, dec_seqlen]) mostly inside the grid.

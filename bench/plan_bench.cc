@@ -14,6 +14,8 @@
 // Each iteration takes the next batch of a fixed set of 8. Run:
 //   build-plan/bench/plan_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
+
+#include "bench/bench_util.h"
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -37,32 +39,21 @@
 #include "schedule/order_search.h"
 #include "schedule/schedule_costs.h"
 
-#ifndef SLUICE_BENCH_SHARED_DIR
-#error "SLUICE_BENCH_SHARED_DIR must be defined by the build"
-#endif
-
 namespace sluice {
 namespace {
+
+using bench::LengthsPath;
+using bench::Median;
+using bench::MillisSince;
+using bench::Must;
 
 constexpr int kBatches = 8;
 constexpr int64_t kTokens = 65536;
 constexpr int64_t kMaxLen = 2048;
 
-template <typename T>
-T Must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "plan_bench: %s\n", v.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(v).value();
-}
-
 std::vector<std::vector<Sample>> CutBatches() {
-  const std::string relative = "lengths/mixture-4task.jsonl";
-  StatusOr<std::string> in_data = DataFile(relative);
-  const std::string path =
-      in_data.ok() ? *in_data : std::string(SLUICE_BENCH_SHARED_DIR) + "/data/" + relative;
-  const std::vector<Sample> stream = Must(ReadLengthsFile(path)).samples();
+  const std::vector<Sample> stream =
+      Must(ReadLengthsFile(LengthsPath("mixture-4task"))).samples();
   std::vector<std::vector<Sample>> out;
   std::vector<Sample> cur;
   int64_t have = 0;
@@ -114,15 +105,6 @@ std::unique_ptr<Scenario> MakeScenario(int64_t dp, int64_t vpp) {
     s->plans.push_back(std::move(plan));
   }
   return s;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-double MillisSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // The order search of every replica, its winning schedule, and the batch plan reordered to it.

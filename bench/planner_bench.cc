@@ -8,6 +8,8 @@
 // Counters: p50_ms per batch, makespan_ms (estimated, slowest replica), bubble.
 #include <benchmark/benchmark.h>
 
+#include "bench/bench_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,14 +28,7 @@
 namespace sluice {
 namespace {
 
-template <typename T>
-T Must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "planner_bench: %s\n", v.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(v).value();
-}
+using bench::Must;
 
 struct Setup {
   ModelSpec model;

@@ -14,6 +14,8 @@
 // the mean estimated makespan (makespan_ms) and bubble fraction of the given order.
 // Run: build-sched/bench/schedule_bench --benchmark_min_time=0.2   (RelWithDebInfo, -O2)
 #include <benchmark/benchmark.h>
+
+#include "bench/bench_util.h"
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -35,25 +37,16 @@
 #include "schedule/order_search.h"
 #include "schedule/schedule_costs.h"
 
-#ifndef SLUICE_BENCH_SHARED_DIR
-#error "SLUICE_BENCH_SHARED_DIR must be defined by the build"
-#endif
-
 namespace sluice {
 namespace {
+
+using bench::LengthsPath;
+using bench::Median;
+using bench::Must;
 
 constexpr int kBatches = 8;
 constexpr int64_t kTokens = 65536;
 constexpr int64_t kMaxLen = 2048;
-
-template <typename T>
-T Must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "schedule_bench: %s\n", v.status().ToString().c_str());
-    std::abort();
-  }
-  return std::move(v).value();
-}
 
 // Everything the benchmarks share, built once in main.
 struct Scenario {
@@ -70,11 +63,8 @@ struct Scenario {
 };
 
 std::vector<std::vector<Sample>> CutBatches() {
-  const std::string relative = "lengths/mixture-4task.jsonl";
-  StatusOr<std::string> in_data = DataFile(relative);
-  const std::string path =
-      in_data.ok() ? *in_data : std::string(SLUICE_BENCH_SHARED_DIR) + "/data/" + relative;
-  const std::vector<Sample> stream = Must(ReadLengthsFile(path)).samples();
+  const std::vector<Sample> stream =
+      Must(ReadLengthsFile(LengthsPath("mixture-4task"))).samples();
   std::vector<std::vector<Sample>> out;
   std::vector<Sample> cur;
   int64_t have = 0;
@@ -124,11 +114,6 @@ std::unique_ptr<Scenario> MakeScenario() {
     s->plans.push_back(std::move(plan));
   }
   return s;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 double MicrosSince(std::chrono::steady_clock::time_point t0) {
