@@ -13,6 +13,8 @@
 
 #include "base/paths.h"
 #include "base/status.h"
+#include "data/reader.h"
+#include "data/sample.h"
 
 namespace sluice::bench {
 
@@ -39,6 +41,32 @@ inline double MillisSince(std::chrono::steady_clock::time_point t0) {
 // data/lengths/<name>.jsonl of this checkout (see base/paths.h).
 inline std::string LengthsPath(const std::string& name) {
   return Must(DataFile("lengths/" + name + ".jsonl"));
+}
+
+// `count` decoder-only global batches of about `tokens` tokens each, cut in file order from the
+// shipped mixture-4task lengths (wrapping around), every sample clipped to `max_len` tokens in
+// all; ids 0..n-1 within each batch.
+inline std::vector<std::vector<Sample>> CutMixtureBatches(size_t count, int64_t tokens,
+                                                          int64_t max_len) {
+  const std::vector<Sample> stream =
+      Must(ReadLengthsFile(LengthsPath("mixture-4task"))).samples();
+  std::vector<std::vector<Sample>> out;
+  std::vector<Sample> cur;
+  int64_t have = 0;
+  for (size_t i = 0; out.size() < count; i = (i + 1) % stream.size()) {
+    Sample s = stream[i];
+    s.input_len = std::clamp<int64_t>(s.input_len, 1, max_len);
+    s.target_len = std::min(s.target_len, max_len - s.input_len);
+    s.id = static_cast<int64_t>(cur.size());
+    have += s.tokens();
+    cur.push_back(s);
+    if (have >= tokens) {
+      out.push_back(std::move(cur));
+      cur.clear();
+      have = 0;
+    }
+  }
+  return out;
 }
 
 }  // namespace sluice::bench

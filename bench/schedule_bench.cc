@@ -40,7 +40,6 @@
 namespace sluice {
 namespace {
 
-using bench::LengthsPath;
 using bench::Median;
 using bench::Must;
 
@@ -63,25 +62,7 @@ struct Scenario {
 };
 
 std::vector<std::vector<Sample>> CutBatches() {
-  const std::vector<Sample> stream =
-      Must(ReadLengthsFile(LengthsPath("mixture-4task"))).samples();
-  std::vector<std::vector<Sample>> out;
-  std::vector<Sample> cur;
-  int64_t have = 0;
-  for (size_t i = 0; out.size() < kBatches; i = (i + 1) % stream.size()) {
-    Sample s = stream[i];
-    s.input_len = std::clamp<int64_t>(s.input_len, 1, kMaxLen);
-    s.target_len = std::min(s.target_len, kMaxLen - s.input_len);
-    s.id = static_cast<int64_t>(cur.size());
-    have += s.tokens();
-    cur.push_back(s);
-    if (have >= kTokens) {
-      out.push_back(std::move(cur));
-      cur.clear();
-      have = 0;
-    }
-  }
-  return out;
+  return bench::CutMixtureBatches(kBatches, kTokens, kMaxLen);
 }
 
 std::unique_ptr<Scenario> MakeScenario() {
