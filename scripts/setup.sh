@@ -4,18 +4,28 @@
 #
 #   bash scripts/setup.sh            # build + test dependencies, configure build/
 #   bash scripts/setup.sh --fuzz     # also clang-14 + libFuzzer (for scripts/fuzz.sh)
+#   bash scripts/setup.sh --no-torch # skip libtorch (no `sluice train` / `sluice profile`)
+#
+# The default set includes Debian's libtorch (CPU, c10d/Gloo: libgloo-dev is needed to compile
+# against ProcessGroupGloo.hpp, libopenblas0-openmp makes it 13-22x faster than the reference
+# BLAS) and chromium (the HTML report's browser test renders pages headless).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake ninja-build g++ ccache pkg-config
       nlohmann-json3-dev libcli11-dev libfmt-dev
-      libgtest-dev libgmock-dev libbenchmark-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev chromium)
+torch=1
 for arg in "$@"; do
   case "$arg" in
     --fuzz) pkgs+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev) ;;
-    *) echo "setup.sh: unknown option '$arg' (allowed: --fuzz)" >&2; exit 2 ;;
+    --no-torch) torch=0 ;;
+    *) echo "setup.sh: unknown option '$arg' (allowed: --fuzz, --no-torch)" >&2; exit 2 ;;
   esac
 done
+if ((torch)); then
+  pkgs+=(libtorch-dev libgloo-dev libopenblas0-openmp)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -33,7 +43,9 @@ if ((${#missing[@]})); then
 fi
 
 if [ ! -f build/build.ninja ]; then
+  torch_flag=ON
+  if ((!torch)); then torch_flag=OFF; fi
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DPython_EXECUTABLE=/usr/bin/python3 >/dev/null
+    -DPython_EXECUTABLE=/usr/bin/python3 -DSLUICE_TORCH=$torch_flag >/dev/null
 fi
 echo "setup.sh: ready (build directory: build/)"
