@@ -60,7 +60,7 @@ struct LineChart {
   std::vector<Series> series;
   bool step = true;                  // draw as a step function (memory over time)
   std::optional<double> limit;       // a horizontal dashed line, e.g. the memory limit
-  std::string limit_label;
+  std::string limit_label;            // text at the line's end (empty: "limit <value>")
 };
 
 struct Bar {
@@ -99,7 +99,8 @@ struct HtmlReport {
 
 // The whole page. Deterministic: the same report gives byte-identical HTML.
 std::string RenderHtml(const HtmlReport& report);
-// RenderHtml into `path` (InvalidArgument / Internal naming the path on failure).
+// RenderHtml into `path`: InvalidArgument for an empty path, IoError naming the path when the
+// file cannot be written.
 Status WriteHtmlReport(const HtmlReport& report, std::string_view path);
 
 }  // namespace sluice::report
