@@ -45,5 +45,10 @@ void RegisterDataCommands(CLI::App* app, RunState* state);
 void RegisterCostCommands(CLI::App* app, RunState* state);
 void RegisterBatchCommands(CLI::App* app, RunState* state);
 void RegisterPlanCommands(CLI::App* app, RunState* state);
+void RegisterCompareCommands(CLI::App* app, RunState* state);
+void RegisterSimulateCommands(CLI::App* app, RunState* state);
+// Only in builds with libtorch (SLUICE_WITH_TORCH).
+void RegisterTrainCommands(CLI::App* app, RunState* state);
+void RegisterProfileCommands(CLI::App* app, RunState* state);  // cmd_profile.cc
 
 }  // namespace sluice::cli

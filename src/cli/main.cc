@@ -14,6 +14,12 @@ int main(int argc, char** argv) {
   sluice::cli::RegisterCostCommands(&app, &state);
   sluice::cli::RegisterBatchCommands(&app, &state);
   sluice::cli::RegisterPlanCommands(&app, &state);
+  sluice::cli::RegisterCompareCommands(&app, &state);
+  sluice::cli::RegisterSimulateCommands(&app, &state);
+#ifdef SLUICE_WITH_TORCH
+  sluice::cli::RegisterTrainCommands(&app, &state);  // cmd_train.cc, only with libtorch
+  sluice::cli::RegisterProfileCommands(&app, &state);  // cmd_profile.cc, only with libtorch
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,15 +12,20 @@
 //
 // Communication times come from the cluster's links (ClusterSpec intra_node / inter_node; device
 // placement as in execution_plan.h). Transfers that share a link at the same time share its
-// bandwidth (contention). Collectives are simulated step by step (ring all-reduce = 2(n-1) steps
-// of S/n bytes between ring neighbours; reduce-scatter / all-gather n-1 steps; all-to-all n-1
-// pairwise exchanges) or, in the fast mode, as one closed-form α-β interval (cost/comm_model.h);
-// the two agree within 1% on a single uncontended collective.
+// bandwidth (contention: every device has an egress and an ingress port per link class, a flow's
+// rate is the smallest fair share of the ports it crosses). Collectives are simulated step by step
+// (ring all-reduce = 2(n-1) steps of S/n bytes between ring neighbours; reduce-scatter /
+// all-gather n-1 steps) or, in the fast mode, as one closed-form α-β interval
+// (cost/comm_model.h); the two agree within 1% on a single uncontended collective. The plan's
+// own `duration` of transfers and collectives is not used: links decide.
 //
-// Memory: per rank, model states (plan.model_states) plus every live buffer slot (allocated by an
-// instruction's outputs, released by FreeBuffer) plus the stored activations of forwards whose
-// backward has not run yet and the transient peak of the running compute op, over simulated
-// time; the peak, where it happens, and whether it exceeds the plan's memory limit.
+// Memory: per rank, model states (plan.model_states) plus the activations of ValidatePlan's rule
+// (stored activations of forwards whose backward has not run yet, plus the transient peak of the
+// running compute op, from the plan's per-stage ChunkCost) plus the live buffer slots that rule
+// does not already hold (a forward's input activation is inside its `stored` from the forward
+// on), over simulated time: allocations happen when the writing op starts on its stream, releases
+// when FreeBuffer reaches the compute stream. With SimOptions::count_buffers = false the peak is
+// exactly PredictPeakMemory's. docs/simulator.md has the whole model.
 //
 // A plan whose ranks cannot all finish (e.g. a receive without its send) ends with outcome
 // kDeadlock and the blocked ranks with the instruction each waits on; the simulation never hangs.
@@ -37,6 +42,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "data/sample.h"
 #include "plan/execution_plan.h"
 
 namespace sluice {
@@ -48,7 +54,8 @@ enum class StreamKind : uint8_t {
   kRecvPrev,    // receives from the previous stage's rank (activations)
   kRecvNext,    // receives from the next stage's rank (gradients)
   kCollective,  // data-parallel gradient / parameter collectives
-  kAllToAll,    // expert-parallel all-to-all
+  kAllToAll,    // expert-parallel all-to-all (no plan op uses it yet: MoE all-to-alls are
+                // inside Forward/Backward in sluice-plan/1)
 };
 inline constexpr int kNumStreamKinds = 7;
 std::string_view StreamKindName(StreamKind kind);  // "compute", "send-next", ...
@@ -78,6 +85,12 @@ struct SimOptions {
   std::vector<Straggler> stragglers;
   bool record_timeline = true;  // keep every executed interval (traces, reports, critical path)
   bool record_memory = true;    // keep the per-rank memory timeline
+  // Count live buffer slots on top of the activations rule (false: ValidatePlan's rule alone).
+  bool count_buffers = true;
+  // The global batch's samples as planned (clipped lengths), to count real tokens and useful
+  // FLOPs. Empty: the plan holds no lengths, so real tokens and FLOPs fall back to the padded
+  // shapes (SimResult::tokens_from_samples = false). Every sample id of a plan row must be here.
+  std::vector<Sample> samples;
 };
 
 enum class SimOutcome : uint8_t { kOk, kDeadlock, kOutOfMemory };
@@ -90,21 +103,29 @@ struct SimInterval {
   StreamKind stream = StreamKind::kCompute;
   Duration start;
   Duration end;
+
+  friend bool operator==(const SimInterval&, const SimInterval&) = default;
 };
 
 struct MemoryPoint {
   Duration time;
   Bytes bytes;  // total on the device from `time` on (model states included)
+
+  friend bool operator==(const MemoryPoint&, const MemoryPoint&) = default;
 };
 
 struct RankSimStats {
   Duration finish;          // when the rank's last instruction completed
   Duration compute;         // busy time of the compute stream
   Duration bubble;          // iteration time - compute - exposed communication
-  Duration exposed_comm;    // time the rank was blocked on communication with its compute idle
+  Duration exposed_comm;    // time the rank was blocked on communication in flight with its
+                            // compute idle (a Finish or OptimizerStep waiting, and the end of
+                            // the iteration waiting for trailing transfers / collectives)
   Duration comm;            // total busy time of the communication streams (overlapped or not)
   Bytes peak_memory;
   int64_t peak_instruction = -1;  // the instruction during which the peak was reached
+
+  friend bool operator==(const RankSimStats&, const RankSimStats&) = default;
 };
 
 // A rank blocked when the simulation could not go on.
@@ -112,6 +133,8 @@ struct BlockedRank {
   int64_t rank = 0;
   int64_t instruction = 0;  // the instruction it waits on
   std::string text;         // InstructionText of it, and what it waits for
+
+  friend bool operator==(const BlockedRank&, const BlockedRank&) = default;
 };
 
 struct SimResult {
@@ -127,6 +150,9 @@ struct SimResult {
                                       // recompute, no padding)
   double mfu = 0;                     // model_flops / (iteration_time × devices × peak_flops)
 
+  bool tokens_from_samples = false;   // real_tokens / model_flops from SimOptions::samples
+                                      // (false: from the padded shapes)
+
   std::vector<RankSimStats> ranks;    // [rank id]
   std::vector<Duration> stage_compute;    // [pipeline rank] max over replicas of compute time
   std::vector<Duration> replica_finish;   // [dp index] the replica's last finish
@@ -137,12 +163,15 @@ struct SimResult {
   int64_t oom_rank = -1;              // the first rank (by time) that exceeded it
   int64_t oom_instruction = -1;       // and the instruction where it happened
 
-  std::vector<SimInterval> critical_path;  // the chain of intervals that sets iteration_time
+  std::vector<SimInterval> critical_path;  // the chain of intervals that sets iteration_time,
+                                           // first to last (record_timeline only)
   std::vector<SimInterval> timeline;       // every interval (record_timeline), by (rank, start)
   std::vector<std::vector<MemoryPoint>> memory;  // [rank] (record_memory)
 
   int64_t instructions = 0;           // instructions executed
   int64_t events = 0;                 // events processed
+
+  friend bool operator==(const SimResult&, const SimResult&) = default;
 };
 
 class Simulator {

@@ -1,0 +1,313 @@
+// `sluice compare`: every method side by side on the same data and cluster (planner/compare.h).
+//
+// The scenario comes from the flags (defaults: the embedded default scenario), from a JSON file
+// (--scenario FILE), or from every *.json file of a folder (--scenario-dir DIR); scenario flags
+// given explicitly override the file's values. Writes OUT/results.json (docs/formats.md, "Compare
+// results") and OUT/report.html, or OUT/<scenario>/... plus OUT/summary.md for a folder, and
+// prints the tables and the paths. Ctrl-C stops after the current batch and writes the partial
+// results, marked as partial (exit code 1).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <charconv>
+#include <csignal>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "base/json_util.h"
+#include "cli/cli_common.h"
+#include "cli/compare_report.h"
+#include "model/parallel_config.h"
+#include "planner/compare.h"
+#include "planner/compare_json.h"
+#include "planner/compare_scenario.h"
+
+namespace sluice::cli {
+namespace {
+
+// Set by SIGINT; a signal handler can only reach a variable of static storage.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void OnInterrupt(int) {
+  g_interrupted = 1;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+// Installs OnInterrupt for its lifetime.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    g_interrupted = 0;
+    previous_ = std::signal(SIGINT, OnInterrupt);
+  }
+  ~InterruptGuard() { std::signal(SIGINT, previous_ == SIG_ERR ? SIG_DFL : previous_); }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  void (*previous_)(int) = SIG_DFL;
+};
+
+struct CompareFlags {
+  CompareScenario scenario;  // the flags' values (defaults: the embedded default scenario)
+  std::string iterations = "5";
+  std::string methods;       // comma-separated
+  std::string parallel;      // the controlled configuration
+  std::string scenario_file;
+  std::string scenario_dir;
+  std::string out = "sluice-compare";
+  bool no_html = false;
+  bool stepwise = false;
+  // The options, to tell which flags were given explicitly.
+  std::map<std::string, CLI::Option*> options;
+};
+
+bool Given(const CompareFlags& f, const std::string& name) {
+  auto it = f.options.find(name);
+  return it != f.options.end() && it->second->count() > 0;
+}
+
+// Applies the scenario flags given explicitly (all of them when `all`) to `s`.
+Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
+  const CompareScenario& v = f.scenario;
+  auto use = [&](const char* name) { return all || Given(f, name); };
+  if (use("--model")) s->model = v.model;
+  if (use("--cluster")) s->cluster = v.cluster;
+  if (use("--data")) s->data = v.data;
+  if (use("--samples")) s->samples = v.samples;
+  if (use("--cost")) s->cost = v.cost;
+  if (use("--flash-attention")) s->flash_attention = v.flash_attention;
+  if (use("--tokens-per-batch")) s->tokens_per_batch = v.tokens_per_batch;
+  if (use("--max-seqlen")) s->max_seqlen = v.max_seqlen;
+  if (use("--long")) s->long_samples = v.long_samples;
+  if (use("--memory-limit")) s->memory_limit_mb = v.memory_limit_mb;
+  if (use("--seed")) s->seed = v.seed;
+  if (use("--reference")) s->reference = v.reference;
+  if (use("--score-batches")) s->search.score_batches = v.search.score_batches;
+  if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
+  if (use("--stepwise")) s->stepwise_collectives = f.stepwise;
+  if (use("--iterations")) {
+    if (f.iterations == "all") {
+      s->iterations = 0;
+    } else {
+      int64_t n = 0;
+      const char* end = f.iterations.data() + f.iterations.size();
+      auto [ptr, ec] = std::from_chars(f.iterations.data(), end, n);
+      if (ec != std::errc() || ptr != end || n < 1) {
+        return InvalidArgumentError(fmt::format(
+            "--iterations: '{}' is not a positive integer or 'all'", f.iterations));
+      }
+      s->iterations = n;
+    }
+  }
+  if (Given(f, "--methods")) {
+    s->methods.clear();
+    size_t start = 0;
+    while (start <= f.methods.size()) {
+      size_t end = f.methods.find(',', start);
+      if (end == std::string::npos) end = f.methods.size();
+      const std::string name = f.methods.substr(start, end - start);
+      SLUICE_ASSIGN_OR_RETURN(MethodSpec m, MethodSpecFor(name, "--methods"));
+      s->methods.push_back(std::move(m));
+      start = end + 1;
+    }
+    // A reference or controlled method left out of the list falls back to the first method.
+    auto listed = [&](const std::string& n) {
+      return std::any_of(s->methods.begin(), s->methods.end(),
+                         [&](const MethodSpec& m) { return m.name == n; });
+    };
+    if (!Given(f, "--reference") && !listed(s->reference)) s->reference = s->methods[0].name;
+    if (!listed(s->controlled_method)) s->controlled_method = s->methods.back().name;
+  }
+  if (Given(f, "--parallel")) {
+    SLUICE_ASSIGN_OR_RETURN(ParallelConfig par, ResolveParallel(f.parallel));
+    s->controlled = par;
+  }
+  return Status::Ok();
+}
+
+struct Written {
+  std::string results;
+  std::string report;
+};
+
+StatusOr<Written> WriteOutputs(const CompareResult& r, const std::string& dir, bool html) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return InvalidArgumentError(
+        fmt::format("--out: cannot create the folder '{}': {}", dir, ec.message()));
+  }
+  Written w;
+  w.results = (std::filesystem::path(dir) / "results.json").string();
+  SLUICE_RETURN_IF_ERROR(WriteCompareResultFile(r, w.results));
+  if (html) {
+    w.report = (std::filesystem::path(dir) / "report.html").string();
+    SLUICE_RETURN_IF_ERROR(report::WriteHtmlReport(BuildCompareReport(r), w.report));
+  }
+  return w;
+}
+
+// Runs one scenario and writes its outputs into `dir`. Returns the result.
+StatusOr<CompareResult> RunOne(const CompareScenario& s, std::string_view source,
+                               const std::string& dir, bool html) {
+  fmt::print("scenario: {}{}\n", s.name, source.empty() ? "" : fmt::format(" ({})", source));
+  std::fflush(stdout);  // before the progress bars on stderr
+  CompareOptions options;
+  options.cancelled = [] { return g_interrupted != 0; };
+  SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
+  fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
+  fmt::print("search: {} candidates in {:.1f} s; runs: {:.1f} s\n", r.candidates_scored,
+             r.search_seconds, r.run_seconds);
+  SLUICE_ASSIGN_OR_RETURN(Written w, WriteOutputs(r, dir, html));
+  fmt::print("wrote {}{}\n", w.results, w.report.empty() ? "" : fmt::format(" and {}", w.report));
+  if (!w.report.empty()) fmt::print("report: {}\n", w.report);
+  fmt::print("\n");
+  return r;
+}
+
+Status RunCompareCommand(const CompareFlags& f) {
+  if (!f.scenario_file.empty() && !f.scenario_dir.empty()) {
+    return InvalidArgumentError("--scenario and --scenario-dir: give one of them");
+  }
+  InterruptGuard guard;
+  std::vector<CompareResult> results;
+  if (!f.scenario_dir.empty()) {
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(f.scenario_dir, ec)) {
+      if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
+    }
+    if (ec) {
+      return InvalidArgumentError(
+          fmt::format("--scenario-dir: cannot read '{}': {}", f.scenario_dir, ec.message()));
+    }
+    if (files.empty()) {
+      return InvalidArgumentError(
+          fmt::format("--scenario-dir: '{}' holds no *.json scenario file", f.scenario_dir));
+    }
+    std::sort(files.begin(), files.end());
+    // Read (and so validate) every file before running any.
+    std::vector<CompareScenario> scenarios;
+    for (const std::string& file : files) {
+      SLUICE_ASSIGN_OR_RETURN(CompareScenario s, ReadCompareScenarioFile(file));
+      SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/false, &s));
+      SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, file));
+      scenarios.push_back(std::move(s));
+    }
+    for (size_t i = 0; i < scenarios.size() && g_interrupted == 0; ++i) {
+      SLUICE_ASSIGN_OR_RETURN(
+          CompareResult r,
+          RunOne(scenarios[i], files[i],
+                 (std::filesystem::path(f.out) / scenarios[i].name).string(), !f.no_html));
+      results.push_back(std::move(r));
+    }
+    const std::string summary = (std::filesystem::path(f.out) / "summary.md").string();
+    SLUICE_RETURN_IF_ERROR(WriteStringToFile(summary, FormatScenarioSummary(results)));
+    fmt::print("{}\nwrote {}\n", FormatScenarioSummary(results), summary);
+  } else {
+    CompareScenario s;
+    std::string source;
+    if (!f.scenario_file.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(s, ReadCompareScenarioFile(f.scenario_file));
+      SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/false, &s));
+      source = f.scenario_file;
+    } else {
+      SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/true, &s));
+    }
+    SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, source.empty() ? "flags" : source));
+    SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(s, source, f.out, !f.no_html));
+    results.push_back(std::move(r));
+  }
+  const bool partial = g_interrupted != 0 ||
+                       std::any_of(results.begin(), results.end(),
+                                   [](const CompareResult& r) { return r.partial; });
+  if (partial) {
+    return FailedPreconditionError(
+        "interrupted: the results written above are partial (marked \"partial\": true)");
+  }
+  for (const CompareResult& r : results) {
+    if (std::none_of(r.own.begin(), r.own.end(),
+                     [](const MethodRun& m) { return m.ok_batches > 0; })) {
+      return FailedPreconditionError(fmt::format(
+          "scenario '{}': no method fits memory under any configuration (see the reasons above)",
+          r.scenario.name));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterCompareCommands(CLI::App* app, RunState* state) {
+  auto f = std::make_shared<CompareFlags>();
+  CLI::App* c = app->add_subcommand(
+      "compare",
+      "Compare batching methods and schedules, each under its best parallel configuration, in "
+      "simulation (no flags: the embedded default scenario)");
+  CompareScenario& s = f->scenario;
+  auto& o = f->options;
+  o["--scenario"] = c->add_option("--scenario", f->scenario_file,
+                                  "A JSON scenario file (docs/formats.md); flags given as well "
+                                  "override its fields")
+                        ->type_name("FILE");
+  o["--scenario-dir"] = c->add_option("--scenario-dir", f->scenario_dir,
+                                      "Run every *.json scenario of a folder and write a summary")
+                            ->type_name("DIR");
+  o["--out"] = c->add_option("--out", f->out,
+                             "Output folder: results.json and report.html (one sub-folder per "
+                             "scenario with --scenario-dir)")
+                   ->type_name("DIR")
+                   ->capture_default_str();
+  o["--model"] = AddModelFlag(c, &s.model)->capture_default_str();
+  o["--cluster"] = AddClusterFlag(c, &s.cluster)->capture_default_str();
+  o["--data"] = AddDataFlag(c, &s.data)->capture_default_str();
+  o["--samples"] = c->add_option("--samples", s.samples,
+                                 "Generator presets: samples to generate (0 = 20000); files: "
+                                 "first N samples")
+                       ->check(CLI::NonNegativeNumber);
+  o["--cost"] = c->add_option("--cost", s.cost,
+                              "Cost model: auto, analytic, profiled:PATH or analytic:PATH")
+                    ->capture_default_str();
+  o["--flash-attention"] =
+      c->add_flag("--flash-attention", s.flash_attention, "Analytic cost model: fused attention");
+  o["--tokens-per-batch"] = AddTokensPerBatchFlag(c, &s.tokens_per_batch);
+  o["--max-seqlen"] = AddMaxSeqlenFlag(c, &s.max_seqlen);
+  o["--long"] = c->add_option("--long", s.long_samples,
+                              "Samples longer than --max-seqlen: clip or drop")
+                    ->capture_default_str();
+  o["--iterations"] = c->add_option("--iterations", f->iterations,
+                                    "Global batches planned and simulated per method: a number, "
+                                    "or 'all' for the whole dataset")
+                          ->capture_default_str();
+  o["--memory-limit"] = c->add_option("--memory-limit", s.memory_limit_mb,
+                                      "Per-device memory budget in MB (10^6 bytes); default: "
+                                      "the device's memory")
+                            ->check(CLI::PositiveNumber);
+  o["--seed"] = AddSeedFlag(c, &s.seed);
+  o["--methods"] = c->add_option("--methods", f->methods,
+                                 "Methods to compare, comma-separated (default: packing, "
+                                 "token-budget, multipack, dynapipe, hydraulis, sluice)")
+                       ->type_name("M,...");
+  o["--reference"] = c->add_option("--reference", s.reference,
+                                   "The method ratios are given against")
+                         ->capture_default_str();
+  o["--parallel"] = AddParallelFlag(c, &f->parallel)
+                        ->description("The controlled comparison's shared configuration "
+                                      "(dp, pp, tp, zero); default: sluice's best");
+  o["--score-batches"] = c->add_option("--score-batches", s.search.score_batches,
+                                       "Global batches each candidate configuration is scored on")
+                             ->check(CLI::Range(1, 64))
+                             ->capture_default_str();
+  o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
+                                      "Best estimates per method that are simulated")
+                            ->check(CLI::Range(1, 64))
+                            ->capture_default_str();
+  o["--stepwise"] = c->add_flag("--stepwise", f->stepwise,
+                                "Simulate collectives step by step with contention (slower)");
+  c->add_flag("--no-html", f->no_html, "Do not write report.html");
+  SetHandler(c, state, [f] { return RunCompareCommand(*f); });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,209 @@
+// `sluice simulate PLAN.json|PLAN.msgpack`: runs the discrete-event simulator (sim/simulator.h)
+// on a plan file, prints the summary table and writes the optional trace, report and JSON.
+//
+// Exit codes: 0 when the simulation ran to its end, also when the plan runs out of memory (printed
+// first, in capitals: OOM is an outcome of the plan, and the figures are still meaningful); 1 when
+// the plan deadlocks (no complete iteration exists); 2 for bad flags, an unreadable plan or a
+// structurally broken one. Files asked for are written in every one of the first two cases.
+#include <fmt/core.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/json_util.h"
+#include "cli/cli_common.h"
+#include "data/data_source.h"
+#include "plan/plan_json.h"
+#include "plan/validate.h"
+#include "report/html_report.h"
+#include "sim/chrome_trace.h"
+#include "sim/sim_report.h"
+#include "sim/simulator.h"
+#include "sim/summary.h"
+
+namespace sluice::cli {
+namespace {
+
+struct SimulateFlags {
+  std::string file;
+  std::string trace;
+  std::string report;
+  std::string json;
+  std::string collectives = "stepwise";
+  double compute_scale = 1.0;
+  std::vector<std::string> stragglers;
+  double intra_bw_scale = 1.0;
+  double inter_bw_scale = 1.0;
+  double intra_latency_scale = 1.0;
+  double inter_latency_scale = 1.0;
+  double memory_limit_mb = 0;
+  std::string data;
+  int64_t samples = 0;
+  uint64_t seed = 0;
+  bool no_buffers = false;
+  bool no_check = false;
+};
+
+// "RANK:FACTOR", e.g. "3:1.5".
+StatusOr<Straggler> ParseStraggler(const std::string& text) {
+  const size_t colon = text.find(':');
+  Straggler s;
+  size_t used_rank = 0, used_factor = 0;
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < text.size();
+  try {
+    if (ok) {
+      s.rank = std::stoll(text.substr(0, colon), &used_rank);
+      s.slowdown = std::stod(text.substr(colon + 1), &used_factor);
+      ok = used_rank == colon && used_factor == text.size() - colon - 1;
+    }
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok) {
+    return InvalidArgumentError(fmt::format(
+        "--straggler '{}': expected RANK:FACTOR, e.g. 3:1.5 (rank 3's compute 1.5x slower)", text));
+  }
+  return s;
+}
+
+StatusOr<SimOptions> MakeOptions(const SimulateFlags& f) {
+  SimOptions o;
+  if (f.collectives == "stepwise") {
+    o.collectives = CollectiveMode::kStepwise;
+  } else if (f.collectives == "closed-form") {
+    o.collectives = CollectiveMode::kClosedForm;
+  } else {
+    return InvalidArgumentError(fmt::format(
+        "--collectives '{}': allowed values are stepwise, closed-form", f.collectives));
+  }
+  o.compute_scale = f.compute_scale;
+  o.intra_node = {f.intra_bw_scale, f.intra_latency_scale};
+  o.inter_node = {f.inter_bw_scale, f.inter_latency_scale};
+  for (const std::string& s : f.stragglers) {
+    SLUICE_ASSIGN_OR_RETURN(Straggler st, ParseStraggler(s));
+    o.stragglers.push_back(st);
+  }
+  o.count_buffers = !f.no_buffers;
+  if (!f.data.empty()) {
+    DataOptions data;
+    data.seed = f.seed;
+    data.num_samples = f.samples;
+    // Ids are the dataset's (the batcher keeps them); lengths beyond a row's padded length are
+    // clipped to it when counted, as the batcher clipped them when planning.
+    SLUICE_ASSIGN_OR_RETURN(Dataset dataset, LoadData(f.data, data));
+    o.samples = dataset.samples();
+  }
+  return o;
+}
+
+// Option errors of the simulator name SimOptions fields; say which flag sets them.
+Status FlagError(const Status& s) {
+  std::string m = s.message();
+  for (const auto& [field, flag] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"'compute_scale'", "--compute-scale"},
+           {"'intra_node.bandwidth_scale'", "--intra-bw-scale"},
+           {"'inter_node.bandwidth_scale'", "--inter-bw-scale"},
+           {"'intra_node.latency_scale'", "--intra-latency-scale"},
+           {"'inter_node.latency_scale'", "--inter-latency-scale"},
+           {"'stragglers", "--straggler"},
+           {"'samples'", "--data"}}) {
+    if (m.find(field) != std::string::npos) return InvalidArgumentError(flag + ": " + m);
+  }
+  return s;
+}
+
+Status RunSimulate(const SimulateFlags& f) {
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
+  if (f.memory_limit_mb < 0) {
+    return InvalidArgumentError(
+        fmt::format("--memory-limit {}: allowed: a size in MB > 0", f.memory_limit_mb));
+  }
+  if (f.memory_limit_mb > 0) plan.parallel.memory_limit = Bytes::MB(f.memory_limit_mb);
+  SLUICE_ASSIGN_OR_RETURN(SimOptions options, MakeOptions(f));
+  if (!f.no_check) {
+    ValidateOptions check;
+    check.check_memory = false;  // the simulation reports memory itself
+    check.grid_context = 3;
+    Status valid = ValidatePlan(plan, check);
+    if (!valid.ok()) {
+      fmt::print("warning: {} does not pass `sluice plan check` (simulating it anyway):\n{}\n\n",
+                 f.file, valid.message());
+    }
+  }
+  StatusOr<SimResult> run = Simulate(plan, options);
+  if (!run.ok()) return FlagError(run.status().WithPrefix(f.file));
+  const SimResult& r = *run;
+  size_t instructions = 0;
+  for (const RankProgram& p : plan.ranks) instructions += p.instructions.size();
+  fmt::print("{}: {} on {}, dp {} x pp {} x tp {}{}, {} ranks, {} instructions; collectives {}\n",
+             f.file, plan.model.name, plan.cluster.name, plan.dp(), plan.pp(), plan.parallel.tp,
+             plan.vpp() > 1 ? fmt::format(" x vpp {}", plan.vpp()) : "", plan.ranks.size(),
+             instructions, f.collectives);
+  fmt::print("{}", FormatSimSummary(plan, r));
+  if (!f.trace.empty()) {
+    SLUICE_RETURN_IF_ERROR(WriteChromeTrace(plan, r, f.trace));
+    fmt::print("wrote trace {} (chrome://tracing or ui.perfetto.dev)\n", f.trace);
+  }
+  if (!f.json.empty()) {
+    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, SimResultToJson(plan, r).dump(1) + "\n"));
+    fmt::print("wrote {}\n", f.json);
+  }
+  if (!f.report.empty()) {
+    SLUICE_RETURN_IF_ERROR(report::WriteHtmlReport(BuildSimulationReport(plan, r), f.report));
+    fmt::print("wrote report {}\n", f.report);
+  }
+  if (r.outcome == SimOutcome::kDeadlock) {
+    return FailedPreconditionError(fmt::format("{}: {}", f.file, r.problem));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterSimulateCommands(CLI::App* app, RunState* state) {
+  auto flags = std::make_shared<SimulateFlags>();
+  CLI::App* s = app->add_subcommand(
+      "simulate",
+      "Simulate a plan file: per-rank streams, links with contention, collectives, memory; "
+      "exit 1 on deadlock, 0 otherwise (out of memory included)");
+  s->add_option("plan", flags->file, "Plan file (sluice-plan/1 JSON or MessagePack)")
+      ->required()
+      ->type_name("PLAN.json|PLAN.msgpack");
+  s->add_option("--trace", flags->trace, "Write a Chrome/Perfetto trace JSON")->type_name("FILE");
+  s->add_option("--report", flags->report, "Write an HTML report")->type_name("FILE");
+  s->add_option("--json", flags->json, "Write the result as JSON (sluice-sim-result/1)")
+      ->type_name("FILE");
+  s->add_option("--collectives", flags->collectives,
+                "stepwise (ring steps over the links, with contention) or closed-form (alpha-beta)")
+      ->capture_default_str();
+  s->add_option("--compute-scale", flags->compute_scale, "Every compute duration x this factor")
+      ->capture_default_str();
+  s->add_option("--straggler", flags->stragglers,
+                "RANK:FACTOR: that rank's compute x FACTOR (repeatable)")
+      ->type_name("RANK:FACTOR");
+  s->add_option("--intra-bw-scale", flags->intra_bw_scale, "Intra-node bandwidth x this factor")
+      ->capture_default_str();
+  s->add_option("--inter-bw-scale", flags->inter_bw_scale, "Inter-node bandwidth x this factor")
+      ->capture_default_str();
+  s->add_option("--intra-latency-scale", flags->intra_latency_scale,
+                "Intra-node latency x this factor")
+      ->capture_default_str();
+  s->add_option("--inter-latency-scale", flags->inter_latency_scale,
+                "Inter-node latency x this factor")
+      ->capture_default_str();
+  s->add_option("--memory-limit", flags->memory_limit_mb,
+                "Per-device memory limit in MB (default: the plan's)");
+  AddDataFlag(s, &flags->data)
+      ->description("The lengths the plan was made from, to count real tokens (plans hold ids "
+                    "only; without it the padded shapes count)");
+  s->add_option("--samples", flags->samples, "With --data: how many samples it holds (0 = all)");
+  AddSeedFlag(s, &flags->seed)->description("With a generator --data preset: its seed");
+  s->add_flag("--no-buffers", flags->no_buffers,
+              "Memory: the plan's activation rule only (as `sluice plan check`), no buffers");
+  s->add_flag("--no-check", flags->no_check, "Skip the plan check before simulating");
+  SetHandler(s, state, [flags] { return RunSimulate(*flags); });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,167 @@
+// `sluice train`: trains a model for real on libtorch + c10d, executing the planner's execution
+// plans (src/runtime/, docs/runtime.md). Launched like torchrun launches (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or with --nproc N it starts N local ranks itself.
+// Compiled only when the build has libtorch (SLUICE_WITH_TORCH); runtime/trainer.h is torch-free.
+#include <fmt/core.h>
+
+#include <memory>
+
+#include "cli/cli_common.h"
+#include "cli/scenario_flags.h"
+#include "runtime/launcher.h"
+#include "runtime/trainer.h"
+
+namespace sluice::cli {
+namespace {
+
+struct TrainFlags {
+  ScenarioFlags scenario;
+  std::string method = "dynapipe";
+  std::string schedule = "1f1b";
+  std::string recompute;
+  bool no_search = false;
+  int64_t nproc = 0;
+  double lr = 1e-3;
+  std::string trace_dir;
+  std::string metrics;
+  std::string dump_dir;
+  std::vector<std::string> plans;
+  int64_t timeout_s = 300;
+  int64_t threads = 0;
+  int64_t lookahead = 2;
+  std::string backend = "gloo";
+  std::string fault;
+};
+
+Status RunTrain(const TrainFlags& f) {
+  SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
+  SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(f.schedule));
+  const InFlightPolicy policy = kind == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
+                                : kind == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
+                                                                     : InFlightPolicy::k1F1B;
+  // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario.
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario, policy));
+  runtime::TrainOptions o;
+  if (!f.fault.empty()) SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
+  if (f.nproc > 0 && !env.launched) {
+    if (env.world_size > 1) {
+      return InvalidArgumentError(fmt::format(
+          "--nproc {}: this process already is rank {} of {} (RANK/WORLD_SIZE are set); use "
+          "either a launcher or --nproc",
+          f.nproc, env.rank, env.world_size));
+    }
+    SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> argv, runtime::SelfCommandLine());
+    runtime::LaunchOptions lo;
+    lo.nproc = f.nproc;
+    lo.master_addr = env.master_addr;
+    lo.master_port = env.master_port;
+    return runtime::LaunchLocal(argv, lo);
+  }
+  if (f.nproc > 0 && env.world_size != f.nproc) {
+    return InvalidArgumentError(fmt::format("--nproc {} but WORLD_SIZE is {}", f.nproc,
+                                            env.world_size));
+  }
+  o.model = sc.model;
+  o.parallel = sc.parallel;
+  o.evaluator = &*sc.evaluator;
+  o.cluster = &sc.cluster;
+  o.planner.method = f.method;
+  o.planner.schedule = kind;
+  o.planner.search_order = !f.no_search;
+  o.planner.batching.seed = f.scenario.seed;
+  o.planner.batching.max_seqlen = sc.max_seqlen;
+  if (!f.recompute.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
+    o.planner.batching.recompute = rc;
+  }
+  o.batcher = &*sc.batcher;
+  o.plan_files = f.plans;
+  if (!f.plans.empty() && env.rank == 0) {
+    // Plan files name samples by id; their lengths are the data's, clipped as batching clips.
+    GlobalBatch batch;
+    while (sc.batcher->Next(&batch)) {
+      o.plan_samples.insert(o.plan_samples.end(), batch.samples.begin(), batch.samples.end());
+    }
+  }
+  o.iterations = sc.iterations;
+  o.lookahead = f.lookahead;
+  o.seed = f.scenario.seed;
+  o.lr = f.lr;
+  o.timeout = std::chrono::seconds(f.timeout_s);
+  o.threads = f.threads;
+  o.backend = f.backend;
+  o.trace_dir = f.trace_dir;
+  o.metrics_path = f.metrics;
+  o.dump_dir = f.dump_dir;
+  if (env.rank == 0) {
+    fmt::print("{}\n", sc.Describe());
+    fmt::print("method:   {}, schedule {}{}\n", f.method, f.schedule,
+               f.plans.empty() ? (f.no_search ? "" : ", micro-batch order searched")
+                               : fmt::format(", {} plan files", f.plans.size()));
+    std::fflush(stdout);
+  }
+  return runtime::Train(o, env);
+}
+
+}  // namespace
+
+void RegisterTrainCommands(CLI::App* app, RunState* state) {
+  auto flags = std::make_shared<TrainFlags>();
+  // Defaults for a CPU run of the tiny model; --cluster is the target the planner prices.
+  flags->scenario.model = "gpt-tiny";
+  flags->scenario.parallel = "pp=2";
+  flags->scenario.tokens_per_batch = 4096;
+  flags->scenario.max_seqlen = 512;
+  flags->scenario.memory_limit_mb = 0;
+  CLI::App* t = app->add_subcommand(
+      "train", "Train for real on libtorch + c10d, executing the planner's plans (docs/runtime.md)");
+  AddScenarioFlags(t, &flags->scenario);
+  t->add_option("--method", flags->method, "Batching method (see `sluice batch --help`)")
+      ->capture_default_str();
+  t->add_option("--schedule", flags->schedule, "gpipe, 1f1b, interleaved, zb-h1 or adaptive")
+      ->capture_default_str();
+  t->add_option("--recompute", flags->recompute,
+                "none, selective or full for every micro-batch (default: the method chooses)");
+  t->add_flag("--no-search", flags->no_search, "Keep the batching order (no order search)");
+  t->add_option("--nproc", flags->nproc,
+                "Start N local ranks (otherwise read torchrun's RANK, WORLD_SIZE, MASTER_ADDR, "
+                "MASTER_PORT; default port 29500)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  t->add_option("--lr", flags->lr, "AdamW learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  t->add_option("--trace-dir", flags->trace_dir,
+                "Write Chrome/Perfetto traces: trace-rank-R.json per rank and trace.json")
+      ->type_name("DIR");
+  t->add_option("--metrics", flags->metrics, "Write one JSON line per iteration")
+      ->type_name("FILE");
+  t->add_option("--timeout", flags->timeout_s,
+                "Seconds a rank may wait for another (rendezvous, transfers, heartbeats) before "
+                "every rank exits non-zero naming it")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->capture_default_str();
+  t->add_option("--plan", flags->plans,
+                "Execute these plan files (sluice plan --out), one per iteration, instead of "
+                "planning")
+      ->type_name("FILE ...");
+  t->add_option("--dump-dir", flags->dump_dir,
+                "Write each iteration's plan package and every rank's gradients (for checks)")
+      ->type_name("DIR");
+  t->add_option("--threads", flags->threads,
+                "Intra-op threads per rank (0 = cores / local ranks)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  t->add_option("--lookahead", flags->lookahead,
+                "Plans rank 0 keeps ready beyond the running iteration")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}))
+      ->capture_default_str();
+  t->add_option("--backend", flags->backend,
+                "gloo (CPU) or nccl (needs a CUDA libtorch build)")
+      ->capture_default_str();
+  t->add_option("--fault", flags->fault,
+                "Testing aid: RANK:ITERATION:KIND injects a failure (exit, kill, stop, hang)")
+      ->type_name("R:I:KIND");
+  SetHandler(t, state, [flags] { return RunTrain(*flags); });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,331 @@
+#include "cli/compare_report.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "plan/instruction.h"
+
+namespace sluice::cli {
+namespace {
+
+// 1234567.8 -> "1,234,568".
+std::string Thousands(double v) {
+  const int64_t n = static_cast<int64_t>(v + 0.5);
+  std::string digits = fmt::format("{}", n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string Pct(double f) { return fmt::format("{:.1f}%", 100.0 * f); }
+
+std::string StateText(const MethodRun& m) {
+  if (m.state == "out-of-memory") return "OOM";
+  return m.state;
+}
+
+const char* kBreakdownNames[] = {"useful", "padding", "recompute", "kernel eff.",
+                                 "exposed comm", "imbalance", "bubble"};
+
+std::vector<double> BreakdownParts(const Breakdown& b) {
+  return {b.useful, b.padding, b.recompute, b.kernel, b.comm, b.imbalance, b.bubble};
+}
+
+// The losses of a breakdown, largest first: "bubble 12%, kernel eff. 8%".
+std::string LargestLosses(const Breakdown& b, size_t n) {
+  std::vector<std::pair<double, std::string>> losses;
+  const std::vector<double> parts = BreakdownParts(b);
+  for (size_t i = 1; i < parts.size(); ++i) losses.emplace_back(parts[i], kBreakdownNames[i]);
+  std::sort(losses.begin(), losses.end(), [](const auto& x, const auto& y) {
+    return x.first != y.first ? x.first > y.first : x.second < y.second;
+  });
+  std::string out;
+  for (size_t i = 0; i < n && i < losses.size(); ++i) {
+    if (losses[i].first < 0.005) break;
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", losses[i].second,
+                       100.0 * losses[i].first);
+  }
+  return out;
+}
+
+std::string ConfigText(const MethodRun& m) {
+  if (!m.has_config) return "-";
+  if (m.adopted_from.empty()) return m.config.Describe();
+  return fmt::format("{} (= {}'s choice)", m.config.Describe(), m.adopted_from);
+}
+
+report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& runs,
+                        const std::string& title) {
+  report::Table t;
+  t.title = title;
+  t.header = {"method", "tokens/s", fmt::format("vs {}", c.scenario.reference), "of ideal",
+              "padding", "bubble", "exposed comm", "peak MB", "plan ms/batch", "batches",
+              "configuration"};
+  for (const MethodRun& m : runs) {
+    if (m.ok_batches == 0) {
+      t.rows.push_back({m.method, StateText(m), "-", "-", "-", "-", "-", "-", "-",
+                        fmt::format("0/{}", m.batches.size()), m.reason});
+      continue;
+    }
+    t.rows.push_back({m.method, Thousands(m.tokens_per_s),
+                      m.ratio_to_reference > 0 ? fmt::format("{:.2f}x", m.ratio_to_reference)
+                                               : "-",
+                      fmt::format("{:.2f}", m.fraction_of_ideal), Pct(m.padding), Pct(m.bubble),
+                      Pct(m.comm), Thousands(m.peak_memory_mb),
+                      fmt::format("{:.2f}", m.planning_ms),
+                      fmt::format("{}/{}", m.ok_batches, m.batches.size()), ConfigText(m)});
+  }
+  t.numeric = {false, true, true, true, true, true, true, true, true, true, false};
+  return t;
+}
+
+report::Table BreakdownTable(const std::vector<MethodRun>& runs) {
+  report::Table t;
+  t.title = "Where the device time goes (share of devices x iteration time)";
+  t.header = {"method"};
+  for (const char* name : kBreakdownNames) t.header.push_back(name);
+  for (const MethodRun& m : runs) {
+    if (m.ok_batches == 0) continue;
+    std::vector<std::string> row = {m.method};
+    for (double p : BreakdownParts(m.breakdown)) row.push_back(Pct(p));
+    t.rows.push_back(std::move(row));
+  }
+  t.numeric.assign(t.header.size(), true);
+  t.numeric[0] = false;
+  return t;
+}
+
+std::string TextTable(const report::Table& t) {
+  std::vector<size_t> width(t.header.size(), 0);
+  for (size_t i = 0; i < t.header.size(); ++i) width[i] = t.header[i].size();
+  for (const auto& row : t.rows) {
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      // The last column (configuration or reason) is not padded.
+      if (i + 1 < width.size()) width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string s;
+    for (size_t i = 0; i < cells.size() && i < width.size(); ++i) {
+      const bool right = i < t.numeric.size() && t.numeric[i];
+      if (i + 1 == width.size()) {
+        s += cells[i];
+      } else {
+        s += right ? fmt::format("{:>{}}  ", cells[i], width[i])
+                   : fmt::format("{:<{}}  ", cells[i], width[i]);
+      }
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s + "\n";
+  };
+  std::string out = t.title + ":\n" + line(t.header);
+  for (const auto& row : t.rows) out += line(row);
+  return out;
+}
+
+std::string Category(OpKind op) {
+  switch (op) {
+    case OpKind::kForward: return "forward";
+    case OpKind::kBackward: return "backward";
+    case OpKind::kBackwardInput: return "backward-input";
+    case OpKind::kBackwardWeight: return "backward-weight";
+    case OpKind::kAllReduceGrad: return "all-reduce";
+    case OpKind::kReduceScatterGrad: return "reduce-scatter";
+    case OpKind::kAllGatherParams: return "all-gather";
+    default: return IsSend(op) ? "send" : IsCommStart(op) || IsCommFinish(op) ? "recv"
+                                                                              : "other";
+  }
+}
+
+// One row per (rank, compute | communication) of the first 8 ranks.
+report::Timeline ExampleTimeline(const MethodRun& m) {
+  report::Timeline t;
+  const ExampleRun& ex = *m.example;
+  t.title = fmt::format("{}: batch {} ({})", m.method, m.batches.empty() ? 0 : m.batches[0].batch,
+                        ConfigText(m));
+  t.unit = "ms";
+  const int64_t ranks = std::min<int64_t>(8, static_cast<int64_t>(ex.plan.ranks.size()));
+  std::vector<report::TimelineRow> compute(ranks), comm(ranks);
+  for (int64_t r = 0; r < ranks; ++r) {
+    compute[r].label = fmt::format("rank {} compute", r);
+    comm[r].label = fmt::format("rank {} comm", r);
+  }
+  for (const SimInterval& iv : ex.sim.timeline) {
+    if (iv.rank < 0 || iv.rank >= ranks) continue;
+    const auto& program = ex.plan.ranks[iv.rank].instructions;
+    if (iv.instruction < 0 || iv.instruction >= static_cast<int64_t>(program.size())) continue;
+    const Instruction& ins = program[iv.instruction];
+    report::TimelineBar bar;
+    bar.start = iv.start.millis();
+    bar.end = iv.end.millis();
+    bar.label = InstructionText(ins);
+    bar.category = Category(ins.op);
+    bar.tooltip = fmt::format("{} on {}: {:.2f}-{:.2f} ms", bar.label, StreamKindName(iv.stream),
+                              bar.start, bar.end);
+    (iv.stream == StreamKind::kCompute ? compute : comm)[iv.rank].bars.push_back(std::move(bar));
+  }
+  for (int64_t r = 0; r < ranks; ++r) {
+    t.rows.push_back(std::move(compute[r]));
+    if (!comm[r].bars.empty()) t.rows.push_back(std::move(comm[r]));
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string FormatCompareTables(const CompareResult& c) {
+  std::string out;
+  if (c.partial) out += "PARTIAL RESULTS: the run was interrupted; figures cover what finished.\n";
+  out += fmt::format(
+      "ideal bound: {} tokens/s ({} devices at {:.1f} TFLOP/s of useful work each: {})\n\n",
+      Thousands(c.ideal_tokens_per_s), c.devices, c.rate.flops_per_s / 1e12, c.rate.where);
+  out += TextTable(RunsTable(c, c.own, "Each method under its own best configuration")) + "\n";
+  if (c.has_controlled) {
+    out += TextTable(RunsTable(
+               c, c.controlled,
+               fmt::format("Controlled: every method on dp {} x pp {} x tp {}, ZeRO-{}",
+                           c.controlled_config.dp, c.controlled_config.pp,
+                           c.controlled_config.tp, c.controlled_config.zero))) +
+           "\n";
+  }
+  out += TextTable(BreakdownTable(c.own));
+  return out;
+}
+
+report::HtmlReport BuildCompareReport(const CompareResult& c) {
+  report::HtmlReport r;
+  r.title = fmt::format("sluice compare: {}", c.scenario.name);
+  r.subtitle = c.description;
+  if (c.partial) r.subtitle += "\nPARTIAL RESULTS: the run was interrupted.";
+
+  report::Section summary;
+  summary.heading = "Throughput";
+  summary.text = fmt::format(
+      "Real (unpadded) tokens per second in simulation over {} global batches. The ideal bound "
+      "({} tokens/s) is every device doing useful work at {:.1f} TFLOP/s, the best rate the cost "
+      "model reaches ({}), with no padding, bubbles or communication.",
+      c.batches, Thousands(c.ideal_tokens_per_s), c.rate.flops_per_s / 1e12, c.rate.where);
+  report::BarChart bars;
+  bars.title = "Throughput per method (own best configuration)";
+  bars.value_label = "tokens/s";
+  for (const MethodRun& m : c.own) {
+    report::Bar b;
+    b.label = m.method;
+    b.value = m.tokens_per_s;
+    b.missing = m.ok_batches == 0;
+    b.note = b.missing ? StateText(m)
+                       : m.ratio_to_reference > 0
+                             ? fmt::format("{:.2f}x, {:.2f} of ideal", m.ratio_to_reference,
+                                           m.fraction_of_ideal)
+                             : fmt::format("{:.2f} of ideal", m.fraction_of_ideal);
+    bars.bars.push_back(std::move(b));
+  }
+  bars.bars.push_back({"ideal bound", c.ideal_tokens_per_s, "1.00 of ideal", false});
+  summary.blocks.push_back(bars);
+  summary.blocks.push_back(RunsTable(c, c.own, "Own best configuration"));
+  if (c.has_controlled) {
+    summary.blocks.push_back(RunsTable(
+        c, c.controlled,
+        fmt::format("Controlled: dp {} x pp {} x tp {}, ZeRO-{}", c.controlled_config.dp,
+                    c.controlled_config.pp, c.controlled_config.tp, c.controlled_config.zero)));
+  }
+  r.sections.push_back(std::move(summary));
+
+  report::Section dist;
+  dist.heading = "Per-batch throughput";
+  dist.text = "Each global batch's real tokens / simulated iteration time, per method.";
+  report::Distribution d;
+  d.title = "Per-batch throughput";
+  d.value_label = "tokens/s";
+  for (const MethodRun& m : c.own) {
+    std::vector<double> values;
+    for (const BatchRecord& b : m.batches) {
+      if (b.outcome == "ok" && b.iteration_ms > 0) {
+        values.push_back(1e3 * static_cast<double>(b.real_tokens) / b.iteration_ms);
+      }
+    }
+    if (!values.empty()) d.groups.emplace_back(m.method, std::move(values));
+  }
+  dist.blocks.push_back(d);
+  dist.blocks.push_back(BreakdownTable(c.own));
+  r.sections.push_back(std::move(dist));
+
+  report::Section timelines;
+  timelines.heading = "Example timelines";
+  timelines.text = "The first global batch of each method under its own configuration, as "
+                   "simulated (first 8 ranks; compute and communication streams).";
+  for (const MethodRun& m : c.own) {
+    if (m.example.has_value()) timelines.blocks.push_back(ExampleTimeline(m));
+  }
+  r.sections.push_back(std::move(timelines));
+
+  if (!c.skipped_configs.empty()) {
+    report::Section skipped;
+    skipped.heading = "Configurations not searched";
+    report::Table t;
+    t.title = "Left out before the search";
+    t.header = {"configuration and reason"};
+    for (const std::string& s : c.skipped_configs) t.rows.push_back({s});
+    skipped.blocks.push_back(t);
+    r.sections.push_back(std::move(skipped));
+  }
+  return r;
+}
+
+std::string FormatScenarioSummary(std::span<const CompareResult> results) {
+  if (results.empty()) return "";
+  std::vector<std::string> methods;
+  for (const CompareResult& c : results) {
+    for (const MethodRun& m : c.own) {
+      if (std::find(methods.begin(), methods.end(), m.method) == methods.end()) {
+        methods.push_back(m.method);
+      }
+    }
+  }
+  std::string out = "| scenario | reference tok/s |";
+  for (const std::string& m : methods) out += fmt::format(" {} |", m);
+  out += " best | best of ideal | best configuration | largest losses of the best |\n|---|---:|";
+  for (size_t i = 0; i < methods.size(); ++i) out += "---:|";
+  out += "---|---:|---|---|\n";
+  for (const CompareResult& c : results) {
+    const MethodRun* ref = nullptr;
+    const MethodRun* best = nullptr;
+    for (const MethodRun& m : c.own) {
+      if (m.method == c.scenario.reference) ref = &m;
+      if (m.ok_batches > 0 && (best == nullptr || m.tokens_per_s > best->tokens_per_s)) best = &m;
+    }
+    out += fmt::format("| {}{} | {} |", c.scenario.name, c.partial ? " (partial)" : "",
+                       ref != nullptr && ref->ok_batches > 0 ? Thousands(ref->tokens_per_s)
+                                                             : "OOM");
+    for (const std::string& name : methods) {
+      const MethodRun* m = nullptr;
+      for (const MethodRun& x : c.own) {
+        if (x.method == name) m = &x;
+      }
+      if (m == nullptr) {
+        out += " |";
+      } else if (m->ok_batches == 0) {
+        out += fmt::format(" {} |", StateText(*m));
+      } else if (m->ratio_to_reference > 0) {
+        out += fmt::format(" {:.2f}x |", m->ratio_to_reference);
+      } else {
+        out += fmt::format(" {} tok/s |", Thousands(m->tokens_per_s));
+      }
+    }
+    if (best == nullptr) {
+      out += " - | - | - | - |\n";
+      continue;
+    }
+    out += fmt::format(" {} | {:.2f} | {} | {} |\n", best->method, best->fraction_of_ideal,
+                       best->config.Describe(), LargestLosses(best->breakdown, 3));
+  }
+  return out;
+}
+
+}  // namespace sluice::cli

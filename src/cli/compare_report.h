@@ -1,0 +1,27 @@
+// What `sluice compare` shows of a CompareResult (planner/compare.h): the terminal tables, the
+// HTML report (report/html_report.h: throughput bars per method, the per-batch throughput
+// distribution, where each method's device time goes, one example timeline per method) and the
+// Markdown summary of several scenarios (`--scenario-dir`, pasted into docs/benchmarks.md).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "planner/compare.h"
+#include "report/html_report.h"
+
+namespace sluice::cli {
+
+// The method tables (own best configuration, controlled) and the time breakdown, for a terminal.
+std::string FormatCompareTables(const CompareResult& result);
+
+// The HTML report of one comparison.
+report::HtmlReport BuildCompareReport(const CompareResult& result);
+
+// One Markdown table row per scenario: sluice's best against the reference, fractions of the
+// ideal and, where sluice's best stays under 0.90 of it, the largest losses.
+std::string FormatScenarioSummary(std::span<const CompareResult> results);
+
+}  // namespace sluice::cli

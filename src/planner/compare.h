@@ -1,0 +1,140 @@
+// RunCompare: every method of a scenario, side by side, on the same data and cluster — the main
+// job of sluice (`sluice compare`).
+//
+// For each method the configuration search (config_search.h) picks its own best configuration
+// on the first few global batches; then every global batch of the run is planned (Planner) and
+// simulated (Simulate) under it. A second comparison runs every method under one shared
+// ("controlled") parallel configuration (dp, pp, tp, ZeRO), each with its best schedule there.
+// Per method and batch it records real (unpadded) tokens, iteration time, padding, bubble and
+// exposed communication, peak memory, planning time and the accounting of ideal_bound.h; the
+// ideal bound uses the achievable rate over the sweep and every compared plan, so no method ever
+// exceeds it. A method that fits memory under no configuration is reported out-of-memory with
+// the reason, never dropped; one whose batching does not support the model is "unsupported".
+//
+// Cancellation: `CompareOptions::cancelled` is polled between candidates and between batches;
+// the result then holds what finished, with `partial` set.
+//
+// Thread safety: RunCompare is a pure function of its inputs (single-threaded, deterministic
+// except for the measured planning times).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/parallel_config.h"
+#include "plan/execution_plan.h"
+#include "planner/compare_scenario.h"
+#include "planner/config_search.h"
+#include "planner/ideal_bound.h"
+#include "sim/simulator.h"
+
+namespace sluice {
+
+struct CompareOptions {
+  // Polled between candidates and batches; true stops the run with partial results.
+  std::function<bool()> cancelled;
+  std::FILE* progress = stderr;  // progress bars (base/progress.h); nullptr: none
+  bool keep_examples = true;     // keep one planned + simulated batch per method (timelines)
+};
+
+// One method on one global batch.
+struct BatchRecord {
+  int64_t batch = 0;          // GlobalBatch::index
+  std::string outcome = "ok";  // ok | out-of-memory (planning) | sim-out-of-memory | deadlock
+  std::string reason;
+  int64_t real_tokens = 0;    // placed, unpadded
+  int64_t padded_tokens = 0;  // allocated by the micro-batch shapes
+  int64_t micro_batches = 0;
+  double iteration_ms = 0;    // simulated
+  double ideal_ms = 0;        // useful FLOPs of the placed samples / (devices x R)
+  double planning_ms = 0;     // Planner::Plan wall time
+  double bubble = 0;          // mean over ranks of bubble / iteration time
+  double comm = 0;            // mean over ranks of exposed communication / iteration time
+  double peak_memory_mb = 0;  // max over ranks (simulated, model states included)
+  Breakdown breakdown;
+
+  friend bool operator==(const BatchRecord&, const BatchRecord&) = default;
+};
+
+// A planned and simulated batch kept for the report's timeline.
+struct ExampleRun {
+  ExecutionPlan plan;
+  SimResult sim;
+};
+
+// One method under one configuration over the run.
+struct MethodRun {
+  std::string method;
+  std::string state = "ok";  // ok | out-of-memory | unsupported | not-run
+  std::string reason;        // why not ok
+  bool has_config = false;
+  Candidate config;
+  // Set when the configuration is another method's choice that lies in this method's space and
+  // ran faster over the whole run than this method's own choice (scored on a few batches).
+  std::string adopted_from;
+  int64_t candidates = 0;    // search: candidates scored, feasible by estimate, simulated
+  int64_t feasible = 0;
+  int64_t simulated = 0;
+  std::vector<BatchRecord> batches;
+  // Summary over the batches that ran (outcome ok).
+  int64_t ok_batches = 0;
+  double tokens_per_s = 0;         // real tokens / simulated time
+  double ideal_tokens_per_s = 0;   // the same tokens at the ideal times
+  double fraction_of_ideal = 0;
+  double ratio_to_reference = 0;   // 0 when the reference did not run
+  double padding = 0;              // padded - real over padded tokens
+  double bubble = 0;               // time-weighted over batches
+  double comm = 0;
+  double peak_memory_mb = 0;       // max over batches
+  double planning_ms = 0;          // mean per batch
+  Breakdown breakdown;             // device-time weighted over batches
+  std::optional<ExampleRun> example;  // not serialised
+
+  friend bool operator==(const MethodRun& a, const MethodRun& b) {
+    return a.method == b.method && a.state == b.state && a.reason == b.reason &&
+           a.has_config == b.has_config && a.config == b.config &&
+           a.adopted_from == b.adopted_from &&
+           a.candidates == b.candidates && a.feasible == b.feasible &&
+           a.simulated == b.simulated && a.batches == b.batches && a.ok_batches == b.ok_batches &&
+           a.tokens_per_s == b.tokens_per_s && a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
+           a.fraction_of_ideal == b.fraction_of_ideal &&
+           a.ratio_to_reference == b.ratio_to_reference && a.padding == b.padding &&
+           a.bubble == b.bubble && a.comm == b.comm && a.peak_memory_mb == b.peak_memory_mb &&
+           a.planning_ms == b.planning_ms && a.breakdown == b.breakdown;
+  }
+};
+
+struct CompareResult {
+  CompareScenario scenario;
+  std::string description;      // a few lines: model, cluster, cost model, data
+  bool partial = false;         // interrupted: some runs hold fewer batches or did not run
+  int64_t batches = 0;          // global batches in the run
+  int64_t devices = 0;
+  double memory_limit_mb = 0;
+  AchievableRate sweep_rate;    // the sweep part of R
+  AchievableRate rate;          // R itself (sweep, or a compared plan's op when higher)
+  double ideal_tokens_per_s = 0;  // every batch's samples at the ideal times
+  bool has_controlled = false;
+  ParallelConfig controlled_config;  // dp, pp, tp, zero of the controlled comparison
+  std::vector<MethodRun> own;        // each method under its own best configuration
+  std::vector<MethodRun> controlled; // each method under controlled_config
+  std::vector<std::string> skipped_configs;  // configurations left out, with the reason
+  int64_t candidates_scored = 0;
+  double search_seconds = 0;
+  double run_seconds = 0;
+
+  friend bool operator==(const CompareResult&, const CompareResult&) = default;
+};
+
+// Runs the comparison (see above). `source` names where the scenario came from for messages
+// ("FILE", or "" for flags). Errors: a scenario that does not resolve (unknown model, data,
+// a max length beyond the model's, ...) as InvalidArgument/NotFound naming the field; bugs.
+StatusOr<CompareResult> RunCompare(const CompareScenario& scenario, const CompareOptions& options,
+                                   std::string_view source = "");
+
+}  // namespace sluice

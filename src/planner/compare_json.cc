@@ -1,0 +1,272 @@
+#include "planner/compare_json.h"
+
+#include <fmt/core.h>
+
+#include <array>
+#include <limits>
+
+#include "base/json_util.h"
+
+namespace sluice {
+namespace {
+
+constexpr double kBig = std::numeric_limits<double>::max();
+
+nlohmann::json BreakdownToJson(const Breakdown& b) {
+  return {{"useful", b.useful}, {"padding", b.padding}, {"recompute", b.recompute},
+          {"kernel", b.kernel}, {"comm", b.comm},       {"imbalance", b.imbalance},
+          {"bubble", b.bubble}};
+}
+
+Status BreakdownFromJson(JsonObjectReader& parent, std::string_view key, Breakdown* b) {
+  const nlohmann::json* j = parent.Child(key);
+  if (j == nullptr) return parent.Error(key, "is required");
+  JsonObjectReader r(*j, parent.source(), parent.FieldPath(key));
+  SLUICE_RETURN_IF_ERROR(r.status());
+  SLUICE_RETURN_IF_ERROR(r.Double("useful", &b->useful, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("padding", &b->padding, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("recompute", &b->recompute, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("kernel", &b->kernel, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("comm", &b->comm, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("imbalance", &b->imbalance, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("bubble", &b->bubble, 0, 1));
+  return r.Finish();
+}
+
+nlohmann::json BatchToJson(const BatchRecord& b) {
+  return {{"batch", b.batch},
+          {"outcome", b.outcome},
+          {"reason", b.reason},
+          {"real_tokens", b.real_tokens},
+          {"padded_tokens", b.padded_tokens},
+          {"micro_batches", b.micro_batches},
+          {"iteration_ms", b.iteration_ms},
+          {"ideal_ms", b.ideal_ms},
+          {"planning_ms", b.planning_ms},
+          {"bubble", b.bubble},
+          {"comm", b.comm},
+          {"peak_memory_mb", b.peak_memory_mb},
+          {"breakdown", BreakdownToJson(b.breakdown)}};
+}
+
+Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std::string& path,
+                     BatchRecord* b) {
+  JsonObjectReader r(j, std::string(source), path);
+  SLUICE_RETURN_IF_ERROR(r.status());
+  static constexpr std::array<std::string_view, 4> kOutcomes = {"ok", "out-of-memory",
+                                                                "sim-out-of-memory", "deadlock"};
+  SLUICE_RETURN_IF_ERROR(r.Int("batch", &b->batch, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Enum("outcome", &b->outcome, kOutcomes));
+  SLUICE_RETURN_IF_ERROR(r.String("reason", &b->reason));
+  SLUICE_RETURN_IF_ERROR(r.Int("real_tokens", &b->real_tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("padded_tokens", &b->padded_tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("micro_batches", &b->micro_batches, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Double("iteration_ms", &b->iteration_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("ideal_ms", &b->ideal_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("planning_ms", &b->planning_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("bubble", &b->bubble, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("comm", &b->comm, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("peak_memory_mb", &b->peak_memory_mb, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(BreakdownFromJson(r, "breakdown", &b->breakdown));
+  return r.Finish();
+}
+
+nlohmann::json RunToJson(const MethodRun& m) {
+  nlohmann::json batches = nlohmann::json::array();
+  for (const BatchRecord& b : m.batches) batches.push_back(BatchToJson(b));
+  nlohmann::json config = nullptr;
+  if (m.has_config) {
+    config = {{"parallel", ParallelConfigToJson(m.config.parallel)},
+              {"schedule", std::string(ScheduleKindName(m.config.schedule))},
+              {"batching", m.config.batching}};
+  }
+  return {{"method", m.method},
+          {"state", m.state},
+          {"reason", m.reason},
+          {"config", config},
+          {"adopted_from", m.adopted_from},
+          {"search",
+           {{"candidates", m.candidates}, {"feasible", m.feasible}, {"simulated", m.simulated}}},
+          {"ok_batches", m.ok_batches},
+          {"tokens_per_s", m.tokens_per_s},
+          {"ideal_tokens_per_s", m.ideal_tokens_per_s},
+          {"fraction_of_ideal", m.fraction_of_ideal},
+          {"ratio_to_reference", m.ratio_to_reference},
+          {"padding", m.padding},
+          {"bubble", m.bubble},
+          {"comm", m.comm},
+          {"peak_memory_mb", m.peak_memory_mb},
+          {"planning_ms", m.planning_ms},
+          {"breakdown", BreakdownToJson(m.breakdown)},
+          {"batches", batches}};
+}
+
+Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::string& path,
+                   MethodRun* m) {
+  JsonObjectReader r(j, std::string(source), path);
+  SLUICE_RETURN_IF_ERROR(r.status());
+  static constexpr std::array<std::string_view, 4> kStates = {"ok", "out-of-memory",
+                                                              "unsupported", "not-run"};
+  SLUICE_RETURN_IF_ERROR(r.String("method", &m->method));
+  SLUICE_RETURN_IF_ERROR(r.Enum("state", &m->state, kStates));
+  SLUICE_RETURN_IF_ERROR(r.String("reason", &m->reason));
+  const nlohmann::json* config = r.Child("config");
+  if (config == nullptr) return r.Error("config", "is required (an object or null)");
+  m->has_config = !config->is_null();
+  if (m->has_config) {
+    JsonObjectReader c(*config, std::string(source), r.FieldPath("config"));
+    SLUICE_RETURN_IF_ERROR(c.status());
+    const nlohmann::json* par = c.Child("parallel");
+    if (par == nullptr) return c.Error("parallel", "is required");
+    SLUICE_ASSIGN_OR_RETURN(m->config.parallel,
+                            ParallelConfigFromJson(*par, fmt::format("{}: field '{}'", source,
+                                                                     c.FieldPath("parallel"))));
+    std::string schedule;
+    SLUICE_RETURN_IF_ERROR(c.String("schedule", &schedule));
+    auto kind = ParseScheduleKind(schedule);
+    if (!kind.ok()) return c.Error("schedule", kind.status().message());
+    m->config.schedule = *kind;
+    SLUICE_RETURN_IF_ERROR(c.String("batching", &m->config.batching));
+    SLUICE_RETURN_IF_ERROR(c.Finish());
+  }
+  SLUICE_RETURN_IF_ERROR(r.String("adopted_from", &m->adopted_from));
+  const nlohmann::json* search = r.Child("search");
+  if (search == nullptr) return r.Error("search", "is required");
+  JsonObjectReader s(*search, std::string(source), r.FieldPath("search"));
+  SLUICE_RETURN_IF_ERROR(s.status());
+  SLUICE_RETURN_IF_ERROR(s.Int("candidates", &m->candidates, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(s.Int("feasible", &m->feasible, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(s.Int("simulated", &m->simulated, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(s.Finish());
+  SLUICE_RETURN_IF_ERROR(r.Int("ok_batches", &m->ok_batches, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Double("tokens_per_s", &m->tokens_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &m->ideal_tokens_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("fraction_of_ideal", &m->fraction_of_ideal, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("ratio_to_reference", &m->ratio_to_reference, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("padding", &m->padding, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("bubble", &m->bubble, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("comm", &m->comm, 0, 1));
+  SLUICE_RETURN_IF_ERROR(r.Double("peak_memory_mb", &m->peak_memory_mb, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("planning_ms", &m->planning_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(BreakdownFromJson(r, "breakdown", &m->breakdown));
+  const nlohmann::json* batches = r.Child("batches");
+  if (batches == nullptr || !batches->is_array()) return r.Error("batches", "must be an array");
+  for (size_t i = 0; i < batches->size(); ++i) {
+    BatchRecord b;
+    SLUICE_RETURN_IF_ERROR(BatchFromJson((*batches)[i], source,
+                                         fmt::format("{}[{}]", r.FieldPath("batches"), i), &b));
+    m->batches.push_back(std::move(b));
+  }
+  return r.Finish();
+}
+
+nlohmann::json RateToJson(const AchievableRate& rate) {
+  return {{"flops_per_s", rate.flops_per_s}, {"where", rate.where}};
+}
+
+Status RateFromJson(JsonObjectReader& parent, std::string_view key, AchievableRate* rate) {
+  const nlohmann::json* j = parent.Child(key);
+  if (j == nullptr) return parent.Error(key, "is required");
+  JsonObjectReader r(*j, parent.source(), parent.FieldPath(key));
+  SLUICE_RETURN_IF_ERROR(r.status());
+  SLUICE_RETURN_IF_ERROR(r.Double("flops_per_s", &rate->flops_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.String("where", &rate->where));
+  return r.Finish();
+}
+
+Status RunsFromJson(JsonObjectReader& r, std::string_view key, std::vector<MethodRun>* runs) {
+  const nlohmann::json* j = r.Child(key);
+  if (j == nullptr || !j->is_array()) return r.Error(key, "must be an array of method runs");
+  for (size_t i = 0; i < j->size(); ++i) {
+    MethodRun m;
+    SLUICE_RETURN_IF_ERROR(
+        RunFromJson((*j)[i], r.source(), fmt::format("{}[{}]", r.FieldPath(key), i), &m));
+    runs->push_back(std::move(m));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+nlohmann::json CompareResultToJson(const CompareResult& c) {
+  nlohmann::json own = nlohmann::json::array(), controlled = nlohmann::json::array();
+  for (const MethodRun& m : c.own) own.push_back(RunToJson(m));
+  for (const MethodRun& m : c.controlled) controlled.push_back(RunToJson(m));
+  return {{"format", kCompareFormat},
+          {"scenario", CompareScenarioToJson(c.scenario)},
+          {"description", c.description},
+          {"partial", c.partial},
+          {"batches", c.batches},
+          {"devices", c.devices},
+          {"memory_limit_mb", c.memory_limit_mb},
+          {"sweep_rate", RateToJson(c.sweep_rate)},
+          {"rate", RateToJson(c.rate)},
+          {"ideal_tokens_per_s", c.ideal_tokens_per_s},
+          {"controlled_config",
+           c.has_controlled ? ParallelConfigToJson(c.controlled_config) : nlohmann::json()},
+          {"own", own},
+          {"controlled", controlled},
+          {"skipped_configs", c.skipped_configs},
+          {"candidates_scored", c.candidates_scored},
+          {"search_seconds", c.search_seconds},
+          {"run_seconds", c.run_seconds}};
+}
+
+StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::string_view source) {
+  JsonObjectReader r(j, std::string(source));
+  SLUICE_RETURN_IF_ERROR(r.status());
+  std::string format;
+  SLUICE_RETURN_IF_ERROR(r.String("format", &format));
+  if (format != kCompareFormat) {
+    return r.Error("format", fmt::format("'{}' is not supported (allowed: '{}')", format,
+                                         kCompareFormat));
+  }
+  CompareResult c;
+  const nlohmann::json* scenario = r.Child("scenario");
+  if (scenario == nullptr) return r.Error("scenario", "is required");
+  SLUICE_ASSIGN_OR_RETURN(c.scenario,
+                          CompareScenarioFromJson(*scenario, fmt::format("{}: scenario", source)));
+  SLUICE_RETURN_IF_ERROR(r.String("description", &c.description));
+  SLUICE_RETURN_IF_ERROR(r.OptionalBool("partial", &c.partial));
+  SLUICE_RETURN_IF_ERROR(r.Int("batches", &c.batches, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("devices", &c.devices, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Double("memory_limit_mb", &c.memory_limit_mb, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(RateFromJson(r, "sweep_rate", &c.sweep_rate));
+  SLUICE_RETURN_IF_ERROR(RateFromJson(r, "rate", &c.rate));
+  SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &c.ideal_tokens_per_s, 0, kBig));
+  const nlohmann::json* cfg = r.Child("controlled_config");
+  if (cfg == nullptr) return r.Error("controlled_config", "is required (an object or null)");
+  c.has_controlled = !cfg->is_null();
+  if (c.has_controlled) {
+    SLUICE_ASSIGN_OR_RETURN(c.controlled_config,
+                            ParallelConfigFromJson(*cfg, fmt::format("{}: field "
+                                                                     "'controlled_config'",
+                                                                     source)));
+  }
+  SLUICE_RETURN_IF_ERROR(RunsFromJson(r, "own", &c.own));
+  SLUICE_RETURN_IF_ERROR(RunsFromJson(r, "controlled", &c.controlled));
+  const nlohmann::json* skipped = r.Child("skipped_configs");
+  if (skipped == nullptr || !skipped->is_array()) {
+    return r.Error("skipped_configs", "must be an array of strings");
+  }
+  for (const nlohmann::json& s : *skipped) {
+    if (!s.is_string()) return r.Error("skipped_configs", "must be an array of strings");
+    c.skipped_configs.push_back(s.get<std::string>());
+  }
+  SLUICE_RETURN_IF_ERROR(r.Int("candidates_scored", &c.candidates_scored, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Double("search_seconds", &c.search_seconds, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("run_seconds", &c.run_seconds, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Finish());
+  return c;
+}
+
+Status WriteCompareResultFile(const CompareResult& result, const std::string& path) {
+  return WriteStringToFile(path, CompareResultToJson(result).dump(2) + "\n");
+}
+
+StatusOr<CompareResult> ReadCompareResultFile(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonFile(path));
+  return CompareResultFromJson(j, path);
+}
+
+}  // namespace sluice

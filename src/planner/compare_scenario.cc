@@ -1,0 +1,362 @@
+#include "planner/compare_scenario.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <array>
+#include <set>
+
+#include "base/json_util.h"
+#include "base/paths.h"
+#include "batching/method.h"
+#include "data/global_batcher.h"
+#include "model/model_spec.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kMaxDegree = 1 << 20;
+
+std::vector<ScheduleKind> MegatronSchedules() {
+  return {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved};
+}
+
+// Whether `name` is a RunMethod name: a single method or ASSIGNER+BATCHER.
+bool IsBatchingName(std::string_view name) {
+  const size_t plus = name.find('+');
+  if (plus == std::string_view::npos) {
+    for (const MethodInfo& m : ListMethods()) {
+      if (m.name == name) return true;
+    }
+    return false;
+  }
+  return MakeAssigner(name.substr(0, plus)).ok() && MakeMicroBatcher(name.substr(plus + 1)).ok();
+}
+
+std::string ExistingPath(const std::string& value, std::string_view base_dir) {
+  if (base_dir.empty() || value.empty() || value.front() == '/' || FileExists(value)) return value;
+  const std::string joined = fmt::format("{}/{}", base_dir, value);
+  return FileExists(joined) ? joined : value;
+}
+
+Status ReadIntList(JsonObjectReader& r, std::string_view key, int64_t min, int64_t max,
+                   std::vector<int64_t>* out) {
+  const nlohmann::json* v = r.Child(key);
+  if (v == nullptr) return Status::Ok();
+  if (!v->is_array()) return r.Error(key, "must be an array of integers");
+  out->clear();
+  for (const nlohmann::json& e : *v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < min || e.get<int64_t>() > max) {
+      return r.Error(key, fmt::format("every entry must be an integer in [{}, {}]", min, max));
+    }
+    out->push_back(e.get<int64_t>());
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return Status::Ok();
+}
+
+std::vector<std::string_view> ScheduleNames() {
+  std::vector<std::string_view> names;
+  for (ScheduleKind k : AllScheduleKinds()) names.push_back(ScheduleKindName(k));
+  return names;
+}
+
+StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view source,
+                                    const std::string& path) {
+  if (j.is_string()) return MethodSpecFor(j.get<std::string>(), fmt::format("{}: {}", source, path));
+  JsonObjectReader r(j, std::string(source), path);
+  SLUICE_RETURN_IF_ERROR(r.status());
+  MethodSpec spec;
+  SLUICE_RETURN_IF_ERROR(r.String("name", &spec.name));
+  const nlohmann::json* batching = r.Child("batching");
+  if (batching == nullptr) {
+    SLUICE_ASSIGN_OR_RETURN(MethodSpec base, MethodSpecFor(spec.name, source));
+    spec.batching = base.batching;
+    spec.schedules = base.schedules;
+  } else {
+    if (!batching->is_array() || batching->empty()) {
+      return r.Error("batching", "must be a non-empty array of batching method names");
+    }
+    for (const nlohmann::json& b : *batching) {
+      if (!b.is_string() || !IsBatchingName(b.get<std::string>())) {
+        return r.Error("batching", "every entry must be a batching method (padding, sorted, "
+                                   "token-budget, packing, multipack, dynapipe, hydraulis or "
+                                   "ASSIGNER+BATCHER, docs/batching.md)");
+      }
+      spec.batching.push_back(b.get<std::string>());
+    }
+    spec.schedules = AllScheduleKinds();
+  }
+  if (const nlohmann::json* schedules = r.Child("schedules")) {
+    const std::vector<std::string_view> allowed = ScheduleNames();
+    if (!schedules->is_array() || schedules->empty()) {
+      return r.Error("schedules", fmt::format("must be a non-empty array of {}",
+                                              JoinAllowed(allowed)));
+    }
+    spec.schedules.clear();
+    for (const nlohmann::json& s : *schedules) {
+      StatusOr<ScheduleKind> kind = s.is_string() ? ParseScheduleKind(s.get<std::string>())
+                                                  : InvalidArgumentError("not a string");
+      if (!kind.ok()) {
+        return r.Error("schedules", fmt::format("every entry must be one of {}",
+                                                JoinAllowed(allowed)));
+      }
+      if (std::find(spec.schedules.begin(), spec.schedules.end(), *kind) ==
+          spec.schedules.end()) {
+        spec.schedules.push_back(*kind);
+      }
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(r.Finish());
+  return spec;
+}
+
+nlohmann::json MethodToJson(const MethodSpec& m) {
+  nlohmann::json schedules = nlohmann::json::array();
+  for (ScheduleKind k : m.schedules) schedules.push_back(std::string(ScheduleKindName(k)));
+  return {{"name", m.name}, {"batching", m.batching}, {"schedules", schedules}};
+}
+
+}  // namespace
+
+std::vector<std::string> KnownMethodNames() {
+  return {"packing", "token-budget", "multipack", "dynapipe", "hydraulis",
+          "sluice",  "padding",      "sorted"};
+}
+
+std::vector<MethodSpec> DefaultMethods() {
+  std::vector<MethodSpec> methods;
+  for (const char* name : {"packing", "token-budget", "multipack", "dynapipe", "hydraulis",
+                           "sluice"}) {
+    methods.push_back(*MethodSpecFor(name, "default"));
+  }
+  return methods;
+}
+
+StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view source) {
+  MethodSpec spec;
+  spec.name = std::string(name);
+  if (name == "padding" || name == "sorted" || name == "token-budget" || name == "packing" ||
+      name == "multipack") {
+    spec.batching = {std::string(name)};
+    spec.schedules = MegatronSchedules();
+  } else if (name == "dynapipe") {
+    spec.batching = {"dynapipe"};
+    spec.schedules = {ScheduleKind::k1F1B, ScheduleKind::kAdaptive};
+  } else if (name == "hydraulis") {
+    spec.batching = {"hydraulis"};
+    spec.schedules = {ScheduleKind::k1F1B};
+  } else if (name == "sluice") {
+    spec.batching = {"dynapipe", "hydraulis", "hydraulis+dynapipe", "multipack", "token-budget",
+                     "packing"};
+    spec.schedules = AllScheduleKinds();
+  } else if (IsBatchingName(name)) {
+    spec.batching = {std::string(name)};
+    spec.schedules = AllScheduleKinds();
+  } else {
+    std::vector<std::string> known = KnownMethodNames();
+    std::vector<std::string_view> allowed(known.begin(), known.end());
+    return InvalidArgumentError(fmt::format(
+        "{}: unknown method '{}' (allowed: {}, or any batching method ASSIGNER+BATCHER of "
+        "docs/batching.md)",
+        source, name, JoinAllowed(allowed)));
+  }
+  return spec;
+}
+
+std::vector<MethodSpec> ScenarioMethods(const CompareScenario& scenario) {
+  return scenario.methods.empty() ? DefaultMethods() : scenario.methods;
+}
+
+Status ValidateCompareScenario(const CompareScenario& s, std::string_view source) {
+  auto bad = [&](std::string_view field, std::string problem) {
+    return InvalidArgumentError(fmt::format("{}: field '{}': {}", source, field, problem));
+  };
+  if (s.name.empty()) return bad("name", "must not be empty");
+  if (s.tokens_per_batch < 1) return bad("tokens_per_batch", "must be >= 1");
+  if (s.max_seqlen < 1) return bad("max_seqlen", "must be >= 1");
+  if (s.iterations < 0) return bad("iterations", "must be a positive integer or \"all\"");
+  if (s.samples < 0) return bad("samples", "must be >= 0");
+  if (s.memory_limit_mb < 0 || s.memory_limit_mb > 1e9) {
+    return bad("memory_limit_mb", "must be in (0, 1e9] MB, or 0 for the device's memory");
+  }
+  if (s.long_samples != "clip" && s.long_samples != "drop") {
+    return bad("long", "must be \"clip\" or \"drop\"");
+  }
+  const std::vector<MethodSpec> methods = ScenarioMethods(s);
+  std::set<std::string> names;
+  for (const MethodSpec& m : methods) {
+    if (m.name.empty() || m.batching.empty() || m.schedules.empty()) {
+      return bad("methods", fmt::format("method '{}' needs a name, batching and schedules",
+                                        m.name));
+    }
+    if (!names.insert(m.name).second) {
+      return bad("methods", fmt::format("method '{}' is listed twice", m.name));
+    }
+  }
+  std::vector<std::string_view> listed(names.begin(), names.end());
+  if (!names.contains(s.reference)) {
+    return bad("reference", fmt::format("'{}' is not one of the methods ({})", s.reference,
+                                        JoinAllowed(listed)));
+  }
+  if (!s.controlled.has_value() && !names.contains(s.controlled_method)) {
+    return bad("controlled", fmt::format("'{}' is not one of the methods ({}); give a method or "
+                                         "a parallel configuration",
+                                         s.controlled_method, JoinAllowed(listed)));
+  }
+  if (s.controlled.has_value()) {
+    SLUICE_RETURN_IF_ERROR(
+        ValidateParallelConfig(*s.controlled, fmt::format("{}: field 'controlled'", source)));
+  }
+  const SearchSpace& q = s.search;
+  for (int64_t z : q.zero) {
+    if (z < 0 || z > 3) return bad("search.zero", "entries must be in [0, 3]");
+  }
+  if (q.zero.empty()) return bad("search.zero", "must not be empty");
+  for (int64_t v : q.vpp) {
+    if (v < 2) return bad("search.vpp", "entries must be >= 2 (vpp 1 is the plain schedules)");
+  }
+  if (q.score_batches < 1 || q.score_batches > 64) {
+    return bad("search.score_batches", "must be in [1, 64]");
+  }
+  if (q.simulate_top < 1 || q.simulate_top > 64) {
+    return bad("search.simulate_top", "must be in [1, 64]");
+  }
+  return Status::Ok();
+}
+
+StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::string_view source,
+                                                  std::string_view base_dir) {
+  JsonObjectReader r(j, std::string(source));
+  SLUICE_RETURN_IF_ERROR(r.status());
+  CompareScenario s;
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("name", &s.name));
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("model", &s.model));
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("cluster", &s.cluster));
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("data", &s.data));
+  s.model = ExistingPath(s.model, base_dir);
+  s.cluster = ExistingPath(s.cluster, base_dir);
+  s.data = ExistingPath(s.data, base_dir);
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("samples", &s.samples, 0, int64_t{1} << 32));
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("cost", &s.cost));
+  SLUICE_RETURN_IF_ERROR(r.OptionalBool("flash_attention", &s.flash_attention));
+  SLUICE_RETURN_IF_ERROR(
+      r.OptionalInt("tokens_per_batch", &s.tokens_per_batch, 1, int64_t{1} << 40));
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("max_seqlen", &s.max_seqlen, 1, int64_t{1} << 30));
+  static constexpr std::array<std::string_view, 2> kLong = {"clip", "drop"};
+  SLUICE_RETURN_IF_ERROR(r.OptionalEnum("long", &s.long_samples, kLong));
+  if (const nlohmann::json* it = r.Child("iterations")) {
+    if (it->is_string() && it->get<std::string>() == "all") {
+      s.iterations = 0;
+    } else if (it->is_number_integer() && it->get<int64_t>() >= 1) {
+      s.iterations = it->get<int64_t>();
+    } else {
+      return r.Error("iterations", "must be a positive integer or \"all\"");
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(r.OptionalDouble("memory_limit_mb", &s.memory_limit_mb, 0, 1e9));
+  int64_t seed = 0;
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("seed", &seed, 0, INT64_MAX));
+  s.seed = static_cast<uint64_t>(seed);
+  if (const nlohmann::json* methods = r.Child("methods")) {
+    if (!methods->is_array() || methods->empty()) {
+      return r.Error("methods", "must be a non-empty array of method names or objects "
+                                "{\"name\", \"batching\", \"schedules\"}");
+    }
+    for (size_t i = 0; i < methods->size(); ++i) {
+      SLUICE_ASSIGN_OR_RETURN(MethodSpec m,
+                              MethodFromJson((*methods)[i], source, fmt::format("methods[{}]", i)));
+      s.methods.push_back(std::move(m));
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("reference", &s.reference));
+  if (const nlohmann::json* c = r.Child("controlled")) {
+    if (c->is_string()) {
+      s.controlled_method = c->get<std::string>();
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(ParallelConfig par,
+                              ParallelConfigFromJson(*c, fmt::format("{}: field 'controlled'",
+                                                                     source)));
+      s.controlled = par;
+    }
+  }
+  if (const nlohmann::json* search = r.Child("search")) {
+    JsonObjectReader q(*search, std::string(source), "search");
+    SLUICE_RETURN_IF_ERROR(q.status());
+    SLUICE_RETURN_IF_ERROR(ReadIntList(q, "tp", 1, kMaxDegree, &s.search.tp));
+    SLUICE_RETURN_IF_ERROR(ReadIntList(q, "pp", 1, kMaxDegree, &s.search.pp));
+    SLUICE_RETURN_IF_ERROR(ReadIntList(q, "zero", 0, 3, &s.search.zero));
+    SLUICE_RETURN_IF_ERROR(ReadIntList(q, "vpp", 2, kMaxDegree, &s.search.vpp));
+    SLUICE_RETURN_IF_ERROR(q.OptionalBool("all_devices", &s.search.all_devices));
+    SLUICE_RETURN_IF_ERROR(q.OptionalInt("score_batches", &s.search.score_batches, 1, 64));
+    SLUICE_RETURN_IF_ERROR(q.OptionalInt("simulate_top", &s.search.simulate_top, 1, 64));
+    SLUICE_RETURN_IF_ERROR(q.Finish());
+  }
+  if (const nlohmann::json* sim = r.Child("simulator")) {
+    JsonObjectReader q(*sim, std::string(source), "simulator");
+    SLUICE_RETURN_IF_ERROR(q.status());
+    std::string mode = s.stepwise_collectives ? "stepwise" : "closed-form";
+    static constexpr std::array<std::string_view, 2> kModes = {"closed-form", "stepwise"};
+    SLUICE_RETURN_IF_ERROR(q.OptionalEnum("collectives", &mode, kModes));
+    s.stepwise_collectives = mode == "stepwise";
+    SLUICE_RETURN_IF_ERROR(q.Finish());
+  }
+  SLUICE_RETURN_IF_ERROR(r.Finish());
+  SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, source));
+  return s;
+}
+
+nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
+  nlohmann::json j = {{"name", s.name},
+                      {"model", s.model},
+                      {"cluster", s.cluster},
+                      {"data", s.data},
+                      {"samples", s.samples},
+                      {"cost", s.cost},
+                      {"flash_attention", s.flash_attention},
+                      {"tokens_per_batch", s.tokens_per_batch},
+                      {"max_seqlen", s.max_seqlen},
+                      {"long", s.long_samples},
+                      {"memory_limit_mb", s.memory_limit_mb},
+                      {"seed", s.seed},
+                      {"reference", s.reference}};
+  if (s.iterations == 0) {
+    j["iterations"] = "all";
+  } else {
+    j["iterations"] = s.iterations;
+  }
+  if (!s.methods.empty()) {
+    nlohmann::json methods = nlohmann::json::array();
+    for (const MethodSpec& m : s.methods) methods.push_back(MethodToJson(m));
+    j["methods"] = methods;
+  }
+  if (s.controlled.has_value()) {
+    j["controlled"] = ParallelConfigToJson(*s.controlled);
+  } else {
+    j["controlled"] = s.controlled_method;
+  }
+  j["search"] = {{"tp", s.search.tp},
+                 {"pp", s.search.pp},
+                 {"zero", s.search.zero},
+                 {"vpp", s.search.vpp},
+                 {"all_devices", s.search.all_devices},
+                 {"score_batches", s.search.score_batches},
+                 {"simulate_top", s.search.simulate_top}};
+  j["simulator"] = {{"collectives", s.stepwise_collectives ? "stepwise" : "closed-form"}};
+  return j;
+}
+
+StatusOr<CompareScenario> ReadCompareScenarioFile(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonFile(path));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);
+  std::string stem = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (const size_t dot = stem.rfind('.'); dot != std::string::npos && dot > 0) {
+    stem = stem.substr(0, dot);
+  }
+  if (j.is_object() && !j.contains("name")) j["name"] = stem;
+  return CompareScenarioFromJson(j, path, dir);
+}
+
+}  // namespace sluice

@@ -1,0 +1,109 @@
+// CompareScenario: what `sluice compare` compares — one model on one cluster over one dataset,
+// with the methods to compare and the configuration space each of them is searched over.
+//
+// A scenario comes from the shared CLI flags or from a strict JSON file (docs/formats.md,
+// "Compare scenario"): unknown keys, wrong types and out-of-range values are errors naming the
+// file, the field and the allowed values. The defaults of every field form the embedded default
+// scenario that `sluice compare` runs without flags (GPT-6.7B on 8 A100-40GB, the shipped
+// mixture-4task lengths, 65,536 tokens per batch, max length 2048).
+//
+// A compared method (MethodSpec) is a label, the batching methods it may use (RunMethod names,
+// batching/method.h) and the pipeline schedules it may run; the search picks the best
+// (batching, schedule, parallel configuration) among them. The single names carry the
+// schedules their systems offer (docs/compare.md): the Megatron-style baselines (padding,
+// sorted, token-budget, packing, multipack) gpipe, 1f1b and interleaved; dynapipe 1f1b and
+// adaptive; hydraulis 1f1b; `sluice` (sluice's best combination) every schedule with the batching
+// methods dynapipe, hydraulis, hydraulis+dynapipe, multipack, token-budget and packing, so it is
+// at least as fast as any of those methods' own best. Any other RunMethod name (e.g.
+// "balanced+dynapipe") runs every schedule.
+//
+// Thread safety: value types and pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "model/parallel_config.h"
+#include "schedule/generators.h"
+
+namespace sluice {
+
+struct MethodSpec {
+  std::string name;                   // label in tables and reports, unique in a scenario
+  std::vector<std::string> batching;  // RunMethod names tried, e.g. {"dynapipe"}
+  std::vector<ScheduleKind> schedules;
+
+  friend bool operator==(const MethodSpec&, const MethodSpec&) = default;
+};
+
+// The configuration space searched per method. Empty lists mean "every value that fits".
+struct SearchSpace {
+  std::vector<int64_t> tp;            // tensor-parallel degrees (default: powers of two up to
+                                      // the devices of one node that the cost model supports)
+  std::vector<int64_t> pp;            // pipeline degrees (default: every divisor that fits)
+  std::vector<int64_t> zero = {1, 2};  // ZeRO stages (ZeRO-3's per-layer gathers are not
+                                       // modelled by the plan, so it is not searched by default)
+  std::vector<int64_t> vpp = {2};     // virtual stages tried with the interleaved schedule
+  bool all_devices = true;            // only configurations that use every device
+  int64_t score_batches = 2;          // global batches each candidate is scored on
+  int64_t simulate_top = 3;           // candidates per method simulated after the fast estimate
+
+  friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
+};
+
+struct CompareScenario {
+  std::string name = "default";
+  std::string model = "gpt-6.7b";     // preset or ModelSpec JSON file
+  std::string cluster = "a100-40g:8";  // PRESET:N or ClusterSpec JSON file
+  std::string data = "mixture-4task";  // file or preset (docs/data-presets.md)
+  int64_t samples = 0;                 // generator presets: how many (0 = default); files: first N
+  std::string cost = "auto";           // auto, analytic, profiled:PATH, analytic:PATH
+  bool flash_attention = false;        // analytic cost model: fused attention
+  int64_t tokens_per_batch = 65536;
+  int64_t max_seqlen = 2048;
+  std::string long_samples = "clip";   // clip | drop
+  int64_t iterations = 5;              // global batches planned and simulated; 0 = all
+  double memory_limit_mb = 0;          // per device, MB (10^6 B); 0 = the device's memory
+  uint64_t seed = 0;
+  std::vector<MethodSpec> methods;     // empty = DefaultMethods()
+  std::string reference = "packing";   // the method ratios are given against
+  // The shared ("controlled") configuration: the best (dp, pp, tp, zero) of the method named
+  // here, or a fixed configuration. vpp and the schedule stay each method's own choice.
+  std::string controlled_method = "sluice";
+  std::optional<ParallelConfig> controlled;
+  SearchSpace search;
+  bool stepwise_collectives = false;   // simulator: stepwise ring collectives (slower)
+
+  friend bool operator==(const CompareScenario&, const CompareScenario&) = default;
+};
+
+// The names MethodSpecFor accepts as shorthands, in the default order, and the default list:
+// packing, token-budget, multipack, dynapipe, hydraulis, sluice.
+std::vector<std::string> KnownMethodNames();
+std::vector<MethodSpec> DefaultMethods();
+// The spec of a shorthand or of any RunMethod name (single or ASSIGNER+BATCHER). Errors list the
+// allowed names.
+StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view source);
+// The methods of `scenario` (its list, or DefaultMethods()).
+std::vector<MethodSpec> ScenarioMethods(const CompareScenario& scenario);
+
+// Checks ranges and relations that do not need the model or data: positive budgets, unique
+// method names, the reference and controlled method among the methods, search lists in range.
+Status ValidateCompareScenario(const CompareScenario& scenario, std::string_view source);
+
+// JSON form (docs/formats.md, "Compare scenario"). Relative model/cluster/data paths that do not
+// exist from the working directory are taken relative to `base_dir` (the file's folder).
+// FromJson(ToJson(s)) == s for every valid s.
+StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::string_view source,
+                                                  std::string_view base_dir = "");
+nlohmann::json CompareScenarioToJson(const CompareScenario& scenario);
+// Reads a scenario file; `name` defaults to the file's stem.
+StatusOr<CompareScenario> ReadCompareScenarioFile(const std::string& path);
+
+}  // namespace sluice

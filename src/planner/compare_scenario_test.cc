@@ -1,0 +1,152 @@
+// Scenario files of `sluice compare`: defaults, strict validation with messages naming the file,
+// the field and the allowed values, and the JSON round trip.
+#include "planner/compare_scenario.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "base/json_util.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+StatusOr<CompareScenario> Parse(const std::string& text) {
+  auto j = ParseJson(text, "s.json");
+  if (!j.ok()) return j.status();
+  return CompareScenarioFromJson(*j, "s.json");
+}
+
+TEST(CompareScenarioTest, DefaultsAreTheEmbeddedScenario) {
+  const CompareScenario s;
+  EXPECT_TRUE(ValidateCompareScenario(s, "default").ok());
+  EXPECT_EQ(s.model, "gpt-6.7b");
+  EXPECT_EQ(s.cluster, "a100-40g:8");
+  EXPECT_EQ(s.data, "mixture-4task");
+  std::vector<std::string> names;
+  for (const MethodSpec& m : ScenarioMethods(s)) names.push_back(m.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"packing", "token-budget", "multipack", "dynapipe",
+                                             "hydraulis", "sluice"}));
+  // An empty object is the default scenario.
+  auto parsed = Parse("{}");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, s);
+}
+
+TEST(CompareScenarioTest, MethodShorthandsCarryTheirSystemsSchedules) {
+  auto packing = MethodSpecFor("packing", "t");
+  ASSERT_TRUE(packing.ok());
+  EXPECT_EQ(packing->schedules, (std::vector<ScheduleKind>{ScheduleKind::kGPipe,
+                                                           ScheduleKind::k1F1B,
+                                                           ScheduleKind::kInterleaved}));
+  auto hydraulis = MethodSpecFor("hydraulis", "t");
+  ASSERT_TRUE(hydraulis.ok());
+  EXPECT_EQ(hydraulis->schedules, std::vector<ScheduleKind>{ScheduleKind::k1F1B});
+  auto best = MethodSpecFor("sluice", "t");
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(best->schedules, AllScheduleKinds());
+  EXPECT_GE(best->batching.size(), 2u);
+  auto composed = MethodSpecFor("balanced+dynapipe", "t");
+  ASSERT_TRUE(composed.ok());
+  EXPECT_EQ(composed->batching, std::vector<std::string>{"balanced+dynapipe"});
+  auto bad = MethodSpecFor("fastest", "--methods");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              AllOf(HasSubstr("--methods"), HasSubstr("fastest"), HasSubstr("'packing'")));
+}
+
+TEST(CompareScenarioTest, RoundTripsThroughJson) {
+  auto s = Parse(R"({
+    "name": "t5-grid", "model": "t5-11b", "cluster": "a100-40g:16", "data": "flan-like",
+    "samples": 5000, "tokens_per_batch": 32768, "max_seqlen": 1024, "long": "drop",
+    "iterations": "all", "memory_limit_mb": 36000, "seed": 7,
+    "methods": ["packing", {"name": "dp-zb", "batching": ["dynapipe"], "schedules": ["zb-h1"]}],
+    "reference": "packing", "controlled": {"dp": 2, "pp": 4, "tp": 2, "zero": 1},
+    "search": {"tp": [8, 2], "pp": [4], "zero": [2], "vpp": [2, 3], "score_batches": 3,
+               "simulate_top": 4, "all_devices": false},
+    "simulator": {"collectives": "stepwise"}})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->iterations, 0);
+  EXPECT_EQ(s->search.tp, (std::vector<int64_t>{2, 8}));
+  ASSERT_EQ(s->methods.size(), 2u);
+  EXPECT_EQ(s->methods[1].schedules, std::vector<ScheduleKind>{ScheduleKind::kZbH1});
+  ASSERT_TRUE(s->controlled.has_value());
+  EXPECT_EQ(s->controlled->tp, 2);
+  EXPECT_TRUE(s->stepwise_collectives);
+  auto again = CompareScenarioFromJson(CompareScenarioToJson(*s), "round-trip");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, *s);
+  const CompareScenario defaults;
+  auto d = CompareScenarioFromJson(CompareScenarioToJson(defaults), "round-trip");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, defaults);
+}
+
+TEST(CompareScenarioTest, ErrorsNameTheFileTheFieldAndTheAllowedValues) {
+  struct Case {
+    const char* json;
+    std::vector<const char*> wants;
+  };
+  const Case cases[] = {
+      {R"({"modle": "gpt-6.7b"})", {"s.json", "modle", "max_seqlen"}},
+      {R"({"iterations": 0})", {"s.json", "iterations", "all"}},
+      {R"({"iterations": "many"})", {"s.json", "iterations"}},
+      {R"({"long": "keep"})", {"s.json", "long", "clip"}},
+      {R"({"methods": ["packing", "fastest"]})", {"s.json", "methods[1]", "fastest", "dynapipe"}},
+      {R"({"methods": [{"name": "x", "batching": ["nope"]}]})", {"s.json", "batching"}},
+      {R"({"methods": [{"name": "packing", "schedules": ["zigzag"]}]})",
+       {"s.json", "methods[0].schedules", "zb-h1"}},
+      {R"({"methods": [{"name": "packing", "colour": 1}]})", {"s.json", "colour"}},
+      {R"({"methods": [{"name": "mine"}]})", {"s.json", "mine", "packing"}},
+      {R"({"methods": ["packing", "packing"]})", {"s.json", "listed twice"}},
+      {R"({"methods": ["dynapipe"], "controlled": "dynapipe"})",
+       {"s.json", "reference", "packing"}},
+      {R"({"reference": "dynapipe", "controlled": "nobody"})", {"s.json", "controlled"}},
+      {R"({"controlled": {"dp": 2, "qq": 1}})", {"s.json", "controlled", "qq"}},
+      {R"({"search": {"zero": [4]}})", {"s.json", "search.zero", "[0, 3]"}},
+      {R"({"search": {"vpp": [1]}})", {"s.json", "search.vpp"}},
+      {R"({"search": {"tpp": [1]}})", {"s.json", "search.tpp"}},
+      {R"({"search": {"score_batches": 0}})", {"s.json", "search.score_batches"}},
+      {R"({"simulator": {"collectives": "exact"}})", {"s.json", "simulator.collectives",
+                                                      "closed-form"}},
+      {R"({"tokens_per_batch": 0})", {"s.json", "tokens_per_batch"}},
+      {R"([1, 2])", {"s.json"}},
+  };
+  for (const Case& c : cases) {
+    auto s = Parse(c.json);
+    ASSERT_FALSE(s.ok()) << c.json;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << c.json;
+    for (const char* want : c.wants) {
+      EXPECT_THAT(s.status().message(), HasSubstr(want)) << c.json;
+    }
+  }
+}
+
+TEST(CompareScenarioTest, FileNamesTheScenarioAndResolvesRelativePaths) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "sluice_compare_scenario_test";
+  std::filesystem::create_directories(dir / "sub");
+  {
+    std::ofstream(dir / "sub" / "lengths.txt") << "5\n6\n";
+    std::ofstream(dir / "sub" / "grid-point.json")
+        << R"({"data": "lengths.txt", "iterations": 2})";
+  }
+  auto s = ReadCompareScenarioFile((dir / "sub" / "grid-point.json").string());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->name, "grid-point");
+  EXPECT_EQ(s->data, (dir / "sub" / "lengths.txt").string());
+  EXPECT_EQ(s->model, "gpt-6.7b");  // a preset stays a preset
+  auto missing = ReadCompareScenarioFile((dir / "nope.json").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("nope.json"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,275 @@
+// `sluice compare` end to end on small scenarios (seconds): every method's plan validates, no
+// method ever exceeds the ideal bound, the time breakdown adds up, methods that cannot run are
+// shown with their reason, results round-trip through JSON, and an interrupted run is partial.
+#include "planner/compare.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cost/cost_factory.h"
+#include "plan/validate.h"
+#include "planner/compare_json.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+CompareScenario SmallGpt() {
+  CompareScenario s;
+  s.name = "small-gpt";
+  s.tokens_per_batch = 16384;
+  s.max_seqlen = 1024;
+  s.iterations = 3;
+  s.memory_limit_mb = 36000;
+  s.search.score_batches = 1;
+  s.search.simulate_top = 2;
+  s.search.pp = {1, 2, 4};
+  return s;
+}
+
+CompareOptions Quiet() {
+  CompareOptions o;
+  o.progress = nullptr;
+  return o;
+}
+
+double Sum(const Breakdown& b) {
+  return b.useful + b.padding + b.recompute + b.kernel + b.comm + b.imbalance + b.bubble;
+}
+
+void ExpectBreakdown(const Breakdown& b, const std::string& what) {
+  EXPECT_NEAR(Sum(b), 1.0, 1e-9) << what;
+  for (double part : {b.useful, b.padding, b.recompute, b.kernel, b.comm, b.imbalance, b.bubble}) {
+    EXPECT_GE(part, 0.0) << what;
+  }
+}
+
+// The checks every comparison must pass.
+void ExpectSound(const CompareResult& r) {
+  EXPECT_GT(r.rate.flops_per_s, 0);
+  EXPECT_GE(r.rate.flops_per_s, r.sweep_rate.flops_per_s);
+  EXPECT_GT(r.ideal_tokens_per_s, 0);
+  for (const std::vector<MethodRun>* runs : {&r.own, &r.controlled}) {
+    for (const MethodRun& m : *runs) {
+      SCOPED_TRACE(m.method);
+      if (m.state != "ok") {
+        EXPECT_FALSE(m.reason.empty()) << "a method that did not run says why";
+        continue;
+      }
+      ASSERT_TRUE(m.has_config);
+      ASSERT_GT(m.ok_batches, 0);
+      // The ideal bound is never exceeded: per batch, per method, and against the batch-level
+      // ideal (every sample of these scenarios is placed).
+      for (const BatchRecord& b : m.batches) {
+        if (b.outcome != "ok") continue;
+        EXPECT_GT(b.ideal_ms, 0);
+        EXPECT_GE(b.iteration_ms, b.ideal_ms) << "batch " << b.batch;
+        EXPECT_LE(b.real_tokens, b.padded_tokens);
+        ExpectBreakdown(b.breakdown, m.method);
+        EXPECT_NEAR(b.breakdown.useful, b.ideal_ms / b.iteration_ms, 1e-6);
+      }
+      EXPECT_GT(m.tokens_per_s, 0);
+      EXPECT_LE(m.tokens_per_s, m.ideal_tokens_per_s);
+      EXPECT_LE(m.fraction_of_ideal, 1.0);
+      EXPECT_LE(m.tokens_per_s, r.ideal_tokens_per_s * (1 + 1e-9));
+      EXPECT_LE(m.peak_memory_mb, r.memory_limit_mb);
+      ExpectBreakdown(m.breakdown, m.method);
+      // The example run's plan is a valid plan that ran within memory.
+      if (m.example.has_value()) {
+        EXPECT_TRUE(ValidatePlan(m.example->plan).ok());
+        EXPECT_EQ(m.example->sim.outcome, SimOutcome::kOk);
+        EXPECT_FALSE(m.example->sim.timeline.empty());
+      }
+    }
+  }
+}
+
+const MethodRun* Find(const std::vector<MethodRun>& runs, const std::string& name) {
+  for (const MethodRun& m : runs) {
+    if (m.method == name) return &m;
+  }
+  return nullptr;
+}
+
+TEST(CompareTest, SmallScenarioEndToEnd) {
+  auto r = RunCompare(SmallGpt(), Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->partial);
+  EXPECT_EQ(r->batches, 3);
+  EXPECT_EQ(r->devices, 8);
+  ASSERT_EQ(r->own.size(), 6u);
+  ExpectSound(*r);
+  for (const MethodRun& m : r->own) {
+    EXPECT_EQ(m.state, "ok") << m.method << ": " << m.reason;
+    EXPECT_TRUE(m.example.has_value()) << m.method;
+    EXPECT_EQ(static_cast<int64_t>(m.batches.size()), r->batches);
+    EXPECT_GT(m.candidates, 0);
+    EXPECT_GE(m.simulated, 1);
+  }
+  // Ratios are against packing; sluice's best searches a superset of every other default
+  // method's space, so it is at least as fast as each on the batches they were scored on.
+  const MethodRun* packing = Find(r->own, "packing");
+  const MethodRun* best = Find(r->own, "sluice");
+  ASSERT_NE(packing, nullptr);
+  ASSERT_NE(best, nullptr);
+  EXPECT_DOUBLE_EQ(packing->ratio_to_reference, 1.0);
+  EXPECT_GT(best->ratio_to_reference, 1.0);
+  // The controlled comparison runs every method on sluice's (dp, pp, tp, ZeRO).
+  ASSERT_TRUE(r->has_controlled);
+  EXPECT_EQ(r->controlled_config.dp, best->config.parallel.dp);
+  EXPECT_EQ(r->controlled_config.pp, best->config.parallel.pp);
+  EXPECT_EQ(r->controlled_config.tp, best->config.parallel.tp);
+  EXPECT_EQ(r->controlled_config.zero, best->config.parallel.zero);
+  for (const MethodRun& m : r->controlled) {
+    if (!m.has_config) continue;
+    EXPECT_EQ(m.config.parallel.dp, r->controlled_config.dp) << m.method;
+    EXPECT_EQ(m.config.parallel.pp, r->controlled_config.pp) << m.method;
+    EXPECT_EQ(m.config.parallel.tp, r->controlled_config.tp) << m.method;
+  }
+
+  // JSON round trip (everything but the example runs).
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+}
+
+TEST(CompareTest, UnsupportedAndOutOfMemoryMethodsAreShownNotDropped) {
+  CompareScenario s;
+  s.name = "small-t5";
+  s.model = "t5-11b";
+  s.data = "flan-like";
+  s.samples = 2000;
+  s.tokens_per_batch = 8192;
+  s.max_seqlen = 512;
+  s.iterations = 2;
+  s.memory_limit_mb = 36000;
+  s.search.score_batches = 1;
+  s.search.simulate_top = 1;
+  s.search.pp = {2, 4};
+  s.methods = {*MethodSpecFor("packing", "t"), *MethodSpecFor("hydraulis", "t"),
+               *MethodSpecFor("dynapipe", "t")};
+  s.controlled_method = "dynapipe";
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  ASSERT_EQ(r->own.size(), 3u);
+  const MethodRun* hydraulis = Find(r->own, "hydraulis");
+  ASSERT_NE(hydraulis, nullptr);
+  EXPECT_EQ(hydraulis->state, "unsupported");
+  EXPECT_THAT(hydraulis->reason, HasSubstr("decoder-only"));
+  EXPECT_EQ(Find(r->own, "dynapipe")->state, "ok");
+
+  // A memory limit that no configuration meets: every method is out of memory, with a reason.
+  s.memory_limit_mb = 2000;
+  auto oom = RunCompare(s, Quiet());
+  ASSERT_TRUE(oom.ok()) << oom.status().ToString();
+  EXPECT_FALSE(oom->has_controlled);
+  for (const MethodRun& m : oom->own) {
+    if (m.method == "hydraulis") continue;
+    EXPECT_EQ(m.state, "out-of-memory") << m.method;
+    EXPECT_THAT(m.reason, HasSubstr("model states")) << m.method;
+    EXPECT_EQ(m.ok_batches, 0);
+  }
+  auto back = CompareResultFromJson(CompareResultToJson(*oom), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *oom);
+}
+
+int64_t BatchesRun(const CompareResult& r) {
+  int64_t n = 0;
+  for (const std::vector<MethodRun>* runs : {&r.own, &r.controlled}) {
+    for (const MethodRun& m : *runs) n += static_cast<int64_t>(m.batches.size());
+  }
+  return n;
+}
+
+TEST(CompareTest, InterruptedRunIsPartialAndConsistent) {
+  CompareScenario s = SmallGpt();
+  s.methods = {*MethodSpecFor("packing", "t"), *MethodSpecFor("dynapipe", "t")};
+  s.controlled_method = "dynapipe";
+  // A full run polls `cancelled` N times; the last polls come before the last run's batches.
+  int64_t polls = 0;
+  CompareOptions count = Quiet();
+  count.cancelled = [&] {
+    ++polls;
+    return false;
+  };
+  auto full = RunCompare(s, count);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_FALSE(full->partial);
+  const int64_t n = polls;
+  // Interrupted during the last run: partial, fewer batches, still sound.
+  polls = 0;
+  CompareOptions late = Quiet();
+  late.cancelled = [&] { return ++polls > n - 3; };
+  auto r = RunCompare(s, late);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->partial);
+  EXPECT_LT(BatchesRun(*r), BatchesRun(*full));
+  EXPECT_GT(BatchesRun(*r), 0);
+  ExpectSound(*r);
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->partial);
+  EXPECT_EQ(*back, *r);
+  // Interrupted at once: nothing ran, every method says so.
+  CompareOptions early = Quiet();
+  early.cancelled = [] { return true; };
+  auto none = RunCompare(s, early);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->partial);
+  EXPECT_EQ(BatchesRun(*none), 0);
+  for (const MethodRun& m : none->own) EXPECT_EQ(m.state, "not-run") << m.method;
+}
+
+TEST(CompareTest, ScenarioErrorsNameTheField) {
+  CompareScenario s = SmallGpt();
+  s.max_seqlen = 100000;
+  auto r = RunCompare(s, Quiet(), "grid.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("grid.json: field 'max_seqlen'"));
+  s = SmallGpt();
+  s.model = "gpt-7b";
+  r = RunCompare(s, Quiet());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("--model"));
+  EXPECT_THAT(r.status().message(), HasSubstr("gpt-6.7b"));
+  s = SmallGpt();
+  s.memory_limit_mb = 90000;
+  r = RunCompare(s, Quiet(), "grid.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("memory_limit_mb"));
+}
+
+TEST(IdealBoundTest, FlopsAddUpAndTheSweepRateIsBelowPeak) {
+  auto model = ModelPreset("gpt-6.7b");
+  auto cluster = ClusterPreset("a100-40g", 8);
+  ASSERT_TRUE(model.ok() && cluster.ok());
+  auto cost = MakeCostModel(*model, *cluster, CostModelOptions{});
+  ASSERT_TRUE(cost.ok());
+  const FlopCounter flops(*model);
+  const Sample s{.id = 0, .input_len = 700, .target_len = 300, .task = 0};
+  // Stages of a 4-way pipeline add up to the whole model.
+  ParallelConfig p;
+  p.pp = 4;
+  auto eval = StageCostEvaluator::Create(**cost, p, *cluster);
+  ASSERT_TRUE(eval.ok());
+  double stages = 0;
+  for (const StageLayers& l : eval->stage_layers()) stages += flops.SampleStage(l, s);
+  EXPECT_NEAR(stages, flops.SampleTotal(s), 1e-6 * stages);
+  // About 6 x parameters x tokens (dense GPT), plus attention.
+  EXPECT_GT(flops.SampleTotal(s), 6 * 6.5e9 * 1000);
+  EXPECT_LT(flops.SampleTotal(s), 6 * 7.5e9 * 1000 * 1.5);
+  const std::vector<int64_t> tps = {1, 2, 4, 8};
+  const AchievableRate rate = SweepAchievableRate(**cost, flops, tps);
+  EXPECT_GT(rate.flops_per_s, 0.3 * cluster->device.peak_flops);
+  EXPECT_LT(rate.flops_per_s, cluster->device.peak_flops);
+  EXPECT_THAT(rate.where, HasSubstr("sweep"));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,323 @@
+#include "planner/config_search.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <tuple>
+
+#include "cost/comm_model.h"
+
+namespace sluice {
+namespace {
+
+std::vector<int64_t> Divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+
+// Better first: feasible before infeasible, then the higher throughput (simulated when both
+// were simulated, else estimated), then the key for determinism.
+bool RankBefore(const CandidateScore& a, const CandidateScore& b) {
+  const bool ok_a = a.state == CandidateScore::State::kOk;
+  const bool ok_b = b.state == CandidateScore::State::kOk;
+  if (ok_a != ok_b) return ok_a;
+  if (a.simulated && b.simulated && a.simulated_tokens_per_s != b.simulated_tokens_per_s) {
+    return a.simulated_tokens_per_s > b.simulated_tokens_per_s;
+  }
+  if (a.estimated_tokens_per_s != b.estimated_tokens_per_s) {
+    return a.estimated_tokens_per_s > b.estimated_tokens_per_s;
+  }
+  return a.candidate.Key() < b.candidate.Key();
+}
+
+}  // namespace
+
+std::string Candidate::Describe() const {
+  std::string vpp = parallel.vpp > 1 ? fmt::format(" x vpp {}", parallel.vpp) : "";
+  return fmt::format("dp {} x pp {} x tp {}{}, ZeRO-{}, {}, {}", parallel.dp, parallel.pp,
+                     parallel.tp, vpp, parallel.zero, ScheduleKindName(schedule), batching);
+}
+
+std::string Candidate::Key() const {
+  return fmt::format("{:06d}/{:06d}/{:06d}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp, parallel.tp,
+                     parallel.vpp, parallel.zero, ScheduleKindName(schedule), batching);
+}
+
+InFlightPolicy PolicyFor(ScheduleKind kind, int64_t vpp) {
+  if (kind == ScheduleKind::kGPipe) return InFlightPolicy::kGPipe;
+  if (kind == ScheduleKind::kInterleaved && vpp > 1) return InFlightPolicy::kInterleaved;
+  return InFlightPolicy::k1F1B;
+}
+
+ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
+                                       const CostModel& cost, const SearchSpace& space,
+                                       std::optional<Bytes> memory_limit) {
+  ParallelSpace out;
+  const int64_t devices = cluster.num_devices();
+  std::vector<int64_t> tps = space.tp;
+  if (tps.empty()) {
+    for (int64_t tp = 1; tp <= std::min(devices, cluster.devices_per_node); tp *= 2) {
+      tps.push_back(tp);
+    }
+  }
+  for (int64_t tp : tps) {
+    if (!cost.SupportsTp(tp)) {
+      out.skipped.push_back(fmt::format("tp {}: the cost model ({}) has no figures for it", tp,
+                                        cost.Describe()));
+      continue;
+    }
+    for (int64_t pp : space.pp.empty() ? Divisors(devices) : space.pp) {
+      for (int64_t dp = 1; dp * pp * tp <= devices; ++dp) {
+        if (space.all_devices && dp * pp * tp != devices) continue;
+        for (size_t zi = 0; zi < space.zero.size(); ++zi) {
+          // ZeRO shards over dp: with dp = 1 every stage is the same configuration.
+          if (dp == 1 && zi > 0) break;
+          ParallelConfig par;
+          par.dp = dp;
+          par.pp = pp;
+          par.tp = tp;
+          par.zero = space.zero[zi];
+          par.memory_limit = memory_limit;
+          Status fits = CheckParallelFits(par, model, &cluster, "search");
+          if (!fits.ok()) {
+            if (zi == 0) {
+              out.skipped.push_back(fmt::format("dp {} x pp {} x tp {}: {}", dp, pp, tp,
+                                                fits.message()));
+            }
+            break;
+          }
+          out.configs.push_back(par);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Candidate> ExpandCandidates(std::span<const ParallelConfig> configs,
+                                        const MethodSpec& method, const ModelSpec& model,
+                                        const SearchSpace& space) {
+  std::vector<Candidate> out;
+  for (const ParallelConfig& base : configs) {
+    for (ScheduleKind kind : method.schedules) {
+      std::vector<int64_t> vpps = {1};
+      if (kind == ScheduleKind::kInterleaved) {
+        // vpp 1 is plain 1F1B: tried only when the method does not list 1f1b itself.
+        const bool has_1f1b = std::find(method.schedules.begin(), method.schedules.end(),
+                                        ScheduleKind::k1F1B) != method.schedules.end();
+        vpps.clear();
+        if (!has_1f1b) vpps.push_back(1);
+        if (base.pp > 1) {
+          for (int64_t v : space.vpp) {
+            ParallelConfig par = base;
+            par.vpp = v;
+            if (CheckParallelFits(par, model, nullptr, "search").ok()) vpps.push_back(v);
+          }
+        }
+      }
+      for (int64_t vpp : vpps) {
+        for (const std::string& batching : method.batching) {
+          Candidate c;
+          c.parallel = base;
+          c.parallel.vpp = vpp;
+          c.schedule = kind;
+          c.batching = batching;
+          out.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec& cluster) {
+  const ParallelConfig& par = eval.parallel();
+  if (par.dp <= 1) return Duration::Zero();
+  const AlphaBetaCommModel comm(cluster);
+  const bool spans = (par.dp - 1) * par.pp * par.tp >= cluster.devices_per_node;
+  Duration worst;
+  for (const ModelStateMemory& states : eval.stage_states()) {
+    const Bytes grads = Bytes::Of(states.params * 2);
+    Duration t;
+    if (par.zero >= 2) {
+      t = comm.Collective(CollectiveKind::kReduceScatter, grads, par.dp, spans) +
+          comm.Collective(CollectiveKind::kAllGather, grads, par.dp, spans);
+    } else {
+      t = comm.Collective(CollectiveKind::kAllReduce, grads, par.dp, spans);
+    }
+    worst = std::max(worst, t);
+  }
+  return worst;
+}
+
+CandidateScorer::CandidateScorer(const CostModel& cost, const ClusterSpec& cluster,
+                                 std::span<const GlobalBatch> batches,
+                                 const BatchingOptions& batching, const SimOptions& sim)
+    : cost_(&cost), cluster_(&cluster), batches_(batches), batching_(batching), sim_(sim) {}
+
+StatusOr<const StageCostEvaluator*> CandidateScorer::Evaluator(const ParallelConfig& par,
+                                                               InFlightPolicy policy) {
+  const EvalKey key{par.dp, par.pp, par.tp, par.vpp, par.zero, policy};
+  auto it = evaluators_.find(key);
+  if (it == evaluators_.end()) {
+    StageCostOptions options;
+    options.in_flight = policy;
+    auto made = std::make_unique<StatusOr<StageCostEvaluator>>(
+        StageCostEvaluator::Create(*cost_, par, *cluster_, options));
+    it = evaluators_.emplace(key, std::move(made)).first;
+  }
+  const StatusOr<StageCostEvaluator>& e = *it->second;
+  if (!e.ok()) return e.status();
+  return &e.value();
+}
+
+PlannerOptions CandidateScorer::OptionsFor(const Candidate& c) const {
+  PlannerOptions options;
+  options.method = c.batching;
+  options.schedule = c.schedule;
+  options.batching = batching_;
+  return options;
+}
+
+StatusOr<CandidateScore> CandidateScorer::Score(const Candidate& c) {
+  const std::string key = c.Key();
+  if (auto it = scores_.find(key); it != scores_.end()) return it->second;
+  CandidateScore score;
+  score.candidate = c;
+  auto eval = Evaluator(c.parallel, PolicyFor(c.schedule, c.parallel.vpp));
+  if (!eval.ok()) {
+    // Create fails only on model states beyond the limit: the configuration checks passed.
+    score.state = CandidateScore::State::kOutOfMemory;
+    score.reason = eval.status().message();
+    return scores_[key] = score;
+  }
+  const StageCostEvaluator& ev = **eval;
+  const Duration sync = EstimateGradientSync(ev, *cluster_);
+  const Planner planner(ev, *cluster_, OptionsFor(c));
+  for (const GlobalBatch& batch : batches_) {
+    StatusOr<PlanResult> r = planner.Plan(batch.samples);
+    if (!r.ok()) {
+      if (r.status().code() != StatusCode::kInvalidArgument) return r.status();
+      score.state = CandidateScore::State::kUnsupported;
+      score.reason = r.status().message();
+      break;
+    }
+    score.planning_time += r->planning_time;
+    if (r->outcome != PlanOutcome::kOk) {
+      score.state = CandidateScore::State::kOutOfMemory;
+      score.reason = fmt::format("batch {}: {}", batch.index, r->infeasible_reason);
+      break;
+    }
+    for (const auto& replica : r->batch_plan.replicas) {
+      for (const MicroBatch& mb : replica) score.tokens += mb.real_tokens;
+    }
+    score.estimated_time += r->makespan + sync;
+  }
+  if (score.state == CandidateScore::State::kOk && score.estimated_time > Duration::Zero()) {
+    score.estimated_tokens_per_s =
+        static_cast<double>(score.tokens) / score.estimated_time.seconds();
+  }
+  return scores_[key] = score;
+}
+
+StatusOr<CandidateScore> CandidateScorer::Simulate(const Candidate& c) {
+  SLUICE_ASSIGN_OR_RETURN(CandidateScore score, Score(c));
+  if (score.simulated || score.state != CandidateScore::State::kOk) return score;
+  SLUICE_ASSIGN_OR_RETURN(const StageCostEvaluator* ev,
+                          Evaluator(c.parallel, PolicyFor(c.schedule, c.parallel.vpp)));
+  const Planner planner(*ev, *cluster_, OptionsFor(c));
+  SimOptions sim = sim_;
+  sim.record_timeline = false;
+  sim.record_memory = false;
+  int64_t tokens = 0;
+  Duration time;
+  for (const GlobalBatch& batch : batches_) {
+    SLUICE_ASSIGN_OR_RETURN(PlanResult r, planner.Plan(batch.samples));
+    sim.samples = batch.samples;  // real tokens from the samples' own lengths
+    SLUICE_ASSIGN_OR_RETURN(SimResult s, sluice::Simulate(r.plan, sim));
+    if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
+      score.state = CandidateScore::State::kOutOfMemory;
+      score.reason = fmt::format("batch {}: simulation {}: {}", batch.index,
+                                 s.memory_exceeded ? "exceeds the memory limit"
+                                                   : std::string(SimOutcomeName(s.outcome)),
+                                 s.problem);
+      break;
+    }
+    tokens += s.real_tokens;
+    time += s.iteration_time;
+  }
+  score.simulated = true;
+  if (score.state == CandidateScore::State::kOk && time > Duration::Zero()) {
+    score.simulated_tokens_per_s = static_cast<double>(tokens) / time.seconds();
+  }
+  return scores_[c.Key()] = score;
+}
+
+StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& method,
+                                    std::span<const Candidate> candidates, int64_t simulate_top,
+                                    const std::function<void()>& on_candidate,
+                                    const std::function<bool()>& cancelled) {
+  MethodSearch out;
+  out.method = method;
+  for (const Candidate& c : candidates) {
+    if (cancelled && cancelled()) break;
+    SLUICE_ASSIGN_OR_RETURN(CandidateScore s, scorer.Score(c));
+    out.ranked.push_back(std::move(s));
+    if (on_candidate) on_candidate();
+  }
+  std::sort(out.ranked.begin(), out.ranked.end(), RankBefore);
+  // Simulate the best estimates until `simulate_top` of them ran within memory (at most twice
+  // as many simulations in all, four times while none fits).
+  int64_t feasible = 0, tried = 0;
+  for (CandidateScore& s : out.ranked) {
+    if (feasible >= simulate_top || tried >= (feasible > 0 ? 2 : 4) * simulate_top || (cancelled && cancelled())) break;
+    if (s.state != CandidateScore::State::kOk) break;
+    SLUICE_ASSIGN_OR_RETURN(s, scorer.Simulate(s.candidate));
+    ++tried;
+    if (s.state == CandidateScore::State::kOk) ++feasible;
+  }
+  auto group = [](const CandidateScore& s) {
+    if (s.state != CandidateScore::State::kOk) return 2;
+    return s.simulated ? 0 : 1;
+  };
+  std::sort(out.ranked.begin(), out.ranked.end(), [&](const auto& a, const auto& b) {
+    if (group(a) != group(b)) return group(a) < group(b);
+    return RankBefore(a, b);
+  });
+  if (!out.ranked.empty() && group(out.ranked.front()) == 0) {
+    out.best = out.ranked.front();
+    return out;
+  }
+  // Nothing feasible. Unsupported when every batching method of the method refused the model
+  // (a property of the method and the model, not of the configuration); else the memory reason
+  // of a supported candidate that shards the model the most (largest pp x tp, highest ZeRO).
+  std::set<std::string> batchings, unsupported;
+  for (const CandidateScore& s : out.ranked) {
+    batchings.insert(s.candidate.batching);
+    if (s.state == CandidateScore::State::kUnsupported) unsupported.insert(s.candidate.batching);
+  }
+  out.unsupported = !batchings.empty() && unsupported == batchings;
+  const CandidateScore* closest = nullptr;
+  auto shard = [](const CandidateScore& x) {
+    return std::make_tuple(x.candidate.parallel.pp * x.candidate.parallel.tp,
+                           x.candidate.parallel.zero);
+  };
+  for (const CandidateScore& s : out.ranked) {
+    const bool usable = !unsupported.contains(s.candidate.batching);
+    if (out.unsupported ? s.state != CandidateScore::State::kUnsupported : !usable) continue;
+    if (closest == nullptr || (!out.unsupported && shard(s) > shard(*closest))) closest = &s;
+  }
+  if (closest != nullptr) {
+    out.reason = fmt::format("{}: {}", closest->candidate.Describe(), closest->reason);
+  }
+  if (out.ranked.empty()) out.reason = "no configuration was tried";
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,150 @@
+// Configuration search: the parallel configurations, schedules and batching methods a careful
+// user would try for each compared method, priced the way `sluice compare` ranks them.
+//
+// The space: every (dp, pp, tp) that CheckParallelFits accepts on the cluster (by default only
+// those that use every device; tp a power of two within one node that the cost model supports),
+// every ZeRO stage of SearchSpace::zero (ZeRO does not change a configuration with dp = 1, so
+// only the first listed stage is kept there), each of the method's schedules (interleaved with
+// every vpp of SearchSpace::vpp that cuts the layers evenly) and each of its batching methods.
+// The fixed-size baselines' micro-batch size and recompute level are searched per batch by the
+// batching layer itself (batching/baseline_search.h).
+//
+// Ranking is two-stage: every candidate is planned on a few global batches and scored by the
+// fast estimator (PlanResult::makespan, plus the data-parallel gradient synchronisation that the
+// estimator does not see, priced by the α-β model as if fully exposed); the best few per method
+// are then simulated (sim/simulator.h) and the best simulated throughput wins. A candidate that
+// cannot fit memory on some batch, or whose simulation runs out of memory, is infeasible with
+// the reason kept; a batching method that does not support the model (e.g. varlen packing of an
+// encoder-decoder model) is "unsupported".
+//
+// Thread safety: a CandidateScorer is used by one thread. Deterministic for fixed inputs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "batching/stage_cost.h"
+#include "cost/cost_model.h"
+#include "data/global_batcher.h"
+#include "model/cluster_spec.h"
+#include "model/parallel_config.h"
+#include "planner/compare_scenario.h"
+#include "planner/planner.h"
+#include "sim/simulator.h"
+
+namespace sluice {
+
+// One point of the search.
+struct Candidate {
+  ParallelConfig parallel;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  std::string batching;
+
+  // "dp 2 x pp 4 x tp 1, ZeRO-1, 1f1b, dynapipe" (vpp shown when > 1).
+  std::string Describe() const;
+  // A unique, ordered key for memoisation.
+  std::string Key() const;
+
+  friend bool operator==(const Candidate&, const Candidate&) = default;
+};
+
+// The in-flight rule a schedule's micro-batches are sized for (stage_cost.h).
+InFlightPolicy PolicyFor(ScheduleKind kind, int64_t vpp);
+
+// Parallel configurations (vpp 1) to try, with the reasons others were left out.
+struct ParallelSpace {
+  std::vector<ParallelConfig> configs;
+  std::vector<std::string> skipped;
+};
+ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
+                                       const CostModel& cost, const SearchSpace& space,
+                                       std::optional<Bytes> memory_limit);
+
+// Every candidate of `method` over `configs`, in a deterministic order.
+std::vector<Candidate> ExpandCandidates(std::span<const ParallelConfig> configs,
+                                        const MethodSpec& method, const ModelSpec& model,
+                                        const SearchSpace& space);
+
+// Time of the data-parallel gradient synchronisation of the slowest stage, if fully exposed:
+// all-reduce of the fp16 gradients (ZeRO 0, 1) or reduce-scatter + all-gather (ZeRO >= 2) over
+// dp ranks, on the inter-node link when the group spans nodes. Zero when dp = 1.
+Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec& cluster);
+
+// The outcome of one candidate on the score batches.
+struct CandidateScore {
+  Candidate candidate;
+  enum class State { kOk, kOutOfMemory, kUnsupported } state = State::kOk;
+  std::string reason;              // why not kOk
+  int64_t tokens = 0;              // real tokens placed over the score batches
+  Duration estimated_time;         // sum of (makespan + gradient sync) over the score batches
+  double estimated_tokens_per_s = 0;
+  bool simulated = false;
+  double simulated_tokens_per_s = 0;  // simulated: real tokens / summed iteration time
+  Duration planning_time;          // summed Planner::Plan wall time over the score batches
+};
+
+// Builds evaluators, plans and simulations of candidates on demand, memoised by Candidate::Key.
+class CandidateScorer {
+ public:
+  // REQUIRES: every argument outlives the scorer; `batches` are the score batches.
+  CandidateScorer(const CostModel& cost, const ClusterSpec& cluster,
+                  std::span<const GlobalBatch> batches, const BatchingOptions& batching,
+                  const SimOptions& sim);
+  CandidateScorer(const CandidateScorer&) = delete;
+  CandidateScorer& operator=(const CandidateScorer&) = delete;
+
+  // The evaluator of (parallel, policy) or why none exists (model states exceed memory).
+  StatusOr<const StageCostEvaluator*> Evaluator(const ParallelConfig& parallel,
+                                                InFlightPolicy policy);
+  // The planner options a candidate runs with.
+  PlannerOptions OptionsFor(const Candidate& candidate) const;
+
+  // Fast-estimator score (memoised). Errors: bugs only (a plan failing validation).
+  StatusOr<CandidateScore> Score(const Candidate& candidate);
+  // Score() plus a simulation of every score batch (memoised). A simulation that exceeds memory
+  // or deadlocks makes the candidate infeasible with the simulator's reason.
+  StatusOr<CandidateScore> Simulate(const Candidate& candidate);
+
+ private:
+  struct EvalKey {
+    int64_t dp, pp, tp, vpp, zero;
+    InFlightPolicy policy;
+    auto operator<=>(const EvalKey&) const = default;
+  };
+  const CostModel* cost_;
+  const ClusterSpec* cluster_;
+  std::span<const GlobalBatch> batches_;
+  BatchingOptions batching_;
+  SimOptions sim_;
+  std::map<EvalKey, std::unique_ptr<StatusOr<StageCostEvaluator>>> evaluators_;
+  std::map<std::string, CandidateScore> scores_;
+};
+
+// The search of one method: every candidate scored, the top `simulate_top` feasible ones
+// simulated. `best` is the feasible candidate with the highest simulated throughput (absent when
+// none is feasible; `reason` then says why, e.g. the memory need of the smallest micro-batch).
+struct MethodSearch {
+  std::string method;
+  std::vector<CandidateScore> ranked;  // every candidate, best estimate first, infeasible last
+  std::optional<CandidateScore> best;
+  std::string reason;
+  bool unsupported = false;            // no batching method of the method supports the model
+};
+
+// Runs the search of `method` over `candidates` (see MethodSearch). `on_candidate` is called
+// after each candidate scored (progress); `cancelled` is polled between candidates (the search
+// then stops with what it has).
+StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& method,
+                                    std::span<const Candidate> candidates, int64_t simulate_top,
+                                    const std::function<void()>& on_candidate,
+                                    const std::function<bool()>& cancelled);
+
+}  // namespace sluice

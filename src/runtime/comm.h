@@ -1,0 +1,142 @@
+// Communication for the runtime on PyTorch's distributed engine (c10d): the rendezvous store,
+// the process groups a plan needs, and the watchdog that turns a dead or hung rank into every
+// rank exiting non-zero with a message naming it.
+//
+// Rendezvous: rank 0 serves a c10d::TCPStore at MASTER_ADDR:MASTER_PORT and every rank joins
+// within the timeout. Process groups (ProcessGroupGloo on CPU; ProcessGroupNCCL when libtorch
+// was built with it, USE_C10D_NCCL, and --backend nccl is asked for):
+//   - "world": all ranks, for the plan's point-to-point transfers (peers are global rank ids,
+//     tags are the plan's MessageTag values);
+//   - "dp<p>": the data-parallel replicas of pipeline rank p (dp > 1), for gradient buckets;
+//   - "emb<d>": the pipeline ranks of replica d that hold a copy of the word embedding, when
+//     more than one does (layout.h), for summing its gradient before the step.
+// Only tp = ep = 1 is supported (the caller rejects other plans).
+//
+// Failure handling (Watchdog): every rank runs a thread with its own store connection that
+// beats a heartbeat counter, watches the other ranks' counters and an abort key, and watches the
+// main thread's current blocking wait (BeginWait/EndWait). A rank that stops beating for the
+// timeout, a wait longer than the timeout (naming the awaited rank), a lost store (rank 0 gone)
+// or any rank posting an abort makes the watchdog print "sluice: rank R: ..." and _exit(1). Gloo
+// p2p waits carry no timeout of their own (a timed-out Gloo pair aborts the process), so the
+// watchdog owns every timeout.
+//
+// Thread safety: a Communicator and the StoreClient it hands out belong to the main thread;
+// Watchdog methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "model/parallel_config.h"
+#include "runtime/launcher.h"
+#include "runtime/torch_pch.h"
+
+namespace sluice::runtime {
+
+// One connection to the job's TCPStore, with Status errors. Blocking reads wait up to the
+// store's timeout.
+class StoreClient {
+ public:
+  // The first connection of a rank joins the rendezvous (rank 0 serves it and waits for all
+  // `world` ranks); later ones (`join` false) just connect.
+  static StatusOr<std::unique_ptr<StoreClient>> Connect(const DistEnv& env, bool join,
+                                                        std::chrono::milliseconds timeout);
+  Status Set(const std::string& key, const std::vector<uint8_t>& value);
+  Status SetString(const std::string& key, const std::string& value);
+  StatusOr<std::vector<uint8_t>> Get(const std::string& key);
+  StatusOr<std::string> GetString(const std::string& key);
+  StatusOr<int64_t> Add(const std::string& key, int64_t delta);
+  StatusOr<bool> Check(const std::string& key);
+  Status Delete(const std::string& key);
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
+ private:
+  explicit StoreClient(c10::intrusive_ptr<c10d::Store> store, std::string where)
+      : store_(std::move(store)), where_(std::move(where)) {}
+  Status Error(const std::string& op, const std::string& key, const std::exception& e) const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string where_;  // "127.0.0.1:29500"
+};
+
+class Watchdog {
+ public:
+  static StatusOr<std::unique_ptr<Watchdog>> Start(const DistEnv& env,
+                                                   std::chrono::milliseconds timeout);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // The main thread is about to block on `what`, waiting for rank `peer` (-1: several ranks).
+  void BeginWait(std::string what, int64_t peer);
+  void EndWait();
+  // Posts `message` ("rank R: ...") for every rank and returns; the caller then exits non-zero.
+  void Abort(const std::string& message);
+  // This rank has finished: its heartbeat no longer counts; the thread stops.
+  void Finish();
+  // Stops the thread without marking the rank finished (after a failure was posted).
+  void Stop();
+
+ private:
+  Watchdog(const DistEnv& env, std::chrono::milliseconds timeout,
+           std::unique_ptr<StoreClient> store);
+  void Loop();
+  [[noreturn]] void Die(const std::string& message);
+
+  DistEnv env_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<StoreClient> store_;
+  std::mutex mu_;
+  std::string wait_what_;  // guarded by mu_; empty: not waiting
+  int64_t wait_peer_ = -1;
+  std::chrono::steady_clock::time_point wait_since_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+enum class Backend { kGloo, kNccl };
+
+class Communicator {
+ public:
+  using Handle = c10::intrusive_ptr<c10d::Work>;
+
+  // Joins the rendezvous and builds the process groups for `par` (tp = ep = 1) with the word
+  // embedding held by the pipeline ranks `embedding_ranks` (WordEmbeddingRanks).
+  static StatusOr<std::unique_ptr<Communicator>> Create(const DistEnv& env,
+                                                        const ParallelConfig& par,
+                                                        const std::vector<int64_t>& embedding_ranks,
+                                                        Backend backend,
+                                                        std::chrono::milliseconds timeout);
+
+  const DistEnv& env() const { return env_; }
+  int64_t rank() const { return env_.rank; }
+  int64_t dp_index() const { return env_.rank / par_.pp; }
+  int64_t pp_index() const { return env_.rank % par_.pp; }
+  StoreClient& store() { return *store_; }
+  bool has_embedding_group() const { return emb_ != nullptr; }
+
+  // Post a transfer or a sum over a group; the tensor must stay alive until Wait returns.
+  StatusOr<Handle> Send(const at::Tensor& t, int64_t peer, int64_t tag);
+  StatusOr<Handle> Recv(const at::Tensor& t, int64_t peer, int64_t tag);
+  StatusOr<Handle> AllReduceDp(const at::Tensor& t);
+  StatusOr<Handle> AllReduceEmbedding(const at::Tensor& t);
+  // Blocks until `h` completes; the error carries c10d's message.
+  Status Wait(const Handle& h);
+
+ private:
+  Communicator() = default;
+
+  DistEnv env_;
+  ParallelConfig par_;
+  std::unique_ptr<StoreClient> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_;
+};
+
+}  // namespace sluice::runtime

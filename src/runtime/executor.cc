@@ -1,0 +1,558 @@
+#include "runtime/executor.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <optional>
+
+#include "plan/instruction.h"
+#include "runtime/layout.h"
+
+namespace sluice::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Tensors = std::vector<at::Tensor>;
+
+// What a forward left for its backward.
+struct StageRun {
+  Tensors inputs;        // autograd leaves (stage > 0) or token tensors (stage 0)
+  at::Tensor labels;     // last stage
+  Tensors outputs;       // graph-connected outputs (or the loss on the last stage)
+  bool replay = false;   // recompute "full": outputs carry no graph until replayed
+  Tensors grad_outputs;  // kept from backward-input for backward-weight
+};
+
+struct Transfer {
+  Communicator::Handle handle;
+  at::Tensor flat;  // the message buffer (kept alive until the Finish)
+  int64_t posted_ns = 0;
+  int64_t bytes = 0;
+  int64_t peer = -1;
+};
+
+struct Collective {
+  Communicator::Handle handle;
+  int64_t stage = -1, bucket = -1;
+  int64_t posted_ns = 0, bytes = 0;
+};
+
+// One stage's flattened gradient while its buckets are reduced.
+struct StageGrad {
+  at::Tensor flat;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // per bucket of the stage, in issue order
+  std::vector<int64_t> bucket_ids;
+};
+
+class IterationRun {
+ public:
+  IterationRun(ModelShard* shard, Communicator* comm, torch::optim::Optimizer* optimizer,
+               Watchdog* watchdog, TraceRecorder* trace, const TokenSource* tokens,
+               Clock::time_point epoch, const ExecutionPlan& plan, const SampleTable& samples,
+               int64_t iteration)
+      : shard_(*shard), comm_(*comm), optimizer_(*optimizer), watchdog_(*watchdog),
+        trace_(*trace), tokens_(*tokens), epoch_(epoch), plan_(plan), samples_(samples),
+        iteration_(iteration), rank_(comm->rank()), program_(plan.ranks[comm->rank()]),
+        replica_(plan.replicas[program_.dp_index]), num_stages_(plan.num_stages()) {}
+
+  StatusOr<IterationResult> Run(const Executor::BeforeStep& before_step) {
+    IterationResult result;
+    result.start_ns = Now();
+    before_step_ = &before_step;
+    SLUICE_ASSIGN_OR_RETURN(const int64_t labels, GlobalLabelTokens(plan_, samples_));
+    loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(labels, 1));
+    SLUICE_RETURN_IF_ERROR(PrepareBuckets());
+    slots_.assign(static_cast<size_t>(program_.buffer_slots), Tensors{});
+    for (size_t i = 0; i < program_.instructions.size(); ++i) {
+      const Instruction& in = program_.instructions[i];
+      const int64_t start = Now();
+      Status s;
+      try {
+        s = Execute(in);
+      } catch (const std::exception& e) {
+        s = InternalError(e.what());
+      }
+      if (!s.ok()) {
+        return Status(s.code(), fmt::format("rank {}, iteration {}, instruction {} ({}): {}",
+                                            rank_, iteration_, i, InstructionText(in),
+                                            s.message()));
+      }
+      const int64_t end = Now();
+      TraceEvent e = Event(in, TraceStream::kCompute, start, end);
+      e.bytes = last_bytes_;
+      last_bytes_ = 0;
+      trace_.Add(std::move(e));
+      if (IsCompute(in.op)) compute_ns_ += end - start;
+      if (IsCommFinish(in.op) || in.op == OpKind::kOptimizerStep) wait_ns_ += end - start;
+    }
+    if (!runs_.empty() || !transfers_.empty() || !collectives_.empty()) {
+      return InternalError(fmt::format(
+          "rank {}: the program ended with {} stage runs, {} transfers and {} reductions "
+          "outstanding",
+          rank_, runs_.size(), transfers_.size(), collectives_.size()));
+    }
+    result.loss = loss_;
+    result.instructions = static_cast<int64_t>(program_.instructions.size());
+    result.end_ns = Now();
+    result.compute = Duration::Nanos(compute_ns_);
+    result.waiting = Duration::Nanos(wait_ns_);
+    return result;
+  }
+
+ private:
+  int64_t Now() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - epoch_).count();
+  }
+
+  TraceEvent Event(const Instruction& in, TraceStream stream, int64_t start, int64_t end) const {
+    TraceEvent e;
+    e.name = InstructionText(in);
+    e.op = std::string(OpKindName(in.op));
+    e.stream = stream;
+    e.iteration = iteration_;
+    e.microbatch = in.microbatch;
+    e.stage = in.stage;
+    e.peer = in.peer;
+    e.start_ns = start;
+    e.end_ns = end;
+    return e;
+  }
+
+  Status Execute(const Instruction& in) {
+    switch (in.op) {
+      case OpKind::kLoadInput: return LoadInput(in);
+      case OpKind::kForward: return Forward(in);
+      case OpKind::kBackward:
+      case OpKind::kBackwardInput: return Backward(in);
+      case OpKind::kBackwardWeight: return BackwardWeight(in);
+      case OpKind::kSendActStart:
+      case OpKind::kSendGradStart: return SendStart(in);
+      case OpKind::kRecvActStart:
+      case OpKind::kRecvGradStart: return RecvStart(in);
+      case OpKind::kSendActFinish:
+      case OpKind::kSendGradFinish:
+      case OpKind::kRecvActFinish:
+      case OpKind::kRecvGradFinish: return Finish(in);
+      case OpKind::kFreeBuffer:
+        SLUICE_RETURN_IF_ERROR(CheckSlot(in.inputs.at(0)));
+        slots_[in.inputs[0]].clear();
+        return Status::Ok();
+      case OpKind::kAllReduceGrad: return AllReduce(in);
+      case OpKind::kReduceScatterGrad:
+      case OpKind::kAllGatherParams:
+        return InvalidArgumentError(
+            "ZeRO-2/3 reductions are not supported by the runtime (use zero = 0 or 1)");
+      case OpKind::kOptimizerStep: return Step();
+    }
+    return InternalError("unknown op");
+  }
+
+  Status CheckSlot(int64_t slot) const {
+    if (slot < 0 || slot >= static_cast<int64_t>(slots_.size())) {
+      return InvalidArgumentError(
+          fmt::format("slot {} is outside the program's {} slots", slot, slots_.size()));
+    }
+    return Status::Ok();
+  }
+
+  // The tensors of `slots`, concatenated in order.
+  StatusOr<Tensors> Read(const std::vector<int64_t>& slots) const {
+    Tensors out;
+    for (const int64_t s : slots) {
+      SLUICE_RETURN_IF_ERROR(CheckSlot(s));
+      if (slots_[s].empty()) return InvalidArgumentError(fmt::format("slot {} is empty", s));
+      out.insert(out.end(), slots_[s].begin(), slots_[s].end());
+    }
+    return out;
+  }
+
+  Status Write(const Instruction& in, Tensors tensors) {
+    if (in.outputs.size() != 1) {
+      return InvalidArgumentError(
+          fmt::format("expected one output slot, the instruction has {}", in.outputs.size()));
+    }
+    SLUICE_RETURN_IF_ERROR(CheckSlot(in.outputs[0]));
+    if (!slots_[in.outputs[0]].empty()) {
+      return InvalidArgumentError(fmt::format("output slot {} is still in use", in.outputs[0]));
+    }
+    slots_[in.outputs[0]] = std::move(tensors);
+    return Status::Ok();
+  }
+
+  static Status CheckShapes(const Tensors& tensors, const std::vector<TensorShape>& shapes,
+                            std::string_view what) {
+    if (tensors.size() != shapes.size()) {
+      return InvalidArgumentError(fmt::format("{}: {} tensors, the plan says {}", what,
+                                              tensors.size(), shapes.size()));
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto sizes = tensors[i].sizes();
+      if (std::vector<int64_t>(sizes.begin(), sizes.end()) != shapes[i]) {
+        return InvalidArgumentError(fmt::format("{}: tensor {} has shape [{}], the plan says [{}]",
+                                                what, i, fmt::join(sizes.begin(), sizes.end(), ", "),
+                                                fmt::join(shapes[i], ", ")));
+      }
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<const MicroBatchInputs*> Inputs(int64_t mb) {
+    if (mb < 0 || mb >= static_cast<int64_t>(replica_.micro_batches.size())) {
+      return InvalidArgumentError(fmt::format("micro-batch {} is not in the replica", mb));
+    }
+    auto it = inputs_.find(mb);
+    if (it == inputs_.end()) {
+      SLUICE_ASSIGN_OR_RETURN(MicroBatchLayout layout,
+                              LayoutMicroBatch(plan_.model, replica_.micro_batches[mb], samples_));
+      it = inputs_
+               .emplace(mb, BuildMicroBatchInputs(plan_.model, layout, tokens_, loss_scale_))
+               .first;
+    }
+    return &it->second;
+  }
+
+  StatusOr<const Chunk*> ChunkOf(int64_t stage) const {
+    if (!shard_.HasChunk(stage)) {
+      return InvalidArgumentError(
+          fmt::format("stage {} does not run on pipeline rank {}", stage, comm_.pp_index()));
+    }
+    return &shard_.chunk(stage);
+  }
+
+  Status LoadInput(const Instruction& in) {
+    SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
+    Tensors t;
+    if (in.stage == 0) {
+      t.push_back(mb->tokens);
+      if (plan_.model.is_encoder_decoder()) t.push_back(mb->dec_tokens);
+    }
+    if (in.stage == num_stages_ - 1) t.push_back(mb->labels);
+    SLUICE_RETURN_IF_ERROR(CheckShapes(t, in.shapes, "loaded tensors"));
+    for (const at::Tensor& x : t) last_bytes_ += x.numel() * x.element_size();
+    return Write(in, std::move(t));
+  }
+
+  Status Forward(const Instruction& in) {
+    SLUICE_ASSIGN_OR_RETURN(const Chunk* chunk, ChunkOf(in.stage));
+    SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
+    SLUICE_ASSIGN_OR_RETURN(Tensors tensors, Read(in.inputs));
+    const bool last = in.stage == num_stages_ - 1;
+    StageRun run;
+    if (last) {
+      run.labels = tensors.back();
+      tensors.pop_back();
+    }
+    for (const at::Tensor& t : tensors) {
+      run.inputs.push_back(in.stage == 0 ? t : t.detach().requires_grad_(true));
+    }
+    run.replay = in.recompute == Recompute::kFull;
+    Tensors outputs;
+    if (run.replay) {
+      torch::NoGradGuard no_grad;
+      outputs = chunk->Forward(run.inputs, run.labels, *mb, false);
+    } else {
+      outputs = chunk->Forward(run.inputs, run.labels, *mb, in.recompute == Recompute::kSelective);
+    }
+    if (last) {
+      loss_ += outputs.at(0).item<double>();
+    } else {
+      SLUICE_RETURN_IF_ERROR(CheckShapes(outputs, in.shapes, "stage outputs"));
+      SLUICE_RETURN_IF_ERROR(Write(in, outputs));
+    }
+    run.outputs = std::move(outputs);
+    if (!runs_.emplace(Key(in), std::move(run)).second) {
+      return InvalidArgumentError("the micro-batch already ran forward on this stage");
+    }
+    return Status::Ok();
+  }
+
+  static std::pair<int64_t, int64_t> Key(const Instruction& in) {
+    return {in.microbatch, in.stage};
+  }
+
+  Status Backward(const Instruction& in) {
+    SLUICE_ASSIGN_OR_RETURN(const Chunk* chunk, ChunkOf(in.stage));
+    auto it = runs_.find(Key(in));
+    if (it == runs_.end()) return InvalidArgumentError("backward before its forward");
+    StageRun& run = it->second;
+    const bool last = in.stage == num_stages_ - 1;
+    if (run.replay) {  // recompute "full": replay the forward with a graph
+      SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
+      run.outputs = chunk->Forward(run.inputs, run.labels, *mb, false);
+      run.replay = false;
+    }
+    if (last) {
+      run.grad_outputs = {torch::ones_like(run.outputs.at(0))};
+    } else {
+      if (in.inputs.empty()) return InvalidArgumentError("no gradient slot");
+      SLUICE_ASSIGN_OR_RETURN(run.grad_outputs, Read({in.inputs.back()}));
+      SLUICE_RETURN_IF_ERROR(
+          CheckShapes(run.grad_outputs, BoundaryShapes(plan_.model, replica_.micro_batches
+                                                       [in.microbatch].shape, in.stage,
+                                                       num_stages_),
+                      "output gradients"));
+    }
+    const Tensors leaves = in.stage == 0 ? Tensors{} : run.inputs;
+    Tensors input_grads;
+    if (in.op == OpKind::kBackward) {
+      Tensors targets = leaves;
+      for (const at::Tensor& p : chunk->parameters()) targets.push_back(p);
+      torch::autograd::backward(run.outputs, run.grad_outputs, /*retain_graph=*/false,
+                                /*create_graph=*/false, targets);
+      for (const at::Tensor& x : leaves) input_grads.push_back(x.grad());
+    } else if (!leaves.empty()) {
+      input_grads = torch::autograd::grad(run.outputs, leaves, run.grad_outputs,
+                                          /*retain_graph=*/true, /*create_graph=*/false,
+                                          /*allow_unused=*/true);
+    }
+    if (in.stage > 0) {
+      for (size_t i = 0; i < input_grads.size(); ++i) {
+        if (!input_grads[i].defined()) input_grads[i] = torch::zeros_like(leaves[i]);
+      }
+      SLUICE_RETURN_IF_ERROR(CheckShapes(input_grads, in.shapes, "input gradients"));
+      SLUICE_RETURN_IF_ERROR(Write(in, std::move(input_grads)));
+    }
+    if (in.op == OpKind::kBackward) runs_.erase(it);
+    return Status::Ok();
+  }
+
+  Status BackwardWeight(const Instruction& in) {
+    SLUICE_ASSIGN_OR_RETURN(const Chunk* chunk, ChunkOf(in.stage));
+    auto it = runs_.find(Key(in));
+    if (it == runs_.end() || it->second.grad_outputs.empty()) {
+      return InvalidArgumentError("backward-weight before its backward-input");
+    }
+    torch::autograd::backward(it->second.outputs, it->second.grad_outputs,
+                              /*retain_graph=*/false, /*create_graph=*/false,
+                              chunk->parameters());
+    runs_.erase(it);
+    return Status::Ok();
+  }
+
+  static std::pair<bool, int64_t> TransferKey(const Instruction& in) {
+    return {IsSend(in.op), in.tag};
+  }
+
+  Status SendStart(const Instruction& in) {
+    SLUICE_ASSIGN_OR_RETURN(Tensors tensors, Read(in.inputs));
+    SLUICE_RETURN_IF_ERROR(CheckShapes(tensors, in.shapes, "sent tensors"));
+    Transfer t;
+    if (tensors.size() == 1) {
+      t.flat = tensors[0].detach().contiguous();
+    } else {
+      Tensors flat;
+      for (const at::Tensor& x : tensors) flat.push_back(x.detach().reshape({-1}));
+      t.flat = torch::cat(flat);
+    }
+    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Send(t.flat, in.peer, in.tag));
+    return Post(in, std::move(t));
+  }
+
+  Status RecvStart(const Instruction& in) {
+    int64_t total = 0;
+    for (const TensorShape& s : in.shapes) total += NumElements(s);
+    Transfer t;
+    t.flat = torch::empty({total}, torch::kFloat32);
+    Tensors views;
+    int64_t offset = 0;
+    for (const TensorShape& s : in.shapes) {
+      views.push_back(t.flat.narrow(0, offset, NumElements(s)).view(s));
+      offset += NumElements(s);
+    }
+    SLUICE_RETURN_IF_ERROR(Write(in, std::move(views)));
+    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Recv(t.flat, in.peer, in.tag));
+    return Post(in, std::move(t));
+  }
+
+  Status Post(const Instruction& in, Transfer t) {
+    t.posted_ns = Now();
+    t.bytes = t.flat.numel() * t.flat.element_size();
+    t.peer = in.peer;
+    last_bytes_ = t.bytes;
+    if (!transfers_.emplace(TransferKey(in), std::move(t)).second) {
+      return InvalidArgumentError(fmt::format("tag {} is already in flight", in.tag));
+    }
+    return Status::Ok();
+  }
+
+  Status Finish(const Instruction& in) {
+    const Instruction key{.op = StartOf(in.op), .tag = in.tag};
+    auto it = transfers_.find(TransferKey(key));
+    if (it == transfers_.end()) return InvalidArgumentError("finish without a posted start");
+    watchdog_.BeginWait(fmt::format("{} (iteration {})", InstructionText(in), iteration_),
+                        in.peer);
+    Status s = comm_.Wait(it->second.handle);
+    watchdog_.EndWait();
+    if (!s.ok()) {
+      return FailedPreconditionError(fmt::format("{} rank {} failed (rank {} died?): {}",
+                                                 IsSend(in.op) ? "send to" : "receive from",
+                                                 in.peer, in.peer, s.message()));
+    }
+    TraceEvent e = Event(in, IsSend(in.op) ? TraceStream::kSend : TraceStream::kRecv,
+                         it->second.posted_ns, Now());
+    e.name = InstructionText(Instruction{.op = StartOf(in.op),
+                                         .microbatch = in.microbatch,
+                                         .stage = in.stage,
+                                         .peer = in.peer,
+                                         .tag = in.tag});
+    e.bytes = it->second.bytes;
+    trace_.Add(std::move(e));
+    transfers_.erase(it);
+    return Status::Ok();
+  }
+
+  // Pre-scans the program: which buckets each stage reduces, in issue order, with their bytes.
+  Status PrepareBuckets() {
+    std::map<int64_t, std::vector<Bytes>> bytes;
+    for (const Instruction& in : program_.instructions) {
+      if (in.op != OpKind::kAllReduceGrad) continue;
+      if (!shard_.HasChunk(in.stage)) {
+        return InvalidArgumentError(fmt::format(
+            "bucket {} reduces stage {}, which does not run on this rank", in.bucket, in.stage));
+      }
+      if (in.bytes.count() <= 0) {
+        return InvalidArgumentError(fmt::format("bucket {} has no bytes", in.bucket));
+      }
+      stage_grads_[in.stage].bucket_ids.push_back(in.bucket);
+      bytes[in.stage].push_back(in.bytes);
+    }
+    for (auto& [stage, g] : stage_grads_) {
+      int64_t elements = 0;
+      for (const at::Tensor& p : shard_.StageParameters(stage)) elements += p.numel();
+      g.ranges = BucketRanges(bytes[stage], elements);
+    }
+    return Status::Ok();
+  }
+
+  Status AllReduce(const Instruction& in) {
+    auto it = stage_grads_.find(in.stage);
+    if (it == stage_grads_.end()) return InternalError("bucket missed by the pre-scan");
+    StageGrad& g = it->second;
+    if (!g.flat.defined()) {  // the stage's first bucket: its gradients are final now
+      Tensors parts;
+      for (const at::Tensor& p : shard_.StageParameters(in.stage)) {
+        parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
+                                           : torch::zeros({p.numel()}, torch::kFloat32));
+      }
+      g.flat = torch::cat(parts);
+    }
+    const auto pos = std::find(g.bucket_ids.begin(), g.bucket_ids.end(), in.bucket);
+    const auto [begin, end] = g.ranges[pos - g.bucket_ids.begin()];
+    Collective c;
+    c.stage = in.stage;
+    c.bucket = in.bucket;
+    c.posted_ns = Now();
+    if (end > begin) {
+      const at::Tensor slice = g.flat.narrow(0, begin, end - begin);
+      c.bytes = slice.numel() * slice.element_size();
+      SLUICE_ASSIGN_OR_RETURN(c.handle, comm_.AllReduceDp(slice));
+    }
+    last_bytes_ = c.bytes;
+    collectives_.push_back(std::move(c));
+    return Status::Ok();
+  }
+
+  Status Step() {
+    for (Collective& c : collectives_) {
+      if (!c.handle) continue;
+      watchdog_.BeginWait(fmt::format("the all-reduce of gradient bucket {} (iteration {})",
+                                      c.bucket, iteration_),
+                          -1);
+      Status s = comm_.Wait(c.handle);
+      watchdog_.EndWait();
+      if (!s.ok()) {
+        return FailedPreconditionError(fmt::format(
+            "all-reduce of bucket {} over the data-parallel group failed (a replica died?): {}",
+            c.bucket, s.message()));
+      }
+      TraceEvent e;
+      e.name = fmt::format("ALLREDUCE(b{})", c.bucket);
+      e.op = std::string(OpKindName(OpKind::kAllReduceGrad));
+      e.stream = TraceStream::kCollective;
+      e.iteration = iteration_;
+      e.stage = c.stage;
+      e.start_ns = c.posted_ns;
+      e.end_ns = Now();
+      e.bytes = c.bytes;
+      trace_.Add(std::move(e));
+    }
+    collectives_.clear();
+    torch::NoGradGuard no_grad;
+    for (auto& [stage, g] : stage_grads_) {
+      if (!g.flat.defined()) continue;
+      int64_t offset = 0;
+      for (const at::Tensor& p : shard_.StageParameters(stage)) {
+        const at::Tensor reduced = g.flat.narrow(0, offset, p.numel()).view_as(p);
+        if (p.grad().defined()) {
+          p.mutable_grad().copy_(reduced);
+        } else {
+          p.mutable_grad() = reduced.clone();
+        }
+        offset += p.numel();
+      }
+      g.flat = at::Tensor();
+    }
+    const at::Tensor& wte = shard_.word_embedding();
+    if (comm_.has_embedding_group() && wte.defined()) {
+      if (!wte.grad().defined()) wte.mutable_grad() = torch::zeros_like(wte);
+      SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h, comm_.AllReduceEmbedding(wte.grad()));
+      watchdog_.BeginWait(fmt::format("the word-embedding gradient sum (iteration {})",
+                                      iteration_), -1);
+      Status s = comm_.Wait(h);
+      watchdog_.EndWait();
+      if (!s.ok()) {
+        return FailedPreconditionError(
+            fmt::format("word-embedding gradient sum failed (a pipeline rank died?): {}",
+                        s.message()));
+      }
+    }
+    if (*before_step_) SLUICE_RETURN_IF_ERROR((*before_step_)());
+    optimizer_.step();
+    for (const at::Tensor& p : shard_.Parameters()) {
+      if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+    }
+    return Status::Ok();
+  }
+
+  ModelShard& shard_;
+  Communicator& comm_;
+  torch::optim::Optimizer& optimizer_;
+  Watchdog& watchdog_;
+  TraceRecorder& trace_;
+  const TokenSource& tokens_;
+  Clock::time_point epoch_;
+  const ExecutionPlan& plan_;
+  const SampleTable& samples_;
+  const int64_t iteration_;
+  const int64_t rank_;
+  const RankProgram& program_;
+  const PlanReplica& replica_;
+  const int64_t num_stages_;
+  const Executor::BeforeStep* before_step_ = nullptr;
+
+  double loss_scale_ = 1.0;
+  double loss_ = 0;
+  int64_t compute_ns_ = 0, wait_ns_ = 0;
+  int64_t last_bytes_ = 0;  // bytes the instruction being recorded moved or loaded
+  std::vector<Tensors> slots_;
+  std::map<int64_t, MicroBatchInputs> inputs_;
+  std::map<std::pair<int64_t, int64_t>, StageRun> runs_;
+  std::map<std::pair<bool, int64_t>, Transfer> transfers_;
+  std::map<int64_t, StageGrad> stage_grads_;
+  std::vector<Collective> collectives_;
+};
+
+}  // namespace
+
+StatusOr<IterationResult> Executor::Run(const ExecutionPlan& plan, const SampleTable& samples,
+                                        int64_t iteration, const BeforeStep& before_step) {
+  if (comm_->rank() >= static_cast<int64_t>(plan.ranks.size())) {
+    return InvalidArgumentError(fmt::format("the plan has no program for rank {}", comm_->rank()));
+  }
+  IterationRun run(shard_, comm_, optimizer_, watchdog_, trace_, tokens_, epoch_, plan, samples,
+                   iteration);
+  return run.Run(before_step);
+}
+
+}  // namespace sluice::runtime

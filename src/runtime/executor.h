@@ -1,0 +1,81 @@
+// Executor: runs one rank's instruction stream of an ExecutionPlan, exactly as planned.
+//
+// Per op (docs/runtime.md has the full table):
+//   load-input       materialise the micro-batch's token ids / labels (TokenSource) into the slot
+//   forward          run the chunk; stage inputs become fresh autograd leaves; at recompute
+//                    "full" the forward runs without a graph and is replayed in the backward,
+//                    at "selective" the attention core is recomputed (model.h)
+//   backward         autograd backward of the chunk's outputs into its parameters' .grad and its
+//                    input leaves; the input gradients fill the output slot
+//   backward-input   torch::autograd::grad w.r.t. the input leaves only, retaining the graph
+//   backward-weight  the backward again into the parameters only, releasing the graph
+//   *-start/*-finish post an asynchronous c10d send/recv of exactly the plan's shapes (several
+//                    tensors travel as one flat message) and wait for it; no shapes are exchanged
+//   free-buffer      drop the slot's tensors
+//   all-reduce-grad  post a sum over the data-parallel group of the bucket's slice of its stage's
+//                    flattened gradient (BucketRanges cuts the plan's buckets onto parameters)
+//   optimizer-step   wait for the buckets, write them back, sum the word embedding over its
+//                    group (layout.h), then AdamW
+// Reduce-scatter / all-gather (ZeRO >= 2) are rejected. Tensors are fp32 (the plan prices fp16).
+// Every instruction is recorded in the TraceRecorder; every blocking wait is announced to the
+// Watchdog so a hang becomes an error naming the awaited rank.
+//
+// Thread safety: one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "plan/execution_plan.h"
+#include "runtime/batch_layout.h"
+#include "runtime/comm.h"
+#include "runtime/model.h"
+#include "runtime/token_source.h"
+#include "runtime/trace_recorder.h"
+
+namespace sluice::runtime {
+
+struct IterationResult {
+  double loss = 0;           // this rank's share of the batch's mean token loss (last stage)
+  int64_t instructions = 0;  // executed
+  int64_t start_ns = 0;      // since the job's epoch
+  int64_t end_ns = 0;
+  Duration compute;          // forward and backward ops
+  Duration waiting;          // Finish ops and the step's waits for collectives
+};
+
+class Executor {
+ public:
+  // Called after the gradients are final and before the optimizer updates (e.g. to dump them).
+  using BeforeStep = std::function<Status()>;
+
+  // REQUIRES: every pointer outlives the executor; `shard` holds the chunks of this rank.
+  Executor(ModelShard* shard, Communicator* comm, torch::optim::Optimizer* optimizer,
+           Watchdog* watchdog, TraceRecorder* trace, const TokenSource* tokens,
+           std::chrono::steady_clock::time_point epoch)
+      : shard_(shard), comm_(comm), optimizer_(optimizer), watchdog_(watchdog), trace_(trace),
+        tokens_(tokens), epoch_(epoch) {}
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs this rank's program of `plan` (one iteration). REQUIRES: CheckPlanMatches(plan) passed.
+  // Errors name the instruction ("rank 1, instruction 17 (1RECV_F3.wait): ...") and, for a
+  // failed transfer, the peer.
+  StatusOr<IterationResult> Run(const ExecutionPlan& plan, const SampleTable& samples,
+                                int64_t iteration, const BeforeStep& before_step = {});
+
+ private:
+  ModelShard* shard_;
+  Communicator* comm_;
+  torch::optim::Optimizer* optimizer_;
+  Watchdog* watchdog_;
+  TraceRecorder* trace_;
+  const TokenSource* tokens_;
+  std::chrono::steady_clock::time_point epoch_;
+};
+
+}  // namespace sluice::runtime

@@ -1,0 +1,156 @@
+#include "runtime/launcher.h"
+
+#include <fmt/core.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+namespace sluice::runtime {
+namespace {
+
+// The integer value of environment variable `name`, or `fallback` when unset.
+StatusOr<int64_t> EnvInt(const char* name, int64_t fallback, int64_t min, int64_t max) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  int64_t out = 0;
+  const char* end = v + std::strlen(v);
+  auto [ptr, ec] = std::from_chars(v, end, out);
+  if (ec != std::errc() || ptr != end || out < min || out > max) {
+    return InvalidArgumentError(fmt::format(
+        "environment variable {}='{}': must be an integer in [{}, {}]", name, v, min, max));
+  }
+  return out;
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return fmt::format("was killed by signal {} ({})", sig, strsignal(sig));
+  }
+  return fmt::format("ended with wait status {}", status);
+}
+
+}  // namespace
+
+StatusOr<DistEnv> ReadDistEnv() {
+  DistEnv env;
+  const bool has_rank = std::getenv("RANK") != nullptr;
+  const bool has_world = std::getenv("WORLD_SIZE") != nullptr;
+  if (has_rank != has_world) {
+    return InvalidArgumentError(
+        "environment: RANK and WORLD_SIZE must be set together (torchrun sets both)");
+  }
+  SLUICE_ASSIGN_OR_RETURN(env.world_size, EnvInt("WORLD_SIZE", 1, 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(env.rank, EnvInt("RANK", 0, 0, env.world_size - 1));
+  SLUICE_ASSIGN_OR_RETURN(env.local_world_size,
+                          EnvInt("LOCAL_WORLD_SIZE", env.world_size, 1, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(env.local_rank, EnvInt("LOCAL_RANK", env.rank, 0, 1 << 20));
+  SLUICE_ASSIGN_OR_RETURN(const int64_t port,
+                          EnvInt("MASTER_PORT", kDefaultMasterPort, 1, 65535));
+  env.master_port = static_cast<int>(port);
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
+    env.master_addr = addr;
+  }
+  const char* launched = std::getenv(kLaunchedEnv);
+  env.launched = launched != nullptr && std::strcmp(launched, "1") == 0;
+  return env;
+}
+
+StatusOr<std::vector<std::string>> SelfCommandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  if (!in) return IoError("cannot read /proc/self/cmdline");
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> argv;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find('\0', start);
+    if (end == std::string::npos) end = all.size();
+    argv.push_back(all.substr(start, end - start));
+    start = end + 1;
+  }
+  return argv;
+}
+
+Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& options) {
+  if (options.nproc < 1) return InvalidArgumentError("--nproc: must be at least 1");
+  std::vector<pid_t> pids;
+  for (int64_t r = 0; r < options.nproc; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (const pid_t p : pids) kill(p, SIGKILL);
+      return IoError(fmt::format("fork for rank {} failed: {}", r, std::strerror(errno)));
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
+      setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(options.master_port).c_str(), 1);
+      setenv(kLaunchedEnv, "1", 1);
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv("/proc/self/exe", args.data());
+      std::fprintf(stderr, "sluice: rank %ld: exec failed: %s\n", static_cast<long>(r),
+                   std::strerror(errno));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<bool> running(pids.size(), true);
+  int64_t alive = static_cast<int64_t>(pids.size());
+  std::string failure;
+  bool bad_input = false;  // the first failed rank exited with 2 (bad usage or input)
+  std::chrono::steady_clock::time_point kill_at{};
+  bool terminated = false, killed = false;
+  while (alive > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (pids[r] != pid || !running[r]) continue;
+        running[r] = false;
+        --alive;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && failure.empty() && !terminated) {
+          failure = fmt::format("rank {} (pid {}) {}", r, pid, DescribeExit(status));
+          bad_input = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+          std::fprintf(stderr, "sluice: %s; stopping the other ranks\n", failure.c_str());
+        }
+      }
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (!failure.empty() && !terminated) {
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (running[r]) kill(pids[r], SIGTERM);
+      }
+      terminated = true;
+      kill_at = std::chrono::steady_clock::now() + options.grace;
+    }
+    if (terminated && !killed && std::chrono::steady_clock::now() >= kill_at) {
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (running[r]) kill(pids[r], SIGKILL);
+      }
+      killed = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!failure.empty()) {
+    return bad_input ? InvalidArgumentError(failure) : FailedPreconditionError(failure);
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::runtime

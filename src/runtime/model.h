@@ -1,0 +1,140 @@
+// The runtime's models in libtorch: decoder-only GPT and encoder-decoder T5 families, fp32, cut
+// into the plan's pipeline chunks (layout.h).
+//
+// Blocks are pre-LN: x + Attn(LN(x)), [x + CrossAttn(LN(x), encoder output)], x + MLP(LN(x)),
+// with biases, multi-head or grouped-query attention (kv_heads), GELU or SwiGLU MLPs. Inputs are
+// word + learned absolute position embeddings (T5's relative position bias is replaced by
+// learned positions; the decoder has its own position table). Attention is masked per
+// micro-batch: causal for decoders, per-sample spans for rows that pack several samples, padding
+// keys never attended. The loss is the summed token cross-entropy times MicroBatchInputs::
+// loss_scale. MoE models are not supported (Create says so).
+//
+// Initialisation is a function of (seed, parameter group, global layer index) only, so a model
+// cut into any number of chunks starts from exactly the weights of the uncut model. Parameter
+// names are global ("layers.3.attn.qkv.weight", "wte", ...) and identical across cuts.
+//
+// Profiling a stage: build a ModelShard for a configuration, make MicroBatchInputs of the shape
+// to time, call Chunk::Forward and autograd on its outputs (the executor does exactly that).
+//
+// Thread safety: a ModelShard is used by one thread at a time (autograd state in the tensors).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "model/model_spec.h"
+#include "runtime/batch_layout.h"
+#include "runtime/layout.h"
+#include "runtime/token_source.h"
+#include "runtime/torch_pch.h"
+
+namespace sluice::runtime {
+
+inline constexpr int64_t kIgnoreLabel = -100;
+
+// Everything about one micro-batch that each chunk derives locally from the plan and the samples
+// (never transferred): tokens, labels, positions and masks.
+struct MicroBatchInputs {
+  LayerShape shape;
+  at::Tensor tokens;         // [mbs, seqlen] int64 (the encoder's, or the only sequence); 0 = pad
+  at::Tensor dec_tokens;     // [mbs, dec_seqlen] int64 decoder inputs (encoder-decoder)
+  at::Tensor labels;         // [mbs, seqlen] or [mbs, dec_seqlen] int64, kIgnoreLabel = none
+  at::Tensor positions;      // [mbs, seqlen] int64, restarting at 0 for every packed sample
+  at::Tensor dec_positions;  // [mbs, dec_seqlen]
+  at::Tensor self_mask;      // [mbs, 1, seqlen, seqlen] bool, true = may not attend
+  at::Tensor dec_self_mask;  // [mbs, 1, dec_seqlen, dec_seqlen]
+  at::Tensor cross_mask;     // [mbs, 1, dec_seqlen, seqlen]
+  double loss_scale = 1.0;   // 1 / labels of the global batch
+};
+
+// REQUIRES: `layout` came from LayoutMicroBatch for `model`.
+MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchLayout& layout,
+                                       const TokenSource& tokens, double loss_scale);
+
+struct Linear {
+  at::Tensor weight;  // [out, in]
+  at::Tensor bias;    // [out]
+};
+struct Norm {
+  at::Tensor weight, bias;  // [hidden]
+};
+struct Block {
+  bool decoder = false;  // has cross-attention (T5 decoder layer)
+  Norm ln1, ln2, ln3;    // ln3: decoder layers only (before the MLP)
+  Linear qkv, proj;      // self-attention
+  Linear cross_q, cross_kv, cross_proj;
+  Linear fc1, fc2, gate;  // MLP: GELU uses fc1/fc2; SwiGLU uses gate, fc1 (up), fc2 (down)
+};
+
+// One virtual stage of the model.
+class Chunk {
+ public:
+  const ChunkSpec& spec() const { return spec_; }
+  // Runs the chunk on one micro-batch. `inputs`: on chunk 0 the token tensors LoadInput produced
+  // (tokens, and decoder tokens for encoder-decoder models); on other chunks the boundary
+  // activations (plan BoundaryShapes). `labels`: on the last chunk. Returns the boundary
+  // activations for the next chunk, or on the last chunk a one-element vector with the scaled
+  // loss. `selective`: recompute the attention core (scores, softmax) in the backward instead of
+  // storing it (Megatron's selective recomputation).
+  std::vector<at::Tensor> Forward(const std::vector<at::Tensor>& inputs, const at::Tensor& labels,
+                                  const MicroBatchInputs& mb, bool selective) const;
+  // This chunk's parameters (the shared word embedding included when it uses it).
+  const std::vector<at::Tensor>& parameters() const { return params_; }
+
+ private:
+  friend class ModelShard;
+  at::Tensor RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
+                      const at::Tensor& enc_out, const at::Tensor& cross_mask,
+                      bool selective) const;
+
+  const ModelSpec* model_ = nullptr;
+  ChunkSpec spec_;
+  at::Tensor wte_, wpe_, dec_wpe_;  // as used by this chunk (undefined otherwise)
+  std::vector<Block> encoder_, decoder_;
+  Norm enc_ln_, final_ln_;
+  at::Tensor head_;  // untied output head [vocab, hidden]
+  std::vector<at::Tensor> params_;
+};
+
+// The chunks one pipeline rank holds, sharing one word-embedding parameter.
+class ModelShard {
+ public:
+  // Chunks c with c % pp == pp_index of a pp * vpp cut. Errors: MoE models, a cut
+  // CheckParallelFits would reject.
+  static StatusOr<std::unique_ptr<ModelShard>> Create(const ModelSpec& model, int64_t pp,
+                                                      int64_t vpp, int64_t pp_index,
+                                                      uint64_t seed);
+  ModelShard(const ModelShard&) = delete;
+  ModelShard& operator=(const ModelShard&) = delete;
+
+  const ModelSpec& model() const { return model_; }
+  bool HasChunk(int64_t stage) const;
+  // REQUIRES: HasChunk(stage).
+  const Chunk& chunk(int64_t stage) const;
+  // Parameters whose gradients the reductions of `stage` carry: the chunk's own, and the shared
+  // word embedding on the lowest stage of this rank that uses it (its last backward, so its
+  // reduction, comes last). REQUIRES: HasChunk(stage).
+  const std::vector<at::Tensor>& StageParameters(int64_t stage) const;
+  // Every parameter once, with its global name, in creation order.
+  const std::vector<std::pair<std::string, at::Tensor>>& NamedParameters() const { return named_; }
+  std::vector<at::Tensor> Parameters() const;
+  int64_t NumParameters() const;
+  // The word embedding when this rank holds it (else undefined).
+  const at::Tensor& word_embedding() const { return wte_; }
+
+ private:
+  ModelShard() = default;
+
+  ModelSpec model_;
+  int64_t pp_ = 1;
+  std::vector<std::unique_ptr<Chunk>> chunks_;  // [stage / pp] this rank's chunks, ascending
+  std::vector<std::vector<at::Tensor>> stage_params_;
+  std::vector<std::pair<std::string, at::Tensor>> named_;
+  at::Tensor wte_;
+};
+
+}  // namespace sluice::runtime

@@ -1,0 +1,590 @@
+#include "runtime/profiler.h"
+
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include "runtime/batch_layout.h"
+#include "runtime/memory_stats.h"
+#include "runtime/model.h"
+#include "runtime/token_source.h"
+#include "runtime/torch_pch.h"
+
+namespace sluice::runtime {
+namespace {
+
+// Probe models have 3 layers per stack cut into one-layer chunks, so chunk 1 (decoder-only) or
+// chunks 1 and 4 (encoder-decoder, 6 chunks) hold exactly one layer and nothing else, and the
+// last chunk holds one layer plus the output head.
+constexpr int64_t kProbeLayers = 3;
+constexpr int64_t kMaxMbs = 1 << 20;
+
+using Clock = std::chrono::steady_clock;
+
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int64_t threads) : previous_(at::get_num_threads()) {
+    at::set_num_threads(static_cast<int>(threads));
+  }
+  ~ScopedThreads() { at::set_num_threads(previous_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+Status CheckList(const std::vector<int64_t>& values, std::string_view flag, int64_t lo,
+                 int64_t hi, std::string_view what) {
+  if (values.empty()) return InvalidArgumentError(fmt::format("{}: give at least one {}", flag, what));
+  std::set<int64_t> seen;
+  for (const int64_t v : values) {
+    if (v < lo || v > hi) {
+      return InvalidArgumentError(
+          fmt::format("{}: {} {} is out of range (allowed: {} to {})", flag, what, v, lo, hi));
+    }
+    if (!seen.insert(v).second) {
+      return InvalidArgumentError(fmt::format("{}: {} {} is given twice", flag, what, v));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<int64_t> Sorted(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// The probe chunks of one model.
+struct Probes {
+  ModelSpec model;                        // the probe model (kProbeLayers per stack)
+  std::unique_ptr<ModelShard> encoder;    // one encoder (decoder-only: the) layer
+  std::unique_ptr<ModelShard> decoder;    // encoder-decoder: one decoder layer
+  std::unique_ptr<ModelShard> head;       // one layer + final norm + head + loss
+  std::unique_ptr<ModelShard> embedding;  // chunk 0: embedding + one layer (parameter count)
+  int64_t encoder_stage = 1, decoder_stage = 4, head_stage = 2;
+
+  const Chunk& encoder_chunk() const { return encoder->chunk(encoder_stage); }
+  const Chunk& decoder_chunk() const { return decoder->chunk(decoder_stage); }
+  const Chunk& head_chunk() const { return head->chunk(head_stage); }
+};
+
+StatusOr<Probes> MakeProbes(const ModelSpec& model, uint64_t seed) {
+  Probes p;
+  p.model = model;
+  p.model.layers = kProbeLayers;
+  const bool enc_dec = model.is_encoder_decoder();
+  if (enc_dec) p.model.decoder_layers = kProbeLayers;
+  const int64_t chunks = enc_dec ? 2 * kProbeLayers : kProbeLayers;
+  p.encoder_stage = 1;
+  p.decoder_stage = enc_dec ? kProbeLayers + 1 : -1;
+  p.head_stage = chunks - 1;
+  SLUICE_ASSIGN_OR_RETURN(p.encoder, ModelShard::Create(p.model, chunks, 1, p.encoder_stage, seed));
+  if (enc_dec) {
+    SLUICE_ASSIGN_OR_RETURN(p.decoder,
+                            ModelShard::Create(p.model, chunks, 1, p.decoder_stage, seed));
+  }
+  SLUICE_ASSIGN_OR_RETURN(p.head, ModelShard::Create(p.model, chunks, 1, p.head_stage, seed));
+  SLUICE_ASSIGN_OR_RETURN(p.embedding, ModelShard::Create(p.model, chunks, 1, 0, seed));
+  // Gradients exist from the start, as in training after the first step: every measured backward
+  // accumulates into them instead of allocating them.
+  for (ModelShard* shard : {p.encoder.get(), p.decoder.get(), p.head.get()}) {
+    if (shard == nullptr) continue;
+    for (at::Tensor& t : shard->Parameters()) t.mutable_grad() = torch::zeros_like(t);
+  }
+  return p;
+}
+
+int64_t Numel(const std::vector<at::Tensor>& params) {
+  int64_t n = 0;
+  for (const at::Tensor& t : params) n += t.numel();
+  return n;
+}
+double Fp16Mb(int64_t params) { return static_cast<double>(params) * 2.0 / 1e6; }
+
+// What a chunk is given: the micro-batch's tokens, masks and labels, the boundary activations
+// (requiring gradients) and, for chunks that do not end in the loss, the gradients of outputs.
+struct PointInputs {
+  MicroBatchInputs mb;
+  std::vector<at::Tensor> activations;
+  std::vector<at::Tensor> grad_outputs;
+};
+
+enum class ProbeKind { kEncoderLayer, kDecoderLayer, kHead };
+
+PointInputs MakeInputs(const ModelSpec& model, const LayerShape& shape, ProbeKind kind,
+                       const TokenSource& tokens, at::Generator& gen) {
+  const bool enc_dec = model.is_encoder_decoder();
+  MicroBatchLayout layout;
+  layout.shape = shape;
+  for (int64_t r = 0; r < shape.mbs; ++r) {
+    RowSegment s;
+    s.sample_id = r;
+    s.length = shape.seqlen;
+    if (enc_dec) s.dec_length = shape.dec_seqlen;
+    layout.rows.push_back({s});
+    layout.label_tokens += enc_dec ? shape.dec_seqlen : shape.seqlen;
+  }
+  PointInputs in;
+  in.mb = BuildMicroBatchInputs(model, layout, tokens,
+                                1.0 / static_cast<double>(std::max<int64_t>(1, layout.label_tokens)));
+  auto act = [&](int64_t len) {
+    return torch::randn({shape.mbs, len, model.hidden}, gen, torch::kFloat32).requires_grad_(true);
+  };
+  const bool two_streams = enc_dec && kind != ProbeKind::kEncoderLayer;
+  if (two_streams) {
+    in.activations = {act(shape.seqlen), act(shape.dec_seqlen)};
+  } else {
+    in.activations = {act(shape.seqlen)};
+  }
+  if (kind != ProbeKind::kHead) {
+    for (const at::Tensor& a : in.activations) {
+      in.grad_outputs.push_back(torch::randn(a.sizes(), gen, torch::kFloat32) * 1e-3);
+    }
+  }
+  return in;
+}
+
+struct Pass {
+  Duration forward, backward;
+  Bytes stored, peak;
+};
+
+bool IsOutOfMemory(const std::exception& e, const CpuMemoryCounter& counter) {
+  if (counter.limit_hit() || dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
+  const std::string_view what = e.what();
+  return what.find("not enough memory") != std::string_view::npos ||
+         what.find("can't allocate memory") != std::string_view::npos;
+}
+
+// One forward and backward of `chunk`; nullopt when it ran out of memory (or would hold more
+// than `limit` above what was live before it).
+StatusOr<std::optional<Pass>> RunOnce(const Chunk& chunk, PointInputs& in, Recompute rc,
+                                      std::optional<Bytes> limit, CpuMemoryCounter& counter) {
+  for (at::Tensor& a : in.activations) a.mutable_grad().reset();
+  const Bytes base = counter.current();
+  counter.ResetPeak();
+  counter.SetLimit(limit.has_value() ? std::optional<Bytes>(base + *limit) : std::nullopt);
+  struct ClearLimit {
+    CpuMemoryCounter& c;
+    ~ClearLimit() { c.SetLimit(std::nullopt); }
+  } clear_limit{counter};
+  try {
+    const bool full = rc == Recompute::kFull;
+    const bool selective = rc == Recompute::kSelective;
+    const Clock::time_point t0 = Clock::now();
+    std::vector<at::Tensor> outs;
+    if (full) {
+      torch::NoGradGuard no_grad;
+      outs = chunk.Forward(in.activations, in.mb.labels, in.mb, false);
+    } else {
+      outs = chunk.Forward(in.activations, in.mb.labels, in.mb, selective);
+    }
+    const Clock::time_point t1 = Clock::now();
+    const Bytes stored = counter.current() - base;
+    if (full) {
+      // Keep the stored outputs alive (the next layer holds them) while recomputing.
+      const std::vector<at::Tensor> again = chunk.Forward(in.activations, in.mb.labels, in.mb,
+                                                          false);
+      torch::autograd::backward(again, in.grad_outputs);
+    } else {
+      torch::autograd::backward(outs, in.grad_outputs);
+    }
+    const Clock::time_point t2 = Clock::now();
+    Pass pass;
+    pass.forward = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    pass.backward = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count());
+    pass.stored = stored;
+    pass.peak = counter.peak() - base;
+    return std::optional<Pass>(pass);
+  } catch (const std::exception& e) {
+    if (IsOutOfMemory(e, counter)) return std::optional<Pass>();
+    return InternalError(fmt::format("profile: libtorch failed: {}", e.what()));
+  }
+}
+
+double MedianMs(std::vector<Duration> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const Duration mid = n % 2 == 1 ? v[n / 2] : Duration::Nanos((v[n / 2 - 1].nanos() + v[n / 2].nanos()) / 2);
+  return mid.millis();
+}
+
+struct PointResult {
+  double forward_ms = 0, backward_ms = 0;
+  Bytes stored, peak;
+};
+
+// Warm-up, then `repeats` timed passes: medians of the times, the largest memory.
+StatusOr<std::optional<PointResult>> MeasureLayer(const Chunk& chunk, PointInputs& in,
+                                                  Recompute rc, const ProfileOptions& o,
+                                                  CpuMemoryCounter& counter) {
+  std::vector<Duration> fwd, bwd;
+  PointResult r;
+  for (int64_t i = 0; i < o.warmup + o.repeats; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(std::optional<Pass> p, RunOnce(chunk, in, rc, o.activation_limit, counter));
+    if (!p.has_value()) return std::optional<PointResult>();
+    if (i < o.warmup) continue;
+    fwd.push_back(p->forward);
+    bwd.push_back(p->backward);
+    r.stored = std::max(r.stored, p->stored);
+    r.peak = std::max(r.peak, p->peak);
+  }
+  r.forward_ms = MedianMs(fwd);
+  r.backward_ms = MedianMs(bwd);
+  return std::optional<PointResult>(r);
+}
+
+struct PairResult {
+  std::optional<PointResult> layer;  // the one-layer chunk at recompute none
+  std::optional<double> head_forward_ms, head_backward_ms;  // nullopt: out of memory
+};
+
+// The one-layer chunk and the layer+head chunk alternately; the head's times are the medians of
+// the paired differences.
+StatusOr<PairResult> MeasureHead(const Chunk& layer, PointInputs& layer_in, const Chunk& head,
+                                 PointInputs& head_in, const ProfileOptions& o,
+                                 CpuMemoryCounter& counter, const std::string& where) {
+  std::vector<Duration> lf, lb, df, db;
+  PointResult lr;
+  bool layer_fits = true, head_fits = true;
+  for (int64_t i = 0; i < o.warmup + o.repeats && layer_fits; ++i) {
+    SLUICE_ASSIGN_OR_RETURN(std::optional<Pass> a, RunOnce(layer, layer_in, Recompute::kNone,
+                                                           o.activation_limit, counter));
+    if (!a.has_value()) {
+      layer_fits = false;
+      break;
+    }
+    std::optional<Pass> b;
+    if (head_fits) {
+      SLUICE_ASSIGN_OR_RETURN(b, RunOnce(head, head_in, Recompute::kNone, o.activation_limit, counter));
+      head_fits = b.has_value();
+    }
+    if (i < o.warmup) continue;
+    lf.push_back(a->forward);
+    lb.push_back(a->backward);
+    lr.stored = std::max(lr.stored, a->stored);
+    lr.peak = std::max(lr.peak, a->peak);
+    if (head_fits) {
+      df.push_back(b->forward - a->forward);
+      db.push_back(b->backward - a->backward);
+    }
+  }
+  PairResult out;
+  if (!layer_fits) return out;  // the head chunk holds a layer too: it cannot fit either
+  lr.forward_ms = MedianMs(lf);
+  lr.backward_ms = MedianMs(lb);
+  out.layer = lr;
+  if (!head_fits) return out;
+  const double f = MedianMs(df), b = MedianMs(db);
+  if (!(f > 0) || !(b > 0)) {
+    return FailedPreconditionError(fmt::format(
+        "profile: at {} the output head's time (layer+head chunk minus layer chunk: forward "
+        "{:.4f} ms, backward {:.4f} ms) is not above timing noise; raise --repeats or run on a "
+        "quieter machine",
+        where, f, b));
+  }
+  out.head_forward_ms = f;
+  out.head_backward_ms = b;
+  return out;
+}
+
+// Results by (key, dec key) -> mbs -> value, for one series.
+using SeriesMap = std::map<std::pair<int64_t, int64_t>, std::map<int64_t, double>>;
+
+CostSeries ToSeries(const SeriesMap& m, bool pair_keys) {
+  CostSeries out;
+  for (const auto& [key, points] : m) {
+    if (points.empty()) continue;
+    CostRow row;
+    row.seqlen = key.first;
+    row.dec_seqlen = pair_keys ? key.second : 0;
+    for (const auto& [mbs, v] : points) {
+      row.mbs.push_back(mbs);
+      row.value.push_back(v);
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+// A positive value for the file: memory that rounds to 0 MB is written as 1 byte.
+double PositiveMb(Bytes b) { return std::max(b.mb(), 1e-6); }
+
+struct LayerSeries {
+  SeriesMap forward, backward, stored, peak;
+  void Add(std::pair<int64_t, int64_t> key, int64_t mbs, const PointResult& r) {
+    forward[key][mbs] = r.forward_ms;
+    backward[key][mbs] = r.backward_ms;
+    stored[key][mbs] = PositiveMb(r.stored);
+    peak[key][mbs] = PositiveMb(r.peak);
+  }
+};
+
+std::string ReadCpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(' '));
+        return name;
+      }
+    }
+  }
+  return "unknown CPU";
+}
+
+}  // namespace
+
+std::string DescribeCpu(int64_t threads) {
+  return fmt::format("CPU {} ({} logical cores), {} intra-op thread{}, libtorch {} fp32",
+                     ReadCpuModel(), std::thread::hardware_concurrency(), threads,
+                     threads == 1 ? "" : "s", TORCH_VERSION);
+}
+
+Status ValidateProfileOptions(const ModelSpec& model, const ProfileOptions& o) {
+  if (model.moe.has_value()) {
+    return InvalidArgumentError(fmt::format(
+        "--model: '{}' has MoE layers; the runtime and the layer-cost-table/1 format cover dense "
+        "models only",
+        model.name));
+  }
+  const int64_t kv = model.kv_heads > 0 ? model.kv_heads : model.heads;
+  if (kv != model.heads) {
+    return InvalidArgumentError(fmt::format(
+        "--model: '{}' uses grouped-query attention ({} kv heads for {} heads); "
+        "layer-cost-table/1 describes multi-head attention only",
+        model.name, kv, model.heads));
+  }
+  if (model.mlp != MlpKind::kGelu) {
+    return InvalidArgumentError(fmt::format(
+        "--model: '{}' has a SwiGLU MLP; layer-cost-table/1 describes two-matrix (GELU) MLPs only",
+        model.name));
+  }
+  SLUICE_RETURN_IF_ERROR(CheckList(o.mbs, "--mbs", 1, kMaxMbs, "micro-batch size"));
+  SLUICE_RETURN_IF_ERROR(
+      CheckList(o.seqlens, "--seqlen", 1, model.max_position,
+                fmt::format("sequence length (the model's max_position is {})", model.max_position)));
+  if (!o.dec_seqlens.empty()) {
+    if (!model.is_encoder_decoder()) {
+      return InvalidArgumentError(fmt::format(
+          "--dec-seqlen: model '{}' is decoder-only; decoder lengths apply to encoder-decoder "
+          "models only",
+          model.name));
+    }
+    SLUICE_RETURN_IF_ERROR(CheckList(
+        o.dec_seqlens, "--dec-seqlen", 1, model.max_position,
+        fmt::format("decoder length (the model's max_position is {})", model.max_position)));
+  }
+  if (o.recompute.empty()) {
+    return InvalidArgumentError("--recompute: give at least one of none, selective, full");
+  }
+  std::set<Recompute> levels;
+  for (const Recompute rc : o.recompute) {
+    if (!levels.insert(rc).second) {
+      return InvalidArgumentError(
+          fmt::format("--recompute: '{}' is given twice", RecomputeName(rc)));
+    }
+  }
+  if (o.repeats < 1 || o.repeats > 1000) {
+    return InvalidArgumentError(
+        fmt::format("--repeats: {} is out of range (allowed: 1 to 1000)", o.repeats));
+  }
+  if (o.warmup < 0 || o.warmup > 1000) {
+    return InvalidArgumentError(
+        fmt::format("--warmup: {} is out of range (allowed: 0 to 1000)", o.warmup));
+  }
+  if (o.threads < 1 || o.threads > 1024) {
+    return InvalidArgumentError(
+        fmt::format("--threads: {} is out of range (allowed: 1 to 1024)", o.threads));
+  }
+  if (o.activation_limit.has_value() && o.activation_limit->count() <= 0) {
+    return InvalidArgumentError("--max-activation-mb: must be positive");
+  }
+  return Status::Ok();
+}
+
+int64_t ProfileWorkUnits(const ModelSpec& model, const ProfileOptions& o) {
+  const int64_t m = static_cast<int64_t>(o.mbs.size());
+  const int64_t s = static_cast<int64_t>(o.seqlens.size());
+  const int64_t r = static_cast<int64_t>(o.recompute.size());
+  if (!model.is_encoder_decoder()) return s * m * (r + 1);
+  const int64_t d = static_cast<int64_t>(o.dec_seqlens.empty() ? o.seqlens.size()
+                                                               : o.dec_seqlens.size());
+  // encoder layers, decoder layers, heads (one per decoder length)
+  return s * m * r + s * d * m * r + d * m;
+}
+
+StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptions& o,
+                                      Progress* progress) {
+  SLUICE_RETURN_IF_ERROR(ValidateProfileOptions(model, o));
+  const bool enc_dec = model.is_encoder_decoder();
+  const std::vector<int64_t> mbs_list = Sorted(o.mbs);
+  const std::vector<int64_t> seqlens = Sorted(o.seqlens);
+  const std::vector<int64_t> dec_seqlens = Sorted(o.dec_seqlens.empty() ? o.seqlens : o.dec_seqlens);
+  auto advance = [&](int64_t n) {
+    if (progress != nullptr) progress->Add(n);
+  };
+
+  // The counter is created first so that it outlives every tensor made below.
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<CpuMemoryCounter> counter, CpuMemoryCounter::Install());
+  ScopedThreads threads(o.threads);
+  SLUICE_ASSIGN_OR_RETURN(Probes probes, MakeProbes(model, o.seed));
+  const TokenSource tokens(model.vocab, o.seed);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed ^ 0x70726f66696c65ULL);
+  const bool has_none =
+      std::find(o.recompute.begin(), o.recompute.end(), Recompute::kNone) != o.recompute.end();
+
+  std::map<Recompute, LayerSeries> enc, dec;
+  SeriesMap head_fwd, head_bwd;
+
+  // Measures one layer series point for every recompute level; `pair_head` also measures the head
+  // against the layer at recompute none. Holes stop the row: `fits` marks which (level) rows still
+  // fit for larger micro-batch sizes.
+  auto measure_key = [&](const Chunk& layer_chunk, ProbeKind kind, std::pair<int64_t, int64_t> key,
+                         int64_t dec_len, bool pair_head, std::map<Recompute, LayerSeries>* series,
+                         const std::string& where_prefix) -> Status {
+    std::set<Recompute> out_of_memory;
+    bool head_oom = false;
+    for (const int64_t mbs : mbs_list) {
+      const LayerShape shape{mbs, key.first, enc_dec ? dec_len : 0};
+      const std::string where = fmt::format("{} mbs {}", where_prefix, mbs);
+      PointInputs in = MakeInputs(probes.model, shape, kind, tokens, gen);
+      const bool pair = pair_head && !head_oom && out_of_memory.count(Recompute::kNone) == 0;
+      if (pair) {
+        PointInputs head_in = MakeInputs(probes.model, shape, ProbeKind::kHead, tokens, gen);
+        SLUICE_ASSIGN_OR_RETURN(PairResult pr, MeasureHead(layer_chunk, in, probes.head_chunk(),
+                                                           head_in, o, *counter, where));
+        if (pr.head_forward_ms.has_value()) {
+          const std::pair<int64_t, int64_t> head_key{enc_dec ? dec_len : key.first, 0};
+          head_fwd[head_key][mbs] = *pr.head_forward_ms;
+          head_bwd[head_key][mbs] = *pr.head_backward_ms;
+        } else {
+          head_oom = true;
+        }
+        if (has_none) {
+          if (pr.layer.has_value()) {
+            (*series)[Recompute::kNone].Add(key, mbs, *pr.layer);
+          } else {
+            out_of_memory.insert(Recompute::kNone);
+          }
+        }
+        advance(has_none ? 2 : 1);
+      } else if (pair_head) {
+        advance(1);  // the head's unit: out of memory at a smaller size
+      }
+      for (const Recompute rc : o.recompute) {
+        if (pair && rc == Recompute::kNone) continue;
+        if (out_of_memory.count(rc) > 0) {
+          advance(1);
+          continue;
+        }
+        SLUICE_ASSIGN_OR_RETURN(std::optional<PointResult> r,
+                                MeasureLayer(layer_chunk, in, rc, o, *counter));
+        if (r.has_value()) {
+          (*series)[rc].Add(key, mbs, *r);
+        } else {
+          out_of_memory.insert(rc);
+        }
+        advance(1);
+      }
+    }
+    return Status::Ok();
+  };
+
+  for (const int64_t len : seqlens) {
+    // Decoder-only: the head reads the same length, so it pairs with the layer here.
+    SLUICE_RETURN_IF_ERROR(measure_key(probes.encoder_chunk(), ProbeKind::kEncoderLayer, {len, 0},
+                                       dec_seqlens.front(), /*pair_head=*/!enc_dec, &enc,
+                                       fmt::format("seqlen {}", len)));
+  }
+  if (enc_dec) {
+    for (const int64_t len : seqlens) {
+      for (const int64_t dlen : dec_seqlens) {
+        // The head is keyed by the decoder length; it pairs with the decoder layer at the
+        // shortest encoder length (the difference does not depend on it).
+        SLUICE_RETURN_IF_ERROR(measure_key(probes.decoder_chunk(), ProbeKind::kDecoderLayer,
+                                           {len, dlen}, dlen, /*pair_head=*/len == seqlens.front(),
+                                           &dec, fmt::format("seqlen {} dec seqlen {}", len, dlen)));
+      }
+    }
+  }
+
+  LayerCostTable table;
+  table.measured_on = fmt::format("{}; sluice runtime models, per layer, median of {} runs after "
+                                  "{} warm-up",
+                                  DescribeCpu(o.threads), o.repeats, o.warmup);
+  table.provenance = o.command.empty() ? std::string("sluice profile")
+                                       : fmt::format("sluice profile: {}", o.command);
+  table.layout =
+      "tables[] per (tp, recompute), tp 1. time_ms: one layer's forward and backward (a "
+      "recomputed forward counts in the backward) in ms, median of the timed runs; postprocess = "
+      "final norm + output head + loss, measured as (one layer + head) minus (one layer). "
+      "stored_activation_mb: bytes allocated by the forward and still live after it (saved "
+      "tensors and the output), peak_activation_mb: highest live bytes during forward and "
+      "backward, both relative to before the forward, in MB (10^6 bytes), counted at libtorch's "
+      "CPU allocator. param_mb: the runtime's parameters of one layer (of the input embedding "
+      "with its position table) at 2 bytes each. Absent points ran out of memory.";
+  table.model.name = model.name;
+  table.model.kind = model.kind;
+  table.model.hidden = model.hidden;
+  table.model.heads = model.heads;
+  table.model.kv_channels = model.head_dim > 0 ? model.HeadDim() : 0;
+  table.model.ffn_hidden = model.ffn_hidden;
+  table.model.profiled_stages = {enc_dec ? "encoder = encoder layer" : "encoder = decoder-only "
+                                                                       "transformer layer"};
+  if (enc_dec) table.model.profiled_stages.push_back("decoder = decoder layer");
+  table.model.profiled_stages.push_back("postprocess = final norm, output head, loss");
+
+  const int e = static_cast<int>(TableStage::kEncoder);
+  const int d = static_cast<int>(TableStage::kDecoder);
+  const int p = static_cast<int>(TableStage::kPostprocess);
+  const int64_t enc_layer_params = Numel(probes.encoder_chunk().parameters());
+  const int64_t chunk0_params = Numel(probes.embedding->chunk(0).parameters());
+  for (const Recompute rc : o.recompute) {
+    TableConfig c;
+    c.tp = 1;
+    c.recompute = rc;
+    const LayerSeries& es = enc[rc];
+    c.forward_ms[e] = ToSeries(es.forward, false);
+    c.backward_ms[e] = ToSeries(es.backward, false);
+    c.stored_activation_mb[e] = ToSeries(es.stored, false);
+    c.peak_activation_mb[e] = ToSeries(es.peak, false);
+    if (enc_dec) {
+      const LayerSeries& ds = dec[rc];
+      c.forward_ms[d] = ToSeries(ds.forward, true);
+      c.backward_ms[d] = ToSeries(ds.backward, true);
+      c.stored_activation_mb[d] = ToSeries(ds.stored, true);
+      c.peak_activation_mb[d] = ToSeries(ds.peak, true);
+      c.param_mb[d] = Fp16Mb(Numel(probes.decoder_chunk().parameters()));
+    }
+    c.forward_ms[p] = ToSeries(head_fwd, false);
+    c.backward_ms[p] = ToSeries(head_bwd, false);
+    c.param_mb[e] = Fp16Mb(enc_layer_params);
+    c.embedding_param_mb = Fp16Mb(chunk0_params - enc_layer_params);
+    const bool empty = c.forward_ms[e].empty() || c.forward_ms[p].empty() ||
+                       (enc_dec && c.forward_ms[d].empty());
+    if (empty) {
+      return FailedPreconditionError(fmt::format(
+          "profile: at recompute {} no point of some layer kind fit --max-activation-mb or the "
+          "machine's memory; try smaller --mbs or --seqlen values",
+          RecomputeName(rc)));
+    }
+    table.configs.push_back(std::move(c));
+  }
+  return table;
+}
+
+}  // namespace sluice::runtime

@@ -1,0 +1,652 @@
+#include "runtime/trainer.h"
+
+#include <fmt/core.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "base/json_util.h"
+#include "base/progress.h"
+#include "plan/plan_json.h"
+#include "plan/validate.h"
+#include "runtime/batch_layout.h"
+#include "runtime/comm.h"
+#include "runtime/executor.h"
+#include "runtime/layout.h"
+#include "runtime/model.h"
+#include "runtime/plan_package.h"
+#include "runtime/token_source.h"
+#include "runtime/trace_recorder.h"
+
+namespace sluice::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string PlanKey(int64_t i) { return fmt::format("sluice/plan/{}", i); }
+std::string HashKey(int64_t i) { return fmt::format("sluice/plan/{}/hash", i); }
+std::string ReadKey(int64_t i) { return fmt::format("sluice/plan/{}/read", i); }
+std::string StatsKey(int64_t i, int64_t r) { return fmt::format("sluice/stats/{}/{}", i, r); }
+constexpr const char* kEpochKey = "sluice/epoch_ns";
+constexpr const char* kDoneKey = "sluice/done";
+
+std::string HashText(std::span<const uint8_t> bytes) {
+  return fmt::format("{:016x}", Fnv1a64(bytes));
+}
+
+// Peak resident memory of this process (VmHWM, bytes); 0 when unknown.
+int64_t PeakRss() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream s(line.substr(6));
+      int64_t kb = 0;
+      s >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+// Restarts the VmHWM count (Linux: "5" > /proc/self/clear_refs); harmless when refused.
+void ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (out) out << "5";
+}
+
+void InjectFault(const FaultSpec& f, int64_t rank, int64_t iteration) {
+  if (f.kind == FaultSpec::Kind::kNone || f.rank != rank || f.iteration != iteration) return;
+  std::fprintf(stderr, "sluice: rank %ld: injecting fault at iteration %ld (--fault)\n",
+               static_cast<long>(rank), static_cast<long>(iteration));
+  std::fflush(stderr);
+  switch (f.kind) {
+    case FaultSpec::Kind::kExit: std::_Exit(3);
+    case FaultSpec::Kind::kKill: raise(SIGKILL); break;
+    case FaultSpec::Kind::kStop: raise(SIGSTOP); break;
+    case FaultSpec::Kind::kHang:
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    case FaultSpec::Kind::kNone: break;
+  }
+}
+
+// Rank 0's planner thread: plans (or reads) iteration i's plan while rank 0 runs an earlier one
+// and publishes it in the store, at most `lookahead` iterations ahead.
+class PlanService {
+ public:
+  PlanService(const TrainOptions& o, const DistEnv& env) : o_(o), env_(env) {}
+  ~PlanService() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Status Start() {
+    SLUICE_ASSIGN_OR_RETURN(store_, StoreClient::Connect(env_, /*join=*/false, o_.timeout));
+    for (const Sample& s : o_.plan_samples) plan_samples_[s.id] = s;
+    thread_ = std::thread([this] { Loop(); });
+    return Status::Ok();
+  }
+
+  // The main thread began iteration `i`.
+  void Started(int64_t i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_ = i;
+    }
+    cv_.notify_all();
+  }
+
+  // Notes about skipped batches, taken by the caller for printing.
+  std::vector<std::string> TakeNotes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(notes_, {});
+  }
+
+ private:
+  void Loop() {
+    std::optional<Planner> planner;
+    if (o_.plan_files.empty()) planner.emplace(*o_.evaluator, *o_.cluster, o_.planner);
+    for (int64_t i = 0;; ++i) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || i <= started_ + o_.lookahead; });
+        if (stop_) return;
+      }
+      PlanPackage p = Next(i, planner ? &*planner : nullptr);
+      p.iteration = i;
+      const std::vector<uint8_t> bytes = EncodePackage(p);
+      // The hash goes first: whoever sees the plan key also finds its hash.
+      if (!store_->SetString(HashKey(i), HashText(bytes)).ok() ||
+          !store_->Set(PlanKey(i), bytes).ok()) {
+        return;  // the store is gone; the watchdog reports it
+      }
+      if (p.kind != PackageKind::kPlan) return;
+    }
+  }
+
+  PlanPackage Next(int64_t i, const Planner* planner) {
+    PlanPackage p;
+    if (o_.iterations > 0 && i >= o_.iterations) {
+      p.kind = PackageKind::kEnd;
+      return p;
+    }
+    if (!o_.plan_files.empty()) {
+      if (i >= static_cast<int64_t>(o_.plan_files.size())) {
+        p.kind = PackageKind::kEnd;
+        return p;
+      }
+      Status s = ReadPlanFileInto(o_.plan_files[i], &p);
+      if (!s.ok()) {
+        p.kind = PackageKind::kError;
+        p.error = s.message();
+      }
+      return p;
+    }
+    GlobalBatch batch;
+    while (o_.batcher->Next(&batch)) {
+      StatusOr<PlanResult> r = planner->Plan(batch.samples);
+      if (!r.ok()) {
+        p.kind = PackageKind::kError;
+        p.error = fmt::format("planning batch {}: {}", batch.index, r.status().message());
+        return p;
+      }
+      if (r->outcome != PlanOutcome::kOk) {
+        std::lock_guard<std::mutex> lock(mu_);
+        notes_.push_back(fmt::format("batch {} skipped: {}: {}", batch.index,
+                                     PlanOutcomeName(r->outcome), r->infeasible_reason));
+        continue;
+      }
+      p.batch_index = batch.index;
+      p.samples = batch.samples;
+      p.plan = std::move(r->plan);
+      return p;
+    }
+    p.kind = PackageKind::kEnd;
+    return p;
+  }
+
+  Status ReadPlanFileInto(const std::string& path, PlanPackage* p) {
+    SLUICE_ASSIGN_OR_RETURN(p->plan, ReadPlanFile(path));
+    Status valid = ValidatePlan(p->plan);
+    if (!valid.ok()) return InvalidArgumentError(fmt::format("{}: {}", path, valid.message()));
+    for (const int64_t id : p->plan.sample_ids) {
+      const auto it = plan_samples_.find(id);
+      if (it == plan_samples_.end()) {
+        return InvalidArgumentError(
+            fmt::format("{}: sample {} is not in --data (after --max-seqlen)", path, id));
+      }
+      p->samples.push_back(it->second);
+    }
+    return Status::Ok();
+  }
+
+  const TrainOptions& o_;
+  const DistEnv env_;
+  std::unique_ptr<StoreClient> store_;
+  std::unordered_map<int64_t, Sample> plan_samples_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t started_ = -1;  // guarded by mu_
+  bool stop_ = false;     // guarded by mu_
+  std::vector<std::string> notes_;  // guarded by mu_
+  std::thread thread_;
+};
+
+// One rank's figures of one iteration, posted to the store.
+struct RankStats {
+  double loss = 0;
+  int64_t start_ns = 0, end_ns = 0, peak_rss = 0, compute_ns = 0, wait_ns = 0;
+};
+
+std::string StatsToText(const RankStats& s) {
+  return nlohmann::json{{"loss", s.loss},          {"start_ns", s.start_ns},
+                        {"end_ns", s.end_ns},      {"peak_rss", s.peak_rss},
+                        {"compute_ns", s.compute_ns}, {"wait_ns", s.wait_ns}}
+      .dump();
+}
+
+StatusOr<RankStats> StatsFromText(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InternalError("malformed rank statistics");
+  RankStats s;
+  s.loss = j.value("loss", 0.0);
+  s.start_ns = j.value("start_ns", int64_t{0});
+  s.end_ns = j.value("end_ns", int64_t{0});
+  s.peak_rss = j.value("peak_rss", int64_t{0});
+  s.compute_ns = j.value("compute_ns", int64_t{0});
+  s.wait_ns = j.value("wait_ns", int64_t{0});
+  return s;
+}
+
+// What rank 0 knows about an iteration until every rank's figures are in.
+struct IterationInfo {
+  int64_t iteration = 0, batch_index = 0, tokens = 0, micro_batches = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& o, const DistEnv& env) : o_(o), env_(env) {}
+
+  Status Run() {
+    SLUICE_RETURN_IF_ERROR(Setup());
+    Status s = Loop();
+    if (!s.ok()) {
+      watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
+      watchdog_->Stop();
+      // Rank 0 serves the store: give the others a moment to read the failure before it goes.
+      if (env_.rank == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+      // Leave the process groups and threads as they are: peers may be gone, and c10d teardown
+      // would block on them. The process exits right after.
+      (void)comm_.release();
+      if (service_) (void)service_.release();
+      return s;
+    }
+    return Finish();
+  }
+
+ private:
+  Status Setup() {
+    const ParallelConfig& par = o_.parallel;
+    if (par.tp != 1 || par.ep != 1) {
+      return InvalidArgumentError(fmt::format(
+          "--parallel: the runtime implements tp = 1 and ep = 1 only (got tp = {}, ep = {}); "
+          "tensor and expert parallelism are planned and simulated but not executed",
+          par.tp, par.ep));
+    }
+    if (par.zero >= 2) {
+      return InvalidArgumentError(fmt::format(
+          "--parallel: zero = {} is not supported by the runtime (Gloo has no reduce-scatter); "
+          "use zero = 0 or 1 (ZeRO-1 runs as replicated AdamW, the same arithmetic)",
+          par.zero));
+    }
+    if (env_.world_size != par.dp * par.pp) {
+      return InvalidArgumentError(fmt::format(
+          "--parallel dp={} x pp={} needs {} processes, but the job has {} (WORLD_SIZE or --nproc)",
+          par.dp, par.pp, par.dp * par.pp, env_.world_size));
+    }
+    const Backend backend = o_.backend == "nccl" ? Backend::kNccl : Backend::kGloo;
+    if (o_.backend != "gloo" && o_.backend != "nccl") {
+      return InvalidArgumentError(
+          fmt::format("--backend: '{}' (allowed: gloo, nccl)", o_.backend));
+    }
+    // Validate the model before the rendezvous so that bad input fails fast on every rank.
+    SLUICE_ASSIGN_OR_RETURN(shard_, ModelShard::Create(o_.model, par.pp, par.vpp,
+                                                       env_.rank % par.pp, o_.seed));
+    int64_t threads = o_.threads;
+    if (threads <= 0) {
+      const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+      threads = std::max<int64_t>(1, cores / std::max<int64_t>(1, env_.local_world_size));
+    }
+    torch::set_num_threads(static_cast<int>(threads));
+    SLUICE_ASSIGN_OR_RETURN(
+        comm_, Communicator::Create(env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp),
+                                    backend, o_.timeout));
+    // A common time origin for the traces: rank 0's steady clock (shared on one host).
+    if (env_.rank == 0) {
+      epoch_ = Clock::now();
+      SLUICE_RETURN_IF_ERROR(comm_->store().SetString(
+          kEpochKey, std::to_string(epoch_.time_since_epoch().count())));
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(const std::string e, comm_->store().GetString(kEpochKey));
+      epoch_ = Clock::time_point(Clock::duration(std::stoll(e)));
+    }
+    SLUICE_ASSIGN_OR_RETURN(watchdog_, Watchdog::Start(env_, o_.timeout));
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        shard_->Parameters(),
+        torch::optim::AdamWOptions(o_.lr).betas({0.9, 0.95}).weight_decay(0.01));
+    tokens_ = std::make_unique<TokenSource>(o_.model.vocab, o_.seed);
+    trace_ = std::make_unique<TraceRecorder>(env_.rank, comm_->dp_index(), comm_->pp_index());
+    executor_ = std::make_unique<Executor>(shard_.get(), comm_.get(), optimizer_.get(),
+                                           watchdog_.get(), trace_.get(), tokens_.get(), epoch_);
+    if (env_.rank == 0) {
+      service_ = std::make_unique<PlanService>(o_, env_);
+      SLUICE_RETURN_IF_ERROR(service_->Start());
+      if (o_.print) {
+        fmt::print("runtime:  {} ranks (dp {} x pp {}{}), {} on {}, {} thread{} per rank, "
+                   "{} parameters\n",
+                   env_.world_size, par.dp, par.pp,
+                   par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "", o_.backend,
+                   backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads,
+                   threads == 1 ? "" : "s", TotalParameters());
+        std::fflush(stdout);
+      }
+      if (!o_.metrics_path.empty()) {
+        metrics_.open(o_.metrics_path, std::ios::trunc);
+        if (!metrics_) return IoError(fmt::format("--metrics {}: cannot write", o_.metrics_path));
+      }
+      progress_ = std::make_unique<Progress>("training", o_.iterations, stderr, 2);
+    }
+    return Status::Ok();
+  }
+
+  // Parameters of the whole model (not just this shard), for the banner.
+  int64_t TotalParameters() const {
+    int64_t n = 0;
+    for (int64_t p = 0; p < o_.parallel.pp; ++p) {
+      StatusOr<std::unique_ptr<ModelShard>> s =
+          ModelShard::Create(o_.model, o_.parallel.pp, o_.parallel.vpp, p, o_.seed);
+      if (!s.ok()) return 0;
+      n += (*s)->NumParameters();
+      // A word embedding held by several pipeline ranks is one parameter of the model.
+      if ((*s)->word_embedding().defined() && p != WordEmbeddingRanks(o_.model, o_.parallel.pp,
+                                                                      o_.parallel.vpp)[0]) {
+        n -= (*s)->word_embedding().numel();
+      }
+    }
+    return n;
+  }
+
+  StatusOr<PlanPackage> Fetch(int64_t i) {
+    StoreClient& store = comm_->store();
+    watchdog_->BeginWait(fmt::format("waiting for the plan of iteration {}", i), 0);
+    StatusOr<std::vector<uint8_t>> bytes = store.Get(PlanKey(i));
+    StatusOr<std::string> hash = bytes.ok() ? store.GetString(HashKey(i)) : bytes.status();
+    watchdog_->EndWait();
+    SLUICE_RETURN_IF_ERROR(bytes.status());
+    SLUICE_RETURN_IF_ERROR(hash.status());
+    const std::string source = fmt::format("plan of iteration {}", i);
+    if (HashText(*bytes) != *hash) {
+      return FailedPreconditionError(fmt::format(
+          "{}: hash mismatch: received {}, rank 0 published {}", source, HashText(*bytes), *hash));
+    }
+    SLUICE_ASSIGN_OR_RETURN(const int64_t readers, store.Add(ReadKey(i), 1));
+    if (readers == env_.world_size) {
+      SLUICE_RETURN_IF_ERROR(store.Delete(PlanKey(i)));
+      SLUICE_RETURN_IF_ERROR(store.Delete(HashKey(i)));
+      SLUICE_RETURN_IF_ERROR(store.Delete(ReadKey(i)));
+    }
+    if (env_.rank == 0 && !o_.dump_dir.empty()) {
+      const std::string path = fmt::format("{}/{}", o_.dump_dir, PackageDumpName(i));
+      SLUICE_RETURN_IF_ERROR(WriteStringToFile(
+          path, std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
+    }
+    return DecodePackage(*bytes, source);
+  }
+
+  Status DumpGrads(int64_t i) {
+    std::vector<NamedValues> out;
+    for (const auto& [name, p] : shard_->NamedParameters()) {
+      NamedValues v;
+      v.name = name;
+      const at::Tensor g = p.grad().defined() ? p.grad().contiguous() : torch::zeros_like(p);
+      v.values.assign(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
+      out.push_back(std::move(v));
+    }
+    return WriteNamedValues(fmt::format("{}/{}", o_.dump_dir, GradDumpName(i, env_.rank)), out);
+  }
+
+  Status Loop() {
+    for (int64_t i = 0;; ++i) {
+      if (service_) {
+        service_->Started(i);
+        PrintNotes();
+      }
+      SLUICE_ASSIGN_OR_RETURN(PlanPackage p, Fetch(i));
+      if (p.kind == PackageKind::kEnd) break;
+      if (p.kind == PackageKind::kError) {
+        return InvalidArgumentError(fmt::format("rank 0 could not plan iteration {}: {}", i,
+                                                p.error));
+      }
+      const std::string source =
+          o_.plan_files.empty() ? fmt::format("plan of iteration {}", i) : o_.plan_files[i];
+      SLUICE_RETURN_IF_ERROR(CheckPlanMatches(
+          p.plan, JobConfig{o_.model, o_.parallel, env_.world_size}, source));
+      InjectFault(o_.fault, env_.rank, i);
+      const SampleTable samples = MakeSampleTable(p.samples);
+      ResetPeakRss();
+      Executor::BeforeStep dump;
+      if (!o_.dump_dir.empty()) dump = [this, i] { return DumpGrads(i); };
+      SLUICE_ASSIGN_OR_RETURN(IterationResult r, executor_->Run(p.plan, samples, i, dump));
+      RankStats stats{r.loss, r.start_ns, r.end_ns, PeakRss(), r.compute.nanos(),
+                      r.waiting.nanos()};
+      SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
+      if (env_.rank == 0) {
+        IterationInfo info{i, p.batch_index, 0, 0};
+        for (const PlanReplica& rep : p.plan.replicas) {
+          info.micro_batches += static_cast<int64_t>(rep.micro_batches.size());
+          for (const PlanMicroBatch& mb : rep.micro_batches) {
+            for (const auto& row : mb.rows) {
+              for (const int64_t id : row) info.tokens += samples.at(id).tokens();
+            }
+          }
+        }
+        // Every rank has finished iteration i - 1 by now (rank 0's iteration i needed them).
+        if (pending_) SLUICE_RETURN_IF_ERROR(Report(*pending_));
+        pending_ = info;
+      }
+      ++iterations_;
+    }
+    if (env_.rank == 0 && pending_) SLUICE_RETURN_IF_ERROR(Report(*pending_));
+    return Status::Ok();
+  }
+
+  void PrintNotes() {
+    if (!o_.print) return;
+    for (const std::string& note : service_->TakeNotes()) {
+      progress_->Clear();
+      fmt::print("{}\n", note);
+    }
+  }
+
+  // Rank 0: collects every rank's figures of an iteration and prints its line.
+  Status Report(const IterationInfo& info) {
+    double loss = 0;
+    int64_t start = INT64_MAX, end = 0, peak = 0, peak_rank = 0;
+    for (int64_t r = 0; r < env_.world_size; ++r) {
+      watchdog_->BeginWait(fmt::format("the figures of iteration {}", info.iteration), r);
+      StatusOr<std::string> text = comm_->store().GetString(StatsKey(info.iteration, r));
+      watchdog_->EndWait();
+      SLUICE_RETURN_IF_ERROR(text.status());
+      SLUICE_RETURN_IF_ERROR(comm_->store().Delete(StatsKey(info.iteration, r)));
+      SLUICE_ASSIGN_OR_RETURN(RankStats s, StatsFromText(*text));
+      loss += s.loss;
+      start = std::min(start, s.start_ns);
+      end = std::max(end, s.end_ns);
+      if (s.peak_rss > peak) {
+        peak = s.peak_rss;
+        peak_rank = r;
+      }
+    }
+    const double seconds = static_cast<double>(end - start) * 1e-9;
+    const double tps = seconds > 0 ? static_cast<double>(info.tokens) / seconds : 0;
+    if (first_start_ns_ < 0) first_start_ns_ = start;
+    last_end_ns_ = end;
+    total_tokens_ += info.tokens;
+    if (losses_.empty()) first_loss_ = loss;
+    losses_.push_back(loss);
+    if (o_.print) {
+      progress_->Clear();
+      fmt::print("iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
+                 "{:.3f} s, {:>7.0f} tokens/s | peak RSS {:.0f} MB (rank {})\n",
+                 info.iteration, info.batch_index, loss, info.micro_batches, info.tokens,
+                 seconds, tps, static_cast<double>(peak) / 1e6, peak_rank);
+      std::fflush(stdout);
+      progress_->Add();
+    }
+    if (metrics_.is_open()) {
+      metrics_ << nlohmann::json{{"iteration", info.iteration},
+                                 {"batch", info.batch_index},
+                                 {"loss", loss},
+                                 {"tokens", info.tokens},
+                                 {"micro_batches", info.micro_batches},
+                                 {"time_s", seconds},
+                                 {"tokens_per_s", tps},
+                                 {"peak_rss_bytes", peak},
+                                 {"peak_rss_rank", peak_rank}}
+                      .dump()
+               << "\n";
+      metrics_.flush();
+    }
+    return Status::Ok();
+  }
+
+  Status WriteTrace() {
+    if (o_.trace_dir.empty()) return Status::Ok();
+    return WriteStringToFile(fmt::format("{}/trace-rank-{}.json", o_.trace_dir, env_.rank),
+                             trace_->ToChromeJson());
+  }
+
+  Status Finish() {
+    SLUICE_RETURN_IF_ERROR(WriteTrace());
+    if (env_.rank != 0) {
+      watchdog_->Finish();
+      return comm_->store().Add(kDoneKey, 1).status();
+    }
+    // Rank 0 serves the store: wait until every other rank is done with it.
+    for (;;) {
+      SLUICE_ASSIGN_OR_RETURN(const int64_t done, comm_->store().Add(kDoneKey, 0));
+      if (done >= env_.world_size - 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    watchdog_->Finish();
+    std::string merged_path;
+    if (!o_.trace_dir.empty()) {
+      std::vector<std::string> docs;
+      for (int64_t r = 0; r < env_.world_size; ++r) {
+        SLUICE_ASSIGN_OR_RETURN(std::string d, ReadFileToString(fmt::format(
+                                                   "{}/trace-rank-{}.json", o_.trace_dir, r)));
+        docs.push_back(std::move(d));
+      }
+      SLUICE_ASSIGN_OR_RETURN(const std::string merged, MergeChromeTraces(docs));
+      merged_path = fmt::format("{}/trace.json", o_.trace_dir);
+      SLUICE_RETURN_IF_ERROR(WriteStringToFile(merged_path, merged));
+    }
+    if (o_.print) {
+      progress_->Finish();
+      PrintNotes();
+      const double seconds = static_cast<double>(last_end_ns_ - first_start_ns_) * 1e-9;
+      if (iterations_ == 0) {
+        fmt::print("no iteration ran (no batch could be planned)\n");
+      } else {
+        fmt::print("\ntrained {} iterations: {} real tokens in {:.2f} s = {:.0f} tokens/s; loss "
+                   "{:.4f} -> {:.4f} (the data's next-token entropy is {:.2f} nats)\n",
+                   iterations_, total_tokens_, seconds,
+                   seconds > 0 ? static_cast<double>(total_tokens_) / seconds : 0.0, first_loss_,
+                   losses_.back(), tokens_->ConditionalEntropy());
+      }
+      if (!merged_path.empty()) {
+        fmt::print("traces: {}/trace-rank-*.json, merged {}\n", o_.trace_dir, merged_path);
+      }
+    }
+    return Status::Ok();
+  }
+
+  const TrainOptions& o_;
+  const DistEnv env_;
+  std::unique_ptr<ModelShard> shard_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<TokenSource> tokens_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<PlanService> service_;
+  std::unique_ptr<Progress> progress_;
+  std::ofstream metrics_;
+  Clock::time_point epoch_;
+  std::optional<IterationInfo> pending_;
+  int64_t iterations_ = 0, total_tokens_ = 0;
+  int64_t first_start_ns_ = -1, last_end_ns_ = 0;
+  double first_loss_ = 0;
+  std::vector<double> losses_;
+};
+
+}  // namespace
+
+StatusOr<FaultSpec> ParseFault(std::string_view text) {
+  const auto bad = [&] {
+    return InvalidArgumentError(fmt::format(
+        "--fault '{}': expected RANK:ITERATION:KIND with KIND one of exit, kill, stop, hang",
+        text));
+  };
+  const size_t a = text.find(':');
+  const size_t b = a == std::string_view::npos ? a : text.find(':', a + 1);
+  if (b == std::string_view::npos) return bad();
+  FaultSpec f;
+  const std::string_view r = text.substr(0, a), it = text.substr(a + 1, b - a - 1);
+  const std::string_view kind = text.substr(b + 1);
+  if (std::from_chars(r.data(), r.data() + r.size(), f.rank).ptr != r.data() + r.size() ||
+      std::from_chars(it.data(), it.data() + it.size(), f.iteration).ptr !=
+          it.data() + it.size() ||
+      f.rank < 0 || f.iteration < 0 || r.empty() || it.empty()) {
+    return bad();
+  }
+  if (kind == "exit") {
+    f.kind = FaultSpec::Kind::kExit;
+  } else if (kind == "kill") {
+    f.kind = FaultSpec::Kind::kKill;
+  } else if (kind == "stop") {
+    f.kind = FaultSpec::Kind::kStop;
+  } else if (kind == "hang") {
+    f.kind = FaultSpec::Kind::kHang;
+  } else {
+    return bad();
+  }
+  return f;
+}
+
+Status Train(const TrainOptions& options, const DistEnv& env) {
+  Trainer trainer(options, env);
+  return trainer.Run();
+}
+
+StatusOr<ReferenceResult> RunReference(const ModelSpec& model, uint64_t seed, double lr,
+                                       std::span<const std::vector<Sample>> batches,
+                                       int64_t grad_batch) {
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ModelShard> shard,
+                          ModelShard::Create(model, 1, 1, 0, seed));
+  torch::optim::AdamW optimizer(
+      shard->Parameters(), torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.01));
+  const TokenSource tokens(model.vocab, seed);
+  const Chunk& chunk = shard->chunk(0);
+  ReferenceResult result;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    int64_t labels = 0;
+    for (const Sample& s : batches[b]) labels += SampleLabels(model, s);
+    const double scale = 1.0 / static_cast<double>(std::max<int64_t>(labels, 1));
+    double loss = 0;
+    for (const Sample& s : batches[b]) {
+      PlanMicroBatch mb;
+      mb.rows = {{s.id}};
+      mb.shape.mbs = 1;
+      mb.shape.seqlen = model.is_encoder_decoder() ? s.input_len : s.input_len + s.target_len;
+      mb.shape.dec_seqlen = model.is_encoder_decoder() ? s.target_len : 0;
+      const SampleTable table = MakeSampleTable(std::span<const Sample>(&s, 1));
+      SLUICE_ASSIGN_OR_RETURN(MicroBatchLayout layout, LayoutMicroBatch(model, mb, table));
+      const MicroBatchInputs in = BuildMicroBatchInputs(model, layout, tokens, scale);
+      std::vector<at::Tensor> inputs = {in.tokens};
+      if (model.is_encoder_decoder()) inputs.push_back(in.dec_tokens);
+      const std::vector<at::Tensor> out = chunk.Forward(inputs, in.labels, in, false);
+      out[0].backward();
+      loss += out[0].item<double>();
+    }
+    result.losses.push_back(loss);
+    if (static_cast<int64_t>(b) == grad_batch) {
+      for (const auto& [name, p] : shard->NamedParameters()) {
+        NamedValues v;
+        v.name = name;
+        const at::Tensor g = p.grad().defined() ? p.grad().contiguous() : torch::zeros_like(p);
+        v.values.assign(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
+        result.grads.push_back(std::move(v));
+      }
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+  }
+  return result;
+}
+
+}  // namespace sluice::runtime

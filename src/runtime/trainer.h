@@ -1,0 +1,101 @@
+// Train: the per-rank training loop behind `sluice train`, and the single-process reference the
+// correctness tests compare it with. Torch-free header (the CLI includes it).
+//
+// Every rank: join the rendezvous (comm.h), build its chunks of the model (model.h) and an
+// AdamW optimizer, then per iteration fetch the plan rank 0 published in the store, verify its
+// hash and that it was made for this job (CheckPlanMatches), run its own instruction stream
+// (executor.h), and post its figures to the store. Rank 0 also plans: a background thread runs
+// the Planner on the global batches (or reads --plan files) up to `lookahead` iterations ahead
+// of rank 0's own execution and publishes each as a PlanPackage (plan_package.h); batches that
+// cannot be planned within memory are skipped with a note. Rank 0 prints one line per iteration
+// (loss, real tokens/s, peak resident memory over ranks) with a progress bar, and a summary.
+//
+// Outputs: `trace_dir`/trace-rank-R.json per rank and trace.json merged by rank 0
+// (trace_recorder.h); `metrics_path`: one JSON object per iteration; `dump_dir`: each
+// iteration's package and every rank's gradients just before the optimizer step (dump.h).
+//
+// Failures (docs/runtime.md): an error on any rank is posted to the store and every rank exits
+// non-zero naming the rank (comm.h's Watchdog); after a failure Train returns without tearing
+// down the process groups (peers may be gone and c10d teardown would block).
+//
+// Thread safety: Train runs once per process.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "batching/stage_cost.h"
+#include "data/global_batcher.h"
+#include "data/sample.h"
+#include "model/cluster_spec.h"
+#include "model/model_spec.h"
+#include "model/parallel_config.h"
+#include "planner/planner.h"
+#include "runtime/dump.h"
+#include "runtime/launcher.h"
+
+namespace sluice::runtime {
+
+// A fault injected for failure-handling tests: at the start of `iteration`, `rank` exits with
+// status 3 ("exit"), kills itself with SIGKILL ("kill"), stops itself with SIGSTOP ("stop":
+// a hung process, heartbeats included) or blocks its main thread forever ("hang": heartbeats go
+// on, its peers time out waiting for it).
+struct FaultSpec {
+  enum class Kind { kNone, kExit, kKill, kStop, kHang };
+  Kind kind = Kind::kNone;
+  int64_t rank = -1;
+  int64_t iteration = -1;
+};
+// "RANK:ITERATION:KIND", e.g. "1:2:kill". Errors name --fault and the allowed kinds.
+StatusOr<FaultSpec> ParseFault(std::string_view text);
+
+struct TrainOptions {
+  ModelSpec model;
+  ParallelConfig parallel;
+  // Planning on rank 0 (unused on other ranks): the evaluator, cluster and options the planner
+  // runs with, and the batcher that cuts the data into global batches.
+  const StageCostEvaluator* evaluator = nullptr;
+  const ClusterSpec* cluster = nullptr;
+  PlannerOptions planner;
+  GlobalBatcher* batcher = nullptr;
+  // Execute these plan files, one per iteration, instead of planning (rank 0 reads them);
+  // their samples' lengths come from `plan_samples` (the data after clipping).
+  std::vector<std::string> plan_files;
+  std::vector<Sample> plan_samples;
+  int64_t iterations = 0;     // 0 = until the data (or the plan files) end
+  int64_t lookahead = 2;      // how many plans rank 0 keeps ready beyond the running one
+  uint64_t seed = 0;          // model initialisation and token streams
+  double lr = 1e-3;           // AdamW learning rate (betas 0.9, 0.95; weight decay 0.01)
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);  // rendezvous, waits, heartbeats
+  int64_t threads = 0;        // intra-op threads per rank; 0 = cores / local ranks (>= 1)
+  std::string backend = "gloo";  // gloo | nccl (needs a CUDA libtorch; see docs/runtime.md)
+  std::string trace_dir;      // "" = no traces
+  std::string metrics_path;   // "" = none
+  std::string dump_dir;       // "" = no dumps
+  FaultSpec fault;
+  bool print = true;          // rank 0 prints lines and the summary
+};
+
+// Runs this process's rank of the job `env` describes. Errors: bad options (InvalidArgument:
+// tp/ep > 1, ZeRO >= 2, MoE, a world size that is not dp * pp, a plan for another job) or a
+// failed run (FailedPrecondition, naming the rank).
+Status Train(const TrainOptions& options, const DistEnv& env);
+
+// The single-process reference: the same model and seed, no pipeline, no padding: each batch's
+// samples run one at a time through the whole model, the loss normalised by the batch's labels,
+// then AdamW. Returns the loss of every batch and the gradients of batch `grad_batch` (by
+// parameter name, before its step).
+struct ReferenceResult {
+  std::vector<double> losses;
+  std::vector<NamedValues> grads;
+};
+StatusOr<ReferenceResult> RunReference(const ModelSpec& model, uint64_t seed, double lr,
+                                       std::span<const std::vector<Sample>> batches,
+                                       int64_t grad_batch);
+
+}  // namespace sluice::runtime

@@ -1,0 +1,478 @@
+#include "sim/sim_engine.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+namespace sluice::sim_internal {
+
+int32_t Engine::AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
+                            Duration end, int32_t pred) {
+  if (!options_.record_timeline) return kNoInterval;
+  intervals_.push_back({rank, instr, stream, start, end});
+  pred_.push_back(pred);
+  return static_cast<int32_t>(intervals_.size() - 1);
+}
+bool Engine::Readable(int32_t rank, int64_t slot) {
+  const Slot& s = ranks_[rank].slots[slot];
+  if (!s.live) {
+    Stop(rank, fmt::format("reads slot {}, which holds no buffer (its producer never ran)", slot));
+    return false;
+  }
+  if (s.pending) {
+    Stop(rank, fmt::format("reads slot {} before the receive that writes it finished (no "
+                           "recv-*-finish before the reader)",
+                           slot));
+    return false;
+  }
+  return true;
+}
+bool Engine::Allocate(int32_t rank, int64_t slot, Bytes bytes, bool activation) {
+  Slot& s = ranks_[rank].slots[slot];
+  if (s.live) {
+    Stop(rank, fmt::format("writes slot {}, which still holds a buffer", slot));
+    return false;
+  }
+  s = Slot{};
+  s.live = true;
+  s.activation = activation;
+  s.counted = options_.count_buffers;
+  s.bytes = bytes;
+  return true;
+}
+Duration Engine::RunOnCompute(int32_t rank, size_t instr, Duration duration, StreamKind stream) {
+  RankState& r = ranks_[rank];
+  const bool by_stream = r.tail >= r.host && r.tail_interval != kNoInterval;
+  const Duration start = std::max(r.tail, r.host);
+  const int32_t pred = by_stream ? r.tail_interval : r.host_pred;
+  r.tail = start + duration;
+  r.compute += duration;
+  r.tail_interval = AddInterval(rank, static_cast<int64_t>(instr), stream, start, r.tail, pred);
+  return start;
+}
+void Engine::IssueCompute(int32_t rank, const Instruction& in) {
+  RankState& r = ranks_[rank];
+  const size_t pc = r.pc;
+  for (int64_t s : in.inputs) {
+    if (!Readable(rank, s)) return;
+  }
+  for (int64_t s : in.outputs) {
+    if (r.slots[s].live) {
+      Stop(rank, fmt::format("writes slot {}, which still holds a buffer", s));
+      return;
+    }
+  }
+  const ChunkCost& c =
+      plan_.replicas[r.program->dp_index].micro_batches[in.microbatch].stages[in.stage];
+  const Duration duration = in.duration.Scaled(r.compute_factor);
+  const Duration start = RunOnCompute(rank, pc, duration, StreamKind::kCompute);
+  const Duration end = r.tail;
+  const int64_t extra = std::max<int64_t>(0, c.peak.count() - c.stored.count());
+  // Deltas at the start, then at the end: the compute stream's list stays in time order.
+  const bool forward = in.op == OpKind::kForward;
+  if (forward) {
+    for (int64_t s : in.inputs) {
+      Slot& slot = r.slots[s];
+      if (slot.activation && !slot.covered) {
+        slot.covered = true;
+        if (slot.counted) Mem(r, start, -slot.bytes.count(), pc);
+      }
+    }
+  }
+  for (int64_t s : in.outputs) {
+    Allocate(rank, s, Fp16Bytes(in.shapes), forward);
+    Slot& slot = r.slots[s];
+    slot.ready = end;
+    slot.writer = r.tail_interval;
+    if (slot.counted) Mem(r, start, slot.bytes.count(), pc);
+  }
+  switch (in.op) {
+    case OpKind::kForward:
+      Mem(r, start, c.peak.count(), pc);
+      Mem(r, end, -c.peak.count(), pc);
+      Mem(r, end, c.stored.count(), pc);
+      break;
+    case OpKind::kBackward:
+      Mem(r, start, extra, pc);
+      Mem(r, end, -extra, pc);
+      Mem(r, end, -c.stored.count(), pc);
+      break;
+    case OpKind::kBackwardInput:
+      Mem(r, start, extra, pc);
+      Mem(r, end, -extra, pc);
+      Mem(r, end, -(c.stored.count() - c.stored_until_w.count()), pc);
+      break;
+    default:  // kBackwardWeight
+      Mem(r, end, -c.stored_until_w.count(), pc);
+      break;
+  }
+}
+
+void Engine::PostP2p(int32_t rank, const Instruction& in) {
+  RankState& r = ranks_[rank];
+  const int stream = P2pStreamOf(in.op);
+  Post post;
+  post.instr = static_cast<int32_t>(r.pc);
+  post.peer = in.peer;
+  post.tag = in.tag;
+  post.posted = r.host;
+  post.posted_pred = r.host_pred;
+  post.bytes = in.bytes;
+  if (IsSend(in.op)) {
+    // Data of a send: the slots it reads, ready when their writers end.
+    for (int64_t s : in.inputs) {
+      if (!Readable(rank, s)) return;
+      const Slot& slot = r.slots[s];
+      if (slot.ready >= post.ready) {
+        post.ready = slot.ready;
+        post.ready_pred = slot.writer;
+      }
+    }
+  } else {
+    const int64_t s = in.outputs[0];
+    const Bytes bytes = in.bytes > Bytes::Zero() ? in.bytes : Fp16Bytes(in.shapes);
+    if (!Allocate(rank, s, bytes, in.op == OpKind::kRecvActStart)) return;
+    r.slots[s].pending = true;
+    post.slot = static_cast<int32_t>(s);
+  }
+  r.p2p[stream].posts.push_back(post);
+  r.open.push_back({in.op, in.peer, in.tag, stream,
+                    static_cast<int32_t>(r.p2p[stream].posts.size() - 1)});
+  if (IsSend(in.op)) {
+    TryStartTransfer(rank, stream);
+  } else {
+    TryStartTransfer(static_cast<int32_t>(in.peer), stream == kRecvPrev ? kSendNext : kSendPrev);
+  }
+}
+void Engine::TryStartTransfer(int32_t sender, int send_stream) {
+  RankState& a = ranks_[sender];
+  P2pStream& ss = a.p2p[send_stream];
+  if (ss.busy || ss.head >= ss.posts.size()) return;
+  Post& sp = ss.posts[ss.head];
+  const int32_t receiver = static_cast<int32_t>(sp.peer);
+  const int recv_stream = send_stream == kSendNext ? kRecvPrev : kRecvNext;
+  RankState& b = ranks_[receiver];
+  P2pStream& rs = b.p2p[recv_stream];
+  if (rs.busy || rs.head >= rs.posts.size()) return;
+  Post& rp = rs.posts[rs.head];
+  if (rp.peer != sender || rp.tag != sp.tag) return;  // not a pair: stays unmatched
+  // Start at the latest of its conditions; the first latest one is the predecessor.
+  Duration start = sp.ready;
+  int32_t pred = sp.ready_pred;
+  auto later = [&](Duration t, int32_t p) {
+    if (t > start) {
+      start = t;
+      pred = p;
+    }
+  };
+  later(ss.free_at, ss.last);
+  later(rs.free_at, rs.last);
+  later(sp.posted, sp.posted_pred);
+  later(rp.posted, rp.posted_pred);
+  Transfer t;
+  t.src = sender;
+  t.dst = receiver;
+  t.src_stream = send_stream;
+  t.dst_stream = recv_stream;
+  t.src_post = static_cast<int32_t>(ss.head);
+  t.dst_post = static_cast<int32_t>(rs.head);
+  t.start = start;
+  t.pred = pred;
+  t.bytes = static_cast<double>(sp.bytes.count());
+  const bool inter = Inter(sender, receiver);
+  t.ports = {Port(sender, inter, false), Port(receiver, inter, true)};
+  const int32_t id = static_cast<int32_t>(transfers_.size());
+  sp.transfer = rp.transfer = id;
+  ss.busy = rs.busy = true;
+  ++ss.head;
+  ++rs.head;
+  Slot& slot = b.slots[rp.slot];
+  if (slot.counted) b.recv_memory.push_back({start.nanos(), slot.bytes.count(), rp.instr});
+  transfers_.push_back(t);
+  Push(start + Link(inter).latency, EventType::kTransferData, id);
+}
+void Engine::OnTransferData(int32_t t, Duration now) {
+  const int32_t flow = net_.Open(transfers_[t].ports, now);
+  if (static_cast<size_t>(flow) >= owners_.size()) owners_.resize(flow + 1);
+  owners_[flow] = {false, t};
+  net_.SetBytes(flow, now, transfers_[t].bytes);
+  DrainChanged();
+}
+void Engine::DrainChanged() {
+  for (int32_t flow : net_.changed()) {
+    if (net_.moving(flow)) Push(net_.Completion(flow), EventType::kFlowDone, flow, net_.version(flow));
+  }
+  net_.ClearChanged();
+}
+void Engine::OnFlowDone(int32_t flow, uint32_t version, Duration now) {
+  if (!net_.moving(flow) || net_.version(flow) != version) return;  // stale
+  const FlowOwner owner = owners_[flow];
+  if (!owner.collective) {
+    net_.Close(flow, now);
+    DrainChanged();
+    CompleteTransfer(owner.id, now);
+    return;
+  }
+  Group& g = groups_[owner.id];
+  Collective& c = g.colls[g.next];
+  if (--c.steps_left > 0) {
+    net_.Pause(flow, now);
+    Push(now + g.step_latency, EventType::kCollLatency, owner.id);
+    return;
+  }
+  net_.Close(flow, now);
+  DrainChanged();
+  CompleteCollective(owner.id, now);
+}
+void Engine::CompleteTransfer(int32_t id, Duration now) {
+  transfers_[id].end = now;
+  transfers_[id].done = true;
+  const Transfer t = transfers_[id];  // a copy: starting the next transfers grows transfers_
+  RankState& a = ranks_[t.src];
+  RankState& b = ranks_[t.dst];
+  P2pStream& ss = a.p2p[t.src_stream];
+  P2pStream& rs = b.p2p[t.dst_stream];
+  const Post& sp = ss.posts[t.src_post];
+  const Post& rp = rs.posts[t.dst_post];
+  const int32_t si =
+      AddInterval(t.src, sp.instr, StreamOfP2p(t.src_stream), t.start, t.end, t.pred);
+  const int32_t ri =
+      AddInterval(t.dst, rp.instr, StreamOfP2p(t.dst_stream), t.start, t.end, t.pred);
+  ss.busy = rs.busy = false;
+  ss.free_at = rs.free_at = now;
+  ss.last = si;
+  rs.last = ri;
+  Slot& slot = b.slots[rp.slot];
+  slot.pending = false;
+  slot.ready = now;
+  slot.writer = ri;
+  for (RankState* r : {&a, &b}) {
+    r->comm += t.end - t.start;
+    r->comm_spans.push_back({t.start, t.end});
+  }
+  TryStartTransfer(t.src, t.src_stream);
+  if (rs.head < rs.posts.size()) {
+    TryStartTransfer(static_cast<int32_t>(rs.posts[rs.head].peer),
+                     t.dst_stream == kRecvPrev ? kSendNext : kSendPrev);
+  }
+  auto waiting = [&](int32_t rank, int32_t stream, int32_t post) {
+    const RankState& r = ranks_[rank];
+    return r.wait == Wait::kPost && r.wait_stream == stream && r.wait_post == post;
+  };
+  if (waiting(t.src, t.src_stream, t.src_post)) Resume(t.src, now, si);
+  if (waiting(t.dst, t.dst_stream, t.dst_post)) Resume(t.dst, now, ri);
+}
+void Engine::PostCollective(int32_t rank, const Instruction& in) {
+  RankState& r = ranks_[rank];
+  Group& g = groups_[r.program->pp_index];
+  const size_t k = static_cast<size_t>(r.coll_posted++);
+  const int64_t member = r.program->dp_index;
+  if (k >= g.colls.size()) {
+    Collective c;
+    c.op = in.op;
+    c.bytes = in.bytes;
+    c.instr.assign(g.members.size(), -1);
+    g.colls.push_back(std::move(c));
+  }
+  Collective& c = g.colls[k];
+  if (c.op != in.op || c.bytes != in.bytes) {
+    const int32_t other = g.members[std::find_if(c.instr.begin(), c.instr.end(),
+                                                 [](int32_t i) { return i >= 0; }) -
+                                    c.instr.begin()];
+    --r.coll_posted;
+    return Stop(rank, fmt::format("its collective #{} is {} of {} bytes, but rank {} posted {} of "
+                                  "{} bytes as #{} of the data-parallel group",
+                                  k, OpKindName(in.op), in.bytes.count(), other, OpKindName(c.op),
+                                  c.bytes.count(), k));
+  }
+  c.instr[member] = static_cast<int32_t>(r.pc);
+  ++c.posted;
+  ++r.coll_pending;
+  // The gradients are there once the compute issued before the post has run (the collective
+  // stream waits for the compute stream, as ProcessGroupNCCL does).
+  const bool by_stream = r.tail >= r.host && r.tail_interval != kNoInterval;
+  const Duration ready = std::max(r.tail, r.host);
+  if (c.posted == 1 || ready > c.ready) {
+    c.ready = ready;
+    c.ready_pred = by_stream ? r.tail_interval : r.host_pred;
+  }
+  TryStartCollective(r.program->pp_index);
+}
+void Engine::TryStartCollective(int32_t gi) {
+  Group& g = groups_[gi];
+  if (g.started || g.next >= g.colls.size()) return;
+  Collective& c = g.colls[g.next];
+  if (c.posted < static_cast<int64_t>(g.members.size())) return;
+  g.started = true;
+  c.start = c.ready;
+  c.pred = c.ready_pred;
+  if (g.prev_end > c.start) {
+    c.start = g.prev_end;
+    c.pred = g.prev_interval;
+  }
+  const int64_t n = static_cast<int64_t>(g.members.size());
+  const CollectiveKind kind = c.op == OpKind::kAllReduceGrad       ? CollectiveKind::kAllReduce
+                              : c.op == OpKind::kReduceScatterGrad ? CollectiveKind::kReduceScatter
+                                                                   : CollectiveKind::kAllGather;
+  if (n == 1 || options_.collectives == CollectiveMode::kClosedForm) {
+    Push(c.start + comm_.Collective(kind, c.bytes, n, g.spans_nodes), EventType::kCollDone, gi);
+    return;
+  }
+  c.steps_left = kind == CollectiveKind::kAllReduce ? 2 * (n - 1) : n - 1;
+  Push(c.start, EventType::kCollStart, gi);
+}
+void Engine::OnCollStart(int32_t gi, Duration now) {
+  Group& g = groups_[gi];
+  Collective& c = g.colls[g.next];
+  c.flow = net_.Open(g.ports, now);
+  if (static_cast<size_t>(c.flow) >= owners_.size()) owners_.resize(c.flow + 1);
+  owners_[c.flow] = {true, gi};
+  DrainChanged();
+  Push(now + g.step_latency, EventType::kCollLatency, gi);
+}
+void Engine::CompleteCollective(int32_t gi, Duration now) {
+  Group& g = groups_[gi];
+  Collective& c = g.colls[g.next];
+  c.done = true;
+  std::vector<int32_t> ids(g.members.size(), kNoInterval);
+  for (size_t m = 0; m < g.members.size(); ++m) {
+    RankState& r = ranks_[g.members[m]];
+    ids[m] = AddInterval(g.members[m], c.instr[m], StreamKind::kCollective, c.start, now, c.pred);
+    --r.coll_pending;
+    r.comm += now - c.start;
+    r.comm_spans.push_back({c.start, now});
+    r.coll_spans.push_back({c.start, now});
+  }
+  g.prev_end = now;
+  g.prev_interval = ids[0];
+  ++g.next;
+  g.started = false;
+  for (size_t m = 0; m < g.members.size(); ++m) {
+    const RankState& r = ranks_[g.members[m]];
+    if (r.wait == Wait::kCollectives && r.coll_pending == 0) Resume(g.members[m], now, ids[m]);
+  }
+  TryStartCollective(gi);
+}
+void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
+  RankState& r = ranks_[rank];
+  // Exposed communication: the compute stream idles from max(block, tail) to now while the
+  // awaited communication is in flight.
+  const Duration idle_from = std::max(r.blocked_at, r.blocked_tail);
+  if (r.wait == Wait::kPost) {
+    const Post& p = r.p2p[r.wait_stream].posts[r.wait_post];
+    const Duration from = std::max(idle_from, transfers_[p.transfer].start);
+    if (now > from) r.exposed += now - from;
+  } else {
+    std::vector<std::pair<Duration, Duration>> recent;
+    for (auto it = r.coll_spans.rbegin(); it != r.coll_spans.rend() && it->second > idle_from;
+         ++it) {
+      recent.push_back(*it);
+    }
+    r.exposed += UnionWithin(recent, idle_from, now);
+  }
+  if (r.wait == Wait::kPost) {  // the Finish is done; OptimizerStep runs again and proceeds
+    ++r.pc;
+    ++executed_;
+  }
+  r.wait = Wait::kRunning;
+  r.host = now;
+  r.host_pred = pred;
+  RunHost(rank, now);
+}
+void Engine::RunHost(int32_t rank, Duration now) {
+  RankState& r = ranks_[rank];
+  r.host = std::max(r.host, now);
+  const auto& list = r.program->instructions;
+  while (r.pc < list.size() && r.wait == Wait::kRunning) {
+    const Instruction& in = list[r.pc];
+    switch (in.op) {
+      case OpKind::kForward:
+      case OpKind::kBackward:
+      case OpKind::kBackwardInput:
+      case OpKind::kBackwardWeight:
+        IssueCompute(rank, in);
+        if (r.wait == Wait::kStopped) return;
+        break;
+      case OpKind::kLoadInput: {
+        const Duration start = RunOnCompute(rank, r.pc, in.duration, StreamKind::kCompute);
+        for (int64_t s : in.outputs) {
+          if (!Allocate(rank, s, in.bytes, false)) return;
+          r.slots[s].ready = r.tail;
+          r.slots[s].writer = r.tail_interval;
+          if (r.slots[s].counted) Mem(r, start, in.bytes.count(), r.pc);
+        }
+        break;
+      }
+      case OpKind::kFreeBuffer: {
+        Slot& s = r.slots[in.inputs[0]];
+        if (!s.live || s.pending) {
+          return Stop(rank, fmt::format("frees slot {}, which {}", in.inputs[0],
+                                        s.live ? "a receive in flight still writes"
+                                               : "holds no buffer"));
+        }
+        if (s.counted && !s.covered) Mem(r, std::max(r.tail, r.host), -s.bytes.count(), r.pc);
+        s.live = false;
+        break;
+      }
+      case OpKind::kSendActStart:
+      case OpKind::kSendGradStart:
+      case OpKind::kRecvActStart:
+      case OpKind::kRecvGradStart:
+        PostP2p(rank, in);
+        if (r.wait == Wait::kStopped) return;
+        break;
+      case OpKind::kSendActFinish:
+      case OpKind::kSendGradFinish:
+      case OpKind::kRecvActFinish:
+      case OpKind::kRecvGradFinish: {
+        const OpKind start_op = StartOf(in.op);
+        auto it = std::find_if(r.open.begin(), r.open.end(), [&](const OpenPost& o) {
+          return o.op == start_op && o.peer == in.peer && o.tag == in.tag;
+        });
+        if (it == r.open.end()) {
+          return Stop(rank, fmt::format("waits for a {} {} rank {} with tag {} that it never "
+                                        "posted",
+                                        OpKindName(start_op), IsSend(in.op) ? "to" : "from",
+                                        in.peer, in.tag));
+        }
+        const OpenPost open = *it;
+        r.open.erase(it);
+        const Post& p = r.p2p[open.stream].posts[open.post];
+        if (p.transfer < 0 || !transfers_[p.transfer].done) {
+          r.wait = Wait::kPost;
+          r.wait_stream = open.stream;
+          r.wait_post = open.post;
+          r.blocked_at = r.host;
+          r.blocked_tail = r.tail;
+          return;
+        }
+        break;
+      }
+      case OpKind::kAllReduceGrad:
+      case OpKind::kReduceScatterGrad:
+      case OpKind::kAllGatherParams:
+        PostCollective(rank, in);
+        if (r.wait == Wait::kStopped) return;
+        break;
+      case OpKind::kOptimizerStep:
+        if (r.coll_pending > 0) {
+          if (r.wait != Wait::kCollectives) {
+            r.wait = Wait::kCollectives;
+            r.blocked_at = r.host;
+            r.blocked_tail = r.tail;
+          }
+          return;
+        }
+        RunOnCompute(rank, r.pc, in.duration.Scaled(r.compute_factor), StreamKind::kCompute);
+        break;
+    }
+    ++r.pc;
+    ++executed_;
+  }
+  if (r.pc >= list.size() && r.wait != Wait::kDone) {
+    r.wait = Wait::kDone;
+    r.host_end = r.host;
+  }
+}
+
+}  // namespace sluice::sim_internal

@@ -1,0 +1,269 @@
+// Engine: the event engine behind Simulator::Run (internal to src/sim/). docs/simulator.md
+// explains the model; in short:
+//  - each rank's host walks its program in order and only blocks on a *Finish whose transfer has
+//    not completed and on OptimizerStep while its collectives run; a rank that cannot go on (a
+//    Finish without its Start, a slot read before anything wrote it, collectives that differ
+//    across the group) stops there and is reported as blocked;
+//  - compute ops (and LoadInput, FreeBuffer, OptimizerStep) run on the rank's compute stream in
+//    issue order, so their times are known when they are issued and need no events;
+//  - point-to-point transfers start when both sides have posted them at the head of their
+//    streams, the sender's data is ready and both streams are free; they pay the link's latency,
+//    then move their bytes as a FlowNetwork flow (contention);
+//  - collectives of a data-parallel group start when every member posted them and the group's
+//    previous collective is done; stepwise ones hold the ring's ports and run their steps,
+//    closed-form ones last AlphaBetaCommModel::Collective.
+// Events (binary heap on (time, sequence)): a transfer's data phase, a flow's completion, a
+// collective's start, step latency and (closed form) end. sim_engine.cc runs them;
+// sim_engine_setup.cc checks the plan before and turns the state into a SimResult after.
+//
+// Thread safety: one Engine per simulation, used by one thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "cost/comm_model.h"
+#include "plan/execution_plan.h"
+#include "sim/flow_network.h"
+#include "sim/sim_stats.h"
+#include "sim/simulator.h"
+
+namespace sluice::sim_internal {
+
+enum class EventType : uint8_t { kTransferData, kFlowDone, kCollStart, kCollLatency, kCollDone };
+
+struct Event {
+  int64_t time = 0;
+  uint64_t seq = 0;
+  EventType type = EventType::kFlowDone;
+  int32_t a = 0;   // transfer, flow or group
+  uint32_t b = 0;  // flow version
+};
+struct EventAfter {
+  bool operator()(const Event& x, const Event& y) const {
+    return x.time != y.time ? x.time > y.time : x.seq > y.seq;
+  }
+};
+
+// Point-to-point streams, index = StreamKind - 1.
+constexpr int kSendNext = 0, kSendPrev = 1, kRecvPrev = 2, kRecvNext = 3;
+constexpr int kNoInterval = -1;
+
+inline int P2pStreamOf(OpKind op) {
+  switch (op) {
+    case OpKind::kSendActStart:
+    case OpKind::kSendActFinish:
+      return kSendNext;
+    case OpKind::kSendGradStart:
+    case OpKind::kSendGradFinish:
+      return kSendPrev;
+    case OpKind::kRecvActStart:
+    case OpKind::kRecvActFinish:
+      return kRecvPrev;
+    default:
+      return kRecvNext;
+  }
+}
+inline StreamKind StreamOfP2p(int s) { return static_cast<StreamKind>(s + 1); }
+
+// A Start posted on a point-to-point stream.
+struct Post {
+  int32_t instr = 0;
+  int64_t peer = 0;
+  int64_t tag = 0;
+  Duration posted;
+  int32_t posted_pred = kNoInterval;
+  Duration ready;  // sends: when the data is there
+  int32_t ready_pred = kNoInterval;
+  int32_t slot = -1;  // receives: the slot written
+  Bytes bytes;
+  int32_t transfer = -1;
+};
+
+struct P2pStream {
+  std::vector<Post> posts;
+  size_t head = 0;  // first post not started
+  bool busy = false;
+  Duration free_at;
+  int32_t last = kNoInterval;
+};
+
+// A posted Start whose Finish has not run yet.
+struct OpenPost {
+  OpKind op;
+  int64_t peer;
+  int64_t tag;
+  int32_t stream;
+  int32_t post;
+};
+
+struct Slot {
+  bool live = false;
+  bool pending = false;     // written by a receive that has not completed
+  bool activation = false;  // an fp16 stage input (received or produced), coverable by a forward
+  bool covered = false;     // counted inside a forward's stored activations
+  bool counted = false;     // its bytes are in the memory level
+  Bytes bytes;
+  Duration ready;
+  int32_t writer = kNoInterval;
+};
+
+// kStopped: the rank cannot go on (a Finish without its Start, a slot read before it was written,
+// collectives that do not match); `stop_reason` says why.
+enum class Wait : uint8_t { kRunning, kPost, kCollectives, kStopped, kDone };
+
+struct RankState {
+  const RankProgram* program = nullptr;
+  size_t pc = 0;
+  Duration host;
+  int32_t host_pred = kNoInterval;
+  Wait wait = Wait::kRunning;
+  std::string stop_reason;
+  int32_t wait_stream = 0, wait_post = 0;
+  Duration blocked_at, blocked_tail;
+  Duration tail;  // compute stream free from here on
+  int32_t tail_interval = kNoInterval;
+  std::array<P2pStream, 4> p2p;
+  std::vector<OpenPost> open;
+  std::vector<Slot> slots;
+  int64_t coll_posted = 0, coll_pending = 0;
+  double compute_factor = 1.0;
+  // Figures.
+  Duration compute, comm, exposed, host_end;
+  std::vector<MemoryDelta> memory;       // emitted at compute-stream times: non-decreasing
+  std::vector<MemoryDelta> recv_memory;  // receive allocations, at transfer starts
+  std::vector<std::pair<Duration, Duration>> comm_spans;
+  std::vector<std::pair<Duration, Duration>> coll_spans;
+};
+
+struct Transfer {
+  int32_t src = 0, dst = 0;
+  int32_t src_stream = 0, dst_stream = 0;
+  int32_t src_post = 0, dst_post = 0;
+  Duration start, end;
+  int32_t pred = kNoInterval;
+  double bytes = 0;
+  std::array<int32_t, 2> ports = {};
+  bool done = false;
+};
+
+struct Collective {
+  OpKind op = OpKind::kAllReduceGrad;
+  Bytes bytes;
+  int64_t posted = 0;
+  Duration ready;
+  int32_t ready_pred = kNoInterval;
+  std::vector<int32_t> instr;  // [member]
+  Duration start;
+  int32_t pred = kNoInterval;
+  int64_t steps_left = 0;
+  int32_t flow = -1;
+  bool done = false;
+};
+
+struct Group {
+  std::vector<int32_t> members;  // rank ids by dp index
+  std::vector<Collective> colls;
+  size_t next = 0;  // first collective not done
+  bool started = false;
+  bool spans_nodes = false;
+  std::vector<int32_t> ports;  // ring: egress and ingress of every hop
+  Duration step_latency;       // slowest hop's latency
+  Duration prev_end;
+  int32_t prev_interval = kNoInterval;
+};
+
+struct FlowOwner {
+  bool collective = false;
+  int32_t id = 0;
+};
+
+class Engine {
+ public:
+  Engine(const ExecutionPlan& plan, const SimOptions& options)
+      : plan_(plan),
+        options_(options),
+        intra_{plan.cluster.intra_node.bandwidth * options.intra_node.bandwidth_scale,
+               plan.cluster.intra_node.latency.Scaled(options.intra_node.latency_scale)},
+        inter_{plan.cluster.inter_node.bandwidth * options.inter_node.bandwidth_scale,
+               plan.cluster.inter_node.latency.Scaled(options.inter_node.latency_scale)},
+        comm_(intra_, inter_) {}
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Checks the plan's structure (a Status naming the field), runs every event, fills `result`'s
+  // engine figures (outcome and derived figures are Simulator::Run's).
+  Status Run(SimResult* result);
+
+ private:
+  int64_t Node(int64_t rank) const {
+    return rank * plan_.parallel.tp / plan_.cluster.devices_per_node;
+  }
+  bool Inter(int64_t a, int64_t b) const { return Node(a) != Node(b); }
+  // Ports of rank r: 0 intra egress, 1 intra ingress, 2 inter egress, 3 inter ingress.
+  int32_t Port(int64_t rank, bool inter, bool ingress) const {
+    return static_cast<int32_t>(rank * 4 + (inter ? 2 : 0) + (ingress ? 1 : 0));
+  }
+  const LinkSpec& Link(bool inter) const { return inter ? inter_ : intra_; }
+
+  Status Prepare();
+  void Push(Duration t, EventType type, int32_t a, uint32_t b = 0) {
+    heap_.push({t.nanos(), seq_++, type, a, b});
+  }
+  int32_t AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
+                      Duration end, int32_t pred);
+  void Mem(RankState& r, Duration t, int64_t bytes, size_t instr) {
+    if (bytes != 0) r.memory.push_back({t.nanos(), bytes, static_cast<int32_t>(instr)});
+  }
+
+  // The host of `rank` runs from `now` until it blocks or ends.
+  void RunHost(int32_t rank, Duration now);
+  // Runs one compute-stream op; returns its start.
+  Duration RunOnCompute(int32_t rank, size_t instr, Duration duration, StreamKind stream);
+  void IssueCompute(int32_t rank, const Instruction& in);
+  // False (and the rank stopped) when the slot holds no finished buffer.
+  bool Readable(int32_t rank, int64_t slot);
+  // False (and the rank stopped) when the slot still holds a buffer.
+  bool Allocate(int32_t rank, int64_t slot, Bytes bytes, bool activation);
+  void Stop(int32_t rank, std::string reason) {
+    ranks_[rank].wait = Wait::kStopped;
+    ranks_[rank].stop_reason = std::move(reason);
+  }
+  void PostP2p(int32_t rank, const Instruction& in);
+  void PostCollective(int32_t rank, const Instruction& in);
+  void TryStartTransfer(int32_t sender, int send_stream);
+  void TryStartCollective(int32_t group);
+  void OnTransferData(int32_t t, Duration now);
+  void OnFlowDone(int32_t flow, uint32_t version, Duration now);
+  void OnCollStart(int32_t g, Duration now);
+  void CompleteTransfer(int32_t t, Duration now);
+  void CompleteCollective(int32_t g, Duration now);
+  void Resume(int32_t rank, Duration now, int32_t pred);
+  void DrainChanged();
+  std::string WaitReason(int32_t rank) const;
+  void Finish(SimResult* result);
+
+  const ExecutionPlan& plan_;
+  const SimOptions& options_;
+  const LinkSpec intra_, inter_;
+  const AlphaBetaCommModel comm_;
+  std::vector<RankState> ranks_;
+  std::vector<Transfer> transfers_;
+  std::vector<Group> groups_;
+  std::vector<FlowOwner> owners_;
+  FlowNetwork net_;
+  std::priority_queue<Event, std::vector<Event>, EventAfter> heap_;
+  uint64_t seq_ = 0;
+  int64_t events_ = 0;
+  int64_t executed_ = 0;
+  std::vector<SimInterval> intervals_;
+  std::vector<int32_t> pred_;
+};
+
+}  // namespace sluice::sim_internal

@@ -1,0 +1,302 @@
+// The Engine's set-up (checking the plan's structure, ports and groups) and its hand-over into a
+// SimResult (deadlock report, per-rank figures, memory sweep, timeline and critical path).
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "sim/sim_engine.h"
+
+namespace sluice::sim_internal {
+
+Status Engine::Prepare() {
+  const ParallelConfig& par = plan_.parallel;
+  const int64_t n = static_cast<int64_t>(plan_.ranks.size());
+  auto bad = [](std::string what) {
+    return InvalidArgumentError("simulation: plan " + std::move(what));
+  };
+  if (par.dp < 1 || par.pp < 1 || par.tp < 1 || par.vpp < 1 || n != par.dp * par.pp) {
+    return bad(fmt::format("has {} rank programs for dp {} x pp {} (need dp * pp >= 1)", n, par.dp,
+                           par.pp));
+  }
+  if (static_cast<int64_t>(plan_.replicas.size()) != par.dp ||
+      static_cast<int64_t>(plan_.model_states.size()) != par.pp) {
+    return bad(fmt::format("has {} replicas and {} model_states entries; need dp = {} and pp = {}",
+                           plan_.replicas.size(), plan_.model_states.size(), par.dp, par.pp));
+  }
+  if (par.devices() > plan_.cluster.num_devices() || plan_.cluster.devices_per_node < 1) {
+    return bad(fmt::format("needs {} devices (dp x pp x tp); cluster '{}' has {}", par.devices(),
+                           plan_.cluster.name, plan_.cluster.num_devices()));
+  }
+  const int64_t stages = plan_.num_stages();
+  ranks_.resize(n);
+  size_t total = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const RankProgram& p = plan_.ranks[r];
+    if (p.rank != r || p.dp_index != r / par.pp || p.pp_index != r % par.pp ||
+        p.buffer_slots < 0) {
+      return bad(fmt::format("field 'ranks[{}]': rank {} dp {} pp {} buffer_slots {}; expected "
+                             "rank {} = dp {} * pp + pp {}",
+                             r, p.rank, p.dp_index, p.pp_index, p.buffer_slots, r, r / par.pp,
+                             r % par.pp));
+    }
+    ranks_[r].program = &p;
+    ranks_[r].slots.resize(p.buffer_slots);
+    ranks_[r].memory.reserve(3 * p.instructions.size());
+    total += p.instructions.size();
+    const auto& mbs = plan_.replicas[p.dp_index].micro_batches;
+    for (size_t i = 0; i < p.instructions.size(); ++i) {
+      const Instruction& in = p.instructions[i];
+      auto field = [&](std::string_view name, std::string problem) {
+        return bad(fmt::format("field 'ranks[{}].instructions[{}].{}' ({}): {}", r, i, name,
+                               InstructionText(in), problem));
+      };
+      if (in.duration < Duration::Zero()) return field("ns", "negative duration");
+      if (in.bytes < Bytes::Zero()) return field("bytes", "negative byte count");
+      for (const auto* list : {&in.inputs, &in.outputs}) {
+        for (int64_t s : *list) {
+          if (s < 0 || s >= p.buffer_slots) {
+            return field(list == &in.inputs ? "in" : "out",
+                         fmt::format("slot {} outside 0..{}", s, p.buffer_slots - 1));
+          }
+        }
+      }
+      if (IsCompute(in.op)) {
+        if (in.microbatch < 0 || in.microbatch >= static_cast<int64_t>(mbs.size())) {
+          return field("mb", fmt::format("micro-batch {} outside 0..{} of replica {}",
+                                         in.microbatch, mbs.size() - 1, p.dp_index));
+        }
+        if (in.stage < 0 || in.stage >= stages || in.stage % par.pp != p.pp_index ||
+            static_cast<int64_t>(mbs[in.microbatch].stages.size()) != stages) {
+          return field("stage", fmt::format("stage {} is not a stage of pipeline rank {} (or the "
+                                            "micro-batch lacks its {} stage costs)",
+                                            in.stage, p.pp_index, stages));
+        }
+      }
+      if (IsCommStart(in.op) || IsCommFinish(in.op)) {
+        if (in.peer < 0 || in.peer >= n || in.peer == r) {
+          return field("peer", fmt::format("peer {} is not another rank (0..{})", in.peer, n - 1));
+        }
+        if (Inter(r, in.peer) ? inter_.bandwidth <= 0 : intra_.bandwidth <= 0) {
+          return bad(fmt::format("rank {} talks to rank {} over the {}-node link, whose bandwidth "
+                                 "in cluster '{}' is not positive",
+                                 r, in.peer, Inter(r, in.peer) ? "inter" : "intra",
+                                 plan_.cluster.name));
+        }
+      }
+      if (in.op == OpKind::kFreeBuffer && in.inputs.size() != 1) {
+        return field("in", "free-buffer releases exactly one slot");
+      }
+      if (in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart) {
+        if (in.outputs.size() != 1) return field("out", "a receive writes exactly one slot");
+      }
+    }
+  }
+  if (options_.record_timeline) {  // every interval belongs to one instruction
+    intervals_.reserve(total);
+    pred_.reserve(total);
+  }
+  for (const Straggler& s : options_.stragglers) ranks_[s.rank].compute_factor *= s.slowdown;
+  for (RankState& r : ranks_) r.compute_factor *= options_.compute_scale;
+  // Ports and collective groups.
+  for (int64_t r = 0; r < n; ++r) {
+    for (int k = 0; k < 4; ++k) {
+      const double bw = k < 2 ? intra_.bandwidth : inter_.bandwidth;
+      net_.AddPort(bw > 0 ? bw : 1.0);  // an unused link still needs a port id
+    }
+  }
+  groups_.resize(par.pp);
+  for (int64_t p = 0; p < par.pp; ++p) {
+    Group& g = groups_[p];
+    for (int64_t d = 0; d < par.dp; ++d) g.members.push_back(static_cast<int32_t>(d * par.pp + p));
+    const int64_t m = par.dp;
+    for (int64_t i = 0; m > 1 && i < m; ++i) {
+      const int32_t a = g.members[i], b = g.members[(i + 1) % m];
+      const bool inter = Inter(a, b);
+      g.spans_nodes = g.spans_nodes || Inter(g.members[0], g.members[i]);
+      if (Link(inter).bandwidth <= 0) {
+        return bad(fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
+                               "whose bandwidth in cluster '{}' is not positive",
+                               p, inter ? "inter" : "intra", plan_.cluster.name));
+      }
+      g.ports.push_back(Port(a, inter, false));
+      g.ports.push_back(Port(b, inter, true));
+      g.step_latency = std::max(g.step_latency, Link(inter).latency);
+    }
+  }
+  return Status::Ok();
+}
+std::string Engine::WaitReason(int32_t rank) const {
+  const RankState& r = ranks_[rank];
+  switch (r.wait) {
+    case Wait::kStopped:
+      return r.stop_reason;
+    case Wait::kCollectives: {
+      const Group& g = groups_[r.program->pp_index];
+      std::string missing;
+      if (g.next < g.colls.size()) {
+        const Collective& c = g.colls[g.next];
+        for (size_t m = 0; m < g.members.size(); ++m) {
+          if (c.instr[m] < 0) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", g.members[m]);
+        }
+      }
+      return fmt::format("waits for its {} collective(s); the group's next one{}", r.coll_pending,
+                         missing.empty() ? " never completes"
+                                         : " is not posted by rank(s) " + missing);
+    }
+    case Wait::kPost: {
+      const Post& p = r.p2p[r.wait_stream].posts[r.wait_post];
+      const bool send = r.wait_stream == kSendNext || r.wait_stream == kSendPrev;
+      const int peer_stream = send ? (r.wait_stream == kSendNext ? kRecvPrev : kRecvNext)
+                                   : (r.wait_stream == kRecvPrev ? kSendNext : kSendPrev);
+      const P2pStream& ps = ranks_[p.peer].p2p[peer_stream];
+      std::string peer_next =
+          ps.head < ps.posts.size()
+              ? fmt::format("its next {} on that stream is tag {} with rank {}",
+                            send ? "receive" : "send", ps.posts[ps.head].tag, ps.posts[ps.head].peer)
+              : fmt::format("it has posted no further {} there", send ? "receive" : "send");
+      return fmt::format("waits for the {} of tag {} {} rank {}, which rank {} has not matched: {}",
+                         send ? "send" : "receive", p.tag, send ? "to" : "from", p.peer, p.peer,
+                         peer_next);
+    }
+    default:
+      return "";
+  }
+}
+void Engine::Finish(SimResult* result) {
+  const int64_t n = static_cast<int64_t>(ranks_.size());
+  SimResult& out = *result;
+  out.ranks.resize(n);
+  // Deadlock: a rank whose host did not end, or whose transfers / collectives never completed.
+  for (int64_t i = 0; i < n; ++i) {
+    const RankState& r = ranks_[i];
+    BlockedRank b;
+    b.rank = i;
+    if (r.wait != Wait::kDone) {
+      b.instruction = static_cast<int64_t>(r.pc);
+      b.text = InstructionText(r.program->instructions[r.pc]) + ": " + WaitReason(i);
+    } else {
+      for (int s = 0; s < 4 && b.text.empty(); ++s) {
+        const P2pStream& st = r.p2p[s];
+        if (st.head < st.posts.size()) {
+          b.instruction = st.posts[st.head].instr;
+          b.text = fmt::format("{}: never matched by rank {} (the program ended without it)",
+                               InstructionText(r.program->instructions[b.instruction]),
+                               st.posts[st.head].peer);
+        }
+      }
+      if (b.text.empty() && r.coll_pending > 0) {
+        b.instruction = static_cast<int64_t>(r.pc) - 1;
+        b.text = fmt::format("{} collective(s) never completed", r.coll_pending);
+      }
+    }
+    if (!b.text.empty()) out.blocked.push_back(std::move(b));
+  }
+  // Per-rank figures.
+  Duration iteration;
+  for (int64_t i = 0; i < n; ++i) {
+    RankState& r = ranks_[i];
+    RankSimStats& s = out.ranks[i];
+    Duration finish = r.tail;
+    for (const auto& span : r.comm_spans) finish = std::max(finish, span.second);
+    s.finish = finish;
+    s.compute = r.compute;
+    s.comm = r.comm;
+    if (r.wait == Wait::kDone) {
+      r.exposed += UnionWithin(r.comm_spans, std::max(r.host_end, r.tail), finish);
+    }
+    s.exposed_comm = r.exposed;
+    iteration = std::max(iteration, finish);
+  }
+  out.iteration_time = iteration;
+  for (RankSimStats& s : out.ranks) {
+    s.bubble = std::max(Duration::Zero(), iteration - s.compute - s.exposed_comm);
+  }
+  // Memory.
+  const Bytes limit = plan_.memory_limit();
+  if (options_.record_memory) out.memory.resize(n);
+  Duration oom_time = Duration::Infinite();
+  std::vector<MemoryDelta> merged;
+  auto by_time = [](const MemoryDelta& a, const MemoryDelta& b) { return a.time < b.time; };
+  for (int64_t i = 0; i < n; ++i) {
+    RankState& r = ranks_[i];
+    // Both lists are (nearly) in time order; merging keeps the issue order of equal times.
+    if (!std::is_sorted(r.memory.begin(), r.memory.end(), by_time)) {
+      std::stable_sort(r.memory.begin(), r.memory.end(), by_time);
+    }
+    std::stable_sort(r.recv_memory.begin(), r.recv_memory.end(), by_time);
+    merged.resize(r.memory.size() + r.recv_memory.size());
+    std::merge(r.memory.begin(), r.memory.end(), r.recv_memory.begin(), r.recv_memory.end(),
+               merged.begin(), by_time);
+    MemorySweep m = SweepMemory(merged, plan_.model_states[r.program->pp_index], limit,
+                                options_.record_memory);
+    out.ranks[i].peak_memory = m.peak;
+    out.ranks[i].peak_instruction = m.peak_instruction;
+    if (m.first_over_time >= 0 || m.peak > limit) {
+      out.memory_exceeded = true;
+      const Duration t = Duration::Nanos(std::max<int64_t>(m.first_over_time, 0));
+      if (t < oom_time) {
+        oom_time = t;
+        out.oom_rank = i;
+        out.oom_instruction = m.first_over_instruction;
+      }
+    }
+    if (options_.record_memory) out.memory[i] = std::move(m.points);
+    r.memory = {};
+    r.recv_memory = {};
+  }
+  out.instructions = executed_;
+  out.events = events_;
+}
+Status Engine::Run(SimResult* result) {
+  SLUICE_RETURN_IF_ERROR(Prepare());
+  for (int32_t r = 0; r < static_cast<int32_t>(ranks_.size()); ++r) RunHost(r, Duration::Zero());
+  while (!heap_.empty()) {
+    const Event e = heap_.top();
+    heap_.pop();
+    ++events_;
+    const Duration now = Duration::Nanos(e.time);
+    switch (e.type) {
+      case EventType::kTransferData:
+        OnTransferData(e.a, now);
+        break;
+      case EventType::kFlowDone:
+        OnFlowDone(e.a, e.b, now);
+        break;
+      case EventType::kCollStart:
+        OnCollStart(e.a, now);
+        break;
+      case EventType::kCollLatency: {
+        Group& g = groups_[e.a];
+        Collective& c = g.colls[g.next];
+        net_.SetBytes(c.flow, now,
+                      static_cast<double>(c.bytes.count()) / static_cast<double>(g.members.size()));
+        DrainChanged();
+        break;
+      }
+      case EventType::kCollDone:
+        CompleteCollective(e.a, now);
+        break;
+    }
+  }
+  Finish(result);
+  if (options_.record_timeline) {
+    result->critical_path = CriticalPath(intervals_, pred_);
+    // By (rank, start, creation): buckets per rank, then each bucket by start.
+    std::vector<size_t> first(ranks_.size() + 1, 0);
+    for (const SimInterval& iv : intervals_) ++first[iv.rank + 1];
+    for (size_t r = 0; r < ranks_.size(); ++r) first[r + 1] += first[r];
+    std::vector<std::pair<int64_t, int32_t>> order(intervals_.size());
+    std::vector<size_t> fill(first.begin(), first.end() - 1);
+    for (size_t i = 0; i < intervals_.size(); ++i) {
+      order[fill[intervals_[i].rank]++] = {intervals_[i].start.nanos(), static_cast<int32_t>(i)};
+    }
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      std::sort(order.begin() + first[r], order.begin() + first[r + 1]);
+    }
+    result->timeline.reserve(order.size());
+    for (const auto& [start, i] : order) result->timeline.push_back(intervals_[i]);
+  }
+  return Status::Ok();
+}
+
+}  // namespace sluice::sim_internal

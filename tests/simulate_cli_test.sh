@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# End-to-end checks of `sluice simulate`: exit codes (0 ok or out of memory, 1 deadlock, 2 bad
+# usage or input), the summary table, the files it writes (a Chrome trace that parses as JSON
+# with one process per rank, the JSON result, the HTML report), the what-if flags, and messages
+# that name the flag and the allowed values.
+#
+#   tests/simulate_cli_test.sh PATH/TO/sluice
+set -u
+sluice="$1"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+python=python3
+
+# expect NAME RC PATTERN -- ARGS...: runs sluice ARGS, checks the exit code and that the combined
+# output matches the extended regex PATTERN.
+expect() {
+  local name="$1" want_rc="$2" pattern="$3"
+  shift 4
+  local out rc
+  out="$("$sluice" "$@" 2>&1)"
+  rc=$?
+  if [ "$rc" -ne "$want_rc" ]; then
+    echo "FAIL $name: exit $rc, want $want_rc; output:"; echo "$out" | head -20
+    failed=$((failed + 1))
+  elif ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -20
+    failed=$((failed + 1))
+  else
+    echo "ok   $name"
+    passed=$((passed + 1))
+  fi
+}
+
+# check NAME COMMAND...: a shell condition on the files written.
+check() {
+  local name="$1"
+  shift
+  if "$@"; then
+    echo "ok   $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $name: $*"
+    failed=$((failed + 1))
+  fi
+}
+
+# Plans to simulate: the default scenario (gpt-6.7b, dp 2 x pp 4), one batch, JSON and MessagePack.
+"$sluice" plan --iterations 1 --show 0 --out "$tmp/plan.json" >/dev/null 2>&1
+"$sluice" plan --iterations 1 --show 0 --out "$tmp/plan.msgpack" >/dev/null 2>&1
+check plan-made test -s "$tmp/plan.json"
+
+expect help 0 "simulate" -- --help
+expect simulate-help 0 "--straggler" -- simulate --help
+expect simulate-ok 0 "outcome: ok" -- simulate "$tmp/plan.json"
+expect simulate-table 0 "^ +7 +1 +3 " -- simulate "$tmp/plan.json"
+expect simulate-msgpack 0 "outcome: ok" -- simulate "$tmp/plan.msgpack"
+expect simulate-padded-tokens 0 "padded shapes" -- simulate "$tmp/plan.json"
+expect simulate-real-tokens 0 "real tokens \(" -- simulate "$tmp/plan.json" --data mixture-4task
+expect simulate-closed-form 0 "collectives closed-form" -- simulate "$tmp/plan.json" --collectives closed-form
+
+# Files: trace, JSON and report.
+expect simulate-files 0 "wrote report" -- simulate "$tmp/plan.json" --trace "$tmp/t.json" --json "$tmp/r.json" --report "$tmp/r.html"
+check trace-parses "$python" -c "
+import json, sys
+t = json.load(open('$tmp/t.json'))
+ev = t['traceEvents']
+procs = {e['pid'] for e in ev if e['ph'] == 'M' and e['name'] == 'process_name'}
+xs = [e for e in ev if e['ph'] == 'X']
+assert procs == set(range(8)), procs
+assert xs and all(e['dur'] >= 0 and 'microbatch' in e['args'] for e in xs)
+assert any(e['name'].endswith('F0') for e in xs)
+"
+check json-result "$python" -c "
+import json
+r = json.load(open('$tmp/r.json'))
+assert r['format'] == 'sluice-sim-result/1' and r['outcome'] == 'ok'
+assert len(r['ranks']) == 8 and r['iteration_time_ns'] > 0
+"
+check report-html grep -q "sluice-timeline" "$tmp/r.html"
+
+# What-if flags.
+expect straggler 0 "outcome: ok" -- simulate "$tmp/plan.json" --straggler 2:1.5 --straggler 5:1.2
+expect compute-scale 0 "outcome: ok" -- simulate "$tmp/plan.json" --compute-scale 0.5 --intra-bw-scale 0.1 --inter-latency-scale 2
+expect no-buffers 0 "outcome: ok" -- simulate "$tmp/plan.json" --no-buffers --no-check
+
+# Out of memory is an outcome (exit 0, printed first in capitals); a deadlock exits 1.
+expect oom 0 "^OUT OF MEMORY: rank [0-9]+" -- simulate "$tmp/plan.json" --memory-limit 30000
+"$python" - "$tmp/plan.json" "$tmp/deadlock.json" <<'EOF'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+ins = plan['ranks'][1]['instructions']
+i = next(k for k, x in enumerate(ins) if x['op'] == 'recv-act-start')
+del ins[i]
+json.dump(plan, open(sys.argv[2], 'w'))
+EOF
+expect deadlock 1 "DEADLOCK: [0-9]+ rank" -- simulate "$tmp/deadlock.json"
+expect deadlock-names-rank 1 "rank 1 at instruction [0-9]+: 1RECV_F0.wait" -- simulate "$tmp/deadlock.json"
+expect deadlock-warns 1 "does not pass .sluice plan check" -- simulate "$tmp/deadlock.json"
+expect deadlock-report 1 "wrote report" -- simulate "$tmp/deadlock.json" --report "$tmp/d.html"
+
+# Bad usage and input.
+expect no-plan 2 "plan" -- simulate
+expect missing-plan 2 "no-such-plan.json" -- simulate "$tmp/no-such-plan.json"
+expect bad-collectives 2 "stepwise, closed-form" -- simulate "$tmp/plan.json" --collectives tree
+expect bad-straggler 2 "RANK:FACTOR" -- simulate "$tmp/plan.json" --straggler fast
+expect straggler-rank 2 "--straggler.*allowed: 0..7" -- simulate "$tmp/plan.json" --straggler 99:2
+expect bad-scale 2 "--compute-scale.*> 0" -- simulate "$tmp/plan.json" --compute-scale 0
+expect bad-memory 2 "--memory-limit" -- simulate "$tmp/plan.json" --memory-limit -5
+printf '{"format": "sluice-plan/1"}' >"$tmp/empty-plan.json"
+expect incomplete-plan 2 "empty-plan.json" -- simulate "$tmp/empty-plan.json"
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
