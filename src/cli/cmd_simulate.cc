@@ -74,8 +74,8 @@ StatusOr<SimOptions> MakeOptions(const SimulateFlags& f) {
   } else if (f.collectives == "closed-form") {
     o.collectives = CollectiveMode::kClosedForm;
   } else {
-    return InvalidArgumentError(fmt::format(
-        "--collectives '{}': allowed values are stepwise, closed-form", f.collectives));
+    return InvalidArgumentError(
+        fmt::format("--collectives '{}': allowed values are stepwise, closed-form", f.collectives));
   }
   o.compute_scale = f.compute_scale;
   o.intra_node = {f.intra_bw_scale, f.intra_latency_scale};
@@ -100,8 +100,7 @@ StatusOr<SimOptions> MakeOptions(const SimulateFlags& f) {
 // Option errors of the simulator name SimOptions fields; say which flag sets them.
 Status FlagError(const Status& s) {
   std::string m = s.message();
-  for (const auto& [field, flag] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [field, flag] : std::vector<std::pair<std::string, std::string>>{
            {"'compute_scale'", "--compute-scale"},
            {"'intra_node.bandwidth_scale'", "--intra-bw-scale"},
            {"'inter_node.bandwidth_scale'", "--inter-bw-scale"},
@@ -196,8 +195,9 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
   s->add_option("--memory-limit", flags->memory_limit_mb,
                 "Per-device memory limit in MB (default: the plan's)");
   AddDataFlag(s, &flags->data)
-      ->description("The lengths the plan was made from, to count real tokens (plans hold ids "
-                    "only; without it the padded shapes count)");
+      ->description(
+          "The lengths the plan was made from, to count real tokens (plans hold ids "
+          "only; without it the padded shapes count)");
   s->add_option("--samples", flags->samples, "With --data: how many samples it holds (0 = all)");
   AddSeedFlag(s, &flags->seed)->description("With a generator --data preset: its seed");
   s->add_flag("--no-buffers", flags->no_buffers,

@@ -33,9 +33,10 @@ std::string ChromeTraceJson(const ExecutionPlan& plan, const SimResult& result) 
   std::string out;
   out.reserve(256 + result.timeline.size() * 160);
   auto it = std::back_inserter(out);
-  fmt::format_to(it, "{{\"displayTimeUnit\": \"ms\", \"otherData\": {{\"producer\": \"sluice "
-                     "simulate\", \"outcome\": \"{}\", \"iteration_time_us\": {}}},\n"
-                     "\"traceEvents\": [\n",
+  fmt::format_to(it,
+                 "{{\"displayTimeUnit\": \"ms\", \"otherData\": {{\"producer\": \"sluice "
+                 "simulate\", \"outcome\": \"{}\", \"iteration_time_us\": {}}},\n"
+                 "\"traceEvents\": [\n",
                  SimOutcomeName(result.outcome), Micros(result.iteration_time));
   bool first = true;
   auto sep = [&] {
@@ -49,12 +50,13 @@ std::string ChromeTraceJson(const ExecutionPlan& plan, const SimResult& result) 
   }
   for (const RankProgram& p : plan.ranks) {
     sep();
-    fmt::format_to(it,
-                   "{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {}, \"args\": {{\"name\": "
-                   "\"rank {} (dp {}, pp {})\"}}}},\n"
-                   "{{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": {}, \"args\": "
-                   "{{\"sort_index\": {}}}}}",
-                   p.rank, p.rank, p.dp_index, p.pp_index, p.rank, p.rank);
+    fmt::format_to(
+        it,
+        "{{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": {}, \"args\": {{\"name\": "
+        "\"rank {} (dp {}, pp {})\"}}}},\n"
+        "{{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": {}, \"args\": "
+        "{{\"sort_index\": {}}}}}",
+        p.rank, p.rank, p.dp_index, p.pp_index, p.rank, p.rank);
     for (int s = 0; s < kNumStreamKinds; ++s) {
       if (s != 0 && !(used[p.rank] & (1u << s))) continue;
       fmt::format_to(it,
@@ -72,9 +74,9 @@ std::string ChromeTraceJson(const ExecutionPlan& plan, const SimResult& result) 
   std::sort(critical.begin(), critical.end());
   for (const SimInterval& iv : result.timeline) {
     const Instruction& in = plan.ranks[iv.rank].instructions[iv.instruction];
-    const bool on_path = std::binary_search(
-        critical.begin(), critical.end(),
-        std::make_tuple(iv.rank, iv.instruction, static_cast<int>(iv.stream)));
+    const bool on_path =
+        std::binary_search(critical.begin(), critical.end(),
+                           std::make_tuple(iv.rank, iv.instruction, static_cast<int>(iv.stream)));
     sep();
     fmt::format_to(it,
                    "{{\"ph\": \"X\", \"name\": \"{}\", \"cat\": \"{}\", \"pid\": {}, \"tid\": {}, "
@@ -97,8 +99,7 @@ std::string ChromeTraceJson(const ExecutionPlan& plan, const SimResult& result) 
   return out;
 }
 
-Status WriteChromeTrace(const ExecutionPlan& plan, const SimResult& result,
-                        std::string_view path) {
+Status WriteChromeTrace(const ExecutionPlan& plan, const SimResult& result, std::string_view path) {
   return WriteStringToFile(std::string(path), ChromeTraceJson(plan, result));
 }
 

@@ -1,3 +1,5 @@
+// The event engine's run (sim_engine.h): the hosts walking their programs, the compute stream,
+// point-to-point transfers and collectives, and the events that move them.
 #include "sim/sim_engine.h"
 
 #include <fmt/core.h>
@@ -13,6 +15,7 @@ int32_t Engine::AddInterval(int64_t rank, int64_t instr, StreamKind stream, Dura
   pred_.push_back(pred);
   return static_cast<int32_t>(intervals_.size() - 1);
 }
+
 bool Engine::Readable(int32_t rank, int64_t slot) {
   const Slot& s = ranks_[rank].slots[slot];
   if (!s.live) {
@@ -27,6 +30,7 @@ bool Engine::Readable(int32_t rank, int64_t slot) {
   }
   return true;
 }
+
 bool Engine::Allocate(int32_t rank, int64_t slot, Bytes bytes, bool activation) {
   Slot& s = ranks_[rank].slots[slot];
   if (s.live) {
@@ -40,6 +44,7 @@ bool Engine::Allocate(int32_t rank, int64_t slot, Bytes bytes, bool activation) 
   s.bytes = bytes;
   return true;
 }
+
 Duration Engine::RunOnCompute(int32_t rank, size_t instr, Duration duration, StreamKind stream) {
   RankState& r = ranks_[rank];
   const bool by_stream = r.tail >= r.host && r.tail_interval != kNoInterval;
@@ -50,20 +55,23 @@ Duration Engine::RunOnCompute(int32_t rank, size_t instr, Duration duration, Str
   r.tail_interval = AddInterval(rank, static_cast<int64_t>(instr), stream, start, r.tail, pred);
   return start;
 }
-void Engine::IssueCompute(int32_t rank, const Instruction& in) {
+
+void Engine::IssueCompute(int32_t rank, const OpRec& in) {
   RankState& r = ranks_[rank];
   const size_t pc = r.pc;
-  for (int64_t s : in.inputs) {
-    if (!Readable(rank, s)) return;
+  const int32_t* inputs = Inputs(r, in);
+  const int32_t* outputs = Outputs(r, in);
+  for (int32_t k = 0; k < in.n_in; ++k) {
+    if (!Readable(rank, inputs[k])) return;
   }
-  for (int64_t s : in.outputs) {
+  for (int32_t k = 0; k < in.n_out; ++k) {
+    const int32_t s = outputs[k];
     if (r.slots[s].live) {
       Stop(rank, fmt::format("writes slot {}, which still holds a buffer", s));
       return;
     }
   }
-  const ChunkCost& c =
-      plan_.replicas[r.program->dp_index].micro_batches[in.microbatch].stages[in.stage];
+  const ChunkCost& c = *in.cost;
   const Duration duration = in.duration.Scaled(r.compute_factor);
   const Duration start = RunOnCompute(rank, pc, duration, StreamKind::kCompute);
   const Duration end = r.tail;
@@ -71,16 +79,19 @@ void Engine::IssueCompute(int32_t rank, const Instruction& in) {
   // Deltas at the start, then at the end: the compute stream's list stays in time order.
   const bool forward = in.op == OpKind::kForward;
   if (forward) {
-    for (int64_t s : in.inputs) {
-      Slot& slot = r.slots[s];
+    for (int32_t k = 0; k < in.n_in; ++k) {
+      Slot& slot = r.slots[inputs[k]];
       if (slot.activation && !slot.covered) {
         slot.covered = true;
+        slot.cover_mb = in.microbatch;
+        slot.cover_stage = in.stage;
         if (slot.counted) Mem(r, start, -slot.bytes.count(), pc);
       }
     }
   }
-  for (int64_t s : in.outputs) {
-    Allocate(rank, s, Fp16Bytes(in.shapes), forward);
+  for (int32_t k = 0; k < in.n_out; ++k) {
+    const int32_t s = outputs[k];
+    Allocate(rank, s, in.bytes, forward);
     Slot& slot = r.slots[s];
     slot.ready = end;
     slot.writer = r.tail_interval;
@@ -106,9 +117,19 @@ void Engine::IssueCompute(int32_t rank, const Instruction& in) {
       Mem(r, end, -c.stored_until_w.count(), pc);
       break;
   }
+  if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {
+    // The stage input leaves the stored activations with them: a buffer again until freed.
+    for (int32_t k = 0; k < in.n_in; ++k) {
+      Slot& slot = r.slots[inputs[k]];
+      if (slot.covered && slot.cover_mb == in.microbatch && slot.cover_stage == in.stage) {
+        slot.covered = false;
+        if (slot.counted) Mem(r, end, slot.bytes.count(), pc);
+      }
+    }
+  }
 }
 
-void Engine::PostP2p(int32_t rank, const Instruction& in) {
+void Engine::PostP2p(int32_t rank, const OpRec& in) {
   RankState& r = ranks_[rank];
   const int stream = P2pStreamOf(in.op);
   Post post;
@@ -120,7 +141,9 @@ void Engine::PostP2p(int32_t rank, const Instruction& in) {
   post.bytes = in.bytes;
   if (IsSend(in.op)) {
     // Data of a send: the slots it reads, ready when their writers end.
-    for (int64_t s : in.inputs) {
+    const int32_t* inputs = Inputs(r, in);
+    for (int32_t k = 0; k < in.n_in; ++k) {
+      const int32_t s = inputs[k];
       if (!Readable(rank, s)) return;
       const Slot& slot = r.slots[s];
       if (slot.ready >= post.ready) {
@@ -129,21 +152,21 @@ void Engine::PostP2p(int32_t rank, const Instruction& in) {
       }
     }
   } else {
-    const int64_t s = in.outputs[0];
-    const Bytes bytes = in.bytes > Bytes::Zero() ? in.bytes : Fp16Bytes(in.shapes);
-    if (!Allocate(rank, s, bytes, in.op == OpKind::kRecvActStart)) return;
+    const int32_t s = Outputs(r, in)[0];
+    if (!Allocate(rank, s, in.bytes, in.op == OpKind::kRecvActStart)) return;
     r.slots[s].pending = true;
     post.slot = static_cast<int32_t>(s);
   }
   r.p2p[stream].posts.push_back(post);
-  r.open.push_back({in.op, in.peer, in.tag, stream,
-                    static_cast<int32_t>(r.p2p[stream].posts.size() - 1)});
+  r.open.push_back(
+      {in.op, in.peer, in.tag, stream, static_cast<int32_t>(r.p2p[stream].posts.size() - 1)});
   if (IsSend(in.op)) {
     TryStartTransfer(rank, stream);
   } else {
     TryStartTransfer(static_cast<int32_t>(in.peer), stream == kRecvPrev ? kSendNext : kSendPrev);
   }
 }
+
 void Engine::TryStartTransfer(int32_t sender, int send_stream) {
   RankState& a = ranks_[sender];
   P2pStream& ss = a.p2p[send_stream];
@@ -191,6 +214,7 @@ void Engine::TryStartTransfer(int32_t sender, int send_stream) {
   transfers_.push_back(t);
   Push(start + Link(inter).latency, EventType::kTransferData, id);
 }
+
 void Engine::OnTransferData(int32_t t, Duration now) {
   const int32_t flow = net_.Open(transfers_[t].ports, now);
   if (static_cast<size_t>(flow) >= owners_.size()) owners_.resize(flow + 1);
@@ -198,12 +222,15 @@ void Engine::OnTransferData(int32_t t, Duration now) {
   net_.SetBytes(flow, now, transfers_[t].bytes);
   DrainChanged();
 }
+
 void Engine::DrainChanged() {
   for (int32_t flow : net_.changed()) {
-    if (net_.moving(flow)) Push(net_.Completion(flow), EventType::kFlowDone, flow, net_.version(flow));
+    if (net_.moving(flow))
+      Push(net_.Completion(flow), EventType::kFlowDone, flow, net_.version(flow));
   }
   net_.ClearChanged();
 }
+
 void Engine::OnFlowDone(int32_t flow, uint32_t version, Duration now) {
   if (!net_.moving(flow) || net_.version(flow) != version) return;  // stale
   const FlowOwner owner = owners_[flow];
@@ -224,6 +251,7 @@ void Engine::OnFlowDone(int32_t flow, uint32_t version, Duration now) {
   DrainChanged();
   CompleteCollective(owner.id, now);
 }
+
 void Engine::CompleteTransfer(int32_t id, Duration now) {
   transfers_[id].end = now;
   transfers_[id].done = true;
@@ -262,7 +290,8 @@ void Engine::CompleteTransfer(int32_t id, Duration now) {
   if (waiting(t.src, t.src_stream, t.src_post)) Resume(t.src, now, si);
   if (waiting(t.dst, t.dst_stream, t.dst_post)) Resume(t.dst, now, ri);
 }
-void Engine::PostCollective(int32_t rank, const Instruction& in) {
+
+void Engine::PostCollective(int32_t rank, const OpRec& in) {
   RankState& r = ranks_[rank];
   Group& g = groups_[r.program->pp_index];
   const size_t k = static_cast<size_t>(r.coll_posted++);
@@ -276,9 +305,9 @@ void Engine::PostCollective(int32_t rank, const Instruction& in) {
   }
   Collective& c = g.colls[k];
   if (c.op != in.op || c.bytes != in.bytes) {
-    const int32_t other = g.members[std::find_if(c.instr.begin(), c.instr.end(),
-                                                 [](int32_t i) { return i >= 0; }) -
-                                    c.instr.begin()];
+    const int32_t other =
+        g.members[std::find_if(c.instr.begin(), c.instr.end(), [](int32_t i) { return i >= 0; }) -
+                  c.instr.begin()];
     --r.coll_posted;
     return Stop(rank, fmt::format("its collective #{} is {} of {} bytes, but rank {} posted {} of "
                                   "{} bytes as #{} of the data-parallel group",
@@ -298,6 +327,7 @@ void Engine::PostCollective(int32_t rank, const Instruction& in) {
   }
   TryStartCollective(r.program->pp_index);
 }
+
 void Engine::TryStartCollective(int32_t gi) {
   Group& g = groups_[gi];
   if (g.started || g.next >= g.colls.size()) return;
@@ -321,6 +351,7 @@ void Engine::TryStartCollective(int32_t gi) {
   c.steps_left = kind == CollectiveKind::kAllReduce ? 2 * (n - 1) : n - 1;
   Push(c.start, EventType::kCollStart, gi);
 }
+
 void Engine::OnCollStart(int32_t gi, Duration now) {
   Group& g = groups_[gi];
   Collective& c = g.colls[g.next];
@@ -330,6 +361,7 @@ void Engine::OnCollStart(int32_t gi, Duration now) {
   DrainChanged();
   Push(now + g.step_latency, EventType::kCollLatency, gi);
 }
+
 void Engine::CompleteCollective(int32_t gi, Duration now) {
   Group& g = groups_[gi];
   Collective& c = g.colls[g.next];
@@ -353,6 +385,7 @@ void Engine::CompleteCollective(int32_t gi, Duration now) {
   }
   TryStartCollective(gi);
 }
+
 void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
   RankState& r = ranks_[rank];
   // Exposed communication: the compute stream idles from max(block, tail) to now while the
@@ -379,12 +412,13 @@ void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
   r.host_pred = pred;
   RunHost(rank, now);
 }
+
 void Engine::RunHost(int32_t rank, Duration now) {
   RankState& r = ranks_[rank];
   r.host = std::max(r.host, now);
-  const auto& list = r.program->instructions;
-  while (r.pc < list.size() && r.wait == Wait::kRunning) {
-    const Instruction& in = list[r.pc];
+  const size_t size = r.ops.size();
+  while (r.pc < size && r.wait == Wait::kRunning) {
+    const OpRec& in = r.ops[r.pc];
     switch (in.op) {
       case OpKind::kForward:
       case OpKind::kBackward:
@@ -395,7 +429,8 @@ void Engine::RunHost(int32_t rank, Duration now) {
         break;
       case OpKind::kLoadInput: {
         const Duration start = RunOnCompute(rank, r.pc, in.duration, StreamKind::kCompute);
-        for (int64_t s : in.outputs) {
+        for (int32_t k = 0; k < in.n_out; ++k) {
+          const int32_t s = Outputs(r, in)[k];
           if (!Allocate(rank, s, in.bytes, false)) return;
           r.slots[s].ready = r.tail;
           r.slots[s].writer = r.tail_interval;
@@ -404,11 +439,12 @@ void Engine::RunHost(int32_t rank, Duration now) {
         break;
       }
       case OpKind::kFreeBuffer: {
-        Slot& s = r.slots[in.inputs[0]];
+        const int32_t slot = Inputs(r, in)[0];
+        Slot& s = r.slots[slot];
         if (!s.live || s.pending) {
-          return Stop(rank, fmt::format("frees slot {}, which {}", in.inputs[0],
-                                        s.live ? "a receive in flight still writes"
-                                               : "holds no buffer"));
+          return Stop(rank,
+                      fmt::format("frees slot {}, which {}", slot,
+                                  s.live ? "a receive in flight still writes" : "holds no buffer"));
         }
         if (s.counted && !s.covered) Mem(r, std::max(r.tail, r.host), -s.bytes.count(), r.pc);
         s.live = false;
@@ -469,7 +505,7 @@ void Engine::RunHost(int32_t rank, Duration now) {
     ++r.pc;
     ++executed_;
   }
-  if (r.pc >= list.size() && r.wait != Wait::kDone) {
+  if (r.pc >= size && r.wait != Wait::kDone) {
     r.wait = Wait::kDone;
     r.host_end = r.host;
   }

@@ -72,6 +72,23 @@ inline int P2pStreamOf(OpKind op) {
 }
 inline StreamKind StreamOfP2p(int s) { return static_cast<StreamKind>(s + 1); }
 
+// An instruction as the engine reads it, packed by Prepare: what the run needs without chasing
+// the plan's vectors (the 1,024-rank plans are memory-bound otherwise).
+struct OpRec {
+  OpKind op = OpKind::kForward;
+  int32_t n_in = 0;
+  int32_t n_out = 0;
+  int32_t slots = 0;  // offset in RankState::slot_list: the inputs, then the outputs
+  int32_t microbatch = -1;
+  int32_t stage = -1;
+  int64_t peer = -1;
+  int64_t tag = -1;
+  Bytes bytes;  // payload of transfers, collectives and loads; the buffer a receive or a
+                // compute op's output allocates (fp16 bytes of its shapes)
+  Duration duration;
+  const ChunkCost* cost = nullptr;  // compute ops: the micro-batch's stage cost
+};
+
 // A Start posted on a point-to-point stream.
 struct Post {
   int32_t instr = 0;
@@ -107,8 +124,10 @@ struct Slot {
   bool live = false;
   bool pending = false;     // written by a receive that has not completed
   bool activation = false;  // an fp16 stage input (received or produced), coverable by a forward
-  bool covered = false;     // counted inside a forward's stored activations
-  bool counted = false;     // its bytes are in the memory level
+  bool covered = false;     // counted inside a forward's stored activations, until the
+                            // backward (B or I) of that micro-batch and stage ends
+  int32_t cover_mb = -1, cover_stage = -1;
+  bool counted = false;  // its bytes are in the memory level
   Bytes bytes;
   Duration ready;
   int32_t writer = kNoInterval;
@@ -120,6 +139,8 @@ enum class Wait : uint8_t { kRunning, kPost, kCollectives, kStopped, kDone };
 
 struct RankState {
   const RankProgram* program = nullptr;
+  std::vector<OpRec> ops;          // the program, packed
+  std::vector<int32_t> slot_list;  // the ops' slots
   size_t pc = 0;
   Duration host;
   int32_t host_pred = kNoInterval;
@@ -216,8 +237,8 @@ class Engine {
   void Push(Duration t, EventType type, int32_t a, uint32_t b = 0) {
     heap_.push({t.nanos(), seq_++, type, a, b});
   }
-  int32_t AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
-                      Duration end, int32_t pred);
+  int32_t AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start, Duration end,
+                      int32_t pred);
   void Mem(RankState& r, Duration t, int64_t bytes, size_t instr) {
     if (bytes != 0) r.memory.push_back({t.nanos(), bytes, static_cast<int32_t>(instr)});
   }
@@ -226,7 +247,13 @@ class Engine {
   void RunHost(int32_t rank, Duration now);
   // Runs one compute-stream op; returns its start.
   Duration RunOnCompute(int32_t rank, size_t instr, Duration duration, StreamKind stream);
-  void IssueCompute(int32_t rank, const Instruction& in);
+  void IssueCompute(int32_t rank, const OpRec& in);
+  const int32_t* Inputs(const RankState& r, const OpRec& in) const {
+    return r.slot_list.data() + in.slots;
+  }
+  const int32_t* Outputs(const RankState& r, const OpRec& in) const {
+    return r.slot_list.data() + in.slots + in.n_in;
+  }
   // False (and the rank stopped) when the slot holds no finished buffer.
   bool Readable(int32_t rank, int64_t slot);
   // False (and the rank stopped) when the slot still holds a buffer.
@@ -235,8 +262,8 @@ class Engine {
     ranks_[rank].wait = Wait::kStopped;
     ranks_[rank].stop_reason = std::move(reason);
   }
-  void PostP2p(int32_t rank, const Instruction& in);
-  void PostCollective(int32_t rank, const Instruction& in);
+  void PostP2p(int32_t rank, const OpRec& in);
+  void PostCollective(int32_t rank, const OpRec& in);
   void TryStartTransfer(int32_t sender, int send_stream);
   void TryStartCollective(int32_t group);
   void OnTransferData(int32_t t, Duration now);

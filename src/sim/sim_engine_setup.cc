@@ -29,23 +29,28 @@ Status Engine::Prepare() {
   }
   const int64_t stages = plan_.num_stages();
   ranks_.resize(n);
-  size_t total = 0;
+  size_t total = 0, sends = 0;
+  std::vector<size_t> collectives(n, 0);
   for (int64_t r = 0; r < n; ++r) {
     const RankProgram& p = plan_.ranks[r];
-    if (p.rank != r || p.dp_index != r / par.pp || p.pp_index != r % par.pp ||
-        p.buffer_slots < 0) {
-      return bad(fmt::format("field 'ranks[{}]': rank {} dp {} pp {} buffer_slots {}; expected "
-                             "rank {} = dp {} * pp + pp {}",
-                             r, p.rank, p.dp_index, p.pp_index, p.buffer_slots, r, r / par.pp,
-                             r % par.pp));
+    if (p.rank != r || p.dp_index != r / par.pp || p.pp_index != r % par.pp || p.buffer_slots < 0) {
+      return bad(fmt::format(
+          "field 'ranks[{}]': rank {} dp {} pp {} buffer_slots {}; expected "
+          "rank {} = dp {} * pp + pp {}",
+          r, p.rank, p.dp_index, p.pp_index, p.buffer_slots, r, r / par.pp, r % par.pp));
     }
-    ranks_[r].program = &p;
-    ranks_[r].slots.resize(p.buffer_slots);
-    ranks_[r].memory.reserve(3 * p.instructions.size());
+    RankState& rs = ranks_[r];
+    rs.program = &p;
+    rs.ops.reserve(p.instructions.size());
+    rs.memory.reserve(3 * p.instructions.size());
+    int64_t slots_used = 0;
     total += p.instructions.size();
     const auto& mbs = plan_.replicas[p.dp_index].micro_batches;
+    std::array<size_t, 4> posts = {};
     for (size_t i = 0; i < p.instructions.size(); ++i) {
       const Instruction& in = p.instructions[i];
+      if (IsCommStart(in.op)) ++posts[P2pStreamOf(in.op)];
+      if (IsCollective(in.op)) ++collectives[r];
       auto field = [&](std::string_view name, std::string problem) {
         return bad(fmt::format("field 'ranks[{}].instructions[{}].{}' ({}): {}", r, i, name,
                                InstructionText(in), problem));
@@ -77,10 +82,10 @@ Status Engine::Prepare() {
           return field("peer", fmt::format("peer {} is not another rank (0..{})", in.peer, n - 1));
         }
         if (Inter(r, in.peer) ? inter_.bandwidth <= 0 : intra_.bandwidth <= 0) {
-          return bad(fmt::format("rank {} talks to rank {} over the {}-node link, whose bandwidth "
-                                 "in cluster '{}' is not positive",
-                                 r, in.peer, Inter(r, in.peer) ? "inter" : "intra",
-                                 plan_.cluster.name));
+          return bad(
+              fmt::format("rank {} talks to rank {} over the {}-node link, whose bandwidth "
+                          "in cluster '{}' is not positive",
+                          r, in.peer, Inter(r, in.peer) ? "inter" : "intra", plan_.cluster.name));
         }
       }
       if (in.op == OpKind::kFreeBuffer && in.inputs.size() != 1) {
@@ -89,8 +94,38 @@ Status Engine::Prepare() {
       if (in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart) {
         if (in.outputs.size() != 1) return field("out", "a receive writes exactly one slot");
       }
+      OpRec op;
+      op.op = in.op;
+      op.n_in = static_cast<int32_t>(in.inputs.size());
+      op.n_out = static_cast<int32_t>(in.outputs.size());
+      op.slots = static_cast<int32_t>(rs.slot_list.size());
+      for (const auto* list : {&in.inputs, &in.outputs}) {
+        for (int64_t s : *list) {
+          rs.slot_list.push_back(static_cast<int32_t>(s));
+          slots_used = std::max(slots_used, s + 1);
+        }
+      }
+      op.microbatch = static_cast<int32_t>(in.microbatch);
+      op.stage = static_cast<int32_t>(in.stage);
+      op.peer = in.peer;
+      op.tag = in.tag;
+      op.bytes = in.bytes;
+      if (IsCompute(in.op) ||
+          ((in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart) &&
+           in.bytes == Bytes::Zero())) {
+        op.bytes = Fp16Bytes(in.shapes);
+      }
+      op.duration = in.duration;
+      if (IsCompute(in.op)) op.cost = &mbs[in.microbatch].stages[in.stage];
+      rs.ops.push_back(op);
     }
+    rs.slots.resize(slots_used);  // slots never named cost nothing
+    for (int k = 0; k < 4; ++k) rs.p2p[k].posts.reserve(posts[k]);
+    rs.comm_spans.reserve(posts[0] + posts[1] + posts[2] + posts[3] + collectives[r]);
+    rs.coll_spans.reserve(collectives[r]);
+    sends += posts[kSendNext] + posts[kSendPrev];
   }
+  transfers_.reserve(sends);
   if (options_.record_timeline) {  // every interval belongs to one instruction
     intervals_.reserve(total);
     pred_.reserve(total);
@@ -108,15 +143,17 @@ Status Engine::Prepare() {
   for (int64_t p = 0; p < par.pp; ++p) {
     Group& g = groups_[p];
     for (int64_t d = 0; d < par.dp; ++d) g.members.push_back(static_cast<int32_t>(d * par.pp + p));
+    g.colls.reserve(collectives[p]);
     const int64_t m = par.dp;
     for (int64_t i = 0; m > 1 && i < m; ++i) {
       const int32_t a = g.members[i], b = g.members[(i + 1) % m];
       const bool inter = Inter(a, b);
       g.spans_nodes = g.spans_nodes || Inter(g.members[0], g.members[i]);
       if (Link(inter).bandwidth <= 0) {
-        return bad(fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
-                               "whose bandwidth in cluster '{}' is not positive",
-                               p, inter ? "inter" : "intra", plan_.cluster.name));
+        return bad(
+            fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
+                        "whose bandwidth in cluster '{}' is not positive",
+                        p, inter ? "inter" : "intra", plan_.cluster.name));
       }
       g.ports.push_back(Port(a, inter, false));
       g.ports.push_back(Port(b, inter, true));
@@ -125,6 +162,7 @@ Status Engine::Prepare() {
   }
   return Status::Ok();
 }
+
 std::string Engine::WaitReason(int32_t rank) const {
   const RankState& r = ranks_[rank];
   switch (r.wait) {
@@ -136,12 +174,13 @@ std::string Engine::WaitReason(int32_t rank) const {
       if (g.next < g.colls.size()) {
         const Collective& c = g.colls[g.next];
         for (size_t m = 0; m < g.members.size(); ++m) {
-          if (c.instr[m] < 0) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", g.members[m]);
+          if (c.instr[m] < 0)
+            missing += fmt::format("{}{}", missing.empty() ? "" : ", ", g.members[m]);
         }
       }
-      return fmt::format("waits for its {} collective(s); the group's next one{}", r.coll_pending,
-                         missing.empty() ? " never completes"
-                                         : " is not posted by rank(s) " + missing);
+      return fmt::format(
+          "waits for its {} collective(s); the group's next one{}", r.coll_pending,
+          missing.empty() ? " never completes" : " is not posted by rank(s) " + missing);
     }
     case Wait::kPost: {
       const Post& p = r.p2p[r.wait_stream].posts[r.wait_post];
@@ -152,7 +191,8 @@ std::string Engine::WaitReason(int32_t rank) const {
       std::string peer_next =
           ps.head < ps.posts.size()
               ? fmt::format("its next {} on that stream is tag {} with rank {}",
-                            send ? "receive" : "send", ps.posts[ps.head].tag, ps.posts[ps.head].peer)
+                            send ? "receive" : "send", ps.posts[ps.head].tag,
+                            ps.posts[ps.head].peer)
               : fmt::format("it has posted no further {} there", send ? "receive" : "send");
       return fmt::format("waits for the {} of tag {} {} rank {}, which rank {} has not matched: {}",
                          send ? "send" : "receive", p.tag, send ? "to" : "from", p.peer, p.peer,
@@ -162,6 +202,7 @@ std::string Engine::WaitReason(int32_t rank) const {
       return "";
   }
 }
+
 void Engine::Finish(SimResult* result) {
   const int64_t n = static_cast<int64_t>(ranks_.size());
   SimResult& out = *result;
@@ -227,8 +268,8 @@ void Engine::Finish(SimResult* result) {
     merged.resize(r.memory.size() + r.recv_memory.size());
     std::merge(r.memory.begin(), r.memory.end(), r.recv_memory.begin(), r.recv_memory.end(),
                merged.begin(), by_time);
-    MemorySweep m = SweepMemory(merged, plan_.model_states[r.program->pp_index], limit,
-                                options_.record_memory);
+    MemorySweep m =
+        SweepMemory(merged, plan_.model_states[r.program->pp_index], limit, options_.record_memory);
     out.ranks[i].peak_memory = m.peak;
     out.ranks[i].peak_instruction = m.peak_instruction;
     if (m.first_over_time >= 0 || m.peak > limit) {
@@ -247,6 +288,7 @@ void Engine::Finish(SimResult* result) {
   out.instructions = executed_;
   out.events = events_;
 }
+
 Status Engine::Run(SimResult* result) {
   SLUICE_RETURN_IF_ERROR(Prepare());
   for (int32_t r = 0; r < static_cast<int32_t>(ranks_.size()); ++r) RunHost(r, Duration::Zero());

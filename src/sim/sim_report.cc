@@ -59,9 +59,9 @@ report::Section SummarySection(const ExecutionPlan& plan, const SimResult& r) {
   head.title = "Headline figures";
   head.header = {"figure", "value"};
   const double padding = r.padded_tokens > 0
-                              ? static_cast<double>(r.padded_tokens - r.real_tokens) /
-                                    static_cast<double>(r.padded_tokens)
-                              : 0.0;
+                             ? static_cast<double>(r.padded_tokens - r.real_tokens) /
+                                   static_cast<double>(r.padded_tokens)
+                             : 0.0;
   Duration path_compute, path_comm;
   for (const SimInterval& iv : r.critical_path) {
     (iv.stream == StreamKind::kCompute ? path_compute : path_comm) += iv.end - iv.start;
@@ -69,8 +69,9 @@ report::Section SummarySection(const ExecutionPlan& plan, const SimResult& r) {
   head.rows = {
       {"outcome", std::string(SimOutcomeName(r.outcome))},
       {"iteration time", Ms(r.iteration_time) + " ms"},
-      {"real tokens", fmt::format("{}{}", r.real_tokens,
-                                  r.tokens_from_samples ? "" : " (padded shapes: no lengths given)")},
+      {"real tokens",
+       fmt::format("{}{}", r.real_tokens,
+                   r.tokens_from_samples ? "" : " (padded shapes: no lengths given)")},
       {"padded tokens", fmt::format("{} ({} padding)", r.padded_tokens, Pct(padding))},
       {"tokens/s (real)", fmt::format("{:.0f}", r.tokens_per_second)},
       {"MFU", fmt::format("{} of {} x {:.0f} TFLOP/s", Pct(r.mfu), plan.parallel.devices(),
@@ -85,8 +86,9 @@ report::Section SummarySection(const ExecutionPlan& plan, const SimResult& r) {
   s.blocks.push_back(head);
   report::Table ranks;
   ranks.title = "Per rank";
-  ranks.header = {"rank", "dp", "pp", "finish ms", "compute ms", "exposed comm ms", "bubble ms",
-                  "comm busy ms", "peak MB"};
+  ranks.header = {"rank",      "dp",           "pp",
+                  "finish ms", "compute ms",   "exposed comm ms",
+                  "bubble ms", "comm busy ms", "peak MB"};
   for (int64_t i : Shown(plan, kMaxTableRanks)) {
     const RankSimStats& st = r.ranks[i];
     ranks.rows.push_back({std::to_string(i), std::to_string(plan.ranks[i].dp_index),
@@ -109,12 +111,13 @@ report::Section TimelineSection(const ExecutionPlan& plan, const SimResult& r) {
     return s;
   }
   const std::vector<int64_t> shown = Shown(plan, kMaxDrawnRanks);
-  s.text = static_cast<int64_t>(shown.size()) < static_cast<int64_t>(plan.ranks.size())
-               ? fmt::format("{} ranks: replica 0 only ({} ranks). ", plan.ranks.size(),
-                             shown.size())
-               : "";
-  s.text += "Per rank a compute row and the communication streams it used; bars on the critical "
-            "path say so in their tooltips.";
+  s.text =
+      static_cast<int64_t>(shown.size()) < static_cast<int64_t>(plan.ranks.size())
+          ? fmt::format("{} ranks: replica 0 only ({} ranks). ", plan.ranks.size(), shown.size())
+          : "";
+  s.text +=
+      "Per rank a compute row and the communication streams it used; bars on the critical "
+      "path say so in their tooltips.";
   std::set<std::tuple<int64_t, int64_t, int>> critical;
   for (const SimInterval& iv : r.critical_path) {
     critical.insert({iv.rank, iv.instruction, static_cast<int>(iv.stream)});
@@ -138,13 +141,12 @@ report::Section TimelineSection(const ExecutionPlan& plan, const SimResult& r) {
       bar.category = Category(in.op);
       const bool on_path =
           critical.count({it->rank, it->instruction, static_cast<int>(it->stream)}) > 0;
-      bar.tooltip = fmt::format("rank {} {} on {}: {:.3f}-{:.3f} ms{}{}{}", rank, bar.label,
-                                StreamKindName(it->stream), bar.start, bar.end,
-                                in.bytes.count() > 0 ? fmt::format(", {} bytes", in.bytes.count())
-                                                     : "",
-                                in.microbatch >= 0 ? fmt::format(", micro-batch {}", in.microbatch)
-                                                   : "",
-                                on_path ? " (critical path)" : "");
+      bar.tooltip =
+          fmt::format("rank {} {} on {}: {:.3f}-{:.3f} ms{}{}{}", rank, bar.label,
+                      StreamKindName(it->stream), bar.start, bar.end,
+                      in.bytes.count() > 0 ? fmt::format(", {} bytes", in.bytes.count()) : "",
+                      in.microbatch >= 0 ? fmt::format(", micro-batch {}", in.microbatch) : "",
+                      on_path ? " (critical path)" : "");
       (it->stream == StreamKind::kCompute      ? compute
        : it->stream == StreamKind::kCollective ? coll
                                                : p2p)
@@ -181,7 +183,8 @@ report::Section MemorySection(const ExecutionPlan& plan, const SimResult& r) {
   for (int64_t rank : shown) {
     report::Series series;
     series.name = fmt::format("rank {}", rank);
-    for (const MemoryPoint& m : r.memory[rank]) series.points.push_back({m.time.millis(), m.bytes.mb()});
+    for (const MemoryPoint& m : r.memory[rank])
+      series.points.push_back({m.time.millis(), m.bytes.mb()});
     if (!series.points.empty() && series.points.back().first < r.iteration_time.millis()) {
       series.points.push_back({r.iteration_time.millis(), series.points.back().second});
     }
@@ -194,8 +197,9 @@ report::Section MemorySection(const ExecutionPlan& plan, const SimResult& r) {
 report::Section BreakdownSection(const ExecutionPlan& plan, const SimResult& r) {
   report::Section s;
   s.heading = "Where time went";
-  s.text = "Each rank's iteration split into compute, communication it waited for with its "
-           "compute idle (exposed), and the rest (bubble: waiting for other ranks).";
+  s.text =
+      "Each rank's iteration split into compute, communication it waited for with its "
+      "compute idle (exposed), and the rest (bubble: waiting for other ranks).";
   report::Table t;
   t.title = "Breakdown per rank";
   t.header = {"rank", "compute", "exposed comm", "bubble"};
@@ -208,8 +212,8 @@ report::Section BreakdownSection(const ExecutionPlan& plan, const SimResult& r) 
                       Pct(Frac(st.exposed_comm, r.iteration_time)),
                       Pct(Frac(st.bubble, r.iteration_time))});
     const Duration idle = st.bubble + st.exposed_comm;
-    bars.bars.push_back({fmt::format("rank {}", i), idle.millis(),
-                         Pct(Frac(idle, r.iteration_time)), false});
+    bars.bars.push_back(
+        {fmt::format("rank {}", i), idle.millis(), Pct(Frac(idle, r.iteration_time)), false});
   }
   s.blocks.push_back(std::move(t));
   s.blocks.push_back(std::move(bars));

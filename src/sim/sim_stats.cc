@@ -65,10 +65,10 @@ StatusOr<TokenCount> CountTokens(const ExecutionPlan& plan, std::span<const Samp
         for (int64_t id : row) {
           const auto it = by_id.find(id);
           if (it == by_id.end()) {
-            return NotFoundError(fmt::format(
-                "simulation options: field 'samples' lacks sample id {} of replica {} "
-                "micro-batch {} (pass the plan's global batch)",
-                id, d, i));
+            return NotFoundError(
+                fmt::format("simulation options: field 'samples' lacks sample id {} of replica {} "
+                            "micro-batch {} (pass the plan's global batch)",
+                            id, d, i));
           }
           const Sample& s = *it->second;
           int64_t in = 0, tgt = 0;

@@ -19,8 +19,8 @@
 namespace sluice::sim_internal {
 
 struct TokenCount {
-  int64_t real = 0;    // unpadded tokens (input + target) of the placed samples
-  int64_t padded = 0;  // tokens the micro-batch shapes allocate
+  int64_t real = 0;        // unpadded tokens (input + target) of the placed samples
+  int64_t padded = 0;      // tokens the micro-batch shapes allocate
   double model_flops = 0;  // useful FLOPs (forward + backward, no recompute) of the real tokens
 };
 

@@ -77,6 +77,7 @@ std::string_view StreamKindName(StreamKind kind) {
   }
   return "?";
 }
+
 std::string_view SimOutcomeName(SimOutcome outcome) {
   switch (outcome) {
     case SimOutcome::kOk:
@@ -88,8 +89,10 @@ std::string_view SimOutcomeName(SimOutcome outcome) {
   }
   return "?";
 }
+
 Simulator::Simulator(const ExecutionPlan& plan, SimOptions options)
     : plan_(&plan), options_(std::move(options)) {}
+
 StatusOr<SimResult> Simulator::Run() {
   SLUICE_RETURN_IF_ERROR(CheckOptions(*plan_, options_));
   SimResult result;
@@ -107,7 +110,8 @@ StatusOr<SimResult> Simulator::Run() {
   const double seconds = result.iteration_time.seconds();
   if (seconds > 0) {
     result.tokens_per_second = static_cast<double>(result.real_tokens) / seconds;
-    const double peak = static_cast<double>(plan.parallel.devices()) * plan.cluster.device.peak_flops;
+    const double peak =
+        static_cast<double>(plan.parallel.devices()) * plan.cluster.device.peak_flops;
     if (peak > 0) result.mfu = result.model_flops / (seconds * peak);
   }
   // Stage and replica balance.
@@ -138,27 +142,26 @@ StatusOr<SimResult> Simulator::Run() {
                           b.text);
     }
     if (result.blocked.size() > 8) list += fmt::format("; and {} more", result.blocked.size() - 8);
-    result.problem = fmt::format("deadlock: {} rank(s) cannot finish: {}", result.blocked.size(),
-                                 list);
+    result.problem =
+        fmt::format("deadlock: {} rank(s) cannot finish: {}", result.blocked.size(), list);
   } else if (result.memory_exceeded) {
     result.outcome = SimOutcome::kOutOfMemory;
   }
   if (result.memory_exceeded) {
     const RankSimStats& s = result.ranks[result.oom_rank];
     const RankProgram& p = plan.ranks[result.oom_rank];
-    const std::string text =
-        fmt::format("out of memory: rank {} (dp {}, pp {}) exceeds the limit {:.1f} MB at "
-                    "instruction {} ({}); its peak is {:.1f} MB",
-                    result.oom_rank, p.dp_index, p.pp_index, plan.memory_limit().mb(),
-                    result.oom_instruction,
-                    result.oom_instruction >= 0
-                        ? InstructionText(p.instructions[result.oom_instruction])
-                        : std::string("model states"),
-                    s.peak_memory.mb());
+    const std::string text = fmt::format(
+        "out of memory: rank {} (dp {}, pp {}) exceeds the limit {:.1f} MB at "
+        "instruction {} ({}); its peak is {:.1f} MB",
+        result.oom_rank, p.dp_index, p.pp_index, plan.memory_limit().mb(), result.oom_instruction,
+        result.oom_instruction >= 0 ? InstructionText(p.instructions[result.oom_instruction])
+                                    : std::string("model states"),
+        s.peak_memory.mb());
     result.problem = result.problem.empty() ? text : result.problem + "; " + text;
   }
   return result;
 }
+
 StatusOr<SimResult> Simulate(const ExecutionPlan& plan, const SimOptions& options) {
   return Simulator(plan, options).Run();
 }

@@ -8,7 +8,9 @@
 // a transfer that runs on its communication stream once both sides have posted it (NCCL pairs
 // point-to-point ops in posting order) and its link is free; a *Finish blocks the rank's issue
 // until that transfer has completed; collectives run on the collective stream once every member
-// of the group has posted them; OptimizerStep waits for the rank's collectives.
+// of the group has posted them; OptimizerStep waits for the rank's collectives. Compute ops do
+// not block the issue (as a CUDA host does not wait for kernels): sends wait for the data they
+// read, collectives for the compute issued before them.
 //
 // Communication times come from the cluster's links (ClusterSpec intra_node / inter_node; device
 // placement as in execution_plan.h). Transfers that share a link at the same time share its
@@ -23,12 +25,14 @@
 // (stored activations of forwards whose backward has not run yet, plus the transient peak of the
 // running compute op, from the plan's per-stage ChunkCost) plus the live buffer slots that rule
 // does not already hold (a forward's input activation is inside its `stored` from the forward
-// on), over simulated time: allocations happen when the writing op starts on its stream, releases
-// when FreeBuffer reaches the compute stream. With SimOptions::count_buffers = false the peak is
-// exactly PredictPeakMemory's. docs/simulator.md has the whole model.
+// until its backward ends), over simulated time: allocations happen when the writing op starts
+// on its stream, releases when FreeBuffer reaches the compute stream. With
+// SimOptions::count_buffers = false the peak is exactly PredictPeakMemory's. docs/simulator.md
+// has the whole model.
 //
-// A plan whose ranks cannot all finish (e.g. a receive without its send) ends with outcome
-// kDeadlock and the blocked ranks with the instruction each waits on; the simulation never hangs.
+// A plan whose ranks cannot all finish (e.g. a receive without its send, or a rank that stops on
+// a slot nothing wrote) ends with outcome kDeadlock and the blocked ranks with the instruction
+// each waits on; the simulation never hangs.
 //
 // Determinism: events are ordered by (time, sequence number); the same plan and options give a
 // byte-identical SimResult. No static state: one Simulator per simulation, any number per process.
@@ -73,8 +77,8 @@ struct LinkScale {
 };
 
 struct Straggler {
-  int64_t rank = 0;         // rank id of the plan
-  double slowdown = 1.0;    // compute durations on this rank × slowdown (> 0)
+  int64_t rank = 0;       // rank id of the plan
+  double slowdown = 1.0;  // compute durations on this rank × slowdown (> 0)
 };
 
 struct SimOptions {
@@ -115,13 +119,13 @@ struct MemoryPoint {
 };
 
 struct RankSimStats {
-  Duration finish;          // when the rank's last instruction completed
-  Duration compute;         // busy time of the compute stream
-  Duration bubble;          // iteration time - compute - exposed communication
-  Duration exposed_comm;    // time the rank was blocked on communication in flight with its
-                            // compute idle (a Finish or OptimizerStep waiting, and the end of
-                            // the iteration waiting for trailing transfers / collectives)
-  Duration comm;            // total busy time of the communication streams (overlapped or not)
+  Duration finish;        // when the rank's last instruction completed
+  Duration compute;       // busy time of the compute stream
+  Duration bubble;        // iteration time - compute - exposed communication
+  Duration exposed_comm;  // time the rank was blocked on communication in flight with its
+                          // compute idle (a Finish or OptimizerStep waiting, and the end of
+                          // the iteration waiting for trailing transfers / collectives)
+  Duration comm;          // total busy time of the communication streams (overlapped or not)
   Bytes peak_memory;
   int64_t peak_instruction = -1;  // the instruction during which the peak was reached
 
@@ -139,37 +143,37 @@ struct BlockedRank {
 
 struct SimResult {
   SimOutcome outcome = SimOutcome::kOk;
-  std::string problem;                // empty when kOk: what went wrong, naming ranks/instructions
-  std::vector<BlockedRank> blocked;   // kDeadlock: every rank that could not finish
+  std::string problem;               // empty when kOk: what went wrong, naming ranks/instructions
+  std::vector<BlockedRank> blocked;  // kDeadlock: every rank that could not finish
 
-  Duration iteration_time;            // the last rank's finish
-  int64_t real_tokens = 0;            // unpadded tokens of the placed samples (input + target)
-  int64_t padded_tokens = 0;          // tokens the micro-batch shapes compute (mbs × lengths)
-  double tokens_per_second = 0;       // real_tokens / iteration_time
-  double model_flops = 0;             // useful model FLOPs of the real tokens (fwd + bwd, no
-                                      // recompute, no padding)
-  double mfu = 0;                     // model_flops / (iteration_time × devices × peak_flops)
+  Duration iteration_time;       // the last rank's finish
+  int64_t real_tokens = 0;       // unpadded tokens of the placed samples (input + target)
+  int64_t padded_tokens = 0;     // tokens the micro-batch shapes compute (mbs × lengths)
+  double tokens_per_second = 0;  // real_tokens / iteration_time
+  double model_flops = 0;        // useful model FLOPs of the real tokens (fwd + bwd, no
+                                 // recompute, no padding)
+  double mfu = 0;                // model_flops / (iteration_time × devices × peak_flops)
 
-  bool tokens_from_samples = false;   // real_tokens / model_flops from SimOptions::samples
-                                      // (false: from the padded shapes)
+  bool tokens_from_samples = false;  // real_tokens / model_flops from SimOptions::samples
+                                     // (false: from the padded shapes)
 
-  std::vector<RankSimStats> ranks;    // [rank id]
-  std::vector<Duration> stage_compute;    // [pipeline rank] max over replicas of compute time
-  std::vector<Duration> replica_finish;   // [dp index] the replica's last finish
-  double stage_imbalance = 0;         // max / mean of stage_compute - 1
-  double replica_imbalance = 0;       // max / mean of replica_finish - 1
+  std::vector<RankSimStats> ranks;       // [rank id]
+  std::vector<Duration> stage_compute;   // [pipeline rank] max over replicas of compute time
+  std::vector<Duration> replica_finish;  // [dp index] the replica's last finish
+  double stage_imbalance = 0;            // max / mean of stage_compute - 1
+  double replica_imbalance = 0;          // max / mean of replica_finish - 1
 
-  bool memory_exceeded = false;       // some rank's peak > plan.memory_limit()
-  int64_t oom_rank = -1;              // the first rank (by time) that exceeded it
-  int64_t oom_instruction = -1;       // and the instruction where it happened
+  bool memory_exceeded = false;  // some rank's peak > plan.memory_limit()
+  int64_t oom_rank = -1;         // the first rank (by time) that exceeded it
+  int64_t oom_instruction = -1;  // and the instruction where it happened
 
   std::vector<SimInterval> critical_path;  // the chain of intervals that sets iteration_time,
                                            // first to last (record_timeline only)
   std::vector<SimInterval> timeline;       // every interval (record_timeline), by (rank, start)
   std::vector<std::vector<MemoryPoint>> memory;  // [rank] (record_memory)
 
-  int64_t instructions = 0;           // instructions executed
-  int64_t events = 0;                 // events processed
+  int64_t instructions = 0;  // instructions executed
+  int64_t events = 0;        // events processed
 
   friend bool operator==(const SimResult&, const SimResult&) = default;
 };
@@ -179,6 +183,8 @@ class Simulator {
   // REQUIRES: `plan` outlives the simulator. Options are checked by Run (InvalidArgument naming
   // the field: a non-positive scale, a straggler rank outside the plan).
   Simulator(const ExecutionPlan& plan, SimOptions options);
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
   // Runs the simulation once. A deadlock or an out-of-memory plan is an outcome, not an error;
   // a Status is returned only for bad options or a structurally broken plan (an instruction
   // naming a rank or slot that does not exist).

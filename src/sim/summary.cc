@@ -56,46 +56,50 @@ std::string FormatSimSummary(const ExecutionPlan& plan, const SimResult& r) {
     }
   }
   if (r.memory_exceeded) {
-    const std::string_view prefix = r.outcome == SimOutcome::kOutOfMemory ? "OUT OF MEMORY" : "also";
+    const std::string_view prefix =
+        r.outcome == SimOutcome::kOutOfMemory ? "OUT OF MEMORY" : "also";
     const RankProgram& p = plan.ranks[r.oom_rank];
-    line(fmt::format("{}: rank {} (dp {}, pp {}) exceeds the memory limit of {} MB at instruction "
-                     "{} ({}); peak {} MB",
-                     prefix, r.oom_rank, p.dp_index, p.pp_index, Grouped(plan.memory_limit().mb()),
-                     r.oom_instruction,
-                     r.oom_instruction >= 0 ? InstructionText(p.instructions[r.oom_instruction])
-                                            : std::string("model states"),
-                     Grouped(r.ranks[r.oom_rank].peak_memory.mb())));
+    line(
+        fmt::format("{}: rank {} (dp {}, pp {}) exceeds the memory limit of {} MB at instruction "
+                    "{} ({}); peak {} MB",
+                    prefix, r.oom_rank, p.dp_index, p.pp_index, Grouped(plan.memory_limit().mb()),
+                    r.oom_instruction,
+                    r.oom_instruction >= 0 ? InstructionText(p.instructions[r.oom_instruction])
+                                           : std::string("model states"),
+                    Grouped(r.ranks[r.oom_rank].peak_memory.mb())));
   }
   line(fmt::format("outcome: {}", SimOutcomeName(r.outcome)));
   const double padding = r.padded_tokens > 0
                              ? 100.0 * static_cast<double>(r.padded_tokens - r.real_tokens) /
                                    static_cast<double>(r.padded_tokens)
                              : 0.0;
-  line(fmt::format("iteration {:.3f} ms; {} real tokens{} ({} padded, {:.1f}% padding) -> {} "
-                   "tokens/s; MFU {:.1f}% ({} devices x {:.0f} TFLOP/s)",
-                   r.iteration_time.millis(), Grouped(static_cast<double>(r.real_tokens)),
-                   r.tokens_from_samples ? "" : " [no sample lengths: padded shapes]",
-                   Grouped(static_cast<double>(r.padded_tokens)), padding,
-                   Grouped(r.tokens_per_second), 100.0 * r.mfu, plan.parallel.devices(),
-                   plan.cluster.device.peak_flops / 1e12));
+  line(fmt::format(
+      "iteration {:.3f} ms; {} real tokens{} ({} padded, {:.1f}% padding) -> {} "
+      "tokens/s; MFU {:.1f}% ({} devices x {:.0f} TFLOP/s)",
+      r.iteration_time.millis(), Grouped(static_cast<double>(r.real_tokens)),
+      r.tokens_from_samples ? "" : " [no sample lengths: padded shapes]",
+      Grouped(static_cast<double>(r.padded_tokens)), padding, Grouped(r.tokens_per_second),
+      100.0 * r.mfu, plan.parallel.devices(), plan.cluster.device.peak_flops / 1e12));
   Duration path_compute, path_comm;
   for (const SimInterval& iv : r.critical_path) {
     (iv.stream == StreamKind::kCompute ? path_compute : path_comm) += iv.end - iv.start;
   }
-  line(fmt::format("stage imbalance {:.1f}%, replica imbalance {:.1f}%; critical path {} "
-                   "intervals: compute {:.3f} ms, communication {:.3f} ms, waiting {:.3f} ms",
-                   100.0 * r.stage_imbalance, 100.0 * r.replica_imbalance, r.critical_path.size(),
-                   path_compute.millis(), path_comm.millis(),
-                   (r.iteration_time - path_compute - path_comm).millis()));
+  line(
+      fmt::format("stage imbalance {:.1f}%, replica imbalance {:.1f}%; critical path {} "
+                  "intervals: compute {:.3f} ms, communication {:.3f} ms, waiting {:.3f} ms",
+                  100.0 * r.stage_imbalance, 100.0 * r.replica_imbalance, r.critical_path.size(),
+                  path_compute.millis(), path_comm.millis(),
+                  (r.iteration_time - path_compute - path_comm).millis()));
   int64_t peak_rank = 0;
   for (size_t i = 0; i < r.ranks.size(); ++i) {
-    if (r.ranks[i].peak_memory > r.ranks[peak_rank].peak_memory) peak_rank = static_cast<int64_t>(i);
+    if (r.ranks[i].peak_memory > r.ranks[peak_rank].peak_memory)
+      peak_rank = static_cast<int64_t>(i);
   }
   if (!r.ranks.empty()) {
-    line(fmt::format("memory: peak {} MB on rank {} (limit {} MB); {} instructions, {} events",
-                     Grouped(r.ranks[peak_rank].peak_memory.mb()), peak_rank,
-                     Grouped(plan.memory_limit().mb()), Grouped(static_cast<double>(r.instructions)),
-                     Grouped(static_cast<double>(r.events))));
+    line(fmt::format(
+        "memory: peak {} MB on rank {} (limit {} MB); {} instructions, {} events",
+        Grouped(r.ranks[peak_rank].peak_memory.mb()), peak_rank, Grouped(plan.memory_limit().mb()),
+        Grouped(static_cast<double>(r.instructions)), Grouped(static_cast<double>(r.events))));
   }
   std::string note;
   const std::vector<int64_t> shown = ShownRanks(plan, r, &note);
@@ -106,10 +110,11 @@ std::string FormatSimSummary(const ExecutionPlan& plan, const SimResult& r) {
   auto row = [&](const std::string& a, const std::string& b, const std::string& c, Duration finish,
                  Duration compute, Duration exposed, Duration bubble, Duration comm,
                  const std::string& peak) {
-    line(fmt::format("{:>5} {:>4} {:>4} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>6.1f}% "
-                     "{:>11.3f} {:>10}",
-                     a, b, c, finish.millis(), compute.millis(), exposed.millis(), bubble.millis(),
-                     Pct(bubble, r.iteration_time), comm.millis(), peak));
+    line(
+        fmt::format("{:>5} {:>4} {:>4} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>6.1f}% "
+                    "{:>11.3f} {:>10}",
+                    a, b, c, finish.millis(), compute.millis(), exposed.millis(), bubble.millis(),
+                    Pct(bubble, r.iteration_time), comm.millis(), peak));
   };
   for (int64_t i : shown) {
     const RankSimStats& s = r.ranks[i];
@@ -129,14 +134,15 @@ std::string FormatSimSummary(const ExecutionPlan& plan, const SimResult& r) {
     }
     const int64_t n = static_cast<int64_t>(r.ranks.size());
     const Duration total = r.iteration_time * n;
-    line(fmt::format("{:>5} {:>4} {:>4} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>6.1f}% "
-                     "{:>11.3f} {:>10}",
-                     "mean", "", "", r.iteration_time.millis(), compute.millis() / n,
-                     exposed.millis() / n, bubble.millis() / n, Pct(bubble, total),
-                     comm.millis() / n, Grouped(peak.mb()) + " max"));
-    line(fmt::format("time of all ranks: compute {:.1f}%, exposed communication {:.1f}%, bubble "
-                     "{:.1f}%",
-                     Pct(compute, total), Pct(exposed, total), Pct(bubble, total)));
+    line(fmt::format(
+        "{:>5} {:>4} {:>4} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>6.1f}% "
+        "{:>11.3f} {:>10}",
+        "mean", "", "", r.iteration_time.millis(), compute.millis() / n, exposed.millis() / n,
+        bubble.millis() / n, Pct(bubble, total), comm.millis() / n, Grouped(peak.mb()) + " max"));
+    line(
+        fmt::format("time of all ranks: compute {:.1f}%, exposed communication {:.1f}%, bubble "
+                    "{:.1f}%",
+                    Pct(compute, total), Pct(exposed, total), Pct(bubble, total)));
   }
   if (!note.empty()) line(note);
   return out;

@@ -46,8 +46,10 @@ TEST(ChromeTraceTest, OneProcessPerRankOneThreadPerStreamAndEveryInterval) {
   int64_t complete = 0, critical = 0, counters = 0;
   for (const nlohmann::json& e : trace["traceEvents"]) {
     const std::string ph = e["ph"];
-    if (ph == "M" && e["name"] == "process_name") processes[e["pid"].get<int64_t>()] = e["args"]["name"];
-    if (ph == "M" && e["name"] == "thread_name") threads.insert({e["pid"].get<int64_t>(), e["tid"].get<int64_t>()});
+    if (ph == "M" && e["name"] == "process_name")
+      processes[e["pid"].get<int64_t>()] = e["args"]["name"];
+    if (ph == "M" && e["name"] == "thread_name")
+      threads.insert({e["pid"].get<int64_t>(), e["tid"].get<int64_t>()});
     if (ph == "C") ++counters;
     if (ph != "X") continue;
     ++complete;
