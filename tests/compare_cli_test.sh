@@ -67,7 +67,7 @@ expect default-tables 0 "Controlled: every method on dp" -- compare "${quick[@]}
 check no-html test ! -e "$tmp/o2/report.html"
 
 # Scenario files: the shipped example, flags overriding it, strict validation.
-expect example 0 "scenario: small .*Each method|Each method under its own best" -- \
+expect example 0 "scenario: compare-small" -- \
   compare --scenario "$here/../examples/compare-small.json" --out "$tmp/example"
 expect example-override 0 "1 batches|, 1 batches" -- \
   compare --scenario "$here/../examples/compare-small.json" --iterations 1 --out "$tmp/override"

@@ -51,14 +51,14 @@ class InterruptGuard {
 
 struct CompareFlags {
   CompareScenario scenario;  // the flags' values (defaults: the embedded default scenario)
-  std::string iterations = "5";
-  std::string methods;       // comma-separated
-  std::string parallel;      // the controlled configuration
+  std::string iterations = "20";
+  std::string methods;   // comma-separated
+  std::string parallel;  // the controlled configuration
   std::string scenario_file;
   std::string scenario_dir;
   std::string out = "sluice-compare";
   bool no_html = false;
-  bool stepwise = false;
+  bool closed_form = false;
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
@@ -86,7 +86,7 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   if (use("--reference")) s->reference = v.reference;
   if (use("--score-batches")) s->search.score_batches = v.search.score_batches;
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
-  if (use("--stepwise")) s->stepwise_collectives = f.stepwise;
+  if (use("--closed-form")) s->stepwise_collectives = !f.closed_form;
   if (use("--iterations")) {
     if (f.iterations == "all") {
       s->iterations = 0;
@@ -95,8 +95,8 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
       const char* end = f.iterations.data() + f.iterations.size();
       auto [ptr, ec] = std::from_chars(f.iterations.data(), end, n);
       if (ec != std::errc() || ptr != end || n < 1) {
-        return InvalidArgumentError(fmt::format(
-            "--iterations: '{}' is not a positive integer or 'all'", f.iterations));
+        return InvalidArgumentError(
+            fmt::format("--iterations: '{}' is not a positive integer or 'all'", f.iterations));
       }
       s->iterations = n;
     }
@@ -177,7 +177,8 @@ Status RunCompareCommand(const CompareFlags& f) {
     std::vector<std::string> files;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(f.scenario_dir, ec)) {
-      if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
+      if (e.is_regular_file() && e.path().extension() == ".json")
+        files.push_back(e.path().string());
     }
     if (ec) {
       return InvalidArgumentError(
@@ -220,9 +221,9 @@ Status RunCompareCommand(const CompareFlags& f) {
     SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(s, source, f.out, !f.no_html));
     results.push_back(std::move(r));
   }
-  const bool partial = g_interrupted != 0 ||
-                       std::any_of(results.begin(), results.end(),
-                                   [](const CompareResult& r) { return r.partial; });
+  const bool partial =
+      g_interrupted != 0 ||
+      std::any_of(results.begin(), results.end(), [](const CompareResult& r) { return r.partial; });
   if (partial) {
     return FailedPreconditionError(
         "interrupted: the results written above are partial (marked \"partial\": true)");
@@ -267,16 +268,16 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                                  "Generator presets: samples to generate (0 = 20000); files: "
                                  "first N samples")
                        ->check(CLI::NonNegativeNumber);
-  o["--cost"] = c->add_option("--cost", s.cost,
-                              "Cost model: auto, analytic, profiled:PATH or analytic:PATH")
-                    ->capture_default_str();
+  o["--cost"] =
+      c->add_option("--cost", s.cost, "Cost model: auto, analytic, profiled:PATH or analytic:PATH")
+          ->capture_default_str();
   o["--flash-attention"] =
       c->add_flag("--flash-attention", s.flash_attention, "Analytic cost model: fused attention");
   o["--tokens-per-batch"] = AddTokensPerBatchFlag(c, &s.tokens_per_batch);
   o["--max-seqlen"] = AddMaxSeqlenFlag(c, &s.max_seqlen);
-  o["--long"] = c->add_option("--long", s.long_samples,
-                              "Samples longer than --max-seqlen: clip or drop")
-                    ->capture_default_str();
+  o["--long"] =
+      c->add_option("--long", s.long_samples, "Samples longer than --max-seqlen: clip or drop")
+          ->capture_default_str();
   o["--iterations"] = c->add_option("--iterations", f->iterations,
                                     "Global batches planned and simulated per method: a number, "
                                     "or 'all' for the whole dataset")
@@ -290,12 +291,13 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                                  "Methods to compare, comma-separated (default: packing, "
                                  "token-budget, multipack, dynapipe, hydraulis, sluice)")
                        ->type_name("M,...");
-  o["--reference"] = c->add_option("--reference", s.reference,
-                                   "The method ratios are given against")
-                         ->capture_default_str();
+  o["--reference"] =
+      c->add_option("--reference", s.reference, "The method ratios are given against")
+          ->capture_default_str();
   o["--parallel"] = AddParallelFlag(c, &f->parallel)
-                        ->description("The controlled comparison's shared configuration "
-                                      "(dp, pp, tp, zero); default: sluice's best");
+                        ->description(
+                            "The controlled comparison's shared configuration "
+                            "(dp, pp, tp, zero); default: sluice's best");
   o["--score-batches"] = c->add_option("--score-batches", s.search.score_batches,
                                        "Global batches each candidate configuration is scored on")
                              ->check(CLI::Range(1, 64))
@@ -304,8 +306,10 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                                       "Best estimates per method that are simulated")
                             ->check(CLI::Range(1, 64))
                             ->capture_default_str();
-  o["--stepwise"] = c->add_flag("--stepwise", f->stepwise,
-                                "Simulate collectives step by step with contention (slower)");
+  o["--closed-form"] =
+      c->add_flag("--closed-form", f->closed_form,
+                  "Simulate collectives as one closed-form interval each (faster; default: step "
+                  "by step with link contention)");
   c->add_flag("--no-html", f->no_html, "Do not write report.html");
   SetHandler(c, state, [f] { return RunCompareCommand(*f); });
 }

@@ -20,8 +20,10 @@ std::string FormatCompareTables(const CompareResult& result);
 // The HTML report of one comparison.
 report::HtmlReport BuildCompareReport(const CompareResult& result);
 
-// One Markdown table row per scenario: sluice's best against the reference, fractions of the
-// ideal and, where sluice's best stays under 0.90 of it, the largest losses.
+// One Markdown table row per scenario: every method's ratio to the reference (own best
+// configurations), sluice's ratio under the controlled configuration, sluice's fraction of the
+// ideal, its configuration and its three largest losses (the time breakdown). A scenario without
+// a method named "sluice" shows its fastest method instead, named in the cell.
 std::string FormatScenarioSummary(std::span<const CompareResult> results);
 
 }  // namespace sluice::cli

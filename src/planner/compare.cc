@@ -61,10 +61,10 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, std::string_view source) {
     }
   }
   if (sc.max_seqlen > r.model.max_position) {
-    return InvalidArgumentError(fmt::format(
-        "{}: {} exceeds the max position {} of model '{}' (allowed: 1..{})",
-        FieldName(source, "max_seqlen", "--max-seqlen"), sc.max_seqlen, r.model.max_position,
-        r.model.name, r.model.max_position));
+    return InvalidArgumentError(
+        fmt::format("{}: {} exceeds the max position {} of model '{}' (allowed: 1..{})",
+                    FieldName(source, "max_seqlen", "--max-seqlen"), sc.max_seqlen,
+                    r.model.max_position, r.model.name, r.model.max_position));
   }
   CostModelOptions cost_options;
   cost_options.kind = sc.cost;
@@ -144,7 +144,8 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
   run->tokens_per_s = time > 0 ? 1e3 * static_cast<double>(tokens) / time : 0;
   run->ideal_tokens_per_s = ideal > 0 ? 1e3 * static_cast<double>(tokens) / ideal : 0;
   run->fraction_of_ideal = time > 0 ? ideal / time : 0;
-  run->padding = padded > 0 ? static_cast<double>(padded - tokens) / static_cast<double>(padded) : 0;
+  run->padding =
+      padded > 0 ? static_cast<double>(padded - tokens) / static_cast<double>(padded) : 0;
   run->bubble = time > 0 ? bubble / time : 0;
   run->comm = time > 0 ? comm / time : 0;
   run->planning_ms = plan / static_cast<double>(run->ok_batches);
@@ -338,8 +339,8 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
 
   // The search.
   const auto search_start = Clock::now();
-  ParallelSpace space = EnumerateParallelConfigs(r.model, r.cluster, *r.cost, sc.search,
-                                                 r.memory_limit);
+  ParallelSpace space =
+      EnumerateParallelConfigs(r.model, r.cluster, *r.cost, sc.search, r.memory_limit);
   out.skipped_configs = space.skipped;
   if (sc.controlled.has_value()) {
     ParallelConfig fixed = *sc.controlled;
@@ -359,8 +360,7 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
     candidates.push_back(ExpandCandidates(space.configs, m, r.model, sc.search));
     total += static_cast<int64_t>(candidates.back().size());
   }
-  const size_t score_n =
-      std::min(r.batches.size(), static_cast<size_t>(sc.search.score_batches));
+  const size_t score_n = std::min(r.batches.size(), static_cast<size_t>(sc.search.score_batches));
   BatchingOptions batching;
   batching.seed = sc.seed;
   batching.max_seqlen = sc.max_seqlen;
@@ -373,9 +373,10 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
   {
     Progress progress("searching configurations", total, options.progress);
     for (size_t i = 0; i < methods.size(); ++i) {
-      SLUICE_ASSIGN_OR_RETURN(
-          MethodSearch s, SearchMethod(scorer, methods[i].name, candidates[i],
-                                       sc.search.simulate_top, [&] { progress.Add(); }, cancelled));
+      SLUICE_ASSIGN_OR_RETURN(MethodSearch s,
+                              SearchMethod(
+                                  scorer, methods[i].name, candidates[i], sc.search.simulate_top,
+                                  [&] { progress.Add(); }, cancelled));
       searches.push_back(std::move(s));
     }
     progress.Finish();
@@ -427,15 +428,15 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
         if (SameShared(c.parallel, out.controlled_config)) shared.push_back(c);
       }
       SLUICE_ASSIGN_OR_RETURN(MethodSearch s,
-                              SearchMethod(scorer, methods[i].name, shared,
-                                           sc.search.simulate_top, nullptr, cancelled));
+                              SearchMethod(scorer, methods[i].name, shared, sc.search.simulate_top,
+                                           nullptr, cancelled));
       FillFromSearch(s, cancelled(), &controlled[i]);
     }
     // A controlled run identical to the method's own run is copied, not repeated.
     runs = 0;
     for (size_t i = 0; i < controlled.size(); ++i) {
-      runs += controlled[i].has_config && !(own[i].has_config &&
-                                            own[i].config == controlled[i].config);
+      runs +=
+          controlled[i].has_config && !(own[i].has_config && own[i].config == controlled[i].config);
     }
     Progress progress("controlled runs", runs * out.batches, options.progress);
     RunContext ctx(r, sc, options, flops, scorer, &progress);

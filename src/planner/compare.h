@@ -44,7 +44,7 @@ struct CompareOptions {
 
 // One method on one global batch.
 struct BatchRecord {
-  int64_t batch = 0;          // GlobalBatch::index
+  int64_t batch = 0;           // GlobalBatch::index
   std::string outcome = "ok";  // ok | out-of-memory (planning) | sim-out-of-memory | deadlock
   std::string reason;
   int64_t real_tokens = 0;    // placed, unpadded
@@ -77,31 +77,31 @@ struct MethodRun {
   // Set when the configuration is another method's choice that lies in this method's space and
   // ran faster over the whole run than this method's own choice (scored on a few batches).
   std::string adopted_from;
-  int64_t candidates = 0;    // search: candidates scored, feasible by estimate, simulated
+  int64_t candidates = 0;  // search: candidates scored, feasible by estimate, simulated
   int64_t feasible = 0;
   int64_t simulated = 0;
   std::vector<BatchRecord> batches;
   // Summary over the batches that ran (outcome ok).
   int64_t ok_batches = 0;
-  double tokens_per_s = 0;         // real tokens / simulated time
-  double ideal_tokens_per_s = 0;   // the same tokens at the ideal times
+  double tokens_per_s = 0;        // real tokens / simulated time
+  double ideal_tokens_per_s = 0;  // the same tokens at the ideal times
   double fraction_of_ideal = 0;
-  double ratio_to_reference = 0;   // 0 when the reference did not run
-  double padding = 0;              // padded - real over padded tokens
-  double bubble = 0;               // time-weighted over batches
+  double ratio_to_reference = 0;  // 0 when the reference did not run
+  double padding = 0;             // padded - real over padded tokens
+  double bubble = 0;              // time-weighted over batches
   double comm = 0;
-  double peak_memory_mb = 0;       // max over batches
-  double planning_ms = 0;          // mean per batch
-  Breakdown breakdown;             // device-time weighted over batches
+  double peak_memory_mb = 0;          // max over batches
+  double planning_ms = 0;             // mean per batch
+  Breakdown breakdown;                // device-time weighted over batches
   std::optional<ExampleRun> example;  // not serialised
 
   friend bool operator==(const MethodRun& a, const MethodRun& b) {
     return a.method == b.method && a.state == b.state && a.reason == b.reason &&
            a.has_config == b.has_config && a.config == b.config &&
-           a.adopted_from == b.adopted_from &&
-           a.candidates == b.candidates && a.feasible == b.feasible &&
-           a.simulated == b.simulated && a.batches == b.batches && a.ok_batches == b.ok_batches &&
-           a.tokens_per_s == b.tokens_per_s && a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
+           a.adopted_from == b.adopted_from && a.candidates == b.candidates &&
+           a.feasible == b.feasible && a.simulated == b.simulated && a.batches == b.batches &&
+           a.ok_batches == b.ok_batches && a.tokens_per_s == b.tokens_per_s &&
+           a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
            a.fraction_of_ideal == b.fraction_of_ideal &&
            a.ratio_to_reference == b.ratio_to_reference && a.padding == b.padding &&
            a.bubble == b.bubble && a.comm == b.comm && a.peak_memory_mb == b.peak_memory_mb &&
@@ -111,18 +111,18 @@ struct MethodRun {
 
 struct CompareResult {
   CompareScenario scenario;
-  std::string description;      // a few lines: model, cluster, cost model, data
-  bool partial = false;         // interrupted: some runs hold fewer batches or did not run
-  int64_t batches = 0;          // global batches in the run
+  std::string description;  // a few lines: model, cluster, cost model, data
+  bool partial = false;     // interrupted: some runs hold fewer batches or did not run
+  int64_t batches = 0;      // global batches in the run
   int64_t devices = 0;
   double memory_limit_mb = 0;
-  AchievableRate sweep_rate;    // the sweep part of R
-  AchievableRate rate;          // R itself (sweep, or a compared plan's op when higher)
+  AchievableRate sweep_rate;      // the sweep part of R
+  AchievableRate rate;            // R itself (sweep, or a compared plan's op when higher)
   double ideal_tokens_per_s = 0;  // every batch's samples at the ideal times
   bool has_controlled = false;
-  ParallelConfig controlled_config;  // dp, pp, tp, zero of the controlled comparison
-  std::vector<MethodRun> own;        // each method under its own best configuration
-  std::vector<MethodRun> controlled; // each method under controlled_config
+  ParallelConfig controlled_config;          // dp, pp, tp, zero of the controlled comparison
+  std::vector<MethodRun> own;                // each method under its own best configuration
+  std::vector<MethodRun> controlled;         // each method under controlled_config
   std::vector<std::string> skipped_configs;  // configurations left out, with the reason
   int64_t candidates_scored = 0;
   double search_seconds = 0;

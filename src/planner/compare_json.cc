@@ -105,8 +105,8 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
                    MethodRun* m) {
   JsonObjectReader r(j, std::string(source), path);
   SLUICE_RETURN_IF_ERROR(r.status());
-  static constexpr std::array<std::string_view, 4> kStates = {"ok", "out-of-memory",
-                                                              "unsupported", "not-run"};
+  static constexpr std::array<std::string_view, 4> kStates = {"ok", "out-of-memory", "unsupported",
+                                                              "not-run"};
   SLUICE_RETURN_IF_ERROR(r.String("method", &m->method));
   SLUICE_RETURN_IF_ERROR(r.Enum("state", &m->state, kStates));
   SLUICE_RETURN_IF_ERROR(r.String("reason", &m->reason));
@@ -153,8 +153,8 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
   if (batches == nullptr || !batches->is_array()) return r.Error("batches", "must be an array");
   for (size_t i = 0; i < batches->size(); ++i) {
     BatchRecord b;
-    SLUICE_RETURN_IF_ERROR(BatchFromJson((*batches)[i], source,
-                                         fmt::format("{}[{}]", r.FieldPath("batches"), i), &b));
+    SLUICE_RETURN_IF_ERROR(
+        BatchFromJson((*batches)[i], source, fmt::format("{}[{}]", r.FieldPath("batches"), i), &b));
     m->batches.push_back(std::move(b));
   }
   return r.Finish();
@@ -218,8 +218,8 @@ StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::stri
   std::string format;
   SLUICE_RETURN_IF_ERROR(r.String("format", &format));
   if (format != kCompareFormat) {
-    return r.Error("format", fmt::format("'{}' is not supported (allowed: '{}')", format,
-                                         kCompareFormat));
+    return r.Error("format",
+                   fmt::format("'{}' is not supported (allowed: '{}')", format, kCompareFormat));
   }
   CompareResult c;
   const nlohmann::json* scenario = r.Child("scenario");

@@ -64,7 +64,8 @@ std::vector<std::string_view> ScheduleNames() {
 
 StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view source,
                                     const std::string& path) {
-  if (j.is_string()) return MethodSpecFor(j.get<std::string>(), fmt::format("{}: {}", source, path));
+  if (j.is_string())
+    return MethodSpecFor(j.get<std::string>(), fmt::format("{}: {}", source, path));
   JsonObjectReader r(j, std::string(source), path);
   SLUICE_RETURN_IF_ERROR(r.status());
   MethodSpec spec;
@@ -80,9 +81,10 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
     }
     for (const nlohmann::json& b : *batching) {
       if (!b.is_string() || !IsBatchingName(b.get<std::string>())) {
-        return r.Error("batching", "every entry must be a batching method (padding, sorted, "
-                                   "token-budget, packing, multipack, dynapipe, hydraulis or "
-                                   "ASSIGNER+BATCHER, docs/batching.md)");
+        return r.Error("batching",
+                       "every entry must be a batching method (padding, sorted, "
+                       "token-budget, packing, multipack, dynapipe, hydraulis or "
+                       "ASSIGNER+BATCHER, docs/batching.md)");
       }
       spec.batching.push_back(b.get<std::string>());
     }
@@ -91,19 +93,18 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
   if (const nlohmann::json* schedules = r.Child("schedules")) {
     const std::vector<std::string_view> allowed = ScheduleNames();
     if (!schedules->is_array() || schedules->empty()) {
-      return r.Error("schedules", fmt::format("must be a non-empty array of {}",
-                                              JoinAllowed(allowed)));
+      return r.Error("schedules",
+                     fmt::format("must be a non-empty array of {}", JoinAllowed(allowed)));
     }
     spec.schedules.clear();
     for (const nlohmann::json& s : *schedules) {
       StatusOr<ScheduleKind> kind = s.is_string() ? ParseScheduleKind(s.get<std::string>())
                                                   : InvalidArgumentError("not a string");
       if (!kind.ok()) {
-        return r.Error("schedules", fmt::format("every entry must be one of {}",
-                                                JoinAllowed(allowed)));
+        return r.Error("schedules",
+                       fmt::format("every entry must be one of {}", JoinAllowed(allowed)));
       }
-      if (std::find(spec.schedules.begin(), spec.schedules.end(), *kind) ==
-          spec.schedules.end()) {
+      if (std::find(spec.schedules.begin(), spec.schedules.end(), *kind) == spec.schedules.end()) {
         spec.schedules.push_back(*kind);
       }
     }
@@ -121,14 +122,14 @@ nlohmann::json MethodToJson(const MethodSpec& m) {
 }  // namespace
 
 std::vector<std::string> KnownMethodNames() {
-  return {"packing", "token-budget", "multipack", "dynapipe", "hydraulis",
-          "sluice",  "padding",      "sorted"};
+  return {"packing",   "token-budget", "multipack", "dynapipe",
+          "hydraulis", "sluice",       "padding",   "sorted"};
 }
 
 std::vector<MethodSpec> DefaultMethods() {
   std::vector<MethodSpec> methods;
-  for (const char* name : {"packing", "token-budget", "multipack", "dynapipe", "hydraulis",
-                           "sluice"}) {
+  for (const char* name :
+       {"packing", "token-budget", "multipack", "dynapipe", "hydraulis", "sluice"}) {
     methods.push_back(*MethodSpecFor(name, "default"));
   }
   return methods;
@@ -148,8 +149,8 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
     spec.batching = {"hydraulis"};
     spec.schedules = {ScheduleKind::k1F1B};
   } else if (name == "sluice") {
-    spec.batching = {"dynapipe", "hydraulis", "hydraulis+dynapipe", "multipack", "token-budget",
-                     "packing"};
+    spec.batching = {"dynapipe",  "hydraulis",    "hydraulis+dynapipe",
+                     "multipack", "token-budget", "packing"};
     spec.schedules = AllScheduleKinds();
   } else if (IsBatchingName(name)) {
     spec.batching = {std::string(name)};
@@ -188,8 +189,8 @@ Status ValidateCompareScenario(const CompareScenario& s, std::string_view source
   std::set<std::string> names;
   for (const MethodSpec& m : methods) {
     if (m.name.empty() || m.batching.empty() || m.schedules.empty()) {
-      return bad("methods", fmt::format("method '{}' needs a name, batching and schedules",
-                                        m.name));
+      return bad("methods",
+                 fmt::format("method '{}' needs a name, batching and schedules", m.name));
     }
     if (!names.insert(m.name).second) {
       return bad("methods", fmt::format("method '{}' is listed twice", m.name));
@@ -261,8 +262,9 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
   s.seed = static_cast<uint64_t>(seed);
   if (const nlohmann::json* methods = r.Child("methods")) {
     if (!methods->is_array() || methods->empty()) {
-      return r.Error("methods", "must be a non-empty array of method names or objects "
-                                "{\"name\", \"batching\", \"schedules\"}");
+      return r.Error("methods",
+                     "must be a non-empty array of method names or objects "
+                     "{\"name\", \"batching\", \"schedules\"}");
     }
     for (size_t i = 0; i < methods->size(); ++i) {
       SLUICE_ASSIGN_OR_RETURN(MethodSpec m,
@@ -275,9 +277,9 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     if (c->is_string()) {
       s.controlled_method = c->get<std::string>();
     } else {
-      SLUICE_ASSIGN_OR_RETURN(ParallelConfig par,
-                              ParallelConfigFromJson(*c, fmt::format("{}: field 'controlled'",
-                                                                     source)));
+      SLUICE_ASSIGN_OR_RETURN(
+          ParallelConfig par,
+          ParallelConfigFromJson(*c, fmt::format("{}: field 'controlled'", source)));
       s.controlled = par;
     }
   }

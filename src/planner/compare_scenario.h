@@ -20,9 +20,8 @@
 // Thread safety: value types and pure functions.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,22 +43,22 @@ struct MethodSpec {
 
 // The configuration space searched per method. Empty lists mean "every value that fits".
 struct SearchSpace {
-  std::vector<int64_t> tp;            // tensor-parallel degrees (default: powers of two up to
-                                      // the devices of one node that the cost model supports)
-  std::vector<int64_t> pp;            // pipeline degrees (default: every divisor that fits)
+  std::vector<int64_t> tp;             // tensor-parallel degrees (default: powers of two up to
+                                       // the devices of one node that the cost model supports)
+  std::vector<int64_t> pp;             // pipeline degrees (default: every divisor that fits)
   std::vector<int64_t> zero = {1, 2};  // ZeRO stages (ZeRO-3's per-layer gathers are not
                                        // modelled by the plan, so it is not searched by default)
-  std::vector<int64_t> vpp = {2};     // virtual stages tried with the interleaved schedule
-  bool all_devices = true;            // only configurations that use every device
-  int64_t score_batches = 2;          // global batches each candidate is scored on
-  int64_t simulate_top = 3;           // candidates per method simulated after the fast estimate
+  std::vector<int64_t> vpp = {2};      // virtual stages tried with the interleaved schedule
+  bool all_devices = true;             // only configurations that use every device
+  int64_t score_batches = 2;           // global batches each candidate is scored on
+  int64_t simulate_top = 3;            // candidates per method simulated after the fast estimate
 
   friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
 };
 
 struct CompareScenario {
   std::string name = "default";
-  std::string model = "gpt-6.7b";     // preset or ModelSpec JSON file
+  std::string model = "gpt-6.7b";      // preset or ModelSpec JSON file
   std::string cluster = "a100-40g:8";  // PRESET:N or ClusterSpec JSON file
   std::string data = "mixture-4task";  // file or preset (docs/data-presets.md)
   int64_t samples = 0;                 // generator presets: how many (0 = default); files: first N
@@ -67,18 +66,20 @@ struct CompareScenario {
   bool flash_attention = false;        // analytic cost model: fused attention
   int64_t tokens_per_batch = 65536;
   int64_t max_seqlen = 2048;
-  std::string long_samples = "clip";   // clip | drop
-  int64_t iterations = 5;              // global batches planned and simulated; 0 = all
-  double memory_limit_mb = 0;          // per device, MB (10^6 B); 0 = the device's memory
+  std::string long_samples = "clip";  // clip | drop
+  int64_t iterations = 20;            // global batches planned and simulated; 0 = all
+  double memory_limit_mb = 0;         // per device, MB (10^6 B); 0 = the device's memory
   uint64_t seed = 0;
-  std::vector<MethodSpec> methods;     // empty = DefaultMethods()
-  std::string reference = "packing";   // the method ratios are given against
+  std::vector<MethodSpec> methods;    // empty = DefaultMethods()
+  std::string reference = "packing";  // the method ratios are given against
   // The shared ("controlled") configuration: the best (dp, pp, tp, zero) of the method named
   // here, or a fixed configuration. vpp and the schedule stay each method's own choice.
   std::string controlled_method = "sluice";
   std::optional<ParallelConfig> controlled;
   SearchSpace search;
-  bool stepwise_collectives = false;   // simulator: stepwise ring collectives (slower)
+  // Simulator: collectives step by step with link contention (the simulator's default), or
+  // one closed-form α-β interval each (faster, "closed-form").
+  bool stepwise_collectives = true;
 
   friend bool operator==(const CompareScenario&, const CompareScenario&) = default;
 };

@@ -42,9 +42,9 @@ TEST(CompareScenarioTest, DefaultsAreTheEmbeddedScenario) {
 TEST(CompareScenarioTest, MethodShorthandsCarryTheirSystemsSchedules) {
   auto packing = MethodSpecFor("packing", "t");
   ASSERT_TRUE(packing.ok());
-  EXPECT_EQ(packing->schedules, (std::vector<ScheduleKind>{ScheduleKind::kGPipe,
-                                                           ScheduleKind::k1F1B,
-                                                           ScheduleKind::kInterleaved}));
+  EXPECT_EQ(packing->schedules,
+            (std::vector<ScheduleKind>{ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                                       ScheduleKind::kInterleaved}));
   auto hydraulis = MethodSpecFor("hydraulis", "t");
   ASSERT_TRUE(hydraulis.ok());
   EXPECT_EQ(hydraulis->schedules, std::vector<ScheduleKind>{ScheduleKind::k1F1B});
@@ -113,8 +113,8 @@ TEST(CompareScenarioTest, ErrorsNameTheFileTheFieldAndTheAllowedValues) {
       {R"({"search": {"vpp": [1]}})", {"s.json", "search.vpp"}},
       {R"({"search": {"tpp": [1]}})", {"s.json", "search.tpp"}},
       {R"({"search": {"score_batches": 0}})", {"s.json", "search.score_batches"}},
-      {R"({"simulator": {"collectives": "exact"}})", {"s.json", "simulator.collectives",
-                                                      "closed-form"}},
+      {R"({"simulator": {"collectives": "exact"}})",
+       {"s.json", "simulator.collectives", "closed-form"}},
       {R"({"tokens_per_batch": 0})", {"s.json", "tokens_per_batch"}},
       {R"([1, 2])", {"s.json"}},
   };
@@ -134,8 +134,7 @@ TEST(CompareScenarioTest, FileNamesTheScenarioAndResolvesRelativePaths) {
   std::filesystem::create_directories(dir / "sub");
   {
     std::ofstream(dir / "sub" / "lengths.txt") << "5\n6\n";
-    std::ofstream(dir / "sub" / "grid-point.json")
-        << R"({"data": "lengths.txt", "iterations": 2})";
+    std::ofstream(dir / "sub" / "grid-point.json") << R"({"data": "lengths.txt", "iterations": 2})";
   }
   auto s = ReadCompareScenarioFile((dir / "sub" / "grid-point.json").string());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -146,6 +145,26 @@ TEST(CompareScenarioTest, FileNamesTheScenarioAndResolvesRelativePaths) {
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("nope.json"));
   std::filesystem::remove_all(dir);
+}
+
+// The shipped scenarios (examples/compare-*.json and the benchmark grids) stay valid.
+TEST(CompareScenarioTest, ShippedScenariosParse) {
+  const std::filesystem::path root(SLUICE_TEST_SOURCE_DIR);
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(root / "bench" / "scenarios")) {
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  }
+  EXPECT_GE(files.size(), 36u) << "the DynaPipe grid (32 points) and the Hydraulis-style ones";
+  files.push_back(root / "examples" / "compare-small.json");
+  files.push_back(root / "examples" / "compare-t5-custom.json");
+  for (const auto& f : files) {
+    auto s = ReadCompareScenarioFile(f.string());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->name, f.stem().string()) << "the name is the file's stem";
+    if (s->model.find('/') != std::string::npos) {
+      EXPECT_TRUE(std::filesystem::exists(s->model)) << s->model << " of " << f;
+    }
+  }
 }
 
 }  // namespace

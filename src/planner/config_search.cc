@@ -20,7 +20,6 @@ std::vector<int64_t> Divisors(int64_t n) {
   return out;
 }
 
-
 // Better first: feasible before infeasible, then the higher throughput (simulated when both
 // were simulated, else estimated), then the key for determinism.
 bool RankBefore(const CandidateScore& a, const CandidateScore& b) {
@@ -68,8 +67,8 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
   }
   for (int64_t tp : tps) {
     if (!cost.SupportsTp(tp)) {
-      out.skipped.push_back(fmt::format("tp {}: the cost model ({}) has no figures for it", tp,
-                                        cost.Describe()));
+      out.skipped.push_back(
+          fmt::format("tp {}: the cost model ({}) has no figures for it", tp, cost.Describe()));
       continue;
     }
     for (int64_t pp : space.pp.empty() ? Divisors(devices) : space.pp) {
@@ -87,8 +86,8 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
           Status fits = CheckParallelFits(par, model, &cluster, "search");
           if (!fits.ok()) {
             if (zi == 0) {
-              out.skipped.push_back(fmt::format("dp {} x pp {} x tp {}: {}", dp, pp, tp,
-                                                fits.message()));
+              out.skipped.push_back(
+                  fmt::format("dp {} x pp {} x tp {}: {}", dp, pp, tp, fits.message()));
             }
             break;
           }
@@ -243,10 +242,10 @@ StatusOr<CandidateScore> CandidateScorer::Simulate(const Candidate& c) {
     SLUICE_ASSIGN_OR_RETURN(SimResult s, sluice::Simulate(r.plan, sim));
     if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
       score.state = CandidateScore::State::kOutOfMemory;
-      score.reason = fmt::format("batch {}: simulation {}: {}", batch.index,
-                                 s.memory_exceeded ? "exceeds the memory limit"
-                                                   : std::string(SimOutcomeName(s.outcome)),
-                                 s.problem);
+      score.reason = fmt::format(
+          "batch {}: simulation {}: {}", batch.index,
+          s.memory_exceeded ? "exceeds the memory limit" : std::string(SimOutcomeName(s.outcome)),
+          s.problem);
       break;
     }
     tokens += s.real_tokens;
@@ -276,7 +275,9 @@ StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& 
   // as many simulations in all, four times while none fits).
   int64_t feasible = 0, tried = 0;
   for (CandidateScore& s : out.ranked) {
-    if (feasible >= simulate_top || tried >= (feasible > 0 ? 2 : 4) * simulate_top || (cancelled && cancelled())) break;
+    if (feasible >= simulate_top || tried >= (feasible > 0 ? 2 : 4) * simulate_top ||
+        (cancelled && cancelled()))
+      break;
     if (s.state != CandidateScore::State::kOk) break;
     SLUICE_ASSIGN_OR_RETURN(s, scorer.Simulate(s.candidate));
     ++tried;

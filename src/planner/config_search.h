@@ -82,13 +82,13 @@ Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec&
 struct CandidateScore {
   Candidate candidate;
   enum class State { kOk, kOutOfMemory, kUnsupported } state = State::kOk;
-  std::string reason;              // why not kOk
-  int64_t tokens = 0;              // real tokens placed over the score batches
-  Duration estimated_time;         // sum of (makespan + gradient sync) over the score batches
+  std::string reason;       // why not kOk
+  int64_t tokens = 0;       // real tokens placed over the score batches
+  Duration estimated_time;  // sum of (makespan + gradient sync) over the score batches
   double estimated_tokens_per_s = 0;
   bool simulated = false;
   double simulated_tokens_per_s = 0;  // simulated: real tokens / summed iteration time
-  Duration planning_time;          // summed Planner::Plan wall time over the score batches
+  Duration planning_time;             // summed Planner::Plan wall time over the score batches
 };
 
 // Builds evaluators, plans and simulations of candidates on demand, memoised by Candidate::Key.
@@ -136,7 +136,7 @@ struct MethodSearch {
   std::vector<CandidateScore> ranked;  // every candidate, best estimate first, infeasible last
   std::optional<CandidateScore> best;
   std::string reason;
-  bool unsupported = false;            // no batching method of the method supports the model
+  bool unsupported = false;  // no batching method of the method supports the model
 };
 
 // Runs the search of `method` over `candidates` (see MethodSearch). `on_candidate` is called

@@ -135,7 +135,8 @@ TEST(ConfigSearchTest, BestCandidateFitsMemoryAndItsPlansValidate) {
     const MethodSpec m = *MethodSpecFor(name, "test");
     const std::vector<Candidate> cs = ExpandCandidates(ps.configs, m, cost->model(), space);
     int calls = 0;
-    auto s = SearchMethod(scorer, name, cs, 2, [&] { ++calls; }, nullptr);
+    auto s = SearchMethod(
+        scorer, name, cs, 2, [&] { ++calls; }, nullptr);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_EQ(calls, static_cast<int>(cs.size()));
     ASSERT_TRUE(s->best.has_value()) << name << ": " << s->reason;
@@ -180,8 +181,8 @@ TEST(ConfigSearchTest, MethodThatFitsNowhereIsReportedOutOfMemoryWithTheReason) 
       EnumerateParallelConfigs(cost->model(), *cluster, *cost, space, Bytes::MB(20000));
   ASSERT_FALSE(ps.configs.empty());
   const MethodSpec m = *MethodSpecFor("packing", "test");
-  auto s = SearchMethod(scorer, "packing", ExpandCandidates(ps.configs, m, cost->model(), space),
-                        2, nullptr, nullptr);
+  auto s = SearchMethod(scorer, "packing", ExpandCandidates(ps.configs, m, cost->model(), space), 2,
+                        nullptr, nullptr);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_FALSE(s->best.has_value());
   EXPECT_FALSE(s->unsupported);
@@ -203,9 +204,9 @@ TEST(ConfigSearchTest, VarlenMethodOnEncoderDecoderIsUnsupported) {
   ParallelConfig p = testing::TestParallel(1, 8, 1, 36000, 1);
   const MethodSpec m = *MethodSpecFor("hydraulis", "test");
   const std::vector<ParallelConfig> configs = {p};
-  auto s = SearchMethod(scorer, "hydraulis",
-                        ExpandCandidates(configs, m, cost->model(), SearchSpace{}), 1, nullptr,
-                        nullptr);
+  auto s =
+      SearchMethod(scorer, "hydraulis", ExpandCandidates(configs, m, cost->model(), SearchSpace{}),
+                   1, nullptr, nullptr);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_FALSE(s->best.has_value());
   EXPECT_TRUE(s->unsupported);
