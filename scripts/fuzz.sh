@@ -11,7 +11,7 @@ shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(model_config_fuzzer cost_table_fuzzer data_reader_fuzzer schedule_csv_fuzzer
-           plan_json_fuzzer)
+           plan_json_fuzzer simulate_fuzzer compare_scenario_fuzzer)
 fi
 
 bash scripts/setup.sh --fuzz >/dev/null

@@ -1,6 +1,90 @@
 #include "cli/cli_common.h"
 
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
 namespace sluice::cli {
+namespace {
+
+// Set by SIGINT; a signal handler can only reach a variable of static storage.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void OnInterrupt(int) {
+  g_interrupted = 1;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+}  // namespace
+
+CLI::Validator NumberCheck(double min, bool min_exclusive, double max, std::string allowed) {
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        double v = 0;
+        const char* end = input.data() + input.size();
+        auto [ptr, ec] = std::from_chars(input.data(), end, v);
+        const bool ok = ec == std::errc() && ptr == end && std::isfinite(v) &&
+                        (min_exclusive ? v > min : v >= min) && v <= max;
+        return ok ? std::string()
+                  : fmt::format("'{}' is not allowed; allowed: {}", input, allowed);
+      },
+      "");
+}
+
+Status CheckOutputFile(std::string_view flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) return InvalidArgumentError(fmt::format("{}: the path is empty", flag));
+  if (fs::is_directory(path, ec)) {
+    return InvalidArgumentError(
+        fmt::format("{} '{}': is a folder; allowed: a file path in a writable folder", flag, path));
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::is_directory(dir, ec)) {
+    return InvalidArgumentError(fmt::format("{} '{}': the folder '{}' does not exist", flag, path,
+                                            dir));
+  }
+  if (::access(dir.c_str(), W_OK) != 0 ||
+      (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)) {
+    return InvalidArgumentError(
+        fmt::format("{} '{}': cannot write there ({})", flag, path, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+Status PrepareOutputDir(std::string_view flag, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (dir.empty()) return InvalidArgumentError(fmt::format("{}: the folder name is empty", flag));
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    return InvalidArgumentError(fmt::format("{} '{}': cannot create the folder ({})", flag, dir,
+                                            ec ? ec.message() : "a file of that name exists"));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return InvalidArgumentError(
+        fmt::format("{} '{}': cannot write into the folder ({})", flag, dir, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+InterruptGuard::InterruptGuard() {
+  g_interrupted = 0;
+  previous_ = std::signal(SIGINT, OnInterrupt);
+}
+
+InterruptGuard::~InterruptGuard() {
+  std::signal(SIGINT, previous_ == SIG_ERR ? SIG_DFL : previous_);
+}
+
+bool Interrupted() { return g_interrupted != 0; }
 
 int ExitCodeFor(const Status& status) {
   switch (status.code()) {
@@ -44,18 +128,20 @@ CLI::Option* AddDataFlag(CLI::App* app, std::string* data) {
 }
 
 CLI::Option* AddSeedFlag(CLI::App* app, uint64_t* seed) {
-  return app->add_option("--seed", *seed, "Seed of all randomness")->capture_default_str();
+  return app->add_option("--seed", *seed, "Seed of all randomness")
+      ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"))
+      ->capture_default_str();
 }
 
 CLI::Option* AddMaxSeqlenFlag(CLI::App* app, int64_t* max_seqlen) {
   return app->add_option("--max-seqlen", *max_seqlen, "Longest sequence (tokens) a batch may hold")
-      ->check(CLI::PositiveNumber)
+      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))
       ->capture_default_str();
 }
 
 CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens) {
   return app->add_option("--tokens-per-batch", *tokens, "Global batch token budget")
-      ->check(CLI::PositiveNumber)
+      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))
       ->capture_default_str();
 }
 

@@ -1,5 +1,6 @@
 // Shared pieces of the `sluice` subcommands: the flag vocabulary of ARCHITECTURE.md ("CLI
-// vocabulary") and the mapping from a Status to an exit code.
+// vocabulary"), the mapping from a Status to an exit code, number and output-path checks, and
+// Ctrl-C handling.
 //
 // Exit codes: 0 success, 1 a run that failed, 2 bad usage or bad input. Every subcommand's
 // handler returns a Status; InvalidArgument and NotFound mean bad input (2), anything else a
@@ -10,7 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
@@ -39,6 +42,34 @@ CLI::Option* AddDataFlag(CLI::App* app, std::string* data);
 CLI::Option* AddSeedFlag(CLI::App* app, uint64_t* seed);
 CLI::Option* AddMaxSeqlenFlag(CLI::App* app, int64_t* max_seqlen);
 CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens);
+
+// A flag's number check that, unlike CLI::PositiveNumber and CLI::Range, rejects nan and inf and
+// says what is allowed: "--tokens-per-batch: '0' is not allowed; allowed: an integer >= 1".
+// `min_exclusive`: the value must be > min (else >= min); it must be <= max.
+inline constexpr double kNoMax = std::numeric_limits<double>::max();  // no upper bound
+CLI::Validator NumberCheck(double min, bool min_exclusive, double max, std::string allowed);
+
+// An output file named by `flag`: OK when it can be created (its folder exists and is writable,
+// and it is not a folder), else InvalidArgument naming the flag, the path and the reason.
+// Checked before a run, so a bad path does not cost the run.
+Status CheckOutputFile(std::string_view flag, const std::string& path);
+// An output folder named by `flag`: created with its parents when missing; InvalidArgument
+// naming the flag when it cannot be created or written.
+Status PrepareOutputDir(std::string_view flag, const std::string& dir);
+
+// Ctrl-C handling for a command that stops cleanly: while a guard lives, SIGINT sets a flag that
+// Interrupted() returns (a second Ctrl-C ends the process at once). One guard at a time.
+class InterruptGuard {
+ public:
+  InterruptGuard();
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  void (*previous_)(int);
+};
+bool Interrupted();
 
 // Subcommand registration, one function per cli/cmd_*.cc file.
 void RegisterDataCommands(CLI::App* app, RunState* state);

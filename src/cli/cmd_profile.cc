@@ -4,9 +4,12 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/json_util.h"
@@ -29,7 +32,7 @@ struct ProfileFlags {
   std::vector<std::string> recompute = {"none"};
   int64_t repeats = 5;
   int64_t warmup = 2;
-  int64_t threads = 1;
+  int64_t threads = 0;  // 0 = the cores of this machine
   uint64_t seed = 0;
   double max_activation_mb = 0;
   std::string out;
@@ -61,8 +64,8 @@ void PrintSummary(const LayerCostTable& table) {
                               : fmt::format("seqlen {:>5}", row.seqlen);
         std::vector<std::string> cells;
         for (size_t i = 0; i < row.mbs.size(); ++i) {
-          std::string cell = fmt::format("mbs {}: {:.3f}/{:.3f} ms", row.mbs[i], row.value[i],
-                                         bwd.value[i]);
+          std::string cell =
+              fmt::format("mbs {}: {:.3f}/{:.3f} ms", row.mbs[i], row.value[i], bwd.value[i]);
           const CostSeries& stored = c.stored_activation_mb[stage];
           if (!stored.empty() && r < stored.size() && i < stored[r].value.size()) {
             cell += fmt::format(" {:.2f} MB", stored[r].value[i]);
@@ -92,25 +95,37 @@ Status RunProfile(const ProfileFlags& f) {
   }
   o.repeats = f.repeats;
   o.warmup = f.warmup;
-  o.threads = f.threads;
+  if (f.threads < 0) {
+    return InvalidArgumentError(
+        fmt::format("--threads: {} is negative (allowed: 1 to 1024, or 0 for this machine's cores)",
+                    f.threads));
+  }
+  o.threads = f.threads > 0
+                  ? f.threads
+                  : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
   o.seed = f.seed;
   if (f.max_activation_mb < 0) {
-    return InvalidArgumentError(fmt::format(
-        "--max-activation-mb: {} is negative (allowed: > 0, or 0 for no limit)",
-        f.max_activation_mb));
+    return InvalidArgumentError(
+        fmt::format("--max-activation-mb: {} is negative (allowed: > 0, or 0 for no limit)",
+                    f.max_activation_mb));
   }
   if (f.max_activation_mb > 0) o.activation_limit = Bytes::MB(f.max_activation_mb);
   o.command = CommandLine(f);
   SLUICE_RETURN_IF_ERROR(runtime::ValidateProfileOptions(model, o));
+  const std::filesystem::path dir = std::filesystem::path(f.out).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+    return InvalidArgumentError(
+        fmt::format("--out: the directory '{}' does not exist", dir.string()));
+  }
 
   fmt::print("profiling {} on {}\n", model.name, runtime::DescribeCpu(o.threads));
   const auto start = std::chrono::steady_clock::now();
-  StatusOr<LayerCostTable> table;
-  {
+  StatusOr<LayerCostTable> table = [&] {
     Progress progress("profile", runtime::ProfileWorkUnits(model, o));
-    table = runtime::ProfileModel(model, o, &progress);
+    StatusOr<LayerCostTable> t = runtime::ProfileModel(model, o, &progress);
     progress.Finish();
-  }
+    return t;
+  }();
   SLUICE_RETURN_IF_ERROR(table.status());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -120,8 +135,8 @@ Status RunProfile(const ProfileFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(LayerCostTable back, ReadLayerCostTable(f.out));
   auto cost = ProfiledCostModel::Create(std::move(back), model);
   if (!cost.ok()) {
-    return InternalError(fmt::format("{}: the written table does not load: {}", f.out,
-                                     cost.status().message()));
+    return InternalError(
+        fmt::format("{}: the written table does not load: {}", f.out, cost.status().message()));
   }
   PrintSummary(*table);
   fmt::print("wrote {} ({} recompute level{}, {:.1f} s); use it with --cost profiled:{}\n", f.out,
@@ -156,8 +171,9 @@ void RegisterProfileCommands(CLI::App* app, RunState* state) {
   p->add_option("--warmup", f->warmup, "Untimed runs per point before the timed ones")
       ->capture_default_str();
   p->add_option("--threads", f->threads,
-                "libtorch intra-op threads while measuring: what each training rank will use "
-                "(cores / ranks per machine; `sluice train` ranks on 2 cores with --nproc 2 use 1)")
+                "libtorch intra-op threads while measuring (0 = this machine's cores, what one "
+                "`sluice train` rank uses); for a table of N local ranks give cores / N, what "
+                "each rank of `sluice train --nproc N` uses")
       ->capture_default_str();
   AddSeedFlag(p, &f->seed);
   p->add_option("--max-activation-mb", f->max_activation_mb,

@@ -42,7 +42,9 @@ Status RunTrain(const TrainFlags& f) {
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario.
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario, policy));
   runtime::TrainOptions o;
-  if (!f.fault.empty()) SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
+  if (!f.fault.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
+  }
   if (f.nproc > 0 && !env.launched) {
     if (env.world_size > 1) {
       return InvalidArgumentError(fmt::format(

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <set>
 
 #include "base/json_util.h"
@@ -174,13 +175,24 @@ Status ValidateCompareScenario(const CompareScenario& s, std::string_view source
   auto bad = [&](std::string_view field, std::string problem) {
     return InvalidArgumentError(fmt::format("{}: field '{}': {}", source, field, problem));
   };
-  if (s.name.empty()) return bad("name", "must not be empty");
+  // The name is the output folder of the scenario under --scenario-dir: one plain folder name.
+  if (s.name.empty() || s.name == "." || s.name == ".." ||
+      std::any_of(s.name.begin(), s.name.end(), [](char c) {
+        return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+      })) {
+    return bad("name", fmt::format("'{}' is not allowed; allowed: a folder name (not empty, '.' "
+                                   "or '..'; no '/', '\\' or control characters)",
+                                   s.name));
+  }
   if (s.tokens_per_batch < 1) return bad("tokens_per_batch", "must be >= 1");
   if (s.max_seqlen < 1) return bad("max_seqlen", "must be >= 1");
   if (s.iterations < 0) return bad("iterations", "must be a positive integer or \"all\"");
   if (s.samples < 0) return bad("samples", "must be >= 0");
-  if (s.memory_limit_mb < 0 || s.memory_limit_mb > 1e9) {
+  if (!std::isfinite(s.memory_limit_mb) || s.memory_limit_mb < 0 || s.memory_limit_mb > 1e9) {
     return bad("memory_limit_mb", "must be in (0, 1e9] MB, or 0 for the device's memory");
+  }
+  if (s.seed > static_cast<uint64_t>(INT64_MAX)) {
+    return bad("seed", fmt::format("{} is out of range; allowed: 0..{}", s.seed, INT64_MAX));
   }
   if (s.long_samples != "clip" && s.long_samples != "drop") {
     return bad("long", "must be \"clip\" or \"drop\"");

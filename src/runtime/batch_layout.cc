@@ -19,16 +19,13 @@ StatusOr<MicroBatchLayout> LayoutMicroBatch(const ModelSpec& model, const PlanMi
                                             const SampleTable& samples) {
   MicroBatchLayout out;
   out.shape = mb.shape;
+  out.varlen = mb.varlen;
   if (static_cast<int64_t>(mb.rows.size()) != mb.shape.mbs) {
     return InvalidArgumentError(fmt::format("micro-batch has {} rows but mbs {}", mb.rows.size(),
                                             mb.shape.mbs));
   }
   const bool enc_dec = model.is_encoder_decoder();
   for (size_t r = 0; r < mb.rows.size(); ++r) {
-    if (mb.rows[r].size() > 1 && !mb.varlen) {
-      return InvalidArgumentError(fmt::format(
-          "row {} of a padded (non-varlen) micro-batch holds {} samples", r, mb.rows[r].size()));
-    }
     std::vector<RowSegment> row;
     int64_t pos = 0, dec_pos = 0;
     for (const int64_t id : mb.rows[r]) {

@@ -1,11 +1,14 @@
 // BatchLayout: where each sample's tokens sit inside a planned micro-batch, and the label count
 // every loss is normalised by. Torch-free: the tensors are built from it in model.cc.
 //
-// A plan row holds one sample (padded micro-batches) or several (varlen micro-batches, packed one
-// after the other). Decoder-only: a sample of L = input_len + target_len tokens occupies L
-// positions of its row and predicts L next tokens (its token stream is L + 1 long).
-// Encoder-decoder: input_len encoder positions and target_len decoder positions, each side
-// packed separately, target_len labels. Everything after the last segment is padding.
+// A plan row holds one sample or several packed one after the other. In a varlen micro-batch
+// every packed sample attends only to itself (flash-attention varlen) and its positions start at
+// 0; in a padded micro-batch a row that packs several samples attends across the whole row, with
+// positions running on (Megatron/DeepSpeed pack-dataset, micro_batch.h). Decoder-only: a sample
+// of L = input_len + target_len tokens occupies L positions of its row and predicts L next tokens
+// of its own (its token stream is L + 1 long). Encoder-decoder: input_len encoder positions and
+// target_len decoder positions, each side packed separately, target_len labels. Everything after
+// the last segment is padding.
 //
 // Loss normalisation: every micro-batch's loss is the sum of its token losses divided by the
 // number of labels of the whole global batch (all replicas), so the summed gradients of a
@@ -39,6 +42,7 @@ struct RowSegment {
 
 struct MicroBatchLayout {
   LayerShape shape;
+  bool varlen = false;                        // per-sample attention; else whole-row attention
   std::vector<std::vector<RowSegment>> rows;  // [row] segments, in packing order
   int64_t label_tokens = 0;                   // labels this micro-batch predicts
 
@@ -53,8 +57,7 @@ SampleTable MakeSampleTable(std::span<const Sample> samples);
 int64_t SampleLabels(const ModelSpec& model, const Sample& s);
 
 // Lays out `mb`. Errors: a sample id the table lacks, a row whose samples do not fit the padded
-// shape, a row count that is not shape.mbs, several samples in a row of a padded (non-varlen)
-// micro-batch.
+// shape, a row count that is not shape.mbs.
 StatusOr<MicroBatchLayout> LayoutMicroBatch(const ModelSpec& model, const PlanMicroBatch& mb,
                                             const SampleTable& samples);
 

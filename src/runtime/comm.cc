@@ -1,6 +1,7 @@
 #include "runtime/comm.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +20,8 @@ constexpr int64_t kFinishedBeat = int64_t{1} << 40;
 constexpr auto kStoreGrace = std::chrono::seconds(2);
 
 std::string HeartbeatKey(int64_t rank) { return fmt::format("sluice/hb/{}", rank); }
+// "<iteration> <instruction>\n<what the main thread waits in, or empty>"
+std::string ProgressKey(int64_t rank) { return fmt::format("sluice/progress/{}", rank); }
 constexpr const char* kAbortCount = "sluice/abort/count";
 constexpr const char* kAbortMessage = "sluice/abort/message";
 
@@ -74,8 +77,9 @@ StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const DistEnv& env, 
 
 Status StoreClient::Error(const std::string& op, const std::string& key,
                           const std::exception& e) const {
-  return FailedPreconditionError(
-      fmt::format("store {} of '{}' at {} failed: {}", op, key, where_, e.what()));
+  return FailedPreconditionError(fmt::format(
+      "store {} of '{}' failed: {}; the store at {} is served by rank 0 (did rank 0 die?)", op,
+      key, e.what(), where_));
 }
 
 Status StoreClient::Set(const std::string& key, const std::vector<uint8_t>& value) {
@@ -135,25 +139,35 @@ StatusOr<std::unique_ptr<Watchdog>> Watchdog::Start(const DistEnv& env,
                                                     std::chrono::milliseconds timeout) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<StoreClient> store,
                           StoreClient::Connect(env, /*join=*/false, timeout));
-  std::unique_ptr<Watchdog> w(new Watchdog(env, timeout, std::move(store)));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<StoreClient> beat_store,
+                          StoreClient::Connect(env, /*join=*/false, timeout));
+  std::unique_ptr<Watchdog> w(
+      new Watchdog(env, timeout, std::move(store), std::move(beat_store)));
   SLUICE_RETURN_IF_ERROR(w->store_->Add(HeartbeatKey(env.rank), 1).status());
+  w->beat_thread_ = std::thread([p = w.get()] { p->BeatLoop(); });
   w->thread_ = std::thread([p = w.get()] { p->Loop(); });
   return w;
 }
 
 Watchdog::Watchdog(const DistEnv& env, std::chrono::milliseconds timeout,
-                   std::unique_ptr<StoreClient> store)
-    : env_(env), timeout_(timeout), store_(std::move(store)) {}
+                   std::unique_ptr<StoreClient> store, std::unique_ptr<StoreClient> beat_store)
+    : env_(env), timeout_(timeout), store_(std::move(store)), beat_store_(std::move(beat_store)) {}
 
 Watchdog::~Watchdog() {
   stop_ = true;
+  stop_beat_ = true;
   if (thread_.joinable()) thread_.join();
+  if (beat_thread_.joinable()) beat_thread_.join();
 }
 
 void Watchdog::BeginWait(std::string what, int64_t peer) {
+  BeginWait(std::move(what), std::vector<int64_t>{peer});
+}
+
+void Watchdog::BeginWait(std::string what, std::vector<int64_t> peers) {
   std::lock_guard<std::mutex> lock(mu_);
   wait_what_ = std::move(what);
-  wait_peer_ = peer;
+  wait_peers_ = std::move(peers);
   wait_since_ = std::chrono::steady_clock::now();
 }
 
@@ -162,14 +176,65 @@ void Watchdog::EndWait() {
   wait_what_.clear();
 }
 
+std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string& what) {
+  auto beats = [&] {
+    std::vector<int64_t> out;
+    for (const int64_t p : peers) {
+      StatusOr<int64_t> c = store_->Add(HeartbeatKey(p), 0);
+      out.push_back(c.ok() ? *c : -1);
+    }
+    return out;
+  };
+  const std::vector<int64_t> before = beats();
+  std::this_thread::sleep_for(kBeat * 4);
+  const std::vector<int64_t> after = beats();
+  std::vector<std::string> blamed;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (after[i] < kFinishedBeat && after[i] == before[i]) {
+      blamed.push_back(fmt::format("rank {} is dead or stopped (no heartbeat)", peers[i]));
+    }
+  }
+  if (blamed.empty()) {
+    for (const int64_t p : peers) {
+      StatusOr<bool> has = store_->Check(ProgressKey(p));
+      if (!has.ok() || !*has) continue;
+      StatusOr<std::string> text = store_->GetString(ProgressKey(p));
+      if (!text.ok()) continue;
+      const size_t nl = text->find('\n');
+      const std::string where = text->substr(0, nl);
+      const std::string waiting = nl == std::string::npos ? "" : text->substr(nl + 1);
+      if (waiting != what) {
+        const size_t sp = where.find(' ');
+        blamed.push_back(fmt::format(
+            "rank {} has not joined it (it is at iteration {}, instruction {}{})", p,
+            where.substr(0, sp), sp == std::string::npos ? "?" : where.substr(sp + 1),
+            waiting.empty() ? ", not waiting" : ", waiting in " + waiting));
+      }
+    }
+  }
+  std::string out;
+  for (const std::string& b : blamed) out += (out.empty() ? "" : "; ") + b;
+  return out;
+}
+
 void Watchdog::Abort(const std::string& message) {
   StatusOr<int64_t> n = store_->Add(kAbortCount, 1);
   if (n.ok() && *n == 1) (void)store_->SetString(kAbortMessage, message);
 }
 
+std::optional<std::string> Watchdog::PostedFailure() {
+  StatusOr<int64_t> n = store_->Add(kAbortCount, 0);
+  if (!n.ok() || *n == 0) return std::nullopt;
+  StatusOr<std::string> m = store_->GetString(kAbortMessage);
+  if (!m.ok()) return std::nullopt;
+  return *m;
+}
+
 void Watchdog::Finish() {
   stop_ = true;
+  stop_beat_ = true;
   if (thread_.joinable()) thread_.join();
+  if (beat_thread_.joinable()) beat_thread_.join();
   (void)store_->Add(HeartbeatKey(env_.rank), kFinishedBeat);
 }
 
@@ -185,6 +250,22 @@ void Watchdog::Die(const std::string& message) {
   _exit(1);
 }
 
+void Watchdog::BeatLoop() {
+  while (!stop_beat_) {
+    std::this_thread::sleep_for(kBeat);
+    if (stop_beat_) break;
+    if (!beat_store_->Add(HeartbeatKey(env_.rank), 1).ok()) continue;  // Loop reports it
+    const int64_t pos = progress_.load();
+    std::string waiting;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waiting = wait_what_;
+    }
+    (void)beat_store_->SetString(ProgressKey(env_.rank),
+                                 fmt::format("{} {}\n{}", pos >> 32, pos & 0xffffffff, waiting));
+  }
+}
+
 void Watchdog::Loop() {
   using Clock = std::chrono::steady_clock;
   const int64_t world = env_.world_size;
@@ -196,20 +277,19 @@ void Watchdog::Loop() {
     std::this_thread::sleep_for(kBeat);
     if (stop_) break;
     const Clock::time_point now = Clock::now();
-    StatusOr<int64_t> beat = store_->Add(HeartbeatKey(env_.rank), 1);
-    if (!beat.ok()) {
+    StatusOr<int64_t> aborts = store_->Add(kAbortCount, 0);
+    if (!aborts.ok()) {
       if (!store_failing) store_failing_since = now;
       store_failing = true;
       if (now - store_failing_since > kStoreGrace) {
         Die(fmt::format("lost the rendezvous store served by rank 0 at {}:{}: rank 0 died or "
                         "the network failed ({})",
-                        env_.master_addr, env_.master_port, beat.status().message()));
+                        env_.master_addr, env_.master_port, aborts.status().message()));
       }
       continue;
     }
     store_failing = false;
-    StatusOr<int64_t> aborts = store_->Add(kAbortCount, 0);
-    if (aborts.ok() && *aborts > 0) {
+    if (*aborts > 0) {
       StatusOr<std::string> msg = store_->GetString(kAbortMessage);
       Die(fmt::format("stopping: {}", msg.ok() ? *msg : "another rank failed"));
     }
@@ -224,26 +304,37 @@ void Watchdog::Loop() {
         const std::string m =
             fmt::format("rank {} stopped responding (no heartbeat for {:.0f} s, detected by rank {})",
                         j, Seconds(now - last_change[j]), env_.rank);
+        if (std::optional<std::string> posted = PostedFailure()) Die("stopping: " + *posted);
         Abort(m);
+        std::this_thread::sleep_for(kLinger);
         Die(m);
       }
     }
     std::string what;
-    int64_t peer = -1;
+    std::vector<int64_t> peers;
     Clock::duration waited{};
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!wait_what_.empty()) {
         what = wait_what_;
-        peer = wait_peer_;
+        peers = wait_peers_;
         waited = now - wait_since_;
       }
     }
     if (!what.empty() && waited > timeout_) {
-      const std::string m = fmt::format(
-          "rank {} timed out after {:.0f} s in {}{}", env_.rank, Seconds(waited), what,
-          peer >= 0 ? fmt::format(" waiting for rank {} (hung or dead)", peer) : "");
+      std::string culprit;
+      if (peers.size() == 1) {
+        culprit = fmt::format(" waiting for rank {} (hung or dead)", peers[0]);
+      } else if (!peers.empty()) {
+        const std::string b = Blame(peers, what);
+        culprit = b.empty() ? fmt::format(" waiting for ranks {}", fmt::join(peers, ", "))
+                            : ": " + b;
+      }
+      const std::string m = fmt::format("rank {} timed out after {:.0f} s in {}{}", env_.rank,
+                                        Seconds(waited), what, culprit);
+      if (std::optional<std::string> posted = PostedFailure()) Die("stopping: " + *posted);
       Abort(m);
+      std::this_thread::sleep_for(kLinger);
       Die(m);
     }
   }
@@ -282,11 +373,17 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     c->world_ = MakeGroup(store, "world", env.rank, env.world_size, backend, pg_timeout);
     if (par.dp > 1) {
       c->dp_ = MakeGroup(store, fmt::format("dp{}", p), d, par.dp, backend, pg_timeout);
+      for (int64_t k = 0; k < par.dp; ++k) {
+        if (k != d) c->dp_peers_.push_back(k * par.pp + p);
+      }
     }
     const auto it = std::find(embedding_ranks.begin(), embedding_ranks.end(), p);
     if (embedding_ranks.size() > 1 && it != embedding_ranks.end()) {
       c->emb_ = MakeGroup(store, fmt::format("emb{}", d), it - embedding_ranks.begin(),
                           static_cast<int64_t>(embedding_ranks.size()), backend, pg_timeout);
+      for (const int64_t q : embedding_ranks) {
+        if (q != p) c->emb_peers_.push_back(d * par.pp + q);
+      }
     }
   } catch (const std::exception& e) {
     return FailedPreconditionError(

@@ -16,7 +16,9 @@
 // beats a heartbeat counter, watches the other ranks' counters and an abort key, and watches the
 // main thread's current blocking wait (BeginWait/EndWait). A rank that stops beating for the
 // timeout, a wait longer than the timeout (naming the awaited rank), a lost store (rank 0 gone)
-// or any rank posting an abort makes the watchdog print "sluice: rank R: ..." and _exit(1). Gloo
+// or any rank posting an abort makes the watchdog print "sluice: rank R: ..." and _exit(1). The
+// first cause posted wins: a rank that detects a failure posts it and lingers (kLinger) with its
+// connections open, so that ranks which would otherwise only see it vanish read the cause. Gloo
 // p2p waits carry no timeout of their own (a timed-out Gloo pair aborts the process), so the
 // watchdog owns every timeout.
 //
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,31 +77,52 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // The main thread is about to block on `what`, waiting for rank `peer` (-1: several ranks).
+  // The main thread is about to block on `what`, waiting for rank `peer`, or for the ranks
+  // `peers` of a collective (it names the one that does not arrive when the wait times out).
   void BeginWait(std::string what, int64_t peer);
+  void BeginWait(std::string what, std::vector<int64_t> peers);
   void EndWait();
-  // Posts `message` ("rank R: ...") for every rank and returns; the caller then exits non-zero.
+  // The main thread's position, published with the heartbeat (for Blame).
+  void SetProgress(int64_t iteration, int64_t instruction) {
+    progress_.store((iteration << 32) | (instruction & 0xffffffff));
+  }
+  // Which of `peers` keeps the main thread's current collective `what` from completing: ranks
+  // whose heartbeat stopped (dead or stopped; watched for a second), else ranks that are not
+  // waiting in `what` themselves (hung elsewhere), as text ("rank 1 is dead or stopped (no
+  // heartbeat)"); "" when every peer looks fine.
+  std::string Blame(const std::vector<int64_t>& peers, const std::string& what);
+  // Posts `message` ("rank R: ...") for every rank and returns; the caller then exits non-zero
+  // after lingering (kLinger) so that the others read the cause before its connections close.
   void Abort(const std::string& message);
-  // This rank has finished: its heartbeat no longer counts; the thread stops.
+  // The failure another rank posted first, if any (a rank that fails because a peer went away
+  // reports the peer's posted cause instead of blaming the peer it lost).
+  std::optional<std::string> PostedFailure();
+  // How long a failing rank keeps its connections (and rank 0 the store) open before exiting.
+  static constexpr std::chrono::milliseconds kLinger{3000};
+  // This rank has finished: its heartbeat no longer counts; the threads stop.
   void Finish();
-  // Stops the thread without marking the rank finished (after a failure was posted).
+  // Stops watching (after this rank posted or read a failure); the heartbeat goes on until the
+  // process exits, so that lingering is not mistaken for dying.
   void Stop();
 
  private:
   Watchdog(const DistEnv& env, std::chrono::milliseconds timeout,
-           std::unique_ptr<StoreClient> store);
-  void Loop();
+           std::unique_ptr<StoreClient> store, std::unique_ptr<StoreClient> beat_store);
+  void Loop();      // watches peers, the abort key and the main thread's wait
+  void BeatLoop();  // beats the heartbeat and publishes the main thread's position
   [[noreturn]] void Die(const std::string& message);
 
   DistEnv env_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<StoreClient> store_;
+  std::unique_ptr<StoreClient> beat_store_;  // the heartbeat thread's own connection
   std::mutex mu_;
   std::string wait_what_;  // guarded by mu_; empty: not waiting
-  int64_t wait_peer_ = -1;
+  std::vector<int64_t> wait_peers_;  // guarded by mu_
   std::chrono::steady_clock::time_point wait_since_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::atomic<bool> stop_{false}, stop_beat_{false};
+  std::atomic<int64_t> progress_{0};  // iteration << 32 | instruction
+  std::thread thread_, beat_thread_;
 };
 
 enum class Backend { kGloo, kNccl };
@@ -121,6 +145,9 @@ class Communicator {
   int64_t pp_index() const { return env_.rank % par_.pp; }
   StoreClient& store() { return *store_; }
   bool has_embedding_group() const { return emb_ != nullptr; }
+  // Global ranks of this rank's data-parallel and embedding groups (itself excluded).
+  const std::vector<int64_t>& dp_peers() const { return dp_peers_; }
+  const std::vector<int64_t>& embedding_peers() const { return emb_peers_; }
 
   // Post a transfer or a sum over a group; the tensor must stay alive until Wait returns.
   StatusOr<Handle> Send(const at::Tensor& t, int64_t peer, int64_t tag);
@@ -137,6 +164,7 @@ class Communicator {
   ParallelConfig par_;
   std::unique_ptr<StoreClient> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_;
+  std::vector<int64_t> dp_peers_, emb_peers_;
 };
 
 }  // namespace sluice::runtime

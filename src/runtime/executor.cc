@@ -66,6 +66,7 @@ class IterationRun {
     slots_.assign(static_cast<size_t>(program_.buffer_slots), Tensors{});
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& in = program_.instructions[i];
+      watchdog_.SetProgress(iteration_, static_cast<int64_t>(i));
       const int64_t start = Now();
       Status s;
       try {
@@ -396,6 +397,7 @@ class IterationRun {
                                          .stage = in.stage,
                                          .peer = in.peer,
                                          .tag = in.tag});
+    e.op = std::string(OpKindName(StartOf(in.op)));
     e.bytes = it->second.bytes;
     trace_.Add(std::move(e));
     transfers_.erase(it);
@@ -456,15 +458,16 @@ class IterationRun {
   Status Step() {
     for (Collective& c : collectives_) {
       if (!c.handle) continue;
-      watchdog_.BeginWait(fmt::format("the all-reduce of gradient bucket {} (iteration {})",
-                                      c.bucket, iteration_),
-                          -1);
+      const std::string what =
+          fmt::format("the all-reduce of gradient bucket {} (iteration {})", c.bucket, iteration_);
+      watchdog_.BeginWait(what, comm_.dp_peers());
       Status s = comm_.Wait(c.handle);
       watchdog_.EndWait();
       if (!s.ok()) {
-        return FailedPreconditionError(fmt::format(
-            "all-reduce of bucket {} over the data-parallel group failed (a replica died?): {}",
-            c.bucket, s.message()));
+        const std::string blame = watchdog_.Blame(comm_.dp_peers(), what);
+        return FailedPreconditionError(
+            fmt::format("{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")",
+                        s.message()));
       }
       TraceEvent e;
       e.name = fmt::format("ALLREDUCE(b{})", c.bucket);
@@ -497,13 +500,15 @@ class IterationRun {
     if (comm_.has_embedding_group() && wte.defined()) {
       if (!wte.grad().defined()) wte.mutable_grad() = torch::zeros_like(wte);
       SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h, comm_.AllReduceEmbedding(wte.grad()));
-      watchdog_.BeginWait(fmt::format("the word-embedding gradient sum (iteration {})",
-                                      iteration_), -1);
+      const std::string what =
+          fmt::format("the word-embedding gradient sum (iteration {})", iteration_);
+      watchdog_.BeginWait(what, comm_.embedding_peers());
       Status s = comm_.Wait(h);
       watchdog_.EndWait();
       if (!s.ok()) {
+        const std::string blame = watchdog_.Blame(comm_.embedding_peers(), what);
         return FailedPreconditionError(
-            fmt::format("word-embedding gradient sum failed (a pipeline rank died?): {}",
+            fmt::format("{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")",
                         s.message()));
       }
     }

@@ -108,12 +108,16 @@ Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& op
     }
     pids.push_back(pid);
   }
+  // After the first failure the others get `grace` to notice and exit by themselves (their
+  // messages name the rank that caused it), then SIGTERM, then SIGKILL after another grace.
+  using Clock = std::chrono::steady_clock;
   std::vector<bool> running(pids.size(), true);
   int64_t alive = static_cast<int64_t>(pids.size());
   std::string failure;
-  bool bad_input = false;  // the first failed rank exited with 2 (bad usage or input)
-  std::chrono::steady_clock::time_point kill_at{};
-  bool terminated = false, killed = false;
+  bool signaled = false;   // the reported rank was killed by a signal (not by us)
+  bool bad_input = false;  // the reported rank exited with 2 (bad usage or input)
+  int stage = 0;           // 0 running, 1 waiting for the rest, 2 terminated, 3 killed
+  Clock::time_point next_at{};
   while (alive > 0) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -123,27 +127,29 @@ Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& op
         running[r] = false;
         --alive;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && failure.empty() && !terminated) {
+        // A rank killed by a signal before we stopped anyone is the likeliest cause.
+        const bool killed_by_signal = WIFSIGNALED(status) && stage < 2;
+        if (!ok && (failure.empty() || (killed_by_signal && !signaled))) {
           failure = fmt::format("rank {} (pid {}) {}", r, pid, DescribeExit(status));
+          signaled = killed_by_signal;
           bad_input = WIFEXITED(status) && WEXITSTATUS(status) == 2;
-          std::fprintf(stderr, "sluice: %s; stopping the other ranks\n", failure.c_str());
+          if (stage == 0) {
+            std::fprintf(stderr, "sluice: %s; stopping the other ranks\n", failure.c_str());
+            stage = 1;
+            next_at = Clock::now() + options.grace;
+          }
         }
       }
       continue;
     }
     if (pid < 0 && errno != EINTR) break;
-    if (!failure.empty() && !terminated) {
+    const Clock::time_point now = Clock::now();
+    if ((stage == 1 || stage == 2) && now >= next_at) {
       for (size_t r = 0; r < pids.size(); ++r) {
-        if (running[r]) kill(pids[r], SIGTERM);
+        if (running[r]) kill(pids[r], stage == 1 ? SIGTERM : SIGKILL);
       }
-      terminated = true;
-      kill_at = std::chrono::steady_clock::now() + options.grace;
-    }
-    if (terminated && !killed && std::chrono::steady_clock::now() >= kill_at) {
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (running[r]) kill(pids[r], SIGKILL);
-      }
-      killed = true;
+      ++stage;
+      next_at = now + options.grace;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -8,9 +8,10 @@
 //
 // LaunchLocal forks and execs this same program N times with the variables set (and
 // SLUICE_LAUNCHED=1, so the children know they are ranks), waits for all of them, and when one
-// exits non-zero or is killed by a signal it stops the others (SIGTERM, then SIGKILL after a
-// grace period) and reports which rank failed and how. Children die with the launcher
-// (PR_SET_PDEATHSIG).
+// exits non-zero or is killed by a signal it gives the others a grace period to exit on their own
+// (their messages name the rank that caused it), then stops them (SIGTERM, then SIGKILL after
+// another grace period) and reports which rank failed and how, preferring a rank killed by a
+// signal. Children die with the launcher (PR_SET_PDEATHSIG).
 //
 // Thread safety: ReadDistEnv reads the environment; LaunchLocal forks and must be called before
 // any threads or libtorch state exist in the process.
@@ -48,7 +49,8 @@ struct LaunchOptions {
   int64_t nproc = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = kDefaultMasterPort;
-  // After the first failure, how long the other ranks get to exit on their own after SIGTERM.
+  // After the first failure: how long the other ranks get to exit on their own before SIGTERM,
+  // and then before SIGKILL.
   std::chrono::milliseconds grace = std::chrono::seconds(5);
 };
 

@@ -1,39 +1,47 @@
 #include "runtime/memory_stats.h"
 
+#include <c10/core/CPUAllocator.h>
+
 #include <atomic>
 
 #include "runtime/torch_pch.h"
 
 namespace sluice::runtime {
 
-// Wraps the previous CPU allocator. Each block it hands out carries a Block context that owns the
-// inner block and a reference to this allocator, so frees are counted (and the allocator stays
-// alive) however long the tensor outlives the counter.
-class CpuMemoryCounter::CountingAllocator final
-    : public c10::Allocator,
-      public std::enable_shared_from_this<CountingAllocator> {
+// Wraps the previous CPU allocator through its raw interface (libtorch frees some buffers with
+// raw_deallocate, which requires a fixed deleter and the data pointer as the context). Each block
+// is preceded by a header naming its size and this allocator, which is reference-counted: the
+// counter holds one reference and every live block another.
+class CpuMemoryCounter::CountingAllocator final : public c10::Allocator {
  public:
+  // 64: keeps the inner allocator's alignment (c10 aligns CPU blocks to 64 bytes).
+  static constexpr size_t kHeader = 64;
+
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
   c10::DataPtr allocate(size_t n) const override {
-    if (n == 0) return inner_->allocate(0);
+    const c10::Device cpu(c10::DeviceType::CPU);
+    if (n == 0) return c10::DataPtr(nullptr, nullptr, &Free, cpu);
     const int64_t bytes = static_cast<int64_t>(n);
     const int64_t limit = limit_.load(std::memory_order_relaxed);
     if (limit >= 0 && current_.load(std::memory_order_relaxed) + bytes > limit) {
       limit_hit_.store(true, std::memory_order_relaxed);
       throw AllocationLimitError();
     }
-    c10::DataPtr inner = inner_->allocate(n);
-    void* data = inner.get();
-    const c10::Device device = inner.device();
-    auto* block = new Block{shared_from_this(), std::move(inner), bytes};
+    void* base = inner_->raw_allocate(n + kHeader);
+    auto* header = static_cast<Header*>(base);
+    header->owner = const_cast<CountingAllocator*>(this);
+    header->bytes = bytes;
+    refs_.fetch_add(1, std::memory_order_relaxed);
     const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     allocations_.fetch_add(1, std::memory_order_relaxed);
     int64_t seen = peak_.load(std::memory_order_relaxed);
     while (now > seen && !peak_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
     }
-    return c10::DataPtr(data, block, &Free, device);
+    void* data = static_cast<char*>(base) + kHeader;
+    return c10::DataPtr(data, data, &Free, cpu);
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &Free; }
 
   int64_t current() const { return current_.load(std::memory_order_relaxed); }
   int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
@@ -44,20 +52,29 @@ class CpuMemoryCounter::CountingAllocator final
     limit_hit_.store(false, std::memory_order_relaxed);
   }
   void SetLimit(int64_t limit) { limit_.store(limit, std::memory_order_relaxed); }
+  // Drops one reference; the last one deletes the allocator.
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
 
  private:
-  struct Block {
-    std::shared_ptr<const CountingAllocator> owner;  // declared first: destroyed last
-    c10::DataPtr inner;
+  struct Header {
+    CountingAllocator* owner;
     int64_t bytes;
   };
-  static void Free(void* context) {
-    auto* block = static_cast<Block*>(context);
-    block->owner->current_.fetch_sub(block->bytes, std::memory_order_relaxed);
-    delete block;  // frees the inner block, then may drop the last reference to the allocator
+  static_assert(sizeof(Header) <= kHeader);
+
+  static void Free(void* data) {
+    if (data == nullptr) return;
+    void* base = static_cast<char*>(data) - kHeader;
+    const Header header = *static_cast<Header*>(base);
+    header.owner->current_.fetch_sub(header.bytes, std::memory_order_relaxed);
+    header.owner->inner_->raw_deallocate(base);
+    header.owner->Unref();
   }
 
   c10::Allocator* inner_;
+  mutable std::atomic<int64_t> refs_{1};  // the counter's
   mutable std::atomic<int64_t> current_{0};
   mutable std::atomic<int64_t> peak_{0};
   mutable std::atomic<int64_t> allocations_{0};
@@ -66,12 +83,17 @@ class CpuMemoryCounter::CountingAllocator final
 };
 
 StatusOr<std::unique_ptr<CpuMemoryCounter>> CpuMemoryCounter::Install() {
+  c10::Allocator* previous = c10::GetCPUAllocator();
+  if (previous->raw_deleter() == nullptr) {
+    return FailedPreconditionError(
+        "memory counter: libtorch's current CPU allocator has no raw interface to wrap, so CPU "
+        "memory cannot be counted in this process");
+  }
   std::unique_ptr<CpuMemoryCounter> counter(new CpuMemoryCounter());
-  counter->previous_ = c10::GetCPUAllocator();
-  counter->allocator_ = std::make_shared<CountingAllocator>(counter->previous_);
-  c10::SetCPUAllocator(counter->allocator_.get(), /*priority=*/0);
-  if (c10::GetCPUAllocator() != counter->allocator_.get()) {
-    counter->previous_ = nullptr;  // nothing to restore
+  counter->allocator_ = new CountingAllocator(previous);
+  c10::SetCPUAllocator(counter->allocator_, /*priority=*/0);
+  if (c10::GetCPUAllocator() == counter->allocator_) counter->previous_ = previous;
+  if (counter->previous_ == nullptr) {
     return FailedPreconditionError(
         "memory counter: libtorch refused to replace its CPU allocator (an allocator was "
         "installed with a priority above 0), so CPU memory cannot be counted in this process");
@@ -80,10 +102,12 @@ StatusOr<std::unique_ptr<CpuMemoryCounter>> CpuMemoryCounter::Install() {
 }
 
 CpuMemoryCounter::~CpuMemoryCounter() {
-  if (previous_ == nullptr) return;
-  SLUICE_CHECK_MSG(c10::GetCPUAllocator() == allocator_.get(),
-                   "CpuMemoryCounter destroyed while another allocator was installed after it");
-  c10::SetCPUAllocator(previous_, /*priority=*/0);
+  if (previous_ != nullptr) {
+    SLUICE_CHECK_MSG(c10::GetCPUAllocator() == allocator_,
+                     "CpuMemoryCounter destroyed while another allocator was installed after it");
+    c10::SetCPUAllocator(previous_, /*priority=*/0);
+  }
+  allocator_->Unref();
 }
 
 Bytes CpuMemoryCounter::current() const { return Bytes::Of(allocator_->current()); }

@@ -9,7 +9,9 @@
 // BLAS/oneDNN allocate internally, and pinned or non-CPU memory, are not. A block allocated
 // while installed is subtracted when it is freed, even after the counter is gone; the counting
 // allocator object stays alive until the counter and every block it handed out are gone (storages
-// keep a pointer to the allocator that made them and use it to resize).
+// keep a pointer to the allocator that made them and use it to resize). The counting allocator
+// allocates through the previous allocator's raw interface, 64 bytes more per block (not
+// counted); Install() fails when the current allocator has none (libtorch's default has one).
 //
 // current() is the live bytes allocated through this counter; peak() the highest current() since
 // Install() or the last ResetPeak(). With a limit set, an allocation that would take current()
@@ -68,7 +70,7 @@ class CpuMemoryCounter {
   class CountingAllocator;
   CpuMemoryCounter() = default;
 
-  std::shared_ptr<CountingAllocator> allocator_;
+  CountingAllocator* allocator_ = nullptr;  // reference-counted (memory_stats.cc)
   c10::Allocator* previous_ = nullptr;
 };
 

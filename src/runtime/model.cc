@@ -165,14 +165,18 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
   for (int64_t r = 0; r < b; ++r) {
     for (size_t k = 0; k < layout.rows[r].size(); ++k) {
       const RowSegment& s = layout.rows[r][k];
+      // Varlen rows: each sample its own segment, positions from 0. Otherwise the row is one
+      // sequence (packed samples attend across it, positions run on).
+      const int64_t segment = layout.varlen ? static_cast<int64_t>(k) : 0;
+      const int64_t pos0 = layout.varlen ? 0 : s.begin, dpos0 = layout.varlen ? 0 : s.dec_begin;
       if (!enc_dec) {
         const std::vector<int64_t> stream = source.Tokens(s.sample_id, s.length + 1);
         for (int64_t i = 0; i < s.length; ++i) {
           const int64_t at = r * t + s.begin + i;
           tok[at] = stream[i];
           lab[at] = stream[i + 1];
-          pos[at] = i;
-          seg[at] = static_cast<int64_t>(k);
+          pos[at] = pos0 + i;
+          seg[at] = segment;
         }
         continue;
       }
@@ -180,8 +184,8 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
       for (int64_t i = 0; i < s.length; ++i) {
         const int64_t at = r * t + s.begin + i;
         tok[at] = stream[i];
-        pos[at] = i;
-        seg[at] = static_cast<int64_t>(k);
+        pos[at] = pos0 + i;
+        seg[at] = segment;
       }
       // The decoder reads the target shifted right, starting from the input's last token.
       for (int64_t j = 0; j < s.dec_length; ++j) {
@@ -189,8 +193,8 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
         const int64_t prev = s.length + j - 1;
         dtok[at] = prev >= 0 ? stream[prev] : 0;
         lab[at] = stream[s.length + j];
-        dpos[at] = j;
-        dseg[at] = static_cast<int64_t>(k);
+        dpos[at] = dpos0 + j;
+        dseg[at] = segment;
       }
     }
   }

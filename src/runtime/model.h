@@ -43,7 +43,7 @@ struct MicroBatchInputs {
   at::Tensor tokens;         // [mbs, seqlen] int64 (the encoder's, or the only sequence); 0 = pad
   at::Tensor dec_tokens;     // [mbs, dec_seqlen] int64 decoder inputs (encoder-decoder)
   at::Tensor labels;         // [mbs, seqlen] or [mbs, dec_seqlen] int64, kIgnoreLabel = none
-  at::Tensor positions;      // [mbs, seqlen] int64, restarting at 0 for every packed sample
+  at::Tensor positions;      // [mbs, seqlen] int64 (from 0 per sample in varlen rows)
   at::Tensor dec_positions;  // [mbs, dec_seqlen]
   at::Tensor self_mask;      // [mbs, 1, seqlen, seqlen] bool, true = may not attend
   at::Tensor dec_self_mask;  // [mbs, 1, dec_seqlen, dec_seqlen]

@@ -22,9 +22,10 @@
 namespace sluice::runtime {
 namespace {
 
-// Probe models have 3 layers per stack cut into one-layer chunks, so chunk 1 (decoder-only) or
-// chunks 1 and 4 (encoder-decoder, 6 chunks) hold exactly one layer and nothing else, and the
-// last chunk holds one layer plus the output head.
+// Layer probes: a model with 3 layers per stack cut into one-layer chunks, so chunk 1
+// (decoder-only) or chunks 1 and 4 (encoder-decoder, 6 chunks) hold exactly one layer and nothing
+// else. Head probe: the same model with no layers cut into 2 chunks; chunk 1 holds only the final
+// norm, the output head and the loss.
 constexpr int64_t kProbeLayers = 3;
 constexpr int64_t kMaxMbs = 1 << 20;
 
@@ -43,14 +44,15 @@ class ScopedThreads {
   int previous_;
 };
 
-Status CheckList(const std::vector<int64_t>& values, std::string_view flag, int64_t lo,
-                 int64_t hi, std::string_view what) {
-  if (values.empty()) return InvalidArgumentError(fmt::format("{}: give at least one {}", flag, what));
+Status CheckList(const std::vector<int64_t>& values, std::string_view flag, int64_t lo, int64_t hi,
+                 std::string_view what, std::string_view hi_note = "") {
+  if (values.empty())
+    return InvalidArgumentError(fmt::format("{}: give at least one {}", flag, what));
   std::set<int64_t> seen;
   for (const int64_t v : values) {
     if (v < lo || v > hi) {
-      return InvalidArgumentError(
-          fmt::format("{}: {} {} is out of range (allowed: {} to {})", flag, what, v, lo, hi));
+      return InvalidArgumentError(fmt::format("{}: {} {} is out of range (allowed: {} to {}{})",
+                                              flag, what, v, lo, hi, hi_note));
     }
     if (!seen.insert(v).second) {
       return InvalidArgumentError(fmt::format("{}: {} {} is given twice", flag, what, v));
@@ -66,35 +68,45 @@ std::vector<int64_t> Sorted(std::vector<int64_t> v) {
 
 // The probe chunks of one model.
 struct Probes {
-  ModelSpec model;                        // the probe model (kProbeLayers per stack)
+  ModelSpec model;                        // the layer probe model (kProbeLayers per stack)
+  ModelSpec head_model;                   // the head probe model (no layers)
   std::unique_ptr<ModelShard> encoder;    // one encoder (decoder-only: the) layer
   std::unique_ptr<ModelShard> decoder;    // encoder-decoder: one decoder layer
-  std::unique_ptr<ModelShard> head;       // one layer + final norm + head + loss
+  std::unique_ptr<ModelShard> head;       // final norm + head + loss
   std::unique_ptr<ModelShard> embedding;  // chunk 0: embedding + one layer (parameter count)
-  int64_t encoder_stage = 1, decoder_stage = 4, head_stage = 2;
+  int64_t encoder_stage = 1, decoder_stage = 4;
 
   const Chunk& encoder_chunk() const { return encoder->chunk(encoder_stage); }
   const Chunk& decoder_chunk() const { return decoder->chunk(decoder_stage); }
-  const Chunk& head_chunk() const { return head->chunk(head_stage); }
+  const Chunk& head_chunk() const { return head->chunk(1); }
 };
 
 StatusOr<Probes> MakeProbes(const ModelSpec& model, uint64_t seed) {
   Probes p;
+  const bool enc_dec = model.is_encoder_decoder();
   p.model = model;
   p.model.layers = kProbeLayers;
-  const bool enc_dec = model.is_encoder_decoder();
   if (enc_dec) p.model.decoder_layers = kProbeLayers;
   const int64_t chunks = enc_dec ? 2 * kProbeLayers : kProbeLayers;
   p.encoder_stage = 1;
   p.decoder_stage = enc_dec ? kProbeLayers + 1 : -1;
-  p.head_stage = chunks - 1;
   SLUICE_ASSIGN_OR_RETURN(p.encoder, ModelShard::Create(p.model, chunks, 1, p.encoder_stage, seed));
   if (enc_dec) {
     SLUICE_ASSIGN_OR_RETURN(p.decoder,
                             ModelShard::Create(p.model, chunks, 1, p.decoder_stage, seed));
   }
-  SLUICE_ASSIGN_OR_RETURN(p.head, ModelShard::Create(p.model, chunks, 1, p.head_stage, seed));
   SLUICE_ASSIGN_OR_RETURN(p.embedding, ModelShard::Create(p.model, chunks, 1, 0, seed));
+  p.head_model = model;
+  p.head_model.layers = 0;
+  p.head_model.decoder_layers = 0;
+  auto head = ModelShard::Create(p.head_model, 2, 1, 1, seed);
+  if (!head.ok()) {
+    return InternalError(fmt::format(
+        "profile: the runtime cannot build the head-only probe chunk (a model with no layers cut "
+        "into 2 chunks): {}",
+        head.status().message()));
+  }
+  p.head = std::move(head).value();
   // Gradients exist from the start, as in training after the first step: every measured backward
   // accumulates into them instead of allocating them.
   for (ModelShard* shard : {p.encoder.get(), p.decoder.get(), p.head.get()}) {
@@ -135,8 +147,8 @@ PointInputs MakeInputs(const ModelSpec& model, const LayerShape& shape, ProbeKin
     layout.label_tokens += enc_dec ? shape.dec_seqlen : shape.seqlen;
   }
   PointInputs in;
-  in.mb = BuildMicroBatchInputs(model, layout, tokens,
-                                1.0 / static_cast<double>(std::max<int64_t>(1, layout.label_tokens)));
+  in.mb = BuildMicroBatchInputs(
+      model, layout, tokens, 1.0 / static_cast<double>(std::max<int64_t>(1, layout.label_tokens)));
   auto act = [&](int64_t len) {
     return torch::randn({shape.mbs, len, model.hidden}, gen, torch::kFloat32).requires_grad_(true);
   };
@@ -193,16 +205,18 @@ StatusOr<std::optional<Pass>> RunOnce(const Chunk& chunk, PointInputs& in, Recom
     const Bytes stored = counter.current() - base;
     if (full) {
       // Keep the stored outputs alive (the next layer holds them) while recomputing.
-      const std::vector<at::Tensor> again = chunk.Forward(in.activations, in.mb.labels, in.mb,
-                                                          false);
+      const std::vector<at::Tensor> again =
+          chunk.Forward(in.activations, in.mb.labels, in.mb, false);
       torch::autograd::backward(again, in.grad_outputs);
     } else {
       torch::autograd::backward(outs, in.grad_outputs);
     }
     const Clock::time_point t2 = Clock::now();
     Pass pass;
-    pass.forward = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
-    pass.backward = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count());
+    pass.forward =
+        Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    pass.backward =
+        Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count());
     pass.stored = stored;
     pass.peak = counter.peak() - base;
     return std::optional<Pass>(pass);
@@ -215,7 +229,8 @@ StatusOr<std::optional<Pass>> RunOnce(const Chunk& chunk, PointInputs& in, Recom
 double MedianMs(std::vector<Duration> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
-  const Duration mid = n % 2 == 1 ? v[n / 2] : Duration::Nanos((v[n / 2 - 1].nanos() + v[n / 2].nanos()) / 2);
+  const Duration mid =
+      n % 2 == 1 ? v[n / 2] : Duration::Nanos((v[n / 2 - 1].nanos() + v[n / 2].nanos()) / 2);
   return mid.millis();
 }
 
@@ -225,13 +240,14 @@ struct PointResult {
 };
 
 // Warm-up, then `repeats` timed passes: medians of the times, the largest memory.
-StatusOr<std::optional<PointResult>> MeasureLayer(const Chunk& chunk, PointInputs& in,
-                                                  Recompute rc, const ProfileOptions& o,
+StatusOr<std::optional<PointResult>> MeasureLayer(const Chunk& chunk, PointInputs& in, Recompute rc,
+                                                  const ProfileOptions& o,
                                                   CpuMemoryCounter& counter) {
   std::vector<Duration> fwd, bwd;
   PointResult r;
   for (int64_t i = 0; i < o.warmup + o.repeats; ++i) {
-    SLUICE_ASSIGN_OR_RETURN(std::optional<Pass> p, RunOnce(chunk, in, rc, o.activation_limit, counter));
+    SLUICE_ASSIGN_OR_RETURN(std::optional<Pass> p,
+                            RunOnce(chunk, in, rc, o.activation_limit, counter));
     if (!p.has_value()) return std::optional<PointResult>();
     if (i < o.warmup) continue;
     fwd.push_back(p->forward);
@@ -242,60 +258,6 @@ StatusOr<std::optional<PointResult>> MeasureLayer(const Chunk& chunk, PointInput
   r.forward_ms = MedianMs(fwd);
   r.backward_ms = MedianMs(bwd);
   return std::optional<PointResult>(r);
-}
-
-struct PairResult {
-  std::optional<PointResult> layer;  // the one-layer chunk at recompute none
-  std::optional<double> head_forward_ms, head_backward_ms;  // nullopt: out of memory
-};
-
-// The one-layer chunk and the layer+head chunk alternately; the head's times are the medians of
-// the paired differences.
-StatusOr<PairResult> MeasureHead(const Chunk& layer, PointInputs& layer_in, const Chunk& head,
-                                 PointInputs& head_in, const ProfileOptions& o,
-                                 CpuMemoryCounter& counter, const std::string& where) {
-  std::vector<Duration> lf, lb, df, db;
-  PointResult lr;
-  bool layer_fits = true, head_fits = true;
-  for (int64_t i = 0; i < o.warmup + o.repeats && layer_fits; ++i) {
-    SLUICE_ASSIGN_OR_RETURN(std::optional<Pass> a, RunOnce(layer, layer_in, Recompute::kNone,
-                                                           o.activation_limit, counter));
-    if (!a.has_value()) {
-      layer_fits = false;
-      break;
-    }
-    std::optional<Pass> b;
-    if (head_fits) {
-      SLUICE_ASSIGN_OR_RETURN(b, RunOnce(head, head_in, Recompute::kNone, o.activation_limit, counter));
-      head_fits = b.has_value();
-    }
-    if (i < o.warmup) continue;
-    lf.push_back(a->forward);
-    lb.push_back(a->backward);
-    lr.stored = std::max(lr.stored, a->stored);
-    lr.peak = std::max(lr.peak, a->peak);
-    if (head_fits) {
-      df.push_back(b->forward - a->forward);
-      db.push_back(b->backward - a->backward);
-    }
-  }
-  PairResult out;
-  if (!layer_fits) return out;  // the head chunk holds a layer too: it cannot fit either
-  lr.forward_ms = MedianMs(lf);
-  lr.backward_ms = MedianMs(lb);
-  out.layer = lr;
-  if (!head_fits) return out;
-  const double f = MedianMs(df), b = MedianMs(db);
-  if (!(f > 0) || !(b > 0)) {
-    return FailedPreconditionError(fmt::format(
-        "profile: at {} the output head's time (layer+head chunk minus layer chunk: forward "
-        "{:.4f} ms, backward {:.4f} ms) is not above timing noise; raise --repeats or run on a "
-        "quieter machine",
-        where, f, b));
-  }
-  out.head_forward_ms = f;
-  out.head_backward_ms = b;
-  return out;
 }
 
 // Results by (key, dec key) -> mbs -> value, for one series.
@@ -363,10 +325,10 @@ Status ValidateProfileOptions(const ModelSpec& model, const ProfileOptions& o) {
   }
   const int64_t kv = model.kv_heads > 0 ? model.kv_heads : model.heads;
   if (kv != model.heads) {
-    return InvalidArgumentError(fmt::format(
-        "--model: '{}' uses grouped-query attention ({} kv heads for {} heads); "
-        "layer-cost-table/1 describes multi-head attention only",
-        model.name, kv, model.heads));
+    return InvalidArgumentError(
+        fmt::format("--model: '{}' uses grouped-query attention ({} kv heads for {} heads); "
+                    "layer-cost-table/1 describes multi-head attention only",
+                    model.name, kv, model.heads));
   }
   if (model.mlp != MlpKind::kGelu) {
     return InvalidArgumentError(fmt::format(
@@ -374,9 +336,8 @@ Status ValidateProfileOptions(const ModelSpec& model, const ProfileOptions& o) {
         model.name));
   }
   SLUICE_RETURN_IF_ERROR(CheckList(o.mbs, "--mbs", 1, kMaxMbs, "micro-batch size"));
-  SLUICE_RETURN_IF_ERROR(
-      CheckList(o.seqlens, "--seqlen", 1, model.max_position,
-                fmt::format("sequence length (the model's max_position is {})", model.max_position)));
+  SLUICE_RETURN_IF_ERROR(CheckList(o.seqlens, "--seqlen", 1, model.max_position, "sequence length",
+                                   ", the model's max_position"));
   if (!o.dec_seqlens.empty()) {
     if (!model.is_encoder_decoder()) {
       return InvalidArgumentError(fmt::format(
@@ -384,9 +345,8 @@ Status ValidateProfileOptions(const ModelSpec& model, const ProfileOptions& o) {
           "models only",
           model.name));
     }
-    SLUICE_RETURN_IF_ERROR(CheckList(
-        o.dec_seqlens, "--dec-seqlen", 1, model.max_position,
-        fmt::format("decoder length (the model's max_position is {})", model.max_position)));
+    SLUICE_RETURN_IF_ERROR(CheckList(o.dec_seqlens, "--dec-seqlen", 1, model.max_position,
+                                     "decoder length", ", the model's max_position"));
   }
   if (o.recompute.empty()) {
     return InvalidArgumentError("--recompute: give at least one of none, selective, full");
@@ -421,8 +381,8 @@ int64_t ProfileWorkUnits(const ModelSpec& model, const ProfileOptions& o) {
   const int64_t s = static_cast<int64_t>(o.seqlens.size());
   const int64_t r = static_cast<int64_t>(o.recompute.size());
   if (!model.is_encoder_decoder()) return s * m * (r + 1);
-  const int64_t d = static_cast<int64_t>(o.dec_seqlens.empty() ? o.seqlens.size()
-                                                               : o.dec_seqlens.size());
+  const int64_t d =
+      static_cast<int64_t>(o.dec_seqlens.empty() ? o.seqlens.size() : o.dec_seqlens.size());
   // encoder layers, decoder layers, heads (one per decoder length)
   return s * m * r + s * d * m * r + d * m;
 }
@@ -433,7 +393,8 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
   const bool enc_dec = model.is_encoder_decoder();
   const std::vector<int64_t> mbs_list = Sorted(o.mbs);
   const std::vector<int64_t> seqlens = Sorted(o.seqlens);
-  const std::vector<int64_t> dec_seqlens = Sorted(o.dec_seqlens.empty() ? o.seqlens : o.dec_seqlens);
+  const std::vector<int64_t> dec_seqlens =
+      Sorted(o.dec_seqlens.empty() ? o.seqlens : o.dec_seqlens);
   auto advance = [&](int64_t n) {
     if (progress != nullptr) progress->Add(n);
   };
@@ -444,94 +405,80 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
   SLUICE_ASSIGN_OR_RETURN(Probes probes, MakeProbes(model, o.seed));
   const TokenSource tokens(model.vocab, o.seed);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed ^ 0x70726f66696c65ULL);
-  const bool has_none =
-      std::find(o.recompute.begin(), o.recompute.end(), Recompute::kNone) != o.recompute.end();
+  {
+    // The process's first run of a probe pays one-time costs (kernel selection, thread pools,
+    // allocator caches); it is never timed, whatever --warmup says.
+    const LayerShape smallest{mbs_list.front(), seqlens.front(), enc_dec ? dec_seqlens.front() : 0};
+    std::vector<std::pair<const Chunk*, ProbeKind>> all = {
+        {&probes.encoder_chunk(), ProbeKind::kEncoderLayer},
+        {&probes.head_chunk(), ProbeKind::kHead}};
+    if (enc_dec) all.emplace_back(&probes.decoder_chunk(), ProbeKind::kDecoderLayer);
+    for (const auto& [chunk, kind] : all) {
+      PointInputs in = MakeInputs(probes.model, smallest, kind, tokens, gen);
+      SLUICE_ASSIGN_OR_RETURN(std::optional<Pass> ignored,
+                              RunOnce(*chunk, in, Recompute::kNone, std::nullopt, *counter));
+      (void)ignored;
+    }
+  }
 
-  std::map<Recompute, LayerSeries> enc, dec;
-  SeriesMap head_fwd, head_bwd;
-
-  // Measures one layer series point for every recompute level; `pair_head` also measures the head
-  // against the layer at recompute none. Holes stop the row: `fits` marks which (level) rows still
-  // fit for larger micro-batch sizes.
-  auto measure_key = [&](const Chunk& layer_chunk, ProbeKind kind, std::pair<int64_t, int64_t> key,
-                         int64_t dec_len, bool pair_head, std::map<Recompute, LayerSeries>* series,
-                         const std::string& where_prefix) -> Status {
+  // One row of a layer kind: every micro-batch size at every recompute level. A hole stops that
+  // level's row (a larger micro-batch cannot fit either).
+  auto measure_row = [&](const Chunk& chunk, ProbeKind kind, std::pair<int64_t, int64_t> key,
+                         int64_t seqlen, int64_t dec_len, const std::vector<Recompute>& levels,
+                         std::map<Recompute, LayerSeries>* series) -> Status {
     std::set<Recompute> out_of_memory;
-    bool head_oom = false;
     for (const int64_t mbs : mbs_list) {
-      const LayerShape shape{mbs, key.first, enc_dec ? dec_len : 0};
-      const std::string where = fmt::format("{} mbs {}", where_prefix, mbs);
+      const LayerShape shape{mbs, seqlen, enc_dec ? dec_len : 0};
       PointInputs in = MakeInputs(probes.model, shape, kind, tokens, gen);
-      const bool pair = pair_head && !head_oom && out_of_memory.count(Recompute::kNone) == 0;
-      if (pair) {
-        PointInputs head_in = MakeInputs(probes.model, shape, ProbeKind::kHead, tokens, gen);
-        SLUICE_ASSIGN_OR_RETURN(PairResult pr, MeasureHead(layer_chunk, in, probes.head_chunk(),
-                                                           head_in, o, *counter, where));
-        if (pr.head_forward_ms.has_value()) {
-          const std::pair<int64_t, int64_t> head_key{enc_dec ? dec_len : key.first, 0};
-          head_fwd[head_key][mbs] = *pr.head_forward_ms;
-          head_bwd[head_key][mbs] = *pr.head_backward_ms;
-        } else {
-          head_oom = true;
-        }
-        if (has_none) {
-          if (pr.layer.has_value()) {
-            (*series)[Recompute::kNone].Add(key, mbs, *pr.layer);
-          } else {
-            out_of_memory.insert(Recompute::kNone);
-          }
-        }
-        advance(has_none ? 2 : 1);
-      } else if (pair_head) {
-        advance(1);  // the head's unit: out of memory at a smaller size
-      }
-      for (const Recompute rc : o.recompute) {
-        if (pair && rc == Recompute::kNone) continue;
-        if (out_of_memory.count(rc) > 0) {
-          advance(1);
-          continue;
-        }
+      for (const Recompute rc : levels) {
+        advance(1);
+        if (out_of_memory.count(rc) > 0) continue;
         SLUICE_ASSIGN_OR_RETURN(std::optional<PointResult> r,
-                                MeasureLayer(layer_chunk, in, rc, o, *counter));
+                                MeasureLayer(chunk, in, rc, o, *counter));
         if (r.has_value()) {
           (*series)[rc].Add(key, mbs, *r);
         } else {
           out_of_memory.insert(rc);
         }
-        advance(1);
       }
     }
     return Status::Ok();
   };
 
+  std::map<Recompute, LayerSeries> enc, dec, head;
   for (const int64_t len : seqlens) {
-    // Decoder-only: the head reads the same length, so it pairs with the layer here.
-    SLUICE_RETURN_IF_ERROR(measure_key(probes.encoder_chunk(), ProbeKind::kEncoderLayer, {len, 0},
-                                       dec_seqlens.front(), /*pair_head=*/!enc_dec, &enc,
-                                       fmt::format("seqlen {}", len)));
+    SLUICE_RETURN_IF_ERROR(measure_row(probes.encoder_chunk(), ProbeKind::kEncoderLayer, {len, 0},
+                                       len, dec_seqlens.front(), o.recompute, &enc));
   }
   if (enc_dec) {
     for (const int64_t len : seqlens) {
       for (const int64_t dlen : dec_seqlens) {
-        // The head is keyed by the decoder length; it pairs with the decoder layer at the
-        // shortest encoder length (the difference does not depend on it).
-        SLUICE_RETURN_IF_ERROR(measure_key(probes.decoder_chunk(), ProbeKind::kDecoderLayer,
-                                           {len, dlen}, dlen, /*pair_head=*/len == seqlens.front(),
-                                           &dec, fmt::format("seqlen {} dec seqlen {}", len, dlen)));
+        SLUICE_RETURN_IF_ERROR(measure_row(probes.decoder_chunk(), ProbeKind::kDecoderLayer,
+                                           {len, dlen}, len, dlen, o.recompute, &dec));
       }
     }
   }
+  // The head reads the decoder's output in encoder-decoder models: keyed by the decoder length
+  // (the encoder output it is also given is not used, so its length does not matter).
+  for (const int64_t len : enc_dec ? dec_seqlens : seqlens) {
+    SLUICE_RETURN_IF_ERROR(measure_row(probes.head_chunk(), ProbeKind::kHead, {len, 0},
+                                       enc_dec ? seqlens.front() : len, len, {Recompute::kNone},
+                                       &head));
+  }
+  const SeriesMap& head_fwd = head[Recompute::kNone].forward;
+  const SeriesMap& head_bwd = head[Recompute::kNone].backward;
 
   LayerCostTable table;
-  table.measured_on = fmt::format("{}; sluice runtime models, per layer, median of {} runs after "
-                                  "{} warm-up",
-                                  DescribeCpu(o.threads), o.repeats, o.warmup);
+  table.measured_on = fmt::format(
+      "{}; sluice runtime models, per layer, median of {} runs after "
+      "{} warm-up",
+      DescribeCpu(o.threads), o.repeats, o.warmup);
   table.provenance = o.command.empty() ? std::string("sluice profile")
                                        : fmt::format("sluice profile: {}", o.command);
   table.layout =
       "tables[] per (tp, recompute), tp 1. time_ms: one layer's forward and backward (a "
       "recomputed forward counts in the backward) in ms, median of the timed runs; postprocess = "
-      "final norm + output head + loss, measured as (one layer + head) minus (one layer). "
+      "final norm + output head + loss (a chunk with no layers). "
       "stored_activation_mb: bytes allocated by the forward and still live after it (saved "
       "tensors and the output), peak_activation_mb: highest live bytes during forward and "
       "backward, both relative to before the forward, in MB (10^6 bytes), counted at libtorch's "
@@ -543,8 +490,9 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
   table.model.heads = model.heads;
   table.model.kv_channels = model.head_dim > 0 ? model.HeadDim() : 0;
   table.model.ffn_hidden = model.ffn_hidden;
-  table.model.profiled_stages = {enc_dec ? "encoder = encoder layer" : "encoder = decoder-only "
-                                                                       "transformer layer"};
+  table.model.profiled_stages = {enc_dec ? "encoder = encoder layer"
+                                         : "encoder = decoder-only "
+                                           "transformer layer"};
   if (enc_dec) table.model.profiled_stages.push_back("decoder = decoder layer");
   table.model.profiled_stages.push_back("postprocess = final norm, output head, loss");
 
@@ -574,8 +522,8 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
     c.backward_ms[p] = ToSeries(head_bwd, false);
     c.param_mb[e] = Fp16Mb(enc_layer_params);
     c.embedding_param_mb = Fp16Mb(chunk0_params - enc_layer_params);
-    const bool empty = c.forward_ms[e].empty() || c.forward_ms[p].empty() ||
-                       (enc_dec && c.forward_ms[d].empty());
+    const bool empty =
+        c.forward_ms[e].empty() || c.forward_ms[p].empty() || (enc_dec && c.forward_ms[d].empty());
     if (empty) {
       return FailedPreconditionError(fmt::format(
           "profile: at recompute {} no point of some layer kind fit --max-activation-mb or the "

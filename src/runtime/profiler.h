@@ -8,9 +8,9 @@
 //     encoder-decoder model (keyed by encoder and decoder length); each timed as a whole chunk of
 //     a probe model cut so that the chunk holds exactly that one layer (Chunk::Forward, then
 //     autograd with random output gradients, as the executor runs a middle pipeline stage);
-//   - "postprocess" (final norm, output head, loss): the last chunk (one layer + head) minus the
-//     one-layer chunk, timed in interleaved pairs at recompute none, median of the paired
-//     differences; keyed by the length the head reads (the decoder length for encoder-decoder).
+//   - "postprocess" (final norm, output head, loss): the last chunk of a probe model with no
+//     layers (ModelShard::Create accepts it; the chunk then holds only the head), at recompute
+//     none; keyed by the length the head reads (the decoder length for encoder-decoder models).
 // Recompute: "selective" recomputes the attention core in the backward (Chunk::Forward's
 // `selective`); "full" runs the forward without autograd and the backward re-runs it with
 // autograd first (its time counts in the backward, as the format says).

@@ -4,7 +4,7 @@
 // seeded first-order Markov chain over the model's vocabulary: every token has four successors
 // (drawn once from a Zipf(1.1) distribution over the vocabulary) taken with probabilities 0.45,
 // 0.225, 0.135 and 0.09, and with probability 0.1 the chain restarts at a Zipf-distributed token.
-// The next-token entropy is about 2.2 nats against ln(V) for uniform guessing (9.0 for V = 8192),
+// The next-token entropy is about 1.9 nats against ln(V) for uniform guessing (9.0 for V = 8192),
 // so a model that learns the table shows a falling loss curve. Sample `id` is the chain started
 // from its own seeded generator, so any rank can materialise any sample, and the first n tokens
 // of a sample do not depend on how many are asked for (clipping truncates).

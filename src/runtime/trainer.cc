@@ -244,14 +244,18 @@ class Trainer {
     SLUICE_RETURN_IF_ERROR(Setup());
     Status s = Loop();
     if (!s.ok()) {
-      watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
+      // A failure another rank posted first is the cause (this one may only have lost a peer).
+      const std::optional<std::string> posted = watchdog_->PostedFailure();
+      if (!posted) watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
       watchdog_->Stop();
-      // Rank 0 serves the store: give the others a moment to read the failure before it goes.
-      if (env_.rank == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+      // Keep the connections (and on rank 0 the store) open a moment, so that ranks which would
+      // only see this one vanish read the cause first.
+      std::this_thread::sleep_for(Watchdog::kLinger);
       // Leave the process groups and threads as they are: peers may be gone, and c10d teardown
       // would block on them. The process exits right after.
       (void)comm_.release();
       if (service_) (void)service_.release();
+      if (posted) return FailedPreconditionError(fmt::format("stopping: {}", *posted));
       return s;
     }
     return Finish();
@@ -404,6 +408,7 @@ class Trainer {
           o_.plan_files.empty() ? fmt::format("plan of iteration {}", i) : o_.plan_files[i];
       SLUICE_RETURN_IF_ERROR(CheckPlanMatches(
           p.plan, JobConfig{o_.model, o_.parallel, env_.world_size}, source));
+      watchdog_->SetProgress(i, 0);
       InjectFault(o_.fault, env_.rank, i);
       const SampleTable samples = MakeSampleTable(p.samples);
       ResetPeakRss();
@@ -604,7 +609,7 @@ Status Train(const TrainOptions& options, const DistEnv& env) {
 }
 
 StatusOr<ReferenceResult> RunReference(const ModelSpec& model, uint64_t seed, double lr,
-                                       std::span<const std::vector<Sample>> batches,
+                                       std::span<const ReferenceBatch> batches,
                                        int64_t grad_batch) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ModelShard> shard,
                           ModelShard::Create(model, 1, 1, 0, seed));
@@ -612,23 +617,28 @@ StatusOr<ReferenceResult> RunReference(const ModelSpec& model, uint64_t seed, do
       shard->Parameters(), torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.01));
   const TokenSource tokens(model.vocab, seed);
   const Chunk& chunk = shard->chunk(0);
+  const bool enc_dec = model.is_encoder_decoder();
   ReferenceResult result;
   for (size_t b = 0; b < batches.size(); ++b) {
     int64_t labels = 0;
-    for (const Sample& s : batches[b]) labels += SampleLabels(model, s);
+    for (const auto& row : batches[b]) {
+      for (const Sample& s : row) labels += SampleLabels(model, s);
+    }
     const double scale = 1.0 / static_cast<double>(std::max<int64_t>(labels, 1));
     double loss = 0;
-    for (const Sample& s : batches[b]) {
+    for (const auto& row : batches[b]) {
       PlanMicroBatch mb;
-      mb.rows = {{s.id}};
-      mb.shape.mbs = 1;
-      mb.shape.seqlen = model.is_encoder_decoder() ? s.input_len : s.input_len + s.target_len;
-      mb.shape.dec_seqlen = model.is_encoder_decoder() ? s.target_len : 0;
-      const SampleTable table = MakeSampleTable(std::span<const Sample>(&s, 1));
+      mb.rows.emplace_back();
+      for (const Sample& s : row) {
+        mb.rows[0].push_back(s.id);
+        mb.shape.seqlen += enc_dec ? s.input_len : s.input_len + s.target_len;
+        mb.shape.dec_seqlen += enc_dec ? s.target_len : 0;
+      }
+      const SampleTable table = MakeSampleTable(row);
       SLUICE_ASSIGN_OR_RETURN(MicroBatchLayout layout, LayoutMicroBatch(model, mb, table));
       const MicroBatchInputs in = BuildMicroBatchInputs(model, layout, tokens, scale);
       std::vector<at::Tensor> inputs = {in.tokens};
-      if (model.is_encoder_decoder()) inputs.push_back(in.dec_tokens);
+      if (enc_dec) inputs.push_back(in.dec_tokens);
       const std::vector<at::Tensor> out = chunk.Forward(inputs, in.labels, in, false);
       out[0].backward();
       loss += out[0].item<double>();

@@ -86,16 +86,18 @@ struct TrainOptions {
 // failed run (FailedPrecondition, naming the rank).
 Status Train(const TrainOptions& options, const DistEnv& env);
 
-// The single-process reference: the same model and seed, no pipeline, no padding: each batch's
-// samples run one at a time through the whole model, the loss normalised by the batch's labels,
-// then AdamW. Returns the loss of every batch and the gradients of batch `grad_batch` (by
-// parameter name, before its step).
+// The single-process reference: the same model and seed, no pipeline, no padding: each batch
+// is a list of rows, each row the samples that share one sequence (one sample; or several that a
+// non-varlen packing made attend across one row), run one at a time through the whole model at
+// their exact length; the loss normalised by the batch's labels; then AdamW. Returns the loss of
+// every batch and the gradients of batch `grad_batch` (by parameter name, before its step).
 struct ReferenceResult {
   std::vector<double> losses;
   std::vector<NamedValues> grads;
 };
+using ReferenceBatch = std::vector<std::vector<Sample>>;  // rows
 StatusOr<ReferenceResult> RunReference(const ModelSpec& model, uint64_t seed, double lr,
-                                       std::span<const std::vector<Sample>> batches,
+                                       std::span<const ReferenceBatch> batches,
                                        int64_t grad_batch);
 
 }  // namespace sluice::runtime

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# End-to-end checks of `sluice profile` (builds with libtorch only): a tiny grid writes a
+# layer-cost-table/1 file that `sluice cost show --cost profiled:FILE` and `sluice plan` use, and
+# bad flags exit 2 naming the flag and the allowed values.
+#
+#   tests/profile_cli_test.sh PATH/TO/sluice REPO_ROOT
+set -u
+sluice="$1"
+root="$2"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+# expect NAME RC PATTERN -- ARGS...: runs sluice ARGS, checks the exit code and that the combined
+# output matches the extended regex PATTERN.
+expect() {
+  local name="$1" want_rc="$2" pattern="$3"
+  shift 4
+  local out rc
+  out="$("$sluice" "$@" 2>&1)"
+  rc=$?
+  if [ "$rc" -ne "$want_rc" ]; then
+    echo "FAIL $name: exit $rc, want $want_rc; output:"; echo "$out" | head -20
+    failed=$((failed + 1))
+  elif ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -20
+    failed=$((failed + 1))
+  else
+    echo "ok   $name"
+    passed=$((passed + 1))
+  fi
+}
+
+table="$tmp/cpu.json"
+expect profile-tiny 0 "wrote .*cpu.json \(2 recompute levels" -- profile --model gpt-tiny \
+  --mbs 1,2 --seqlen 32,64 --recompute none,full --repeats 1 --warmup 0 --threads 1 --out "$table"
+if grep -q 'layer-cost-table/1' "$table" && grep -q '1 intra-op thread' "$table"; then
+  echo "ok   profile-file-header"; passed=$((passed + 1))
+else
+  echo "FAIL profile-file-header: $(head -c 300 "$table")"; failed=$((failed + 1))
+fi
+expect cost-show-profiled 0 "profiled: .*cpu.json" -- cost show --model gpt-tiny \
+  --cluster "$root/examples/cluster-cpu-2.json" --cost "profiled:$table" --seqlen 48 --mbs 2
+expect cost-show-outside 0 "infeasible" -- cost show --model gpt-tiny \
+  --cluster "$root/examples/cluster-cpu-2.json" --cost "profiled:$table" --seqlen 128 --mbs 2
+expect cost-show-other-model 2 "hidden" -- cost show --model gpt-6.7b --cost "profiled:$table"
+expect plan-profiled 0 "planned" -- plan --model gpt-tiny --cluster \
+  "$root/examples/cluster-cpu-2.json" --parallel pp=2 --tokens-per-batch 256 --max-seqlen 64 \
+  --iterations 2 --cost "profiled:$table" --show 0
+
+expect bad-mbs 2 "--mbs: micro-batch size 0 is out of range \(allowed: 1 to" -- profile --mbs 0,1 --out "$tmp/x.json"
+expect bad-seqlen 2 "--seqlen: .*4097.*max_position" -- profile --seqlen 4097 --out "$tmp/x.json"
+expect bad-recompute 2 "--recompute: 'some'.*none, selective, full" -- profile --recompute some --out "$tmp/x.json"
+expect bad-repeats 2 "--repeats" -- profile --repeats 0 --out "$tmp/x.json"
+expect bad-threads 2 "--threads" -- profile --threads -1 --out "$tmp/x.json"
+expect bad-dec-seqlen 2 "--dec-seqlen.*decoder-only" -- profile --dec-seqlen 16 --out "$tmp/x.json"
+expect bad-model 2 "SwiGLU" -- profile --model llama-7b --out "$tmp/x.json"
+expect no-out 2 "--out" -- profile --mbs 1
+expect bad-out-dir 2 "--out: .*$tmp/missing.* does not exist" -- profile --out "$tmp/missing/x.json"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
