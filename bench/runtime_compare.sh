@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# runtime_compare.sh: the packing plan against sluice's dynamic plan (DynaPipe's micro-batching
-# with the adaptive schedule), trained for real on NPROC local CPU processes (pp = NPROC) and
-# predicted by the simulator from this machine's own cost table, side by side (issue #7).
+# runtime_compare.sh: the packing plan against sluice's dynamic plans (DynaPipe's micro-batching
+# with the adaptive and the 1F1B schedule), trained for real on NPROC local CPU processes
+# (pp = NPROC) and predicted by the simulator from this machine's own cost table, side by side
+# (issue #7).
 #
 #   1. `sluice profile` measures the runtime's layers on this machine (1 thread per rank when
 #      NPROC ranks share the cores) unless TABLE names an existing table;
-#   2. `sluice plan` makes the plans of both methods for the same global batches, priced with
+#   2. `sluice plan` makes the plans of every run for the same global batches, priced with
 #      that table (--cost profiled:TABLE) on a cluster spec of this machine (CLUSTER);
 #   3. `sluice simulate` predicts each plan (iteration time, real tokens, per-rank peak memory);
 #   4. `sluice train --plan ...` executes exactly those plans (--nproc NPROC, Gloo) and records
 #      per-iteration time, real tokens and peak resident memory (--metrics);
-#   5. a table: real tokens/s measured and predicted per method, their ratio, peak memory.
-# Iterations both methods planned are compared; the first of them is warm-up (not counted).
+#   5. a table: real tokens/s measured and predicted per run, the ratios to the first run (the
+#      baseline), peak memory.
+# Iterations every run planned are compared; the first of them is warm-up (not counted).
 #
-# Usage: bench/runtime_compare.sh            (from the repository root; knobs below, as VAR=value)
+# Usage, from the repository root, knobs as environment variables (defaults below):
+#   SLUICE=build-prof-rel/sluice TABLE=cpu-table.json ITERS=16 bench/runtime_compare.sh
 set -euo pipefail
 
 SLUICE=${SLUICE:-build-prof-rel/sluice}
@@ -27,13 +30,16 @@ MAXLEN=${MAXLEN:-512}
 ITERS=${ITERS:-6}
 CLUSTER=${CLUSTER:-examples/cluster-cpu-2.json}
 TABLE=${TABLE:-}
-DYN_SCHEDULE=${DYN_SCHEDULE:-adaptive}
+# method:schedule pairs; the first is the baseline the others are compared with.
+RUNS=(${RUNS:-packing:1f1b dynapipe:adaptive dynapipe:1f1b})
 PORT=${PORT:-29710}
 PY=${PY:-/usr/bin/python3}
 CORES=$(nproc)
 THREADS=$(( CORES / NPROC > 0 ? CORES / NPROC : 1 ))
 
 mkdir -p "$OUT"
+echo "runtime_compare: $(date -u '+%F %T UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)," \
+  "$NPROC ranks x $THREADS thread(s), $MODEL, $DATA, $TOKENS tokens per batch"
 if [[ -z "$TABLE" ]]; then
   TABLE="$OUT/table-$MODEL.json"
   echo "== profiling $MODEL on this machine ($THREADS intra-op thread(s), as each of $NPROC ranks)"
@@ -45,28 +51,36 @@ fi
 COMMON=(--model "$MODEL" --cluster "$CLUSTER" --parallel "pp=$NPROC" --data "$DATA"
         --samples "$SAMPLES" --tokens-per-batch "$TOKENS" --max-seqlen "$MAXLEN"
         --iterations "$ITERS" --cost "profiled:$TABLE" --seed 0)
-RUNS=("packing 1f1b" "dynapipe $DYN_SCHEDULE")
-
 for run in "${RUNS[@]}"; do
-  read -r method schedule <<< "$run"
+  method=${run%%:*} schedule=${run#*:}
   dir="$OUT/$method-$schedule"
   rm -rf "$dir" && mkdir -p "$dir"
   echo "== $method / $schedule: plan"
   "$SLUICE" plan "${COMMON[@]}" --method "$method" --schedule "$schedule" --show 0 \
-    --out "$dir/plan.json" > "$dir/plan.log"
+    --out "$dir/plan.json" > "$dir/plan.log" 2>&1
 done
 
-# Batches both methods planned (a batch one of them could not fit is left out of both).
-common_batches=$(cd "$OUT" && comm -12 \
-  <(ls "packing-1f1b" | sed -n 's/^plan-\([0-9]*\)\.json$/\1/p' | sort) \
-  <(ls "dynapipe-$DYN_SCHEDULE" | sed -n 's/^plan-\([0-9]*\)\.json$/\1/p' | sort) | sort -n)
-if [[ -z "$common_batches" ]]; then
-  echo "runtime_compare: no global batch was planned by both methods (see $OUT/*/plan.log)" >&2
+# Batches every run planned (a batch one of them could not fit is left out of all).
+common_batches=""
+names=()
+for run in "${RUNS[@]}"; do
+  name="${run%%:*}-${run#*:}"
+  names+=("$name")
+  batches=$(ls "$OUT/$name" | sed -n 's/^plan-\([0-9]*\)\.json$/\1/p' | sort)
+  if [[ -z "$common_batches" && "$name" == "${names[0]}" ]]; then
+    common_batches="$batches"
+  else
+    common_batches=$(comm -12 <(echo "$common_batches") <(echo "$batches"))
+  fi
+done
+common_batches=$(echo "$common_batches" | sort -n | tr '\n' ' ')
+if [[ -z "${common_batches// /}" ]]; then
+  echo "runtime_compare: no global batch was planned by every run (see $OUT/*/plan.log)" >&2
   exit 1
 fi
 
 for run in "${RUNS[@]}"; do
-  read -r method schedule <<< "$run"
+  method=${run%%:*} schedule=${run#*:}
   dir="$OUT/$method-$schedule"
   plans=()
   for b in $common_batches; do
@@ -82,9 +96,11 @@ for run in "${RUNS[@]}"; do
   PORT=$((PORT + 1))
 done
 
-"$PY" - "$OUT" "packing-1f1b" "dynapipe-$DYN_SCHEDULE" $common_batches <<'EOF'
+echo "load average after training: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" - "$OUT" "${#names[@]}" "${names[@]}" $common_batches <<'EOF'
 import json, sys
-out, runs, batches = sys.argv[1], sys.argv[2:4], sys.argv[4:]
+out, n = sys.argv[1], int(sys.argv[2])
+runs, batches = sys.argv[3:3 + n], sys.argv[3 + n:]
 rows = {}
 for run in runs:
     d = f"{out}/{run}"
@@ -106,9 +122,12 @@ print(f"{'plan':<20} {'iters':>5} {'mb/iter':>7} {'measured tok/s':>15} {'predic
 for run, r in rows.items():
     print(f"{run:<20} {r['iters']:>5} {r['mbs']:>7.1f} {r['meas']:>15.0f} {r['pred']:>16.0f}"
           f" {r['pred'] / r['meas']:>9.2f} {r['rss']:>12.0f} {r['pmem']:>13.1f}")
-a, b = rows[runs[1]], rows[runs[0]]
-print(f"\n{runs[1]} / {runs[0]}: measured {a['meas'] / b['meas']:.3f}x, "
-      f"predicted {a['pred'] / b['pred']:.3f}x")
+print()
+base = rows[runs[0]]
+for run in runs[1:]:
+    r = rows[run]
+    print(f"{run} / {runs[0]}: measured {r['meas'] / base['meas']:.3f}x, "
+          f"predicted {r['pred'] / base['pred']:.3f}x")
 print("peak RSS: the largest resident set of any rank (libtorch and the process included); "
       "predicted: the simulator's per-rank peak (model states + activations + buffers)")
 EOF

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang-14, ASan + UBSan + LeakSanitizer) in build-fuzz/ and
 # runs each for SECONDS (default 300), starting from the seed corpus in fuzz/corpus/<target>/.
-# Exits non-zero if any target finds a crash, a leak or a hang (libFuzzer -timeout).
+# Exits non-zero if any target finds a crash, a leak, undefined behaviour or a hang (libFuzzer
+# -timeout).
 #
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail
@@ -26,7 +27,9 @@ for t in "${targets[@]}"; do
   mkdir -p "$work"
   seeds="fuzz/corpus/$t"
   echo "== $t: ${seconds}s"
-  if ! ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz/$t" -max_total_time="$seconds" \
+  # UBSan only reports by default; halt_on_error makes undefined behaviour a crash libFuzzer saves.
+  if ! ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      "build-fuzz/fuzz/$t" -max_total_time="$seconds" \
       -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="build-fuzz/$t-" "$work" $( [ -d "$seeds" ] && echo "$seeds" ) \
       2>"build-fuzz/$t.log"; then

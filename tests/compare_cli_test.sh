@@ -5,7 +5,7 @@
 #
 #   tests/compare_cli_test.sh PATH/TO/sluice
 set -u
-sluice="$1"
+sluice="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"  # absolute: some cases run elsewhere
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -55,9 +55,34 @@ expect bad-method 2 "--methods.*fastest.*allowed.*'packing'" -- compare --method
 expect bad-model 2 "--model.*gpt-6.7b" -- compare --model gpt-7b "${quick[@]}"
 expect seqlen-too-long 2 "--max-seqlen.*max position" -- compare --max-seqlen 100000 "${quick[@]}"
 expect memory-above-device 2 "--memory-limit.*exceeds" -- compare --memory-limit 90000 "${quick[@]}"
+expect memory-nan 2 "--memory-limit: 'nan' is not allowed; allowed: a size in MB" -- compare --memory-limit nan
+expect tokens-zero 2 "--tokens-per-batch: '0' is not allowed; allowed: an integer >= 1" -- compare --tokens-per-batch 0
+expect seed-negative 2 "--seed: '-1' is not allowed" -- compare --seed -1
+expect seed-too-big 2 "--seed: 18446744073709551615 is out of range; allowed: 0..9223372036854775807" -- compare --seed 18446744073709551615
+expect bad-long 2 "--long: 'keep' is not allowed; allowed: clip, drop" -- compare --long keep
+expect iterations-zero 2 "--iterations: '0' is not a positive integer or 'all'" -- compare --iterations 0
+expect methods-twice 2 "^sluice: error: --methods: method 'packing' is listed twice" -- compare --methods packing,packing
+expect methods-empty 2 "--methods: unknown method ''" -- compare --methods packing,
+expect too-many-devices 2 "--parallel: .*16 devices, but the cluster has 8" -- compare --parallel dp=16 "${quick[@]}" --out "$tmp/x"
+expect no-devices 2 "--cluster: cluster 'a100-40g:0': the device count must be in \[1, " -- compare --cluster a100-40g:0 "${quick[@]}" --out "$tmp/x"
+expect help-defaults 0 "--samples INT=0 " -- compare --help
+# Every flag of `compare --help` shows its default ("=VALUE" or "default: ...").
+check help-every-default python3 -c "
+import re, subprocess, sys
+text = subprocess.run([sys.argv[1], 'compare', '--help'], capture_output=True, text=True).stdout
+opts = re.split(r'\n  (?=--)', text.split('Options:', 1)[1])
+flags = [(o.split()[0], o.split('\n')[0].split('  ')[0], o) for o in opts if o.startswith('--')]
+assert len(flags) >= 20, flags
+bad = [f for f, head, o in flags if not re.search(r'=[^=,|]*$', head) and 'default' not in o]
+assert not bad, bad
+" "$sluice"
 
 # The default scenario (fewer batches): tables, files, the report's path.
 expect default 0 "report: .*/default-out/report.html" -- compare "${quick[@]}" --out "$tmp/default-out"
+# A relative --out prints absolute paths, so the report can be opened from anywhere.
+cd "$tmp"
+expect relative-out 0 "^report: $tmp/rel-out/report.html$" -- compare "${quick[@]}" --methods packing,dynapipe --out rel-out
+cd - >/dev/null
 check default-results test -s "$tmp/default-out/results.json"
 check default-report grep -q "sluice-bar-chart" "$tmp/default-out/report.html"
 check default-timelines grep -q "sluice-timeline" "$tmp/default-out/report.html"
@@ -81,6 +106,23 @@ expect bad-iterations-file 2 "bad-iter.json.*iterations.*all" -- compare --scena
 printf '{"max_seqlen": 100000}\n' >"$tmp/long.json"
 expect seqlen-file 2 "long.json: field 'max_seqlen'" -- compare --scenario "$tmp/long.json"
 expect missing-file 2 "nope.json" -- compare --scenario "$tmp/nope.json"
+expect scenario-is-folder 2 "$tmp: is a folder; expected a file" -- compare --scenario "$tmp"
+printf 'models: [gpt]\n' >"$tmp/yaml.json"
+expect not-json 2 "yaml.json:1:1: not valid JSON" -- compare --scenario "$tmp/yaml.json"
+printf '{"tokens_per_batch": "lots"}\n' >"$tmp/type.json"
+expect wrong-type 2 "type.json: field 'tokens_per_batch': must be an integer in \[1, " -- compare --scenario "$tmp/type.json"
+printf '{"memory_limit_mb": -5}\n' >"$tmp/neg.json"
+expect negative-memory 2 "neg.json: field 'memory_limit_mb': must be a number in \[0, " -- compare --scenario "$tmp/neg.json"
+printf '{"controlled": {"dp": 4, "pp": 4}}\n' >"$tmp/impossible.json"
+expect impossible-config 2 "impossible.json: field 'controlled': .*16 devices, but the cluster has 8" -- \
+  compare --scenario "$tmp/impossible.json" "${quick[@]}" --out "$tmp/x"
+printf '{"name": "../../escape"}\n' >"$tmp/escape.json"
+expect name-escapes 2 "escape.json: field 'name': '../../escape' is not allowed; allowed: a folder name" -- \
+  compare --scenario "$tmp/escape.json"
+# The output folder is checked before the run: a file in its way fails at once.
+: >"$tmp/a-file"
+expect out-unwritable 2 "^sluice: error: --out '$tmp/a-file/sub': cannot create the folder" -- \
+  compare --out "$tmp/a-file/sub" --iterations 1
 
 # Methods that cannot run are shown, not dropped.
 expect t5-unsupported 0 "hydraulis +unsupported" -- \
@@ -101,13 +143,14 @@ printf '{"bogus": 1}\n' >"$tmp/dir/c.json"
 expect scenario-dir-bad 2 "c.json.*bogus" -- compare --scenario-dir "$tmp/dir" --out "$tmp/dir-out2"
 mkdir -p "$tmp/empty"
 expect scenario-dir-empty 2 "no \*.json" -- compare --scenario-dir "$tmp/empty"
+mkdir -p "$tmp/twins"
+printf '{"name": "same"}\n' >"$tmp/twins/a.json"
+printf '{"name": "same"}\n' >"$tmp/twins/b.json"
+expect scenario-dir-same-name 2 "a.json and .*b.json both have the name 'same'" -- compare --scenario-dir "$tmp/twins"
 
 # Ctrl-C: a long run stops after the current batch, writes partial results and says so.
-"$sluice" compare --iterations all --no-html --out "$tmp/int" >"$tmp/int.log" 2>&1 &
-pid=$!
-sleep 2
-kill -INT "$pid"
-wait "$pid"
+timeout --preserve-status -s INT 2 "$sluice" compare --iterations all --no-html --out "$tmp/int" \
+  >"$tmp/int.log" 2>&1
 rc=$?
 check interrupt-exit-code test "$rc" -eq 1
 check interrupt-message grep -q "partial" "$tmp/int.log"

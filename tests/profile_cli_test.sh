@@ -45,7 +45,7 @@ expect cost-show-profiled 0 "profiled: .*cpu.json" -- cost show --model gpt-tiny
 expect cost-show-outside 0 "infeasible" -- cost show --model gpt-tiny \
   --cluster "$root/examples/cluster-cpu-2.json" --cost "profiled:$table" --seqlen 128 --mbs 2
 expect cost-show-other-model 2 "hidden" -- cost show --model gpt-6.7b --cost "profiled:$table"
-expect plan-profiled 0 "planned" -- plan --model gpt-tiny --cluster \
+expect plan-profiled 0 "\(2 planned, 0 out of memory\)" -- plan --model gpt-tiny --cluster \
   "$root/examples/cluster-cpu-2.json" --parallel pp=2 --tokens-per-batch 256 --max-seqlen 64 \
   --iterations 2 --cost "profiled:$table" --show 0
 

@@ -110,6 +110,39 @@ expect bad-scale 2 "--compute-scale.*> 0" -- simulate "$tmp/plan.json" --compute
 expect bad-memory 2 "--memory-limit" -- simulate "$tmp/plan.json" --memory-limit -5
 printf '{"format": "sluice-plan/1"}' >"$tmp/empty-plan.json"
 expect incomplete-plan 2 "empty-plan.json" -- simulate "$tmp/empty-plan.json"
+printf 'not json' >"$tmp/text.json"
+expect not-a-plan 2 "text.json: not a plan file: .*allowed: .*JSON.*MessagePack" -- simulate "$tmp/text.json"
+: >"$tmp/zero.json"
+expect empty-file 2 "zero.json: not a plan file: the file is empty" -- simulate "$tmp/zero.json"
+expect plan-is-folder 2 "is a folder; expected a file" -- simulate "$tmp"
+expect memory-nan 2 "--memory-limit: 'nan' is not allowed; allowed: .*0 = the plan's" -- simulate "$tmp/plan.json" --memory-limit nan
+expect memory-inf 2 "--memory-limit: 'inf' is not allowed" -- simulate "$tmp/plan.json" --memory-limit inf
+expect scale-nan 2 "--compute-scale.*nan.*finite number > 0" -- simulate "$tmp/plan.json" --compute-scale nan
+expect latency-negative 2 "--intra-latency-scale.*>= 0" -- simulate "$tmp/plan.json" --intra-latency-scale -1
+expect straggler-no-factor 2 "--straggler '3:': expected RANK:FACTOR" -- simulate "$tmp/plan.json" --straggler 3:
+expect straggler-text 2 "--straggler '2:abc': expected RANK:FACTOR" -- simulate "$tmp/plan.json" --straggler 2:abc
+expect straggler-zero 2 "--straggler.*slowdown.*finite number > 0" -- simulate "$tmp/plan.json" --straggler 3:0
+expect straggler-twice 2 "--straggler.*listed twice" -- simulate "$tmp/plan.json" --straggler 3:2 --straggler 3:1.5
+expect samples-negative 2 "--samples: '-1' is not allowed" -- simulate "$tmp/plan.json" --data mixture-4task --samples -1
+expect seed-negative 2 "--seed: '-2' is not allowed; allowed: an integer >= 0" -- simulate "$tmp/plan.json" --seed -2
+expect data-missing 2 "--data: 'nope': no such file and no such preset" -- simulate "$tmp/plan.json" --data nope
+# Output paths are checked before the run (no summary printed) and name the flag.
+expect trace-no-folder 2 "^sluice: error: --trace '$tmp/no/t.json': the folder '$tmp/no' does not exist$" -- simulate "$tmp/plan.json" --trace "$tmp/no/t.json"
+expect report-is-folder 2 "--report '$tmp': is a folder" -- simulate "$tmp/plan.json" --report "$tmp"
+expect json-unwritable 2 "--json '/proc/sluice.json': cannot write there" -- simulate "$tmp/plan.json" --json /proc/sluice.json
+check no-file-left test ! -e "$tmp/no" -a ! -e /proc/sluice.json
+
+# Ctrl-C (SIGINT from `timeout -s INT 2`) while the plan is still being read from a pipe that is
+# written after 3 s: exit 1 with one message, no files written.
+mkfifo "$tmp/pipe.json"
+(sleep 3; cat "$tmp/plan.json" >"$tmp/pipe.json") &
+timeout --preserve-status -s INT 2 "$sluice" simulate "$tmp/pipe.json" --json "$tmp/int.json" \
+  >"$tmp/int.log" 2>&1
+rc=$?
+wait
+check interrupt-exit-code test "$rc" -eq 1
+check interrupt-message grep -q "^sluice: error: $tmp/pipe.json: interrupted (Ctrl-C) before the simulation" "$tmp/int.log"
+check interrupt-no-json test ! -e "$tmp/int.json"
 
 echo
 echo "$passed passed, $failed failed"

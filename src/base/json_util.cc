@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -238,6 +239,11 @@ StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view sourc
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    // An ifstream opens a folder and reads nothing from it: say so instead of "empty file".
+    return InvalidArgumentError(fmt::format("{}: is a folder; expected a file", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status(errno == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError,

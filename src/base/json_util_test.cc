@@ -77,5 +77,14 @@ TEST(ReadFileTest, MissingFileNamesPath) {
   EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/sluice.json"));
 }
 
+// A folder opens as a stream and reads as "": it must be an error naming it, not an empty file.
+TEST(ReadFileTest, FolderIsAnError) {
+  auto r = ReadFileToString(::testing::TempDir());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("is a folder; expected a file"));
+  EXPECT_FALSE(ReadJsonFile(::testing::TempDir()).ok());
+}
+
 }  // namespace
 }  // namespace sluice

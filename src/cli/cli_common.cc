@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -51,11 +52,16 @@ Status CheckOutputFile(std::string_view flag, const std::string& path) {
     return InvalidArgumentError(fmt::format("{} '{}': the folder '{}' does not exist", flag, path,
                                             dir));
   }
-  if (::access(dir.c_str(), W_OK) != 0 ||
-      (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)) {
+  // Opening is the only reliable test (permissions, read-only or special file systems, root);
+  // append mode leaves an existing file as it is, and a file made here is removed again.
+  const bool existed = fs::exists(path, ec);
+  std::FILE* probe = std::fopen(path.c_str(), "ab");
+  if (probe == nullptr) {
     return InvalidArgumentError(
         fmt::format("{} '{}': cannot write there ({})", flag, path, std::strerror(errno)));
   }
+  std::fclose(probe);
+  if (!existed) fs::remove(path, ec);
   return Status::Ok();
 }
 
@@ -68,10 +74,15 @@ Status PrepareOutputDir(std::string_view flag, const std::string& dir) {
     return InvalidArgumentError(fmt::format("{} '{}': cannot create the folder ({})", flag, dir,
                                             ec ? ec.message() : "a file of that name exists"));
   }
-  if (::access(dir.c_str(), W_OK) != 0) {
+  const std::string probe_path =
+      (fs::path(dir) / fmt::format(".sluice-write-test-{}", ::getpid())).string();
+  std::FILE* probe = std::fopen(probe_path.c_str(), "wb");
+  if (probe == nullptr) {
     return InvalidArgumentError(
         fmt::format("{} '{}': cannot write into the folder ({})", flag, dir, std::strerror(errno)));
   }
+  std::fclose(probe);
+  fs::remove(probe_path, ec);
   return Status::Ok();
 }
 

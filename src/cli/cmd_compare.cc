@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <csignal>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -25,29 +24,6 @@
 
 namespace sluice::cli {
 namespace {
-
-// Set by SIGINT; a signal handler can only reach a variable of static storage.
-volatile std::sig_atomic_t g_interrupted = 0;
-
-extern "C" void OnInterrupt(int) {
-  g_interrupted = 1;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
-}
-
-// Installs OnInterrupt for its lifetime.
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    g_interrupted = 0;
-    previous_ = std::signal(SIGINT, OnInterrupt);
-  }
-  ~InterruptGuard() { std::signal(SIGINT, previous_ == SIG_ERR ? SIG_DFL : previous_); }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-
- private:
-  void (*previous_)(int) = SIG_DFL;
-};
 
 struct CompareFlags {
   CompareScenario scenario;  // the flags' values (defaults: the embedded default scenario)
@@ -127,35 +103,70 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   return Status::Ok();
 }
 
+// The flag that sets each scenario field, to name the flag in a validation error.
+constexpr std::pair<std::string_view, std::string_view> kFieldFlags[] = {
+    {"tokens_per_batch", "--tokens-per-batch"},
+    {"max_seqlen", "--max-seqlen"},
+    {"iterations", "--iterations"},
+    {"samples", "--samples"},
+    {"memory_limit_mb", "--memory-limit"},
+    {"long", "--long"},
+    {"seed", "--seed"},
+    {"methods", "--methods"},
+    {"reference", "--reference"},
+    {"controlled", "--parallel"},
+    {"search.score_batches", "--score-batches"},
+    {"search.simulate_top", "--simulate-top"},
+};
+
+// Validates `s`, read from the scenario file `source` ("" = the flags alone) with the flags
+// applied. An error about a field that a flag set names the flag, not the file's field.
+Status ValidateWithFlags(const CompareFlags& f, const CompareScenario& s,
+                         const std::string& source) {
+  const std::string where = source.empty() ? "flags" : source;
+  Status st = ValidateCompareScenario(s, where);
+  if (st.ok()) return st;
+  for (const auto& [field, flag] : kFieldFlags) {
+    const std::string prefix = fmt::format("{}: field '{}'", where, field);
+    if (st.message().starts_with(prefix) && (source.empty() || Given(f, std::string(flag)))) {
+      return Status(st.code(), std::string(flag) + st.message().substr(prefix.size()));
+    }
+  }
+  return st;
+}
+
+// `path` made absolute (so a user can open it from anywhere), or as given if that fails.
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
 struct Written {
   std::string results;
   std::string report;
 };
 
+// REQUIRES: `dir` exists (PrepareOutputDir).
 StatusOr<Written> WriteOutputs(const CompareResult& r, const std::string& dir, bool html) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return InvalidArgumentError(
-        fmt::format("--out: cannot create the folder '{}': {}", dir, ec.message()));
-  }
   Written w;
   w.results = (std::filesystem::path(dir) / "results.json").string();
-  SLUICE_RETURN_IF_ERROR(WriteCompareResultFile(r, w.results));
+  SLUICE_RETURN_IF_ERROR(WriteCompareResultFile(r, w.results).WithPrefix("--out"));
   if (html) {
     w.report = (std::filesystem::path(dir) / "report.html").string();
-    SLUICE_RETURN_IF_ERROR(report::WriteHtmlReport(BuildCompareReport(r), w.report));
+    SLUICE_RETURN_IF_ERROR(
+        report::WriteHtmlReport(BuildCompareReport(r), w.report).WithPrefix("--out"));
   }
   return w;
 }
 
-// Runs one scenario and writes its outputs into `dir`. Returns the result.
+// Runs one scenario and writes its outputs into `dir` (absolute, existing). Returns the result.
 StatusOr<CompareResult> RunOne(const CompareScenario& s, std::string_view source,
                                const std::string& dir, bool html) {
   fmt::print("scenario: {}{}\n", s.name, source.empty() ? "" : fmt::format(" ({})", source));
   std::fflush(stdout);  // before the progress bars on stderr
   CompareOptions options;
-  options.cancelled = [] { return g_interrupted != 0; };
+  options.cancelled = [] { return Interrupted(); };
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
   fmt::print("search: {} candidates in {:.1f} s; runs: {:.1f} s\n", r.candidates_scored,
@@ -171,6 +182,7 @@ Status RunCompareCommand(const CompareFlags& f) {
   if (!f.scenario_file.empty() && !f.scenario_dir.empty()) {
     return InvalidArgumentError("--scenario and --scenario-dir: give one of them");
   }
+  const std::string out = Absolute(f.out);
   InterruptGuard guard;
   std::vector<CompareResult> results;
   if (!f.scenario_dir.empty()) {
@@ -191,21 +203,34 @@ Status RunCompareCommand(const CompareFlags& f) {
     std::sort(files.begin(), files.end());
     // Read (and so validate) every file before running any.
     std::vector<CompareScenario> scenarios;
+    std::map<std::string, std::string> file_of_name;
     for (const std::string& file : files) {
       SLUICE_ASSIGN_OR_RETURN(CompareScenario s, ReadCompareScenarioFile(file));
       SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/false, &s));
-      SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, file));
+      SLUICE_RETURN_IF_ERROR(ValidateWithFlags(f, s, file));
+      auto [it, added] = file_of_name.emplace(s.name, file);
+      if (!added) {
+        return InvalidArgumentError(fmt::format(
+            "--scenario-dir: {} and {} both have the name '{}' (field 'name'; default: the file's "
+            "stem), so their outputs would share {}/{}; allowed: distinct names",
+            it->second, file, s.name, out, s.name));
+      }
       scenarios.push_back(std::move(s));
     }
-    for (size_t i = 0; i < scenarios.size() && g_interrupted == 0; ++i) {
+    for (const CompareScenario& s : scenarios) {
+      SLUICE_RETURN_IF_ERROR(
+          PrepareOutputDir("--out", (std::filesystem::path(out) / s.name).string()));
+    }
+    for (size_t i = 0; i < scenarios.size() && !Interrupted(); ++i) {
       SLUICE_ASSIGN_OR_RETURN(
           CompareResult r,
-          RunOne(scenarios[i], files[i],
-                 (std::filesystem::path(f.out) / scenarios[i].name).string(), !f.no_html));
+          RunOne(scenarios[i], files[i], (std::filesystem::path(out) / scenarios[i].name).string(),
+                 !f.no_html));
       results.push_back(std::move(r));
     }
-    const std::string summary = (std::filesystem::path(f.out) / "summary.md").string();
-    SLUICE_RETURN_IF_ERROR(WriteStringToFile(summary, FormatScenarioSummary(results)));
+    const std::string summary = (std::filesystem::path(out) / "summary.md").string();
+    SLUICE_RETURN_IF_ERROR(
+        WriteStringToFile(summary, FormatScenarioSummary(results)).WithPrefix("--out"));
     fmt::print("{}\nwrote {}\n", FormatScenarioSummary(results), summary);
   } else {
     CompareScenario s;
@@ -217,12 +242,13 @@ Status RunCompareCommand(const CompareFlags& f) {
     } else {
       SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/true, &s));
     }
-    SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, source.empty() ? "flags" : source));
-    SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(s, source, f.out, !f.no_html));
+    SLUICE_RETURN_IF_ERROR(ValidateWithFlags(f, s, source));
+    SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--out", out));
+    SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(s, source, out, !f.no_html));
     results.push_back(std::move(r));
   }
   const bool partial =
-      g_interrupted != 0 ||
+      Interrupted() ||
       std::any_of(results.begin(), results.end(), [](const CompareResult& r) { return r.partial; });
   if (partial) {
     return FailedPreconditionError(
@@ -251,10 +277,11 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   auto& o = f->options;
   o["--scenario"] = c->add_option("--scenario", f->scenario_file,
                                   "A JSON scenario file (docs/formats.md); flags given as well "
-                                  "override its fields")
+                                  "override its fields (default: none, the flags' scenario)")
                         ->type_name("FILE");
   o["--scenario-dir"] = c->add_option("--scenario-dir", f->scenario_dir,
-                                      "Run every *.json scenario of a folder and write a summary")
+                                      "Run every *.json scenario of a folder and write a summary "
+                                      "(default: none)")
                             ->type_name("DIR");
   o["--out"] = c->add_option("--out", f->out,
                              "Output folder: results.json and report.html (one sub-folder per "
@@ -266,30 +293,40 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--data"] = AddDataFlag(c, &s.data)->capture_default_str();
   o["--samples"] = c->add_option("--samples", s.samples,
                                  "Generator presets: samples to generate (0 = 20000); files: "
-                                 "first N samples")
-                       ->check(CLI::NonNegativeNumber);
+                                 "first N samples (0 = all)")
+                       ->check(NumberCheck(0, false, 4294967296.0, "an integer in [0, 2^32]"))
+                       ->capture_default_str();
   o["--cost"] =
       c->add_option("--cost", s.cost, "Cost model: auto, analytic, profiled:PATH or analytic:PATH")
           ->capture_default_str();
   o["--flash-attention"] =
-      c->add_flag("--flash-attention", s.flash_attention, "Analytic cost model: fused attention");
+      c->add_flag("--flash-attention", s.flash_attention, "Analytic cost model: fused attention (default: off)");
   o["--tokens-per-batch"] = AddTokensPerBatchFlag(c, &s.tokens_per_batch);
   o["--max-seqlen"] = AddMaxSeqlenFlag(c, &s.max_seqlen);
   o["--long"] =
       c->add_option("--long", s.long_samples, "Samples longer than --max-seqlen: clip or drop")
+          ->check(CLI::Validator(
+              [](std::string& v) {
+                return v == "clip" || v == "drop"
+                           ? std::string()
+                           : fmt::format("'{}' is not allowed; allowed: clip, drop", v);
+              },
+              ""))
           ->capture_default_str();
   o["--iterations"] = c->add_option("--iterations", f->iterations,
                                     "Global batches planned and simulated per method: a number, "
                                     "or 'all' for the whole dataset")
                           ->capture_default_str();
   o["--memory-limit"] = c->add_option("--memory-limit", s.memory_limit_mb,
-                                      "Per-device memory budget in MB (10^6 bytes); default: "
-                                      "the device's memory")
-                            ->check(CLI::PositiveNumber);
+                                      "Per-device memory budget in MB (10^6 bytes) (default: "
+                                      "the device's memory)")
+                            ->check(NumberCheck(0, true, 1e9, "a size in MB in (0, 1e9]"));
   o["--seed"] = AddSeedFlag(c, &s.seed);
   o["--methods"] = c->add_option("--methods", f->methods,
-                                 "Methods to compare, comma-separated (default: packing, "
-                                 "token-budget, multipack, dynapipe, hydraulis, sluice)")
+                                 "Methods to compare, comma-separated: packing, token-budget, "
+                                 "multipack, dynapipe, hydraulis, sluice, padding, sorted or "
+                                 "ASSIGNER+BATCHER (default: packing, token-budget, multipack, "
+                                 "dynapipe, hydraulis, sluice)")
                        ->type_name("M,...");
   o["--reference"] =
       c->add_option("--reference", s.reference, "The method ratios are given against")
@@ -297,7 +334,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--parallel"] = AddParallelFlag(c, &f->parallel)
                         ->description(
                             "The controlled comparison's shared configuration "
-                            "(dp, pp, tp, zero); default: sluice's best");
+                            "(dp, pp, tp, zero) (default: sluice's best)");
   o["--score-batches"] = c->add_option("--score-batches", s.search.score_batches,
                                        "Global batches each candidate configuration is scored on")
                              ->check(CLI::Range(1, 64))
@@ -308,9 +345,9 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                             ->capture_default_str();
   o["--closed-form"] =
       c->add_flag("--closed-form", f->closed_form,
-                  "Simulate collectives as one closed-form interval each (faster; default: step "
-                  "by step with link contention)");
-  c->add_flag("--no-html", f->no_html, "Do not write report.html");
+                  "Simulate collectives as one closed-form interval each, faster (default: off, "
+                  "step by step with link contention)");
+  c->add_flag("--no-html", f->no_html, "Do not write report.html (default: off, it is written)");
   SetHandler(c, state, [f] { return RunCompareCommand(*f); });
 }
 

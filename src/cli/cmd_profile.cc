@@ -119,6 +119,7 @@ Status RunProfile(const ProfileFlags& f) {
   }
 
   fmt::print("profiling {} on {}\n", model.name, runtime::DescribeCpu(o.threads));
+  std::fflush(stdout);  // before the progress bar (stderr)
   const auto start = std::chrono::steady_clock::now();
   StatusOr<LayerCostTable> table = [&] {
     Progress progress("profile", runtime::ProfileWorkUnits(model, o));

@@ -4,7 +4,9 @@
 // Exit codes: 0 when the simulation ran to its end, also when the plan runs out of memory (printed
 // first, in capitals: OOM is an outcome of the plan, and the figures are still meaningful); 1 when
 // the plan deadlocks (no complete iteration exists); 2 for bad flags, an unreadable plan or a
-// structurally broken one. Files asked for are written in every one of the first two cases.
+// structurally broken one. Files asked for are written in every one of the first two cases (their
+// paths are checked before the run). Ctrl-C stops the simulation and writes no further file
+// (exit code 1).
 #include <fmt/core.h>
 
 #include <memory>
@@ -91,8 +93,9 @@ StatusOr<SimOptions> MakeOptions(const SimulateFlags& f) {
     data.num_samples = f.samples;
     // Ids are the dataset's (the batcher keeps them); lengths beyond a row's padded length are
     // clipped to it when counted, as the batcher clipped them when planning.
-    SLUICE_ASSIGN_OR_RETURN(Dataset dataset, LoadData(f.data, data));
-    o.samples = dataset.samples();
+    StatusOr<Dataset> dataset = LoadData(f.data, data);
+    if (!dataset.ok()) return dataset.status().WithPrefix("--data");
+    o.samples = dataset->samples();
   }
   return o;
 }
@@ -113,14 +116,23 @@ Status FlagError(const Status& s) {
   return s;
 }
 
+// Status of a run that Ctrl-C stopped (exit code 1).
+Status InterruptedError(const SimulateFlags& f, std::string_view when) {
+  return FailedPreconditionError(
+      fmt::format("{}: interrupted (Ctrl-C) {}; no further files written", f.file, when));
+}
+
 Status RunSimulate(const SimulateFlags& f) {
+  // Output paths first: a bad one should not cost the simulation.
+  if (!f.trace.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--trace", f.trace));
+  if (!f.json.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--json", f.json));
+  if (!f.report.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--report", f.report));
+  InterruptGuard guard;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
-  if (f.memory_limit_mb < 0) {
-    return InvalidArgumentError(
-        fmt::format("--memory-limit {}: allowed: a size in MB > 0", f.memory_limit_mb));
-  }
   if (f.memory_limit_mb > 0) plan.parallel.memory_limit = Bytes::MB(f.memory_limit_mb);
   SLUICE_ASSIGN_OR_RETURN(SimOptions options, MakeOptions(f));
+  options.cancelled = [] { return Interrupted(); };
+  if (Interrupted()) return InterruptedError(f, "before the simulation");
   if (!f.no_check) {
     ValidateOptions check;
     check.check_memory = false;  // the simulation reports memory itself
@@ -132,6 +144,7 @@ Status RunSimulate(const SimulateFlags& f) {
     }
   }
   StatusOr<SimResult> run = Simulate(plan, options);
+  if (Interrupted()) return InterruptedError(f, "during the simulation");
   if (!run.ok()) return FlagError(run.status().WithPrefix(f.file));
   const SimResult& r = *run;
   size_t instructions = 0;
@@ -142,15 +155,20 @@ Status RunSimulate(const SimulateFlags& f) {
              instructions, f.collectives);
   fmt::print("{}", FormatSimSummary(plan, r));
   if (!f.trace.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteChromeTrace(plan, r, f.trace));
+    if (Interrupted()) return InterruptedError(f, "before writing --trace");
+    SLUICE_RETURN_IF_ERROR(WriteChromeTrace(plan, r, f.trace).WithPrefix("--trace"));
     fmt::print("wrote trace {} (chrome://tracing or ui.perfetto.dev)\n", f.trace);
   }
   if (!f.json.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, SimResultToJson(plan, r).dump(1) + "\n"));
+    if (Interrupted()) return InterruptedError(f, "before writing --json");
+    SLUICE_RETURN_IF_ERROR(
+        WriteStringToFile(f.json, SimResultToJson(plan, r).dump(1) + "\n").WithPrefix("--json"));
     fmt::print("wrote {}\n", f.json);
   }
   if (!f.report.empty()) {
-    SLUICE_RETURN_IF_ERROR(report::WriteHtmlReport(BuildSimulationReport(plan, r), f.report));
+    if (Interrupted()) return InterruptedError(f, "before writing --report");
+    SLUICE_RETURN_IF_ERROR(
+        report::WriteHtmlReport(BuildSimulationReport(plan, r), f.report).WithPrefix("--report"));
     fmt::print("wrote report {}\n", f.report);
   }
   if (r.outcome == SimOutcome::kDeadlock) {
@@ -193,16 +211,22 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
                 "Inter-node latency x this factor")
       ->capture_default_str();
   s->add_option("--memory-limit", flags->memory_limit_mb,
-                "Per-device memory limit in MB (default: the plan's)");
+                "Per-device memory limit in MB (10^6 bytes); 0 = the plan's")
+      ->check(NumberCheck(0, false, 1e9, "a size in MB in [0, 1e9], 0 = the plan's"))
+      ->capture_default_str();
   AddDataFlag(s, &flags->data)
       ->description(
           "The lengths the plan was made from, to count real tokens (plans hold ids "
           "only; without it the padded shapes count)");
-  s->add_option("--samples", flags->samples, "With --data: how many samples it holds (0 = all)");
+  s->add_option("--samples", flags->samples, "With --data: how many samples it holds (0 = all)")
+      ->check(NumberCheck(0, false, 4294967296.0, "an integer in [0, 2^32]"))
+      ->capture_default_str();
   AddSeedFlag(s, &flags->seed)->description("With a generator --data preset: its seed");
   s->add_flag("--no-buffers", flags->no_buffers,
-              "Memory: the plan's activation rule only (as `sluice plan check`), no buffers");
-  s->add_flag("--no-check", flags->no_check, "Skip the plan check before simulating");
+              "Memory: the plan's activation rule only (as `sluice plan check`), no buffers "
+              "(default: off)");
+  s->add_flag("--no-check", flags->no_check,
+              "Skip the plan check before simulating (default: off)");
   SetHandler(s, state, [flags] { return RunSimulate(*flags); });
 }
 

@@ -404,6 +404,16 @@ StatusOr<ExecutionPlan> ReadPlanFile(const std::string& path) {
   SLUICE_ASSIGN_OR_RETURN(const std::string contents, ReadFileToString(path));
   const size_t first = contents.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && contents[first] == '{') return PlanFromJsonText(contents, path);
+  // MessagePack documents begin with a map (fixmap 0x80-0x8f, map16 0xde, map32 0xdf).
+  const uint8_t lead = contents.empty() ? 0 : static_cast<uint8_t>(contents[0]);
+  if ((lead & 0xf0) != 0x80 && lead != 0xde && lead != 0xdf) {
+    return InvalidArgumentError(fmt::format(
+        "{}: not a plan file: {}; allowed: a sluice-plan/1 plan as JSON (an object, '{{') or "
+        "MessagePack (a map), as `sluice plan --out` writes",
+        path,
+        first == std::string::npos ? "the file is empty"
+                                   : "it begins with neither '{' nor a MessagePack map"));
+  }
   return PlanFromMsgpack(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(contents.data()), contents.size()),
       path);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 #include "base/json_util.h"
 #include "plan/plan_test_util.h"
@@ -90,6 +91,28 @@ TEST(PlanJsonTest, FilesInBothForms) {
     std::remove(path.c_str());
   }
   EXPECT_EQ(ReadPlanFile(dir + "/missing.json").status().code(), StatusCode::kNotFound);
+}
+
+// Files that are no plan at all say so (they used to read as a MessagePack document whose "top
+// level must be an object"), and a folder is not read as an empty file.
+TEST(PlanJsonTest, NonPlanFilesSayWhatIsAllowed) {
+  const std::string dir = ::testing::TempDir();
+  const std::string text = dir + "/not-a-plan.json", empty = dir + "/empty-plan.json";
+  ASSERT_TRUE(WriteStringToFile(text, "not json").ok());
+  ASSERT_TRUE(WriteStringToFile(empty, " \n").ok());
+  for (const auto& [path, why] : {std::pair{text, "begins with neither"},
+                                  std::pair{empty, "the file is empty"}}) {
+    StatusOr<ExecutionPlan> r = ReadPlanFile(path);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr(path + ": not a plan file"));
+    EXPECT_THAT(r.status().message(), HasSubstr(why));
+    EXPECT_THAT(r.status().message(), HasSubstr("MessagePack (a map)"));
+    std::remove(path.c_str());
+  }
+  StatusOr<ExecutionPlan> folder = ReadPlanFile(dir);
+  ASSERT_FALSE(folder.ok());
+  EXPECT_THAT(folder.status().message(), HasSubstr("is a folder"));
 }
 
 // A plan document with one change applied at a JSON pointer.

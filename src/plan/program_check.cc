@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 #include <vector>
@@ -144,7 +145,8 @@ class OrderChecker {
         state_(m_ * S_, 0),
         holder_(3 * m_ * S_, -1),
         open_(2 * m_ * S_, -1),
-        slots_(program.buffer_slots),
+        slot_ids_(SlotIds(program)),
+        slots_(slot_ids_.size()),
         reduced_(S_, false) {}
 
   std::optional<ProgramProblem> Run() {
@@ -159,7 +161,8 @@ class OrderChecker {
         return ProgramProblem{
             index_, fmt::format("slot {} allocated by instruction {} ({}) is "
                                 "never freed",
-                                s, slots_[s].since, InstructionText(list[slots_[s].since]))};
+                                slot_ids_[s], slots_[s].since,
+                                InstructionText(list[slots_[s].since]))};
       }
     }
     for (int64_t t = 0; t < static_cast<int64_t>(open_.size()); ++t) {
@@ -189,6 +192,23 @@ class OrderChecker {
     int64_t since = -1;  // allocating instruction
   };
 
+  // The slot ids the program names, ascending. Slots are kept per named id, not per id below
+  // buffer_slots, so memory follows the program's size whatever its largest id.
+  static std::vector<int64_t> SlotIds(const RankProgram& program) {
+    std::vector<int64_t> ids;
+    for (const Instruction& in : program.instructions) {
+      ids.insert(ids.end(), in.inputs.begin(), in.inputs.end());
+      ids.insert(ids.end(), in.outputs.begin(), in.outputs.end());
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids;
+  }
+  // The state of slot id `slot`. REQUIRES: the program names it.
+  Slot& At(int64_t slot) {
+    return slots_[std::lower_bound(slot_ids_.begin(), slot_ids_.end(), slot) - slot_ids_.begin()];
+  }
+
   int64_t Key(Kind kind, int64_t mb, int64_t b) const { return (kind * m_ + mb) * S_ + b; }
   std::string KeyText(int64_t key) const {
     const int64_t b = key % S_, mb = (key / S_) % m_, kind = key / S_ / m_;
@@ -198,7 +218,7 @@ class OrderChecker {
   }
 
   std::optional<std::string> Read(int64_t slot, int64_t key) {
-    const Slot& s = slots_[slot];
+    const Slot& s = At(slot);
     if (!s.live) return fmt::format("reads slot {}, which is not allocated", slot);
     if (s.content != key) {
       return fmt::format("reads slot {} for {}, but it holds {}", slot, KeyText(key),
@@ -212,7 +232,7 @@ class OrderChecker {
   }
 
   std::optional<std::string> Write(int64_t slot, int64_t key, bool ready) {
-    Slot& s = slots_[slot];
+    Slot& s = At(slot);
     if (s.live) {
       return fmt::format("allocates slot {}, which still holds {} (allocated by instruction {})",
                          slot, KeyText(s.content), s.since);
@@ -284,7 +304,7 @@ class OrderChecker {
       open_[in.tag] = index_;
       if (recv) return Write(in.outputs[0], key, false);
       if (auto p = Read(in.inputs[0], key)) return p;
-      ++slots_[in.inputs[0]].sends;
+      ++At(in.inputs[0]).sends;
       return std::nullopt;
     }
     const int64_t start = open_[in.tag];
@@ -297,7 +317,7 @@ class OrderChecker {
                          program_.instructions[start].peer, in.peer);
     }
     open_[in.tag] = -1;
-    Slot& slot = slots_[in.inputs[0]];
+    Slot& slot = At(in.inputs[0]);
     if (!slot.live || slot.content != key) {
       return fmt::format("slot {} does not hold {}", in.inputs[0], KeyText(key));
     }
@@ -317,7 +337,7 @@ class OrderChecker {
       case OpKind::kLoadInput:
         return Write(in.outputs[0], Key(kLoad, in.microbatch, in.stage), true);
       case OpKind::kFreeBuffer: {
-        Slot& s = slots_[in.inputs[0]];
+        Slot& s = At(in.inputs[0]);
         if (!s.live) return fmt::format("frees slot {}, which is not allocated", in.inputs[0]);
         if (s.sends > 0 || !s.ready) {
           return fmt::format("frees slot {} while a transfer of it is unfinished", in.inputs[0]);
@@ -373,7 +393,8 @@ class OrderChecker {
   std::vector<int64_t> state_;   // [mb * S + stage]: State
   std::vector<int64_t> holder_;  // [content key]: slot holding it, -1
   std::vector<int64_t> open_;    // [tag]: unfinished Start, -1
-  std::vector<Slot> slots_;
+  std::vector<int64_t> slot_ids_;  // SlotIds(program)
+  std::vector<Slot> slots_;        // [index of the id in slot_ids_]
   std::vector<bool> reduced_;  // [stage]: its gradients were reduced across replicas
   std::vector<std::pair<int64_t, Bytes>> scattered_, gathered_;  // (bucket, bytes) in order
   int64_t index_ = 0;

@@ -91,6 +91,28 @@ TEST(ValidatePlanTest, BufferFreedTwiceIsCaught) {
   EXPECT_THAT(Check(f->plan), AllOf(Names(1, i + 1), HasSubstr("which is not allocated")));
 }
 
+// Slot ids are labels anywhere below buffer_slots (up to 2^31): the checker keeps state per id
+// the program names, so a plan naming slot 2^31 - 1 costs what its size costs (it used to size a
+// vector by buffer_slots: std::bad_alloc from a 5 KB file). Messages keep the plan's ids.
+TEST(ValidatePlanTest, LargeSlotIdsAreLabels) {
+  auto f = Fixture();
+  const int64_t offset = (int64_t{1} << 31) - 64;
+  for (RankProgram& p : f->plan.ranks) {
+    for (Instruction& in : p.instructions) {
+      for (int64_t& s : in.inputs) s += offset;
+      for (int64_t& s : in.outputs) s += offset;
+    }
+    p.buffer_slots += offset;
+  }
+  EXPECT_TRUE(ValidatePlan(f->plan).ok()) << Check(f->plan);
+  auto& list = f->plan.ranks[0].instructions;
+  const int64_t i = FindInstruction(
+      f->plan, 0, [](const Instruction& in) { return in.op == OpKind::kFreeBuffer; });
+  const int64_t slot = list[i].inputs[0];
+  list.erase(list.begin() + i);
+  EXPECT_THAT(Check(f->plan), HasSubstr(fmt::format("allocates slot {}, which still holds", slot)));
+}
+
 TEST(ValidatePlanTest, UseAfterFreeIsCaught) {
   auto f = Fixture();
   auto& list = f->plan.ranks[3].instructions;

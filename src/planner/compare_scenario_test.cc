@@ -5,9 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "base/json_util.h"
 
@@ -117,6 +119,11 @@ TEST(CompareScenarioTest, ErrorsNameTheFileTheFieldAndTheAllowedValues) {
        {"s.json", "simulator.collectives", "closed-form"}},
       {R"({"tokens_per_batch": 0})", {"s.json", "tokens_per_batch"}},
       {R"([1, 2])", {"s.json"}},
+      // The name is an output folder under --scenario-dir: nothing that leaves OUT.
+      {R"({"name": "../escape"})", {"s.json", "name", "folder name"}},
+      {R"({"name": "a/b"})", {"s.json", "name", "'/'"}},
+      {R"({"name": ".."})", {"s.json", "name"}},
+      {R"({"name": ""})", {"s.json", "name", "not empty"}},
   };
   for (const Case& c : cases) {
     auto s = Parse(c.json);
@@ -126,6 +133,24 @@ TEST(CompareScenarioTest, ErrorsNameTheFileTheFieldAndTheAllowedValues) {
       EXPECT_THAT(s.status().message(), HasSubstr(want)) << c.json;
     }
   }
+}
+
+// Values the JSON reader cannot produce but flags can (`--memory-limit nan`, `--seed` above
+// INT64_MAX, which the results file could not read back): the validator rejects them too.
+TEST(CompareScenarioTest, ValidateRejectsWhatOnlyFlagsCanSet) {
+  CompareScenario s;
+  s.memory_limit_mb = std::nan("");
+  Status st = ValidateCompareScenario(s, "flags");
+  EXPECT_THAT(st.message(), HasSubstr("field 'memory_limit_mb'"));
+  s.memory_limit_mb = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(ValidateCompareScenario(s, "flags").ok());
+  s.memory_limit_mb = 0;
+  s.seed = uint64_t{1} << 63;
+  st = ValidateCompareScenario(s, "flags");
+  EXPECT_THAT(st.message(), HasSubstr("field 'seed'"));
+  EXPECT_THAT(st.message(), HasSubstr("9223372036854775807"));
+  s.seed = INT64_MAX;
+  EXPECT_TRUE(ValidateCompareScenario(s, "flags").ok());
 }
 
 TEST(CompareScenarioTest, FileNamesTheScenarioAndResolvesRelativePaths) {

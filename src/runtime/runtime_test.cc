@@ -34,6 +34,7 @@
 #include "model/model_spec.h"
 #include "runtime/dump.h"
 #include "runtime/plan_package.h"
+#include "runtime/reference.h"
 #include "runtime/trainer.h"
 
 namespace sluice::runtime {
@@ -208,6 +209,10 @@ std::vector<Case> Cases() {
       }
     }
   }
+  // pp = 1: one rank per replica, and two chunks on one rank handing over through a slot.
+  cases.push_back({"gpt_1f1b_pp1_dp2", "gpt-tiny", 2, 1, 1, "1f1b"});
+  cases.push_back({"gpt_interleaved_pp1_vpp2_dp1", "gpt-tiny", 1, 1, 2, "interleaved"});
+  cases.push_back({"t5_gpipe_pp1_dp1", "t5-tiny", 1, 1, 1, "gpipe"});
   // Recompute levels forced, and packed varlen rows.
   cases.push_back({"gpt_1f1b_pp2_dp1_full", "gpt-tiny", 1, 2, 1, "1f1b", "dynapipe", "full"});
   cases.push_back({"gpt_zb-h1_pp2_dp1_full", "gpt-tiny", 1, 2, 1, "zb-h1", "dynapipe", "full"});

@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "plan/validate.h"
 #include "runtime/batch_layout.h"
 #include "runtime/comm.h"
+#include "runtime/dump.h"
 #include "runtime/executor.h"
 #include "runtime/layout.h"
 #include "runtime/model.h"
@@ -255,7 +257,10 @@ class Trainer {
       // would block on them. The process exits right after.
       (void)comm_.release();
       if (service_) (void)service_.release();
-      if (posted) return FailedPreconditionError(fmt::format("stopping: {}", *posted));
+      // Bad input (a plan for another job) is found by every rank on its own: report it as such.
+      if (posted && s.code() != StatusCode::kInvalidArgument) {
+        return FailedPreconditionError(fmt::format("stopping: {}", *posted));
+      }
       return s;
     }
     return Finish();
@@ -285,6 +290,11 @@ class Trainer {
     if (o_.backend != "gloo" && o_.backend != "nccl") {
       return InvalidArgumentError(
           fmt::format("--backend: '{}' (allowed: gloo, nccl)", o_.backend));
+    }
+    for (const std::string& dir : {o_.trace_dir, o_.dump_dir}) {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+      if (ec) return IoError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
     }
     // Validate the model before the rendezvous so that bad input fails fast on every rank.
     SLUICE_ASSIGN_OR_RETURN(shard_, ModelShard::Create(o_.model, par.pp, par.vpp,
@@ -320,11 +330,11 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(service_->Start());
       if (o_.print) {
         fmt::print("runtime:  {} ranks (dp {} x pp {}{}), {} on {}, {} thread{} per rank, "
-                   "{} parameters\n",
+                   "{} parameters on rank 0\n",
                    env_.world_size, par.dp, par.pp,
                    par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "", o_.backend,
                    backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads,
-                   threads == 1 ? "" : "s", TotalParameters());
+                   threads == 1 ? "" : "s", shard_->NumParameters());
         std::fflush(stdout);
       }
       if (!o_.metrics_path.empty()) {
@@ -334,23 +344,6 @@ class Trainer {
       progress_ = std::make_unique<Progress>("training", o_.iterations, stderr, 2);
     }
     return Status::Ok();
-  }
-
-  // Parameters of the whole model (not just this shard), for the banner.
-  int64_t TotalParameters() const {
-    int64_t n = 0;
-    for (int64_t p = 0; p < o_.parallel.pp; ++p) {
-      StatusOr<std::unique_ptr<ModelShard>> s =
-          ModelShard::Create(o_.model, o_.parallel.pp, o_.parallel.vpp, p, o_.seed);
-      if (!s.ok()) return 0;
-      n += (*s)->NumParameters();
-      // A word embedding held by several pipeline ranks is one parameter of the model.
-      if ((*s)->word_embedding().defined() && p != WordEmbeddingRanks(o_.model, o_.parallel.pp,
-                                                                      o_.parallel.vpp)[0]) {
-        n -= (*s)->word_embedding().numel();
-      }
-    }
-    return n;
   }
 
   StatusOr<PlanPackage> Fetch(int64_t i) {
@@ -606,57 +599,6 @@ StatusOr<FaultSpec> ParseFault(std::string_view text) {
 Status Train(const TrainOptions& options, const DistEnv& env) {
   Trainer trainer(options, env);
   return trainer.Run();
-}
-
-StatusOr<ReferenceResult> RunReference(const ModelSpec& model, uint64_t seed, double lr,
-                                       std::span<const ReferenceBatch> batches,
-                                       int64_t grad_batch) {
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ModelShard> shard,
-                          ModelShard::Create(model, 1, 1, 0, seed));
-  torch::optim::AdamW optimizer(
-      shard->Parameters(), torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).weight_decay(0.01));
-  const TokenSource tokens(model.vocab, seed);
-  const Chunk& chunk = shard->chunk(0);
-  const bool enc_dec = model.is_encoder_decoder();
-  ReferenceResult result;
-  for (size_t b = 0; b < batches.size(); ++b) {
-    int64_t labels = 0;
-    for (const auto& row : batches[b]) {
-      for (const Sample& s : row) labels += SampleLabels(model, s);
-    }
-    const double scale = 1.0 / static_cast<double>(std::max<int64_t>(labels, 1));
-    double loss = 0;
-    for (const auto& row : batches[b]) {
-      PlanMicroBatch mb;
-      mb.rows.emplace_back();
-      for (const Sample& s : row) {
-        mb.rows[0].push_back(s.id);
-        mb.shape.seqlen += enc_dec ? s.input_len : s.input_len + s.target_len;
-        mb.shape.dec_seqlen += enc_dec ? s.target_len : 0;
-      }
-      const SampleTable table = MakeSampleTable(row);
-      SLUICE_ASSIGN_OR_RETURN(MicroBatchLayout layout, LayoutMicroBatch(model, mb, table));
-      const MicroBatchInputs in = BuildMicroBatchInputs(model, layout, tokens, scale);
-      std::vector<at::Tensor> inputs = {in.tokens};
-      if (enc_dec) inputs.push_back(in.dec_tokens);
-      const std::vector<at::Tensor> out = chunk.Forward(inputs, in.labels, in, false);
-      out[0].backward();
-      loss += out[0].item<double>();
-    }
-    result.losses.push_back(loss);
-    if (static_cast<int64_t>(b) == grad_batch) {
-      for (const auto& [name, p] : shard->NamedParameters()) {
-        NamedValues v;
-        v.name = name;
-        const at::Tensor g = p.grad().defined() ? p.grad().contiguous() : torch::zeros_like(p);
-        v.values.assign(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
-        result.grads.push_back(std::move(v));
-      }
-    }
-    optimizer.step();
-    optimizer.zero_grad();
-  }
-  return result;
 }
 
 }  // namespace sluice::runtime

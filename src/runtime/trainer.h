@@ -1,5 +1,5 @@
-// Train: the per-rank training loop behind `sluice train`, and the single-process reference the
-// correctness tests compare it with. Torch-free header (the CLI includes it).
+// Train: the per-rank training loop behind `sluice train`. Torch-free header (the CLI includes
+// it); the single-process reference the tests compare it with is reference.h.
 //
 // Every rank: join the rendezvous (comm.h), build its chunks of the model (model.h) and an
 // AdamW optimizer, then per iteration fetch the plan rank 0 published in the store, verify its
@@ -23,7 +23,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,7 +35,6 @@
 #include "model/model_spec.h"
 #include "model/parallel_config.h"
 #include "planner/planner.h"
-#include "runtime/dump.h"
 #include "runtime/launcher.h"
 
 namespace sluice::runtime {
@@ -85,19 +83,5 @@ struct TrainOptions {
 // tp/ep > 1, ZeRO >= 2, MoE, a world size that is not dp * pp, a plan for another job) or a
 // failed run (FailedPrecondition, naming the rank).
 Status Train(const TrainOptions& options, const DistEnv& env);
-
-// The single-process reference: the same model and seed, no pipeline, no padding: each batch
-// is a list of rows, each row the samples that share one sequence (one sample; or several that a
-// non-varlen packing made attend across one row), run one at a time through the whole model at
-// their exact length; the loss normalised by the batch's labels; then AdamW. Returns the loss of
-// every batch and the gradients of batch `grad_batch` (by parameter name, before its step).
-struct ReferenceResult {
-  std::vector<double> losses;
-  std::vector<NamedValues> grads;
-};
-using ReferenceBatch = std::vector<std::vector<Sample>>;  // rows
-StatusOr<ReferenceResult> RunReference(const ModelSpec& model, uint64_t seed, double lr,
-                                       std::span<const ReferenceBatch> batches,
-                                       int64_t grad_batch);
 
 }  // namespace sluice::runtime

@@ -19,13 +19,14 @@ int32_t Engine::AddInterval(int64_t rank, int64_t instr, StreamKind stream, Dura
 bool Engine::Readable(int32_t rank, int64_t slot) {
   const Slot& s = ranks_[rank].slots[slot];
   if (!s.live) {
-    Stop(rank, fmt::format("reads slot {}, which holds no buffer (its producer never ran)", slot));
+    Stop(rank, fmt::format("reads slot {}, which holds no buffer (its producer never ran)",
+                           SlotId(rank, slot)));
     return false;
   }
   if (s.pending) {
     Stop(rank, fmt::format("reads slot {} before the receive that writes it finished (no "
                            "recv-*-finish before the reader)",
-                           slot));
+                           SlotId(rank, slot)));
     return false;
   }
   return true;
@@ -34,7 +35,7 @@ bool Engine::Readable(int32_t rank, int64_t slot) {
 bool Engine::Allocate(int32_t rank, int64_t slot, Bytes bytes, bool activation) {
   Slot& s = ranks_[rank].slots[slot];
   if (s.live) {
-    Stop(rank, fmt::format("writes slot {}, which still holds a buffer", slot));
+    Stop(rank, fmt::format("writes slot {}, which still holds a buffer", SlotId(rank, slot)));
     return false;
   }
   s = Slot{};
@@ -67,7 +68,7 @@ void Engine::IssueCompute(int32_t rank, const OpRec& in) {
   for (int32_t k = 0; k < in.n_out; ++k) {
     const int32_t s = outputs[k];
     if (r.slots[s].live) {
-      Stop(rank, fmt::format("writes slot {}, which still holds a buffer", s));
+      Stop(rank, fmt::format("writes slot {}, which still holds a buffer", SlotId(rank, s)));
       return;
     }
   }
@@ -443,7 +444,7 @@ void Engine::RunHost(int32_t rank, Duration now) {
         Slot& s = r.slots[slot];
         if (!s.live || s.pending) {
           return Stop(rank,
-                      fmt::format("frees slot {}, which {}", slot,
+                      fmt::format("frees slot {}, which {}", SlotId(rank, slot),
                                   s.live ? "a receive in flight still writes" : "holds no buffer"));
         }
         if (s.counted && !s.covered) Mem(r, std::max(r.tail, r.host), -s.bytes.count(), r.pc);

@@ -140,7 +140,10 @@ enum class Wait : uint8_t { kRunning, kPost, kCollectives, kStopped, kDone };
 struct RankState {
   const RankProgram* program = nullptr;
   std::vector<OpRec> ops;          // the program, packed
-  std::vector<int32_t> slot_list;  // the ops' slots
+  std::vector<int32_t> slot_list;  // the ops' slots, as indices into `slots`
+  // The plan's slot id of each index of `slots`, ascending: the slots the program names, numbered
+  // densely, so the engine's memory follows the plan's size and not its largest slot id.
+  std::vector<int64_t> slot_ids;
   size_t pc = 0;
   Duration host;
   int32_t host_pred = kNoInterval;
@@ -196,6 +199,7 @@ struct Group {
   bool spans_nodes = false;
   std::vector<int32_t> ports;  // ring: egress and ingress of every hop
   Duration step_latency;       // slowest hop's latency
+  double min_bandwidth = 0;    // slowest hop's bandwidth, bytes/s (dp > 1)
   Duration prev_end;
   int32_t prev_interval = kNoInterval;
 };
@@ -234,6 +238,9 @@ class Engine {
   const LinkSpec& Link(bool inter) const { return inter ? inter_ : intra_; }
 
   Status Prepare();
+  // After Prepare: InvalidArgument when the plan's work could take simulated times or memory
+  // levels past int64 (durations and sizes are each in range, their sums may not be).
+  Status CheckMagnitudes() const;
   void Push(Duration t, EventType type, int32_t a, uint32_t b = 0) {
     heap_.push({t.nanos(), seq_++, type, a, b});
   }
@@ -254,6 +261,8 @@ class Engine {
   const int32_t* Outputs(const RankState& r, const OpRec& in) const {
     return r.slot_list.data() + in.slots + in.n_in;
   }
+  // The plan's id of the rank's slot index `slot`, for messages.
+  int64_t SlotId(int32_t rank, int64_t slot) const { return ranks_[rank].slot_ids[slot]; }
   // False (and the rank stopped) when the slot holds no finished buffer.
   bool Readable(int32_t rank, int64_t slot);
   // False (and the rank stopped) when the slot still holds a buffer.

@@ -43,7 +43,14 @@ Status Engine::Prepare() {
     rs.program = &p;
     rs.ops.reserve(p.instructions.size());
     rs.memory.reserve(3 * p.instructions.size());
-    int64_t slots_used = 0;
+    // The slot ids the program names (checked against buffer_slots below), numbered densely.
+    rs.slot_ids.clear();
+    for (const Instruction& in : p.instructions) {
+      rs.slot_ids.insert(rs.slot_ids.end(), in.inputs.begin(), in.inputs.end());
+      rs.slot_ids.insert(rs.slot_ids.end(), in.outputs.begin(), in.outputs.end());
+    }
+    std::sort(rs.slot_ids.begin(), rs.slot_ids.end());
+    rs.slot_ids.erase(std::unique(rs.slot_ids.begin(), rs.slot_ids.end()), rs.slot_ids.end());
     total += p.instructions.size();
     const auto& mbs = plan_.replicas[p.dp_index].micro_batches;
     std::array<size_t, 4> posts = {};
@@ -101,8 +108,8 @@ Status Engine::Prepare() {
       op.slots = static_cast<int32_t>(rs.slot_list.size());
       for (const auto* list : {&in.inputs, &in.outputs}) {
         for (int64_t s : *list) {
-          rs.slot_list.push_back(static_cast<int32_t>(s));
-          slots_used = std::max(slots_used, s + 1);
+          rs.slot_list.push_back(static_cast<int32_t>(
+              std::lower_bound(rs.slot_ids.begin(), rs.slot_ids.end(), s) - rs.slot_ids.begin()));
         }
       }
       op.microbatch = static_cast<int32_t>(in.microbatch);
@@ -119,7 +126,7 @@ Status Engine::Prepare() {
       if (IsCompute(in.op)) op.cost = &mbs[in.microbatch].stages[in.stage];
       rs.ops.push_back(op);
     }
-    rs.slots.resize(slots_used);  // slots never named cost nothing
+    rs.slots.resize(rs.slot_ids.size());  // slots never named cost nothing
     for (int k = 0; k < 4; ++k) rs.p2p[k].posts.reserve(posts[k]);
     rs.comm_spans.reserve(posts[0] + posts[1] + posts[2] + posts[3] + collectives[r]);
     rs.coll_spans.reserve(collectives[r]);
@@ -158,7 +165,59 @@ Status Engine::Prepare() {
       g.ports.push_back(Port(a, inter, false));
       g.ports.push_back(Port(b, inter, true));
       g.step_latency = std::max(g.step_latency, Link(inter).latency);
+      g.min_bandwidth =
+          i == 0 ? Link(inter).bandwidth : std::min(g.min_bandwidth, Link(inter).bandwidth);
     }
+  }
+  return CheckMagnitudes();
+}
+
+Status Engine::CheckMagnitudes() const {
+  // Every event happens by the sum of all work: until the end, some compute runs, some latency
+  // elapses, or some flow moves, and the flows' total rate is at least the slowest link's
+  // bandwidth (max-min fairness saturates a port). Memory never exceeds the model states plus
+  // every allocation and activation the program makes. Both sums are kept below 2^61 (73 years,
+  // 2 EB), a quarter of int64, so no time or level the engine adds can overflow.
+  constexpr double kLimit = 2305843009213693952.0;  // 2^61
+  double work_ns = 0;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const RankState& rs = ranks_[r];
+    const Group& g = groups_[rs.program->pp_index];
+    double memory = static_cast<double>(plan_.model_states[rs.program->pp_index].count());
+    for (const OpRec& op : rs.ops) {
+      const double bytes = static_cast<double>(op.bytes.count());
+      if (IsCompute(op.op) || op.op == OpKind::kOptimizerStep) {
+        work_ns += static_cast<double>(op.duration.nanos()) * rs.compute_factor;
+      } else if (op.op == OpKind::kLoadInput) {
+        work_ns += static_cast<double>(op.duration.nanos());
+      } else if (IsCommStart(op.op)) {
+        const LinkSpec& link = Link(Inter(static_cast<int64_t>(r), op.peer));
+        work_ns += static_cast<double>(link.latency.nanos()) + bytes / link.bandwidth * 1e9;
+      } else if (IsCollective(op.op) && g.members.size() > 1) {
+        const double steps = 2.0 * static_cast<double>(g.members.size());
+        work_ns += 2 * bytes / g.min_bandwidth * 1e9 +
+                   steps * static_cast<double>(g.step_latency.nanos());
+      }
+      if (op.cost != nullptr) {
+        memory += static_cast<double>(op.cost->peak.count()) +
+                  static_cast<double>(op.cost->stored.count()) +
+                  static_cast<double>(op.cost->stored_until_w.count());
+      }
+      memory += bytes * static_cast<double>(op.n_out);
+    }
+    if (!(memory < kLimit)) {
+      return InvalidArgumentError(fmt::format(
+          "simulation: plan rank {}'s model states, buffers and activations add up to {:.3g} "
+          "bytes; allowed: at most 2^61 bytes (the plan's sizes are out of any real range)",
+          r, memory));
+    }
+  }
+  if (!(work_ns < kLimit)) {
+    return InvalidArgumentError(fmt::format(
+        "simulation: the plan's work adds up to {:.3g} s of simulated time (compute x the "
+        "scales, transfers and collectives at the links' bandwidth and latency); allowed: at "
+        "most 2^61 ns (73 years), so that times fit in int64 nanoseconds",
+        work_ns * 1e-9));
   }
   return Status::Ok();
 }
@@ -292,10 +351,16 @@ void Engine::Finish(SimResult* result) {
 Status Engine::Run(SimResult* result) {
   SLUICE_RETURN_IF_ERROR(Prepare());
   for (int32_t r = 0; r < static_cast<int32_t>(ranks_.size()); ++r) RunHost(r, Duration::Zero());
+  constexpr int64_t kCancelCheckEvents = 4096;
   while (!heap_.empty()) {
     const Event e = heap_.top();
     heap_.pop();
     ++events_;
+    if (events_ % kCancelCheckEvents == 0 && options_.cancelled && options_.cancelled()) {
+      return FailedPreconditionError(fmt::format(
+          "simulation interrupted at simulated time {:.3f} ms after {} events", e.time * 1e-6,
+          events_));
+    }
     const Duration now = Duration::Nanos(e.time);
     switch (e.type) {
       case EventType::kTransferData:

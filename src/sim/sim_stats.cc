@@ -47,6 +47,7 @@ StatusOr<TokenCount> CountTokens(const ExecutionPlan& plan, std::span<const Samp
   TokenCount out;
   const ModelSpec& model = plan.model;
   const bool enc_dec = model.is_encoder_decoder();
+  double bound = 0;
   std::unordered_map<int64_t, const Sample*> by_id;
   by_id.reserve(samples.size());
   for (const Sample& s : samples) by_id.emplace(s.id, &s);
@@ -54,6 +55,16 @@ StatusOr<TokenCount> CountTokens(const ExecutionPlan& plan, std::span<const Samp
     for (size_t i = 0; i < plan.replicas[d].micro_batches.size(); ++i) {
       const PlanMicroBatch& mb = plan.replicas[d].micro_batches[i];
       const int64_t seq = mb.shape.seqlen, dec = enc_dec ? mb.shape.dec_seqlen : 0;
+      // Shapes are each in range but their products and sums need not be: keep the counts
+      // below 2^61 (a plan of real sizes is far below) so that no int64 sum overflows.
+      bound += std::max(static_cast<double>(mb.shape.mbs), static_cast<double>(mb.rows.size())) *
+               static_cast<double>(seq + dec);
+      if (!(bound < 2305843009213693952.0)) {
+        return InvalidArgumentError(fmt::format(
+            "simulation: plan replica {} micro-batch {}: the micro-batch shapes up to here hold "
+            "{:.3g} tokens (mbs or rows x (seqlen + dec_seqlen)); allowed: at most 2^61 in all",
+            d, i, bound));
+      }
       out.padded += mb.shape.mbs * (seq + dec);
       if (samples.empty()) {
         out.real += static_cast<int64_t>(mb.rows.size()) * (seq + dec);

@@ -13,11 +13,17 @@
 namespace sluice {
 namespace {
 
+// Scale factors stay within [1e-6, 1e6] (latency scales [0, 1e6]): enough for any what-if, and
+// scaled times stay far inside int64 nanoseconds.
+constexpr double kMaxScale = 1e6;
+constexpr double kMinScale = 1e-6;
+
 Status CheckOptions(const ExecutionPlan& plan, const SimOptions& o) {
-  auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  auto positive = [](double v) { return std::isfinite(v) && v >= kMinScale && v <= kMaxScale; };
   auto bad = [](std::string_view field, double v) {
     return InvalidArgumentError(fmt::format(
-        "simulation options: field '{}' is {}; allowed: a finite number > 0", field, v));
+        "simulation options: field '{}' is {}; allowed: a finite number > 0, in [1e-6, 1e6]",
+        field, v));
   };
   if (!positive(o.compute_scale)) return bad("compute_scale", o.compute_scale);
   if (!positive(o.intra_node.bandwidth_scale)) {
@@ -26,14 +32,17 @@ Status CheckOptions(const ExecutionPlan& plan, const SimOptions& o) {
   if (!positive(o.inter_node.bandwidth_scale)) {
     return bad("inter_node.bandwidth_scale", o.inter_node.bandwidth_scale);
   }
-  if (!std::isfinite(o.intra_node.latency_scale) || o.intra_node.latency_scale < 0) {
+  auto latency = [](double v) { return std::isfinite(v) && v >= 0 && v <= kMaxScale; };
+  if (!latency(o.intra_node.latency_scale)) {
     return InvalidArgumentError(fmt::format(
-        "simulation options: field 'intra_node.latency_scale' is {}; allowed: a finite number >= 0",
+        "simulation options: field 'intra_node.latency_scale' is {}; allowed: a finite number >= "
+        "0, at most 1e6",
         o.intra_node.latency_scale));
   }
-  if (!std::isfinite(o.inter_node.latency_scale) || o.inter_node.latency_scale < 0) {
+  if (!latency(o.inter_node.latency_scale)) {
     return InvalidArgumentError(fmt::format(
-        "simulation options: field 'inter_node.latency_scale' is {}; allowed: a finite number >= 0",
+        "simulation options: field 'inter_node.latency_scale' is {}; allowed: a finite number >= "
+        "0, at most 1e6",
         o.inter_node.latency_scale));
   }
   const int64_t ranks = static_cast<int64_t>(plan.ranks.size());

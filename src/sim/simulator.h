@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,9 @@ struct SimOptions {
   // FLOPs. Empty: the plan holds no lengths, so real tokens and FLOPs fall back to the padded
   // shapes (SimResult::tokens_from_samples = false). Every sample id of a plan row must be here.
   std::vector<Sample> samples;
+  // Asked every few thousand events; when it returns true the run stops and Run returns
+  // FailedPrecondition ("interrupted"). Empty: never (`sluice simulate` stops on Ctrl-C).
+  std::function<bool()> cancelled;
 };
 
 enum class SimOutcome : uint8_t { kOk, kDeadlock, kOutOfMemory };
@@ -186,8 +190,8 @@ class Simulator {
   Simulator(const Simulator&) = delete;
   Simulator& operator=(const Simulator&) = delete;
   // Runs the simulation once. A deadlock or an out-of-memory plan is an outcome, not an error;
-  // a Status is returned only for bad options or a structurally broken plan (an instruction
-  // naming a rank or slot that does not exist).
+  // a Status is returned only for bad options, a structurally broken plan (an instruction
+  // naming a rank or slot that does not exist) or a run that SimOptions::cancelled stopped.
   StatusOr<SimResult> Run();
 
  private:
