@@ -4,8 +4,9 @@
 // (--scenario FILE), or from every *.json file of a folder (--scenario-dir DIR); scenario flags
 // given explicitly override the file's values. Writes OUT/results.json (docs/formats.md, "Compare
 // results") and OUT/report.html, or OUT/<scenario>/... plus OUT/summary.md for a folder, and
-// prints the tables and the paths. Ctrl-C stops after the current batch and writes the partial
-// results, marked as partial (exit code 1).
+// prints the tables and the absolute paths. The output folder is created and checked before the
+// run. Ctrl-C stops after the current batch and writes the partial results, marked as partial
+// (exit code 1).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string_view>
+#include <utility>
 
 #include "base/json_util.h"
 #include "cli/cli_common.h"

@@ -48,13 +48,16 @@ std::string CommandLine(const ProfileFlags& f) {
   return s;
 }
 
-// One line per (recompute, key): forward/backward ms and stored MB at each micro-batch size.
+// One line per (stage, recompute, key): forward/backward ms and stored MB per micro-batch size.
 void PrintSummary(const LayerCostTable& table) {
   const char* names[] = {"encoder", "decoder", "postprocess"};
   for (const TableConfig& c : table.configs) {
     for (int stage = 0; stage < kNumTableStages; ++stage) {
       const CostSeries& fwd = c.forward_ms[stage];
-      if (fwd.empty()) continue;
+      // The head does not recompute: every entry carries the first entry's rows.
+      const bool repeated_head =
+          stage == static_cast<int>(TableStage::kPostprocess) && &c != &table.configs.front();
+      if (fwd.empty() || repeated_head) continue;
       fmt::print("{} ({}):\n", names[stage], RecomputeName(c.recompute));
       for (size_t r = 0; r < fwd.size(); ++r) {
         const CostRow& row = fwd[r];

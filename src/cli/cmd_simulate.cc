@@ -133,19 +133,22 @@ Status RunSimulate(const SimulateFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(SimOptions options, MakeOptions(f));
   options.cancelled = [] { return Interrupted(); };
   if (Interrupted()) return InterruptedError(f, "before the simulation");
+  Status valid;
   if (!f.no_check) {
     ValidateOptions check;
     check.check_memory = false;  // the simulation reports memory itself
     check.grid_context = 3;
-    Status valid = ValidatePlan(plan, check);
-    if (!valid.ok()) {
-      fmt::print("warning: {} does not pass `sluice plan check` (simulating it anyway):\n{}\n\n",
-                 f.file, valid.message());
-    }
+    valid = ValidatePlan(plan, check);
   }
   StatusOr<SimResult> run = Simulate(plan, options);
   if (Interrupted()) return InterruptedError(f, "during the simulation");
+  // A plan the simulator refuses gets that one message; the check's finding is shown only
+  // beside a simulation that ran.
   if (!run.ok()) return FlagError(run.status().WithPrefix(f.file));
+  if (!valid.ok()) {
+    fmt::print("warning: {} does not pass `sluice plan check` (simulating it anyway):\n{}\n\n",
+               f.file, valid.message());
+  }
   const SimResult& r = *run;
   size_t instructions = 0;
   for (const RankProgram& p : plan.ranks) instructions += p.instructions.size();
