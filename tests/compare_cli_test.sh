@@ -52,7 +52,8 @@ expect help 0 "scenario-dir" -- compare --help
 expect both-sources 2 "--scenario and --scenario-dir" -- compare --scenario a.json --scenario-dir b
 expect bad-iterations 2 "--iterations" -- compare --iterations many
 expect bad-method 2 "--methods.*fastest.*allowed.*'packing'" -- compare --methods packing,fastest
-expect bad-model 2 "--model.*gpt-6.7b" -- compare --model gpt-7b "${quick[@]}"
+expect bad-model 2 "--model.*gpt-6.7b" -- compare --model gpt-7b "${quick[@]}" --out "$tmp/never-made"
+check failed-run-leaves-no-folder test ! -e "$tmp/never-made"
 expect seqlen-too-long 2 "--max-seqlen.*max position" -- compare --max-seqlen 100000 "${quick[@]}"
 expect memory-above-device 2 "--memory-limit.*exceeds" -- compare --memory-limit 90000 "${quick[@]}"
 expect memory-nan 2 "--memory-limit: 'nan' is not allowed; allowed: a size in MB" -- compare --memory-limit nan

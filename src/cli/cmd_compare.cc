@@ -181,11 +181,8 @@ StatusOr<CompareResult> RunOne(const CompareScenario& s, std::string_view source
   return r;
 }
 
-Status RunCompareCommand(const CompareFlags& f) {
-  if (!f.scenario_file.empty() && !f.scenario_dir.empty()) {
-    return InvalidArgumentError("--scenario and --scenario-dir: give one of them");
-  }
-  const std::string out = Absolute(f.out);
+// RunCompareCommand's work, writing into `out` (absolute).
+Status RunScenarios(const CompareFlags& f, const std::string& out) {
   InterruptGuard guard;
   std::vector<CompareResult> results;
   if (!f.scenario_dir.empty()) {
@@ -220,15 +217,11 @@ Status RunCompareCommand(const CompareFlags& f) {
       }
       scenarios.push_back(std::move(s));
     }
-    for (const CompareScenario& s : scenarios) {
-      SLUICE_RETURN_IF_ERROR(
-          PrepareOutputDir("--out", (std::filesystem::path(out) / s.name).string()));
-    }
+    SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--out", out));
     for (size_t i = 0; i < scenarios.size() && !Interrupted(); ++i) {
-      SLUICE_ASSIGN_OR_RETURN(
-          CompareResult r,
-          RunOne(scenarios[i], files[i], (std::filesystem::path(out) / scenarios[i].name).string(),
-                 !f.no_html));
+      const std::string dir = (std::filesystem::path(out) / scenarios[i].name).string();
+      SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--out", dir));
+      SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(scenarios[i], files[i], dir, !f.no_html));
       results.push_back(std::move(r));
     }
     const std::string summary = (std::filesystem::path(out) / "summary.md").string();
@@ -268,6 +261,20 @@ Status RunCompareCommand(const CompareFlags& f) {
   return Status::Ok();
 }
 
+Status RunCompareCommand(const CompareFlags& f) {
+  if (!f.scenario_file.empty() && !f.scenario_dir.empty()) {
+    return InvalidArgumentError("--scenario and --scenario-dir: give one of them");
+  }
+  const std::string out = Absolute(f.out);
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(out, ec);
+  Status status = RunScenarios(f, out);
+  // A run that failed before writing anything leaves no empty output folder behind (remove
+  // deletes only an empty folder).
+  if (!status.ok() && !existed) std::filesystem::remove(out, ec);
+  return status;
+}
+
 }  // namespace
 
 void RegisterCompareCommands(CLI::App* app, RunState* state) {
@@ -302,8 +309,8 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--cost"] =
       c->add_option("--cost", s.cost, "Cost model: auto, analytic, profiled:PATH or analytic:PATH")
           ->capture_default_str();
-  o["--flash-attention"] =
-      c->add_flag("--flash-attention", s.flash_attention, "Analytic cost model: fused attention (default: off)");
+  o["--flash-attention"] = c->add_flag("--flash-attention", s.flash_attention,
+                                       "Analytic cost model: fused attention (default: off)");
   o["--tokens-per-batch"] = AddTokensPerBatchFlag(c, &s.tokens_per_batch);
   o["--max-seqlen"] = AddMaxSeqlenFlag(c, &s.max_seqlen);
   o["--long"] =
