@@ -32,6 +32,7 @@ CLUSTER=${CLUSTER:-examples/cluster-cpu-2.json}
 TABLE=${TABLE:-}
 # method:schedule pairs; the first is the baseline the others are compared with.
 RUNS=(${RUNS:-packing:1f1b dynapipe:adaptive dynapipe:1f1b})
+REPEATS=${REPEATS:-3}
 PORT=${PORT:-29710}
 PY=${PY:-/usr/bin/python3}
 CORES=$(nproc)
@@ -80,48 +81,62 @@ if [[ -z "${common_batches// /}" ]]; then
 fi
 
 for run in "${RUNS[@]}"; do
-  method=${run%%:*} schedule=${run#*:}
-  dir="$OUT/$method-$schedule"
-  plans=()
+  dir="$OUT/${run%%:*}-${run#*:}"
   for b in $common_batches; do
-    plans+=("$dir/plan-$b.json")
     "$SLUICE" simulate "$dir/plan-$b.json" --data "$DATA" --samples "$SAMPLES" --seed 0 \
       --json "$dir/sim-$b.json" > /dev/null
   done
-  echo "== $method / $schedule: train ${#plans[@]} iterations on $NPROC processes"
-  MASTER_PORT=$PORT "$SLUICE" train "${COMMON[@]}" --method "$method" --schedule "$schedule" \
-    --nproc "$NPROC" --threads "$THREADS" --plan "${plans[@]}" \
-    --metrics "$dir/metrics.jsonl" > "$dir/train.log" 2>&1 || {
-      echo "runtime_compare: training failed, see $dir/train.log" >&2; exit 1; }
-  PORT=$((PORT + 1))
+done
+# Round-robin over the runs, REPEATS times, so that a noisy stretch of the machine does not fall
+# on one method only; the table reports the median over the repeats.
+for ((rep = 1; rep <= REPEATS; rep++)); do
+  for run in "${RUNS[@]}"; do
+    method=${run%%:*} schedule=${run#*:}
+    dir="$OUT/$method-$schedule"
+    plans=()
+    for b in $common_batches; do plans+=("$dir/plan-$b.json"); done
+    echo "== $method / $schedule: train ${#plans[@]} iterations on $NPROC processes" \
+      "(repeat $rep of $REPEATS)"
+    MASTER_PORT=$PORT "$SLUICE" train "${COMMON[@]}" --method "$method" --schedule "$schedule" \
+      --nproc "$NPROC" --threads "$THREADS" --plan "${plans[@]}" \
+      --metrics "$dir/metrics-$rep.jsonl" > "$dir/train-$rep.log" 2>&1 || {
+        echo "runtime_compare: training failed, see $dir/train-$rep.log" >&2; exit 1; }
+    PORT=$((PORT + 1))
+  done
 done
 
 echo "load average after training: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$PY" - "$OUT" "${#names[@]}" "${names[@]}" $common_batches <<'EOF'
-import json, sys
-out, n = sys.argv[1], int(sys.argv[2])
-runs, batches = sys.argv[3:3 + n], sys.argv[3 + n:]
+"$PY" - "$OUT" "$REPEATS" "${#names[@]}" "${names[@]}" $common_batches <<'EOF'
+import json, statistics, sys
+out, repeats, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+runs, batches = sys.argv[4:4 + n], sys.argv[4 + n:]
 rows = {}
 for run in runs:
     d = f"{out}/{run}"
-    metrics = [json.loads(l) for l in open(f"{d}/metrics.jsonl") if l.strip()]
     sims = [json.load(open(f"{d}/sim-{b}.json")) for b in batches]
-    assert len(metrics) == len(sims), (run, len(metrics), len(sims))
     # The first iteration is warm-up for both the measurement and the prediction.
-    m, s = metrics[1:], sims[1:]
-    meas_t = sum(x["time_s"] for x in m); meas_tok = sum(x["tokens"] for x in m)
-    pred_t = sum(x["iteration_time_ns"] for x in s) * 1e-9; pred_tok = sum(x["real_tokens"] for x in s)
-    rows[run] = dict(
-        iters=len(m), mbs=sum(x["micro_batches"] for x in m) / len(m),
-        meas=meas_tok / meas_t, pred=pred_tok / pred_t,
-        rss=max(x["peak_rss_bytes"] for x in metrics) / 1e6,
-        pmem=max(r["peak_memory_bytes"] for x in sims for r in x["ranks"]) / 1e6)
+    s = sims[1:]
+    pred_t = sum(x["iteration_time_ns"] for x in s) * 1e-9
+    pred_tok = sum(x["real_tokens"] for x in s)
+    meas, rss = [], []
+    for rep in range(1, repeats + 1):
+        metrics = [json.loads(l) for l in open(f"{d}/metrics-{rep}.jsonl") if l.strip()]
+        assert len(metrics) == len(sims), (run, rep, len(metrics), len(sims))
+        m = metrics[1:]
+        meas.append(sum(x["tokens"] for x in m) / sum(x["time_s"] for x in m))
+        rss.append(max(x["peak_rss_bytes"] for x in metrics) / 1e6)
+        mbs = sum(x["micro_batches"] for x in m) / len(m)
+    rows[run] = dict(iters=len(s), mbs=mbs, meas=statistics.median(meas), lo=min(meas),
+                     hi=max(meas), pred=pred_tok / pred_t, rss=max(rss),
+                     pmem=max(r["peak_memory_bytes"] for x in sims for r in x["ranks"]) / 1e6)
 print()
-print(f"{'plan':<20} {'iters':>5} {'mb/iter':>7} {'measured tok/s':>15} {'predicted tok/s':>16}"
-      f" {'pred/meas':>9} {'peak RSS MB':>12} {'pred. peak MB':>13}")
+print(f"{'plan':<18} {'iters':>5} {'mb/iter':>7} {'measured tok/s (min-max)':>25}"
+      f" {'predicted tok/s':>15} {'pred/meas':>9} {'peak RSS MB':>11} {'pred. peak MB':>13}")
 for run, r in rows.items():
-    print(f"{run:<20} {r['iters']:>5} {r['mbs']:>7.1f} {r['meas']:>15.0f} {r['pred']:>16.0f}"
-          f" {r['pred'] / r['meas']:>9.2f} {r['rss']:>12.0f} {r['pmem']:>13.1f}")
+    measured = f"{r['meas']:.0f} ({r['lo']:.0f}-{r['hi']:.0f})"
+    print(f"{run:<18} {r['iters']:>5} {r['mbs']:>7.1f} {measured:>25} {r['pred']:>15.0f}"
+          f" {r['pred'] / r['meas']:>9.2f} {r['rss']:>11.0f} {r['pmem']:>13.1f}")
+print(f"(measured: median over {repeats} repeats of real tokens / training time)")
 print()
 base = rows[runs[0]]
 for run in runs[1:]:

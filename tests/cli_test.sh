@@ -5,30 +5,7 @@
 #   tests/cli_test.sh PATH/TO/sluice
 set -u
 sluice="$1"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-
-# expect NAME RC PATTERN -- ARGS...: runs sluice ARGS, checks the exit code and that the combined
-# output matches the extended regex PATTERN.
-expect() {
-  local name="$1" want_rc="$2" pattern="$3"
-  shift 4
-  local out rc
-  out="$("$sluice" "$@" 2>&1)"
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    echo "FAIL $name: exit $rc, want $want_rc; output:"; echo "$out" | head -20
-    failed=$((failed + 1))
-  elif ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -20
-    failed=$((failed + 1))
-  else
-    echo "ok   $name"
-    passed=$((passed + 1))
-  fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 # Usage.
 expect help 0 "Subcommands:" -- --help
@@ -94,6 +71,4 @@ printf '{"format": "sluice-plan/1"}' >"$tmp/empty-plan.json"
 expect plan-check-incomplete 2 "empty-plan.json" -- plan check "$tmp/empty-plan.json"
 expect plan-check-missing 2 "no-such-plan.json" -- plan check "$tmp/no-such-plan.json"
 
-echo
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -7,43 +7,7 @@
 set -u
 sluice="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"  # absolute: some cases run elsewhere
 here="$(cd "$(dirname "$0")" && pwd)"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-
-# expect NAME RC PATTERN -- ARGS...: runs sluice ARGS, checks the exit code and that the combined
-# output matches the extended regex PATTERN.
-expect() {
-  local name="$1" want_rc="$2" pattern="$3"
-  shift 4
-  local out rc
-  out="$("$sluice" "$@" 2>&1)"
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    echo "FAIL $name: exit $rc, want $want_rc; output:"; echo "$out" | tail -20
-    failed=$((failed + 1))
-  elif ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | tail -20
-    failed=$((failed + 1))
-  else
-    echo "ok   $name"
-    passed=$((passed + 1))
-  fi
-}
-
-# check NAME COMMAND...: a shell condition on the files written.
-check() {
-  local name="$1"
-  shift
-  if "$@"; then
-    echo "ok   $name"
-    passed=$((passed + 1))
-  else
-    echo "FAIL $name: $*"
-    failed=$((failed + 1))
-  fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 quick=(--iterations 2 --score-batches 1 --simulate-top 1)
 
@@ -157,5 +121,4 @@ check interrupt-exit-code test "$rc" -eq 1
 check interrupt-message grep -q "partial" "$tmp/int.log"
 check interrupt-results grep -q '"partial": true' "$tmp/int/results.json"
 
-echo "compare_cli_test: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

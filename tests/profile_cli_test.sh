@@ -7,30 +7,7 @@
 set -u
 sluice="$1"
 root="$2"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-
-# expect NAME RC PATTERN -- ARGS...: runs sluice ARGS, checks the exit code and that the combined
-# output matches the extended regex PATTERN.
-expect() {
-  local name="$1" want_rc="$2" pattern="$3"
-  shift 4
-  local out rc
-  out="$("$sluice" "$@" 2>&1)"
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    echo "FAIL $name: exit $rc, want $want_rc; output:"; echo "$out" | head -20
-    failed=$((failed + 1))
-  elif ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -20
-    failed=$((failed + 1))
-  else
-    echo "ok   $name"
-    passed=$((passed + 1))
-  fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 table="$tmp/cpu.json"
 expect profile-tiny 0 "wrote .*cpu.json \(2 recompute levels" -- profile --model gpt-tiny \
@@ -59,5 +36,4 @@ expect bad-model 2 "SwiGLU" -- profile --model llama-7b --out "$tmp/x.json"
 expect no-out 2 "--out" -- profile --mbs 1
 expect bad-out-dir 2 "--out: .*$tmp/missing.* does not exist" -- profile --out "$tmp/missing/x.json"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

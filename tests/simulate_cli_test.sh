@@ -7,44 +7,8 @@
 #   tests/simulate_cli_test.sh PATH/TO/sluice
 set -u
 sluice="$1"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
+. "$(dirname "$0")/cli_lib.sh"
 python=python3
-
-# expect NAME RC PATTERN -- ARGS...: runs sluice ARGS, checks the exit code and that the combined
-# output matches the extended regex PATTERN.
-expect() {
-  local name="$1" want_rc="$2" pattern="$3"
-  shift 4
-  local out rc
-  out="$("$sluice" "$@" 2>&1)"
-  rc=$?
-  if [ "$rc" -ne "$want_rc" ]; then
-    echo "FAIL $name: exit $rc, want $want_rc; output:"; echo "$out" | head -20
-    failed=$((failed + 1))
-  elif ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output does not match /$pattern/:"; echo "$out" | head -20
-    failed=$((failed + 1))
-  else
-    echo "ok   $name"
-    passed=$((passed + 1))
-  fi
-}
-
-# check NAME COMMAND...: a shell condition on the files written.
-check() {
-  local name="$1"
-  shift
-  if "$@"; then
-    echo "ok   $name"
-    passed=$((passed + 1))
-  else
-    echo "FAIL $name: $*"
-    failed=$((failed + 1))
-  fi
-}
 
 # Plans to simulate: the default scenario (gpt-6.7b, dp 2 x pp 4), one batch, JSON and MessagePack.
 "$sluice" plan --iterations 1 --show 0 --out "$tmp/plan.json" >/dev/null 2>&1
@@ -144,6 +108,4 @@ check interrupt-exit-code test "$rc" -eq 1
 check interrupt-message grep -q "^sluice: error: $tmp/pipe.json: interrupted (Ctrl-C) before the simulation" "$tmp/int.log"
 check interrupt-no-json test ! -e "$tmp/int.json"
 
-echo
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
