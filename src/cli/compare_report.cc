@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "plan/instruction.h"
+#include "sim/sim_report.h"
 
 namespace sluice::cli {
 namespace {
@@ -136,27 +137,6 @@ std::string TextTable(const report::Table& t) {
   return out;
 }
 
-std::string Category(OpKind op) {
-  switch (op) {
-    case OpKind::kForward:
-      return "forward";
-    case OpKind::kBackward:
-      return "backward";
-    case OpKind::kBackwardInput:
-      return "backward-input";
-    case OpKind::kBackwardWeight:
-      return "backward-weight";
-    case OpKind::kAllReduceGrad:
-      return "all-reduce";
-    case OpKind::kReduceScatterGrad:
-      return "reduce-scatter";
-    case OpKind::kAllGatherParams:
-      return "all-gather";
-    default:
-      return IsSend(op) ? "send" : IsCommStart(op) || IsCommFinish(op) ? "recv" : "other";
-  }
-}
-
 // One row per (rank, compute | communication) of the first 8 ranks.
 report::Timeline ExampleTimeline(const MethodRun& m) {
   report::Timeline t;
@@ -179,7 +159,7 @@ report::Timeline ExampleTimeline(const MethodRun& m) {
     bar.start = iv.start.millis();
     bar.end = iv.end.millis();
     bar.label = InstructionText(ins);
-    bar.category = Category(ins.op);
+    bar.category = TimelineCategory(ins.op);
     bar.tooltip = fmt::format("{} on {}: {:.2f}-{:.2f} ms", bar.label, StreamKindName(iv.stream),
                               bar.start, bar.end);
     (iv.stream == StreamKind::kCompute ? compute : comm)[iv.rank].bars.push_back(std::move(bar));

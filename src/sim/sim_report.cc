@@ -18,31 +18,6 @@ double Frac(Duration part, Duration whole) {
   return whole > Duration::Zero() ? part.seconds() / whole.seconds() : 0.0;
 }
 
-std::string Category(OpKind op) {
-  switch (op) {
-    case OpKind::kForward:
-      return "forward";
-    case OpKind::kBackward:
-      return "backward";
-    case OpKind::kBackwardInput:
-      return "backward-input";
-    case OpKind::kBackwardWeight:
-      return "backward-weight";
-    case OpKind::kLoadInput:
-      return "load";
-    case OpKind::kOptimizerStep:
-      return "optimizer";
-    case OpKind::kAllReduceGrad:
-      return "all-reduce";
-    case OpKind::kReduceScatterGrad:
-      return "reduce-scatter";
-    case OpKind::kAllGatherParams:
-      return "all-gather";
-    default:
-      return IsSend(op) ? "send" : "recv";
-  }
-}
-
 // Rank ids drawn (or listed) when at most `limit` ranks are shown: all, or replica 0's.
 std::vector<int64_t> Shown(const ExecutionPlan& plan, int64_t limit) {
   std::vector<int64_t> out;
@@ -138,7 +113,7 @@ report::Section TimelineSection(const ExecutionPlan& plan, const SimResult& r) {
       bar.start = it->start.millis();
       bar.end = it->end.millis();
       bar.label = InstructionText(in);
-      bar.category = Category(in.op);
+      bar.category = TimelineCategory(in.op);
       const bool on_path =
           critical.count({it->rank, it->instruction, static_cast<int>(it->stream)}) > 0;
       bar.tooltip =
@@ -251,6 +226,32 @@ report::HtmlReport BuildSimulationReport(const ExecutionPlan& plan, const SimRes
   out.sections.push_back(MemorySection(plan, r));
   out.sections.push_back(BreakdownSection(plan, r));
   return out;
+}
+
+std::string TimelineCategory(OpKind op) {
+  switch (op) {
+    case OpKind::kForward:
+      return "forward";
+    case OpKind::kBackward:
+      return "backward";
+    case OpKind::kBackwardInput:
+      return "backward-input";
+    case OpKind::kBackwardWeight:
+      return "backward-weight";
+    case OpKind::kLoadInput:
+      return "load";
+    case OpKind::kOptimizerStep:
+      return "optimizer";
+    case OpKind::kAllReduceGrad:
+      return "all-reduce";
+    case OpKind::kReduceScatterGrad:
+      return "reduce-scatter";
+    case OpKind::kAllGatherParams:
+      return "all-gather";
+    default:
+      if (IsSend(op)) return "send";
+      return IsCommStart(op) || IsCommFinish(op) ? "recv" : "other";
+  }
 }
 
 }  // namespace sluice

@@ -12,7 +12,10 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <string>
+
 #include "plan/execution_plan.h"
+#include "plan/instruction.h"
 #include "report/html_report.h"
 #include "sim/simulator.h"
 
@@ -21,5 +24,11 @@ namespace sluice {
 // REQUIRES: `result` comes from simulating `plan` (with record_timeline and record_memory for
 // the timeline and memory sections; without them those sections say they were not recorded).
 report::HtmlReport BuildSimulationReport(const ExecutionPlan& plan, const SimResult& result);
+
+// The timeline colour category of an instruction (report::TimelineBar::category): "forward",
+// "backward", "backward-input", "backward-weight", "load", "optimizer", "all-reduce",
+// "reduce-scatter", "all-gather", "send", "recv" or "other". Every report that draws plan timelines uses
+// it, so one op has one colour everywhere.
+std::string TimelineCategory(OpKind op);
 
 }  // namespace sluice
