@@ -26,6 +26,7 @@
 #include "runtime/layout.h"
 #include "runtime/model.h"
 #include "runtime/plan_package.h"
+#include "runtime/plan_service.h"
 #include "runtime/token_source.h"
 #include "runtime/trace_recorder.h"
 
@@ -34,16 +35,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string PlanKey(int64_t i) { return fmt::format("sluice/plan/{}", i); }
-std::string HashKey(int64_t i) { return fmt::format("sluice/plan/{}/hash", i); }
-std::string ReadKey(int64_t i) { return fmt::format("sluice/plan/{}/read", i); }
 std::string StatsKey(int64_t i, int64_t r) { return fmt::format("sluice/stats/{}/{}", i, r); }
 constexpr const char* kEpochKey = "sluice/epoch_ns";
 constexpr const char* kDoneKey = "sluice/done";
 
-std::string HashText(std::span<const uint8_t> bytes) {
-  return fmt::format("{:016x}", Fnv1a64(bytes));
-}
 
 // Peak resident memory of this process (VmHWM, bytes); 0 when unknown.
 int64_t PeakRss() {
@@ -83,130 +78,6 @@ void InjectFault(const FaultSpec& f, int64_t rank, int64_t iteration) {
 
 // Rank 0's planner thread: plans (or reads) iteration i's plan while rank 0 runs an earlier one
 // and publishes it in the store, at most `lookahead` iterations ahead.
-class PlanService {
- public:
-  PlanService(const TrainOptions& o, const DistEnv& env) : o_(o), env_(env) {}
-  ~PlanService() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  Status Start() {
-    SLUICE_ASSIGN_OR_RETURN(store_, StoreClient::Connect(env_, /*join=*/false, o_.timeout));
-    for (const Sample& s : o_.plan_samples) plan_samples_[s.id] = s;
-    thread_ = std::thread([this] { Loop(); });
-    return Status::Ok();
-  }
-
-  // The main thread began iteration `i`.
-  void Started(int64_t i) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      started_ = i;
-    }
-    cv_.notify_all();
-  }
-
-  // Notes about skipped batches, taken by the caller for printing.
-  std::vector<std::string> TakeNotes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::exchange(notes_, {});
-  }
-
- private:
-  void Loop() {
-    std::optional<Planner> planner;
-    if (o_.plan_files.empty()) planner.emplace(*o_.evaluator, *o_.cluster, o_.planner);
-    for (int64_t i = 0;; ++i) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || i <= started_ + o_.lookahead; });
-        if (stop_) return;
-      }
-      PlanPackage p = Next(i, planner ? &*planner : nullptr);
-      p.iteration = i;
-      const std::vector<uint8_t> bytes = EncodePackage(p);
-      // The hash goes first: whoever sees the plan key also finds its hash.
-      if (!store_->SetString(HashKey(i), HashText(bytes)).ok() ||
-          !store_->Set(PlanKey(i), bytes).ok()) {
-        return;  // the store is gone; the watchdog reports it
-      }
-      if (p.kind != PackageKind::kPlan) return;
-    }
-  }
-
-  PlanPackage Next(int64_t i, const Planner* planner) {
-    PlanPackage p;
-    if (o_.iterations > 0 && i >= o_.iterations) {
-      p.kind = PackageKind::kEnd;
-      return p;
-    }
-    if (!o_.plan_files.empty()) {
-      if (i >= static_cast<int64_t>(o_.plan_files.size())) {
-        p.kind = PackageKind::kEnd;
-        return p;
-      }
-      Status s = ReadPlanFileInto(o_.plan_files[i], &p);
-      if (!s.ok()) {
-        p.kind = PackageKind::kError;
-        p.error = s.message();
-      }
-      return p;
-    }
-    GlobalBatch batch;
-    while (o_.batcher->Next(&batch)) {
-      StatusOr<PlanResult> r = planner->Plan(batch.samples);
-      if (!r.ok()) {
-        p.kind = PackageKind::kError;
-        p.error = fmt::format("planning batch {}: {}", batch.index, r.status().message());
-        return p;
-      }
-      if (r->outcome != PlanOutcome::kOk) {
-        std::lock_guard<std::mutex> lock(mu_);
-        notes_.push_back(fmt::format("batch {} skipped: {}: {}", batch.index,
-                                     PlanOutcomeName(r->outcome), r->infeasible_reason));
-        continue;
-      }
-      p.batch_index = batch.index;
-      p.samples = batch.samples;
-      p.plan = std::move(r->plan);
-      return p;
-    }
-    p.kind = PackageKind::kEnd;
-    return p;
-  }
-
-  Status ReadPlanFileInto(const std::string& path, PlanPackage* p) {
-    SLUICE_ASSIGN_OR_RETURN(p->plan, ReadPlanFile(path));
-    Status valid = ValidatePlan(p->plan);
-    if (!valid.ok()) return InvalidArgumentError(fmt::format("{}: {}", path, valid.message()));
-    for (const int64_t id : p->plan.sample_ids) {
-      const auto it = plan_samples_.find(id);
-      if (it == plan_samples_.end()) {
-        return InvalidArgumentError(
-            fmt::format("{}: sample {} is not in --data (after --max-seqlen)", path, id));
-      }
-      p->samples.push_back(it->second);
-    }
-    return Status::Ok();
-  }
-
-  const TrainOptions& o_;
-  const DistEnv env_;
-  std::unique_ptr<StoreClient> store_;
-  std::unordered_map<int64_t, Sample> plan_samples_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t started_ = -1;  // guarded by mu_
-  bool stop_ = false;     // guarded by mu_
-  std::vector<std::string> notes_;  // guarded by mu_
-  std::thread thread_;
-};
-
 // One rank's figures of one iteration, posted to the store.
 struct RankStats {
   double loss = 0;

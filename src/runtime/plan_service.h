@@ -1,0 +1,73 @@
+// PlanService: rank 0's planning thread. It plans the global batches with the Planner (or reads
+// the --plan files) up to TrainOptions::lookahead iterations ahead of the iteration the ranks
+// run, and publishes each serialized PlanPackage through the c10d store under PlanKey(i), with
+// its hash under HashKey(i) first, so that a rank that sees the plan also finds the hash to
+// verify it against. Batches the planner cannot fit are skipped and noted; planning errors and
+// the end of the data travel as packages of their kind. Every rank reads, verifies and
+// acknowledges (ReadKey) the packages in Trainer::Fetch (trainer.cc).
+//
+// Thread safety: Started and TakeNotes may be called from the main thread while the planning
+// thread runs; the destructor stops and joins it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "data/sample.h"
+#include "planner/planner.h"
+#include "runtime/launcher.h"
+#include "runtime/plan_package.h"
+#include "runtime/trainer.h"
+
+namespace sluice::runtime {
+
+class StoreClient;
+
+// Store keys of iteration `i`'s package, its hash and its read counter.
+std::string PlanKey(int64_t i);
+std::string HashKey(int64_t i);
+std::string ReadKey(int64_t i);
+// The hash every rank compares: FNV-1a 64 of the package bytes, as 16 hex digits.
+std::string HashText(std::span<const uint8_t> bytes);
+
+class PlanService {
+ public:
+  // REQUIRES: `o` outlives the service.
+  PlanService(const TrainOptions& o, const DistEnv& env);
+  ~PlanService();
+  PlanService(const PlanService&) = delete;
+  PlanService& operator=(const PlanService&) = delete;
+
+  // Connects to the store and starts the planning thread.
+  Status Start();
+  // The main thread began iteration `i`.
+  void Started(int64_t i);
+  // Notes about skipped batches, taken by the caller for printing.
+  std::vector<std::string> TakeNotes();
+
+ private:
+  void Loop();
+  PlanPackage Next(int64_t i, const Planner* planner);
+  Status ReadPlanFileInto(const std::string& path, PlanPackage* p);
+
+  const TrainOptions& o_;
+  const DistEnv env_;
+  std::unique_ptr<StoreClient> store_;
+  std::unordered_map<int64_t, Sample> plan_samples_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t started_ = -1;            // guarded by mu_
+  bool stop_ = false;               // guarded by mu_
+  std::vector<std::string> notes_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace sluice::runtime
