@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <benchmark/benchmark.h>
+
 #include "base/paths.h"
 #include "base/status.h"
 #include "data/reader.h"
@@ -67,6 +69,17 @@ inline std::vector<std::vector<Sample>> CutMixtureBatches(size_t count, int64_t 
     }
   }
   return out;
+}
+
+// main() of a program whose benchmarks `register_all` registers at run time (their names depend
+// on the presets they loop over): registers, parses the Google Benchmark flags, runs.
+inline int RunRegisteredBenchmarks(int argc, char** argv, void (*register_all)()) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace sluice::bench

@@ -167,10 +167,5 @@ void Register() {
 }  // namespace sluice
 
 int main(int argc, char** argv) {
-  sluice::Register();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return sluice::bench::RunRegisteredBenchmarks(argc, argv, sluice::Register);
 }
