@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "batching/micro_batch.h"
+#include "model/chunk_cut.h"
 
 namespace sluice {
 namespace {
@@ -19,31 +20,8 @@ struct KindCosts {
   LayerCost head;
 };
 
-// The chunks of the model in pipeline order (stage_cost.h, first paragraph).
-std::vector<StageLayers> ChunkLayout(const ModelSpec& model, int64_t chunks) {
-  std::vector<StageLayers> out(static_cast<size_t>(chunks));
-  if (!model.is_encoder_decoder()) {
-    for (StageLayers& c : out) c.encoder_layers = model.layers / chunks;
-  } else if (chunks == 1) {
-    out[0].encoder_layers = model.layers;
-    out[0].decoder_layers = model.decoder_layers;
-  } else {
-    const int64_t half = chunks / 2;
-    for (int64_t c = 0; c < chunks; ++c) {
-      if (c < half) {
-        out[c].encoder_layers = model.layers / half;
-      } else {
-        out[c].decoder_layers = model.decoder_layers / half;
-      }
-    }
-  }
-  out.front().embedding = true;
-  out.back().output_head = true;
-  return out;
-}
-
 // One device stage's cost from its layers and the per-kind costs. The layers run in the order
-// embedding, encoder layers, decoder layers, output head (true for every chunk layout above), so
+// embedding, encoder layers, decoder layers, output head (true for every cut of model/chunk_cut.h), so
 // the high-water mark is the largest "stored before this layer + this layer's peak".
 StageCost CombineStage(const StageLayers& l, const KindCosts& k) {
   StageCost s;
@@ -186,7 +164,7 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
   e.par_ = par;
   e.options_ = options;
   e.limit_ = par.MemoryLimit(cluster);
-  e.chunk_layers_ = ChunkLayout(model, par.chunks());
+  e.chunk_layers_ = ChunkStageLayers(model, par.chunks());
   const std::vector<StageLayers>& chunks = e.chunk_layers_;
   e.stage_layers_.assign(static_cast<size_t>(par.pp), StageLayers{});
   for (int64_t c = 0; c < par.chunks(); ++c) {
@@ -447,7 +425,7 @@ Bytes StageCostEvaluator::ChunkBoundaryBytes(const LayerShape& shape, int64_t ch
   const int64_t chunks = par_.chunks();
   if (chunk >= chunks - 1) return Bytes::Zero();
   int64_t tokens = shape.mbs * shape.seqlen;
-  if (model().is_encoder_decoder() && chunk >= chunks / 2 - 1) {
+  if (model().is_encoder_decoder() && chunk >= EncoderEndChunk(model(), chunks)) {
     tokens += shape.mbs * shape.dec_seqlen;
   }
   return Bytes::Of(2 * tokens * model().hidden);

@@ -1,9 +1,9 @@
 // StageCostEvaluator: what one micro-batch costs on each pipeline stage of a configuration.
 //
-// It cuts the model into pp * vpp chunks the way the runtime will (decoder-only: layers split
-// evenly, embedding on the first chunk, output head on the last; encoder-decoder: the first half
-// of the chunks hold the encoder stack, the second half the decoder stack, the head on the last;
-// pp * vpp = 1 holds everything), sums each device stage's chunks, and answers per device stage:
+// It cuts the model into pp * vpp chunks the way the runtime will (model/chunk_cut.h:
+// decoder-only: layers split evenly; encoder-decoder: encoder then decoder, split at the middle
+// chunk or in equal runs of the concatenated stack; embedding on the first chunk, output head on
+// the last; pp * vpp = 1 holds everything), sums each device stage's chunks, and answers per device stage:
 // forward, backward (= input-gradient + weight-gradient) time, stored activation and transient
 // peak of one micro-batch, plus the model-state memory of the stage and so its activation budget.
 //
@@ -142,9 +142,10 @@ class StageCostEvaluator {
   Quadratic BottleneckQuadratic(Recompute rc) const;
 
   // Bytes one micro-batch sends from stage s to s+1 (activations; gradients are the same size):
-  // fp16 mbs x seqlen x hidden, plus mbs x dec_seqlen x hidden from the last encoder chunk on
-  // (encoder-decoder models). With vpp > 1 the largest message leaving one of the device's chunks;
-  // 0 when no chunk of the stage has a successor.
+  // fp16 mbs x seqlen x hidden, plus mbs x dec_seqlen x hidden from the chunk that ends the
+  // encoder on (encoder-decoder models, model/chunk_cut.h's EncoderEndChunk). With vpp > 1 the
+  // largest message leaving one of the device's chunks; 0 when no chunk of the stage has a
+  // successor.
   Bytes BoundaryBytes(const LayerShape& shape, int64_t stage) const;
   // Bytes one micro-batch sends from chunk c to chunk c + 1 (the per-chunk form of
   // BoundaryBytes); 0 for the last chunk. REQUIRES: 0 <= chunk < pp * vpp.

@@ -237,6 +237,18 @@ TEST(StageCostEvaluatorTest, BoundaryBytes) {
   EXPECT_EQ(t5->evaluator().BoundaryBytes(shape, 1), Bytes::Of(2 * 2 * (512 + 64) * 1024));
   EXPECT_EQ(t5->evaluator().BoundaryBytes(shape, 2), Bytes::Of(2 * 2 * (512 + 64) * 1024));
   EXPECT_EQ(t5->evaluator().BoundaryBytes(shape, 3), Bytes::Zero());
+  // pp = 3 cuts [24 encoder; 24 decoder] into runs of 16: stage 1 ends the encoder and starts
+  // the decoder, so its boundary already carries the decoder hidden state.
+  auto t5_3 = MakeTestSetup("t5-11b", TestParallel(1, 3, 8));
+  const std::vector<StageLayers>& layers = t5_3->evaluator().stage_layers();
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[0].encoder_layers, 16);
+  EXPECT_EQ(layers[1].encoder_layers, 8);
+  EXPECT_EQ(layers[1].decoder_layers, 8);
+  EXPECT_EQ(layers[2].decoder_layers, 16);
+  EXPECT_EQ(t5_3->evaluator().BoundaryBytes(shape, 0), Bytes::Of(2 * 2 * 512 * 1024));
+  EXPECT_EQ(t5_3->evaluator().BoundaryBytes(shape, 1), Bytes::Of(2 * 2 * (512 + 64) * 1024));
+  EXPECT_EQ(t5_3->evaluator().BoundaryBytes(shape, 2), Bytes::Zero());
 }
 
 // Chunks (virtual stages) sum to their device stage; boundaries are per chunk.

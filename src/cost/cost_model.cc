@@ -6,6 +6,7 @@
 
 #include "base/json_util.h"
 #include "cost/layer_work.h"
+#include "model/chunk_cut.h"
 
 namespace sluice {
 namespace {
@@ -82,6 +83,20 @@ ModelStateMemory CostModel::ModelStates(const StageLayers& stage, const Parallel
                                             std::max<int64_t>(1, par.dp / par.ep), par.zero);
   }
   return states;
+}
+
+std::vector<StageLayers> ChunkStageLayers(const ModelSpec& model, int64_t chunks) {
+  std::vector<StageLayers> out;
+  out.reserve(static_cast<size_t>(chunks));
+  for (const ChunkCut& cut : CutIntoChunks(model, chunks)) {
+    StageLayers l;
+    l.encoder_layers = cut.encoder_layers;
+    l.decoder_layers = cut.decoder_layers;
+    out.push_back(l);
+  }
+  out.front().embedding = true;
+  out.back().output_head = true;
+  return out;
 }
 
 }  // namespace sluice

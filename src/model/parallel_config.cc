@@ -11,6 +11,7 @@
 
 #include "base/json_util.h"
 #include "base/paths.h"
+#include "model/chunk_cut.h"
 #include "model/spec_util.h"
 
 namespace sluice {
@@ -69,18 +70,14 @@ Status CheckChunks(const ParallelConfig& config, const ModelSpec& model, std::st
                     chunks, chunks > model.layers ? "exceeds" : "does not divide", model.layers,
                     JoinInts(Divisors(model.layers))));
   }
-  // Encoder-decoder: one chunk holds both stacks, or half the chunks cut each stack evenly.
-  const int64_t half = chunks / 2;
-  if (chunks == 1 ||
-      (chunks % 2 == 0 && model.layers % half == 0 && model.decoder_layers % half == 0)) {
-    return Status::Ok();
-  }
-  std::vector<int64_t> allowed = {1};
-  for (int64_t d : Divisors(std::gcd(model.layers, model.decoder_layers))) allowed.push_back(2 * d);
+  // Encoder-decoder: model/chunk_cut.h's rules.
+  if (ChunksFit(model, chunks)) return Status::Ok();
   return InvalidArgumentError(fmt::format(
-      "{}: model '{}': pp*vpp = {} cannot split the encoder-decoder model: pp*vpp must be 1, or "
-      "even with pp*vpp/2 dividing both layers = {} and decoder_layers = {} (allowed: {})",
-      source, model.name, chunks, model.layers, model.decoder_layers, JoinInts(allowed)));
+      "{}: model '{}': pp*vpp = {} cannot split the encoder-decoder model: pp*vpp must be 1, "
+      "divide layers + decoder_layers = {} + {}, or be even with pp*vpp/2 dividing both stacks "
+      "(allowed: {})",
+      source, model.name, chunks, model.layers, model.decoder_layers,
+      JoinInts(AllowedChunkCounts(model))));
 }
 
 Status CheckTp(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {

@@ -46,8 +46,9 @@ struct ParallelConfig {
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source);
 // Whether `config` can run `model` on `cluster`:
 //   - pp*vpp chunks divide the layers evenly. Encoder-decoder models: pp*vpp == 1 (one chunk
-//     holds both stacks), or pp*vpp is even and half the chunks split the encoder's `layers`
-//     and half the decoder's `decoder_layers`, each evenly (pp*vpp/2 divides both);
+//     holds both stacks), pp*vpp is even with pp*vpp/2 dividing both stacks (encoder on the
+//     first half of the chunks, decoder on the second), or pp*vpp divides layers +
+//     decoder_layers (equal runs of the concatenated stack); model/chunk_cut.h;
 //   - tp divides heads and ffn_hidden (and moe->expert_ffn_hidden), and kv_heads % tp == 0 or
 //     tp % kv_heads == 0;
 //   - ep > 1 only for MoE models, and ep divides moe->experts and dp*tp;

@@ -175,16 +175,19 @@ TEST(ParallelFitsTest, EncoderDecoderSplitsStagesBetweenStacks) {
   const ModelSpec t5 = *ModelPreset("t5-11b");
   EXPECT_TRUE(Fits("pp=1", t5));
   EXPECT_TRUE(Fits("pp=2", t5));
+  EXPECT_TRUE(Fits("pp=3", t5));  // runs of 16 over [24 encoder; 24 decoder]
   EXPECT_TRUE(Fits("pp=4,vpp=2", t5));
   EXPECT_TRUE(Fits("pp=48", t5));
-  EXPECT_THAT(FitError("pp=3", t5), AllOf(HasSubstr("model 't5-11b'"), HasSubstr("pp*vpp = 3"),
-                                          HasSubstr("layers = 24 and decoder_layers = 24"),
-                                          HasSubstr("(allowed: 1, 2, 4, 6, 8, 12, 16, 24, 48)")));
+  EXPECT_THAT(FitError("pp=5", t5),
+              AllOf(HasSubstr("model 't5-11b'"), HasSubstr("pp*vpp = 5"),
+                    HasSubstr("layers + decoder_layers = 24 + 24"),
+                    HasSubstr("(allowed: 1, 2, 3, 4, 6, 8, 12, 16, 24, 48)")));
   EXPECT_THAT(FitError("pp=10", t5), HasSubstr("pp*vpp = 10"));
   ModelSpec uneven = t5;
   uneven.decoder_layers = 6;
-  EXPECT_TRUE(Fits("pp=4", uneven));
-  EXPECT_THAT(FitError("pp=8", uneven), HasSubstr("(allowed: 1, 2, 4, 6, 12)"));
+  EXPECT_TRUE(Fits("pp=4", uneven));  // middle split: 12 + 12 encoder, 3 + 3 decoder
+  EXPECT_TRUE(Fits("pp=5", uneven));  // runs of 6 over 30 layers
+  EXPECT_THAT(FitError("pp=8", uneven), HasSubstr("(allowed: 1, 2, 3, 4, 5, 6, 10, 12, 15, 30)"));
 }
 
 TEST(ParallelFitsTest, TensorParallelSplitsHeads) {

@@ -2,12 +2,14 @@
 
 #include <limits>
 
+#include "model/chunk_cut.h"
+
 namespace sluice {
 
 std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,
                                         int64_t boundary, int64_t num_stages) {
   std::vector<TensorShape> out = {{shape.mbs, shape.seqlen, model.hidden}};
-  if (model.is_encoder_decoder() && boundary >= num_stages / 2 - 1) {
+  if (model.is_encoder_decoder() && boundary >= EncoderEndChunk(model, num_stages)) {
     out.push_back({shape.mbs, shape.dec_seqlen, model.hidden});
   }
   return out;
@@ -15,7 +17,8 @@ std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape
 
 bool IsBoundaryShapes(const std::vector<TensorShape>& shapes, const ModelSpec& model,
                       const LayerShape& shape, int64_t boundary, int64_t num_stages) {
-  const bool two = model.is_encoder_decoder() && boundary >= num_stages / 2 - 1;
+  const bool two =
+      model.is_encoder_decoder() && boundary >= EncoderEndChunk(model, num_stages);
   auto is = [&](const TensorShape& t, int64_t len) {
     return t.size() == 3 && t[0] == shape.mbs && t[1] == len && t[2] == model.hidden;
   };

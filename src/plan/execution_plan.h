@@ -92,8 +92,8 @@ struct ExecutionPlan {
 };
 
 // Tensors of the model's boundary between virtual stages `boundary` and `boundary + 1` for a
-// micro-batch of `shape` (fp16). Decoder-only: {mbs, seqlen, hidden}. Encoder-decoder (the first
-// half of the stages hold the encoder): before the last encoder stage the encoder hidden state
+// micro-batch of `shape` (fp16). Decoder-only: {mbs, seqlen, hidden}. Encoder-decoder: before the
+// stage that ends the encoder (model/chunk_cut.h's EncoderEndChunk) the encoder hidden state
 // {mbs, seqlen, hidden}; from it on the encoder output and the decoder hidden state
 // {mbs, seqlen, hidden}, {mbs, dec_seqlen, hidden} (StageCostEvaluator::BoundaryBytes' rule).
 std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,

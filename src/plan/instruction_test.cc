@@ -102,6 +102,8 @@ TEST(ShapesTest, BoundaryShapesFollowTheModel) {
   EXPECT_EQ(LoadShapes(gpt, shape, 0, 1), (std::vector<TensorShape>{{2, 128}, {2, 128}}));
   ModelSpec t5 = gpt;
   t5.kind = ModelKind::kEncoderDecoder;
+  t5.layers = 4;
+  t5.decoder_layers = 4;
   const LayerShape ed{2, 128, 32};
   EXPECT_EQ(BoundaryShapes(t5, ed, 0, 8), (std::vector<TensorShape>{{2, 128, 1024}}));
   EXPECT_EQ(BoundaryShapes(t5, ed, 3, 8),
@@ -109,6 +111,15 @@ TEST(ShapesTest, BoundaryShapesFollowTheModel) {
   EXPECT_EQ(LoadShapes(t5, ed, 0, 8), (std::vector<TensorShape>{{2, 128}, {2, 32}}));
   EXPECT_EQ(LoadShapes(t5, ed, 7, 8), (std::vector<TensorShape>{{2, 32}}));
   EXPECT_EQ(TokenBytes(LoadShapes(t5, ed, 7, 8)).count(), 8 * 64);
+  // 3 + 3 layers in 3 stages: stage 1 ends the encoder (and starts the decoder).
+  ModelSpec t5_3 = t5;
+  t5_3.layers = 3;
+  t5_3.decoder_layers = 3;
+  EXPECT_EQ(BoundaryShapes(t5_3, ed, 0, 3), (std::vector<TensorShape>{{2, 128, 1024}}));
+  EXPECT_EQ(BoundaryShapes(t5_3, ed, 1, 3),
+            (std::vector<TensorShape>{{2, 128, 1024}, {2, 32, 1024}}));
+  EXPECT_TRUE(IsBoundaryShapes(BoundaryShapes(t5_3, ed, 1, 3), t5_3, ed, 1, 3));
+  EXPECT_FALSE(IsBoundaryShapes(BoundaryShapes(t5_3, ed, 0, 3), t5_3, ed, 1, 3));
   // IsBoundaryShapes agrees with BoundaryShapes everywhere.
   for (const ModelSpec* m : {&gpt, &t5}) {
     for (int64_t b = 0; b < 7; ++b) {

@@ -27,27 +27,6 @@ int Slot(ActionKind kind) {
   return 0;
 }
 
-// The layers of each of the `chunks` pipeline chunks, as StageCostEvaluator cuts them.
-std::vector<StageLayers> ChunkLayers(const ModelSpec& model, int64_t chunks) {
-  std::vector<StageLayers> out(static_cast<size_t>(chunks));
-  const int64_t half = chunks / 2;
-  for (int64_t c = 0; c < chunks; ++c) {
-    if (!model.is_encoder_decoder()) {
-      out[c].encoder_layers = model.layers / chunks;
-    } else if (chunks == 1) {
-      out[c].encoder_layers = model.layers;
-      out[c].decoder_layers = model.decoder_layers;
-    } else if (c < half) {
-      out[c].encoder_layers = model.layers / half;
-    } else {
-      out[c].decoder_layers = model.decoder_layers / half;
-    }
-  }
-  out.front().embedding = true;
-  out.back().output_head = true;
-  return out;
-}
-
 // What the lowering of one replica needs, shared by its passes.
 struct ReplicaContext {
   const ExecutionPlan* plan = nullptr;
@@ -446,7 +425,7 @@ class RankAssembler {
 // Buckets of each virtual stage: its fp16 gradients cut into equal parts of at most `cap`.
 std::vector<std::vector<Bytes>> MakeBuckets(const StageCostEvaluator& eval, Bytes cap) {
   const ParallelConfig& par = eval.parallel();
-  const std::vector<StageLayers> chunks = ChunkLayers(eval.model(), par.chunks());
+  const std::vector<StageLayers> chunks = ChunkStageLayers(eval.model(), par.chunks());
   std::vector<std::vector<Bytes>> out(chunks.size());
   for (size_t s = 0; s < chunks.size(); ++s) {
     const int64_t bytes = 2 * eval.cost_model().ModelStates(chunks[s], par).params;

@@ -3,40 +3,21 @@
 #include <algorithm>
 
 #include "base/status.h"
+#include "model/chunk_cut.h"
 
 namespace sluice::runtime {
 
 std::vector<ChunkSpec> ChunkLayout(const ModelSpec& model, int64_t chunks) {
-  SLUICE_CHECK(chunks >= 1);
-  std::vector<ChunkSpec> out(static_cast<size_t>(chunks));
-  for (int64_t c = 0; c < chunks; ++c) out[c].index = c;
-  if (!model.is_encoder_decoder()) {
-    const int64_t per = model.layers / chunks;
-    for (int64_t c = 0; c < chunks; ++c) {
-      out[c].layers.encoder_layers = per;
-      out[c].first_encoder_layer = c * per;
-    }
-  } else if (chunks == 1) {
-    out[0].layers.encoder_layers = model.layers;
-    out[0].layers.decoder_layers = model.decoder_layers;
-    out[0].ends_encoder = true;
-  } else {
-    const int64_t half = chunks / 2;
-    const int64_t enc = model.layers / half;
-    const int64_t dec = model.decoder_layers / half;
-    for (int64_t c = 0; c < chunks; ++c) {
-      if (c < half) {
-        out[c].layers.encoder_layers = enc;
-        out[c].first_encoder_layer = c * enc;
-        out[c].ends_encoder = c == half - 1;
-      } else {
-        out[c].layers.decoder_layers = dec;
-        out[c].first_decoder_layer = (c - half) * dec;
-      }
-    }
+  const std::vector<ChunkCut> cuts = CutIntoChunks(model, chunks);
+  const std::vector<StageLayers> layers = ChunkStageLayers(model, chunks);
+  std::vector<ChunkSpec> out(cuts.size());
+  for (size_t c = 0; c < cuts.size(); ++c) {
+    out[c].index = static_cast<int64_t>(c);
+    out[c].layers = layers[c];
+    out[c].first_encoder_layer = cuts[c].first_encoder_layer;
+    out[c].first_decoder_layer = cuts[c].first_decoder_layer;
+    out[c].ends_encoder = cuts[c].ends_encoder;
   }
-  out.front().layers.embedding = true;
-  out.back().layers.output_head = true;
   return out;
 }
 

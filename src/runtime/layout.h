@@ -1,14 +1,15 @@
 // Layout: how the runtime cuts a model into pipeline chunks and maps a plan's gradient buckets
 // onto parameters. Torch-free, so the rules are unit-tested without libtorch.
 //
-// Chunks follow the plan's layout exactly (batching/stage_cost.h, first paragraph; the lowering's
-// gradient buckets use the same cut): pp * vpp chunks in pipeline order, chunk c on pipeline rank
-// c % pp. Decoder-only: the layers split evenly, the embedding on chunk 0, the final LayerNorm
-// and output head on the last chunk. Encoder-decoder: the first half of the chunks split the
-// encoder stack, the second half the decoder stack; the last encoder chunk also applies the
-// encoder's final LayerNorm and embeds the decoder inputs (the plan's boundary from that chunk
-// on carries the encoder output and the decoder hidden state); the head is on the last chunk.
-// One chunk (pp * vpp = 1) holds everything.
+// Chunks follow the plan's layout exactly: model/chunk_cut.h's cut, which StageCostEvaluator
+// and the lowering's gradient buckets use too. pp * vpp chunks in pipeline order, chunk c on
+// pipeline rank c % pp; the embedding on chunk 0, the final LayerNorm and output head on the last
+// chunk. Encoder-decoder: encoder layers come before decoder layers; the chunk that ends the
+// encoder (the last encoder chunk of a middle split, or the chunk whose run of the concatenated
+// stack holds the encoder's last layer, possibly with the decoder's first layers) also applies the
+// encoder's final LayerNorm and embeds the decoder inputs, and the plan's boundary from that chunk
+// on carries the encoder output and the decoder hidden state. One chunk (pp * vpp = 1) holds
+// everything.
 //
 // The word embedding is one parameter per pipeline rank that uses it (embedding, decoder-input
 // embedding, tied head); when several ranks of a replica hold a copy their gradients are summed
@@ -37,11 +38,11 @@ struct ChunkSpec {
   int64_t first_encoder_layer = 0;  // global index (within its stack) of the first layer
   int64_t first_decoder_layer = 0;
   bool ends_encoder = false;    // encoder-decoder: applies the encoder's final LN and embeds the
-                                // decoder inputs (the last encoder chunk; chunk 0 of one chunk)
+                                // decoder inputs (model/chunk_cut.h's EncoderEndChunk)
   friend bool operator==(const ChunkSpec&, const ChunkSpec&) = default;
 };
 
-// The pp * vpp chunks of `model`. REQUIRES: CheckParallelFits accepted (model, pp, vpp).
+// The pp * vpp chunks of `model`. REQUIRES: ChunksFit(model, chunks).
 std::vector<ChunkSpec> ChunkLayout(const ModelSpec& model, int64_t chunks);
 
 // Whether chunk `c` needs the word embedding matrix (embedding, decoder-input embedding, or a

@@ -1,11 +1,13 @@
 #include "runtime/model.h"
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
 
 #include "base/rng.h"
+#include "model/chunk_cut.h"
 
 namespace sluice::runtime {
 namespace {
@@ -299,13 +301,11 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
     return InvalidArgumentError(fmt::format("model shard: pipeline rank {} of pp {} x vpp {}",
                                             pp_index, pp, vpp));
   }
-  const bool fits = enc_dec ? (chunks == 1 || (chunks % 2 == 0 && model.layers % (chunks / 2) == 0 &&
-                                               model.decoder_layers % (chunks / 2) == 0))
-                            : model.layers % chunks == 0;
-  if (!fits) {
+  if (!ChunksFit(model, chunks)) {
     return InvalidArgumentError(fmt::format(
-        "model '{}' ({} + {} layers) cannot be cut into pp * vpp = {} chunks", model.name,
-        model.layers, model.decoder_layers, chunks));
+        "model '{}' ({} + {} layers) cannot be cut into pp * vpp = {} chunks (allowed: {})",
+        model.name, model.layers, model.decoder_layers, chunks,
+        fmt::join(AllowedChunkCounts(model), ", ")));
   }
   std::unique_ptr<ModelShard> shard(new ModelShard());
   shard->model_ = model;

@@ -78,11 +78,14 @@ struct LayoutCase {
   int64_t pp, vpp;
 };
 
+void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.name; }
+
 std::vector<LayoutCase> LayoutCases() {
   return {{"gpt_pp2", Preset("gpt-tiny"), 2, 1}, {"gpt_pp2_vpp2", Preset("gpt-tiny"), 2, 2},
           {"gpt6_pp3", Gpt6(), 3, 1},            {"gpt6_pp3_vpp2", Gpt6(), 3, 2},
           {"t5_pp1", Preset("t5-tiny"), 1, 1},   {"t5_pp2", Preset("t5-tiny"), 2, 1},
-          {"t5_pp2_vpp2", Preset("t5-tiny"), 2, 2}, {"t5x3_pp3_vpp2", T5With3(), 3, 2}};
+          {"t5_pp2_vpp2", Preset("t5-tiny"), 2, 2}, {"t5x3_pp3", T5With3(), 3, 1},
+          {"t5x3_pp3_vpp2", T5With3(), 3, 2}};
 }
 
 class LayoutTest : public ::testing::TestWithParam<LayoutCase> {};
@@ -160,6 +163,15 @@ TEST(LayoutTest, WordEmbeddingRanks) {
   ModelSpec t5 = T5With3();
   t5.tied_embeddings = false;
   EXPECT_EQ(WordEmbeddingRanks(t5, 3, 2), (std::vector<int64_t>{0, 2}));
+  // T5 3 + 3 at 3 chunks: chunk 1 holds encoder layer 2 and decoder layer 0, so it ends the
+  // encoder and embeds the decoder inputs (rank 1); the tied head is on rank 2.
+  const std::vector<ChunkSpec> spans = ChunkLayout(T5With3(), 3);
+  EXPECT_EQ(spans[1].layers.encoder_layers, 1);
+  EXPECT_EQ(spans[1].layers.decoder_layers, 1);
+  EXPECT_TRUE(spans[1].ends_encoder);
+  EXPECT_EQ(spans[2].first_decoder_layer, 1);
+  EXPECT_EQ(WordEmbeddingRanks(T5With3(), 3, 1), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(WordEmbeddingRanks(t5, 3, 1), (std::vector<int64_t>{0, 1}));
 }
 
 TEST(BucketRangesTest, CoverEveryElementOnceInProportion) {

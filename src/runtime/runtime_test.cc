@@ -195,13 +195,11 @@ std::vector<Case> Cases() {
       }
       cases.push_back({fmt::format("gpt_interleaved_pp{}_dp{}", pp, dp), gpt, dp, pp, 2,
                        "interleaved"});
-      // Encoder-decoder cuts need an even chunk count: pp 3 runs only with vpp 2.
-      if (pp == 2) {
-        for (const std::string& s : flat) {
-          cases.push_back({fmt::format("t5_{}_pp2_dp{}", s, dp), "t5-tiny", dp, 2, 1, s});
-        }
-      }
+      // T5 3 + 3 at pp 3: chunk 1 holds the encoder's last layer and the decoder's first.
       const std::string t5 = pp == 2 ? "t5-tiny" : "t5-tiny-3";
+      for (const std::string& s : flat) {
+        cases.push_back({fmt::format("t5_{}_pp{}_dp{}", s, pp, dp), t5, dp, pp, 1, s});
+      }
       cases.push_back({fmt::format("t5_interleaved_pp{}_dp{}", pp, dp), t5, dp, pp, 2,
                        "interleaved"});
       if (pp == 3) {

@@ -98,7 +98,9 @@ INSTANTIATE_TEST_SUITE_P(
                       SweepCase{"gpt-6.7b", 2, 4, 1, ScheduleKind::kZbH1, "multipack", 3},
                       SweepCase{"gpt-6.7b", 2, 4, 1, ScheduleKind::k1F1B, "dynapipe", 1, 2},
                       SweepCase{"t5-11b", 2, 8, 1, ScheduleKind::k1F1B, "dynapipe"},
-                      SweepCase{"t5-11b", 1, 8, 1, ScheduleKind::kAdaptive, "sorted"}),
+                      SweepCase{"t5-11b", 1, 8, 1, ScheduleKind::kAdaptive, "sorted"},
+                      // 3 chunks: the middle one ends the encoder and starts the decoder.
+                      SweepCase{"t5-11b", 1, 3, 1, ScheduleKind::kZbH1, "dynapipe", 1, 4}),
     [](const ::testing::TestParamInfo<SweepCase>& info) {
       std::string name = fmt::format("{}_{}_{}_dp{}_pp{}_vpp{}_zero{}_tp{}",
                                      info.param.model[0] == 'g' ? "gpt" : "t5", info.param.method,

@@ -1,0 +1,52 @@
+// How a model's layers are cut into pipeline chunks: the one rule the batching cost evaluator,
+// the plan's boundary shapes, the lowering's gradient buckets and the runtime's model shards
+// share (each used to carry its own copy).
+//
+// There are pp * vpp chunks in pipeline order; chunk c runs on pipeline rank c % pp.
+//  - Decoder-only: `layers` split evenly (pp * vpp divides layers); the embedding on chunk 0, the
+//    final LayerNorm and output head on the last chunk.
+//  - Encoder-decoder, one chunk: both stacks.
+//  - Encoder-decoder, pp * vpp even and pp * vpp / 2 dividing both stacks: the first half of the
+//    chunks cut the encoder stack evenly, the second half the decoder stack (Megatron-LM's
+//    pipeline split rank at the middle).
+//  - Encoder-decoder otherwise: the concatenated stack [encoder layers; decoder layers] is cut
+//    into pp * vpp runs of (layers + decoder_layers) / (pp * vpp) consecutive layers, so one chunk
+//    may hold the encoder's last layers and the decoder's first (T5 3 + 3 at pp = 3: [e0 e1],
+//    [e2 | d0], [d1 d2]). When both stacks have the same depth the two rules agree wherever both
+//    apply.
+// The chunk holding the encoder's last layer "ends the encoder": it applies the encoder's final
+// LayerNorm and embeds the decoder inputs, so every boundary from that chunk on carries the
+// encoder output and the decoder hidden state.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model_spec.h"
+
+namespace sluice {
+
+// The layers of one chunk; indices count within their stack.
+struct ChunkCut {
+  int64_t first_encoder_layer = 0;
+  int64_t encoder_layers = 0;  // kEncoder layers (all layers of a decoder-only model)
+  int64_t first_decoder_layer = 0;
+  int64_t decoder_layers = 0;
+  bool ends_encoder = false;  // encoder-decoder: holds the encoder's final LN + decoder embedding
+
+  friend bool operator==(const ChunkCut&, const ChunkCut&) = default;
+};
+
+// Whether `model` can be cut into `chunks` (>= 1) chunks by the rules above.
+bool ChunksFit(const ModelSpec& model, int64_t chunks);
+// Every chunk count ChunksFit accepts, ascending.
+std::vector<int64_t> AllowedChunkCounts(const ModelSpec& model);
+// The chunks, in pipeline order. REQUIRES: ChunksFit(model, chunks).
+std::vector<ChunkCut> CutIntoChunks(const ModelSpec& model, int64_t chunks);
+// Encoder-decoder: the index of the chunk that ends the encoder; -1 for decoder-only models.
+// O(1), no allocation. REQUIRES: ChunksFit(model, chunks).
+int64_t EncoderEndChunk(const ModelSpec& model, int64_t chunks);
+
+}  // namespace sluice

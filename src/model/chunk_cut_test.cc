@@ -1,0 +1,107 @@
+#include "model/chunk_cut.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace sluice {
+namespace {
+
+ModelSpec EncDec(int64_t layers, int64_t decoder_layers) {
+  ModelSpec m = *ModelPreset("t5-tiny");
+  m.layers = layers;
+  m.decoder_layers = decoder_layers;
+  return m;
+}
+
+// {first_encoder_layer, encoder_layers, first_decoder_layer, decoder_layers, ends_encoder}.
+ChunkCut Cut(int64_t fe, int64_t e, int64_t fd, int64_t d, bool ends) { return {fe, e, fd, d, ends}; }
+
+TEST(ChunkCutTest, DecoderOnlySplitsEvenly) {
+  const ModelSpec gpt = *ModelPreset("gpt-6.7b");  // 32 layers
+  EXPECT_TRUE(ChunksFit(gpt, 8));
+  EXPECT_FALSE(ChunksFit(gpt, 3));
+  EXPECT_FALSE(ChunksFit(gpt, 64));
+  EXPECT_FALSE(ChunksFit(gpt, 0));
+  EXPECT_EQ(AllowedChunkCounts(gpt), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(CutIntoChunks(gpt, 4),
+            (std::vector<ChunkCut>{Cut(0, 8, 0, 0, false), Cut(8, 8, 0, 0, false),
+                                   Cut(16, 8, 0, 0, false), Cut(24, 8, 0, 0, false)}));
+  EXPECT_EQ(EncoderEndChunk(gpt, 4), -1);
+}
+
+TEST(ChunkCutTest, EncoderDecoderOneChunkHoldsBoth) {
+  const ModelSpec t5 = EncDec(3, 3);
+  EXPECT_EQ(CutIntoChunks(t5, 1), (std::vector<ChunkCut>{Cut(0, 3, 0, 3, true)}));
+  EXPECT_EQ(EncoderEndChunk(t5, 1), 0);
+}
+
+TEST(ChunkCutTest, EncoderDecoderSplitsAtTheMiddleWhenBothStacksDivide) {
+  // 4 + 2 layers over 4 chunks: runs of 6/4 do not exist, the middle split does.
+  const ModelSpec m = EncDec(4, 2);
+  ASSERT_TRUE(ChunksFit(m, 4));
+  EXPECT_EQ(CutIntoChunks(m, 4),
+            (std::vector<ChunkCut>{Cut(0, 2, 0, 0, false), Cut(2, 2, 0, 0, true),
+                                   Cut(0, 0, 0, 1, false), Cut(0, 0, 1, 1, false)}));
+  EXPECT_EQ(EncoderEndChunk(m, 4), 1);
+}
+
+TEST(ChunkCutTest, EncoderDecoderRunsSpanTheStackBoundary) {
+  const ModelSpec t5 = EncDec(3, 3);
+  ASSERT_TRUE(ChunksFit(t5, 3));
+  EXPECT_EQ(CutIntoChunks(t5, 3),
+            (std::vector<ChunkCut>{Cut(0, 2, 0, 0, false), Cut(2, 1, 0, 1, true),
+                                   Cut(0, 0, 1, 2, false)}));
+  EXPECT_EQ(EncoderEndChunk(t5, 3), 1);
+  // 4 + 2 over 3 chunks: the encoder ends exactly at a chunk's end.
+  const ModelSpec m = EncDec(4, 2);
+  EXPECT_EQ(CutIntoChunks(m, 3),
+            (std::vector<ChunkCut>{Cut(0, 2, 0, 0, false), Cut(2, 2, 0, 0, true),
+                                   Cut(0, 0, 0, 2, false)}));
+  EXPECT_EQ(EncoderEndChunk(m, 3), 1);
+  // 1 + 5 over 6 chunks: the first chunk ends the encoder.
+  const ModelSpec shallow = EncDec(1, 5);
+  EXPECT_EQ(EncoderEndChunk(shallow, 6), 0);
+  EXPECT_TRUE(CutIntoChunks(shallow, 6)[0].ends_encoder);
+}
+
+TEST(ChunkCutTest, EveryAllowedCountCutsEachLayerOnceAndEndsTheEncoderOnce) {
+  for (const auto& [layers, dec] : std::vector<std::pair<int64_t, int64_t>>{
+           {3, 3}, {24, 24}, {24, 6}, {5, 7}, {1, 1}, {2, 9}}) {
+    const ModelSpec m = EncDec(layers, dec);
+    for (int64_t chunks = 1; chunks <= layers + dec + 2; ++chunks) {
+      const std::vector<int64_t> allowed = AllowedChunkCounts(m);
+      const bool listed = std::find(allowed.begin(), allowed.end(), chunks) != allowed.end();
+      ASSERT_EQ(ChunksFit(m, chunks), listed) << layers << "+" << dec << " chunks " << chunks;
+      if (!listed) continue;
+      int64_t next_enc = 0, next_dec = 0, ends = 0;
+      const std::vector<ChunkCut> cuts = CutIntoChunks(m, chunks);
+      for (size_t c = 0; c < cuts.size(); ++c) {
+        const ChunkCut& k = cuts[c];
+        EXPECT_GT(k.encoder_layers + k.decoder_layers, 0);
+        if (k.encoder_layers > 0) {
+          EXPECT_EQ(k.first_encoder_layer, next_enc);
+          EXPECT_EQ(next_dec, 0) << "encoder layers after decoder layers";
+        }
+        if (k.decoder_layers > 0) {
+          EXPECT_EQ(k.first_decoder_layer, next_dec);
+        }
+        next_enc += k.encoder_layers;
+        next_dec += k.decoder_layers;
+        if (k.ends_encoder) {
+          ++ends;
+          EXPECT_EQ(static_cast<int64_t>(c), EncoderEndChunk(m, chunks));
+          EXPECT_EQ(next_enc, layers);
+        }
+      }
+      EXPECT_EQ(next_enc, layers);
+      EXPECT_EQ(next_dec, dec);
+      EXPECT_EQ(ends, 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice
