@@ -10,9 +10,9 @@
 #      that table (--cost profiled:TABLE) on a cluster spec of this machine (CLUSTER);
 #   3. `sluice simulate` predicts each plan (iteration time, real tokens, per-rank peak memory);
 #   4. `sluice train --plan ...` executes exactly those plans (--nproc NPROC, Gloo) and records
-#      per-iteration time, real tokens and peak resident memory (--metrics);
+#      per-iteration time, real tokens, peak tensor bytes and peak resident memory (--metrics);
 #   5. a table: real tokens/s measured and predicted per run, the ratios to the first run (the
-#      baseline), peak memory.
+#      baseline), peak tensor memory measured and predicted, peak resident memory.
 # Iterations every run planned are compared; the first of them is warm-up (not counted).
 #
 # Usage, from the repository root, knobs as environment variables (defaults below):
@@ -118,24 +118,26 @@ for run in runs:
     s = sims[1:]
     pred_t = sum(x["iteration_time_ns"] for x in s) * 1e-9
     pred_tok = sum(x["real_tokens"] for x in s)
-    meas, rss = [], []
+    meas, rss, tens = [], [], []
     for rep in range(1, repeats + 1):
         metrics = [json.loads(l) for l in open(f"{d}/metrics-{rep}.jsonl") if l.strip()]
         assert len(metrics) == len(sims), (run, rep, len(metrics), len(sims))
         m = metrics[1:]
         meas.append(sum(x["tokens"] for x in m) / sum(x["time_s"] for x in m))
         rss.append(max(x["peak_rss_bytes"] for x in metrics) / 1e6)
+        tens.append(max(x.get("peak_tensor_bytes", -1) for x in metrics) / 1e6)
         mbs = sum(x["micro_batches"] for x in m) / len(m)
     rows[run] = dict(iters=len(s), mbs=mbs, meas=statistics.median(meas), lo=min(meas),
-                     hi=max(meas), pred=pred_tok / pred_t, rss=max(rss),
+                     hi=max(meas), pred=pred_tok / pred_t, rss=max(rss), tens=max(tens),
                      pmem=max(r["peak_memory_bytes"] for x in sims for r in x["ranks"]) / 1e6)
 print()
 print(f"{'plan':<18} {'iters':>5} {'mb/iter':>7} {'measured tok/s (min-max)':>25}"
-      f" {'predicted tok/s':>15} {'pred/meas':>9} {'peak RSS MB':>11} {'pred. peak MB':>13}")
+      f" {'predicted tok/s':>15} {'pred/meas':>9} {'peak tensors MB':>15} {'pred. peak MB':>13}"
+      f" {'peak RSS MB':>11}")
 for run, r in rows.items():
     measured = f"{r['meas']:.0f} ({r['lo']:.0f}-{r['hi']:.0f})"
     print(f"{run:<18} {r['iters']:>5} {r['mbs']:>7.1f} {measured:>25} {r['pred']:>15.0f}"
-          f" {r['pred'] / r['meas']:>9.2f} {r['rss']:>11.0f} {r['pmem']:>13.1f}")
+          f" {r['pred'] / r['meas']:>9.2f} {r['tens']:>15.1f} {r['pmem']:>13.1f} {r['rss']:>11.0f}")
 print(f"(measured: median over {repeats} repeats of real tokens / training time)")
 print()
 base = rows[runs[0]]
@@ -143,6 +145,8 @@ for run in runs[1:]:
     r = rows[run]
     print(f"{run} / {runs[0]}: measured {r['meas'] / base['meas']:.3f}x, "
           f"predicted {r['pred'] / base['pred']:.3f}x")
-print("peak RSS: the largest resident set of any rank (libtorch and the process included); "
-      "predicted: the simulator's per-rank peak (model states + activations + buffers)")
+print("peak tensors: the most CPU tensor bytes any rank held at once (parameters, gradients, "
+      "AdamW states, activations, transfer buffers); predicted: the simulator's per-rank peak "
+      "(model states + activations + buffers); peak RSS: the largest resident set of any rank "
+      "(libtorch and the process included)")
 EOF

@@ -19,9 +19,10 @@ bool SplitsAtMiddle(const ModelSpec& model, int64_t chunks) {
 
 bool ChunksFit(const ModelSpec& model, int64_t chunks) {
   if (chunks < 1) return false;
-  if (!model.is_encoder_decoder()) return chunks <= model.layers && model.layers % chunks == 0;
+  // With at least one layer, chunks > layers leaves a remainder.
+  if (!model.is_encoder_decoder()) return model.layers % chunks == 0;
   const int64_t total = model.layers + model.decoder_layers;
-  return chunks == 1 || SplitsAtMiddle(model, chunks) || total % chunks == 0;
+  return chunks == 1 || SplitsAtMiddle(model, chunks) || (total > 0 && total % chunks == 0);
 }
 
 std::vector<int64_t> AllowedChunkCounts(const ModelSpec& model) {

@@ -14,6 +14,9 @@
 //    may hold the encoder's last layers and the decoder's first (T5 3 + 3 at pp = 3: [e0 e1],
 //    [e2 | d0], [d1 d2]). When both stacks have the same depth the two rules agree wherever both
 //    apply.
+// A model with no layers (`sluice profile`'s head-only probe; ModelSpec validation requires
+// layers >= 1 of user models) cuts into any number of empty decoder-only chunks, or into 1 or 2
+// encoder-decoder chunks.
 // The chunk holding the encoder's last layer "ends the encoder": it applies the encoder's final
 // LayerNorm and embeds the decoder inputs, so every boundary from that chunk on carries the
 // encoder output and the decoder hidden state.

@@ -30,6 +30,17 @@ TEST(ChunkCutTest, DecoderOnlySplitsEvenly) {
             (std::vector<ChunkCut>{Cut(0, 8, 0, 0, false), Cut(8, 8, 0, 0, false),
                                    Cut(16, 8, 0, 0, false), Cut(24, 8, 0, 0, false)}));
   EXPECT_EQ(EncoderEndChunk(gpt, 4), -1);
+  // No layers: empty chunks (the profiler's head-only probe), embedding and head apart.
+  ModelSpec head_only = gpt;
+  head_only.layers = 0;
+  EXPECT_TRUE(ChunksFit(head_only, 2));
+  EXPECT_EQ(CutIntoChunks(head_only, 2), (std::vector<ChunkCut>(2)));
+  ModelSpec enc_dec_head = *ModelPreset("t5-tiny");
+  enc_dec_head.layers = 0;
+  enc_dec_head.decoder_layers = 0;
+  EXPECT_TRUE(ChunksFit(enc_dec_head, 2));
+  EXPECT_FALSE(ChunksFit(enc_dec_head, 3));
+  EXPECT_EQ(EncoderEndChunk(enc_dec_head, 2), 0);
 }
 
 TEST(ChunkCutTest, EncoderDecoderOneChunkHoldsBoth) {

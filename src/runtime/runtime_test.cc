@@ -342,6 +342,21 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     }
   }
   EXPECT_EQ(seen.size(), expected.size()) << "some parameters are on no rank";
+
+  // The reported peak tensor bytes of the rank that peaked cover at least its model states:
+  // fp32 weights, gradients and the two AdamW moments, 16 bytes per parameter.
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json m = nlohmann::json::parse(line);
+    ASSERT_TRUE(m.contains("peak_tensor_bytes")) << line;
+    const int64_t rank = m.at("peak_tensor_rank").get<int64_t>();
+    StatusOr<std::vector<NamedValues>> got = ReadNamedValues(dir + "/" + GradDumpName(0, rank));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    int64_t params = 0;
+    for (const NamedValues& v : *got) params += static_cast<int64_t>(v.values.size());
+    EXPECT_GE(m.at("peak_tensor_bytes").get<int64_t>(), 16 * params) << line;
+  }
   std::printf("largest relative error: loss %.2e, gradient %.2e (%zu parameters, %zu shapes)\n",
               std::max(std::abs(losses[0] / ref->losses[0] - 1),
                        std::abs(losses[1] / ref->losses[1] - 1)),

@@ -24,6 +24,7 @@
 #include "runtime/dump.h"
 #include "runtime/executor.h"
 #include "runtime/layout.h"
+#include "runtime/memory_stats.h"
 #include "runtime/model.h"
 #include "runtime/plan_package.h"
 #include "runtime/plan_service.h"
@@ -82,12 +83,14 @@ void InjectFault(const FaultSpec& f, int64_t rank, int64_t iteration) {
 struct RankStats {
   double loss = 0;
   int64_t start_ns = 0, end_ns = 0, peak_rss = 0, compute_ns = 0, wait_ns = 0;
+  int64_t peak_tensors = -1;  // peak CPU tensor bytes (CpuMemoryCounter); -1: not counted
 };
 
 std::string StatsToText(const RankStats& s) {
   return nlohmann::json{{"loss", s.loss},          {"start_ns", s.start_ns},
                         {"end_ns", s.end_ns},      {"peak_rss", s.peak_rss},
-                        {"compute_ns", s.compute_ns}, {"wait_ns", s.wait_ns}}
+                        {"compute_ns", s.compute_ns}, {"wait_ns", s.wait_ns},
+                        {"peak_tensors", s.peak_tensors}}
       .dump();
 }
 
@@ -101,6 +104,7 @@ StatusOr<RankStats> StatsFromText(const std::string& text) {
   s.peak_rss = j.value("peak_rss", int64_t{0});
   s.compute_ns = j.value("compute_ns", int64_t{0});
   s.wait_ns = j.value("wait_ns", int64_t{0});
+  s.peak_tensors = j.value("peak_tensors", int64_t{-1});
   return s;
 }
 
@@ -128,6 +132,8 @@ class Trainer {
       // would block on them. The process exits right after.
       (void)comm_.release();
       if (service_) (void)service_.release();
+      // The counting allocator stays installed: threads left running may still allocate.
+      (void)memory_.release();
       // Bad input (a plan for another job) is found by every rank on its own: report it as such.
       if (posted && s.code() != StatusCode::kInvalidArgument) {
         return FailedPreconditionError(fmt::format("stopping: {}", *posted));
@@ -166,6 +172,15 @@ class Trainer {
       std::error_code ec;
       if (!dir.empty()) std::filesystem::create_directories(dir, ec);
       if (ec) return IoError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
+    }
+    // Count tensor bytes from before the first parameter on: parameters, gradients, optimizer
+    // states, activations and transfer buffers (the simulator's peak counts the same things).
+    if (StatusOr<std::unique_ptr<CpuMemoryCounter>> counter = CpuMemoryCounter::Install();
+        counter.ok()) {
+      memory_ = std::move(*counter);
+    } else if (env_.rank == 0) {
+      fmt::print(stderr, "sluice train: peak tensor memory is not reported: {}\n",
+                 counter.status().message());
     }
     // Validate the model before the rendezvous so that bad input fails fast on every rank.
     SLUICE_ASSIGN_OR_RETURN(shard_, ModelShard::Create(o_.model, par.pp, par.vpp,
@@ -276,11 +291,12 @@ class Trainer {
       InjectFault(o_.fault, env_.rank, i);
       const SampleTable samples = MakeSampleTable(p.samples);
       ResetPeakRss();
+      if (memory_) memory_->ResetPeak();
       Executor::BeforeStep dump;
       if (!o_.dump_dir.empty()) dump = [this, i] { return DumpGrads(i); };
       SLUICE_ASSIGN_OR_RETURN(IterationResult r, executor_->Run(p.plan, samples, i, dump));
       RankStats stats{r.loss, r.start_ns, r.end_ns, PeakRss(), r.compute.nanos(),
-                      r.waiting.nanos()};
+                      r.waiting.nanos(), memory_ ? memory_->peak().count() : -1};
       SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
       if (env_.rank == 0) {
         IterationInfo info{i, p.batch_index, 0, 0};
@@ -314,6 +330,7 @@ class Trainer {
   Status Report(const IterationInfo& info) {
     double loss = 0;
     int64_t start = INT64_MAX, end = 0, peak = 0, peak_rank = 0;
+    int64_t tensors = -1, tensors_rank = 0;
     for (int64_t r = 0; r < env_.world_size; ++r) {
       watchdog_->BeginWait(fmt::format("the figures of iteration {}", info.iteration), r);
       StatusOr<std::string> text = comm_->store().GetString(StatsKey(info.iteration, r));
@@ -328,6 +345,10 @@ class Trainer {
         peak = s.peak_rss;
         peak_rank = r;
       }
+      if (s.peak_tensors > tensors) {
+        tensors = s.peak_tensors;
+        tensors_rank = r;
+      }
     }
     const double seconds = static_cast<double>(end - start) * 1e-9;
     const double tps = seconds > 0 ? static_cast<double>(info.tokens) / seconds : 0;
@@ -338,25 +359,32 @@ class Trainer {
     losses_.push_back(loss);
     if (o_.print) {
       progress_->Clear();
+      const std::string tensor_text =
+          tensors >= 0 ? fmt::format("peak tensors {:.1f} MB (rank {}), ",
+                                     static_cast<double>(tensors) / 1e6, tensors_rank)
+                       : std::string();
       fmt::print("iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
-                 "{:.3f} s, {:>7.0f} tokens/s | peak RSS {:.0f} MB (rank {})\n",
+                 "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {})\n",
                  info.iteration, info.batch_index, loss, info.micro_batches, info.tokens,
-                 seconds, tps, static_cast<double>(peak) / 1e6, peak_rank);
+                 seconds, tps, tensor_text, static_cast<double>(peak) / 1e6, peak_rank);
       std::fflush(stdout);
       progress_->Add();
     }
     if (metrics_.is_open()) {
-      metrics_ << nlohmann::json{{"iteration", info.iteration},
-                                 {"batch", info.batch_index},
-                                 {"loss", loss},
-                                 {"tokens", info.tokens},
-                                 {"micro_batches", info.micro_batches},
-                                 {"time_s", seconds},
-                                 {"tokens_per_s", tps},
-                                 {"peak_rss_bytes", peak},
-                                 {"peak_rss_rank", peak_rank}}
-                      .dump()
-               << "\n";
+      nlohmann::json line{{"iteration", info.iteration},
+                          {"batch", info.batch_index},
+                          {"loss", loss},
+                          {"tokens", info.tokens},
+                          {"micro_batches", info.micro_batches},
+                          {"time_s", seconds},
+                          {"tokens_per_s", tps},
+                          {"peak_rss_bytes", peak},
+                          {"peak_rss_rank", peak_rank}};
+      if (tensors >= 0) {
+        line["peak_tensor_bytes"] = tensors;
+        line["peak_tensor_rank"] = tensors_rank;
+      }
+      metrics_ << line.dump() << "\n";
       metrics_.flush();
     }
     return Status::Ok();
@@ -415,6 +443,8 @@ class Trainer {
 
   const TrainOptions& o_;
   const DistEnv env_;
+  // First member: destroyed last, after every tensor the trainer owns.
+  std::unique_ptr<CpuMemoryCounter> memory_;
   std::unique_ptr<ModelShard> shard_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Watchdog> watchdog_;

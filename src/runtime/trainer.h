@@ -8,7 +8,9 @@
 // the Planner on the global batches (or reads --plan files) up to `lookahead` iterations ahead
 // of rank 0's own execution and publishes each as a PlanPackage (plan_package.h); batches that
 // cannot be planned within memory are skipped with a note. Rank 0 prints one line per iteration
-// (loss, real tokens/s, peak resident memory over ranks) with a progress bar, and a summary.
+// (loss, real tokens/s, peak tensor bytes and peak resident memory over ranks) with a progress
+// bar, and a summary. Tensor bytes are counted by a CpuMemoryCounter (memory_stats.h) installed
+// for the trainer's lifetime.
 //
 // Outputs: `trace_dir`/trace-rank-R.json per rank and trace.json merged by rank 0
 // (trace_recorder.h); `metrics_path`: one JSON object per iteration; `dump_dir`: each
