@@ -52,6 +52,13 @@ expect batch-seqlen-too-long 2 "max position" -- batch --max-seqlen 100000
 expect batch-states-oom 2 "model states" -- batch --parallel dp=8
 expect batch-all-oom 1 "no plan that fits memory" -- batch --parallel dp=1,pp=8 --memory-limit 20000 --max-seqlen 8192 --data long-context --samples 50 --iterations 1 --method padding
 expect batch-bad-long 2 "clip" -- batch --long keep
+# Number flags reject nan, inf and out-of-range values naming what is allowed.
+expect batch-memory-nan 2 "--memory-limit: 'nan' is not allowed; allowed: a size in MB" -- batch --memory-limit nan
+expect batch-mbs-negative 2 "--mbs: '-1' is not allowed; allowed: an integer >= 0" -- batch --mbs -1
+expect plan-memory-inf 2 "--memory-limit: 'inf' is not allowed" -- plan --memory-limit inf
+expect cost-show-mbs-zero 2 "--mbs: '0' is not allowed; allowed: an integer >= 1" -- cost show --mbs 0
+expect cost-fit-sharpness-nan 2 "--fixed-sharpness: 'nan' is not allowed" -- cost fit --fixed-sharpness nan
+expect stats-samples-negative 2 "--samples: '-5' is not allowed" -- data stats --samples -5
 
 # plan, plan check, plan csv
 expect plan-default 0 "makespan .* bubble" -- plan --iterations 2 --out "$tmp/plan.json"

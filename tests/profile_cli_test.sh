@@ -26,6 +26,9 @@ expect plan-profiled 0 "\(2 planned, 0 out of memory\)" -- plan --model gpt-tiny
   "$root/examples/cluster-cpu-2.json" --parallel pp=2 --tokens-per-batch 256 --max-seqlen 64 \
   --iterations 2 --cost "profiled:$table" --show 0
 
+# sluice train's number flags (rejected before any process starts).
+expect train-lr-nan 2 "--lr: 'nan' is not allowed; allowed: a number in \(0, 1000\]" -- train --lr nan
+expect train-threads-negative 2 "--threads: '-1' is not allowed" -- train --threads -1
 expect bad-mbs 2 "--mbs: micro-batch size 0 is out of range \(allowed: 1 to" -- profile --mbs 0,1 --out "$tmp/x.json"
 expect bad-seqlen 2 "--seqlen: .*4097.*max_position" -- profile --seqlen 4097 --out "$tmp/x.json"
 expect bad-recompute 2 "--recompute: 'some'.*none, selective, full" -- profile --recompute some --out "$tmp/x.json"

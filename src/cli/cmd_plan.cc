@@ -207,7 +207,7 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
                 "PATH-<batch>.json per batch")
       ->type_name("FILE");
   p->add_option("--show", flags->show, "Print micro-batches of this many first batches")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"))
       ->capture_default_str();
   // `plan` runs only when neither `plan check` nor `plan csv` was chosen.
   p->callback([p, state, flags] {

@@ -130,7 +130,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "MASTER_PORT; default port 29500)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   t->add_option("--lr", flags->lr, "AdamW learning rate")
-      ->check(CLI::PositiveNumber)
+      ->check(NumberCheck(0, true, 1e3, "a number in (0, 1000]"))
       ->capture_default_str();
   t->add_option("--trace-dir", flags->trace_dir,
                 "Write Chrome/Perfetto traces: trace-rank-R.json per rank and trace.json")
@@ -151,7 +151,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       ->type_name("DIR");
   t->add_option("--threads", flags->threads,
                 "Intra-op threads per rank (0 = cores / local ranks)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NumberCheck(0, false, 4096, "an integer in [0, 4096], 0 = cores / local ranks"))
       ->capture_default_str();
   t->add_option("--lookahead", flags->lookahead,
                 "Plans rank 0 keeps ready beyond the running iteration")

@@ -27,10 +27,10 @@ void AddScenarioFlags(CLI::App* app, ScenarioFlags* f) {
       ->capture_default_str();
   app->add_option("--memory-limit", f->memory_limit_mb,
                   "Per-device memory budget in MB (10^6 bytes); default: the device's memory")
-      ->check(CLI::PositiveNumber);
+      ->check(NumberCheck(0, true, 1e9, "a size in MB in (0, 1e9]"));
   app->add_option("--samples", f->samples,
                   "Generator presets: samples to generate (0 = 20000); files: first N samples")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"));
   AddSeedFlag(app, &f->seed);
 }
 
