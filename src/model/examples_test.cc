@@ -41,5 +41,21 @@ TEST(ModelExamplesTest, ExampleFilesParseAndFitTogether) {
   EXPECT_TRUE(fits.ok()) << fits.ToString();
 }
 
+// The T5 3 + 3 example is t5-tiny one layer deeper per stack: it cuts into 3 pipeline chunks,
+// the middle one holding the encoder's end and the decoder's start (docs/runtime.md).
+TEST(ModelExamplesTest, T5Tiny3IsTheTinyPresetCutIntoThreeChunks) {
+  StatusOr<ModelSpec> model = ResolveModel(Example("model-t5-tiny-3.json"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ModelSpec preset = *ModelPreset("t5-tiny");
+  preset.name = "t5-tiny-3";
+  preset.layers = 3;
+  preset.decoder_layers = 3;
+  EXPECT_EQ(*model, preset);
+  ParallelConfig pp3;
+  pp3.pp = 3;
+  EXPECT_TRUE(CheckParallelFits(pp3, *model, nullptr, "test").ok());
+  EXPECT_FALSE(CheckParallelFits(pp3, *ModelPreset("t5-tiny"), nullptr, "test").ok());
+}
+
 }  // namespace
 }  // namespace sluice
