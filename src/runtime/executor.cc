@@ -5,6 +5,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 #include "plan/instruction.h"
 #include "runtime/layout.h"
@@ -21,7 +22,11 @@ struct StageRun {
   at::Tensor labels;     // last stage
   Tensors outputs;       // graph-connected outputs (or the loss on the last stage)
   bool replay = false;   // recompute "full": outputs carry no graph until replayed
-  Tensors grad_outputs;  // kept from backward-input for backward-weight
+  Tensors grad_outputs;  // the gradients of `outputs` (backward-input reads them)
+  // Split backward (backward-input, then backward-weight): the ops the forward recorded and the
+  // gradients of their outputs from backward-input (model.h, WeightGradTape).
+  std::unique_ptr<WeightGradTape> tape;
+  Tensors tape_grads;
 };
 
 struct Transfer {
@@ -63,6 +68,9 @@ class IterationRun {
     SLUICE_ASSIGN_OR_RETURN(const int64_t labels, GlobalLabelTokens(plan_, samples_));
     loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(labels, 1));
     SLUICE_RETURN_IF_ERROR(PrepareBuckets());
+    for (const Instruction& in : program_.instructions) {
+      if (in.op == OpKind::kBackwardInput) split_.insert(Key(in));
+    }
     slots_.assign(static_cast<size_t>(program_.buffer_slots), Tensors{});
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& in = program_.instructions[i];
@@ -248,12 +256,14 @@ class IterationRun {
       run.inputs.push_back(in.stage == 0 ? t : t.detach().requires_grad_(true));
     }
     run.replay = in.recompute == Recompute::kFull;
+    if (split_.count(Key(in)) > 0) run.tape = std::make_unique<WeightGradTape>();
     Tensors outputs;
     if (run.replay) {
       torch::NoGradGuard no_grad;
       outputs = chunk->Forward(run.inputs, run.labels, *mb, false);
     } else {
-      outputs = chunk->Forward(run.inputs, run.labels, *mb, in.recompute == Recompute::kSelective);
+      outputs = chunk->Forward(run.inputs, run.labels, *mb, in.recompute == Recompute::kSelective,
+                               run.tape.get());
     }
     if (last) {
       loss_ += outputs.at(0).item<double>();
@@ -280,7 +290,7 @@ class IterationRun {
     const bool last = in.stage == num_stages_ - 1;
     if (run.replay) {  // recompute "full": replay the forward with a graph
       SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
-      run.outputs = chunk->Forward(run.inputs, run.labels, *mb, false);
+      run.outputs = chunk->Forward(run.inputs, run.labels, *mb, false, run.tape.get());
       run.replay = false;
     }
     if (last) {
@@ -302,10 +312,25 @@ class IterationRun {
       torch::autograd::backward(run.outputs, run.grad_outputs, /*retain_graph=*/false,
                                 /*create_graph=*/false, targets);
       for (const at::Tensor& x : leaves) input_grads.push_back(x.grad());
-    } else if (!leaves.empty()) {
-      input_grads = torch::autograd::grad(run.outputs, leaves, run.grad_outputs,
-                                          /*retain_graph=*/true, /*create_graph=*/false,
-                                          /*allow_unused=*/true);
+    } else {
+      // Input gradients and the gradients of every recorded op output in one pass; no parameter
+      // is asked for, so autograd skips every weight branch (backward-weight computes them).
+      if (!run.tape) return InternalError("backward-input without a recorded forward");
+      if (!run.tape->Covers(chunk->parameters())) {
+        return InternalError("the forward's tape misses parameters of the chunk");
+      }
+      Tensors targets = leaves;
+      for (at::Tensor& t : run.tape->Outputs()) targets.push_back(std::move(t));
+      Tensors grads = torch::autograd::grad(run.outputs, targets, run.grad_outputs,
+                                            /*retain_graph=*/false, /*create_graph=*/false,
+                                            /*allow_unused=*/true);
+      input_grads.assign(grads.begin(), grads.begin() + static_cast<std::ptrdiff_t>(leaves.size()));
+      run.tape_grads.assign(grads.begin() + static_cast<std::ptrdiff_t>(leaves.size()),
+                            grads.end());
+      // The graph is gone: keep only what backward-weight reads.
+      run.outputs.clear();
+      run.grad_outputs.clear();
+      run.inputs.clear();
     }
     if (in.stage > 0) {
       for (size_t i = 0; i < input_grads.size(); ++i) {
@@ -319,14 +344,12 @@ class IterationRun {
   }
 
   Status BackwardWeight(const Instruction& in) {
-    SLUICE_ASSIGN_OR_RETURN(const Chunk* chunk, ChunkOf(in.stage));
+    SLUICE_RETURN_IF_ERROR(ChunkOf(in.stage).status());
     auto it = runs_.find(Key(in));
-    if (it == runs_.end() || it->second.grad_outputs.empty()) {
+    if (it == runs_.end() || !it->second.tape || it->second.tape_grads.empty()) {
       return InvalidArgumentError("backward-weight before its backward-input");
     }
-    torch::autograd::backward(it->second.outputs, it->second.grad_outputs,
-                              /*retain_graph=*/false, /*create_graph=*/false,
-                              chunk->parameters());
+    it->second.tape->AccumulateWeightGrads(it->second.tape_grads);
     runs_.erase(it);
     return Status::Ok();
   }
@@ -543,6 +566,7 @@ class IterationRun {
   std::vector<Tensors> slots_;
   std::map<int64_t, MicroBatchInputs> inputs_;
   std::map<std::pair<int64_t, int64_t>, StageRun> runs_;
+  std::set<std::pair<int64_t, int64_t>> split_;  // (micro-batch, stage) with a split backward
   std::map<std::pair<bool, int64_t>, Transfer> transfers_;
   std::map<int64_t, StageGrad> stage_grads_;
   std::vector<Collective> collectives_;

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -81,9 +82,31 @@ Block MakeBlock(const ModelSpec& m, bool decoder, const std::string& prefix, at:
   return b;
 }
 
-at::Tensor Apply(const Linear& l, const at::Tensor& x) { return at::linear(x, l.weight, l.bias); }
-at::Tensor Apply(const Norm& n, const at::Tensor& x) {
-  return at::layer_norm(x, {x.size(-1)}, n.weight, n.bias, 1e-5);
+constexpr double kLayerNormEps = 1e-5;
+
+// x W^T + b, recorded on `tape` when there is one.
+at::Tensor LinearOp(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                    WeightGradTape* tape) {
+  at::Tensor y = at::linear(x, w, b);
+  if (tape != nullptr) tape->Add({WeightGradTape::Kind::kLinear, x, y, w, b});
+  return y;
+}
+at::Tensor Apply(const Linear& l, const at::Tensor& x, WeightGradTape* tape) {
+  return LinearOp(x, l.weight, l.bias, tape);
+}
+// LayerNorm over the last dimension. Recorded, the affine runs apart from the normalisation
+// (same values up to rounding) so that its output is a tensor of its own.
+at::Tensor Apply(const Norm& n, const at::Tensor& x, WeightGradTape* tape) {
+  if (tape == nullptr) return at::layer_norm(x, {x.size(-1)}, n.weight, n.bias, kLayerNormEps);
+  const at::Tensor x_hat = at::layer_norm(x, {x.size(-1)}, {}, {}, kLayerNormEps);
+  at::Tensor y = at::addcmul(n.bias, x_hat, n.weight);
+  tape->Add({WeightGradTape::Kind::kAffine, x_hat, y, n.weight, n.bias});
+  return y;
+}
+at::Tensor Embed(const at::Tensor& table, const at::Tensor& indices, WeightGradTape* tape) {
+  at::Tensor y = at::embedding(table, indices);
+  if (tape != nullptr) tape->Add({WeightGradTape::Kind::kEmbedding, indices, y, table, {}});
+  return y;
 }
 
 // softmax(q k^T / sqrt(d) masked) v on [B, H, T, d] x [B, H, S, d] with mask [B, 1, T, S].
@@ -131,9 +154,11 @@ at::Tensor Attend(const ModelSpec& m, const at::Tensor& q, const at::Tensor& k,
   return ctx.transpose(1, 2).reshape({b, t, m.heads * hd});
 }
 
-at::Tensor Mlp(const ModelSpec& m, const Block& b, const at::Tensor& x) {
-  if (m.mlp == MlpKind::kSwiGlu) return Apply(b.fc2, at::silu(Apply(b.gate, x)) * Apply(b.fc1, x));
-  return Apply(b.fc2, at::gelu(Apply(b.fc1, x)));
+at::Tensor Mlp(const ModelSpec& m, const Block& b, const at::Tensor& x, WeightGradTape* tape) {
+  if (m.mlp == MlpKind::kSwiGlu) {
+    return Apply(b.fc2, at::silu(Apply(b.gate, x, tape)) * Apply(b.fc1, x, tape), tape);
+  }
+  return Apply(b.fc2, at::gelu(Apply(b.fc1, x, tape)), tape);
 }
 
 // true where query q may not attend key k: different segments, or a query position that is
@@ -223,31 +248,32 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
 
 at::Tensor Chunk::RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
                            const at::Tensor& enc_out, const at::Tensor& cross_mask,
-                           bool selective) const {
+                           bool selective, WeightGradTape* tape) const {
   const ModelSpec& m = *model_;
   const int64_t q = m.heads * m.HeadDim(), kv = m.kv_heads * m.HeadDim();
-  const at::Tensor qkv = Apply(b.qkv, Apply(b.ln1, x));
+  const at::Tensor qkv = Apply(b.qkv, Apply(b.ln1, x, tape), tape);
   const auto parts = qkv.split_with_sizes({q, kv, kv}, -1);
-  at::Tensor h = x + Apply(b.proj, Attend(m, parts[0], parts[1], parts[2], mask, selective));
+  at::Tensor h =
+      x + Apply(b.proj, Attend(m, parts[0], parts[1], parts[2], mask, selective), tape);
   if (b.decoder) {
-    const at::Tensor cq = Apply(b.cross_q, Apply(b.ln2, h));
-    const auto ckv = Apply(b.cross_kv, enc_out).split_with_sizes({kv, kv}, -1);
-    h = h + Apply(b.cross_proj, Attend(m, cq, ckv[0], ckv[1], cross_mask, selective));
-    return h + Mlp(m, b, Apply(b.ln3, h));
+    const at::Tensor cq = Apply(b.cross_q, Apply(b.ln2, h, tape), tape);
+    const auto ckv = Apply(b.cross_kv, enc_out, tape).split_with_sizes({kv, kv}, -1);
+    h = h + Apply(b.cross_proj, Attend(m, cq, ckv[0], ckv[1], cross_mask, selective), tape);
+    return h + Mlp(m, b, Apply(b.ln3, h, tape), tape);
   }
-  return h + Mlp(m, b, Apply(b.ln2, h));
+  return h + Mlp(m, b, Apply(b.ln2, h, tape), tape);
 }
 
 std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
                                        const at::Tensor& labels, const MicroBatchInputs& mb,
-                                       bool selective) const {
+                                       bool selective, WeightGradTape* tape) const {
   const ModelSpec& m = *model_;
   const bool enc_dec = m.is_encoder_decoder();
   at::Tensor h, enc_out, dec;
   bool in_decoder = false;
   bool enc_out_is_input = false;
   if (spec_.layers.embedding) {
-    h = at::embedding(wte_, inputs.at(0)) + at::embedding(wpe_, mb.positions);
+    h = Embed(wte_, inputs.at(0), tape) + Embed(wpe_, mb.positions, tape);
   } else if (!enc_dec || inputs.size() == 1) {
     h = inputs.at(0);
   } else {
@@ -256,22 +282,22 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
     in_decoder = true;
     enc_out_is_input = true;
   }
-  for (const Block& b : encoder_) h = RunBlock(b, h, mb.self_mask, {}, {}, selective);
+  for (const Block& b : encoder_) h = RunBlock(b, h, mb.self_mask, {}, {}, selective, tape);
   if (spec_.ends_encoder) {
-    enc_out = Apply(enc_ln_, h);
+    enc_out = Apply(enc_ln_, h, tape);
     // Chunk 0 of a one-chunk model got the decoder tokens from LoadInput; the last encoder chunk
     // of a longer pipeline materialises them (they are a function of the samples).
     const at::Tensor& dec_tokens =
         spec_.layers.embedding && inputs.size() >= 2 ? inputs[1] : mb.dec_tokens;
-    dec = at::embedding(wte_, dec_tokens) + at::embedding(dec_wpe_, mb.dec_positions);
+    dec = Embed(wte_, dec_tokens, tape) + Embed(dec_wpe_, mb.dec_positions, tape);
     in_decoder = true;
   }
   for (const Block& b : decoder_) {
-    dec = RunBlock(b, dec, mb.dec_self_mask, enc_out, mb.cross_mask, selective);
+    dec = RunBlock(b, dec, mb.dec_self_mask, enc_out, mb.cross_mask, selective, tape);
   }
   if (spec_.layers.output_head) {
-    const at::Tensor y = Apply(final_ln_, in_decoder ? dec : h);
-    const at::Tensor logits = at::linear(y, m.tied_embeddings ? wte_ : head_);
+    const at::Tensor y = Apply(final_ln_, in_decoder ? dec : h, tape);
+    const at::Tensor logits = LinearOp(y, m.tied_embeddings ? wte_ : head_, {}, tape);
     const at::Tensor loss = torch::nn::functional::cross_entropy(
         logits.reshape({-1, m.vocab}), labels.reshape({-1}),
         torch::nn::functional::CrossEntropyFuncOptions()
@@ -284,6 +310,65 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
     return {enc_out_is_input ? enc_out.view_as(enc_out) : enc_out, dec};
   }
   return {h};
+}
+
+std::vector<at::Tensor> WeightGradTape::Outputs() const {
+  std::vector<at::Tensor> out;
+  out.reserve(entries_.size());
+  for (const Entry& e : entries_) out.push_back(e.output);
+  return out;
+}
+
+namespace {
+
+// Adds `g` into `param`'s gradient the way AccumulateGrad does: the first one becomes the grad.
+void AddGrad(const at::Tensor& param, at::Tensor g) {
+  at::Tensor& grad = param.mutable_grad();
+  if (!grad.defined()) {
+    grad = std::move(g);
+  } else {
+    grad.add_(g);
+  }
+}
+
+}  // namespace
+
+void WeightGradTape::AccumulateWeightGrads(const std::vector<at::Tensor>& output_grads) const {
+  SLUICE_CHECK(output_grads.size() == entries_.size());
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (!output_grads[i].defined()) continue;
+    const at::Tensor g = output_grads[i].reshape({-1, output_grads[i].size(-1)});
+    switch (e.kind) {
+      case Kind::kLinear:
+        AddGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
+        break;
+      case Kind::kAffine:
+        AddGrad(e.weight, (g * e.input.reshape({-1, e.input.size(-1)})).sum(0));
+        break;
+      case Kind::kEmbedding: {
+        at::Tensor& grad = e.weight.mutable_grad();
+        if (!grad.defined()) grad = torch::zeros_like(e.weight);
+        grad.index_add_(0, e.input.reshape({-1}), g);
+        break;
+      }
+    }
+    if (e.bias.defined()) AddGrad(e.bias, g.sum(0));
+  }
+}
+
+bool WeightGradTape::Covers(const std::vector<at::Tensor>& params) const {
+  std::vector<const c10::TensorImpl*> seen;
+  for (const Entry& e : entries_) {
+    seen.push_back(e.weight.unsafeGetTensorImpl());
+    if (e.bias.defined()) seen.push_back(e.bias.unsafeGetTensorImpl());
+  }
+  std::sort(seen.begin(), seen.end());
+  for (const at::Tensor& p : params) {
+    if (!std::binary_search(seen.begin(), seen.end(), p.unsafeGetTensorImpl())) return false;
+  }
+  return true;
 }
 
 StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model, int64_t pp,

@@ -70,6 +70,42 @@ struct Block {
   Linear fc1, fc2, gate;  // MLP: GELU uses fc1/fc2; SwiGLU uses gate, fc1 (up), fc2 (down)
 };
 
+// Zero-bubble weight gradients (ZB-H1's W) without a second pass over the graph. While a chunk's
+// forward records into a tape, every parameterised op notes its input and output: linear layers
+// (x, y = x W^T + b), LayerNorm affines (x_hat, y = x_hat * w + b) and embedding lookups
+// (indices, y = table[indices]). The input-gradient pass then asks autograd for the gradients of
+// the chunk's inputs and of every recorded output (Outputs()); the engine skips each op's weight
+// branch because no parameter is asked for. The weight pass is AccumulateWeightGrads: dW = g_y^T x,
+// db = sum g_y, dw = sum g_y * x_hat, table.index_add(indices, g_y), into the parameters'
+// .grad as autograd's AccumulateGrad would. The recorded inputs are tensors autograd saves for the
+// backward anyway; the output gradients live from the input-gradient pass to the weight pass.
+class WeightGradTape {
+ public:
+  enum class Kind { kLinear, kAffine, kEmbedding };
+  struct Entry {
+    Kind kind = Kind::kLinear;
+    at::Tensor input;   // x, x_hat, or the int64 indices
+    at::Tensor output;  // y, part of the graph
+    at::Tensor weight;  // W [out, in], w [hidden], or the table [rows, hidden]
+    at::Tensor bias;    // b (undefined when none)
+  };
+
+  void Add(Entry e) { entries_.push_back(std::move(e)); }
+  const std::vector<Entry>& entries() const { return entries_; }
+  // The recorded outputs, in recording order.
+  std::vector<at::Tensor> Outputs() const;
+  // Adds every recorded op's parameter gradients into .grad. `output_grads[i]`: the gradient of
+  // Outputs()[i] (undefined: the output did not reach the loss, nothing to add).
+  // REQUIRES: output_grads.size() == entries().size().
+  void AccumulateWeightGrads(const std::vector<at::Tensor>& output_grads) const;
+  // Whether every tensor of `params` is the weight or bias of some entry (the executor checks
+  // this once per chunk, so that a parameter the tape misses is an error, not a lost gradient).
+  bool Covers(const std::vector<at::Tensor>& params) const;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
 // One virtual stage of the model.
 class Chunk {
  public:
@@ -80,16 +116,18 @@ class Chunk {
   // activations for the next chunk, or on the last chunk a one-element vector with the scaled
   // loss. `selective`: recompute the attention core (scores, softmax) in the backward instead of
   // storing it (Megatron's selective recomputation).
+  // `tape`: record for a split backward (WeightGradTape); null for a whole backward.
   std::vector<at::Tensor> Forward(const std::vector<at::Tensor>& inputs, const at::Tensor& labels,
-                                  const MicroBatchInputs& mb, bool selective) const;
+                                  const MicroBatchInputs& mb, bool selective,
+                                  WeightGradTape* tape = nullptr) const;
   // This chunk's parameters (the shared word embedding included when it uses it).
   const std::vector<at::Tensor>& parameters() const { return params_; }
 
  private:
   friend class ModelShard;
   at::Tensor RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
-                      const at::Tensor& enc_out, const at::Tensor& cross_mask,
-                      bool selective) const;
+                      const at::Tensor& enc_out, const at::Tensor& cross_mask, bool selective,
+                      WeightGradTape* tape) const;
 
   const ModelSpec* model_ = nullptr;
   ChunkSpec spec_;
