@@ -327,6 +327,7 @@ class IterationRun {
       input_grads.assign(grads.begin(), grads.begin() + static_cast<std::ptrdiff_t>(leaves.size()));
       run.tape_grads.assign(grads.begin() + static_cast<std::ptrdiff_t>(leaves.size()),
                             grads.end());
+      run.tape->AccumulateWeightGrads(&run.tape_grads, /*deferred=*/false);
       // The graph is gone: keep only what backward-weight reads.
       run.outputs.clear();
       run.grad_outputs.clear();
@@ -349,7 +350,7 @@ class IterationRun {
     if (it == runs_.end() || !it->second.tape || it->second.tape_grads.empty()) {
       return InvalidArgumentError("backward-weight before its backward-input");
     }
-    it->second.tape->AccumulateWeightGrads(it->second.tape_grads);
+    it->second.tape->AccumulateWeightGrads(&it->second.tape_grads, /*deferred=*/true);
     runs_.erase(it);
     return Status::Ok();
   }

@@ -86,9 +86,9 @@ constexpr double kLayerNormEps = 1e-5;
 
 // x W^T + b, recorded on `tape` when there is one.
 at::Tensor LinearOp(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                    WeightGradTape* tape) {
+                    WeightGradTape* tape, bool deferred = true) {
   at::Tensor y = at::linear(x, w, b);
-  if (tape != nullptr) tape->Add({WeightGradTape::Kind::kLinear, x, y, w, b});
+  if (tape != nullptr) tape->Add({WeightGradTape::Kind::kLinear, x, y, w, b, deferred});
   return y;
 }
 at::Tensor Apply(const Linear& l, const at::Tensor& x, WeightGradTape* tape) {
@@ -297,7 +297,8 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
   }
   if (spec_.layers.output_head) {
     const at::Tensor y = Apply(final_ln_, in_decoder ? dec : h, tape);
-    const at::Tensor logits = LinearOp(y, m.tied_embeddings ? wte_ : head_, {}, tape);
+    const at::Tensor logits =
+        LinearOp(y, m.tied_embeddings ? wte_ : head_, {}, tape, /*deferred=*/false);
     const at::Tensor loss = torch::nn::functional::cross_entropy(
         logits.reshape({-1, m.vocab}), labels.reshape({-1}),
         torch::nn::functional::CrossEntropyFuncOptions()
@@ -333,13 +334,15 @@ void AddGrad(const at::Tensor& param, at::Tensor g) {
 
 }  // namespace
 
-void WeightGradTape::AccumulateWeightGrads(const std::vector<at::Tensor>& output_grads) const {
-  SLUICE_CHECK(output_grads.size() == entries_.size());
+void WeightGradTape::AccumulateWeightGrads(std::vector<at::Tensor>* output_grads,
+                                           bool deferred) const {
+  SLUICE_CHECK(output_grads->size() == entries_.size());
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    if (!output_grads[i].defined()) continue;
-    const at::Tensor g = output_grads[i].reshape({-1, output_grads[i].size(-1)});
+    if (e.deferred != deferred || !(*output_grads)[i].defined()) continue;
+    const at::Tensor g = (*output_grads)[i].reshape({-1, (*output_grads)[i].size(-1)});
+    (*output_grads)[i] = at::Tensor();
     switch (e.kind) {
       case Kind::kLinear:
         AddGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));

@@ -79,6 +79,9 @@ struct Block {
 // db = sum g_y, dw = sum g_y * x_hat, table.index_add(indices, g_y), into the parameters'
 // .grad as autograd's AccumulateGrad would. The recorded inputs are tensors autograd saves for the
 // backward anyway; the output gradients live from the input-gradient pass to the weight pass.
+// Except the output head's: its gradient (vocab values per token) would outweigh a layer's
+// activations, so its weight gradient is taken right in the input-gradient pass (`deferred`
+// false) and only the transformer layers' (and embeddings') wait for the weight pass.
 class WeightGradTape {
  public:
   enum class Kind { kLinear, kAffine, kEmbedding };
@@ -88,16 +91,18 @@ class WeightGradTape {
     at::Tensor output;  // y, part of the graph
     at::Tensor weight;  // W [out, in], w [hidden], or the table [rows, hidden]
     at::Tensor bias;    // b (undefined when none)
+    bool deferred = true;  // false: accumulated in the input-gradient pass (the output head)
   };
 
   void Add(Entry e) { entries_.push_back(std::move(e)); }
   const std::vector<Entry>& entries() const { return entries_; }
   // The recorded outputs, in recording order.
   std::vector<at::Tensor> Outputs() const;
-  // Adds every recorded op's parameter gradients into .grad. `output_grads[i]`: the gradient of
-  // Outputs()[i] (undefined: the output did not reach the loss, nothing to add).
-  // REQUIRES: output_grads.size() == entries().size().
-  void AccumulateWeightGrads(const std::vector<at::Tensor>& output_grads) const;
+  // Adds the parameter gradients of the recorded ops whose `deferred` equals `deferred` into
+  // .grad, and releases their output gradients. `output_grads[i]`: the gradient of Outputs()[i]
+  // (undefined: the output did not reach the loss, nothing to add). The input-gradient pass calls
+  // it with false, the weight pass with true. REQUIRES: output_grads->size() == entries().size().
+  void AccumulateWeightGrads(std::vector<at::Tensor>* output_grads, bool deferred) const;
   // Whether every tensor of `params` is the weight or bias of some entry (the executor checks
   // this once per chunk, so that a parameter the tape misses is an error, not a lost gradient).
   bool Covers(const std::vector<at::Tensor>& params) const;

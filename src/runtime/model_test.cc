@@ -117,7 +117,10 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
   for (const at::Tensor& p : chunk.parameters()) {
     EXPECT_FALSE(p.grad().defined()) << "the input-gradient pass touched a parameter";
   }
-  tape.AccumulateWeightGrads(std::vector<at::Tensor>(grads.begin() + n_inputs, grads.end()));
+  std::vector<at::Tensor> op_grads(grads.begin() + n_inputs, grads.end());
+  tape.AccumulateWeightGrads(&op_grads, /*deferred=*/false);
+  tape.AccumulateWeightGrads(&op_grads, /*deferred=*/true);
+  for (const at::Tensor& g : op_grads) EXPECT_FALSE(g.defined()) << "an output gradient was kept";
   const std::vector<at::Tensor> got = take_grads();
 
   ASSERT_EQ(got.size(), want.size());
