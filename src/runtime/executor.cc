@@ -313,21 +313,33 @@ class IterationRun {
                                 /*create_graph=*/false, targets);
       for (const at::Tensor& x : leaves) input_grads.push_back(x.grad());
     } else {
-      // Input gradients and the gradients of every recorded op output in one pass; no parameter
-      // is asked for, so autograd skips every weight branch (backward-weight computes them).
+      // One pass: input gradients, the recorded linear layers' output gradients (their weights
+      // wait for backward-weight) and the other parameters' gradients (model.h, WeightGradTape).
       if (!run.tape) return InternalError("backward-input without a recorded forward");
-      if (!run.tape->Covers(chunk->parameters())) {
-        return InternalError("the forward's tape misses parameters of the chunk");
-      }
+      const Tensors untaped = run.tape->Untaped(chunk->parameters());
       Tensors targets = leaves;
       for (at::Tensor& t : run.tape->Outputs()) targets.push_back(std::move(t));
+      targets.insert(targets.end(), untaped.begin(), untaped.end());
       Tensors grads = torch::autograd::grad(run.outputs, targets, run.grad_outputs,
                                             /*retain_graph=*/false, /*create_graph=*/false,
                                             /*allow_unused=*/true);
-      input_grads.assign(grads.begin(), grads.begin() + static_cast<std::ptrdiff_t>(leaves.size()));
-      run.tape_grads.assign(grads.begin() + static_cast<std::ptrdiff_t>(leaves.size()),
-                            grads.end());
-      run.tape->AccumulateWeightGrads(&run.tape_grads, /*deferred=*/false);
+      const auto n_leaves = static_cast<std::ptrdiff_t>(leaves.size());
+      const auto n_taped = static_cast<std::ptrdiff_t>(run.tape->entries().size());
+      input_grads.assign(grads.begin(), grads.begin() + n_leaves);
+      run.tape_grads.assign(grads.begin() + n_leaves, grads.begin() + n_leaves + n_taped);
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < untaped.size(); ++i) {
+          const at::Tensor& g = grads[static_cast<size_t>(n_leaves + n_taped) + i];
+          if (!g.defined()) continue;
+          at::Tensor& grad = untaped[i].mutable_grad();
+          if (grad.defined()) {
+            grad.add_(g);
+          } else {
+            grad = g;
+          }
+        }
+      }
       // The graph is gone: keep only what backward-weight reads.
       run.outputs.clear();
       run.grad_outputs.clear();
@@ -350,7 +362,7 @@ class IterationRun {
     if (it == runs_.end() || !it->second.tape || it->second.tape_grads.empty()) {
       return InvalidArgumentError("backward-weight before its backward-input");
     }
-    it->second.tape->AccumulateWeightGrads(&it->second.tape_grads, /*deferred=*/true);
+    it->second.tape->AccumulateWeightGrads(&it->second.tape_grads);
     runs_.erase(it);
     return Status::Ok();
   }

@@ -7,11 +7,12 @@
 //                    at "selective" the attention core is recomputed (model.h)
 //   backward         autograd backward of the chunk's outputs into its parameters' .grad and its
 //                    input leaves; the input gradients fill the output slot
-//   backward-input   torch::autograd::grad w.r.t. the input leaves and every parameterised op's
-//                    output the forward recorded (model.h, WeightGradTape), releasing the graph;
-//                    autograd skips every weight branch
-//   backward-weight  the weight gradients from those output gradients and the recorded op inputs
-//                    (dW = g^T x, ...) into the parameters' .grad, without the graph
+//   backward-input   torch::autograd::grad w.r.t. the input leaves, the output of every block
+//                    linear layer the forward recorded (model.h, WeightGradTape) and the other
+//                    parameters (added to .grad at once), releasing the graph; autograd skips
+//                    the recorded layers' weight branches
+//   backward-weight  those layers' weight gradients from their output gradients and recorded
+//                    inputs (dW = g^T x, db = sum g) into .grad, without the graph
 //   *-start/*-finish post an asynchronous c10d send/recv of exactly the plan's shapes (several
 //                    tensors travel as one flat message) and wait for it; no shapes are exchanged
 //   free-buffer      drop the slot's tensors

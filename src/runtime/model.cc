@@ -82,31 +82,14 @@ Block MakeBlock(const ModelSpec& m, bool decoder, const std::string& prefix, at:
   return b;
 }
 
-constexpr double kLayerNormEps = 1e-5;
-
 // x W^T + b, recorded on `tape` when there is one.
-at::Tensor LinearOp(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                    WeightGradTape* tape, bool deferred = true) {
-  at::Tensor y = at::linear(x, w, b);
-  if (tape != nullptr) tape->Add({WeightGradTape::Kind::kLinear, x, y, w, b, deferred});
-  return y;
-}
 at::Tensor Apply(const Linear& l, const at::Tensor& x, WeightGradTape* tape) {
-  return LinearOp(x, l.weight, l.bias, tape);
-}
-// LayerNorm over the last dimension. Recorded, the affine runs apart from the normalisation
-// (same values up to rounding) so that its output is a tensor of its own.
-at::Tensor Apply(const Norm& n, const at::Tensor& x, WeightGradTape* tape) {
-  if (tape == nullptr) return at::layer_norm(x, {x.size(-1)}, n.weight, n.bias, kLayerNormEps);
-  const at::Tensor x_hat = at::layer_norm(x, {x.size(-1)}, {}, {}, kLayerNormEps);
-  at::Tensor y = at::addcmul(n.bias, x_hat, n.weight);
-  tape->Add({WeightGradTape::Kind::kAffine, x_hat, y, n.weight, n.bias});
+  at::Tensor y = at::linear(x, l.weight, l.bias);
+  if (tape != nullptr) tape->Add({x, y, l.weight, l.bias});
   return y;
 }
-at::Tensor Embed(const at::Tensor& table, const at::Tensor& indices, WeightGradTape* tape) {
-  at::Tensor y = at::embedding(table, indices);
-  if (tape != nullptr) tape->Add({WeightGradTape::Kind::kEmbedding, indices, y, table, {}});
-  return y;
+at::Tensor Apply(const Norm& n, const at::Tensor& x) {
+  return at::layer_norm(x, {x.size(-1)}, n.weight, n.bias, 1e-5);
 }
 
 // softmax(q k^T / sqrt(d) masked) v on [B, H, T, d] x [B, H, S, d] with mask [B, 1, T, S].
@@ -251,17 +234,17 @@ at::Tensor Chunk::RunBlock(const Block& b, const at::Tensor& x, const at::Tensor
                            bool selective, WeightGradTape* tape) const {
   const ModelSpec& m = *model_;
   const int64_t q = m.heads * m.HeadDim(), kv = m.kv_heads * m.HeadDim();
-  const at::Tensor qkv = Apply(b.qkv, Apply(b.ln1, x, tape), tape);
+  const at::Tensor qkv = Apply(b.qkv, Apply(b.ln1, x), tape);
   const auto parts = qkv.split_with_sizes({q, kv, kv}, -1);
   at::Tensor h =
       x + Apply(b.proj, Attend(m, parts[0], parts[1], parts[2], mask, selective), tape);
   if (b.decoder) {
-    const at::Tensor cq = Apply(b.cross_q, Apply(b.ln2, h, tape), tape);
+    const at::Tensor cq = Apply(b.cross_q, Apply(b.ln2, h), tape);
     const auto ckv = Apply(b.cross_kv, enc_out, tape).split_with_sizes({kv, kv}, -1);
     h = h + Apply(b.cross_proj, Attend(m, cq, ckv[0], ckv[1], cross_mask, selective), tape);
-    return h + Mlp(m, b, Apply(b.ln3, h, tape), tape);
+    return h + Mlp(m, b, Apply(b.ln3, h), tape);
   }
-  return h + Mlp(m, b, Apply(b.ln2, h, tape), tape);
+  return h + Mlp(m, b, Apply(b.ln2, h), tape);
 }
 
 std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
@@ -273,7 +256,7 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
   bool in_decoder = false;
   bool enc_out_is_input = false;
   if (spec_.layers.embedding) {
-    h = Embed(wte_, inputs.at(0), tape) + Embed(wpe_, mb.positions, tape);
+    h = at::embedding(wte_, inputs.at(0)) + at::embedding(wpe_, mb.positions);
   } else if (!enc_dec || inputs.size() == 1) {
     h = inputs.at(0);
   } else {
@@ -284,21 +267,20 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
   }
   for (const Block& b : encoder_) h = RunBlock(b, h, mb.self_mask, {}, {}, selective, tape);
   if (spec_.ends_encoder) {
-    enc_out = Apply(enc_ln_, h, tape);
+    enc_out = Apply(enc_ln_, h);
     // Chunk 0 of a one-chunk model got the decoder tokens from LoadInput; the last encoder chunk
     // of a longer pipeline materialises them (they are a function of the samples).
     const at::Tensor& dec_tokens =
         spec_.layers.embedding && inputs.size() >= 2 ? inputs[1] : mb.dec_tokens;
-    dec = Embed(wte_, dec_tokens, tape) + Embed(dec_wpe_, mb.dec_positions, tape);
+    dec = at::embedding(wte_, dec_tokens) + at::embedding(dec_wpe_, mb.dec_positions);
     in_decoder = true;
   }
   for (const Block& b : decoder_) {
     dec = RunBlock(b, dec, mb.dec_self_mask, enc_out, mb.cross_mask, selective, tape);
   }
   if (spec_.layers.output_head) {
-    const at::Tensor y = Apply(final_ln_, in_decoder ? dec : h, tape);
-    const at::Tensor logits =
-        LinearOp(y, m.tied_embeddings ? wte_ : head_, {}, tape, /*deferred=*/false);
+    const at::Tensor y = Apply(final_ln_, in_decoder ? dec : h);
+    const at::Tensor logits = at::linear(y, m.tied_embeddings ? wte_ : head_);
     const at::Tensor loss = torch::nn::functional::cross_entropy(
         logits.reshape({-1, m.vocab}), labels.reshape({-1}),
         torch::nn::functional::CrossEntropyFuncOptions()
@@ -334,44 +316,33 @@ void AddGrad(const at::Tensor& param, at::Tensor g) {
 
 }  // namespace
 
-void WeightGradTape::AccumulateWeightGrads(std::vector<at::Tensor>* output_grads,
-                                           bool deferred) const {
+void WeightGradTape::AccumulateWeightGrads(std::vector<at::Tensor>* output_grads) const {
   SLUICE_CHECK(output_grads->size() == entries_.size());
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    if (e.deferred != deferred || !(*output_grads)[i].defined()) continue;
+    if (!(*output_grads)[i].defined()) continue;
     const at::Tensor g = (*output_grads)[i].reshape({-1, (*output_grads)[i].size(-1)});
     (*output_grads)[i] = at::Tensor();
-    switch (e.kind) {
-      case Kind::kLinear:
-        AddGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
-        break;
-      case Kind::kAffine:
-        AddGrad(e.weight, (g * e.input.reshape({-1, e.input.size(-1)})).sum(0));
-        break;
-      case Kind::kEmbedding: {
-        at::Tensor& grad = e.weight.mutable_grad();
-        if (!grad.defined()) grad = torch::zeros_like(e.weight);
-        grad.index_add_(0, e.input.reshape({-1}), g);
-        break;
-      }
-    }
+    AddGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
     if (e.bias.defined()) AddGrad(e.bias, g.sum(0));
   }
 }
 
-bool WeightGradTape::Covers(const std::vector<at::Tensor>& params) const {
-  std::vector<const c10::TensorImpl*> seen;
+std::vector<at::Tensor> WeightGradTape::Untaped(const std::vector<at::Tensor>& params) const {
+  std::vector<const c10::TensorImpl*> taped;
   for (const Entry& e : entries_) {
-    seen.push_back(e.weight.unsafeGetTensorImpl());
-    if (e.bias.defined()) seen.push_back(e.bias.unsafeGetTensorImpl());
+    taped.push_back(e.weight.unsafeGetTensorImpl());
+    if (e.bias.defined()) taped.push_back(e.bias.unsafeGetTensorImpl());
   }
-  std::sort(seen.begin(), seen.end());
+  std::sort(taped.begin(), taped.end());
+  std::vector<at::Tensor> out;
   for (const at::Tensor& p : params) {
-    if (!std::binary_search(seen.begin(), seen.end(), p.unsafeGetTensorImpl())) return false;
+    if (!std::binary_search(taped.begin(), taped.end(), p.unsafeGetTensorImpl())) {
+      out.push_back(p);
+    }
   }
-  return true;
+  return out;
 }
 
 StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model, int64_t pp,

@@ -71,41 +71,35 @@ struct Block {
 };
 
 // Zero-bubble weight gradients (ZB-H1's W) without a second pass over the graph. While a chunk's
-// forward records into a tape, every parameterised op notes its input and output: linear layers
-// (x, y = x W^T + b), LayerNorm affines (x_hat, y = x_hat * w + b) and embedding lookups
-// (indices, y = table[indices]). The input-gradient pass then asks autograd for the gradients of
-// the chunk's inputs and of every recorded output (Outputs()); the engine skips each op's weight
-// branch because no parameter is asked for. The weight pass is AccumulateWeightGrads: dW = g_y^T x,
-// db = sum g_y, dw = sum g_y * x_hat, table.index_add(indices, g_y), into the parameters'
-// .grad as autograd's AccumulateGrad would. The recorded inputs are tensors autograd saves for the
-// backward anyway; the output gradients live from the input-gradient pass to the weight pass.
-// Except the output head's: its gradient (vocab values per token) would outweigh a layer's
-// activations, so its weight gradient is taken right in the input-gradient pass (`deferred`
-// false) and only the transformer layers' (and embeddings') wait for the weight pass.
+// forward records into a tape, every linear layer of its transformer blocks notes its input and
+// output (x, y = x W^T + b). The input-gradient pass asks autograd, in one call, for the
+// gradients of the chunk's inputs, of every recorded output (Outputs()) and of the chunk's
+// other parameters (Untaped(): embeddings, LayerNorms, the output head); the engine skips the
+// recorded layers' weight branches because their parameters are not asked for. The weight pass is
+// AccumulateWeightGrads: dW = g_y^T x and db = sum g_y into .grad, as autograd's AccumulateGrad
+// would. The recorded inputs are tensors autograd saves for the backward anyway; the output
+// gradients (the zero-bubble W memory) live from the input-gradient pass to the weight pass. The
+// other parameters are cheap (reductions, an index-add) or, for the head, would hold a vocab-wide
+// output gradient, so their gradients are taken in the input-gradient pass.
 class WeightGradTape {
  public:
-  enum class Kind { kLinear, kAffine, kEmbedding };
   struct Entry {
-    Kind kind = Kind::kLinear;
-    at::Tensor input;   // x, x_hat, or the int64 indices
+    at::Tensor input;   // x
     at::Tensor output;  // y, part of the graph
-    at::Tensor weight;  // W [out, in], w [hidden], or the table [rows, hidden]
-    at::Tensor bias;    // b (undefined when none)
-    bool deferred = true;  // false: accumulated in the input-gradient pass (the output head)
+    at::Tensor weight;  // W [out, in]
+    at::Tensor bias;    // b [out] (undefined when none)
   };
 
   void Add(Entry e) { entries_.push_back(std::move(e)); }
   const std::vector<Entry>& entries() const { return entries_; }
   // The recorded outputs, in recording order.
   std::vector<at::Tensor> Outputs() const;
-  // Adds the parameter gradients of the recorded ops whose `deferred` equals `deferred` into
-  // .grad, and releases their output gradients. `output_grads[i]`: the gradient of Outputs()[i]
-  // (undefined: the output did not reach the loss, nothing to add). The input-gradient pass calls
-  // it with false, the weight pass with true. REQUIRES: output_grads->size() == entries().size().
-  void AccumulateWeightGrads(std::vector<at::Tensor>* output_grads, bool deferred) const;
-  // Whether every tensor of `params` is the weight or bias of some entry (the executor checks
-  // this once per chunk, so that a parameter the tape misses is an error, not a lost gradient).
-  bool Covers(const std::vector<at::Tensor>& params) const;
+  // The tensors of `params` that are neither the weight nor the bias of an entry.
+  std::vector<at::Tensor> Untaped(const std::vector<at::Tensor>& params) const;
+  // Adds every entry's weight (and bias) gradient into .grad and releases the output gradients.
+  // `output_grads[i]`: the gradient of Outputs()[i] (undefined: the output did not reach the
+  // loss, nothing to add). REQUIRES: output_grads->size() == entries().size().
+  void AccumulateWeightGrads(std::vector<at::Tensor>* output_grads) const;
 
  private:
   std::vector<Entry> entries_;
