@@ -331,13 +331,7 @@ class IterationRun {
         torch::NoGradGuard no_grad;
         for (size_t i = 0; i < untaped.size(); ++i) {
           const at::Tensor& g = grads[static_cast<size_t>(n_leaves + n_taped) + i];
-          if (!g.defined()) continue;
-          at::Tensor& grad = untaped[i].mutable_grad();
-          if (grad.defined()) {
-            grad.add_(g);
-          } else {
-            grad = g;
-          }
+          if (g.defined()) AccumulateGrad(untaped[i], g);
         }
       }
       // The graph is gone: keep only what backward-weight reads.

@@ -302,10 +302,7 @@ std::vector<at::Tensor> WeightGradTape::Outputs() const {
   return out;
 }
 
-namespace {
-
-// Adds `g` into `param`'s gradient the way AccumulateGrad does: the first one becomes the grad.
-void AddGrad(const at::Tensor& param, at::Tensor g) {
+void AccumulateGrad(const at::Tensor& param, at::Tensor g) {
   at::Tensor& grad = param.mutable_grad();
   if (!grad.defined()) {
     grad = std::move(g);
@@ -313,8 +310,6 @@ void AddGrad(const at::Tensor& param, at::Tensor g) {
     grad.add_(g);
   }
 }
-
-}  // namespace
 
 void WeightGradTape::AccumulateWeightGrads(std::vector<at::Tensor>* output_grads) const {
   SLUICE_CHECK(output_grads->size() == entries_.size());
@@ -324,8 +319,8 @@ void WeightGradTape::AccumulateWeightGrads(std::vector<at::Tensor>* output_grads
     if (!(*output_grads)[i].defined()) continue;
     const at::Tensor g = (*output_grads)[i].reshape({-1, (*output_grads)[i].size(-1)});
     (*output_grads)[i] = at::Tensor();
-    AddGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
-    if (e.bias.defined()) AddGrad(e.bias, g.sum(0));
+    AccumulateGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
+    if (e.bias.defined()) AccumulateGrad(e.bias, g.sum(0));
   }
 }
 

@@ -81,6 +81,10 @@ struct Block {
 // gradients (the zero-bubble W memory) live from the input-gradient pass to the weight pass. The
 // other parameters are cheap (reductions, an index-add) or, for the head, would hold a vocab-wide
 // output gradient, so their gradients are taken in the input-gradient pass.
+// Adds `g` into `param`'s .grad the way autograd's AccumulateGrad does (the first gradient
+// becomes .grad). REQUIRES: g has the shape of param and no graph.
+void AccumulateGrad(const at::Tensor& param, at::Tensor g);
+
 class WeightGradTape {
  public:
   struct Entry {
