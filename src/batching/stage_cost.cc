@@ -173,6 +173,7 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
     s.decoder_layers += chunks[c].decoder_layers;
     s.embedding = s.embedding || chunks[c].embedding;
     s.output_head = s.output_head || chunks[c].output_head;
+    s.decoder_embedding = s.decoder_embedding || chunks[c].decoder_embedding;
   }
   for (int64_t s = 0; s < par.pp; ++s) {
     const ModelStateMemory states = cost.ModelStates(e.stage_layers_[s], par);

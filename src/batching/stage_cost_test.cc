@@ -41,7 +41,7 @@ TEST(StageCostEvaluatorTest, InterleavedAndSingleStageLayouts) {
   EXPECT_EQ(inter->evaluator().stage_layers()[1],
             (StageLayers{.encoder_layers = 16, .output_head = true}));
   auto single = MakeTestSetup("t5-11b", TestParallel(1, 1, 8));
-  EXPECT_EQ(single->evaluator().stage_layers()[0], (StageLayers{24, 24, true, true}));
+  EXPECT_EQ(single->evaluator().stage_layers()[0], (StageLayers{24, 24, true, true, true}));
 }
 
 TEST(StageCostEvaluatorTest, EncoderDecoderLayout) {
@@ -49,7 +49,7 @@ TEST(StageCostEvaluatorTest, EncoderDecoderLayout) {
   const std::vector<StageLayers>& l = setup->evaluator().stage_layers();
   ASSERT_EQ(l.size(), 4u);
   EXPECT_EQ(l[0], (StageLayers{12, 0, true, false}));
-  EXPECT_EQ(l[1], (StageLayers{12, 0, false, false}));
+  EXPECT_EQ(l[1], (StageLayers{12, 0, false, false, true}));  // embeds the decoder inputs
   EXPECT_EQ(l[2], (StageLayers{0, 12, false, false}));
   EXPECT_EQ(l[3], (StageLayers{0, 12, false, true}));
 }
@@ -245,6 +245,7 @@ TEST(StageCostEvaluatorTest, BoundaryBytes) {
   EXPECT_EQ(layers[0].encoder_layers, 16);
   EXPECT_EQ(layers[1].encoder_layers, 8);
   EXPECT_EQ(layers[1].decoder_layers, 8);
+  EXPECT_TRUE(layers[1].decoder_embedding);
   EXPECT_EQ(layers[2].decoder_layers, 16);
   EXPECT_EQ(t5_3->evaluator().BoundaryBytes(shape, 0), Bytes::Of(2 * 2 * 512 * 1024));
   EXPECT_EQ(t5_3->evaluator().BoundaryBytes(shape, 1), Bytes::Of(2 * 2 * (512 + 64) * 1024));

@@ -66,13 +66,13 @@ ModelStateMemory CostModel::ModelStates(const StageLayers& stage, const Parallel
   const ModelSpec& spec = model();
   int64_t params = stage.encoder_layers * LayerParams(LayerKind::kEncoder, par.tp) +
                    stage.decoder_layers * LayerParams(LayerKind::kDecoder, par.tp);
-  if (stage.embedding) params += LayerParams(LayerKind::kEmbedding, par.tp);
-  if (stage.output_head) {
-    // A tied head on a stage without the embedding keeps its own copy of the word embedding.
-    params += spec.tied_embeddings && !stage.embedding
-                  ? LayerParams(LayerKind::kEmbedding, par.tp)
-                  : LayerParams(LayerKind::kOutputHead, par.tp);
+  // One word embedding per stage that uses it: the input embedding, the decoder-input embedding
+  // of the chunk that ends the encoder, or a tied head (its own copy on a stage without the others).
+  if (stage.embedding || stage.decoder_embedding ||
+      (stage.output_head && spec.tied_embeddings)) {
+    params += LayerParams(LayerKind::kEmbedding, par.tp);
   }
+  if (stage.output_head) params += LayerParams(LayerKind::kOutputHead, par.tp);  // 0 when tied
   const int64_t experts =
       stage.encoder_layers * AnalyticExpertParams(spec, LayerKind::kEncoder, par.tp) +
       stage.decoder_layers * AnalyticExpertParams(spec, LayerKind::kDecoder, par.tp);
@@ -92,6 +92,7 @@ std::vector<StageLayers> ChunkStageLayers(const ModelSpec& model, int64_t chunks
     StageLayers l;
     l.encoder_layers = cut.encoder_layers;
     l.decoder_layers = cut.decoder_layers;
+    l.decoder_embedding = cut.ends_encoder;
     out.push_back(l);
   }
   out.front().embedding = true;

@@ -71,6 +71,9 @@ struct StageLayers {
   bool output_head = false;    // holds the output head (a separate matrix unless tied; a stage
                                // with a tied head but without the embedding holds a copy of the
                                // word embedding, as Megatron-LM does for pp > 1)
+  bool decoder_embedding = false;  // encoder-decoder: embeds the decoder inputs (the chunk that
+                                   // ends the encoder), so it holds the word embedding (one copy
+                                   // per stage, shared with the embedding or a tied head)
 
   friend bool operator==(const StageLayers&, const StageLayers&) = default;
 };

@@ -92,6 +92,17 @@ TEST(ModelStatesTest, StageParamsAreLayersTimesLayerParamsPlusEnds) {
   EXPECT_EQ(tied.ModelStates(stage, par).params, 3 * 500 + 2 * 750 + 200);
   stage.embedding = false;
   EXPECT_EQ(tied.ModelStates(stage, par).params, 3 * 500 + 2 * 750 + 200);
+  // The chunk that ends the encoder embeds the decoder inputs: one copy of the word embedding,
+  // shared with the input embedding or a tied head on the same stage.
+  StageLayers ends;
+  ends.encoder_layers = 1;
+  ends.decoder_embedding = true;
+  EXPECT_EQ(tied.ModelStates(ends, par).params, 500 + 200);
+  ends.output_head = true;
+  EXPECT_EQ(tied.ModelStates(ends, par).params, 500 + 200);
+  EXPECT_EQ(untied.ModelStates(ends, par).params, 500 + 200 + 150);
+  ends.embedding = true;
+  EXPECT_EQ(tied.ModelStates(ends, par).params, 500 + 200);
 }
 
 TEST(ModelStateMemoryTest, Adds) {

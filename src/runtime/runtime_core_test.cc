@@ -102,6 +102,7 @@ TEST_P(LayoutTest, ChunksSumToTheEvaluatorsStages) {
     l.decoder_layers += ch.layers.decoder_layers;
     l.embedding = l.embedding || ch.layers.embedding;
     l.output_head = l.output_head || ch.layers.output_head;
+    l.decoder_embedding = l.decoder_embedding || ch.layers.decoder_embedding;
   }
   EXPECT_EQ(sums, s->eval->stage_layers());
   // Every layer of every stack exactly once, in order.
