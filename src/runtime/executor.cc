@@ -23,10 +23,9 @@ struct StageRun {
   Tensors outputs;       // graph-connected outputs (or the loss on the last stage)
   bool replay = false;   // recompute "full": outputs carry no graph until replayed
   Tensors grad_outputs;  // the gradients of `outputs` (backward-input reads them)
-  // Split backward (backward-input, then backward-weight): the ops the forward recorded and the
-  // gradients of their outputs from backward-input (model.h, WeightGradTape).
+  // Split backward (backward-input, then backward-weight): the ops the forward recorded and,
+  // after backward-input, the gradients of their outputs (model.h, WeightGradTape).
   std::unique_ptr<WeightGradTape> tape;
-  Tensors tape_grads;
 };
 
 struct Transfer {
@@ -316,24 +315,8 @@ class IterationRun {
       // One pass: input gradients, the recorded linear layers' output gradients (their weights
       // wait for backward-weight) and the other parameters' gradients (model.h, WeightGradTape).
       if (!run.tape) return InternalError("backward-input without a recorded forward");
-      const Tensors untaped = run.tape->Untaped(chunk->parameters());
-      Tensors targets = leaves;
-      for (at::Tensor& t : run.tape->Outputs()) targets.push_back(std::move(t));
-      targets.insert(targets.end(), untaped.begin(), untaped.end());
-      Tensors grads = torch::autograd::grad(run.outputs, targets, run.grad_outputs,
-                                            /*retain_graph=*/false, /*create_graph=*/false,
-                                            /*allow_unused=*/true);
-      const auto n_leaves = static_cast<std::ptrdiff_t>(leaves.size());
-      const auto n_taped = static_cast<std::ptrdiff_t>(run.tape->entries().size());
-      input_grads.assign(grads.begin(), grads.begin() + n_leaves);
-      run.tape_grads.assign(grads.begin() + n_leaves, grads.begin() + n_leaves + n_taped);
-      {
-        torch::NoGradGuard no_grad;
-        for (size_t i = 0; i < untaped.size(); ++i) {
-          const at::Tensor& g = grads[static_cast<size_t>(n_leaves + n_taped) + i];
-          if (g.defined()) AccumulateGrad(untaped[i], g);
-        }
-      }
+      input_grads =
+          run.tape->InputGradients(run.outputs, run.grad_outputs, leaves, chunk->parameters());
       // The graph is gone: keep only what backward-weight reads.
       run.outputs.clear();
       run.grad_outputs.clear();
@@ -353,10 +336,10 @@ class IterationRun {
   Status BackwardWeight(const Instruction& in) {
     SLUICE_RETURN_IF_ERROR(ChunkOf(in.stage).status());
     auto it = runs_.find(Key(in));
-    if (it == runs_.end() || !it->second.tape || it->second.tape_grads.empty()) {
+    if (it == runs_.end() || !it->second.tape || !it->second.tape->pending()) {
       return InvalidArgumentError("backward-weight before its backward-input");
     }
-    it->second.tape->AccumulateWeightGrads(&it->second.tape_grads);
+    it->second.tape->AccumulateWeightGrads();
     runs_.erase(it);
     return Status::Ok();
   }

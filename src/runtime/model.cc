@@ -295,13 +295,6 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
   return {h};
 }
 
-std::vector<at::Tensor> WeightGradTape::Outputs() const {
-  std::vector<at::Tensor> out;
-  out.reserve(entries_.size());
-  for (const Entry& e : entries_) out.push_back(e.output);
-  return out;
-}
-
 void AccumulateGrad(const at::Tensor& param, at::Tensor g) {
   at::Tensor& grad = param.mutable_grad();
   if (!grad.defined()) {
@@ -311,17 +304,45 @@ void AccumulateGrad(const at::Tensor& param, at::Tensor g) {
   }
 }
 
-void WeightGradTape::AccumulateWeightGrads(std::vector<at::Tensor>* output_grads) const {
-  SLUICE_CHECK(output_grads->size() == entries_.size());
+std::vector<at::Tensor> WeightGradTape::InputGradients(const std::vector<at::Tensor>& outputs,
+                                                       const std::vector<at::Tensor>& grad_outputs,
+                                                       const std::vector<at::Tensor>& leaves,
+                                                       const std::vector<at::Tensor>& params) {
+  const std::vector<at::Tensor> untaped = Untaped(params);
+  std::vector<at::Tensor> targets = leaves;
+  for (const Entry& e : entries_) targets.push_back(e.output);
+  targets.insert(targets.end(), untaped.begin(), untaped.end());
+  std::vector<at::Tensor> grads =
+      torch::autograd::grad(outputs, targets, grad_outputs, /*retain_graph=*/false,
+                            /*create_graph=*/false, /*allow_unused=*/true);
+  const size_t n_leaves = leaves.size(), n_taped = entries_.size();
+  output_grads_.assign(grads.begin() + static_cast<std::ptrdiff_t>(n_leaves),
+                       grads.begin() + static_cast<std::ptrdiff_t>(n_leaves + n_taped));
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < untaped.size(); ++i) {
+      at::Tensor& g = grads[n_leaves + n_taped + i];
+      if (g.defined()) AccumulateGrad(untaped[i], std::move(g));
+    }
+  }
+  pending_ = true;
+  grads.resize(n_leaves);
+  return grads;
+}
+
+void WeightGradTape::AccumulateWeightGrads() {
+  SLUICE_CHECK(pending_ && output_grads_.size() == entries_.size());
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    if (!(*output_grads)[i].defined()) continue;
-    const at::Tensor g = (*output_grads)[i].reshape({-1, (*output_grads)[i].size(-1)});
-    (*output_grads)[i] = at::Tensor();
+    if (!output_grads_[i].defined()) continue;
+    const at::Tensor g = output_grads_[i].reshape({-1, output_grads_[i].size(-1)});
+    output_grads_[i] = at::Tensor();
     AccumulateGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
     if (e.bias.defined()) AccumulateGrad(e.bias, g.sum(0));
   }
+  output_grads_.clear();
+  pending_ = false;
 }
 
 std::vector<at::Tensor> WeightGradTape::Untaped(const std::vector<at::Tensor>& params) const {

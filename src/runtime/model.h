@@ -73,8 +73,8 @@ struct Block {
 // Zero-bubble weight gradients (ZB-H1's W) without a second pass over the graph. While a chunk's
 // forward records into a tape, every linear layer of its transformer blocks notes its input and
 // output (x, y = x W^T + b). The input-gradient pass asks autograd, in one call, for the
-// gradients of the chunk's inputs, of every recorded output (Outputs()) and of the chunk's
-// other parameters (Untaped(): embeddings, LayerNorms, the output head); the engine skips the
+// gradients of the chunk's inputs, of every recorded output and of the chunk's other
+// parameters (Untaped(): embeddings, LayerNorms, the output head); the engine skips the
 // recorded layers' weight branches because their parameters are not asked for. The weight pass is
 // AccumulateWeightGrads: dW = g_y^T x and db = sum g_y into .grad, as autograd's AccumulateGrad
 // would. The recorded inputs are tensors autograd saves for the backward anyway; the output
@@ -96,17 +96,26 @@ class WeightGradTape {
 
   void Add(Entry e) { entries_.push_back(std::move(e)); }
   const std::vector<Entry>& entries() const { return entries_; }
-  // The recorded outputs, in recording order.
-  std::vector<at::Tensor> Outputs() const;
   // The tensors of `params` that are neither the weight nor the bias of an entry.
   std::vector<at::Tensor> Untaped(const std::vector<at::Tensor>& params) const;
-  // Adds every entry's weight (and bias) gradient into .grad and releases the output gradients.
-  // `output_grads[i]`: the gradient of Outputs()[i] (undefined: the output did not reach the
-  // loss, nothing to add). REQUIRES: output_grads->size() == entries().size().
-  void AccumulateWeightGrads(std::vector<at::Tensor>* output_grads) const;
+  // The input-gradient pass, releasing the graph: returns the gradients of `leaves` (undefined
+  // where unused), adds those of Untaped(params) into .grad, and keeps the recorded outputs'
+  // gradients for AccumulateWeightGrads. `params`: every parameter of the chunk.
+  std::vector<at::Tensor> InputGradients(const std::vector<at::Tensor>& outputs,
+                                         const std::vector<at::Tensor>& grad_outputs,
+                                         const std::vector<at::Tensor>& leaves,
+                                         const std::vector<at::Tensor>& params);
+  // Whether InputGradients ran and AccumulateWeightGrads has not.
+  bool pending() const { return pending_; }
+  // The weight pass: adds every entry's weight (and bias) gradient into .grad from the kept output
+  // gradients (an undefined one did not reach the loss: nothing to add) and releases them.
+  // REQUIRES: pending().
+  void AccumulateWeightGrads();
 
  private:
   std::vector<Entry> entries_;
+  std::vector<at::Tensor> output_grads_;  // [entry], from InputGradients
+  bool pending_ = false;
 };
 
 // One virtual stage of the model.

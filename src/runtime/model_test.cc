@@ -104,8 +104,8 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
   torch::autograd::backward(out1, grad_outputs, false, false, targets);
   const std::vector<at::Tensor> want = take_grads();
 
-  // Split: input gradients with the recorded outputs' and the untaped parameters' gradients,
-  // then the recorded layers' weights from the tape.
+  // Split, as the executor runs it: input gradients (the untaped parameters' gradients taken
+  // along), then the recorded layers' weights from the tape.
   WeightGradTape tape;
   std::vector<at::Tensor> x2 = leaves();
   std::vector<at::Tensor> out2 = chunk.Forward(x2, mb.labels, mb, c.selective, &tape);
@@ -114,22 +114,17 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
   for (const WeightGradTape::Entry& e : tape.entries()) taped += e.bias.defined() ? 2 : 1;
   EXPECT_EQ(untaped.size() + taped, chunk.parameters().size()) << "a parameter taped twice";
   EXPECT_GT(tape.entries().size(), 0u);
-  std::vector<at::Tensor> asked = c.chunk == 0 ? std::vector<at::Tensor>{} : x2;
-  const size_t n_inputs = asked.size(), n_taped = tape.entries().size();
-  for (const at::Tensor& y : tape.Outputs()) asked.push_back(y);
-  asked.insert(asked.end(), untaped.begin(), untaped.end());
-  std::vector<at::Tensor> grads =
-      torch::autograd::grad(out2, asked, grad_outputs, false, false, /*allow_unused=*/true);
-  for (const at::Tensor& p : chunk.parameters()) {
-    EXPECT_FALSE(p.grad().defined()) << "the input-gradient pass touched a parameter";
+  const std::vector<at::Tensor> x2_leaves = c.chunk == 0 ? std::vector<at::Tensor>{} : x2;
+  const std::vector<at::Tensor> grads =
+      tape.InputGradients(out2, grad_outputs, x2_leaves, chunk.parameters());
+  const size_t n_inputs = x2_leaves.size();
+  ASSERT_EQ(grads.size(), n_inputs);
+  for (const WeightGradTape::Entry& e : tape.entries()) {
+    EXPECT_FALSE(e.weight.grad().defined()) << "the input-gradient pass touched a recorded weight";
   }
-  std::vector<at::Tensor> op_grads(grads.begin() + n_inputs, grads.begin() + n_inputs + n_taped);
-  tape.AccumulateWeightGrads(&op_grads);
-  for (const at::Tensor& g : op_grads) EXPECT_FALSE(g.defined()) << "an output gradient was kept";
-  for (size_t i = 0; i < untaped.size(); ++i) {
-    const at::Tensor& g = grads[n_inputs + n_taped + i];
-    if (g.defined()) untaped[i].mutable_grad() = g;
-  }
+  ASSERT_TRUE(tape.pending());
+  tape.AccumulateWeightGrads();
+  EXPECT_FALSE(tape.pending()) << "an output gradient was kept";
   const std::vector<at::Tensor> got = take_grads();
 
   ASSERT_EQ(got.size(), want.size());
