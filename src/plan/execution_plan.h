@@ -60,7 +60,9 @@ struct RankProgram {
   int64_t rank = 0;  // dp_index * pp + pp_index
   int64_t dp_index = 0;
   int64_t pp_index = 0;
-  int64_t buffer_slots = 0;  // slots the program uses: every slot id is < buffer_slots
+  // Slots the program uses. Dense: every slot id is < buffer_slots and each id is allocated by
+  // some instruction (ValidatePlan checks it before anything sizes storage by it).
+  int64_t buffer_slots = 0;
   std::vector<Instruction> instructions;
 
   friend bool operator==(const RankProgram&, const RankProgram&) = default;

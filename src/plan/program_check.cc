@@ -145,8 +145,7 @@ class OrderChecker {
         state_(m_ * S_, 0),
         holder_(3 * m_ * S_, -1),
         open_(2 * m_ * S_, -1),
-        slot_ids_(SlotIds(program)),
-        slots_(slot_ids_.size()),
+        slots_(static_cast<size_t>(program.buffer_slots)),
         reduced_(S_, false) {}
 
   std::optional<ProgramProblem> Run() {
@@ -161,7 +160,7 @@ class OrderChecker {
         return ProgramProblem{
             index_, fmt::format("slot {} allocated by instruction {} ({}) is "
                                 "never freed",
-                                slot_ids_[s], slots_[s].since,
+                                s, slots_[s].since,
                                 InstructionText(list[slots_[s].since]))};
       }
     }
@@ -192,22 +191,8 @@ class OrderChecker {
     int64_t since = -1;  // allocating instruction
   };
 
-  // The slot ids the program names, ascending. Slots are kept per named id, not per id below
-  // buffer_slots, so memory follows the program's size whatever its largest id.
-  static std::vector<int64_t> SlotIds(const RankProgram& program) {
-    std::vector<int64_t> ids;
-    for (const Instruction& in : program.instructions) {
-      ids.insert(ids.end(), in.inputs.begin(), in.inputs.end());
-      ids.insert(ids.end(), in.outputs.begin(), in.outputs.end());
-    }
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    return ids;
-  }
-  // The state of slot id `slot`. REQUIRES: the program names it.
-  Slot& At(int64_t slot) {
-    return slots_[std::lower_bound(slot_ids_.begin(), slot_ids_.end(), slot) - slot_ids_.begin()];
-  }
+  // The state of slot `slot`. REQUIRES: 0 <= slot < buffer_slots (CheckProgramFields).
+  Slot& At(int64_t slot) { return slots_[static_cast<size_t>(slot)]; }
 
   int64_t Key(Kind kind, int64_t mb, int64_t b) const { return (kind * m_ + mb) * S_ + b; }
   std::string KeyText(int64_t key) const {
@@ -393,8 +378,7 @@ class OrderChecker {
   std::vector<int64_t> state_;   // [mb * S + stage]: State
   std::vector<int64_t> holder_;  // [content key]: slot holding it, -1
   std::vector<int64_t> open_;    // [tag]: unfinished Start, -1
-  std::vector<int64_t> slot_ids_;  // SlotIds(program)
-  std::vector<Slot> slots_;        // [index of the id in slot_ids_]
+  std::vector<Slot> slots_;      // [slot id]: dense, buffer_slots entries
   std::vector<bool> reduced_;  // [stage]: its gradients were reduced across replicas
   std::vector<std::pair<int64_t, Bytes>> scattered_, gathered_;  // (bucket, bytes) in order
   int64_t index_ = 0;
@@ -408,6 +392,21 @@ std::optional<ProgramProblem> CheckProgramFields(const ExecutionPlan& plan,
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     if (auto p = FieldProblem(plan, program, program.instructions[i])) {
       return ProgramProblem{static_cast<int64_t>(i), *p};
+    }
+  }
+  // Dense slot ids: every id below buffer_slots is allocated by some instruction. (The structure
+  // check bounds buffer_slots by the program's allocations, so this vector is small.)
+  std::vector<bool> allocated(static_cast<size_t>(program.buffer_slots), false);
+  for (const Instruction& in : program.instructions) {
+    for (int64_t slot : in.outputs) allocated[static_cast<size_t>(slot)] = true;
+  }
+  for (size_t s = 0; s < allocated.size(); ++s) {
+    if (!allocated[s]) {
+      return ProgramProblem{
+          static_cast<int64_t>(program.instructions.size()),
+          fmt::format("slot {} of the program's {} buffer slots is never allocated: slot ids must "
+                      "be dense (0 .. buffer_slots-1, each allocated)",
+                      s, program.buffer_slots)};
     }
   }
   return std::nullopt;

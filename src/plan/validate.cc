@@ -41,6 +41,19 @@ std::optional<std::string> CheckStructure(const ExecutionPlan& plan) {
           "dp_index * pp + pp_index",
           r, p.rank, p.dp_index, p.pp_index, p.buffer_slots);
     }
+    // Slot ids are dense (0 .. buffer_slots-1, each allocated): a program cannot name more slots
+    // than it allocates, so what a reader or runtime sizes by buffer_slots stays within the
+    // program's own size.
+    int64_t allocations = 0;
+    for (const Instruction& in : p.instructions) {
+      allocations += static_cast<int64_t>(in.outputs.size());
+    }
+    if (p.buffer_slots > allocations) {
+      return fmt::format(
+          "program {} declares {} buffer slots but allocates only {}: slot ids must be dense "
+          "(0 .. buffer_slots-1, each allocated by some instruction)",
+          r, p.buffer_slots, allocations);
+    }
   }
   const int64_t S = plan.num_stages();
   for (size_t d = 0; d < plan.replicas.size(); ++d) {

@@ -3,12 +3,14 @@
 //
 // Checks, in this order (the first failure is reported):
 //  1. Structure: dp * pp programs with the right ids, one replica per dp index, micro-batches
-//     with mbs rows and pp*vpp stage costs, model states per pipeline rank.
+//     with mbs rows and pp*vpp stage costs, model states per pipeline rank, and no program that
+//     declares more buffer slots than it allocates (slot ids are dense: 0 .. buffer_slots-1, so
+//     nothing sized by buffer_slots can outgrow the program).
 //  2. Samples: every sample id of the global batch is in exactly one row of one micro-batch or in
 //     `dropped`, and no row holds a sample outside the batch.
 //  3. Fields: every instruction's micro-batch, stage (on this rank), peer (the neighbour stage's
 //     rank), tag (MessageTag), slots, tensor shapes (derived from the micro-batch's padded shape)
-//     and byte counts are what its op requires.
+//     and byte counts are what its op requires; every slot id below buffer_slots is allocated.
 //  4. Matching: between every pair of ranks, the k-th message one posts is the k-th the other
 //     posts, with the same tag and shapes; every DP group posts identical collectives.
 //  5. Per rank, in order: each micro-batch's F precedes its B (or I, then W) on each stage, and
