@@ -63,22 +63,11 @@ std::vector<Recompute> RecomputeLevels(const BatchingOptions& options) {
 bool PriceFixedShape(const StageCostEvaluator& eval, const BatchIndex& index, LayerShape shape,
                      MicroBatch* mb) {
   shape.mbs = static_cast<int64_t>(mb->rows.size());
-  std::vector<StageCost> stages;
+  std::vector<ChunkCost> stages;
   if (!eval.EvaluateStages(shape, mb->recompute, &stages)) return false;
   mb->shape = shape;
   mb->varlen = false;
-  mb->stage_forward.clear();
-  mb->stage_backward.clear();
-  mb->stage_backward_weight.clear();
-  mb->stage_stored.clear();
-  mb->stage_peak.clear();
-  for (const StageCost& st : stages) {
-    mb->stage_forward.push_back(st.forward);
-    mb->stage_backward.push_back(st.backward);
-    mb->stage_backward_weight.push_back(st.backward_weight);
-    mb->stage_stored.push_back(st.stored);
-    mb->stage_peak.push_back(st.peak);
-  }
+  mb->stages = std::move(stages);
   mb->real_tokens = 0;
   for (const auto& row : mb->rows) {
     for (int64_t id : row) mb->real_tokens += index(id).tokens();
@@ -94,9 +83,9 @@ std::string MemoryNeedReason(const StageCostEvaluator& eval,
   std::string worst;
   for (int64_t j = 0; j < m; ++j) {
     const MicroBatch& mb = micro_batches[j];
-    for (int64_t s = 0; s < static_cast<int64_t>(mb.stage_stored.size()); ++s) {
+    for (int64_t s = 0; s < static_cast<int64_t>(mb.stages.size()); ++s) {
       const int64_t k = eval.InFlight(s, m);
-      const Bytes need = mb.stage_stored[s] * k + mb.stage_peak[s];
+      const Bytes need = mb.stages[s].stored * k + mb.stages[s].peak;
       const Bytes budget = eval.ActivationBudget(s);
       const double ratio = budget.count() > 0 ? static_cast<double>(need.count()) /
                                                     static_cast<double>(budget.count())
@@ -109,7 +98,7 @@ std::string MemoryNeedReason(const StageCostEvaluator& eval,
           "micro-batch {} ({} rows x {} tokens{}{}) needs {} on stage {} ({} in flight x {} "
           "stored + {} peak) > activation budget {} (memory limit {} - model states {})",
           j, mb.shape.mbs, mb.shape.seqlen, dec, mb.varlen ? ", varlen" : "", FormatBytes(need), s,
-          k, FormatBytes(mb.stage_stored[s]), FormatBytes(mb.stage_peak[s]), FormatBytes(budget),
+          k, FormatBytes(mb.stages[s].stored), FormatBytes(mb.stages[s].peak), FormatBytes(budget),
           FormatBytes(eval.memory_limit()), FormatBytes(eval.stage_states()[s].total()));
     }
   }

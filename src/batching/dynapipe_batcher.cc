@@ -308,8 +308,7 @@ bool RaiseRecomputeToFit(const StageCostEvaluator& eval, const BatchIndex& index
                          const std::optional<Recompute>& fixed,
                          std::vector<MicroBatch>* micro_batches, std::string* reason) {
   for (const MicroBatch& mb : *micro_batches) {
-    if (static_cast<int64_t>(mb.stage_stored.size()) != eval.pp() ||
-        static_cast<int64_t>(mb.stage_peak.size()) != eval.pp()) {
+    if (static_cast<int64_t>(mb.stages.size()) != eval.pp()) {
       *reason = CheckSequenceMemory(eval, *micro_batches);  // names the malformed one
       return false;
     }
@@ -323,7 +322,7 @@ bool RaiseRecomputeToFit(const StageCostEvaluator& eval, const BatchIndex& index
       for (int64_t i = v->begin; i < v->end; ++i) {
         const MicroBatch& mb = (*micro_batches)[i];
         if (stuck[i] || mb.recompute == Recompute::kFull) continue;
-        if (pick < 0 || mb.stage_stored[v->stage] > (*micro_batches)[pick].stage_stored[v->stage]) {
+        if (pick < 0 || mb.stages[v->stage].stored > (*micro_batches)[pick].stages[v->stage].stored) {
           pick = i;
         }
       }

@@ -105,7 +105,7 @@ class TokenCapper {
 
 int64_t MaxStored(const MicroBatch& mb) {
   Bytes m;
-  for (Bytes b : mb.stage_stored) m = std::max(m, b);
+  for (const ChunkCost& c : mb.stages) m = std::max(m, c.stored);
   return m.count();
 }
 

@@ -26,8 +26,7 @@ int64_t MicroBatch::num_samples() const {
 
 Duration MicroBatch::Bottleneck() const {
   Duration out;
-  const size_t n = std::min(stage_forward.size(), stage_backward.size());
-  for (size_t s = 0; s < n; ++s) out = std::max(out, stage_forward[s] + stage_backward[s]);
+  for (const ChunkCost& c : stages) out = std::max(out, c.forward + c.backward());
   return out;
 }
 
@@ -84,7 +83,7 @@ bool PriceMicroBatch(const StageCostEvaluator& eval, const BatchIndex& index, Mi
   mb->shape.dec_seqlen = encdec ? eval.Pad(std::max<int64_t>(1, max_dec)) : 0;
   mb->real_tokens = real;
   mb->padded_tokens = mb->shape.mbs * (mb->shape.seqlen + mb->shape.dec_seqlen);
-  std::vector<StageCost> stages;
+  std::vector<ChunkCost> stages;
   if (ok) {
     if (mb->varlen) {
       ok = !encdec && eval.varlen_supported() &&
@@ -94,18 +93,7 @@ bool PriceMicroBatch(const StageCostEvaluator& eval, const BatchIndex& index, Mi
     }
   }
   stages.resize(static_cast<size_t>(pp));
-  mb->stage_forward.resize(stages.size());
-  mb->stage_backward.resize(stages.size());
-  mb->stage_backward_weight.resize(stages.size());
-  mb->stage_stored.resize(stages.size());
-  mb->stage_peak.resize(stages.size());
-  for (size_t s = 0; s < stages.size(); ++s) {
-    mb->stage_forward[s] = stages[s].forward;
-    mb->stage_backward[s] = stages[s].backward;
-    mb->stage_backward_weight[s] = stages[s].backward_weight;
-    mb->stage_stored[s] = stages[s].stored;
-    mb->stage_peak[s] = stages[s].peak;
-  }
+  mb->stages = std::move(stages);
   return ok;
 }
 
@@ -167,11 +155,9 @@ Status ValidateBatchPlan(const BatchPlan& plan, std::span<const Sample> batch,
         return InternalError(fmt::format("{}: {}: shape.mbs {} but {} rows", method, where,
                                          mb.shape.mbs, mb.rows.size()));
       }
-      if (mb.stage_forward.size() != pp || mb.stage_backward.size() != pp ||
-          mb.stage_backward_weight.size() != pp || mb.stage_stored.size() != pp ||
-          mb.stage_peak.size() != pp) {
+      if (mb.stages.size() != pp) {
         return InternalError(
-            fmt::format("{}: {}: per-stage vectors need {} entries", method, where, pp));
+            fmt::format("{}: {}: per-stage costs need {} entries", method, where, pp));
       }
       for (size_t row = 0; row < mb.rows.size(); ++row) {
         if (mb.rows[row].empty()) {

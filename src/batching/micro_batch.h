@@ -23,6 +23,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "cost/chunk_cost.h"
 #include "cost/cost_model.h"
 #include "data/sample.h"
 
@@ -39,11 +40,9 @@ struct MicroBatch {
   LayerShape shape;                        // padded shape; shape.mbs == rows.size()
   bool varlen = false;                     // per-sample attention inside packed rows
   Recompute recompute = Recompute::kNone;
-  std::vector<Duration> stage_forward;     // per pipeline stage (device), pp entries
-  std::vector<Duration> stage_backward;    // full backward (input + weight gradient)
-  std::vector<Duration> stage_backward_weight;  // weight-gradient part of stage_backward
-  std::vector<Bytes> stage_stored;         // stored activations per stage
-  std::vector<Bytes> stage_peak;           // transient peak per stage
+  // Predicted cost per pipeline stage (device), pp entries (cost/chunk_cost.h; stored_until_w
+  // is 0 here: a schedule sets it per virtual stage).
+  std::vector<ChunkCost> stages;
   int64_t real_tokens = 0;                 // sum of the samples' tokens (after clipping)
   int64_t padded_tokens = 0;               // tokens the shape allocates (enc + dec)
 

@@ -21,8 +21,11 @@ TEST(MicroBatchTest, OutcomeNames) {
 TEST(MicroBatchTest, Accessors) {
   MicroBatch mb;
   mb.rows = {{1, 2}, {3}};
-  mb.stage_forward = {Duration::Millis(3), Duration::Millis(5)};
-  mb.stage_backward = {Duration::Millis(6), Duration::Millis(2)};
+  mb.stages.resize(2);
+  mb.stages[0].forward = Duration::Millis(3);
+  mb.stages[1].forward = Duration::Millis(5);
+  mb.stages[0].backward_input = Duration::Millis(6);
+  mb.stages[1].backward_weight = Duration::Millis(2);
   mb.real_tokens = 30;
   mb.padded_tokens = 40;
   EXPECT_EQ(mb.num_samples(), 3);
@@ -57,15 +60,15 @@ TEST(PriceMicroBatchTest, PaddedDecoderOnly) {
   EXPECT_EQ(mb.shape, (LayerShape{3, 312, 0}));
   EXPECT_EQ(mb.real_tokens, 425);
   EXPECT_EQ(mb.padded_tokens, 3 * 312);
-  std::vector<StageCost> stages;
+  std::vector<ChunkCost> stages;
   ASSERT_TRUE(e.EvaluateStages(mb.shape, Recompute::kSelective, &stages));
-  ASSERT_EQ(mb.stage_forward.size(), 4u);
+  ASSERT_EQ(mb.stages.size(), 4u);
   for (size_t s = 0; s < 4; ++s) {
-    EXPECT_EQ(mb.stage_forward[s], stages[s].forward);
-    EXPECT_EQ(mb.stage_backward[s], stages[s].backward);
-    EXPECT_EQ(mb.stage_backward_weight[s], stages[s].backward_weight);
-    EXPECT_EQ(mb.stage_stored[s], stages[s].stored);
-    EXPECT_EQ(mb.stage_peak[s], stages[s].peak);
+    EXPECT_EQ(mb.stages[s].forward, stages[s].forward);
+    EXPECT_EQ(mb.stages[s].backward(), stages[s].backward());
+    EXPECT_EQ(mb.stages[s].backward_weight, stages[s].backward_weight);
+    EXPECT_EQ(mb.stages[s].stored, stages[s].stored);
+    EXPECT_EQ(mb.stages[s].peak, stages[s].peak);
   }
   EXPECT_EQ(mb.Bottleneck(), e.Summarize(mb.shape, Recompute::kSelective, 4).bottleneck);
   // Packed rows: a row is as long as its samples together.
@@ -101,15 +104,18 @@ TEST(PriceMicroBatchTest, EncoderDecoderAndInfeasible) {
   MicroBatch too_long;
   too_long.rows = {{2}};
   EXPECT_FALSE(PriceMicroBatch(e, index, &too_long));
-  EXPECT_EQ(too_long.stage_peak.size(), 2u);
+  EXPECT_EQ(too_long.stages.size(), 2u);
 }
 
 TEST(PredictReplicaTimeTest, SumPlusBubble) {
   std::vector<MicroBatch> mbs(3);
   const double ms[] = {4, 9, 2};
   for (int i = 0; i < 3; ++i) {
-    mbs[i].stage_forward = {Duration::Millis(ms[i] / 2), Duration::Millis(1)};
-    mbs[i].stage_backward = {Duration::Millis(ms[i] / 2), Duration::Millis(1)};
+    mbs[i].stages.resize(2);
+    mbs[i].stages[0].forward = Duration::Millis(ms[i] / 2);
+    mbs[i].stages[1].forward = Duration::Millis(1);
+    mbs[i].stages[0].backward_input = Duration::Millis(ms[i] / 2);
+    mbs[i].stages[1].backward_input = Duration::Millis(1);
   }
   EXPECT_EQ(PredictReplicaTime(mbs, 4), Duration::Millis(15 + 3 * 9));
   EXPECT_EQ(PredictReplicaTime(mbs, 1), Duration::Millis(15));
@@ -182,7 +188,7 @@ TEST_F(ValidateBatchPlanTest, RejectsBadShapes) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("replica 1, micro-batch 0"), std::string::npos) << st.message();
   BatchPlan stages = plan_;
-  stages.replicas[0][0].stage_peak.pop_back();
+  stages.replicas[0][0].stages.pop_back();
   EXPECT_FALSE(ValidateBatchPlan(stages, batch_, eval()).ok());
   BatchPlan replicas = plan_;
   replicas.replicas.pop_back();
@@ -194,9 +200,9 @@ TEST_F(ValidateBatchPlanTest, RejectsMemoryOverTheLimit) {
   // A micro-batch alone on its replica: its stored activations do not stay behind another one,
   // so only its peak counts.
   BatchPlan big = plan_;
-  big.replicas[1][0].stage_stored[0] = eval().ActivationBudget(0);
+  big.replicas[1][0].stages[0].stored = eval().ActivationBudget(0);
   EXPECT_TRUE(ValidateBatchPlan(big, batch_, eval()).ok());
-  big.replicas[1][0].stage_peak[0] = eval().ActivationBudget(0) + Bytes::Of(1);
+  big.replicas[1][0].stages[0].peak = eval().ActivationBudget(0) + Bytes::Of(1);
   const Status st = ValidateBatchPlan(big, batch_, eval());
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("out of memory"), std::string::npos) << st.message();

@@ -23,14 +23,13 @@ struct KindCosts {
 // One device stage's cost from its layers and the per-kind costs. The layers run in the order
 // embedding, encoder layers, decoder layers, output head (true for every cut of model/chunk_cut.h), so
 // the high-water mark is the largest "stored before this layer + this layer's peak".
-StageCost CombineStage(const StageLayers& l, const KindCosts& k) {
-  StageCost s;
+ChunkCost CombineStage(const StageLayers& l, const KindCosts& k) {
+  ChunkCost s;
   Bytes stored;
   Bytes peak;
   auto add = [&](const LayerCost& c, int64_t count) {
     if (count <= 0) return;
     s.forward += c.forward * count;
-    s.backward += c.backward * count;
     s.backward_input += c.backward_input * count;
     s.backward_weight += c.backward_weight * count;
     peak = std::max(peak, stored + c.stored_activation * (count - 1) + c.peak_activation);
@@ -48,8 +47,8 @@ StageCost CombineStage(const StageLayers& l, const KindCosts& k) {
 // Accumulates a CostSummary stage by stage.
 class SummaryBuilder {
  public:
-  void Add(const StageCost& s, int64_t in_flight, Bytes budget) {
-    const Duration t = s.forward + s.backward;
+  void Add(const ChunkCost& s, int64_t in_flight, Bytes budget) {
+    const Duration t = s.forward + s.backward();
     summary_.bottleneck = std::max(summary_.bottleneck, t);
     summary_.total += t;
     summary_.max_stored = std::max(summary_.max_stored, s.stored);
@@ -237,8 +236,8 @@ bool LookupKinds(const CostModel& cost, const LayerShape& shape, int64_t tp, Rec
 }  // namespace
 
 bool StageCostEvaluator::EvaluateStages(const LayerShape& shape, Recompute rc,
-                                        std::vector<StageCost>* out) const {
-  out->assign(static_cast<size_t>(par_.pp), StageCost{});
+                                        std::vector<ChunkCost>* out) const {
+  out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
   KindCosts k;
   if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return false;
   for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
@@ -246,8 +245,8 @@ bool StageCostEvaluator::EvaluateStages(const LayerShape& shape, Recompute rc,
 }
 
 bool StageCostEvaluator::EvaluateChunks(const LayerShape& shape, Recompute rc,
-                                        std::vector<StageCost>* out) const {
-  out->assign(chunk_layers_.size(), StageCost{});
+                                        std::vector<ChunkCost>* out) const {
+  out->assign(chunk_layers_.size(), ChunkCost{});
   KindCosts k;
   if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return false;
   for (size_t c = 0; c < chunk_layers_.size(); ++c) (*out)[c] = CombineStage(chunk_layers_[c], k);
@@ -265,7 +264,63 @@ CostSummary StageCostEvaluator::Summarize(const LayerShape& shape, Recompute rc,
   return b.Finish(true);
 }
 
-CostSummary StageCostEvaluator::SummaryFromStages(const std::vector<StageCost>& stages, bool ok,
+namespace {
+
+// share = part / whole, or 1 / n when the whole is zero.
+double Share(int64_t part, int64_t whole, int64_t n) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole)
+                   : 1.0 / static_cast<double>(n);
+}
+
+}  // namespace
+
+void StageCostEvaluator::SplitOverChunks(const LayerShape& shape, Recompute rc,
+                                         std::span<const ChunkCost> stages,
+                                         std::vector<ChunkCost>* out) const {
+  const int64_t pp = par_.pp, vpp = par_.vpp, n = pp * vpp;
+  out->assign(static_cast<size_t>(n), ChunkCost{});
+  if (vpp == 1) {
+    for (int64_t c = 0; c < n; ++c) {
+      (*out)[c] = stages[c];
+      (*out)[c].stored_until_w = Bytes::Zero();
+    }
+    return;
+  }
+  std::vector<ChunkCost> chunk;
+  const bool shares = EvaluateChunks(shape, rc, &chunk);
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t d = c % pp;
+    const ChunkCost& st = stages[d];
+    // The chunk's shares of its device's figures; its peak is its own high-water mark at the
+    // padded shape, scaled like its stored bytes.
+    const double even = 1.0 / static_cast<double>(vpp);
+    double fw = even, bi = even, bw = even, mem = even, peak_scale = 1.0;
+    if (shares) {
+      ChunkCost sum;
+      for (int64_t k = d; k < n; k += pp) {
+        sum.forward += chunk[k].forward;
+        sum.backward_input += chunk[k].backward_input;
+        sum.backward_weight += chunk[k].backward_weight;
+        sum.stored += chunk[k].stored;
+      }
+      fw = Share(chunk[c].forward.nanos(), sum.forward.nanos(), vpp);
+      bi = Share(chunk[c].backward_input.nanos(), sum.backward_input.nanos(), vpp);
+      bw = Share(chunk[c].backward_weight.nanos(), sum.backward_weight.nanos(), vpp);
+      mem = Share(chunk[c].stored.count(), sum.stored.count(), vpp);
+      peak_scale = Share(st.stored.count(), sum.stored.count(), 1);
+    }
+    ChunkCost& cc = (*out)[c];
+    cc.forward = st.forward.Scaled(fw);
+    cc.backward_input = st.backward_input.Scaled(bi);
+    cc.backward_weight = st.backward_weight.Scaled(bw);
+    cc.stored = st.stored.Scaled(mem);
+    // Without shares the running layer's transient stays whole.
+    cc.peak = shares ? chunk[c].peak.Scaled(peak_scale)
+                     : cc.stored + std::max(Bytes::Zero(), st.peak - st.stored);
+  }
+}
+
+CostSummary StageCostEvaluator::SummaryFromStages(const std::vector<ChunkCost>& stages, bool ok,
                                                   int64_t num_micro_batches) const {
   if (!ok) return CostSummary{};
   SummaryBuilder b;
@@ -281,13 +336,13 @@ Status StageCostEvaluator::FitVarlen() {
   if (model().is_encoder_decoder()) return Status::Ok();
   const std::vector<int64_t> lengths = FitLengths(model().max_position);
   constexpr double kScale = 1024.0;  // fit in units of 1024 tokens for conditioning
-  std::vector<StageCost> stages;
+  std::vector<ChunkCost> stages;
   for (int r = 0; r < 3; ++r) {
     const Recompute rc = static_cast<Recompute>(r);
     // Points at several micro-batch sizes (up to max_position tokens in all), so that the fit
     // separates the per-micro-batch floor c from work that grows with tokens: a varlen
     // micro-batch of many short samples pays b per token, not just c.
-    std::vector<std::vector<StageCost>> points;
+    std::vector<std::vector<ChunkCost>> points;
     std::vector<double> xs, ms;
     for (int64_t len : lengths) {
       for (int64_t mbs = 1; mbs == 1 || mbs * len <= model().max_position; mbs *= 2) {
@@ -304,12 +359,12 @@ Status StageCostEvaluator::FitVarlen() {
       std::vector<double> t, st, pk, wt, wst, wpk;
       double fw = 0, all = 0, bw = 0, bww = 0;
       for (size_t p = 0; p < points.size(); ++p) {
-        const StageCost& c = points[p][s];
+        const ChunkCost& c = points[p][s];
         const double u = xs[p] / kScale;
         const double m = ms[p];
         x3.push_back({m * u * u, m * u, 1.0});
         x2.push_back({m * u * u, m * u});
-        const double time = (c.forward + c.backward).millis();
+        const double time = (c.forward + c.backward()).millis();
         t.push_back(time);
         st.push_back(c.stored.mb());
         pk.push_back(c.peak.mb());
@@ -319,7 +374,7 @@ Status StageCostEvaluator::FitVarlen() {
         wpk.push_back(1.0 / std::max(pk.back() * pk.back(), 1e-12));
         fw += c.forward.millis();
         all += time;
-        bw += c.backward.millis();
+        bw += c.backward().millis();
         bww += c.backward_weight.millis();
       }
       const std::array<double, 3> tc = FitNonNegative<3>(x3, t, wt);
@@ -358,13 +413,13 @@ bool LengthMoments(std::span<const int64_t> lengths, int64_t max_len, double* s1
 
 // One stage's varlen cost from its fit (a StageFit) and the length moments.
 template <typename Fit>
-StageCost VarlenStage(const Fit& f, double s1, double s2) {
+ChunkCost VarlenStage(const Fit& f, double s1, double s2) {
   const double ms = f.time.a * s2 + f.time.b * s1 + f.time.c;
-  StageCost c;
+  ChunkCost c;
   c.forward = Duration::Millis(ms * f.fw_fraction);
-  c.backward = Duration::Millis(ms) - c.forward;
-  c.backward_weight = c.backward.Scaled(f.wgrad_fraction);
-  c.backward_input = c.backward - c.backward_weight;
+  const Duration backward = Duration::Millis(ms) - c.forward;
+  c.backward_weight = backward.Scaled(f.wgrad_fraction);
+  c.backward_input = backward - c.backward_weight;
   c.stored = Bytes::Of(std::llround(f.mem_a * s2 + f.mem_b * s1));
   c.peak = std::max(c.stored, Bytes::Of(std::llround(f.peak_a * s2 + f.peak_b * s1)));
   return c;
@@ -373,8 +428,8 @@ StageCost VarlenStage(const Fit& f, double s1, double s2) {
 }  // namespace
 
 bool StageCostEvaluator::EvaluateVarlenStages(std::span<const int64_t> lengths, Recompute rc,
-                                              std::vector<StageCost>* out) const {
-  out->assign(static_cast<size_t>(par_.pp), StageCost{});
+                                              std::vector<ChunkCost>* out) const {
+  out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
   if (!varlen_supported_) return false;
   const std::vector<StageFit>& fits = fits_[static_cast<int>(rc)];
   double s1 = 0, s2 = 0;
@@ -442,10 +497,10 @@ std::optional<MemoryViolation> FindMemoryViolation(const StageCostEvaluator& eva
     for (int64_t w = 0; w < m; ++w) {
       const int64_t end = std::min(m, w + k);
       Bytes stored;
-      for (int64_t i = w; i < end; ++i) stored += micro_batches[i].stage_stored[s];
+      for (int64_t i = w; i < end; ++i) stored += micro_batches[i].stages[s].stored;
       for (int64_t i = w; i < end; ++i) {
         const MicroBatch& run = micro_batches[i];
-        const Bytes need = stored - run.stage_stored[s] + run.stage_peak[s];
+        const Bytes need = stored - run.stages[s].stored + run.stages[s].peak;
         if (need > budget) return MemoryViolation{s, w, end, i, need, budget};
       }
       if (end == m) break;
@@ -459,10 +514,9 @@ std::string CheckSequenceMemory(const StageCostEvaluator& eval,
   const int64_t pp = eval.pp();
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const MicroBatch& mb = micro_batches[i];
-    if (static_cast<int64_t>(mb.stage_stored.size()) != pp ||
-        static_cast<int64_t>(mb.stage_peak.size()) != pp) {
+    if (static_cast<int64_t>(mb.stages.size()) != pp) {
       return fmt::format("micro-batch {}: memory given for {} stages, the pipeline has {}", i,
-                         mb.stage_stored.size(), pp);
+                         mb.stages.size(), pp);
     }
   }
   const std::optional<MemoryViolation> v = FindMemoryViolation(eval, micro_batches);
@@ -471,7 +525,7 @@ std::string CheckSequenceMemory(const StageCostEvaluator& eval,
       "stage {}: micro-batches {}..{} in flight with {} running need {} of activations (stored of "
       "the others + its peak {}), budget {} (memory limit {} - model states {})",
       v->stage, v->begin, v->end - 1, v->running, FormatBytes(v->need),
-      FormatBytes(micro_batches[v->running].stage_peak[v->stage]), FormatBytes(v->budget),
+      FormatBytes(micro_batches[v->running].stages[v->stage].peak), FormatBytes(v->budget),
       FormatBytes(eval.memory_limit()), FormatBytes(eval.stage_states()[v->stage].total()));
 }
 

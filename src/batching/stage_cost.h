@@ -36,6 +36,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "cost/chunk_cost.h"
 #include "cost/cost_model.h"
 #include "data/sample.h"
 #include "model/cluster_spec.h"
@@ -50,17 +51,6 @@ enum class InFlightPolicy {
   kInterleaved,  // Megatron's interleaved 1F1B with vpp > 1: stage s holds up to
                  // (pp - s - 1) * 2 + (vpp - 1) * pp + 1 chunks of 1/vpp of a micro-batch's
                  // activations each, i.e. ceil(that / vpp) micro-batches (min m); = k1F1B at vpp 1
-};
-
-struct StageCost {
-  Duration forward;
-  Duration backward;         // backward_input + backward_weight
-  Duration backward_input;
-  Duration backward_weight;
-  Bytes stored;              // activations kept until backward
-  Bytes peak;                // high-water mark while running (includes its own stored so far)
-
-  friend bool operator==(const StageCost&, const StageCost&) = default;
 };
 
 // The figures the batching algorithms compare, without per-stage vectors.
@@ -113,13 +103,23 @@ class StageCostEvaluator {
 
   // Per-stage costs of a padded micro-batch (shape already padded) at `rc`; false when a
   // lookup is infeasible. Fills `out` (resized to pp).
-  bool EvaluateStages(const LayerShape& shape, Recompute rc, std::vector<StageCost>* out) const;
+  bool EvaluateStages(const LayerShape& shape, Recompute rc, std::vector<ChunkCost>* out) const;
   // Per-chunk (virtual stage) costs of a padded micro-batch at `rc`, for schedules that place
   // the pp * vpp chunks separately: `out` is resized to pp * vpp, chunk c runs on device c % pp
   // (the layout of the first paragraph). A device's chunks sum to its EvaluateStages times and
   // stored bytes; each chunk's peak is its own high-water mark. False when a lookup is
   // infeasible. With vpp = 1 this is EvaluateStages.
-  bool EvaluateChunks(const LayerShape& shape, Recompute rc, std::vector<StageCost>* out) const;
+  bool EvaluateChunks(const LayerShape& shape, Recompute rc, std::vector<ChunkCost>* out) const;
+  // The per-chunk (virtual stage) records of a micro-batch whose per-device records are
+  // `stages` (pp entries), into `out` (pp * vpp entries, stored_until_w 0). vpp = 1: `stages`
+  // itself. vpp > 1: each device stage's times and stored bytes are split over its chunks in the
+  // proportions EvaluateChunks gives for `shape` and `rc`, and a chunk's peak is its own
+  // high-water mark at that shape scaled like its stored bytes: exact for padded micro-batches,
+  // the padded shape's proportions for varlen ones. When that shape has no cost, the split is
+  // even and each chunk keeps the stage's whole transient (peak - stored).
+  // REQUIRES: stages.size() == pp.
+  void SplitOverChunks(const LayerShape& shape, Recompute rc, std::span<const ChunkCost> stages,
+                       std::vector<ChunkCost>* out) const;
   // Summary of a padded micro-batch; memory_load uses k_s for `num_micro_batches` in flight
   // (pass a large number for the worst case, pp for 1F1B's steady state).
   CostSummary Summarize(const LayerShape& shape, Recompute rc, int64_t num_micro_batches) const;
@@ -128,7 +128,7 @@ class StageCostEvaluator {
   // samples' sequence lengths. REQUIRES: varlen_supported().
   bool varlen_supported() const { return varlen_supported_; }
   bool EvaluateVarlenStages(std::span<const int64_t> lengths, Recompute rc,
-                            std::vector<StageCost>* out) const;
+                            std::vector<ChunkCost>* out) const;
   CostSummary SummarizeVarlen(std::span<const int64_t> lengths, Recompute rc,
                               int64_t num_micro_batches) const;
   // Hydraulis' per-sequence cost terms for the bottleneck stage at `rc`: t(s) = a s^2 + b s,
@@ -162,7 +162,7 @@ class StageCostEvaluator {
   };
   StageCostEvaluator() = default;
   Status FitVarlen();
-  CostSummary SummaryFromStages(const std::vector<StageCost>& stages, bool ok,
+  CostSummary SummaryFromStages(const std::vector<ChunkCost>& stages, bool ok,
                                 int64_t num_micro_batches) const;
 
   const CostModel* cost_ = nullptr;
@@ -193,7 +193,7 @@ struct MemoryViolation {
   Bytes need;           // stored of the others + peak of the running one
   Bytes budget;         // ActivationBudget(stage)
 };
-// REQUIRES: every micro-batch has pp entries in stage_stored and stage_peak.
+// REQUIRES: every micro-batch has pp per-stage costs (MicroBatch::stages).
 std::optional<MemoryViolation> FindMemoryViolation(const StageCostEvaluator& eval,
                                                    std::span<const MicroBatch> micro_batches);
 

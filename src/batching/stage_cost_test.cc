@@ -100,7 +100,7 @@ TEST(StageCostEvaluatorTest, StagesSumTheirLayers) {
   auto setup = MakeTestSetup("gpt-6.7b", TestParallel(1, 8));
   const StageCostEvaluator& e = setup->evaluator();
   const LayerShape shape{4, 512, 0};
-  std::vector<StageCost> stages;
+  std::vector<ChunkCost> stages;
   ASSERT_TRUE(e.EvaluateStages(shape, Recompute::kSelective, &stages));
   ASSERT_EQ(stages.size(), 8u);
   const LayerCost layer = setup->cost->Layer(LayerKind::kEncoder, shape, 1, Recompute::kSelective);
@@ -108,8 +108,8 @@ TEST(StageCostEvaluatorTest, StagesSumTheirLayers) {
   const LayerCost head =
       setup->cost->Layer(LayerKind::kOutputHead, shape, 1, Recompute::kSelective);
   EXPECT_EQ(stages[3].forward, layer.forward * 4);
-  EXPECT_EQ(stages[3].backward, layer.backward * 4);
-  EXPECT_EQ(stages[3].backward_weight + stages[3].backward_input, stages[3].backward);
+  EXPECT_EQ(stages[3].backward(), layer.backward * 4);
+  EXPECT_EQ(stages[3].backward_weight + stages[3].backward_input, stages[3].backward());
   EXPECT_EQ(stages[3].stored, layer.stored_activation * 4);
   EXPECT_EQ(stages[3].peak, layer.stored_activation * 3 + layer.peak_activation);
   EXPECT_EQ(stages[0].forward, layer.forward * 4 + emb.forward);
@@ -127,14 +127,14 @@ TEST(StageCostEvaluatorTest, SummaryMatchesStages) {
     for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       for (int64_t mbs : {1, 2, 8}) {
         const LayerShape shape{mbs, 256, t5 ? 64 : 0};
-        std::vector<StageCost> stages;
+        std::vector<ChunkCost> stages;
         ASSERT_TRUE(e.EvaluateStages(shape, rc, &stages)) << model;
         const CostSummary s = e.Summarize(shape, rc, 4);
         Duration bottleneck, total;
         Bytes stored, peak;
         double load = 0;
         for (int64_t st = 0; st < 4; ++st) {
-          const Duration t = stages[st].forward + stages[st].backward;
+          const Duration t = stages[st].forward + stages[st].backward();
           bottleneck = std::max(bottleneck, t);
           total += t;
           stored = std::max(stored, stages[st].stored);
@@ -168,7 +168,7 @@ TEST(StageCostEvaluatorTest, MemoryGrowsAndBecomesInfeasible) {
   EXPECT_TRUE(e.Summarize({1, 2048, 0}, Recompute::kFull, 8).feasible);
   // Beyond the model's positions or the table's micro-batch sizes: no answer.
   EXPECT_FALSE(e.Summarize({1, 8200, 0}, Recompute::kFull, 8).feasible);
-  std::vector<StageCost> stages;
+  std::vector<ChunkCost> stages;
   EXPECT_FALSE(e.EvaluateStages({4096, 2048, 0}, Recompute::kFull, &stages));
   EXPECT_EQ(stages.size(), 8u);
 }
@@ -193,15 +193,15 @@ TEST(StageCostEvaluatorTest, VarlenFitsFollowThePaddedCost) {
     EXPECT_GE(q.c, 0);
     for (int64_t len : {256, 1024, 2048}) {
       const int64_t one[] = {len};
-      std::vector<StageCost> varlen, padded;
+      std::vector<ChunkCost> varlen, padded;
       ASSERT_TRUE(e.EvaluateVarlenStages(one, rc, &varlen));
       ASSERT_TRUE(e.EvaluateStages({1, len, 0}, rc, &padded));
       for (size_t s = 0; s < varlen.size(); ++s) {
-        const double v = (varlen[s].forward + varlen[s].backward).millis();
-        const double p = (padded[s].forward + padded[s].backward).millis();
+        const double v = (varlen[s].forward + varlen[s].backward()).millis();
+        const double p = (padded[s].forward + padded[s].backward()).millis();
         EXPECT_NEAR(v, p, 0.15 * p) << RecomputeName(rc) << " len " << len << " stage " << s;
         EXPECT_NEAR(varlen[s].stored.mb(), padded[s].stored.mb(), 0.2 * padded[s].stored.mb());
-        EXPECT_EQ(varlen[s].backward_input + varlen[s].backward_weight, varlen[s].backward);
+        EXPECT_EQ(varlen[s].backward_input + varlen[s].backward_weight, varlen[s].backward());
       }
     }
   }
@@ -222,7 +222,7 @@ TEST(StageCostEvaluatorTest, VarlenIsDecoderOnly) {
   auto setup = MakeTestSetup("t5-11b", TestParallel(1, 2, 8));
   EXPECT_FALSE(setup->evaluator().varlen_supported());
   const int64_t one[] = {128};
-  std::vector<StageCost> out;
+  std::vector<ChunkCost> out;
   EXPECT_FALSE(setup->evaluator().EvaluateVarlenStages(one, Recompute::kNone, &out));
   EXPECT_EQ(setup->evaluator().BottleneckQuadratic(Recompute::kNone).b, 0);
 }
@@ -257,12 +257,12 @@ TEST(StageCostEvaluatorTest, EvaluateChunksSumToStages) {
   auto gpt = MakeTestSetup("gpt-6.7b", TestParallel(1, 2, 4, 36000, 1, 4));
   const StageCostEvaluator& e = gpt->evaluator();
   const LayerShape shape{2, 512, 0};
-  std::vector<StageCost> chunks, stages;
+  std::vector<ChunkCost> chunks, stages;
   ASSERT_TRUE(e.EvaluateChunks(shape, Recompute::kNone, &chunks));
   ASSERT_TRUE(e.EvaluateStages(shape, Recompute::kNone, &stages));
   ASSERT_EQ(chunks.size(), 8u);
   for (int64_t d = 0; d < 2; ++d) {
-    StageCost sum;
+    ChunkCost sum;
     for (int64_t c = d; c < 8; c += 2) {
       sum.forward += chunks[c].forward;
       sum.backward_input += chunks[c].backward_input;
@@ -288,8 +288,7 @@ TEST(StageCostEvaluatorTest, EvaluateChunksSumToStages) {
 
 MicroBatch MemoryOnly(int64_t pp, Bytes stored, Bytes peak) {
   MicroBatch mb;
-  mb.stage_stored.assign(static_cast<size_t>(pp), stored);
-  mb.stage_peak.assign(static_cast<size_t>(pp), peak);
+  mb.stages.assign(static_cast<size_t>(pp), ChunkCost{.stored = stored, .peak = peak});
   return mb;
 }
 

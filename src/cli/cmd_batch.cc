@@ -56,8 +56,11 @@ void PrintPlan(const BatchPlan& plan, const GlobalBatch& batch, const StageCostE
                "samples", "padding", "recompute", "stage ms", "stored MB", "peak MB");
     for (size_t i = 0; i < mbs.size(); ++i) {
       const MicroBatch& mb = mbs[i];
-      const Bytes stored = *std::max_element(mb.stage_stored.begin(), mb.stage_stored.end());
-      const Bytes peak = *std::max_element(mb.stage_peak.begin(), mb.stage_peak.end());
+      Bytes stored, peak;
+      for (const ChunkCost& c : mb.stages) {
+        stored = std::max(stored, c.stored);
+        peak = std::max(peak, c.peak);
+      }
       fmt::print("    {:>4} {:<18} {:>7} {:>7.1f}% {:<10} {:>10.2f} {:>11.0f} {:>10.0f}\n", i,
                  ShapeText(mb, enc_dec), mb.num_samples(), 100.0 * mb.PaddingFraction(),
                  RecomputeName(mb.recompute), mb.Bottleneck().millis(), stored.mb(), peak.mb());

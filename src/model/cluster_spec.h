@@ -46,9 +46,26 @@ struct ClusterSpec {
   LinkSpec inter_node;           // between nodes
 
   int64_t num_devices() const { return nodes * devices_per_node; }
+  // The node of device `device`: nodes are runs of devices_per_node consecutive devices.
+  int64_t NodeOfDevice(int64_t device) const { return device / devices_per_node; }
 
   friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
 };
+
+// Device placement, the one rule every planner, lowering and simulator uses: rank r (a position
+// in the dp x pp grid, rank = dp_index * pp + pp_index) holds the tensor-parallel group of
+// devices [r * tp, (r + 1) * tp). The node of a rank is the node of its first device.
+inline int64_t NodeOfRank(const ClusterSpec& cluster, int64_t rank, int64_t tp) {
+  return cluster.NodeOfDevice(rank * tp);
+}
+// Whether the point-to-point traffic of ranks a and b (device a*tp + j to b*tp + j for every j)
+// crosses nodes for any tensor-parallel peer pair.
+inline bool RanksCrossNodes(const ClusterSpec& cluster, int64_t a, int64_t b, int64_t tp) {
+  for (int64_t j = 0; j < tp; ++j) {
+    if (cluster.NodeOfDevice(a * tp + j) != cluster.NodeOfDevice(b * tp + j)) return true;
+  }
+  return false;
+}
 
 // Checks every field: positive finite device numbers, nodes >= 1, devices_per_node >= 1, link
 // latencies >= 0, and a positive bandwidth on each link that is used (intra_node when

@@ -3,8 +3,38 @@
 #include <limits>
 
 #include "model/chunk_cut.h"
+#include "schedule/dependencies.h"
 
 namespace sluice {
+
+std::optional<TransferLink> LinkOf(OpKind op, int64_t stage, int64_t num_stages) {
+  std::optional<BoundaryTransfer> t;
+  bool send = false;
+  switch (op) {
+    case OpKind::kSendActStart:
+    case OpKind::kSendActFinish:
+      t = ProducedBoundary(ActionKind::kForward, stage, num_stages);
+      send = true;
+      break;
+    case OpKind::kRecvActStart:
+    case OpKind::kRecvActFinish:
+      t = ConsumedBoundary(ActionKind::kForward, stage, num_stages);
+      break;
+    case OpKind::kSendGradStart:
+    case OpKind::kSendGradFinish:
+      t = ProducedBoundary(ActionKind::kBackwardInput, stage, num_stages);
+      send = true;
+      break;
+    case OpKind::kRecvGradStart:
+    case OpKind::kRecvGradFinish:
+      t = ConsumedBoundary(ActionKind::kBackwardInput, stage, num_stages);
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (!t) return std::nullopt;
+  return TransferLink{t->boundary, send ? t->to_stage : t->from_stage, t->gradient};
+}
 
 std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,
                                         int64_t boundary, int64_t num_stages) {

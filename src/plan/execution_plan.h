@@ -15,13 +15,14 @@
 // compared with ==, copied, serialised exactly by plan_json.h.
 //
 // Device placement (for link choice and collectives): device = rank * tp + tp_index, nodes are
-// runs of devices_per_node devices, so a data-parallel group of one pipeline rank spans nodes
-// when its devices do.
+// runs of devices_per_node devices (NodeOfRank, model/cluster_spec.h), so a data-parallel group
+// of one pipeline rank spans nodes when its devices do.
 //
 // Thread safety: value types.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,11 +88,26 @@ struct ExecutionPlan {
   int64_t RankId(int64_t dp_index, int64_t pp_index) const { return dp_index * pp() + pp_index; }
   // Pipeline rank of virtual stage s.
   int64_t PipelineRankOf(int64_t stage) const { return stage % pp(); }
+  // The node of rank `rank` (model/cluster_spec.h's placement rule).
+  int64_t NodeOf(int64_t rank) const { return NodeOfRank(cluster, rank, parallel.tp); }
   // The per-device memory limit the plan must respect (parallel.MemoryLimit(cluster)).
   Bytes memory_limit() const { return parallel.MemoryLimit(cluster); }
 
   friend bool operator==(const ExecutionPlan&, const ExecutionPlan&) = default;
 };
+
+// The boundary tensor a point-to-point op of virtual stage `stage` carries, by the dependency
+// rules of schedule/dependencies.h: a send-act sends what F on `stage` produces, a recv-act
+// receives what F consumes, a send-grad sends what B/I produces, a recv-grad receives what B/I
+// consumes. `peer_stage` is the stage at the other end. nullopt for other ops, and for a stage
+// without that neighbour. The lowering builds transfers from it and the validator checks them
+// against it. REQUIRES: 0 <= stage < num_stages.
+struct TransferLink {
+  int64_t boundary = 0;    // between stages boundary and boundary + 1
+  int64_t peer_stage = 0;  // the neighbour stage, on the peer rank
+  bool gradient = false;   // gradients (backward) or activations (forward)
+};
+std::optional<TransferLink> LinkOf(OpKind op, int64_t stage, int64_t num_stages);
 
 // Tensors of the model's boundary between virtual stages `boundary` and `boundary + 1` for a
 // micro-batch of `shape` (fp16). Decoder-only: {mbs, seqlen, hidden}. Encoder-decoder: before the

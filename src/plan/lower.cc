@@ -6,26 +6,14 @@
 #include <tuple>
 
 #include "cost/comm_model.h"
+#include "schedule/dependencies.h"
+#include "schedule/estimator.h"
 #include "schedule/schedule_costs.h"
 
 namespace sluice {
 namespace {
 
 constexpr Duration kMinTime = Duration::Nanos(1);  // keeps simulated events strictly ordered
-
-// Index of an action of a replica: (mb * S + stage) * 3 + k, k: 0 = F, 1 = B or I, 2 = W.
-int Slot(ActionKind kind) {
-  switch (kind) {
-    case ActionKind::kForward:
-      return 0;
-    case ActionKind::kBackward:
-    case ActionKind::kBackwardInput:
-      return 1;
-    case ActionKind::kBackwardWeight:
-      return 2;
-  }
-  return 0;
-}
 
 // What the lowering of one replica needs, shared by its passes.
 struct ReplicaContext {
@@ -38,95 +26,26 @@ struct ReplicaContext {
   int64_t pp = 1;
   std::vector<std::vector<std::vector<TensorShape>>> boundary;  // [mb][b]
   std::vector<std::vector<Duration>> p2p;  // [mb][b]: transfer time of boundary b (0 if local)
-  std::vector<std::vector<Duration>> start, end;  // [rank][action index]
-  std::vector<Duration> done;  // [(mb * S + s) * 3 + k]: end time, Infinite() = not yet
-
-  int64_t Index(int64_t mb, int64_t s, int k) const { return (mb * S + s) * 3 + k; }
+  std::vector<std::vector<Duration>> start, end;  // [rank][action index]: the replayed timeline
   bool Remote(int64_t a, int64_t b) const { return a % pp != b % pp; }
   const ChunkCost& Cost(int64_t mb, int64_t s) const {
     return plan->replicas[dp_index].micro_batches[mb].stages[s];
   }
 };
 
-bool SameNode(const ClusterSpec& cluster, int64_t tp, int64_t rank_a, int64_t rank_b) {
-  return rank_a * tp / cluster.devices_per_node == rank_b * tp / cluster.devices_per_node;
-}
-
-// Time at which `a` can start as far as its inputs go; nullopt while an input is not produced.
-std::optional<Duration> ReadyTime(const ReplicaContext& c, const Action& a) {
-  const int64_t mb = a.microbatch, s = a.stage;
-  if (a.kind == ActionKind::kForward) {
-    if (s == 0) return Duration::Zero();
-    const Duration prev = c.done[c.Index(mb, s - 1, 0)];
-    if (prev.is_infinite()) return std::nullopt;
-    return prev + c.p2p[mb][s - 1];
+// Step 1: the schedule's timeline, by the estimator's replay (the one meaning of the dependency
+// rules, schedule/dependencies.h) with a link per transfer and every action and remote transfer
+// at least kMinTime long.
+Status Simulate(ReplicaContext& c, const ScheduleCosts& costs) {
+  ScheduleTimeline t = ReplaySchedule(
+      *c.schedule, costs, ReplayOptions{.channel_contention = false, .min_duration = kMinTime});
+  if (!t.completed) {
+    return InvalidArgumentError(fmt::format("schedule '{}' of replica {} cannot run: {}",
+                                            c.schedule->name, c.dp_index, t.problem));
   }
-  if (a.kind == ActionKind::kBackwardWeight) {
-    const Duration input = c.done[c.Index(mb, s, 1)];
-    if (input.is_infinite()) return std::nullopt;
-    return input;
-  }
-  const Duration fwd = c.done[c.Index(mb, s, 0)];
-  if (fwd.is_infinite()) return std::nullopt;
-  if (s == c.S - 1) return fwd;
-  const Duration next = c.done[c.Index(mb, s + 1, 1)];
-  if (next.is_infinite()) return std::nullopt;
-  return std::max(fwd, next + c.p2p[mb][s]);
-}
-
-Duration ActionTime(const ReplicaContext& c, const Action& a) {
-  const ChunkCost& cost = c.Cost(a.microbatch, a.stage);
-  switch (a.kind) {
-    case ActionKind::kForward:
-      return cost.forward;
-    case ActionKind::kBackward:
-      return cost.backward_input + cost.backward_weight;
-    case ActionKind::kBackwardInput:
-      return cost.backward_input;
-    case ActionKind::kBackwardWeight:
-      return cost.backward_weight;
-  }
-  return Duration::Zero();
-}
-
-// Step 1: list scheduling of every rank's actions in order.
-Status Simulate(ReplicaContext& c) {
-  const auto& ranks = c.schedule->ranks;
-  c.done.assign(static_cast<size_t>(c.m * c.S * 3), Duration::Infinite());
-  c.start.assign(c.pp, {});
-  c.end.assign(c.pp, {});
-  std::vector<size_t> next(c.pp, 0);
-  std::vector<Duration> free_at(c.pp);
-  while (true) {
-    bool progress = false, finished = true;
-    for (int64_t r = 0; r < c.pp; ++r) {
-      while (next[r] < ranks[r].size()) {
-        const Action& a = ranks[r][next[r]];
-        const std::optional<Duration> ready = ReadyTime(c, a);
-        if (!ready) break;
-        const Duration start = std::max(free_at[r], *ready);
-        free_at[r] = start + std::max(ActionTime(c, a), kMinTime);
-        c.start[r].push_back(start);
-        c.end[r].push_back(free_at[r]);
-        c.done[c.Index(a.microbatch, a.stage, Slot(a.kind))] = free_at[r];
-        ++next[r];
-        progress = true;
-      }
-      finished = finished && next[r] == ranks[r].size();
-    }
-    if (finished) return Status::Ok();
-    if (!progress) break;
-  }
-  std::string blocked;
-  for (int64_t r = 0; r < c.pp; ++r) {
-    if (next[r] == ranks[r].size()) continue;
-    blocked += fmt::format("{}rank {} at action {} ({})", blocked.empty() ? "" : "; ", r, next[r],
-                           ranks[r][next[r]].ToString());
-  }
-  return InvalidArgumentError(fmt::format(
-      "schedule '{}' of replica {} cannot run: every unfinished rank waits for an action that "
-      "waits for it: {}",
-      c.schedule->name, c.dp_index, blocked));
+  c.start = std::move(t.start);
+  c.end = std::move(t.end);
+  return Status::Ok();
 }
 
 enum class EventType : uint8_t { kSendAct, kRecvAct, kSendGrad, kRecvGrad, kReduce, kCompute };
@@ -153,16 +72,14 @@ std::vector<std::vector<Event>> Events(const ReplicaContext& c) {
       const Duration t = c.end[r][i];
       events[r].push_back({c.start[r][i], 2, static_cast<int64_t>(i), EventType::kCompute, mb, s,
                            static_cast<int64_t>(i)});
-      if (a.kind == ActionKind::kForward && s + 1 < c.S && c.Remote(s, s + 1)) {
-        const int64_t tag = MessageTag(mb, s, false, c.S);
-        events[r].push_back({t, 0, tag, EventType::kSendAct, mb, s});
-        events[(s + 1) % c.pp].push_back({t, 0, tag, EventType::kRecvAct, mb, s + 1});
-      }
-      if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) && s > 0 &&
-          c.Remote(s, s - 1)) {
-        const int64_t tag = MessageTag(mb, s - 1, true, c.S);
-        events[r].push_back({t, 0, tag, EventType::kSendGrad, mb, s});
-        events[(s - 1) % c.pp].push_back({t, 0, tag, EventType::kRecvGrad, mb, s - 1});
+      const std::optional<BoundaryTransfer> out = ProducedBoundary(a.kind, s, c.S);
+      if (out && c.Remote(s, out->to_stage)) {
+        const int64_t tag = MessageTag(mb, out->boundary, out->gradient, c.S);
+        events[r].push_back(
+            {t, 0, tag, out->gradient ? EventType::kSendGrad : EventType::kSendAct, mb, s});
+        events[out->to_stage % c.pp].push_back(
+            {t, 0, tag, out->gradient ? EventType::kRecvGrad : EventType::kRecvAct, mb,
+             out->to_stage});
       }
     }
   }
@@ -197,12 +114,10 @@ std::vector<std::vector<Event>> Events(const ReplicaContext& c) {
 class RankAssembler {
  public:
   // `buckets[s]`: the gradient buckets of virtual stage s, fp16 bytes each.
-  RankAssembler(const ReplicaContext& c, int64_t r, const std::vector<std::vector<Bytes>>& buckets,
-                const ClusterSpec& cluster)
+  RankAssembler(const ReplicaContext& c, int64_t r, const std::vector<std::vector<Bytes>>& buckets)
       : c_(c),
         r_(r),
         buckets_(buckets),
-        cluster_(cluster),
         key_buf_(static_cast<size_t>(3 * c.m * c.S), -1) {}
 
   RankProgram Assemble(const std::vector<Event>& events) {
@@ -234,19 +149,23 @@ class RankAssembler {
   }
   int64_t GlobalRank(int64_t stage) const { return c_.plan->RankId(c_.dp_index, stage % c_.pp); }
 
-  // A transfer op of boundary b (act: from b to b+1; grad: from b+1 to b).
-  Instruction Comm(OpKind op, int64_t mb, int64_t stage, int64_t peer_stage, int64_t b,
-                   bool gradient, int64_t buffer, bool allocates) const {
+  // The transfer op `op` of micro-batch `mb` on virtual stage `stage`; its peer, tag, shapes and
+  // time follow from the link (LinkOf), so no caller can mix up stages and boundaries.
+  // REQUIRES: the op is a point-to-point op and `stage` has that neighbour.
+  Instruction Comm(OpKind op, int64_t mb, int64_t stage, int64_t buffer) const {
+    const std::optional<TransferLink> link = LinkOf(op, stage, c_.S);
+    SLUICE_CHECK_MSG(link.has_value(), "lowering: a transfer without a neighbour stage");
     Instruction in;
     in.op = op;
     in.microbatch = mb;
     in.stage = stage;
-    in.peer = GlobalRank(peer_stage);
-    in.tag = MessageTag(mb, b, gradient, c_.S);
-    in.shapes = c_.boundary[mb][b];
+    in.peer = GlobalRank(link->peer_stage);
+    in.tag = MessageTag(mb, link->boundary, link->gradient, c_.S);
+    in.shapes = c_.boundary[mb][link->boundary];
+    const bool allocates = op == OpKind::kRecvActStart || op == OpKind::kRecvGradStart;
     (allocates ? in.outputs : in.inputs).push_back(buffer);
     in.bytes = Fp16Bytes(in.shapes);
-    if (IsCommStart(op)) in.duration = c_.p2p[mb][b];
+    if (IsCommStart(op)) in.duration = c_.p2p[mb][link->boundary];
     return in;
   }
 
@@ -254,22 +173,18 @@ class RankAssembler {
     const int64_t mb = e.mb, s = e.stage;
     switch (e.type) {
       case EventType::kSendAct:
-        out_.push_back(
-            Comm(OpKind::kSendActStart, mb, s, s + 1, s, false, Buffer(kAct, mb, s), false));
+        out_.push_back(Comm(OpKind::kSendActStart, mb, s, Buffer(kAct, mb, s)));
         return;
       case EventType::kRecvAct:
-        out_.push_back(Comm(OpKind::kRecvActStart, mb, s, s - 1, s - 1, false,
-                            NewBuffer(kAct, mb, s - 1), true));
+        out_.push_back(Comm(OpKind::kRecvActStart, mb, s, NewBuffer(kAct, mb, s - 1)));
         return;
       case EventType::kSendGrad:
-        out_.push_back(Comm(OpKind::kSendGradStart, mb, s, s - 1, s - 1, true,
-                            Buffer(kGrad, mb, s - 1), false));
-        pending_grad_sends_.push_back(Comm(OpKind::kSendGradFinish, mb, s, s - 1, s - 1, true,
-                                           Buffer(kGrad, mb, s - 1), false));
+        out_.push_back(Comm(OpKind::kSendGradStart, mb, s, Buffer(kGrad, mb, s - 1)));
+        pending_grad_sends_.push_back(
+            Comm(OpKind::kSendGradFinish, mb, s, Buffer(kGrad, mb, s - 1)));
         return;
       case EventType::kRecvGrad:
-        out_.push_back(
-            Comm(OpKind::kRecvGradStart, mb, s, s + 1, s, true, NewBuffer(kGrad, mb, s), true));
+        out_.push_back(Comm(OpKind::kRecvGradStart, mb, s, NewBuffer(kGrad, mb, s)));
         return;
       case EventType::kReduce:
         EmitReduction(s);
@@ -285,8 +200,8 @@ class RankAssembler {
     const int64_t dp = c_.plan->dp();
     bool spans = false;
     for (int64_t d = 1; d < dp; ++d) {
-      spans = spans || !SameNode(cluster_, c_.plan->parallel.tp, c_.plan->RankId(0, r_),
-                                 c_.plan->RankId(d, r_));
+      spans = spans || c_.plan->NodeOf(c_.plan->RankId(0, r_)) !=
+                           c_.plan->NodeOf(c_.plan->RankId(d, r_));
     }
     for (const Bytes bytes : buckets_[s]) {
       Instruction in;
@@ -337,8 +252,7 @@ class RankAssembler {
         out_.push_back(std::move(li));
       }
       if (s > 0 && c_.Remote(s - 1, s)) {
-        out_.push_back(Comm(OpKind::kRecvActFinish, mb, s, s - 1, s - 1, false,
-                            Buffer(kAct, mb, s - 1), false));
+        out_.push_back(Comm(OpKind::kRecvActFinish, mb, s, Buffer(kAct, mb, s - 1)));
       }
       in.op = OpKind::kForward;
       add_inputs();
@@ -353,10 +267,8 @@ class RankAssembler {
     for (Instruction& f : pending_grad_sends_) out_.push_back(std::move(f));
     pending_grad_sends_.clear();
     if (s < last && c_.Remote(s, s + 1)) {
-      out_.push_back(
-          Comm(OpKind::kSendActFinish, mb, s, s + 1, s, false, Buffer(kAct, mb, s), false));
-      out_.push_back(
-          Comm(OpKind::kRecvGradFinish, mb, s, s + 1, s, true, Buffer(kGrad, mb, s), false));
+      out_.push_back(Comm(OpKind::kSendActFinish, mb, s, Buffer(kAct, mb, s)));
+      out_.push_back(Comm(OpKind::kRecvGradFinish, mb, s, Buffer(kGrad, mb, s)));
     }
     in.op = a.kind == ActionKind::kBackward ? OpKind::kBackward : OpKind::kBackwardInput;
     add_inputs();
@@ -413,7 +325,6 @@ class RankAssembler {
   const ReplicaContext& c_;
   const int64_t r_;
   const std::vector<std::vector<Bytes>>& buckets_;
-  const ClusterSpec& cluster_;
   std::vector<int64_t> key_buf_;
   int64_t next_buffer_ = 0;
   int64_t next_bucket_ = 0;
@@ -465,9 +376,7 @@ Status CheckInputs(const BatchPlan& bp, std::span<const Schedule> schedules,
     for (int64_t i = 0; i < m; ++i) {
       const MicroBatch& mb = bp.replicas[d][i];
       const size_t pp = static_cast<size_t>(par.pp);
-      if (mb.stage_forward.size() != pp || mb.stage_backward.size() != pp ||
-          mb.stage_backward_weight.size() != pp || mb.stage_stored.size() != pp ||
-          mb.stage_peak.size() != pp || mb.shape.mbs < 1 || mb.shape.seqlen < 1) {
+      if (mb.stages.size() != pp || mb.shape.mbs < 1 || mb.shape.seqlen < 1) {
         return InvalidArgumentError(fmt::format(
             "lowering: micro-batch {} of replica {} has no per-stage costs for pp = {} or an "
             "empty shape (price it with PriceMicroBatch first)",
@@ -536,10 +445,10 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
                                               : Duration::Zero());
       }
     }
-    SLUICE_RETURN_IF_ERROR(Simulate(c));
+    SLUICE_RETURN_IF_ERROR(Simulate(c, costs[d]));
     const std::vector<std::vector<Event>> events = Events(c);
     for (int64_t r = 0; r < par.pp; ++r) {
-      plan.ranks[plan.RankId(d, r)] = RankAssembler(c, r, buckets, cluster).Assemble(events[r]);
+      plan.ranks[plan.RankId(d, r)] = RankAssembler(c, r, buckets).Assemble(events[r]);
     }
   }
   return plan;

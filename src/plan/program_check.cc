@@ -12,30 +12,6 @@
 namespace sluice {
 namespace {
 
-// The boundary a transfer crosses and whether it carries gradients.
-struct Link {
-  int64_t boundary = 0;
-  int64_t neighbour = 0;  // the stage on the peer rank
-  bool gradient = false;
-  bool valid = false;
-};
-
-Link LinkOf(OpKind op, int64_t stage, int64_t num_stages) {
-  switch (op) {
-    case OpKind::kSendActStart:
-    case OpKind::kSendActFinish:
-      return {stage, stage + 1, false, stage + 1 < num_stages};
-    case OpKind::kRecvActStart:
-    case OpKind::kRecvActFinish:
-      return {stage - 1, stage - 1, false, stage > 0};
-    case OpKind::kSendGradStart:
-    case OpKind::kSendGradFinish:
-      return {stage - 1, stage - 1, true, stage > 0};
-    default:
-      return {stage, stage + 1, true, stage + 1 < num_stages};
-  }
-}
-
 std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankProgram& program,
                                         const Instruction& in) {
   const int64_t S = plan.num_stages(), last = S - 1;
@@ -109,22 +85,21 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
     return want_shapes(produces ? BoundaryShapes(plan.model, mb.shape, b, S)
                                 : std::vector<TensorShape>{});
   }
-  const Link link = LinkOf(in.op, in.stage, S);
-  if (!link.valid)
-    return fmt::format("stage {} has no neighbour to {}", in.stage, OpKindName(in.op));
-  if (plan.PipelineRankOf(link.neighbour) == program.pp_index) {
+  const std::optional<TransferLink> link = LinkOf(in.op, in.stage, S);
+  if (!link) return fmt::format("stage {} has no neighbour to {}", in.stage, OpKindName(in.op));
+  if (plan.PipelineRankOf(link->peer_stage) == program.pp_index) {
     return fmt::format("stages {} and {} run on the same rank and exchange no messages", in.stage,
-                       link.neighbour);
+                       link->peer_stage);
   }
-  const int64_t peer = plan.RankId(program.dp_index, plan.PipelineRankOf(link.neighbour));
+  const int64_t peer = plan.RankId(program.dp_index, plan.PipelineRankOf(link->peer_stage));
   if (in.peer != peer) {
     return fmt::format("peer {} is not rank {}, which runs stage {}", in.peer, peer,
-                       link.neighbour);
+                       link->peer_stage);
   }
-  const int64_t tag = MessageTag(in.microbatch, link.boundary, link.gradient, S);
+  const int64_t tag = MessageTag(in.microbatch, link->boundary, link->gradient, S);
   if (in.tag != tag) return fmt::format("tag {} differs from MessageTag() = {}", in.tag, tag);
-  if (!IsBoundaryShapes(in.shapes, plan.model, mb.shape, link.boundary, S)) {
-    return want_shapes(BoundaryShapes(plan.model, mb.shape, link.boundary, S));
+  if (!IsBoundaryShapes(in.shapes, plan.model, mb.shape, link->boundary, S)) {
+    return want_shapes(BoundaryShapes(plan.model, mb.shape, link->boundary, S));
   }
   if (in.bytes != Fp16Bytes(in.shapes)) {
     return fmt::format("bytes {} differ from the {} of the fp16 tensors", in.bytes.count(),
@@ -278,7 +253,8 @@ class OrderChecker {
   }
 
   std::optional<std::string> Comm(const Instruction& in) {
-    const Link link = LinkOf(in.op, in.stage, S_);
+    // CheckProgramFields passed: the op has its link.
+    const TransferLink link = *LinkOf(in.op, in.stage, S_);
     const int64_t key = Key(link.gradient ? kGrad : kAct, in.microbatch, link.boundary);
     const bool recv = !IsSend(in.op);
     if (IsCommStart(in.op)) {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "plan/comm_replay.h"
+#include "schedule/dependencies.h"
 
 namespace sluice {
 namespace {
@@ -231,28 +232,36 @@ Status CheckOrder(const PipelineOrder& order, std::string_view source, const Pos
       auto remote = [&](int64_t other) { return other >= 0 && other < S && other % pp != r; };
       switch (a.op) {
         case PipeOp::kForward:
-          if (s > 0 && remote(s - 1)) {
-            if (recv_f[k] < 0) return fail(r, i, "runs before its RECV_F on this rank");
-            op.kind = CommOp::Kind::kWait;
-            op.wait_for = recv_f[k];
-          } else if (s > 0 && state[k - 1] == 0) {
-            return fail(r, i, fmt::format("runs before {}F{} on this rank", s - 1, mb));
-          }
-          state[k] = 1;
-          break;
         case PipeOp::kBackward:
-        case PipeOp::kBackwardInput:
-          if (s + 1 < S && remote(s + 1)) {
-            if (recv_b[k] < 0) return fail(r, i, "runs before its RECV_B on this rank");
-            op.kind = CommOp::Kind::kWait;
-            op.wait_for = recv_b[k];
-          } else if (s + 1 < S && state[k + 1] < 2) {
-            return fail(r, i,
-                        fmt::format("runs before the backward of stage {} on this rank", s + 1));
+        case PipeOp::kBackwardInput: {
+          // The boundary tensor it consumes (schedule/dependencies.h): received from another
+          // rank, or produced earlier on this one.
+          const bool forward = a.op == PipeOp::kForward;
+          if (const auto in = ConsumedBoundary(static_cast<ActionKind>(a.op), s, S)) {
+            const int64_t from = mb * S + in->from_stage;
+            if (remote(in->from_stage)) {
+              const int64_t recv = in->gradient ? recv_b[k] : recv_f[k];
+              if (recv < 0) {
+                return fail(r, i, forward ? "runs before its RECV_F on this rank"
+                                          : "runs before its RECV_B on this rank");
+              }
+              op.kind = CommOp::Kind::kWait;
+              op.wait_for = recv;
+            } else if (state[from] < (in->gradient ? 2 : 1)) {
+              return fail(r, i,
+                          forward ? fmt::format("runs before {}F{} on this rank", s - 1, mb)
+                                  : fmt::format("runs before the backward of stage {} on this rank",
+                                                s + 1));
+            }
           }
-          state[k] = a.op == PipeOp::kBackward ? 3 : 2;
-          backwards[s] += a.op == PipeOp::kBackward ? 1 : 0;
+          if (forward) {
+            state[k] = 1;
+          } else {
+            state[k] = a.op == PipeOp::kBackward ? 3 : 2;
+            backwards[s] += a.op == PipeOp::kBackward ? 1 : 0;
+          }
           break;
+        }
         case PipeOp::kBackwardWeight:
           state[k] = 3;
           ++backwards[s];
@@ -263,8 +272,11 @@ Status CheckOrder(const PipelineOrder& order, std::string_view source, const Pos
         default: {
           const bool send = a.op == PipeOp::kSendF || a.op == PipeOp::kSendB;
           const bool grad = a.op == PipeOp::kSendB || a.op == PipeOp::kRecvB;
-          const int64_t other = (grad == send) ? s - 1 : s + 1;
-          if (!remote(other)) {
+          const OpKind kind = send ? (grad ? OpKind::kSendGradStart : OpKind::kSendActStart)
+                                   : (grad ? OpKind::kRecvGradStart : OpKind::kRecvActStart);
+          const std::optional<TransferLink> link = LinkOf(kind, s, S);
+          const int64_t other = link ? link->peer_stage : ((grad == send) ? s - 1 : s + 1);
+          if (!link || !remote(other)) {
             return fail(r, i,
                         fmt::format("stage {} has no neighbour {} on another rank", s, other));
           }
@@ -279,7 +291,7 @@ Status CheckOrder(const PipelineOrder& order, std::string_view source, const Pos
           op.kind = CommOp::Kind::kPost;
           op.send = send;
           op.peer = other % pp;
-          op.tag = MessageTag(mb, std::min(s, other), grad, S);
+          op.tag = MessageTag(mb, link->boundary, link->gradient, S);
         }
       }
     }

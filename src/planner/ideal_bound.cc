@@ -156,12 +156,12 @@ BatchAccount AccountBatch(const PlanResult& plan, const SimResult& sim,
   const std::vector<StageLayers>& stages = eval.stage_layers();
   for (const std::vector<MicroBatch>& replica : plan.batch_plan.replicas) {
     for (const MicroBatch& mb : replica) {
-      for (size_t s = 0; s < stages.size() && s < mb.stage_forward.size(); ++s) {
+      for (size_t s = 0; s < stages.size() && s < mb.stages.size(); ++s) {
         double useful = 0;
         for (const auto& row : mb.rows) {
           for (int64_t id : row) useful += flops.SampleStage(stages[s], index(id));
         }
-        const double t = tp * (mb.stage_forward[s] + mb.stage_backward[s]).seconds();
+        const double t = tp * (mb.stages[s].forward + mb.stages[s].backward()).seconds();
         a.useful_flops += useful;
         if (t <= 0) continue;
         a.max_op_rate = std::max(a.max_op_rate, useful / t);

@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "cost/chunk_cost.h"
 
 namespace sluice {
 
@@ -56,23 +57,6 @@ struct Schedule {
 };
 
 // Per micro-batch, per virtual stage: what one action costs. Micro-batches are NOT uniform.
-struct ChunkCost {
-  Duration forward;
-  Duration backward_input;   // I
-  Duration backward_weight;  // W; B = I + W
-  Bytes stored;              // activations kept from F until B (or W, when split: see below)
-  // Transient extra while the action runs, over what the rank held before it: for F the chunk's
-  // own high-water mark (the activations it has stored so far plus the running layer's
-  // transient, as StageCost::peak); B and I need max(0, peak - stored) on top of the held
-  // activations, W nothing (the memory rule of schedule/estimator.h).
-  Bytes peak;
-  // With B split into I and W, W keeps this much of `stored` alive until it runs (the inputs and
-  // output gradients of the linear layers); I frees the rest.
-  Bytes stored_until_w;
-
-  friend bool operator==(const ChunkCost&, const ChunkCost&) = default;
-};
-
 struct ScheduleCosts {
   int64_t pp = 1;
   int64_t vpp = 1;

@@ -1,5 +1,7 @@
 #include "schedule/dynamic_orders.h"
 
+#include "schedule/dependencies.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -49,7 +51,7 @@ class ZbH1 {
         held_(static_cast<size_t>(pp_), 0),
         running_(static_cast<size_t>(pp_), 0),
         decide_(static_cast<size_t>(pp_), 0),
-        channel_free_(static_cast<size_t>(2 * pp_), 0) {
+        channels_(pp_) {
     for (int64_t mb = 0; mb < m_; ++mb) {
       f_in_[Index(mb, 0)] = 0;
       g_in_[Index(mb, pp_ - 1)] = 0;
@@ -132,25 +134,13 @@ class ZbH1 {
   void Complete(int64_t r, int64_t t) {
     running_[r] = 0;
     const Action& a = out_->ranks[r].back();
-    const size_t i = Index(a.microbatch, a.stage);
-    int64_t dst = -1;
-    int64_t boundary = 0;
-    if (a.kind == ActionKind::kForward) {
-      f_done_[i] = t;
-      if (r + 1 < pp_) {
-        dst = r + 1;
-        boundary = r;
-      }
-    } else if (a.kind == ActionKind::kBackwardInput && r > 0) {
-      dst = r - 1;
-      boundary = r - 1;
-    }
-    if (dst < 0) return;
-    const int64_t d = c_.p2p.empty() ? 0 : c_.p2p[a.microbatch][boundary].nanos();
-    const size_t ch = static_cast<size_t>(2 * r + (dst == (r + 1) % pp_ ? 0 : 1));
-    const int64_t arrive = std::max(t, channel_free_[ch]) + d;
-    channel_free_[ch] = arrive;
-    (dst > r ? f_in_[i + 1] : g_in_[i - 1]) = arrive;
+    if (a.kind == ActionKind::kForward) f_done_[Index(a.microbatch, a.stage)] = t;
+    const auto out = ProducedBoundary(a.kind, a.stage, pp_);
+    if (!out) return;
+    const int64_t dst = out->to_stage;  // vpp = 1: stage s runs on rank s
+    const int64_t d = c_.p2p.empty() ? 0 : c_.p2p[a.microbatch][out->boundary].nanos();
+    const int64_t arrive = channels_.Arrive(r, dst, t, d);
+    (out->gradient ? g_in_ : f_in_)[Index(a.microbatch, dst)] = arrive;
     if (!running_[dst]) Push(arrive, dst, false);
   }
 
@@ -208,7 +198,7 @@ class ZbH1 {
   std::vector<int64_t> held_;                      // per rank: activation bytes held
   std::vector<uint8_t> running_, decide_;
   std::vector<int64_t> to_decide_;  // ranks to let choose at the current instant
-  std::vector<int64_t> channel_free_;
+  TransferChannels channels_;  // the estimator's links, so its timing is the estimator's
   std::vector<Event> heap_;
   int64_t seq_ = 0;
 };

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <limits>
 
+#include "schedule/dependencies.h"
+
 namespace sluice {
 namespace {
 
@@ -89,12 +91,17 @@ std::string CheckShapes(const Schedule& s, const ScheduleCosts& c) {
   return "";
 }
 
-// Event-driven replay of the per-rank lists (estimator.h, "Model").
+// Event-driven replay of the per-rank lists (estimator.h, "Model"); records every action's start
+// and end into `timeline` when one is given.
 class Replay {
  public:
-  Replay(const Schedule& s, const ScheduleCosts& c)
+  Replay(const Schedule& s, const ScheduleCosts& c, const ReplayOptions& options,
+         ScheduleTimeline* timeline)
       : s_(s),
         c_(c),
+        options_(options),
+        min_ns_(std::max<int64_t>(0, options.min_duration.nanos())),
+        timeline_(timeline),
         stages_(s.num_stages()),
         rank_of_(static_cast<size_t>(stages_)),
         f_in_(static_cast<size_t>(c.num_microbatches() * stages_), kNever),
@@ -106,9 +113,18 @@ class Replay {
         busy_(static_cast<size_t>(s.pp), 0),
         running_(static_cast<size_t>(s.pp), 0),
         run_ns_(static_cast<size_t>(s.pp), 0),
-        channel_free_(static_cast<size_t>(2 * s.pp), 0) {
+        start_ns_(static_cast<size_t>(s.pp), 0),
+        channels_(s.pp) {
     heap_.reserve(static_cast<size_t>(s.pp) + 1);
     for (int64_t st = 0; st < stages_; ++st) rank_of_[st] = s.RankOf(st);
+    if (timeline_ != nullptr) {
+      timeline_->start.assign(static_cast<size_t>(s.pp), {});
+      timeline_->end.assign(static_cast<size_t>(s.pp), {});
+      for (int64_t r = 0; r < s.pp; ++r) {
+        timeline_->start[r].reserve(s.ranks[r].size());
+        timeline_->end[r].reserve(s.ranks[r].size());
+      }
+    }
   }
 
   void Run() {
@@ -140,15 +156,14 @@ class Replay {
     return static_cast<size_t>(mb * stages_ + stage);
   }
 
-  // Time the data of a transfer from `src` to `dst` of `size` ready at `t` arrives.
-  int64_t Transfer(int64_t src, int64_t dst, int64_t t, int64_t mb, int64_t boundary) {
-    if (src == dst) return t;
-    const int64_t d = c_.p2p.empty() ? 0 : c_.p2p[mb][boundary].nanos();
-    const int64_t next = src + 1 == s_.pp ? 0 : src + 1;
-    const size_t ch = static_cast<size_t>(2 * src + (dst == next ? 0 : 1));
-    const int64_t start = std::max(t, channel_free_[ch]);
-    channel_free_[ch] = start + d;
-    return start + d;
+  // Time the data of `t`, ready at `ready` on rank `src`, arrives at the consumer's rank.
+  int64_t Transfer(int64_t src, const BoundaryTransfer& t, int64_t ready, int64_t mb) {
+    const int64_t dst = rank_of_[t.to_stage];
+    if (src == dst) return ready;
+    const int64_t d =
+        std::max(min_ns_, c_.p2p.empty() ? int64_t{0} : c_.p2p[mb][t.boundary].nanos());
+    if (!options_.channel_contention) return ready + d;
+    return channels_.Arrive(src, dst, ready, d);
   }
 
   // Starts rank r's next action if its inputs are known (their times may lie ahead).
@@ -172,7 +187,8 @@ class Replay {
     if (ready == kNever) return;
     const int64_t start = std::max(free_[r], ready);
     running_[r] = 1;
-    run_ns_[r] = DurationNs(c_.chunks[a.microbatch][a.stage], a.kind);
+    run_ns_[r] = std::max(min_ns_, DurationNs(c_.chunks[a.microbatch][a.stage], a.kind));
+    start_ns_[r] = start;
     heap_.push_back(Event{start + run_ns_[r], seq_++, r});
     std::push_heap(heap_.begin(), heap_.end(), Later());
   }
@@ -183,27 +199,31 @@ class Replay {
     running_[r] = 0;
     busy_[r] += run_ns_[r];
     free_[r] = t;
+    if (timeline_ != nullptr) {
+      timeline_->start[r].push_back(Duration::Nanos(start_ns_[r]));
+      timeline_->end[r].push_back(Duration::Nanos(t));
+    }
     const size_t i = Index(a.microbatch, a.stage);
     if (a.kind == ActionKind::kForward) {
       f_done_[i] = t;
-      if (a.stage + 1 < stages_) {
-        const int64_t dst = rank_of_[a.stage + 1];
-        f_in_[i + 1] = Transfer(r, dst, t, a.microbatch, a.stage);
-        if (dst != r) TryStart(dst);
-      }
-    } else if (a.kind != ActionKind::kBackwardWeight) {
+    } else if (ProducesInputGradient(a.kind)) {
       i_done_[i] = t;
-      if (a.stage > 0) {
-        const int64_t dst = rank_of_[a.stage - 1];
-        g_in_[i - 1] = Transfer(r, dst, t, a.microbatch, a.stage - 1);
-        if (dst != r) TryStart(dst);
-      }
+    }
+    if (const auto out = ProducedBoundary(a.kind, a.stage, stages_)) {
+      // The consumer's input of (mb, to_stage): activations for its F, gradients for its B/I.
+      std::vector<int64_t>& in = out->gradient ? g_in_ : f_in_;
+      in[Index(a.microbatch, out->to_stage)] = Transfer(r, *out, t, a.microbatch);
+      const int64_t dst = rank_of_[out->to_stage];
+      if (dst != r) TryStart(dst);
     }
     TryStart(r);
   }
 
   const Schedule& s_;
   const ScheduleCosts& c_;
+  const ReplayOptions options_;
+  const int64_t min_ns_;
+  ScheduleTimeline* timeline_;  // nullptr: not recorded
   const int64_t stages_;
   std::vector<int64_t> rank_of_;  // [stage]: its rank, without a division per lookup
   // Per (micro-batch, stage), in nanoseconds, kNever until known: forward input at the stage's
@@ -212,9 +232,10 @@ class Replay {
   std::vector<size_t> next_;  // per rank: index of the next action
   std::vector<int64_t> free_, busy_;
   std::vector<uint8_t> running_;
-  std::vector<int64_t> run_ns_;        // per rank: duration of the running action
-  std::vector<int64_t> channel_free_;  // [2 * src + (dst is src + 1 ? 0 : 1)]
-  std::vector<Event> heap_;            // at most one running action per rank
+  std::vector<int64_t> run_ns_;    // per rank: duration of the running action
+  std::vector<int64_t> start_ns_;  // per rank: start of the running action
+  TransferChannels channels_;
+  std::vector<Event> heap_;  // at most one running action per rank
   int64_t seq_ = 0;
 };
 
@@ -231,26 +252,24 @@ std::string DescribeDeadlock(const Schedule& s, const Replay& replay) {
     return fmt::format("{}, which rank {} never runs", want.ToString(), r);
   };
   std::string out = "deadlock:";
-  const int64_t last = s.num_stages() - 1;
   for (int64_t r = 0; r < s.pp; ++r) {
     if (replay.Finished(r)) continue;
     const Action& a = s.ranks[r][replay.NextStep(r)];
     std::vector<Action> needs;
-    if (a.kind == ActionKind::kForward) {
-      if (a.stage > 0) needs.push_back({a.stage - 1, ActionKind::kForward, a.microbatch});
-    } else if (a.kind == ActionKind::kBackwardWeight) {
-      needs.push_back({a.stage, ActionKind::kBackwardInput, a.microbatch});
-    } else {
-      needs.push_back({a.stage, ActionKind::kForward, a.microbatch});
-      if (a.stage < last) {
+    if (const auto prior = LocalPrerequisite(a.kind)) {
+      needs.push_back({a.stage, *prior, a.microbatch});
+    }
+    if (const auto in = ConsumedBoundary(a.kind, a.stage, s.num_stages())) {
+      Action producer{in->from_stage, a.kind, a.microbatch};
+      if (in->gradient) {
         // The gradient comes from the next stage's B or I, whichever the schedule has.
-        Action b{a.stage + 1, ActionKind::kBackward, a.microbatch};
-        const int64_t nr = s.RankOf(a.stage + 1);
+        producer.kind = ActionKind::kBackward;
+        const int64_t nr = s.RankOf(in->from_stage);
         bool has_b = false;
-        for (const Action& x : s.ranks[nr]) has_b = has_b || x == b;
-        if (!has_b) b.kind = ActionKind::kBackwardInput;
-        needs.push_back(b);
+        for (const Action& x : s.ranks[nr]) has_b = has_b || x == producer;
+        if (!has_b) producer.kind = ActionKind::kBackwardInput;
       }
+      needs.push_back(producer);
     }
     std::string waits;
     for (const Action& n : needs) {
@@ -322,7 +341,7 @@ ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts&
                                      FormatBytes(e.peak_memory[r]), FormatBytes(costs.budget[r]));
     }
   }
-  Replay replay(schedule, costs);
+  Replay replay(schedule, costs, ReplayOptions{}, nullptr);
   replay.Run();
   e.completed = true;
   int64_t total_busy = 0;
@@ -340,6 +359,19 @@ ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts&
                   (static_cast<double>(pp) * static_cast<double>(e.makespan.nanos()));
   }
   return e;
+}
+
+ScheduleTimeline ReplaySchedule(const Schedule& schedule, const ScheduleCosts& costs,
+                                const ReplayOptions& options) {
+  ScheduleTimeline t;
+  t.problem = CheckShapes(schedule, costs);
+  if (!t.problem.empty()) return t;
+  Replay replay(schedule, costs, options, &t);
+  replay.Run();
+  t.completed = true;
+  for (int64_t r = 0; r < schedule.pp; ++r) t.completed = t.completed && replay.Finished(r);
+  if (!t.completed) t.problem = DescribeDeadlock(schedule, replay);
+  return t;
 }
 
 }  // namespace sluice

@@ -3,9 +3,10 @@
 //
 // Model (docs/schedules.md §estimator):
 //  - Each rank has one compute stream that runs its action list in order. An action starts when
-//    its rank is free and its inputs are there: F(s) needs F(s-1) of the micro-batch and the
-//    activation transfer; B/I(s) needs F(s) and B/I(s+1) plus the gradient transfer (the last
-//    stage needs only its F); W(s) needs I(s). Durations come from ScheduleCosts.
+//    its rank is free and its inputs are there (schedule/dependencies.h): F(s) needs F(s-1) of
+//    the micro-batch and the activation transfer; B/I(s) needs F(s) and B/I(s+1) plus the
+//    gradient transfer (the last stage needs only its F); W(s) needs I(s). Durations come from
+//    ScheduleCosts.
 //  - A transfer between different ranks uses the channel of its (sender, receiver) direction,
 //    one per ordered pair of neighbouring ranks (r -> r+1 and r -> r-1, mod pp); transfers on a
 //    channel run one at a time in the order their data became ready. Stages on the same rank hand
@@ -64,5 +65,27 @@ Bytes RankPeakMemory(std::span<const Action> list, const ScheduleCosts& costs);
 // REQUIRES nothing: malformed input yields completed == false with a problem description.
 // costs.p2p may be empty (free transfers); costs.budget may be empty (unlimited memory).
 ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts& costs);
+
+// How ReplaySchedule times a schedule (EstimateSchedule uses the defaults).
+struct ReplayOptions {
+  // Transfers queue on their channel (the model above); false: each takes its own time, as if
+  // every transfer had a link of its own.
+  bool channel_contention = true;
+  // Every action and every transfer between ranks lasts at least this long (the lowering uses
+  // 1 ns so that simulated events stay strictly ordered).
+  Duration min_duration;
+};
+
+// When each action of a schedule runs.
+struct ScheduleTimeline {
+  bool completed = false;  // every action ran; else `problem` says why (as ScheduleEstimate)
+  std::string problem;
+  std::vector<std::vector<Duration>> start, end;  // [rank][list index] of the actions that ran
+};
+
+// The estimator's replay (the dependency rules of schedule/dependencies.h, the model above),
+// recording every action's start and end. REQUIRES nothing, as EstimateSchedule.
+ScheduleTimeline ReplaySchedule(const Schedule& schedule, const ScheduleCosts& costs,
+                                const ReplayOptions& options = {});
 
 }  // namespace sluice

@@ -2,14 +2,8 @@
 //
 // BuildScheduleCosts prices every micro-batch of one data-parallel replica on every virtual stage
 // (chunk) of its pipeline, for the schedule generators and the estimator:
-//  - vpp = 1: a chunk is a device stage, and its times and memory are the micro-batch's own
-//    per-stage figures (MicroBatch::stage_*), I = backward - weight-gradient part.
-//  - vpp > 1: each device stage's times and stored bytes are split over its chunks in the
-//    proportions StageCostEvaluator::EvaluateChunks gives for the micro-batch's padded shape and
-//    recompute level, and a chunk's peak is its own high-water mark at that shape scaled like its
-//    stored bytes: exact for padded micro-batches, the padded shape's proportions for varlen
-//    ones. When that shape has no cost, the split is even and each chunk keeps the stage's
-//    whole transient (peak - stored).
+//  - chunks: the micro-batch's per-device records (MicroBatch::stages) split over the virtual
+//    stages by StageCostEvaluator::SplitOverChunks (vpp = 1: the device stage's own record).
 //  - stored_until_w = w_stored_fraction x stored (zero-bubble's M_W / M_B).
 //  - p2p: ChunkBoundaryBytes of the shape over the AlphaBetaCommModel of the cluster's links.
 //    Replica k's pipeline ranks are consecutive devices from k * pp * tp on, rank r on devices

@@ -44,11 +44,11 @@ TEST(BuildScheduleCostsTest, OneChunkPerStageCopiesTheMicroBatchFigures) {
   for (size_t i = 0; i < mbs.size(); ++i) {
     for (int64_t s = 0; s < 4; ++s) {
       const ChunkCost& cc = c->chunks[i][s];
-      EXPECT_EQ(cc.forward, mbs[i].stage_forward[s]);
-      EXPECT_EQ(cc.backward_input + cc.backward_weight, mbs[i].stage_backward[s]);
-      EXPECT_EQ(cc.backward_weight, mbs[i].stage_backward_weight[s]);
-      EXPECT_EQ(cc.stored, mbs[i].stage_stored[s]);
-      EXPECT_EQ(cc.peak, mbs[i].stage_peak[s]);
+      EXPECT_EQ(cc.forward, mbs[i].stages[s].forward);
+      EXPECT_EQ(cc.backward_input + cc.backward_weight, mbs[i].stages[s].backward());
+      EXPECT_EQ(cc.backward_weight, mbs[i].stages[s].backward_weight);
+      EXPECT_EQ(cc.stored, mbs[i].stages[s].stored);
+      EXPECT_EQ(cc.peak, mbs[i].stages[s].peak);
       EXPECT_EQ(cc.stored_until_w, cc.stored.Scaled(32.0 / 34.0));
       if (s < 3) {
         EXPECT_EQ(c->p2p[i][s],
@@ -76,9 +76,9 @@ TEST(BuildScheduleCostsTest, ChunksSplitTheirDevicesFigures) {
     for (int64_t d = 0; d < 4; ++d) {
       const ChunkCost& a = c->chunks[i][d];
       const ChunkCost& b = c->chunks[i][d + 4];
-      EXPECT_NEAR((a.forward + b.forward).nanos(), mbs[i].stage_forward[d].nanos(), 1);
-      EXPECT_NEAR((a.stored + b.stored).count(), mbs[i].stage_stored[d].count(), 1);
-      EXPECT_LE(a.peak, mbs[i].stage_peak[d]);
+      EXPECT_NEAR((a.forward + b.forward).nanos(), mbs[i].stages[d].forward.nanos(), 1);
+      EXPECT_NEAR((a.stored + b.stored).count(), mbs[i].stages[d].stored.count(), 1);
+      EXPECT_LE(a.peak, mbs[i].stages[d].peak);
     }
     // The wrap from rank 3 (stage 3) to rank 0 (stage 4) costs a transfer too.
     EXPECT_GT(c->p2p[i][3], Duration::Zero());
@@ -114,7 +114,7 @@ TEST(BuildScheduleCostsTest, Errors) {
   ASSERT_FALSE(far.ok());
   EXPECT_NE(far.status().message().find("replica 2 needs devices 8..11"), std::string::npos)
       << far.status().message();
-  mbs[1].stage_peak.pop_back();
+  mbs[1].stages.pop_back();
   EXPECT_FALSE(BuildScheduleCosts(mbs, e, setup->cluster).ok());
 }
 
