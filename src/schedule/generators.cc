@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "schedule/dynamic_orders.h"
+#include "schedule/cost_driven_orders.h"
 
 namespace sluice {
 namespace {

@@ -1,4 +1,6 @@
-// Internal to schedule/: the two generators whose per-rank order depends on the costs.
+// Internal to schedule/: the two generators whose per-rank order depends on the costs, each in a
+// file named after it: ZB-H1 (zb_h1_schedule.cc) and DynaPipe's adaptive schedule
+// (adaptive_schedule.cc).
 //
 // Both simulate the pipeline to decide the order, then leave timing to EstimateSchedule. Each
 // returns "" and fills `out` (name, pp, vpp, num_microbatches, ranks) on success, or the reason
@@ -8,6 +10,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +19,24 @@
 #include "schedule/action.h"
 
 namespace sluice::schedule_internal {
+
+// Sets `out`'s name and shape from `c` and empties its rank lists (capacity kept).
+inline void InitSchedule(const ScheduleCosts& c, const char* name, Schedule* out) {
+  out->name = name;
+  out->pp = c.pp;
+  out->vpp = c.vpp;
+  out->num_microbatches = c.num_microbatches();
+  out->ranks.assign(static_cast<size_t>(c.pp), {});
+  for (std::vector<Action>& r : out->ranks) {
+    r.clear();
+    r.reserve(static_cast<size_t>(3 * c.num_microbatches() * c.vpp));
+  }
+}
+
+// Bytes a backward needs beyond the held activations: max(0, peak - stored).
+inline int64_t Transient(const ChunkCost& c) {
+  return std::max<int64_t>(0, c.peak.count() - c.stored.count());
+}
 
 // ZB-H1 by greedy list scheduling (generators.h): `bound` is the activation bound per rank.
 // REQUIRES: costs.vpp == 1, bound.size() == pp.
