@@ -77,5 +77,19 @@ expect plan-gpipe-vpp 2 "vpp" -- plan --schedule gpipe --parallel dp=1,pp=4,vpp=
 printf '{"format": "sluice-plan/1"}' >"$tmp/empty-plan.json"
 expect plan-check-incomplete 2 "empty-plan.json" -- plan check "$tmp/empty-plan.json"
 expect plan-check-missing 2 "no-such-plan.json" -- plan check "$tmp/no-such-plan.json"
+# Slot ids are dense: a plan naming slot 2^31 - 1 is rejected before anything is sized by it.
+/usr/bin/python3 - "$tmp/plan-0.json" "$tmp/huge-slots.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+offset = (1 << 31) - 64
+for prog in plan["ranks"]:
+    prog["buffer_slots"] += offset
+    for ins in prog["instructions"]:
+        for key in ("in", "out"):
+            if key in ins:
+                ins[key] = [s + offset for s in ins[key]]
+json.dump(plan, open(sys.argv[2], "w"))
+PY
+expect plan-check-huge-slots 2 "buffer slots but allocates only .* slot ids must be dense" -- plan check "$tmp/huge-slots.json"
 
 finish

@@ -8,30 +8,14 @@
 namespace sluice {
 
 std::optional<TransferLink> LinkOf(OpKind op, int64_t stage, int64_t num_stages) {
-  std::optional<BoundaryTransfer> t;
-  bool send = false;
-  switch (op) {
-    case OpKind::kSendActStart:
-    case OpKind::kSendActFinish:
-      t = ProducedBoundary(ActionKind::kForward, stage, num_stages);
-      send = true;
-      break;
-    case OpKind::kRecvActStart:
-    case OpKind::kRecvActFinish:
-      t = ConsumedBoundary(ActionKind::kForward, stage, num_stages);
-      break;
-    case OpKind::kSendGradStart:
-    case OpKind::kSendGradFinish:
-      t = ProducedBoundary(ActionKind::kBackwardInput, stage, num_stages);
-      send = true;
-      break;
-    case OpKind::kRecvGradStart:
-    case OpKind::kRecvGradFinish:
-      t = ConsumedBoundary(ActionKind::kBackwardInput, stage, num_stages);
-      break;
-    default:
-      return std::nullopt;
-  }
+  if (!IsCommStart(op) && !IsCommFinish(op)) return std::nullopt;
+  const OpKind start = IsCommStart(op) ? op : StartOf(op);
+  const bool send = IsSend(start);
+  // Activations move with F, gradients with B/I (I stands for both: the same boundary rules).
+  const bool gradient = start == OpKind::kSendGradStart || start == OpKind::kRecvGradStart;
+  const ActionKind kind = gradient ? ActionKind::kBackwardInput : ActionKind::kForward;
+  const std::optional<BoundaryTransfer> t = send ? ProducedBoundary(kind, stage, num_stages)
+                                                 : ConsumedBoundary(kind, stage, num_stages);
   if (!t) return std::nullopt;
   return TransferLink{t->boundary, send ? t->to_stage : t->from_stage, t->gradient};
 }

@@ -33,6 +33,7 @@
 #include "base/json_util.h"
 #include "model/model_spec.h"
 #include "runtime/dump.h"
+#include "plan/plan_json.h"
 #include "runtime/plan_package.h"
 #include "runtime/reference.h"
 #include "runtime/trainer.h"
@@ -401,6 +402,38 @@ TEST(PlanCheckTest, PlanForAnotherModelIsRejectedNamingTheField) {
   train[8] = "gpt-tiny";
   const Outcome same = RunSluice(train, dir, 90);
   EXPECT_EQ(same.status, 0) << same.output;
+  fs::remove_all(dir);
+}
+
+// A plan whose slot ids are huge (a 5 KB file naming slot 2^31 - 1) is rejected before any rank
+// sizes its buffers by buffer_slots: slot ids are dense (plan/validate.h). It used to pass
+// `plan check` and abort `train` with std::bad_alloc.
+TEST(PlanCheckTest, PlanWithHugeSlotIdsIsRejectedBeforeAnythingAllocates) {
+  const std::string dir = MakeDir("slots");
+  const std::vector<std::string> common = {"--parallel", "pp=2", "--data", "mixture-4task",
+                                           "--tokens-per-batch", "600", "--max-seqlen", "96",
+                                           "--memory-limit", "55", "--iterations", "1"};
+  std::vector<std::string> plan = {"plan", "--model", "gpt-tiny", "--out", dir + "/p.json"};
+  plan.insert(plan.end(), common.begin(), common.end());
+  const Outcome planned = RunSluice(plan, dir, 60);
+  ASSERT_EQ(planned.status, 0) << planned.output;
+  StatusOr<ExecutionPlan> read = ReadPlanFile(dir + "/p.json");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  const int64_t offset = (int64_t{1} << 31) - 64;
+  for (RankProgram& prog : read->ranks) {
+    for (Instruction& in : prog.instructions) {
+      for (int64_t& slot : in.inputs) slot += offset;
+      for (int64_t& slot : in.outputs) slot += offset;
+    }
+    prog.buffer_slots += offset;
+  }
+  ASSERT_TRUE(WritePlanFile(*read, dir + "/huge.json").ok());
+  std::vector<std::string> train = {"train", "--nproc", "2", "--timeout", "30",
+                                    "--plan", dir + "/huge.json", "--model", "gpt-tiny"};
+  train.insert(train.end(), common.begin(), common.end());
+  const Outcome o = RunSluice(train, dir, 90);
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_NE(o.output.find("slot ids must be dense"), std::string::npos) << o.output;
   fs::remove_all(dir);
 }
 
