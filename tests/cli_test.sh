@@ -77,6 +77,13 @@ expect plan-gpipe-vpp 2 "vpp" -- plan --schedule gpipe --parallel dp=1,pp=4,vpp=
 printf '{"format": "sluice-plan/1"}' >"$tmp/empty-plan.json"
 expect plan-check-incomplete 2 "empty-plan.json" -- plan check "$tmp/empty-plan.json"
 expect plan-check-missing 2 "no-such-plan.json" -- plan check "$tmp/no-such-plan.json"
+# JSON nested 100,000 deep or with a duplicate key: a clear message from every reader, no crash.
+/usr/bin/python3 -c 'import sys; sys.stdout.write("{\"name\": " + "[" * 100000 + "]" * 100000 + "}")' >"$tmp/deep.json"
+expect deep-model 2 "deep.json: values nested deeper than 64 levels" -- cost show --model "$tmp/deep.json"
+expect deep-plan 2 "deep.json: values nested deeper than 64 levels" -- plan check "$tmp/deep.json"
+expect deep-cluster 2 "deep.json: values nested deeper than 64 levels" -- cost show --cluster "$tmp/deep.json"
+printf '{"name": "m", "name": "n"}' >"$tmp/dup.json"
+expect duplicate-key 2 "dup.json: field 'name' is given twice" -- cost show --model "$tmp/dup.json"
 # Slot ids are dense: a plan naming slot 2^31 - 1 is rejected before anything is sized by it.
 /usr/bin/python3 - "$tmp/plan-0.json" "$tmp/huge-slots.json" <<'PY'
 import json, sys

@@ -8,7 +8,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -19,13 +22,52 @@ std::string TypeName(const nlohmann::json& v) {
   return std::string(v.type_name()) == "array" ? "an array" : fmt::format("a {}", v.type_name());
 }
 
-std::string Short(const nlohmann::json& v) {
-  std::string s = v.dump();
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return s;
+std::string Short(const nlohmann::json& v) { return JsonPreview(v); }
+
+// Thrown by the parse callback to stop parsing at a depth or duplicate-key problem.
+struct JsonShapeError {
+  std::string message;
+};
+
+// Line and column of byte `byte` (0-based) of `text`.
+std::pair<size_t, size_t> LineColumn(std::string_view text, size_t byte) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < std::min(byte, text.size()); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
 }
 
 }  // namespace
+
+std::string JsonPreview(const nlohmann::json& v, size_t max_chars) {
+  std::string s;
+  if (v.is_array() || v.is_object()) {
+    // One level only: children that are themselves structured show as [...] or {...}.
+    const bool array = v.is_array();
+    s += array ? "[" : "{";
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && s.size() <= max_chars; ++it) {
+      if (!first) s += ",";
+      first = false;
+      if (!array) s += nlohmann::json(it.key()).dump() + ":";
+      const nlohmann::json& c = it.value();
+      s += c.is_array() ? (c.empty() ? "[]" : "[...]")
+           : c.is_object() ? (c.empty() ? "{}" : "{...}")
+                           : c.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    s += array ? "]" : "}";
+  } else {
+    s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  if (s.size() > max_chars) s = s.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
+  return s;
+}
 
 std::string JoinAllowed(std::span<const std::string_view> allowed) {
   std::string out;
@@ -210,7 +252,40 @@ Status JsonObjectReader::Finish() const {
 }
 
 StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // Keys seen so far in each open object (innermost last), to reject duplicates.
+  std::vector<std::set<std::string, std::less<>>> keys;
+  std::vector<std::string> path;  // the key of each open object's current member
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth) {
+      throw JsonShapeError{fmt::format(
+          "values nested deeper than {} levels (arrays and objects) are not accepted",
+          kMaxJsonDepth)};
+    }
+    if (event == E::object_start) {
+      keys.emplace_back();
+      path.emplace_back();
+    } else if (event == E::object_end) {
+      if (!keys.empty()) keys.pop_back();
+      if (!path.empty()) path.pop_back();
+    } else if (event == E::key && !keys.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (!keys.back().insert(key).second) {
+        std::string where;
+        for (size_t i = 0; i + 1 < path.size(); ++i) where += path[i] + ".";
+        throw JsonShapeError{fmt::format("field '{}{}' is given twice (each key may appear once)",
+                                         where, key)};
+      }
+      path.back() = key;
+    }
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text, callback, /*allow_exceptions=*/false);
+  } catch (const JsonShapeError& e) {
+    return InvalidArgumentError(fmt::format("{}: {}", source, e.message));
+  }
   if (!j.is_discarded()) return j;
   // Re-parse with exceptions to learn where it failed (nlohmann reports the byte offset).
   try {
@@ -218,15 +293,7 @@ StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view sourc
     (void)ignored;
   } catch (const nlohmann::json::parse_error& e) {
     const size_t byte = e.byte == 0 ? 0 : std::min(e.byte - 1, text.size());
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < byte; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
+    const auto [line, col] = LineColumn(text, byte);
     std::string what = e.what();
     const size_t pos = what.find("parse error");
     if (pos != std::string::npos) what = what.substr(pos);

@@ -77,8 +77,18 @@ class JsonObjectReader {
 // "a", "b" or "c" — for messages listing allowed values.
 std::string JoinAllowed(std::span<const std::string_view> allowed);
 
-// Parses `text`; a syntax error names `source`, the line and the column.
+// The deepest nesting of arrays and objects ParseJson accepts. Every sluice file is at most a few
+// levels deep; the bound keeps recursive code (dump, comparisons) far from the stack's end.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `text`; a syntax error names `source`, the line and the column. Also rejected, naming
+// the place: nesting deeper than kMaxJsonDepth, and a key given twice in one object (JSON leaves
+// duplicates undefined; nlohmann would keep the last silently).
 StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source);
+
+// At most `max_chars` characters of `v` as JSON text for messages, never recursing into a
+// deep value: arrays and objects show their size beyond the first level.
+std::string JsonPreview(const nlohmann::json& v, size_t max_chars = 40);
 // Reads and parses a JSON file; errors name the path.
 StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
 // Reads a whole file; errors name the path and the OS reason.

@@ -70,6 +70,47 @@ TEST(ParseJsonTest, SyntaxErrorHasLineAndColumn) {
   EXPECT_THAT(r.status().message(), HasSubstr("x.json:3:"));
 }
 
+// A value nested 100,000 deep used to crash every reader (the message dumped it recursively).
+TEST(ParseJsonTest, DeepNestingIsRejectedWithoutRecursion) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto r = ParseJson(deep, "deep.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("deep.json: values nested deeper than 64 levels"));
+  const std::string objects = "{\"a\":" + std::string(50000, '[') + std::string(50000, ']') + "}";
+  EXPECT_FALSE(ParseJson(objects, "o.json").ok());
+  // The limit itself is accepted.
+  const std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(ParseJson(ok, "ok.json").ok()) << ParseJson(ok, "ok.json").status().message();
+}
+
+TEST(ParseJsonTest, DuplicateKeysAreRejectedNamingTheField) {
+  auto r = ParseJson(R"({"model": {"layers": 2, "hidden": 8, "layers": 4}})", "m.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("m.json: field 'model.layers' is given twice"));
+  // The same key in sibling objects is fine.
+  EXPECT_TRUE(ParseJson(R"([{"a": 1}, {"a": 2}])", "s.json").ok());
+  EXPECT_TRUE(ParseJson(R"({"x": {"a": 1}, "y": {"a": 2}})", "s.json").ok());
+}
+
+TEST(JsonPreviewTest, BoundedAndOneLevelDeep) {
+  nlohmann::json deep = nlohmann::json::array();
+  nlohmann::json* at = &deep;
+  for (int i = 0; i < 1000; ++i) {
+    at->push_back(nlohmann::json::array());
+    at = &(*at)[0];
+  }
+  EXPECT_EQ(JsonPreview(deep), "[[...]]");
+  EXPECT_EQ(JsonPreview(nlohmann::json::parse(R"({"a": 1, "b": [2]})")), R"({"a":1,"b":[...]})");
+  EXPECT_EQ(JsonPreview(nlohmann::json(std::string(100, 'x')), 10), "\"xxxxxx...");
+  // Errors of the object reader preview the value instead of dumping it.
+  auto j = nlohmann::json::parse(R"({"name": [[[[1]]]]})");
+  JsonObjectReader rd(j, "t.json");
+  std::string name;
+  EXPECT_THAT(rd.String("name", &name).message(), HasSubstr("[[...]]"));
+}
+
 TEST(ReadFileTest, MissingFileNamesPath) {
   auto r = ReadFileToString("/nonexistent/sluice.json");
   ASSERT_FALSE(r.ok());

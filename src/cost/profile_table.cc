@@ -26,8 +26,7 @@ Status FieldError(std::string_view source, std::string_view path, std::string_vi
 }
 
 std::string Describe(const nlohmann::json& v) {
-  std::string s = v.dump();
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  const std::string s = JsonPreview(v);
   return fmt::format("{} {}", v.type_name(), s);
 }
 

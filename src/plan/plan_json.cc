@@ -66,8 +66,7 @@ json MicroBatchToJson(const PlanMicroBatch& mb) {
 }
 
 std::string Describe(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  const std::string s = JsonPreview(v);
   const char* type = v.is_number_integer() || v.is_number_unsigned() ? "integer"
                      : v.is_number_float()                           ? "number"
                                                                      : v.type_name();
