@@ -90,7 +90,8 @@ Status RunPlan(const PlanFlags& f) {
   const InFlightPolicy policy = kind == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
                                 : kind == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
                                                                      : InFlightPolicy::k1F1B;
-  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario, policy));
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
+  SLUICE_ASSIGN_OR_RETURN(const StageCostEvaluator eval, MakeEvaluator(sc, policy));
   PlannerOptions options;
   options.method = f.method;
   options.schedule = kind;
@@ -101,7 +102,7 @@ Status RunPlan(const PlanFlags& f) {
     SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
     options.batching.recompute = rc;
   }
-  Planner planner(*sc.evaluator, sc.cluster, options);
+  Planner planner(eval, sc.cluster, options);
   fmt::print("{}\n", sc.Describe());
   fmt::print("method:   {}, schedule {}{}\n\n", f.method, f.schedule,
              f.no_search ? "" : ", micro-batch order searched");
@@ -115,7 +116,7 @@ Status RunPlan(const PlanFlags& f) {
   while ((sc.iterations == 0 || done < sc.iterations) && sc.batcher->Next(&batch)) {
     SLUICE_ASSIGN_OR_RETURN(PlanResult r, planner.Plan(batch.samples));
     progress.Clear();
-    PrintResult(r, batch, sc.parallel.pp, done < f.show);
+    PrintResult(r, batch, sc.parallel->pp, done < f.show);
     if (r.outcome == PlanOutcome::kOk) {
       ++ok;
       makespan_ms += r.makespan.millis();

@@ -40,7 +40,8 @@ Status RunTrain(const TrainFlags& f) {
                                 : kind == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
                                                                      : InFlightPolicy::k1F1B;
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario.
-  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario, policy));
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
+  SLUICE_ASSIGN_OR_RETURN(const StageCostEvaluator eval, MakeEvaluator(sc, policy));
   runtime::TrainOptions o;
   if (!f.fault.empty()) {
     SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
@@ -64,8 +65,8 @@ Status RunTrain(const TrainFlags& f) {
                                             env.world_size));
   }
   o.model = sc.model;
-  o.parallel = sc.parallel;
-  o.evaluator = &*sc.evaluator;
+  o.parallel = *sc.parallel;
+  o.evaluator = &eval;
   o.cluster = &sc.cluster;
   o.planner.method = f.method;
   o.planner.schedule = kind;

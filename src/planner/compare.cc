@@ -22,91 +22,49 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// What the scenario resolves to.
+// What the scenario resolves to: the resolved scenario (its parallel configuration is the fixed
+// controlled one, when given) and the global batches of the run, taken up front.
 struct Resolved {
-  ModelSpec model;
-  ClusterSpec cluster;
-  std::unique_ptr<CostModel> cost;
-  std::optional<Bytes> memory_limit;
+  Scenario sc;
   std::vector<GlobalBatch> batches;
   std::string description;
 };
 
-// "FILE: field 'model'" for a scenario file, "--model" for flags.
-std::string FieldName(std::string_view source, std::string_view field, std::string_view flag) {
-  if (source.empty()) return std::string(flag);
-  return fmt::format("{}: field '{}'", source, field);
-}
-
-Status Prefixed(const Status& s, const std::string& where) {
-  if (s.ok()) return s;
-  return Status(s.code(), fmt::format("{}: {}", where, s.message()));
-}
-
-StatusOr<Resolved> Resolve(const CompareScenario& sc, std::string_view source) {
+StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_name) {
+  ScenarioSpec spec;
+  spec.model = sc.model;
+  spec.cluster = sc.cluster;
+  if (sc.controlled.has_value()) {
+    spec.parallel = *sc.controlled;
+    spec.parallel->vpp = 1;  // the controlled comparison shares dp, pp, tp and ZeRO, not vpp
+  }
+  spec.memory_limit_mb = sc.memory_limit_mb;
+  spec.cost = sc.cost;
+  spec.flash_attention = sc.flash_attention;
+  spec.data = sc.data;
+  spec.samples = sc.samples;
+  spec.seed = sc.seed;
+  spec.tokens_per_batch = sc.tokens_per_batch;
+  spec.max_seqlen = sc.max_seqlen;
+  spec.long_samples = sc.long_samples;
+  spec.iterations = sc.iterations;
+  // The scenario's parallel configuration is its field 'controlled'.
+  const FieldNamer spec_field = [&](std::string_view field) {
+    return field_name(field == "parallel" ? "controlled" : field);
+  };
   Resolved r;
-  auto model = ResolveModel(sc.model);
-  if (!model.ok()) return Prefixed(model.status(), FieldName(source, "model", "--model"));
-  r.model = std::move(model).value();
-  auto cluster = ResolveCluster(sc.cluster);
-  if (!cluster.ok()) return Prefixed(cluster.status(), FieldName(source, "cluster", "--cluster"));
-  r.cluster = std::move(cluster).value();
-  if (sc.memory_limit_mb > 0) {
-    r.memory_limit = Bytes::MB(sc.memory_limit_mb);
-    if (*r.memory_limit > r.cluster.device.memory) {
-      return InvalidArgumentError(fmt::format(
-          "{}: {:.0f} MB exceeds the memory of one {} device ({:.0f} MB; allowed: 1..{:.0f})",
-          FieldName(source, "memory_limit_mb", "--memory-limit"), sc.memory_limit_mb,
-          r.cluster.device.name, r.cluster.device.memory.mb(), r.cluster.device.memory.mb()));
-    }
-  }
-  if (sc.max_seqlen > r.model.max_position) {
-    return InvalidArgumentError(
-        fmt::format("{}: {} exceeds the max position {} of model '{}' (allowed: 1..{})",
-                    FieldName(source, "max_seqlen", "--max-seqlen"), sc.max_seqlen,
-                    r.model.max_position, r.model.name, r.model.max_position));
-  }
-  CostModelOptions cost_options;
-  cost_options.kind = sc.cost;
-  cost_options.flash_attention = sc.flash_attention;
-  auto cost = MakeCostModel(r.model, r.cluster, cost_options);
-  if (!cost.ok()) return Prefixed(cost.status(), FieldName(source, "cost", "--cost"));
-  r.cost = std::move(cost).value();
-
-  DataOptions data_options;
-  data_options.seed = sc.seed;
-  data_options.num_samples = sc.samples;
-  auto dataset = LoadData(sc.data, data_options);
-  if (!dataset.ok()) return Prefixed(dataset.status(), FieldName(source, "data", "--data"));
-  BatcherOptions batcher_options;
-  batcher_options.tokens_per_batch = sc.tokens_per_batch;
-  batcher_options.max_seqlen = sc.max_seqlen;
-  SLUICE_ASSIGN_OR_RETURN(batcher_options.long_samples, ParseLongSamplePolicy(sc.long_samples));
-  batcher_options.limit =
-      r.model.is_encoder_decoder() ? SeqlenLimit::kEachSide : SeqlenLimit::kTotal;
-  batcher_options.seed = sc.seed;
-  SLUICE_ASSIGN_OR_RETURN(GlobalBatcher batcher, GlobalBatcher::Create(*dataset, batcher_options));
+  SLUICE_ASSIGN_OR_RETURN(r.sc, ResolveScenario(spec, spec_field));
   GlobalBatch batch;
   while ((sc.iterations == 0 || static_cast<int64_t>(r.batches.size()) < sc.iterations) &&
-         batcher.Next(&batch)) {
+         r.sc.batcher->Next(&batch)) {
     r.batches.push_back(std::move(batch));
   }
   if (r.batches.empty()) {
     return InvalidArgumentError(fmt::format("{}: '{}' yields no global batch of {} tokens",
-                                            FieldName(source, "data", "--data"), sc.data,
-                                            sc.tokens_per_batch));
+                                            field_name("data"), sc.data, sc.tokens_per_batch));
   }
-  const Bytes limit = r.memory_limit.value_or(r.cluster.device.memory);
-  r.description = fmt::format(
-      "model:    {} ({}, {} layers{})\n"
-      "cluster:  {} ({} devices), memory limit {:.0f} MB per device\n"
-      "cost:     {}\n"
-      "data:     {} ({} samples), {} tokens per global batch, max seqlen {} ({}), {} batches{}",
-      r.model.name, ModelKindName(r.model.kind), r.model.layers,
-      r.model.is_encoder_decoder() ? fmt::format(" + {}", r.model.decoder_layers) : "",
-      r.cluster.name, r.cluster.num_devices(), limit.mb(), r.cost->Describe(), dataset->source(),
-      dataset->size(), sc.tokens_per_batch, sc.max_seqlen, sc.long_samples, r.batches.size(),
-      sc.iterations == 0 ? " (all)" : "");
+  r.description = r.sc.Describe(
+      {.parallel = false, .batches_taken = static_cast<int64_t>(r.batches.size())});
   return r;
 }
 
@@ -180,7 +138,7 @@ class RunContext {
         const StageCostEvaluator* eval,
         scorer_.Evaluator(run->config.parallel,
                           PolicyFor(run->config.schedule, run->config.parallel.vpp)));
-    const Planner planner(*eval, r_.cluster, scorer_.OptionsFor(run->config));
+    const Planner planner(*eval, r_.sc.cluster, scorer_.OptionsFor(run->config));
     SimOptions sim;
     sim.collectives =
         sc_.stepwise_collectives ? CollectiveMode::kStepwise : CollectiveMode::kClosedForm;
@@ -225,7 +183,7 @@ class RunContext {
           const double denom = static_cast<double>(s.ranks.size()) * s.iteration_time.seconds();
           rec.bubble = denom > 0 ? bubble / denom : 0;
           rec.comm = denom > 0 ? comm / denom : 0;
-          account = AccountBatch(plan, s, *eval, batch.samples, flops_, r_.cluster.num_devices());
+          account = AccountBatch(plan, s, *eval, batch.samples, flops_, r_.sc.cluster.num_devices());
           placed_flops = account.useful_flops;
           if (example) run->example = ExampleRun{std::move(plan.plan), std::move(s)};
         }
@@ -317,38 +275,37 @@ void Adopt(const std::vector<MethodSpec>& methods, std::vector<MethodRun>* runs,
 
 StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptions& options,
                                    std::string_view source) {
-  SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(sc, source.empty() ? "flags" : source));
-  SLUICE_ASSIGN_OR_RETURN(Resolved r, Resolve(sc, source));
+  const FieldNamer field_name =
+      options.field_name ? options.field_name
+                         : FileFieldNamer(std::string(source.empty() ? "flags" : source));
+  SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(sc, field_name));
+  SLUICE_ASSIGN_OR_RETURN(Resolved r, Resolve(sc, field_name));
   CompareResult out;
   out.scenario = sc;
   out.description = r.description;
   out.batches = static_cast<int64_t>(r.batches.size());
-  out.devices = r.cluster.num_devices();
-  out.memory_limit_mb = r.memory_limit.value_or(r.cluster.device.memory).mb();
+  out.devices = r.sc.cluster.num_devices();
+  out.memory_limit_mb = r.sc.MemoryLimit().mb();
   auto cancelled = [&] { return options.cancelled && options.cancelled(); };
 
-  const FlopCounter flops(r.model);
+  const FlopCounter flops(r.sc.model);
   std::vector<int64_t> tps;
-  for (int64_t tp = 1; tp <= std::max<int64_t>(1, r.cluster.devices_per_node); tp *= 2) {
+  for (int64_t tp = 1; tp <= std::max<int64_t>(1, r.sc.cluster.devices_per_node); tp *= 2) {
     tps.push_back(tp);
   }
   for (int64_t tp : sc.search.tp) {
     if (std::find(tps.begin(), tps.end(), tp) == tps.end()) tps.push_back(tp);
   }
-  out.sweep_rate = SweepAchievableRate(*r.cost, flops, tps);
+  out.sweep_rate = SweepAchievableRate(*r.sc.cost, flops, tps);
 
   // The search.
   const auto search_start = Clock::now();
   ParallelSpace space =
-      EnumerateParallelConfigs(r.model, r.cluster, *r.cost, sc.search, r.memory_limit);
+      EnumerateParallelConfigs(r.sc.model, r.sc.cluster, *r.sc.cost, sc.search, r.sc.memory_limit);
   out.skipped_configs = space.skipped;
-  if (sc.controlled.has_value()) {
-    ParallelConfig fixed = *sc.controlled;
-    fixed.vpp = 1;
-    fixed.memory_limit = r.memory_limit;
-    Status fits = CheckParallelFits(fixed, r.model, &r.cluster,
-                                    FieldName(source, "controlled", "--parallel"));
-    if (!fits.ok()) return fits;
+  if (r.sc.parallel.has_value()) {
+    // The fixed controlled configuration (resolved and checked with the scenario).
+    const ParallelConfig& fixed = *r.sc.parallel;
     const bool listed = std::any_of(space.configs.begin(), space.configs.end(),
                                     [&](const ParallelConfig& p) { return SameShared(p, fixed); });
     if (!listed) space.configs.push_back(fixed);
@@ -357,7 +314,7 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
   std::vector<std::vector<Candidate>> candidates;
   int64_t total = 0;
   for (const MethodSpec& m : methods) {
-    candidates.push_back(ExpandCandidates(space.configs, m, r.model, sc.search));
+    candidates.push_back(ExpandCandidates(space.configs, m, r.sc.model, sc.search));
     total += static_cast<int64_t>(candidates.back().size());
   }
   const size_t score_n = std::min(r.batches.size(), static_cast<size_t>(sc.search.score_batches));
@@ -367,7 +324,7 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
   SimOptions sim;
   sim.collectives =
       sc.stepwise_collectives ? CollectiveMode::kStepwise : CollectiveMode::kClosedForm;
-  CandidateScorer scorer(*r.cost, r.cluster,
+  CandidateScorer scorer(*r.sc.cost, r.sc.cluster,
                          std::span<const GlobalBatch>(r.batches.data(), score_n), batching, sim);
   std::vector<MethodSearch> searches;
   {
@@ -418,7 +375,7 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
   }
   if (out.has_controlled) {
     out.controlled_config.vpp = 1;
-    out.controlled_config.memory_limit = r.memory_limit;
+    out.controlled_config.memory_limit = r.sc.memory_limit;
     controlled.resize(methods.size());
     ctl_acc.resize(methods.size());
     for (size_t i = 0; i < methods.size(); ++i) {

@@ -31,6 +31,7 @@
 #include "planner/compare_scenario.h"
 #include "planner/config_search.h"
 #include "planner/ideal_bound.h"
+#include "planner/scenario.h"
 #include "sim/simulator.h"
 
 namespace sluice {
@@ -40,6 +41,9 @@ struct CompareOptions {
   std::function<bool()> cancelled;
   std::FILE* progress = stderr;  // progress bars (base/progress.h); nullptr: none
   bool keep_examples = true;     // keep one planned + simulated batch per method (timelines)
+  // Names a scenario field (compare_scenario.h) in errors; empty: "SOURCE: field 'F'" with the
+  // `source` of RunCompare ("flags" when it is empty). The CLI maps fields to its flags.
+  FieldNamer field_name;
 };
 
 // One method on one global batch.
@@ -133,7 +137,8 @@ struct CompareResult {
 
 // Runs the comparison (see above). `source` names where the scenario came from for messages
 // ("FILE", or "" for flags). Errors: a scenario that does not resolve (unknown model, data,
-// a max length beyond the model's, ...) as InvalidArgument/NotFound naming the field; bugs.
+// a max length beyond the model's, ...) as InvalidArgument/NotFound naming the field
+// (scenario.h; the scenario's 'controlled' is the resolver's parallel configuration); bugs.
 StatusOr<CompareResult> RunCompare(const CompareScenario& scenario, const CompareOptions& options,
                                    std::string_view source = "");
 

@@ -172,8 +172,12 @@ std::vector<MethodSpec> ScenarioMethods(const CompareScenario& scenario) {
 }
 
 Status ValidateCompareScenario(const CompareScenario& s, std::string_view source) {
+  return ValidateCompareScenario(s, FileFieldNamer(std::string(source)));
+}
+
+Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field_name) {
   auto bad = [&](std::string_view field, std::string problem) {
-    return InvalidArgumentError(fmt::format("{}: field '{}': {}", source, field, problem));
+    return InvalidArgumentError(fmt::format("{}: {}", field_name(field), problem));
   };
   // The name is the output folder of the scenario under --scenario-dir: one plain folder name.
   if (s.name.empty() || s.name == "." || s.name == ".." ||
@@ -219,8 +223,7 @@ Status ValidateCompareScenario(const CompareScenario& s, std::string_view source
                                          s.controlled_method, JoinAllowed(listed)));
   }
   if (s.controlled.has_value()) {
-    SLUICE_RETURN_IF_ERROR(
-        ValidateParallelConfig(*s.controlled, fmt::format("{}: field 'controlled'", source)));
+    SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(*s.controlled, field_name("controlled")));
   }
   const SearchSpace& q = s.search;
   for (int64_t z : q.zero) {

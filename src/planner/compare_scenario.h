@@ -29,6 +29,7 @@
 
 #include "base/status.h"
 #include "model/parallel_config.h"
+#include "planner/scenario.h"
 #include "schedule/generators.h"
 
 namespace sluice {
@@ -96,6 +97,8 @@ std::vector<MethodSpec> ScenarioMethods(const CompareScenario& scenario);
 
 // Checks ranges and relations that do not need the model or data: positive budgets, unique
 // method names, the reference and controlled method among the methods, search lists in range.
+// Errors start with `field_name` of the field ("SOURCE: field 'F'" for the `source` overload).
+Status ValidateCompareScenario(const CompareScenario& scenario, const FieldNamer& field_name);
 Status ValidateCompareScenario(const CompareScenario& scenario, std::string_view source);
 
 // JSON form (docs/formats.md, "Compare scenario"). Relative model/cluster/data paths that do not
