@@ -129,8 +129,7 @@ Status RunBatch(const BatchFlags& f) {
   int64_t shown = 0;
   while ((sc.iterations == 0 || summary.batches < sc.iterations) && sc.batcher->Next(&batch)) {
     const auto t0 = std::chrono::steady_clock::now();
-    SLUICE_ASSIGN_OR_RETURN(BatchPlan plan,
-                            RunMethod(f.method, batch.samples, eval, options));
+    SLUICE_ASSIGN_OR_RETURN(BatchPlan plan, RunMethod(f.method, batch.samples, eval, options));
     summary.plan_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (shown < f.show) {

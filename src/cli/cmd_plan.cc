@@ -86,12 +86,7 @@ void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool
 
 Status RunPlan(const PlanFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(f.schedule));
-  // The batching methods size micro-batches for the in-flight count of the schedule that runs.
-  const InFlightPolicy policy = kind == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
-                                : kind == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
-                                                                     : InFlightPolicy::k1F1B;
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
-  SLUICE_ASSIGN_OR_RETURN(const StageCostEvaluator eval, MakeEvaluator(sc, policy));
   PlannerOptions options;
   options.method = f.method;
   options.schedule = kind;
@@ -102,7 +97,8 @@ Status RunPlan(const PlanFlags& f) {
     SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
     options.batching.recompute = rc;
   }
-  Planner planner(eval, sc.cluster, options);
+  // The planner's evaluator sizes micro-batches for the in-flight count of the schedule.
+  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlanner(sc, std::move(options)));
   fmt::print("{}\n", sc.Describe());
   fmt::print("method:   {}, schedule {}{}\n\n", f.method, f.schedule,
              f.no_search ? "" : ", micro-batch order searched");

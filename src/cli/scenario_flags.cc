@@ -97,12 +97,18 @@ StatusOr<Scenario> ResolveScenarioFlags(const ScenarioFlags& f) {
   return ResolveScenario(spec, FlagFieldNamer());
 }
 
-StatusOr<StageCostEvaluator> MakeEvaluator(const Scenario& sc, InFlightPolicy in_flight) {
-  StageCostOptions options;
-  options.in_flight = in_flight;
-  auto eval = StageCostEvaluator::Create(*sc.cost, *sc.parallel, sc.cluster, options);
+StatusOr<StageCostEvaluator> MakeEvaluator(const Scenario& sc) {
+  auto eval = StageCostEvaluator::Create(*sc.cost, *sc.parallel, sc.cluster);
   if (!eval.ok()) return InvalidArgumentError(eval.status().message());
   return std::move(eval).value();
+}
+
+StatusOr<Planner> MakePlanner(const Scenario& sc, PlannerOptions options) {
+  auto eval = MakePlannerEvaluator(*sc.cost, *sc.parallel, sc.cluster, options.schedule);
+  if (!eval.ok()) return InvalidArgumentError(eval.status().message());
+  auto planner = Planner::Create(std::move(eval).value(), sc.cluster, std::move(options));
+  if (!planner.ok()) return planner.status().WithPrefix("--schedule");
+  return planner;
 }
 
 }  // namespace sluice::cli

@@ -16,6 +16,7 @@
 
 #include "base/status.h"
 #include "batching/stage_cost.h"
+#include "planner/planner.h"
 #include "planner/scenario.h"
 
 namespace sluice::cli {
@@ -53,10 +54,15 @@ StatusOr<int64_t> ParseIterations(const std::string& text);
 // name the flag and the allowed values.
 StatusOr<Scenario> ResolveScenarioFlags(const ScenarioFlags& flags);
 
-// The stage-cost evaluator of `scenario`'s parallel configuration with the in-flight rule
-// `in_flight` (batching/stage_cost.h). REQUIRES: scenario.parallel is set. Errors (the model
+// The stage-cost evaluator of `scenario`'s parallel configuration, with the default in-flight rule
+// (1F1B; `sluice batch` runs no schedule). REQUIRES: scenario.parallel is set. Errors (the model
 // states alone exceed the memory limit) are InvalidArgument: bad input for the flags given.
-StatusOr<StageCostEvaluator> MakeEvaluator(const Scenario& scenario,
-                                           InFlightPolicy in_flight = InFlightPolicy::k1F1B);
+StatusOr<StageCostEvaluator> MakeEvaluator(const Scenario& scenario);
+
+// The planner of `scenario`'s parallel configuration (Planner::Create). REQUIRES:
+// scenario.parallel is set; `scenario` outlives the planner. Errors are InvalidArgument: the
+// evaluator's as MakeEvaluator's, a schedule that does not run the configuration named as
+// --schedule.
+StatusOr<Planner> MakePlanner(const Scenario& scenario, PlannerOptions options);
 
 }  // namespace sluice::cli

@@ -63,8 +63,8 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
     return InvalidArgumentError(fmt::format("{}: '{}' yields no global batch of {} tokens",
                                             field_name("data"), sc.data, sc.tokens_per_batch));
   }
-  r.description = r.sc.Describe(
-      {.parallel = false, .batches_taken = static_cast<int64_t>(r.batches.size())});
+  r.description =
+      r.sc.Describe({.parallel = false, .batches_taken = static_cast<int64_t>(r.batches.size())});
   return r;
 }
 
@@ -134,11 +134,7 @@ class RunContext {
   // Runs `run->config` over every batch; returns false when cancelled before the end.
   StatusOr<bool> Run(MethodRun* run, std::vector<BatchAccount>* accounts,
                      std::vector<double>* useful) {
-    SLUICE_ASSIGN_OR_RETURN(
-        const StageCostEvaluator* eval,
-        scorer_.Evaluator(run->config.parallel,
-                          PolicyFor(run->config.schedule, run->config.parallel.vpp)));
-    const Planner planner(*eval, r_.sc.cluster, scorer_.OptionsFor(run->config));
+    SLUICE_ASSIGN_OR_RETURN(const Planner planner, scorer_.PlannerFor(run->config));
     SimOptions sim;
     sim.collectives =
         sc_.stepwise_collectives ? CollectiveMode::kStepwise : CollectiveMode::kClosedForm;
@@ -183,7 +179,8 @@ class RunContext {
           const double denom = static_cast<double>(s.ranks.size()) * s.iteration_time.seconds();
           rec.bubble = denom > 0 ? bubble / denom : 0;
           rec.comm = denom > 0 ? comm / denom : 0;
-          account = AccountBatch(plan, s, *eval, batch.samples, flops_, r_.sc.cluster.num_devices());
+          account = AccountBatch(plan, s, planner.evaluator(), batch.samples, flops_,
+                                 r_.sc.cluster.num_devices());
           placed_flops = account.useful_flops;
           if (example) run->example = ExampleRun{std::move(plan.plan), std::move(s)};
         }

@@ -67,8 +67,8 @@ StatusOr<Scenario> ResolveScenario(const ScenarioSpec& spec, const FieldNamer& f
   if (spec.max_seqlen > sc.model.max_position) {
     return InvalidArgumentError(
         fmt::format("{}: {} exceeds the max position {} of model '{}' (allowed: 1..{})",
-                    field_name("max_seqlen"), spec.max_seqlen, sc.model.max_position,
-                    sc.model.name, sc.model.max_position));
+                    field_name("max_seqlen"), spec.max_seqlen, sc.model.max_position, sc.model.name,
+                    sc.model.max_position));
   }
   if (spec.iterations < 0) {
     return InvalidArgumentError(fmt::format("{}: {} is not a positive integer or 0 (all)",
@@ -102,7 +102,8 @@ StatusOr<Scenario> ResolveScenario(const ScenarioSpec& spec, const FieldNamer& f
   batcher_options.limit =
       sc.model.is_encoder_decoder() ? SeqlenLimit::kEachSide : SeqlenLimit::kTotal;
   batcher_options.seed = spec.seed;
-  SLUICE_ASSIGN_OR_RETURN(GlobalBatcher batcher, GlobalBatcher::Create(sc.dataset, batcher_options));
+  SLUICE_ASSIGN_OR_RETURN(GlobalBatcher batcher,
+                          GlobalBatcher::Create(sc.dataset, batcher_options));
   sc.batcher.emplace(std::move(batcher));
   return sc;
 }
@@ -119,16 +120,15 @@ std::string Scenario::Describe(const ScenarioDescribeOptions& options) const {
         cluster.name, cluster.num_devices(), p.dp, p.pp, p.tp,
         p.vpp > 1 ? fmt::format(" x vpp {}", p.vpp) : "", p.zero, MemoryLimit().mb());
   } else {
-    s += fmt::format("cluster:  {} ({} devices), memory limit {:.0f} MB per device\n",
-                     cluster.name, cluster.num_devices(), MemoryLimit().mb());
+    s += fmt::format("cluster:  {} ({} devices), memory limit {:.0f} MB per device\n", cluster.name,
+                     cluster.num_devices(), MemoryLimit().mb());
   }
   s += fmt::format("cost:     {}\n", cost->Describe());
   s += fmt::format("data:     {} ({} samples), {} tokens per global batch, max seqlen {}",
                    dataset.source(), dataset.size(), tokens_per_batch, max_seqlen);
   if (options.batches_taken.has_value()) {
     s += fmt::format(" ({}), {} batches{}", LongSamplePolicyName(long_samples),
-                     *options.batches_taken,
-                     iterations == 0 ? " (all)" : "");
+                     *options.batches_taken, iterations == 0 ? " (all)" : "");
   } else {
     s += iterations == 0 ? ", all batches" : fmt::format(", {} batches", iterations);
   }

@@ -78,7 +78,8 @@ TEST(ScenarioTest, MemoryLimitIsGivenInOnePlaceWithinTheDevice) {
   s.memory_limit_mb = 90000;
   sc = ResolveScenario(s, FileFieldNamer("s.json"));
   ASSERT_FALSE(sc.ok());
-  EXPECT_THAT(sc.status().message(), StartsWith("s.json: field 'memory_limit_mb': 90000 MB exceeds"));
+  EXPECT_THAT(sc.status().message(),
+              StartsWith("s.json: field 'memory_limit_mb': 90000 MB exceeds"));
   s = Small();
   s.parallel->memory_limit = Bytes::MB(90000);
   sc = ResolveScenario(s, FileFieldNamer("s.json"));
