@@ -1,4 +1,4 @@
-// `sluice compare`: every method side by side on the same data and cluster (planner/compare.h).
+// `sluice compare`: every method side by side on the same data and cluster (compare/compare.h).
 //
 // The scenario comes from the flags (defaults: the embedded default scenario), from a JSON file
 // (--scenario FILE), or from every *.json file of a folder (--scenario-dir DIR); scenario flags
@@ -20,10 +20,10 @@
 #include "cli/cli_common.h"
 #include "cli/compare_report.h"
 #include "cli/scenario_flags.h"
+#include "compare/compare.h"
+#include "compare/compare_json.h"
+#include "compare/compare_scenario.h"
 #include "model/parallel_config.h"
-#include "planner/compare.h"
-#include "planner/compare_json.h"
-#include "planner/compare_scenario.h"
 
 namespace sluice::cli {
 namespace {

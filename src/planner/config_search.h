@@ -36,8 +36,8 @@
 #include "data/global_batcher.h"
 #include "model/cluster_spec.h"
 #include "model/parallel_config.h"
-#include "planner/compare_scenario.h"
 #include "planner/planner.h"
+#include "planner/search_space.h"
 #include "sim/simulator.h"
 
 namespace sluice {
