@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "batching/stage_cost.h"
 #include "cost/cost_factory.h"
 #include "data/data_source.h"
 #include "data/global_batcher.h"
@@ -35,11 +34,10 @@ struct Setup {
   ClusterSpec cluster;
   ParallelConfig parallel;
   std::unique_ptr<CostModel> cost;
-  std::unique_ptr<StageCostEvaluator> eval;
   std::vector<std::vector<Sample>> batches;
 };
 
-std::unique_ptr<Setup> MakeSetup(ScheduleKind kind) {
+std::unique_ptr<Setup> MakeSetup() {
   auto s = std::make_unique<Setup>();
   s->model = Must(ModelPreset("gpt-6.7b"));
   s->cluster = Must(ClusterPreset("a100-40g", 16));
@@ -48,10 +46,6 @@ std::unique_ptr<Setup> MakeSetup(ScheduleKind kind) {
   s->parallel.zero = 1;
   s->parallel.memory_limit = Bytes::MB(36000);
   s->cost = Must(MakeCostModel(s->model, s->cluster, CostModelOptions{}));
-  StageCostOptions options;
-  options.in_flight = kind == ScheduleKind::kGPipe ? InFlightPolicy::kGPipe : InFlightPolicy::k1F1B;
-  s->eval = std::make_unique<StageCostEvaluator>(
-      Must(StageCostEvaluator::Create(*s->cost, s->parallel, s->cluster, options)));
   const Dataset data = Must(LoadData("mixture-4task"));
   BatcherOptions b;
   b.tokens_per_batch = 65536;
@@ -64,12 +58,12 @@ std::unique_ptr<Setup> MakeSetup(ScheduleKind kind) {
 }
 
 void BM_PlanGlobalBatch(benchmark::State& state, ScheduleKind kind, std::string method) {
-  const auto s = MakeSetup(kind);
+  const auto s = MakeSetup();
   PlannerOptions options;
   options.method = method;
   options.schedule = kind;
   options.batching.max_seqlen = 2048;
-  const Planner planner(*s->eval, s->cluster, options);
+  const Planner planner = Must(Planner::Create(*s->cost, s->parallel, s->cluster, options));
   std::vector<double> ms;
   double makespan = 0, bubble = 0;
   int64_t ok = 0;

@@ -104,13 +104,12 @@ int Run(const Flags& f) {
   CostModelOptions cost_options;
   cost_options.kind = f.cost;
   const std::unique_ptr<CostModel> cost = Must(MakeCostModel(model, cluster, cost_options));
-  const StageCostEvaluator eval = Must(StageCostEvaluator::Create(*cost, par, cluster, {}));
   PlannerOptions po;
   po.method = f.method;
   po.batching.seed = f.seed;
   po.batching.max_seqlen = f.max_seqlen;
   po.batching.recompute = Recompute::kNone;
-  const Planner planner(eval, cluster, po);
+  const Planner planner = Must(Planner::Create(*cost, par, cluster, po));
   DataOptions data_options;
   data_options.seed = f.seed;
   const Dataset dataset = Must(LoadData(f.data, data_options));

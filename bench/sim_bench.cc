@@ -39,7 +39,6 @@ using bench::Must;
 
 struct Planned {
   std::unique_ptr<CostModel> cost;
-  std::unique_ptr<StageCostEvaluator> eval;
   ClusterSpec cluster;
   ExecutionPlan plan;
   int64_t instructions = 0;
@@ -53,9 +52,7 @@ std::unique_ptr<Planned> Plan(const std::string& model_name, const ClusterSpec& 
   p->cluster = cluster;
   const ModelSpec model = Must(ModelPreset(model_name));
   p->cost = Must(MakeCostModel(model, cluster, CostModelOptions{}));
-  p->eval = std::make_unique<StageCostEvaluator>(
-      Must(StageCostEvaluator::Create(*p->cost, parallel, cluster, StageCostOptions{})));
-  const Planner planner(*p->eval, p->cluster, options);
+  const Planner planner = Must(Planner::Create(*p->cost, parallel, p->cluster, options));
   PlanResult r = Must(planner.Plan(batch));
   if (r.outcome != PlanOutcome::kOk) {
     std::fprintf(stderr, "benchmark set-up: plan is %s: %s\n",

@@ -1,4 +1,4 @@
-// libFuzzer target for the planner/ readers of `sluice compare`: the scenario JSON
+// libFuzzer target for the compare/ readers of `sluice compare`: the scenario JSON
 // (CompareScenarioFromJson, docs/formats.md "Compare scenario"), the method shorthands and
 // ASSIGNER+BATCHER names (MethodSpecFor, as `--methods` and a scenario's "methods" read them)
 // and the results file (CompareResultFromJson, "sluice-compare/1"). Any input must give a value
@@ -12,8 +12,8 @@
 #include <string_view>
 
 #include "base/json_util.h"
-#include "planner/compare_json.h"
-#include "planner/compare_scenario.h"
+#include "compare/compare_json.h"
+#include "compare/compare_scenario.h"
 
 namespace {
 

@@ -111,7 +111,8 @@ void Accumulate(const BatchPlan& plan, const StageCostEvaluator& eval, Summary* 
 }
 
 Status RunBatch(const BatchFlags& f) {
-  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario));
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
+  SLUICE_ASSIGN_OR_RETURN(const StageCostEvaluator eval, MakeEvaluator(sc));
   BatchingOptions options;
   options.seed = f.scenario.seed;
   options.max_seqlen = sc.max_seqlen;
@@ -131,16 +132,15 @@ Status RunBatch(const BatchFlags& f) {
   int64_t shown = 0;
   while ((sc.iterations == 0 || summary.batches < sc.iterations) && sc.batcher->Next(&batch)) {
     const auto t0 = std::chrono::steady_clock::now();
-    SLUICE_ASSIGN_OR_RETURN(BatchPlan plan,
-                            RunMethod(f.method, batch.samples, *sc.evaluator, options));
+    SLUICE_ASSIGN_OR_RETURN(BatchPlan plan, RunMethod(f.method, batch.samples, eval, options));
     summary.plan_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (shown < f.show) {
       progress.Clear();
-      PrintPlan(plan, batch, *sc.evaluator);
+      PrintPlan(plan, batch, eval);
       ++shown;
     }
-    Accumulate(plan, *sc.evaluator, &summary);
+    Accumulate(plan, eval, &summary);
     progress.Add();
   }
   progress.Finish();

@@ -1,4 +1,4 @@
-// `sluice compare`: every method side by side on the same data and cluster (planner/compare.h).
+// `sluice compare`: every method side by side on the same data and cluster (compare/compare.h).
 //
 // The scenario comes from the flags (defaults: the embedded default scenario), from a JSON file
 // (--scenario FILE), or from every *.json file of a folder (--scenario-dir DIR); scenario flags
@@ -10,7 +10,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -20,10 +19,11 @@
 #include "base/json_util.h"
 #include "cli/cli_common.h"
 #include "cli/compare_report.h"
+#include "cli/scenario_flags.h"
+#include "compare/compare.h"
+#include "compare/compare_json.h"
+#include "compare/compare_scenario.h"
 #include "model/parallel_config.h"
-#include "planner/compare.h"
-#include "planner/compare_json.h"
-#include "planner/compare_scenario.h"
 
 namespace sluice::cli {
 namespace {
@@ -67,18 +67,7 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
   if (use("--closed-form")) s->stepwise_collectives = !f.closed_form;
   if (use("--iterations")) {
-    if (f.iterations == "all") {
-      s->iterations = 0;
-    } else {
-      int64_t n = 0;
-      const char* end = f.iterations.data() + f.iterations.size();
-      auto [ptr, ec] = std::from_chars(f.iterations.data(), end, n);
-      if (ec != std::errc() || ptr != end || n < 1) {
-        return InvalidArgumentError(
-            fmt::format("--iterations: '{}' is not a positive integer or 'all'", f.iterations));
-      }
-      s->iterations = n;
-    }
+    SLUICE_ASSIGN_OR_RETURN(s->iterations, ParseIterations(f.iterations));
   }
   if (Given(f, "--methods")) {
     s->methods.clear();
@@ -106,36 +95,16 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   return Status::Ok();
 }
 
-// The flag that sets each scenario field, to name the flag in a validation error.
-constexpr std::pair<std::string_view, std::string_view> kFieldFlags[] = {
-    {"tokens_per_batch", "--tokens-per-batch"},
-    {"max_seqlen", "--max-seqlen"},
-    {"iterations", "--iterations"},
-    {"samples", "--samples"},
-    {"memory_limit_mb", "--memory-limit"},
-    {"long", "--long"},
-    {"seed", "--seed"},
-    {"methods", "--methods"},
-    {"reference", "--reference"},
-    {"controlled", "--parallel"},
-    {"search.score_batches", "--score-batches"},
-    {"search.simulate_top", "--simulate-top"},
-};
-
-// Validates `s`, read from the scenario file `source` ("" = the flags alone) with the flags
-// applied. An error about a field that a flag set names the flag, not the file's field.
-Status ValidateWithFlags(const CompareFlags& f, const CompareScenario& s,
-                         const std::string& source) {
-  const std::string where = source.empty() ? "flags" : source;
-  Status st = ValidateCompareScenario(s, where);
-  if (st.ok()) return st;
-  for (const auto& [field, flag] : kFieldFlags) {
-    const std::string prefix = fmt::format("{}: field '{}'", where, field);
-    if (st.message().starts_with(prefix) && (source.empty() || Given(f, std::string(flag)))) {
-      return Status(st.code(), std::string(flag) + st.message().substr(prefix.size()));
+// Names a field of the scenario read from `source` ("" = the flags alone) with the flags applied:
+// the flag, for a field that a flag set, else "SOURCE: field 'F'".
+FieldNamer CompareFieldNamer(const CompareFlags& f, const std::string& source) {
+  return [&f, source](std::string_view field) {
+    const std::string_view flag = FlagForField(field);
+    if (!flag.empty() && (source.empty() || Given(f, std::string(flag)))) {
+      return std::string(flag);
     }
-  }
-  return st;
+    return fmt::format("{}: field '{}'", source.empty() ? "flags" : source, field);
+  };
 }
 
 // `path` made absolute (so a user can open it from anywhere), or as given if that fails.
@@ -164,12 +133,13 @@ StatusOr<Written> WriteOutputs(const CompareResult& r, const std::string& dir, b
 }
 
 // Runs one scenario and writes its outputs into `dir` (absolute, existing). Returns the result.
-StatusOr<CompareResult> RunOne(const CompareScenario& s, std::string_view source,
-                               const std::string& dir, bool html) {
+StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
+                               const std::string& source, const std::string& dir, bool html) {
   fmt::print("scenario: {}{}\n", s.name, source.empty() ? "" : fmt::format(" ({})", source));
   std::fflush(stdout);  // before the progress bars on stderr
   CompareOptions options;
   options.cancelled = [] { return Interrupted(); };
+  options.field_name = CompareFieldNamer(f, source);
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
   fmt::print("search: {} candidates in {:.1f} s; runs: {:.1f} s\n", r.candidates_scored,
@@ -207,7 +177,7 @@ Status RunScenarios(const CompareFlags& f, const std::string& out) {
     for (const std::string& file : files) {
       SLUICE_ASSIGN_OR_RETURN(CompareScenario s, ReadCompareScenarioFile(file));
       SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/false, &s));
-      SLUICE_RETURN_IF_ERROR(ValidateWithFlags(f, s, file));
+      SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, CompareFieldNamer(f, file)));
       auto [it, added] = file_of_name.emplace(s.name, file);
       if (!added) {
         return InvalidArgumentError(fmt::format(
@@ -221,7 +191,7 @@ Status RunScenarios(const CompareFlags& f, const std::string& out) {
     for (size_t i = 0; i < scenarios.size() && !Interrupted(); ++i) {
       const std::string dir = (std::filesystem::path(out) / scenarios[i].name).string();
       SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--out", dir));
-      SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(scenarios[i], files[i], dir, !f.no_html));
+      SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(f, scenarios[i], files[i], dir, !f.no_html));
       results.push_back(std::move(r));
     }
     const std::string summary = (std::filesystem::path(out) / "summary.md").string();
@@ -238,9 +208,9 @@ Status RunScenarios(const CompareFlags& f, const std::string& out) {
     } else {
       SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/true, &s));
     }
-    SLUICE_RETURN_IF_ERROR(ValidateWithFlags(f, s, source));
+    SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, CompareFieldNamer(f, source)));
     SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--out", out));
-    SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(s, source, out, !f.no_html));
+    SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(f, s, source, out, !f.no_html));
     results.push_back(std::move(r));
   }
   const bool partial =

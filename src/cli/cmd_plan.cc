@@ -86,11 +86,7 @@ void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool
 
 Status RunPlan(const PlanFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(f.schedule));
-  // The batching methods size micro-batches for the in-flight count of the schedule that runs.
-  const InFlightPolicy policy = kind == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
-                                : kind == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
-                                                                     : InFlightPolicy::k1F1B;
-  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario, policy));
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
   PlannerOptions options;
   options.method = f.method;
   options.schedule = kind;
@@ -101,7 +97,8 @@ Status RunPlan(const PlanFlags& f) {
     SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
     options.batching.recompute = rc;
   }
-  Planner planner(*sc.evaluator, sc.cluster, options);
+  // The planner's evaluator sizes micro-batches for the in-flight count of the schedule.
+  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlanner(sc, std::move(options)));
   fmt::print("{}\n", sc.Describe());
   fmt::print("method:   {}, schedule {}{}\n\n", f.method, f.schedule,
              f.no_search ? "" : ", micro-batch order searched");
@@ -115,7 +112,7 @@ Status RunPlan(const PlanFlags& f) {
   while ((sc.iterations == 0 || done < sc.iterations) && sc.batcher->Next(&batch)) {
     SLUICE_ASSIGN_OR_RETURN(PlanResult r, planner.Plan(batch.samples));
     progress.Clear();
-    PrintResult(r, batch, sc.parallel.pp, done < f.show);
+    PrintResult(r, batch, sc.parallel->pp, done < f.show);
     if (r.outcome == PlanOutcome::kOk) {
       ++ok;
       makespan_ms += r.makespan.millis();

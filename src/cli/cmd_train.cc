@@ -36,11 +36,20 @@ struct TrainFlags {
 Status RunTrain(const TrainFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
   SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(f.schedule));
-  const InFlightPolicy policy = kind == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
-                                : kind == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
-                                                                     : InFlightPolicy::k1F1B;
-  // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario.
-  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenario(f.scenario, policy));
+  // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario and
+  // builds the same planner (rank 0 plans with it).
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
+  PlannerOptions po;
+  po.method = f.method;
+  po.schedule = kind;
+  po.search_order = !f.no_search;
+  po.batching.seed = f.scenario.seed;
+  po.batching.max_seqlen = sc.max_seqlen;
+  if (!f.recompute.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
+    po.batching.recompute = rc;
+  }
+  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlanner(sc, std::move(po)));
   runtime::TrainOptions o;
   if (!f.fault.empty()) {
     SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
@@ -64,18 +73,8 @@ Status RunTrain(const TrainFlags& f) {
                                             env.world_size));
   }
   o.model = sc.model;
-  o.parallel = sc.parallel;
-  o.evaluator = &*sc.evaluator;
-  o.cluster = &sc.cluster;
-  o.planner.method = f.method;
-  o.planner.schedule = kind;
-  o.planner.search_order = !f.no_search;
-  o.planner.batching.seed = f.scenario.seed;
-  o.planner.batching.max_seqlen = sc.max_seqlen;
-  if (!f.recompute.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
-    o.planner.batching.recompute = rc;
-  }
+  o.parallel = *sc.parallel;
+  o.planner = &planner;
   o.batcher = &*sc.batcher;
   o.plan_files = f.plans;
   if (!f.plans.empty() && env.rank == 0) {

@@ -27,8 +27,8 @@ std::string Thousands(double v) {
 std::string Pct(double f) { return fmt::format("{:.1f}%", 100.0 * f); }
 
 std::string StateText(const MethodRun& m) {
-  if (m.state == "out-of-memory") return "OOM";
-  return m.state;
+  if (m.state == RunState::kOutOfMemory) return "OOM";
+  return std::string(RunStateName(m.state));
 }
 
 const char* kBreakdownNames[] = {"useful",       "padding",   "recompute", "kernel eff.",
@@ -56,9 +56,9 @@ std::string LargestLosses(const Breakdown& b, size_t n) {
 }
 
 std::string ConfigText(const MethodRun& m) {
-  if (!m.has_config) return "-";
-  if (m.adopted_from.empty()) return m.config.Describe();
-  return fmt::format("{} (= {}'s choice)", m.config.Describe(), m.adopted_from);
+  if (!m.config.has_value()) return "-";
+  if (m.adopted_from.empty()) return m.config->Describe();
+  return fmt::format("{} (= {}'s choice)", m.config->Describe(), m.adopted_from);
 }
 
 report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& runs,
@@ -180,12 +180,12 @@ std::string FormatCompareTables(const CompareResult& c) {
       "ideal bound: {} tokens/s ({} devices at {:.1f} TFLOP/s of useful work each: {})\n\n",
       Thousands(c.ideal_tokens_per_s), c.devices, c.rate.flops_per_s / 1e12, c.rate.where);
   out += TextTable(RunsTable(c, c.own, "Each method under its own best configuration")) + "\n";
-  if (c.has_controlled) {
+  if (c.controlled_config.has_value()) {
+    const ParallelConfig& p = *c.controlled_config;
     out += TextTable(
                RunsTable(c, c.controlled,
                          fmt::format("Controlled: every method on dp {} x pp {} x tp {}, ZeRO-{}",
-                                     c.controlled_config.dp, c.controlled_config.pp,
-                                     c.controlled_config.tp, c.controlled_config.zero))) +
+                                     p.dp, p.pp, p.tp, p.zero))) +
            "\n";
   }
   out += TextTable(BreakdownTable(c.own));
@@ -222,11 +222,11 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
   bars.bars.push_back({"ideal bound", c.ideal_tokens_per_s, "1.00 of ideal", false});
   summary.blocks.push_back(bars);
   summary.blocks.push_back(RunsTable(c, c.own, "Own best configuration"));
-  if (c.has_controlled) {
+  if (c.controlled_config.has_value()) {
+    const ParallelConfig& p = *c.controlled_config;
     summary.blocks.push_back(RunsTable(
         c, c.controlled,
-        fmt::format("Controlled: dp {} x pp {} x tp {}, ZeRO-{}", c.controlled_config.dp,
-                    c.controlled_config.pp, c.controlled_config.tp, c.controlled_config.zero)));
+        fmt::format("Controlled: dp {} x pp {} x tp {}, ZeRO-{}", p.dp, p.pp, p.tp, p.zero)));
   }
   r.sections.push_back(std::move(summary));
 
@@ -239,7 +239,7 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
   for (const MethodRun& m : c.own) {
     std::vector<double> values;
     for (const BatchRecord& b : m.batches) {
-      if (b.outcome == "ok" && b.iteration_ms > 0) {
+      if (b.outcome == BatchOutcome::kOk && b.iteration_ms > 0) {
         values.push_back(1e3 * static_cast<double>(b.real_tokens) / b.iteration_ms);
       }
     }

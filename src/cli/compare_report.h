@@ -1,4 +1,4 @@
-// What `sluice compare` shows of a CompareResult (planner/compare.h): the terminal tables, the
+// What `sluice compare` shows of a CompareResult (compare/compare.h): the terminal tables, the
 // HTML report (report/html_report.h: throughput bars per method, the per-batch throughput
 // distribution, where each method's device time goes, one example timeline per method) and the
 // Markdown summary of several scenarios (`--scenario-dir`, pasted into docs/benchmarks.md).
@@ -9,7 +9,7 @@
 #include <span>
 #include <string>
 
-#include "planner/compare.h"
+#include "compare/compare.h"
 #include "report/html_report.h"
 
 namespace sluice::cli {

@@ -3,10 +3,10 @@
 #include <fmt/core.h>
 
 #include <charconv>
+#include <utility>
 
 #include "cli/cli_common.h"
-#include "cost/cost_factory.h"
-#include "data/data_source.h"
+#include "model/parallel_config.h"
 
 namespace sluice::cli {
 
@@ -34,78 +34,81 @@ void AddScenarioFlags(CLI::App* app, ScenarioFlags* f) {
   AddSeedFlag(app, &f->seed);
 }
 
-StatusOr<Scenario> ResolveScenario(const ScenarioFlags& f, InFlightPolicy in_flight) {
-  Scenario sc;
-  SLUICE_ASSIGN_OR_RETURN(sc.model, ResolveModel(f.model));
-  SLUICE_ASSIGN_OR_RETURN(sc.cluster, ResolveCluster(f.cluster));
-  SLUICE_ASSIGN_OR_RETURN(sc.parallel, ResolveParallel(f.parallel));
-  if (f.memory_limit_mb > 0) {
-    if (sc.parallel.memory_limit.has_value()) {
-      return InvalidArgumentError(
-          "--memory-limit: the memory limit is also given as memory_limit_mb in --parallel; give "
-          "it in one place");
-    }
-    sc.parallel.memory_limit = Bytes::MB(f.memory_limit_mb);
+std::string_view FlagForField(std::string_view field) {
+  static constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+      {"model", "--model"},
+      {"cluster", "--cluster"},
+      {"parallel", "--parallel"},
+      {"controlled", "--parallel"},
+      {"memory_limit_mb", "--memory-limit"},
+      {"cost", "--cost"},
+      {"flash_attention", "--flash-attention"},
+      {"data", "--data"},
+      {"samples", "--samples"},
+      {"seed", "--seed"},
+      {"tokens_per_batch", "--tokens-per-batch"},
+      {"max_seqlen", "--max-seqlen"},
+      {"long", "--long"},
+      {"iterations", "--iterations"},
+      {"methods", "--methods"},
+      {"reference", "--reference"},
+      {"search.score_batches", "--score-batches"},
+      {"search.simulate_top", "--simulate-top"},
+  };
+  for (const auto& [f, flag] : kFlags) {
+    if (f == field) return flag;
   }
-  SLUICE_RETURN_IF_ERROR(CheckParallelFits(sc.parallel, sc.model, &sc.cluster, "--parallel"));
-  if (f.max_seqlen > sc.model.max_position) {
-    return InvalidArgumentError(fmt::format(
-        "--max-seqlen: {} exceeds the max position {} of model '{}' (allowed: 1..{})",
-        f.max_seqlen, sc.model.max_position, sc.model.name, sc.model.max_position));
-  }
-  sc.max_seqlen = f.max_seqlen;
-  if (f.iterations == "all") {
-    sc.iterations = 0;
-  } else {
-    const char* end = f.iterations.data() + f.iterations.size();
-    auto [ptr, ec] = std::from_chars(f.iterations.data(), end, sc.iterations);
-    if (ec != std::errc() || ptr != end || sc.iterations < 1) {
-      return InvalidArgumentError(fmt::format(
-          "--iterations: '{}' is not a positive integer or 'all'", f.iterations));
-    }
-  }
-  SLUICE_ASSIGN_OR_RETURN(LongSamplePolicy policy, ParseLongSamplePolicy(f.long_samples));
-
-  CostModelOptions cost_options;
-  cost_options.kind = f.cost;
-  SLUICE_ASSIGN_OR_RETURN(sc.cost, MakeCostModel(sc.model, sc.cluster, cost_options));
-  StageCostOptions eval_options;
-  eval_options.in_flight = in_flight;
-  auto eval = StageCostEvaluator::Create(*sc.cost, sc.parallel, sc.cluster, eval_options);
-  if (!eval.ok()) return InvalidArgumentError(eval.status().message());
-  sc.evaluator.emplace(std::move(eval).value());
-
-  DataOptions data_options;
-  data_options.seed = f.seed;
-  data_options.num_samples = f.samples;
-  SLUICE_ASSIGN_OR_RETURN(sc.dataset, LoadData(f.data, data_options));
-  BatcherOptions batcher_options;
-  batcher_options.tokens_per_batch = f.tokens_per_batch;
-  batcher_options.max_seqlen = f.max_seqlen;
-  batcher_options.long_samples = policy;
-  // A decoder-only model sees prompt and response as one sequence.
-  batcher_options.limit =
-      sc.model.is_encoder_decoder() ? SeqlenLimit::kEachSide : SeqlenLimit::kTotal;
-  batcher_options.seed = f.seed;
-  SLUICE_ASSIGN_OR_RETURN(GlobalBatcher batcher, GlobalBatcher::Create(sc.dataset, batcher_options));
-  sc.batcher.emplace(std::move(batcher));
-  return sc;
+  return "";
 }
 
-std::string Scenario::Describe() const {
-  std::string s;
-  s += fmt::format("model:    {} ({}, {} layers{})\n", model.name, ModelKindName(model.kind),
-                   model.layers,
-                   model.is_encoder_decoder() ? fmt::format(" + {}", model.decoder_layers) : "");
-  s += fmt::format("cluster:  {} ({} devices), dp {} x pp {} x tp {}{}, ZeRO-{}, memory limit {:.0f} MB\n",
-                   cluster.name, cluster.num_devices(), parallel.dp, parallel.pp, parallel.tp,
-                   parallel.vpp > 1 ? fmt::format(" x vpp {}", parallel.vpp) : "", parallel.zero,
-                   parallel.MemoryLimit(cluster).mb());
-  s += fmt::format("cost:     {}\n", cost->Describe());
-  s += fmt::format("data:     {} ({} samples), {} tokens per global batch, max seqlen {}, {}",
-                   dataset.source(), dataset.size(), batcher->options().tokens_per_batch,
-                   max_seqlen, iterations == 0 ? "all batches" : fmt::format("{} batches", iterations));
-  return s;
+FieldNamer FlagFieldNamer() {
+  return [](std::string_view field) {
+    const std::string_view flag = FlagForField(field);
+    return flag.empty() ? fmt::format("flags: field '{}'", field) : std::string(flag);
+  };
+}
+
+StatusOr<int64_t> ParseIterations(const std::string& text) {
+  if (text == "all") return int64_t{0};
+  int64_t n = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, n);
+  if (ec != std::errc() || ptr != end || n < 1) {
+    return InvalidArgumentError(
+        fmt::format("--iterations: '{}' is not a positive integer or 'all'", text));
+  }
+  return n;
+}
+
+StatusOr<Scenario> ResolveScenarioFlags(const ScenarioFlags& f) {
+  ScenarioSpec spec;
+  spec.model = f.model;
+  spec.cluster = f.cluster;
+  SLUICE_ASSIGN_OR_RETURN(spec.parallel, ResolveParallel(f.parallel));
+  spec.memory_limit_mb = f.memory_limit_mb;
+  spec.cost = f.cost;
+  spec.data = f.data;
+  spec.samples = f.samples;
+  spec.seed = f.seed;
+  spec.tokens_per_batch = f.tokens_per_batch;
+  spec.max_seqlen = f.max_seqlen;
+  spec.long_samples = f.long_samples;
+  SLUICE_ASSIGN_OR_RETURN(spec.iterations, ParseIterations(f.iterations));
+  return ResolveScenario(spec, FlagFieldNamer());
+}
+
+StatusOr<StageCostEvaluator> MakeEvaluator(const Scenario& sc) {
+  auto eval = StageCostEvaluator::Create(*sc.cost, *sc.parallel, sc.cluster);
+  if (!eval.ok()) return InvalidArgumentError(eval.status().message());
+  return std::move(eval).value();
+}
+
+StatusOr<Planner> MakePlanner(const Scenario& sc, PlannerOptions options) {
+  auto eval = MakePlannerEvaluator(*sc.cost, *sc.parallel, sc.cluster, options.schedule);
+  if (!eval.ok()) return InvalidArgumentError(eval.status().message());
+  auto planner = Planner::Create(std::move(eval).value(), sc.cluster, std::move(options));
+  if (!planner.ok()) return planner.status().WithPrefix("--schedule");
+  return planner;
 }
 
 }  // namespace sluice::cli

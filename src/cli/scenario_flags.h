@@ -1,6 +1,7 @@
 // The scenario every planning subcommand starts from: model, cluster, parallel configuration,
 // data, batch budget and cost model, given with the shared flags of ARCHITECTURE.md and resolved
-// (validated) into the objects the planners need.
+// (validated) by the planner's scenario resolver (planner/scenario.h), whose errors name fields:
+// this file maps each field to its flag.
 //
 // Defaults (a user who gives no flag gets DynaPipe's GPT setting): --model gpt-6.7b, --cluster
 // a100-40g:8, --parallel dp=2,pp=4,zero=1, --data mixture-4task, --tokens-per-batch 65536,
@@ -10,18 +11,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
-#include <memory>
-#include <optional>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "batching/stage_cost.h"
-#include "cost/cost_model.h"
-#include "data/global_batcher.h"
-#include "data/sample.h"
-#include "model/cluster_spec.h"
-#include "model/model_spec.h"
-#include "model/parallel_config.h"
+#include "planner/planner.h"
+#include "planner/scenario.h"
 
 namespace sluice::cli {
 
@@ -44,24 +40,29 @@ struct ScenarioFlags {
 // --iterations, --memory-limit, --samples and --seed.
 void AddScenarioFlags(CLI::App* app, ScenarioFlags* flags);
 
-struct Scenario {
-  ModelSpec model;
-  ClusterSpec cluster;
-  ParallelConfig parallel;
-  Dataset dataset;
-  std::unique_ptr<CostModel> cost;
-  std::optional<StageCostEvaluator> evaluator;  // points into *cost
-  std::optional<GlobalBatcher> batcher;
-  int64_t iterations = 20;  // 0 = the whole dataset (one epoch)
-  int64_t max_seqlen = 0;
+// The flag that sets a scenario field (planner/scenario.h, compare_scenario.h): "model" ->
+// "--model", "memory_limit_mb" -> "--memory-limit", "controlled" -> "--parallel" (`sluice
+// compare`'s shared configuration), ...; "" for a field no flag sets.
+std::string_view FlagForField(std::string_view field);
+// A FieldNamer for a scenario given by flags: a field's flag, or "flags: field 'F'".
+FieldNamer FlagFieldNamer();
 
-  // A few lines naming every choice (model, devices, parallelism, memory, cost model, data).
-  std::string Describe() const;
-};
+// `--iterations`: a positive integer, or "all" (0: the whole dataset).
+StatusOr<int64_t> ParseIterations(const std::string& text);
 
-// Resolves and validates every flag; errors name the flag and the allowed values. `in_flight` is
-// the in-flight rule of the schedule that will run the micro-batches (stage_cost.h).
-StatusOr<Scenario> ResolveScenario(const ScenarioFlags& flags,
-                                   InFlightPolicy in_flight = InFlightPolicy::k1F1B);
+// Resolves the flags (planner/scenario.h) with the parallel configuration of --parallel; errors
+// name the flag and the allowed values.
+StatusOr<Scenario> ResolveScenarioFlags(const ScenarioFlags& flags);
+
+// The stage-cost evaluator of `scenario`'s parallel configuration, with the default in-flight rule
+// (1F1B; `sluice batch` runs no schedule). REQUIRES: scenario.parallel is set. Errors (the model
+// states alone exceed the memory limit) are InvalidArgument: bad input for the flags given.
+StatusOr<StageCostEvaluator> MakeEvaluator(const Scenario& scenario);
+
+// The planner of `scenario`'s parallel configuration (Planner::Create). REQUIRES:
+// scenario.parallel is set; `scenario` outlives the planner. Errors are InvalidArgument: the
+// evaluator's as MakeEvaluator's, a schedule that does not run the configuration named as
+// --schedule.
+StatusOr<Planner> MakePlanner(const Scenario& scenario, PlannerOptions options);
 
 }  // namespace sluice::cli

@@ -6,6 +6,7 @@
 #include <functional>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "cost/comm_model.h"
 
@@ -46,12 +47,6 @@ std::string Candidate::Describe() const {
 std::string Candidate::Key() const {
   return fmt::format("{:06d}/{:06d}/{:06d}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp, parallel.tp,
                      parallel.vpp, parallel.zero, ScheduleKindName(schedule), batching);
-}
-
-InFlightPolicy PolicyFor(ScheduleKind kind, int64_t vpp) {
-  if (kind == ScheduleKind::kGPipe) return InFlightPolicy::kGPipe;
-  if (kind == ScheduleKind::kInterleaved && vpp > 1) return InFlightPolicy::kInterleaved;
-  return InFlightPolicy::k1F1B;
 }
 
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -160,20 +155,15 @@ CandidateScorer::CandidateScorer(const CostModel& cost, const ClusterSpec& clust
                                  const BatchingOptions& batching, const SimOptions& sim)
     : cost_(&cost), cluster_(&cluster), batches_(batches), batching_(batching), sim_(sim) {}
 
-StatusOr<const StageCostEvaluator*> CandidateScorer::Evaluator(const ParallelConfig& par,
-                                                               InFlightPolicy policy) {
-  const EvalKey key{par.dp, par.pp, par.tp, par.vpp, par.zero, policy};
+StatusOr<std::shared_ptr<const StageCostEvaluator>> CandidateScorer::Evaluator(
+    const ParallelConfig& par, ScheduleKind schedule) {
+  const EvalKey key{par.dp,  par.pp,   par.tp,
+                    par.vpp, par.zero, InFlightPolicyFor(schedule, par.vpp)};
   auto it = evaluators_.find(key);
   if (it == evaluators_.end()) {
-    StageCostOptions options;
-    options.in_flight = policy;
-    auto made = std::make_unique<StatusOr<StageCostEvaluator>>(
-        StageCostEvaluator::Create(*cost_, par, *cluster_, options));
-    it = evaluators_.emplace(key, std::move(made)).first;
+    it = evaluators_.emplace(key, MakePlannerEvaluator(*cost_, par, *cluster_, schedule)).first;
   }
-  const StatusOr<StageCostEvaluator>& e = *it->second;
-  if (!e.ok()) return e.status();
-  return &e.value();
+  return it->second;
 }
 
 PlannerOptions CandidateScorer::OptionsFor(const Candidate& c) const {
@@ -184,21 +174,34 @@ PlannerOptions CandidateScorer::OptionsFor(const Candidate& c) const {
   return options;
 }
 
+StatusOr<Planner> CandidateScorer::PlannerFor(const Candidate& c) {
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const StageCostEvaluator> eval,
+                          Evaluator(c.parallel, c.schedule));
+  return Planner::Create(std::move(eval), *cluster_, OptionsFor(c));
+}
+
 StatusOr<CandidateScore> CandidateScorer::Score(const Candidate& c) {
   const std::string key = c.Key();
   if (auto it = scores_.find(key); it != scores_.end()) return it->second;
   CandidateScore score;
   score.candidate = c;
-  auto eval = Evaluator(c.parallel, PolicyFor(c.schedule, c.parallel.vpp));
+  auto eval = Evaluator(c.parallel, c.schedule);
   if (!eval.ok()) {
     // Create fails only on model states beyond the limit: the configuration checks passed.
     score.state = CandidateScore::State::kOutOfMemory;
     score.reason = eval.status().message();
     return scores_[key] = score;
   }
-  const StageCostEvaluator& ev = **eval;
-  const Duration sync = EstimateGradientSync(ev, *cluster_);
-  const Planner planner(ev, *cluster_, OptionsFor(c));
+  const Duration sync = EstimateGradientSync(**eval, *cluster_);
+  StatusOr<Planner> made = Planner::Create(*eval, *cluster_, OptionsFor(c));
+  if (!made.ok()) {
+    // A schedule that cannot run the configuration (ExpandCandidates makes none).
+    if (made.status().code() != StatusCode::kInvalidArgument) return made.status();
+    score.state = CandidateScore::State::kUnsupported;
+    score.reason = made.status().message();
+    return scores_[key] = score;
+  }
+  const Planner& planner = *made;
   for (const GlobalBatch& batch : batches_) {
     StatusOr<PlanResult> r = planner.Plan(batch.samples);
     if (!r.ok()) {
@@ -228,9 +231,7 @@ StatusOr<CandidateScore> CandidateScorer::Score(const Candidate& c) {
 StatusOr<CandidateScore> CandidateScorer::Simulate(const Candidate& c) {
   SLUICE_ASSIGN_OR_RETURN(CandidateScore score, Score(c));
   if (score.simulated || score.state != CandidateScore::State::kOk) return score;
-  SLUICE_ASSIGN_OR_RETURN(const StageCostEvaluator* ev,
-                          Evaluator(c.parallel, PolicyFor(c.schedule, c.parallel.vpp)));
-  const Planner planner(*ev, *cluster_, OptionsFor(c));
+  SLUICE_ASSIGN_OR_RETURN(const Planner planner, PlannerFor(c));
   SimOptions sim = sim_;
   sim.record_timeline = false;
   sim.record_memory = false;

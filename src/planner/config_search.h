@@ -36,8 +36,8 @@
 #include "data/global_batcher.h"
 #include "model/cluster_spec.h"
 #include "model/parallel_config.h"
-#include "planner/compare_scenario.h"
 #include "planner/planner.h"
+#include "planner/search_space.h"
 #include "sim/simulator.h"
 
 namespace sluice {
@@ -55,9 +55,6 @@ struct Candidate {
 
   friend bool operator==(const Candidate&, const Candidate&) = default;
 };
-
-// The in-flight rule a schedule's micro-batches are sized for (stage_cost.h).
-InFlightPolicy PolicyFor(ScheduleKind kind, int64_t vpp);
 
 // Parallel configurations (vpp 1) to try, with the reasons others were left out.
 struct ParallelSpace {
@@ -101,11 +98,15 @@ class CandidateScorer {
   CandidateScorer(const CandidateScorer&) = delete;
   CandidateScorer& operator=(const CandidateScorer&) = delete;
 
-  // The evaluator of (parallel, policy) or why none exists (model states exceed memory).
-  StatusOr<const StageCostEvaluator*> Evaluator(const ParallelConfig& parallel,
-                                                InFlightPolicy policy);
+  // The evaluator a planner of `schedule` on `parallel` uses (MakePlannerEvaluator), shared by
+  // every candidate of the same (parallel, in-flight rule); or why none exists (model states
+  // exceed memory).
+  StatusOr<std::shared_ptr<const StageCostEvaluator>> Evaluator(const ParallelConfig& parallel,
+                                                                ScheduleKind schedule);
   // The planner options a candidate runs with.
   PlannerOptions OptionsFor(const Candidate& candidate) const;
+  // The planner of a candidate, on its shared evaluator. Errors: Evaluator's, Planner::Create's.
+  StatusOr<Planner> PlannerFor(const Candidate& candidate);
 
   // Fast-estimator score (memoised). Errors: bugs only (a plan failing validation).
   StatusOr<CandidateScore> Score(const Candidate& candidate);
@@ -124,7 +125,7 @@ class CandidateScorer {
   std::span<const GlobalBatch> batches_;
   BatchingOptions batching_;
   SimOptions sim_;
-  std::map<EvalKey, std::unique_ptr<StatusOr<StageCostEvaluator>>> evaluators_;
+  std::map<EvalKey, StatusOr<std::shared_ptr<const StageCostEvaluator>>> evaluators_;
   std::map<std::string, CandidateScore> scores_;
 };
 

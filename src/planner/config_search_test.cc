@@ -150,11 +150,10 @@ TEST(ConfigSearchTest, BestCandidateFitsMemoryAndItsPlansValidate) {
     // The winner's plans validate, fit the memory limit in simulation, and its estimate was
     // the one a planner reproduces.
     const Candidate& best = s->best->candidate;
-    auto eval = scorer.Evaluator(best.parallel, PolicyFor(best.schedule, best.parallel.vpp));
-    ASSERT_TRUE(eval.ok());
-    const Planner planner(**eval, *cluster, scorer.OptionsFor(best));
+    StatusOr<Planner> planner = scorer.PlannerFor(best);
+    ASSERT_TRUE(planner.ok()) << planner.status().ToString();
     for (const GlobalBatch& b : batches) {
-      auto r = planner.Plan(b.samples);
+      auto r = planner->Plan(b.samples);
       ASSERT_TRUE(r.ok());
       ASSERT_EQ(r->outcome, PlanOutcome::kOk);
       EXPECT_TRUE(ValidatePlan(r->plan).ok());

@@ -4,34 +4,54 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "plan/validate.h"
 #include "schedule/schedule_costs.h"
 
 namespace sluice {
 
-Planner::Planner(const StageCostEvaluator& eval, const ClusterSpec& cluster,
-                 PlannerOptions options)
-    : eval_(&eval), cluster_(&cluster), options_(std::move(options)) {}
+StatusOr<std::shared_ptr<const StageCostEvaluator>> MakePlannerEvaluator(
+    const CostModel& cost, const ParallelConfig& parallel, const ClusterSpec& cluster,
+    ScheduleKind schedule, StageCostOptions options) {
+  options.in_flight = InFlightPolicyFor(schedule, parallel.vpp);
+  SLUICE_ASSIGN_OR_RETURN(StageCostEvaluator eval,
+                          StageCostEvaluator::Create(cost, parallel, cluster, options));
+  return std::make_shared<const StageCostEvaluator>(std::move(eval));
+}
+
+StatusOr<Planner> Planner::Create(const CostModel& cost, const ParallelConfig& parallel,
+                                  const ClusterSpec& cluster, PlannerOptions options) {
+  SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const StageCostEvaluator> eval,
+                          MakePlannerEvaluator(cost, parallel, cluster, options.schedule));
+  return Create(std::move(eval), cluster, std::move(options));
+}
+
+StatusOr<Planner> Planner::Create(std::shared_ptr<const StageCostEvaluator> eval,
+                                  const ClusterSpec& cluster, PlannerOptions options) {
+  SLUICE_CHECK_MSG(eval != nullptr, "Planner::Create: no evaluator");
+  const ScheduleKind kind = options.schedule;
+  const int64_t vpp = eval->parallel().vpp;
+  if (!SupportsVpp(kind, vpp)) {
+    return InvalidArgumentError(
+        fmt::format("schedule '{}' does not run with vpp = {} (gpipe, 1f1b and zb-h1 run vpp = 1; "
+                    "interleaved and adaptive run any vpp)",
+                    ScheduleKindName(kind), vpp));
+  }
+  const InFlightPolicy policy = InFlightPolicyFor(kind, vpp);
+  if (eval->options().in_flight != policy) {
+    return InvalidArgumentError(fmt::format(
+        "planner: schedule '{}' needs a cost evaluator made for its in-flight rule (GPipe keeps "
+        "every micro-batch's activations, interleaved at vpp > 1 Megatron's interleaved count, "
+        "the others a pipeline's depth): make it with MakePlannerEvaluator",
+        ScheduleKindName(kind)));
+  }
+  return Planner(std::move(eval), cluster, std::move(options));
+}
 
 StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   const auto start = std::chrono::steady_clock::now();
   PlanResult result;
-  const int64_t vpp = eval_->parallel().vpp;
-  if (!SupportsVpp(options_.schedule, vpp)) {
-    return InvalidArgumentError(fmt::format(
-        "--schedule: '{}' does not run with vpp = {} (gpipe, 1f1b and zb-h1 run vpp = 1; "
-        "interleaved and adaptive run any vpp)",
-        ScheduleKindName(options_.schedule), vpp));
-  }
-  const InFlightPolicy policy = eval_->options().in_flight;
-  const bool gpipe = options_.schedule == ScheduleKind::kGPipe;
-  if (gpipe != (policy == InFlightPolicy::kGPipe)) {
-    return InvalidArgumentError(fmt::format(
-        "planner: schedule '{}' needs a cost evaluator whose in-flight rule is {} (GPipe keeps "
-        "every micro-batch's activations; the others keep a pipeline's depth)",
-        ScheduleKindName(options_.schedule), gpipe ? "kGPipe" : "not kGPipe"));
-  }
   SLUICE_ASSIGN_OR_RETURN(result.batch_plan,
                           RunMethod(options_.method, batch, *eval_, options_.batching));
   auto finish = [&](PlanResult r) {
@@ -55,7 +75,7 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     std::vector<MicroBatch>& mbs = result.batch_plan.replicas[d];
     cost_options.replica = d;
     SLUICE_ASSIGN_OR_RETURN(ScheduleCosts costs,
-                            BuildScheduleCosts(mbs, *eval_, *cluster_, cost_options));
+                            BuildScheduleCosts(mbs, *eval_, cluster_, cost_options));
     ScheduleResult chosen;
     Duration given;
     if (options_.search_order) {
@@ -102,7 +122,7 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   }
 
   SLUICE_ASSIGN_OR_RETURN(result.plan, LowerPlan(result.batch_plan, batch, schedules, *eval_,
-                                                 *cluster_, options_.lower));
+                                                 cluster_, options_.lower));
   Status valid = ValidatePlan(result.plan);
   if (!valid.ok()) {
     return InternalError(fmt::format("the planned execution plan failed validation: {}",

@@ -11,10 +11,17 @@
 //
 // The simulator and the plan-rewriting passes join this chain with their own issues.
 //
-// Thread safety: a Planner is immutable after construction; Plan() may run concurrently.
+// A Planner prices micro-batches with a StageCostEvaluator whose in-flight rule is the one its
+// schedule runs (InFlightPolicyFor, schedule/in_flight.h): Create builds that evaluator, or takes
+// a shared one made by MakePlannerEvaluator (config_search.h caches them per configuration), and
+// checks the schedule against the configuration once, up front.
+//
+// Thread safety: a Planner is immutable after Create; Plan() may run concurrently. Copies share
+// the evaluator.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,12 +31,15 @@
 #include "batching/method.h"
 #include "batching/micro_batch.h"
 #include "batching/stage_cost.h"
+#include "cost/cost_model.h"
 #include "data/sample.h"
 #include "model/cluster_spec.h"
+#include "model/parallel_config.h"
 #include "plan/execution_plan.h"
 #include "plan/lower.h"
 #include "schedule/estimator.h"
 #include "schedule/generators.h"
+#include "schedule/in_flight.h"
 #include "schedule/order_search.h"
 
 namespace sluice {
@@ -60,21 +70,42 @@ struct PlanResult {
   Duration planning_time;                // wall time of Plan()
 };
 
+// The evaluator a planner of `schedule` prices micro-batches with: `options` with the in-flight
+// rule InFlightPolicyFor(schedule, parallel.vpp) (options.in_flight is ignored). REQUIRES: `cost`
+// outlives the evaluator. Errors: StageCostEvaluator::Create's (`parallel` does not fit, or the
+// model states alone exceed the memory limit).
+StatusOr<std::shared_ptr<const StageCostEvaluator>> MakePlannerEvaluator(
+    const CostModel& cost, const ParallelConfig& parallel, const ClusterSpec& cluster,
+    ScheduleKind schedule, StageCostOptions options = {});
+
 class Planner {
  public:
-  // REQUIRES: `eval` and `cluster` outlive the planner; `eval` was built for `cluster` with the
-  // in-flight rule of the schedule (kGPipe for gpipe, kInterleaved for interleaved, else k1F1B).
-  Planner(const StageCostEvaluator& eval, const ClusterSpec& cluster, PlannerOptions options);
+  // A planner with its own evaluator (MakePlannerEvaluator for options.schedule). REQUIRES: `cost`
+  // outlives the planner. Errors: options.schedule does not run parallel.vpp virtual stages
+  // (InvalidArgument), or MakePlannerEvaluator's.
+  static StatusOr<Planner> Create(const CostModel& cost, const ParallelConfig& parallel,
+                                  const ClusterSpec& cluster, PlannerOptions options);
+  // A planner sharing `eval`, made by MakePlannerEvaluator for `cluster` and a schedule of the same
+  // in-flight rule as options.schedule. REQUIRES: eval != nullptr. Errors (InvalidArgument):
+  // options.schedule does not run eval's vpp, or eval's in-flight rule is not its rule.
+  static StatusOr<Planner> Create(std::shared_ptr<const StageCostEvaluator> eval,
+                                  const ClusterSpec& cluster, PlannerOptions options);
 
   const PlannerOptions& options() const { return options_; }
+  const StageCostEvaluator& evaluator() const { return *eval_; }
+  const ClusterSpec& cluster() const { return cluster_; }
 
-  // Plans one global batch. Errors: an unknown method or a schedule kind that does not support
-  // the configuration's vpp (InvalidArgument), or an internal inconsistency.
+  // Plans one global batch. Errors: an unknown method or one that does not support the model
+  // (InvalidArgument), or an internal inconsistency.
   StatusOr<PlanResult> Plan(std::span<const Sample> batch) const;
 
  private:
-  const StageCostEvaluator* eval_;
-  const ClusterSpec* cluster_;
+  Planner(std::shared_ptr<const StageCostEvaluator> eval, ClusterSpec cluster,
+          PlannerOptions options)
+      : eval_(std::move(eval)), cluster_(std::move(cluster)), options_(std::move(options)) {}
+
+  std::shared_ptr<const StageCostEvaluator> eval_;
+  ClusterSpec cluster_;
   PlannerOptions options_;
 };
 

@@ -28,19 +28,17 @@ class PlannerTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PlannerTest, PlansValidateAndSearchNeverHurts) {
   const Case c = GetParam();
-  StageCostOptions eval_options;
-  eval_options.in_flight = c.schedule == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
-                           : c.schedule == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
-                                                                      : InFlightPolicy::k1F1B;
-  auto setup = MakeTestSetup(c.model, TestParallel(c.dp, c.pp, 1, 36000, 1, c.vpp),
-                             testing::TestCost::kProfiled, eval_options);
-  const StageCostEvaluator& eval = setup->evaluator();
-  const bool enc_dec = eval.model().is_encoder_decoder();
+  auto setup = MakeTestSetup(c.model, TestParallel(c.dp, c.pp, 1, 36000, 1, c.vpp));
   PlannerOptions options;
   options.method = c.method;
   options.schedule = c.schedule;
   options.batching.max_seqlen = 1024;
-  Planner planner(eval, setup->cluster, options);
+  StatusOr<Planner> made = Planner::Create(*setup->cost, setup->parallel, setup->cluster, options);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const Planner& planner = *made;
+  const StageCostEvaluator& eval = planner.evaluator();
+  EXPECT_EQ(eval.options().in_flight, InFlightPolicyFor(c.schedule, c.vpp));
+  const bool enc_dec = eval.model().is_encoder_decoder();
   for (uint64_t seed : {1u, 2u}) {
     const std::vector<Sample> batch = RandomTokenBatch(seed, 32768, 1024, enc_dec);
     StatusOr<PlanResult> r = planner.Plan(batch);
@@ -85,23 +83,56 @@ TEST(PlannerErrorsTest, OutOfMemoryIsAnOutcome) {
   auto setup = MakeTestSetup("gpt-6.7b", TestParallel(1, 8, 1, 20000));
   PlannerOptions options;
   options.batching.max_seqlen = 8192;
-  Planner planner(setup->evaluator(), setup->cluster, options);
+  StatusOr<Planner> planner =
+      Planner::Create(*setup->cost, setup->parallel, setup->cluster, options);
+  ASSERT_TRUE(planner.ok()) << planner.status().ToString();
   std::vector<Sample> batch = {{0, 8000, 0, 0}, {1, 8100, 0, 0}};
-  StatusOr<PlanResult> r = planner.Plan(batch);
+  StatusOr<PlanResult> r = planner->Plan(batch);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->outcome, PlanOutcome::kOutOfMemory);
   EXPECT_THAT(r->infeasible_reason, HasSubstr("batching"));
 }
 
-TEST(PlannerErrorsTest, ScheduleThatCannotRunTheConfigurationIsAnError) {
+TEST(PlannerErrorsTest, ScheduleThatCannotRunTheConfigurationIsRefusedUpFront) {
   auto setup = MakeTestSetup("gpt-6.7b", TestParallel(1, 4, 1, 36000, 1, 2));
   PlannerOptions options;
   options.schedule = ScheduleKind::kGPipe;
-  Planner planner(setup->evaluator(), setup->cluster, options);
-  std::vector<Sample> batch = {{0, 100, 0, 0}};
-  StatusOr<PlanResult> r = planner.Plan(batch);
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("vpp"));
+  StatusOr<Planner> planner =
+      Planner::Create(*setup->cost, setup->parallel, setup->cluster, options);
+  ASSERT_FALSE(planner.ok());
+  EXPECT_EQ(planner.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(planner.status().message(), HasSubstr("vpp = 2"));
+}
+
+TEST(PlannerErrorsTest, SharedEvaluatorMustHaveTheSchedulesInFlightRule) {
+  auto setup = MakeTestSetup("gpt-6.7b", TestParallel(2, 4));
+  auto eval =
+      MakePlannerEvaluator(*setup->cost, setup->parallel, setup->cluster, ScheduleKind::k1F1B);
+  ASSERT_TRUE(eval.ok()) << eval.status().ToString();
+  EXPECT_EQ((*eval)->options().in_flight, InFlightPolicy::k1F1B);
+  // Schedules of the same rule share it; GPipe keeps every micro-batch in flight and refuses it.
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZbH1, ScheduleKind::kAdaptive,
+                            ScheduleKind::kInterleaved}) {
+    PlannerOptions options;
+    options.schedule = kind;
+    StatusOr<Planner> planner = Planner::Create(*eval, setup->cluster, options);
+    ASSERT_TRUE(planner.ok()) << ScheduleKindName(kind) << ": " << planner.status().ToString();
+    EXPECT_EQ(&planner->evaluator(), eval->get());
+  }
+  PlannerOptions gpipe;
+  gpipe.schedule = ScheduleKind::kGPipe;
+  StatusOr<Planner> planner = Planner::Create(*eval, setup->cluster, gpipe);
+  ASSERT_FALSE(planner.ok());
+  EXPECT_THAT(planner.status().message(), HasSubstr("in-flight rule"));
+}
+
+TEST(InFlightPolicyForTest, OneRulePerSchedule) {
+  EXPECT_EQ(InFlightPolicyFor(ScheduleKind::kGPipe, 1), InFlightPolicy::kGPipe);
+  EXPECT_EQ(InFlightPolicyFor(ScheduleKind::k1F1B, 1), InFlightPolicy::k1F1B);
+  EXPECT_EQ(InFlightPolicyFor(ScheduleKind::kZbH1, 1), InFlightPolicy::k1F1B);
+  EXPECT_EQ(InFlightPolicyFor(ScheduleKind::kAdaptive, 2), InFlightPolicy::k1F1B);
+  EXPECT_EQ(InFlightPolicyFor(ScheduleKind::kInterleaved, 1), InFlightPolicy::k1F1B);
+  EXPECT_EQ(InFlightPolicyFor(ScheduleKind::kInterleaved, 2), InFlightPolicy::kInterleaved);
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <fmt/core.h>
 
-#include <optional>
 #include <utility>
 
 #include "plan/plan_json.h"
@@ -52,15 +51,14 @@ std::vector<std::string> PlanService::TakeNotes() {
 }
 
 void PlanService::Loop() {
-  std::optional<Planner> planner;
-  if (o_.plan_files.empty()) planner.emplace(*o_.evaluator, *o_.cluster, o_.planner);
+  const Planner* planner = o_.plan_files.empty() ? o_.planner : nullptr;
   for (int64_t i = 0;; ++i) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || i <= started_ + o_.lookahead; });
       if (stop_) return;
     }
-    PlanPackage p = Next(i, planner ? &*planner : nullptr);
+    PlanPackage p = Next(i, planner);
     p.iteration = i;
     const std::vector<uint8_t> bytes = EncodePackage(p);
     // The hash goes first: whoever sees the plan key also finds its hash.

@@ -54,8 +54,7 @@ struct Setup {
   std::optional<StageCostEvaluator> eval;
 };
 
-std::unique_ptr<Setup> MakeSetup(const ModelSpec& model, int64_t dp, int64_t pp, int64_t vpp,
-                                 InFlightPolicy policy = InFlightPolicy::k1F1B) {
+std::unique_ptr<Setup> MakeSetup(const ModelSpec& model, int64_t dp, int64_t pp, int64_t vpp) {
   auto s = std::make_unique<Setup>();
   s->model = model;
   s->cluster = *ResolveCluster("a100-40g:8");
@@ -66,9 +65,7 @@ std::unique_ptr<Setup> MakeSetup(const ModelSpec& model, int64_t dp, int64_t pp,
   CostModelOptions co;
   co.kind = "analytic";
   s->cost = std::move(MakeCostModel(model, s->cluster, co)).value();
-  StageCostOptions so;
-  so.in_flight = policy;
-  s->eval.emplace(std::move(StageCostEvaluator::Create(*s->cost, s->parallel, s->cluster, so)).value());
+  s->eval.emplace(std::move(StageCostEvaluator::Create(*s->cost, s->parallel, s->cluster)).value());
   return s;
 }
 
@@ -123,15 +120,15 @@ TEST_P(LayoutTest, ChunksSumToTheEvaluatorsStages) {
 // chunk layout: the runtime's layout must give the same parameters per chunk.
 TEST_P(LayoutTest, ChunksMatchThePlansGradientBuckets) {
   const LayoutCase& c = GetParam();
-  auto s = MakeSetup(c.model, 2, c.pp, c.vpp,
-                     c.vpp > 1 ? InFlightPolicy::kInterleaved : InFlightPolicy::k1F1B);
+  auto s = MakeSetup(c.model, 2, c.pp, c.vpp);
   PlannerOptions po;
   po.schedule = c.vpp > 1 ? ScheduleKind::kInterleaved : ScheduleKind::k1F1B;
   po.batching.max_seqlen = 128;
-  Planner planner(*s->eval, s->cluster, po);
+  StatusOr<Planner> planner = Planner::Create(*s->cost, s->parallel, s->cluster, po);
+  ASSERT_TRUE(planner.ok()) << planner.status().message();
   const std::vector<Sample> batch =
       testing::RandomTokenBatch(3, 1500, 128, c.model.is_encoder_decoder());
-  StatusOr<PlanResult> r = planner.Plan(batch);
+  StatusOr<PlanResult> r = planner->Plan(batch);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
   const std::vector<ChunkSpec> chunks = ChunkLayout(c.model, c.pp * c.vpp);
@@ -250,9 +247,10 @@ ExecutionPlan SmallPlan(const ModelSpec& model, int64_t dp, int64_t pp,
   auto s = MakeSetup(model, dp, pp, 1);
   PlannerOptions po;
   po.batching.max_seqlen = 128;
-  Planner planner(*s->eval, s->cluster, po);
+  StatusOr<Planner> planner = Planner::Create(*s->cost, s->parallel, s->cluster, po);
+  SLUICE_CHECK_MSG(planner.ok(), "test planner");
   *batch_out = testing::RandomTokenBatch(5, 1200, 128, model.is_encoder_decoder());
-  StatusOr<PlanResult> r = planner.Plan(*batch_out);
+  StatusOr<PlanResult> r = planner->Plan(*batch_out);
   SLUICE_CHECK_MSG(r.ok() && r->outcome == PlanOutcome::kOk, "test plan");
   return r->plan;
 }

@@ -57,11 +57,9 @@ StatusOr<FaultSpec> ParseFault(std::string_view text);
 struct TrainOptions {
   ModelSpec model;
   ParallelConfig parallel;
-  // Planning on rank 0 (unused on other ranks): the evaluator, cluster and options the planner
-  // runs with, and the batcher that cuts the data into global batches.
-  const StageCostEvaluator* evaluator = nullptr;
-  const ClusterSpec* cluster = nullptr;
-  PlannerOptions planner;
+  // Planning on rank 0 (unused on other ranks): the planner (Planner::Create; it must outlive
+  // Train) and the batcher that cuts the data into global batches.
+  const Planner* planner = nullptr;
   GlobalBatcher* batcher = nullptr;
   // Execute these plan files, one per iteration, instead of planning (rank 0 reads them);
   // their samples' lengths come from `plan_samples` (the data after clipping).

@@ -30,21 +30,18 @@ class SimulatorSweepTest : public ::testing::TestWithParam<SweepCase> {};
 
 TEST_P(SimulatorSweepTest, PlannerPlansSimulateToCompletion) {
   const SweepCase c = GetParam();
-  StageCostOptions eval_options;
-  eval_options.in_flight = c.schedule == ScheduleKind::kGPipe         ? InFlightPolicy::kGPipe
-                           : c.schedule == ScheduleKind::kInterleaved ? InFlightPolicy::kInterleaved
-                                                                      : InFlightPolicy::k1F1B;
-  auto setup =
-      testing::MakeTestSetup(c.model, testing::TestParallel(c.dp, c.pp, c.tp, 36000, c.zero, c.vpp),
-                             testing::TestCost::kProfiled, eval_options);
+  auto setup = testing::MakeTestSetup(
+      c.model, testing::TestParallel(c.dp, c.pp, c.tp, 36000, c.zero, c.vpp));
   PlannerOptions options;
   options.method = c.method;
   options.schedule = c.schedule;
   options.batching.max_seqlen = 1024;
-  Planner planner(setup->evaluator(), setup->cluster, options);
-  const bool enc_dec = setup->evaluator().model().is_encoder_decoder();
+  StatusOr<Planner> planner =
+      Planner::Create(*setup->cost, setup->parallel, setup->cluster, options);
+  ASSERT_TRUE(planner.ok()) << planner.status().ToString();
+  const bool enc_dec = planner->evaluator().model().is_encoder_decoder();
   const std::vector<Sample> batch = testing::RandomTokenBatch(3, 32768, 1024, enc_dec);
-  StatusOr<PlanResult> plan = planner.Plan(batch);
+  StatusOr<PlanResult> plan = planner->Plan(batch);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_EQ(plan->outcome, PlanOutcome::kOk) << plan->infeasible_reason;
   int64_t instructions = 0;

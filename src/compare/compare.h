@@ -1,8 +1,9 @@
 // RunCompare: every method of a scenario, side by side, on the same data and cluster — the main
 // job of sluice (`sluice compare`).
 //
-// For each method the configuration search (config_search.h) picks its own best configuration
-// on the first few global batches; then every global batch of the run is planned (Planner) and
+// The phases: the scenario is resolved (planner/scenario.h) and its global batches taken; for each
+// method the configuration search (config_search.h) picks its own best configuration on the
+// first few global batches; then every global batch of the run is planned (Planner) and
 // simulated (Simulate) under it. A second comparison runs every method under one shared
 // ("controlled") parallel configuration (dp, pp, tp, ZeRO), each with its best schedule there.
 // Per method and batch it records real (unpadded) tokens, iteration time, padding, bubble and
@@ -10,6 +11,7 @@
 // ideal bound uses the achievable rate over the sweep and every compared plan, so no method ever
 // exceeds it. A method that fits memory under no configuration is reported out-of-memory with
 // the reason, never dropped; one whose batching does not support the model is "unsupported".
+// Last, the summary: R, the ideal, each run's figures and its ratio to the reference.
 //
 // Cancellation: `CompareOptions::cancelled` is polled between candidates and between batches;
 // the result then holds what finished, with `partial` set.
@@ -23,14 +25,16 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
+#include "compare/compare_scenario.h"
+#include "compare/ideal_bound.h"
 #include "model/parallel_config.h"
 #include "plan/execution_plan.h"
-#include "planner/compare_scenario.h"
 #include "planner/config_search.h"
-#include "planner/ideal_bound.h"
+#include "planner/scenario.h"
 #include "sim/simulator.h"
 
 namespace sluice {
@@ -40,13 +44,36 @@ struct CompareOptions {
   std::function<bool()> cancelled;
   std::FILE* progress = stderr;  // progress bars (base/progress.h); nullptr: none
   bool keep_examples = true;     // keep one planned + simulated batch per method (timelines)
+  // Names a scenario field (compare_scenario.h) in errors; empty: "SOURCE: field 'F'" with the
+  // `source` of RunCompare ("flags" when it is empty). The CLI maps fields to its flags.
+  FieldNamer field_name;
 };
+
+// How one method's global batch went.
+enum class BatchOutcome {
+  kOk,
+  kOutOfMemory,     // planning found no plan within memory
+  kSimOutOfMemory,  // the plan's simulation exceeded the memory limit
+  kDeadlock,        // the plan's simulation deadlocked
+};
+// "ok" | "out-of-memory" | "sim-out-of-memory" | "deadlock" (results files and reports).
+std::string_view BatchOutcomeName(BatchOutcome outcome);
+
+// How one method's run went.
+enum class RunState {
+  kOk,           // it ran (some batches may have failed; see BatchRecord::outcome)
+  kOutOfMemory,  // no configuration fits memory, or none of its batches did
+  kUnsupported,  // no batching method of the method supports the model
+  kNotRun,       // interrupted before it ran
+};
+// "ok" | "out-of-memory" | "unsupported" | "not-run" (results files and reports).
+std::string_view RunStateName(RunState state);
 
 // One method on one global batch.
 struct BatchRecord {
-  int64_t batch = 0;           // GlobalBatch::index
-  std::string outcome = "ok";  // ok | out-of-memory (planning) | sim-out-of-memory | deadlock
-  std::string reason;
+  int64_t batch = 0;  // GlobalBatch::index
+  BatchOutcome outcome = BatchOutcome::kOk;
+  std::string reason;         // why not ok
   int64_t real_tokens = 0;    // placed, unpadded
   int64_t padded_tokens = 0;  // allocated by the micro-batch shapes
   int64_t micro_batches = 0;
@@ -70,10 +97,10 @@ struct ExampleRun {
 // One method under one configuration over the run.
 struct MethodRun {
   std::string method;
-  std::string state = "ok";  // ok | out-of-memory | unsupported | not-run
-  std::string reason;        // why not ok
-  bool has_config = false;
-  Candidate config;
+  RunState state = RunState::kOk;
+  std::string reason;  // why not ok
+  // The configuration it ran under; absent when the search found none (or was interrupted).
+  std::optional<Candidate> config;
   // Set when the configuration is another method's choice that lies in this method's space and
   // ran faster over the whole run than this method's own choice (scored on a few batches).
   std::string adopted_from;
@@ -95,13 +122,13 @@ struct MethodRun {
   Breakdown breakdown;                // device-time weighted over batches
   std::optional<ExampleRun> example;  // not serialised
 
+  // Every field but `example`.
   friend bool operator==(const MethodRun& a, const MethodRun& b) {
     return a.method == b.method && a.state == b.state && a.reason == b.reason &&
-           a.has_config == b.has_config && a.config == b.config &&
-           a.adopted_from == b.adopted_from && a.candidates == b.candidates &&
-           a.feasible == b.feasible && a.simulated == b.simulated && a.batches == b.batches &&
-           a.ok_batches == b.ok_batches && a.tokens_per_s == b.tokens_per_s &&
-           a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
+           a.config == b.config && a.adopted_from == b.adopted_from &&
+           a.candidates == b.candidates && a.feasible == b.feasible && a.simulated == b.simulated &&
+           a.batches == b.batches && a.ok_batches == b.ok_batches &&
+           a.tokens_per_s == b.tokens_per_s && a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
            a.fraction_of_ideal == b.fraction_of_ideal &&
            a.ratio_to_reference == b.ratio_to_reference && a.padding == b.padding &&
            a.bubble == b.bubble && a.comm == b.comm && a.peak_memory_mb == b.peak_memory_mb &&
@@ -119,8 +146,9 @@ struct CompareResult {
   AchievableRate sweep_rate;      // the sweep part of R
   AchievableRate rate;            // R itself (sweep, or a compared plan's op when higher)
   double ideal_tokens_per_s = 0;  // every batch's samples at the ideal times
-  bool has_controlled = false;
-  ParallelConfig controlled_config;          // dp, pp, tp, zero of the controlled comparison
+  // dp, pp, tp, zero of the controlled comparison; absent when the controlled method found no
+  // configuration (there is then no controlled comparison).
+  std::optional<ParallelConfig> controlled_config;
   std::vector<MethodRun> own;                // each method under its own best configuration
   std::vector<MethodRun> controlled;         // each method under controlled_config
   std::vector<std::string> skipped_configs;  // configurations left out, with the reason
@@ -133,7 +161,8 @@ struct CompareResult {
 
 // Runs the comparison (see above). `source` names where the scenario came from for messages
 // ("FILE", or "" for flags). Errors: a scenario that does not resolve (unknown model, data,
-// a max length beyond the model's, ...) as InvalidArgument/NotFound naming the field; bugs.
+// a max length beyond the model's, ...) as InvalidArgument/NotFound naming the field
+// (scenario.h; the scenario's 'controlled' is the resolver's parallel configuration); bugs.
 StatusOr<CompareResult> RunCompare(const CompareScenario& scenario, const CompareOptions& options,
                                    std::string_view source = "");
 

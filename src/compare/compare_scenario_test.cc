@@ -1,6 +1,6 @@
 // Scenario files of `sluice compare`: defaults, strict validation with messages naming the file,
 // the field and the allowed values, and the JSON round trip.
-#include "planner/compare_scenario.h"
+#include "compare/compare_scenario.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -7,15 +7,8 @@
 // scenario that `sluice compare` runs without flags (GPT-6.7B on 8 A100-40GB, the shipped
 // mixture-4task lengths, 65,536 tokens per batch, max length 2048).
 //
-// A compared method (MethodSpec) is a label, the batching methods it may use (RunMethod names,
-// batching/method.h) and the pipeline schedules it may run; the search picks the best
-// (batching, schedule, parallel configuration) among them. The single names carry the
-// schedules their systems offer (docs/compare.md): the Megatron-style baselines (padding,
-// sorted, token-budget, packing, multipack) gpipe, 1f1b and interleaved; dynapipe 1f1b and
-// adaptive; hydraulis 1f1b; `sluice` (sluice's best combination) every schedule with the batching
-// methods dynapipe, hydraulis, hydraulis+dynapipe, multipack, token-budget and packing, so it is
-// at least as fast as any of those methods' own best. Any other RunMethod name (e.g.
-// "balanced+dynapipe") runs every schedule.
+// The compared methods and the configuration space each is searched over (MethodSpec,
+// SearchSpace, the method shorthands) are the planner's search space (planner/search_space.h).
 //
 // Thread safety: value types and pure functions.
 #pragma once
@@ -29,32 +22,10 @@
 
 #include "base/status.h"
 #include "model/parallel_config.h"
-#include "schedule/generators.h"
+#include "planner/scenario.h"
+#include "planner/search_space.h"
 
 namespace sluice {
-
-struct MethodSpec {
-  std::string name;                   // label in tables and reports, unique in a scenario
-  std::vector<std::string> batching;  // RunMethod names tried, e.g. {"dynapipe"}
-  std::vector<ScheduleKind> schedules;
-
-  friend bool operator==(const MethodSpec&, const MethodSpec&) = default;
-};
-
-// The configuration space searched per method. Empty lists mean "every value that fits".
-struct SearchSpace {
-  std::vector<int64_t> tp;             // tensor-parallel degrees (default: powers of two up to
-                                       // the devices of one node that the cost model supports)
-  std::vector<int64_t> pp;             // pipeline degrees (default: every divisor that fits)
-  std::vector<int64_t> zero = {1, 2};  // ZeRO stages (ZeRO-3's per-layer gathers are not
-                                       // modelled by the plan, so it is not searched by default)
-  std::vector<int64_t> vpp = {2};      // virtual stages tried with the interleaved schedule
-  bool all_devices = true;             // only configurations that use every device
-  int64_t score_batches = 2;           // global batches each candidate is scored on
-  int64_t simulate_top = 3;            // candidates per method simulated after the fast estimate
-
-  friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
-};
 
 struct CompareScenario {
   std::string name = "default";
@@ -84,18 +55,13 @@ struct CompareScenario {
   friend bool operator==(const CompareScenario&, const CompareScenario&) = default;
 };
 
-// The names MethodSpecFor accepts as shorthands, in the default order, and the default list:
-// packing, token-budget, multipack, dynapipe, hydraulis, sluice.
-std::vector<std::string> KnownMethodNames();
-std::vector<MethodSpec> DefaultMethods();
-// The spec of a shorthand or of any RunMethod name (single or ASSIGNER+BATCHER). Errors list the
-// allowed names.
-StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view source);
 // The methods of `scenario` (its list, or DefaultMethods()).
 std::vector<MethodSpec> ScenarioMethods(const CompareScenario& scenario);
 
 // Checks ranges and relations that do not need the model or data: positive budgets, unique
 // method names, the reference and controlled method among the methods, search lists in range.
+// Errors start with `field_name` of the field ("SOURCE: field 'F'" for the `source` overload).
+Status ValidateCompareScenario(const CompareScenario& scenario, const FieldNamer& field_name);
 Status ValidateCompareScenario(const CompareScenario& scenario, std::string_view source);
 
 // JSON form (docs/formats.md, "Compare scenario"). Relative model/cluster/data paths that do not

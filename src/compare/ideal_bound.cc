@@ -1,4 +1,4 @@
-#include "planner/ideal_bound.h"
+#include "compare/ideal_bound.h"
 
 #include <fmt/core.h>
 

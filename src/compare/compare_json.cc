@@ -1,4 +1,4 @@
-#include "planner/compare_json.h"
+#include "compare/compare_json.h"
 
 #include <fmt/core.h>
 
@@ -33,9 +33,23 @@ Status BreakdownFromJson(JsonObjectReader& parent, std::string_view key, Breakdo
   return r.Finish();
 }
 
+// Reads the string `key` as one of `values` by its name (`name_of`); the error lists the names.
+template <typename E, size_t N>
+Status ReadEnum(JsonObjectReader& r, std::string_view key, const std::array<E, N>& values,
+                std::string_view (*name_of)(E), E* out) {
+  std::array<std::string_view, N> names;
+  for (size_t i = 0; i < N; ++i) names[i] = name_of(values[i]);
+  std::string name;
+  SLUICE_RETURN_IF_ERROR(r.Enum(key, &name, names));
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == name) *out = values[i];
+  }
+  return Status::Ok();
+}
+
 nlohmann::json BatchToJson(const BatchRecord& b) {
   return {{"batch", b.batch},
-          {"outcome", b.outcome},
+          {"outcome", std::string(BatchOutcomeName(b.outcome))},
           {"reason", b.reason},
           {"real_tokens", b.real_tokens},
           {"padded_tokens", b.padded_tokens},
@@ -53,10 +67,11 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
                      BatchRecord* b) {
   JsonObjectReader r(j, std::string(source), path);
   SLUICE_RETURN_IF_ERROR(r.status());
-  static constexpr std::array<std::string_view, 4> kOutcomes = {"ok", "out-of-memory",
-                                                                "sim-out-of-memory", "deadlock"};
+  static constexpr std::array<BatchOutcome, 4> kOutcomes = {
+      BatchOutcome::kOk, BatchOutcome::kOutOfMemory, BatchOutcome::kSimOutOfMemory,
+      BatchOutcome::kDeadlock};
   SLUICE_RETURN_IF_ERROR(r.Int("batch", &b->batch, 0, INT64_MAX));
-  SLUICE_RETURN_IF_ERROR(r.Enum("outcome", &b->outcome, kOutcomes));
+  SLUICE_RETURN_IF_ERROR(ReadEnum(r, "outcome", kOutcomes, BatchOutcomeName, &b->outcome));
   SLUICE_RETURN_IF_ERROR(r.String("reason", &b->reason));
   SLUICE_RETURN_IF_ERROR(r.Int("real_tokens", &b->real_tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("padded_tokens", &b->padded_tokens, 0, INT64_MAX));
@@ -75,13 +90,13 @@ nlohmann::json RunToJson(const MethodRun& m) {
   nlohmann::json batches = nlohmann::json::array();
   for (const BatchRecord& b : m.batches) batches.push_back(BatchToJson(b));
   nlohmann::json config = nullptr;
-  if (m.has_config) {
-    config = {{"parallel", ParallelConfigToJson(m.config.parallel)},
-              {"schedule", std::string(ScheduleKindName(m.config.schedule))},
-              {"batching", m.config.batching}};
+  if (m.config.has_value()) {
+    config = {{"parallel", ParallelConfigToJson(m.config->parallel)},
+              {"schedule", std::string(ScheduleKindName(m.config->schedule))},
+              {"batching", m.config->batching}};
   }
   return {{"method", m.method},
-          {"state", m.state},
+          {"state", std::string(RunStateName(m.state))},
           {"reason", m.reason},
           {"config", config},
           {"adopted_from", m.adopted_from},
@@ -105,28 +120,28 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
                    MethodRun* m) {
   JsonObjectReader r(j, std::string(source), path);
   SLUICE_RETURN_IF_ERROR(r.status());
-  static constexpr std::array<std::string_view, 4> kStates = {"ok", "out-of-memory", "unsupported",
-                                                              "not-run"};
+  static constexpr std::array<RunState, 4> kStates = {RunState::kOk, RunState::kOutOfMemory,
+                                                      RunState::kUnsupported, RunState::kNotRun};
   SLUICE_RETURN_IF_ERROR(r.String("method", &m->method));
-  SLUICE_RETURN_IF_ERROR(r.Enum("state", &m->state, kStates));
+  SLUICE_RETURN_IF_ERROR(ReadEnum(r, "state", kStates, RunStateName, &m->state));
   SLUICE_RETURN_IF_ERROR(r.String("reason", &m->reason));
   const nlohmann::json* config = r.Child("config");
   if (config == nullptr) return r.Error("config", "is required (an object or null)");
-  m->has_config = !config->is_null();
-  if (m->has_config) {
+  if (!config->is_null()) {
     JsonObjectReader c(*config, std::string(source), r.FieldPath("config"));
     SLUICE_RETURN_IF_ERROR(c.status());
+    Candidate& chosen = m->config.emplace();
     const nlohmann::json* par = c.Child("parallel");
     if (par == nullptr) return c.Error("parallel", "is required");
-    SLUICE_ASSIGN_OR_RETURN(m->config.parallel,
-                            ParallelConfigFromJson(*par, fmt::format("{}: field '{}'", source,
-                                                                     c.FieldPath("parallel"))));
+    SLUICE_ASSIGN_OR_RETURN(
+        chosen.parallel, ParallelConfigFromJson(
+                             *par, fmt::format("{}: field '{}'", source, c.FieldPath("parallel"))));
     std::string schedule;
     SLUICE_RETURN_IF_ERROR(c.String("schedule", &schedule));
     auto kind = ParseScheduleKind(schedule);
     if (!kind.ok()) return c.Error("schedule", kind.status().message());
-    m->config.schedule = *kind;
-    SLUICE_RETURN_IF_ERROR(c.String("batching", &m->config.batching));
+    chosen.schedule = *kind;
+    SLUICE_RETURN_IF_ERROR(c.String("batching", &chosen.batching));
     SLUICE_RETURN_IF_ERROR(c.Finish());
   }
   SLUICE_RETURN_IF_ERROR(r.String("adopted_from", &m->adopted_from));
@@ -202,8 +217,9 @@ nlohmann::json CompareResultToJson(const CompareResult& c) {
           {"sweep_rate", RateToJson(c.sweep_rate)},
           {"rate", RateToJson(c.rate)},
           {"ideal_tokens_per_s", c.ideal_tokens_per_s},
-          {"controlled_config",
-           c.has_controlled ? ParallelConfigToJson(c.controlled_config) : nlohmann::json()},
+          {"controlled_config", c.controlled_config.has_value()
+                                    ? ParallelConfigToJson(*c.controlled_config)
+                                    : nlohmann::json()},
           {"own", own},
           {"controlled", controlled},
           {"skipped_configs", c.skipped_configs},
@@ -236,12 +252,10 @@ StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::stri
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &c.ideal_tokens_per_s, 0, kBig));
   const nlohmann::json* cfg = r.Child("controlled_config");
   if (cfg == nullptr) return r.Error("controlled_config", "is required (an object or null)");
-  c.has_controlled = !cfg->is_null();
-  if (c.has_controlled) {
-    SLUICE_ASSIGN_OR_RETURN(c.controlled_config,
-                            ParallelConfigFromJson(*cfg, fmt::format("{}: field "
-                                                                     "'controlled_config'",
-                                                                     source)));
+  if (!cfg->is_null()) {
+    SLUICE_ASSIGN_OR_RETURN(
+        c.controlled_config,
+        ParallelConfigFromJson(*cfg, fmt::format("{}: field 'controlled_config'", source)));
   }
   SLUICE_RETURN_IF_ERROR(RunsFromJson(r, "own", &c.own));
   SLUICE_RETURN_IF_ERROR(RunsFromJson(r, "controlled", &c.controlled));

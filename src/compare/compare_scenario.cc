@@ -1,4 +1,4 @@
-#include "planner/compare_scenario.h"
+#include "compare/compare_scenario.h"
 
 #include <fmt/core.h>
 
@@ -9,30 +9,11 @@
 
 #include "base/json_util.h"
 #include "base/paths.h"
-#include "batching/method.h"
-#include "data/global_batcher.h"
-#include "model/model_spec.h"
 
 namespace sluice {
 namespace {
 
 constexpr int64_t kMaxDegree = 1 << 20;
-
-std::vector<ScheduleKind> MegatronSchedules() {
-  return {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved};
-}
-
-// Whether `name` is a RunMethod name: a single method or ASSIGNER+BATCHER.
-bool IsBatchingName(std::string_view name) {
-  const size_t plus = name.find('+');
-  if (plus == std::string_view::npos) {
-    for (const MethodInfo& m : ListMethods()) {
-      if (m.name == name) return true;
-    }
-    return false;
-  }
-  return MakeAssigner(name.substr(0, plus)).ok() && MakeMicroBatcher(name.substr(plus + 1)).ok();
-}
 
 std::string ExistingPath(const std::string& value, std::string_view base_dir) {
   if (base_dir.empty() || value.empty() || value.front() == '/' || FileExists(value)) return value;
@@ -122,58 +103,17 @@ nlohmann::json MethodToJson(const MethodSpec& m) {
 
 }  // namespace
 
-std::vector<std::string> KnownMethodNames() {
-  return {"packing",   "token-budget", "multipack", "dynapipe",
-          "hydraulis", "sluice",       "padding",   "sorted"};
-}
-
-std::vector<MethodSpec> DefaultMethods() {
-  std::vector<MethodSpec> methods;
-  for (const char* name :
-       {"packing", "token-budget", "multipack", "dynapipe", "hydraulis", "sluice"}) {
-    methods.push_back(*MethodSpecFor(name, "default"));
-  }
-  return methods;
-}
-
-StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view source) {
-  MethodSpec spec;
-  spec.name = std::string(name);
-  if (name == "padding" || name == "sorted" || name == "token-budget" || name == "packing" ||
-      name == "multipack") {
-    spec.batching = {std::string(name)};
-    spec.schedules = MegatronSchedules();
-  } else if (name == "dynapipe") {
-    spec.batching = {"dynapipe"};
-    spec.schedules = {ScheduleKind::k1F1B, ScheduleKind::kAdaptive};
-  } else if (name == "hydraulis") {
-    spec.batching = {"hydraulis"};
-    spec.schedules = {ScheduleKind::k1F1B};
-  } else if (name == "sluice") {
-    spec.batching = {"dynapipe",  "hydraulis",    "hydraulis+dynapipe",
-                     "multipack", "token-budget", "packing"};
-    spec.schedules = AllScheduleKinds();
-  } else if (IsBatchingName(name)) {
-    spec.batching = {std::string(name)};
-    spec.schedules = AllScheduleKinds();
-  } else {
-    std::vector<std::string> known = KnownMethodNames();
-    std::vector<std::string_view> allowed(known.begin(), known.end());
-    return InvalidArgumentError(fmt::format(
-        "{}: unknown method '{}' (allowed: {}, or any batching method ASSIGNER+BATCHER of "
-        "docs/batching.md)",
-        source, name, JoinAllowed(allowed)));
-  }
-  return spec;
-}
-
 std::vector<MethodSpec> ScenarioMethods(const CompareScenario& scenario) {
   return scenario.methods.empty() ? DefaultMethods() : scenario.methods;
 }
 
 Status ValidateCompareScenario(const CompareScenario& s, std::string_view source) {
+  return ValidateCompareScenario(s, FileFieldNamer(std::string(source)));
+}
+
+Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field_name) {
   auto bad = [&](std::string_view field, std::string problem) {
-    return InvalidArgumentError(fmt::format("{}: field '{}': {}", source, field, problem));
+    return InvalidArgumentError(fmt::format("{}: {}", field_name(field), problem));
   };
   // The name is the output folder of the scenario under --scenario-dir: one plain folder name.
   if (s.name.empty() || s.name == "." || s.name == ".." ||
@@ -219,8 +159,7 @@ Status ValidateCompareScenario(const CompareScenario& s, std::string_view source
                                          s.controlled_method, JoinAllowed(listed)));
   }
   if (s.controlled.has_value()) {
-    SLUICE_RETURN_IF_ERROR(
-        ValidateParallelConfig(*s.controlled, fmt::format("{}: field 'controlled'", source)));
+    SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(*s.controlled, field_name("controlled")));
   }
   const SearchSpace& q = s.search;
   for (int64_t z : q.zero) {

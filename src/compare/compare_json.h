@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "planner/compare.h"
+#include "compare/compare.h"
 
 namespace sluice {
 

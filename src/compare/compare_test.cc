@@ -1,16 +1,16 @@
 // `sluice compare` end to end on small scenarios (seconds): every method's plan validates, no
 // method ever exceeds the ideal bound, the time breakdown adds up, methods that cannot run are
 // shown with their reason, results round-trip through JSON, and an interrupted run is partial.
-#include "planner/compare.h"
+#include "compare/compare.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "compare/compare_json.h"
 #include "cost/cost_factory.h"
 #include "plan/validate.h"
-#include "planner/compare_json.h"
 
 namespace sluice {
 namespace {
@@ -55,16 +55,16 @@ void ExpectSound(const CompareResult& r) {
   for (const std::vector<MethodRun>* runs : {&r.own, &r.controlled}) {
     for (const MethodRun& m : *runs) {
       SCOPED_TRACE(m.method);
-      if (m.state != "ok") {
+      if (m.state != RunState::kOk) {
         EXPECT_FALSE(m.reason.empty()) << "a method that did not run says why";
         continue;
       }
-      ASSERT_TRUE(m.has_config);
+      ASSERT_TRUE(m.config.has_value());
       ASSERT_GT(m.ok_batches, 0);
       // The ideal bound is never exceeded: per batch, per method, and against the batch-level
       // ideal (every sample of these scenarios is placed).
       for (const BatchRecord& b : m.batches) {
-        if (b.outcome != "ok") continue;
+        if (b.outcome != BatchOutcome::kOk) continue;
         EXPECT_GT(b.ideal_ms, 0);
         EXPECT_GE(b.iteration_ms, b.ideal_ms) << "batch " << b.batch;
         EXPECT_LE(b.real_tokens, b.padded_tokens);
@@ -103,7 +103,7 @@ TEST(CompareTest, SmallScenarioEndToEnd) {
   ASSERT_EQ(r->own.size(), 6u);
   ExpectSound(*r);
   for (const MethodRun& m : r->own) {
-    EXPECT_EQ(m.state, "ok") << m.method << ": " << m.reason;
+    EXPECT_EQ(m.state, RunState::kOk) << m.method << ": " << m.reason;
     EXPECT_TRUE(m.example.has_value()) << m.method;
     EXPECT_EQ(static_cast<int64_t>(m.batches.size()), r->batches);
     EXPECT_GT(m.candidates, 0);
@@ -118,16 +118,18 @@ TEST(CompareTest, SmallScenarioEndToEnd) {
   EXPECT_DOUBLE_EQ(packing->ratio_to_reference, 1.0);
   EXPECT_GT(best->ratio_to_reference, 1.0);
   // The controlled comparison runs every method on sluice's (dp, pp, tp, ZeRO).
-  ASSERT_TRUE(r->has_controlled);
-  EXPECT_EQ(r->controlled_config.dp, best->config.parallel.dp);
-  EXPECT_EQ(r->controlled_config.pp, best->config.parallel.pp);
-  EXPECT_EQ(r->controlled_config.tp, best->config.parallel.tp);
-  EXPECT_EQ(r->controlled_config.zero, best->config.parallel.zero);
+  ASSERT_TRUE(r->controlled_config.has_value());
+  ASSERT_TRUE(best->config.has_value());
+  const ParallelConfig& shared = *r->controlled_config;
+  EXPECT_EQ(shared.dp, best->config->parallel.dp);
+  EXPECT_EQ(shared.pp, best->config->parallel.pp);
+  EXPECT_EQ(shared.tp, best->config->parallel.tp);
+  EXPECT_EQ(shared.zero, best->config->parallel.zero);
   for (const MethodRun& m : r->controlled) {
-    if (!m.has_config) continue;
-    EXPECT_EQ(m.config.parallel.dp, r->controlled_config.dp) << m.method;
-    EXPECT_EQ(m.config.parallel.pp, r->controlled_config.pp) << m.method;
-    EXPECT_EQ(m.config.parallel.tp, r->controlled_config.tp) << m.method;
+    if (!m.config.has_value()) continue;
+    EXPECT_EQ(m.config->parallel.dp, shared.dp) << m.method;
+    EXPECT_EQ(m.config->parallel.pp, shared.pp) << m.method;
+    EXPECT_EQ(m.config->parallel.tp, shared.tp) << m.method;
   }
 
   // JSON round trip (everything but the example runs).
@@ -158,18 +160,18 @@ TEST(CompareTest, UnsupportedAndOutOfMemoryMethodsAreShownNotDropped) {
   ASSERT_EQ(r->own.size(), 3u);
   const MethodRun* hydraulis = Find(r->own, "hydraulis");
   ASSERT_NE(hydraulis, nullptr);
-  EXPECT_EQ(hydraulis->state, "unsupported");
+  EXPECT_EQ(hydraulis->state, RunState::kUnsupported);
   EXPECT_THAT(hydraulis->reason, HasSubstr("decoder-only"));
-  EXPECT_EQ(Find(r->own, "dynapipe")->state, "ok");
+  EXPECT_EQ(Find(r->own, "dynapipe")->state, RunState::kOk);
 
   // A memory limit that no configuration meets: every method is out of memory, with a reason.
   s.memory_limit_mb = 2000;
   auto oom = RunCompare(s, Quiet());
   ASSERT_TRUE(oom.ok()) << oom.status().ToString();
-  EXPECT_FALSE(oom->has_controlled);
+  EXPECT_FALSE(oom->controlled_config.has_value());
   for (const MethodRun& m : oom->own) {
     if (m.method == "hydraulis") continue;
-    EXPECT_EQ(m.state, "out-of-memory") << m.method;
+    EXPECT_EQ(m.state, RunState::kOutOfMemory) << m.method;
     EXPECT_THAT(m.reason, HasSubstr("model states")) << m.method;
     EXPECT_EQ(m.ok_batches, 0);
   }
@@ -222,7 +224,7 @@ TEST(CompareTest, InterruptedRunIsPartialAndConsistent) {
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_TRUE(none->partial);
   EXPECT_EQ(BatchesRun(*none), 0);
-  for (const MethodRun& m : none->own) EXPECT_EQ(m.state, "not-run") << m.method;
+  for (const MethodRun& m : none->own) EXPECT_EQ(m.state, RunState::kNotRun) << m.method;
 }
 
 TEST(CompareTest, ScenarioErrorsNameTheField) {
@@ -243,6 +245,17 @@ TEST(CompareTest, ScenarioErrorsNameTheField) {
   r = RunCompare(s, Quiet(), "grid.json");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("memory_limit_mb"));
+}
+
+TEST(CompareTest, OutcomeAndStateNamesAreTheResultsFilesWords) {
+  EXPECT_EQ(BatchOutcomeName(BatchOutcome::kOk), "ok");
+  EXPECT_EQ(BatchOutcomeName(BatchOutcome::kOutOfMemory), "out-of-memory");
+  EXPECT_EQ(BatchOutcomeName(BatchOutcome::kSimOutOfMemory), "sim-out-of-memory");
+  EXPECT_EQ(BatchOutcomeName(BatchOutcome::kDeadlock), "deadlock");
+  EXPECT_EQ(RunStateName(RunState::kOk), "ok");
+  EXPECT_EQ(RunStateName(RunState::kOutOfMemory), "out-of-memory");
+  EXPECT_EQ(RunStateName(RunState::kUnsupported), "unsupported");
+  EXPECT_EQ(RunStateName(RunState::kNotRun), "not-run");
 }
 
 TEST(IdealBoundTest, FlopsAddUpAndTheSweepRateIsBelowPeak) {

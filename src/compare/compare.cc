@@ -1,0 +1,533 @@
+#include "compare/compare.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <utility>
+
+#include "base/progress.h"
+#include "data/global_batcher.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// What the scenario resolves to: the resolved scenario (its parallel configuration is the fixed
+// controlled one, when given) and the global batches of the run, taken up front.
+struct Resolved {
+  Scenario sc;
+  std::vector<GlobalBatch> batches;
+  std::string description;
+};
+
+StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_name) {
+  ScenarioSpec spec;
+  spec.model = sc.model;
+  spec.cluster = sc.cluster;
+  if (sc.controlled.has_value()) {
+    spec.parallel = *sc.controlled;
+    spec.parallel->vpp = 1;  // the controlled comparison shares dp, pp, tp and ZeRO, not vpp
+  }
+  spec.memory_limit_mb = sc.memory_limit_mb;
+  spec.cost = sc.cost;
+  spec.flash_attention = sc.flash_attention;
+  spec.data = sc.data;
+  spec.samples = sc.samples;
+  spec.seed = sc.seed;
+  spec.tokens_per_batch = sc.tokens_per_batch;
+  spec.max_seqlen = sc.max_seqlen;
+  spec.long_samples = sc.long_samples;
+  spec.iterations = sc.iterations;
+  // The scenario's parallel configuration is its field 'controlled'.
+  const FieldNamer spec_field = [&](std::string_view field) {
+    return field_name(field == "parallel" ? "controlled" : field);
+  };
+  Resolved r;
+  SLUICE_ASSIGN_OR_RETURN(r.sc, ResolveScenario(spec, spec_field));
+  GlobalBatch batch;
+  while ((sc.iterations == 0 || static_cast<int64_t>(r.batches.size()) < sc.iterations) &&
+         r.sc.batcher->Next(&batch)) {
+    r.batches.push_back(std::move(batch));
+  }
+  if (r.batches.empty()) {
+    return InvalidArgumentError(fmt::format("{}: '{}' yields no global batch of {} tokens",
+                                            field_name("data"), sc.data, sc.tokens_per_batch));
+  }
+  r.description =
+      r.sc.Describe({.parallel = false, .batches_taken = static_cast<int64_t>(r.batches.size())});
+  return r;
+}
+
+// What a run's batches need once R is known: their accounts and the useful FLOPs they placed.
+struct RunAccounts {
+  std::vector<BatchAccount> account;
+  std::vector<double> useful;
+};
+
+// The runs of one comparison (own or controlled), one per method, with their accounts.
+struct Runs {
+  std::vector<MethodRun> runs;
+  std::vector<RunAccounts> accounts;
+};
+
+// The summary of a run, its batches' ideal times and breakdowns, under the achievable rate R.
+void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& accounts) {
+  const std::vector<BatchAccount>& acc = accounts.account;
+  const std::vector<double>& useful = accounts.useful;
+  int64_t tokens = 0, padded = 0;
+  double time = 0, ideal = 0, bubble = 0, comm = 0, plan = 0;
+  BatchAccount total;
+  run->ok_batches = 0;
+  for (size_t i = 0; i < run->batches.size(); ++i) {
+    BatchRecord& b = run->batches[i];
+    if (b.outcome != BatchOutcome::kOk) continue;
+    b.ideal_ms = rate > 0 ? 1e3 * useful[i] / (static_cast<double>(devices) * rate) : 0;
+    b.breakdown = Finalize(acc[i], rate);
+    total.Add(acc[i]);
+    ++run->ok_batches;
+    tokens += b.real_tokens;
+    padded += b.padded_tokens;
+    time += b.iteration_ms;
+    ideal += b.ideal_ms;
+    bubble += b.bubble * b.iteration_ms;
+    comm += b.comm * b.iteration_ms;
+    plan += b.planning_ms;
+    run->peak_memory_mb = std::max(run->peak_memory_mb, b.peak_memory_mb);
+  }
+  if (run->ok_batches == 0) return;
+  run->tokens_per_s = time > 0 ? 1e3 * static_cast<double>(tokens) / time : 0;
+  run->ideal_tokens_per_s = ideal > 0 ? 1e3 * static_cast<double>(tokens) / ideal : 0;
+  run->fraction_of_ideal = time > 0 ? ideal / time : 0;
+  run->padding =
+      padded > 0 ? static_cast<double>(padded - tokens) / static_cast<double>(padded) : 0;
+  run->bubble = time > 0 ? bubble / time : 0;
+  run->comm = time > 0 ? comm / time : 0;
+  run->planning_ms = plan / static_cast<double>(run->ok_batches);
+  run->breakdown = Finalize(total, rate);
+}
+
+bool SameShared(const ParallelConfig& a, const ParallelConfig& b) {
+  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.zero == b.zero;
+}
+
+// The search's counts and choice (or why there is none) into a run about to be made.
+void FillFromSearch(const MethodSearch& search, bool cancelled, MethodRun* run) {
+  run->candidates = static_cast<int64_t>(search.ranked.size());
+  for (const CandidateScore& s : search.ranked) {
+    if (s.state == CandidateScore::State::kOk) ++run->feasible;
+    if (s.simulated) ++run->simulated;
+  }
+  if (search.best.has_value()) {
+    run->config = search.best->candidate;
+  } else if (cancelled) {
+    run->state = RunState::kNotRun;
+    run->reason = "interrupted during the search";
+  } else {
+    run->state = search.unsupported ? RunState::kUnsupported : RunState::kOutOfMemory;
+    run->reason = search.reason;
+  }
+}
+
+// Real tokens / simulated seconds over the batches that ran.
+double RunThroughput(const MethodRun& m) {
+  int64_t tokens = 0;
+  double ms = 0;
+  for (const BatchRecord& b : m.batches) {
+    if (b.outcome != BatchOutcome::kOk) continue;
+    tokens += b.real_tokens;
+    ms += b.iteration_ms;
+  }
+  return ms > 0 ? 1e3 * static_cast<double>(tokens) / ms : 0;
+}
+
+// A method whose space holds another method's chosen configuration, and which was slower over
+// the whole run than that one (its choice was scored on a few batches), takes that run over:
+// it is a configuration its own search could have returned, judged on every batch.
+void Adopt(const std::vector<MethodSpec>& methods, Runs* runs) {
+  const Runs before = *runs;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const MethodSpec& m = methods[i];
+    const MethodRun& mine = before.runs[i];
+    double best = mine.config.has_value() ? RunThroughput(mine) : 0;
+    for (size_t j = 0; j < before.runs.size(); ++j) {
+      const MethodRun& other = before.runs[j];
+      if (j == i || !other.config.has_value() || !other.adopted_from.empty()) continue;
+      if (other.batches.size() != mine.batches.size() && mine.config.has_value()) continue;
+      const Candidate& c = *other.config;
+      const bool in_space =
+          std::find(m.batching.begin(), m.batching.end(), c.batching) != m.batching.end() &&
+          std::find(m.schedules.begin(), m.schedules.end(), c.schedule) != m.schedules.end();
+      if (!in_space || RunThroughput(other) <= best) continue;
+      best = RunThroughput(other);
+      MethodRun adopted = other;
+      adopted.method = m.name;
+      adopted.candidates = mine.candidates;
+      adopted.feasible = mine.feasible;
+      adopted.simulated = mine.simulated;
+      adopted.adopted_from = other.method;
+      runs->runs[i] = std::move(adopted);
+      runs->accounts[i] = before.accounts[j];
+    }
+  }
+}
+
+BatchingOptions ScoreBatching(const CompareScenario& sc) {
+  BatchingOptions batching;
+  batching.seed = sc.seed;
+  batching.max_seqlen = sc.max_seqlen;
+  return batching;
+}
+
+SimOptions ScenarioSim(const CompareScenario& sc) {
+  SimOptions sim;
+  sim.collectives =
+      sc.stepwise_collectives ? CollectiveMode::kStepwise : CollectiveMode::kClosedForm;
+  return sim;
+}
+
+// One comparison, phase by phase (RunCompare): the result's header, the search, each method
+// under its own configuration, the controlled comparison, the summary. The phases share the
+// resolved scenario, the methods and the candidate scorer (its evaluators and scores are reused
+// from the search by the runs).
+class Comparison {
+ public:
+  // REQUIRES: every argument outlives the comparison.
+  Comparison(const CompareScenario& sc, const CompareOptions& options, const Resolved& r)
+      : sc_(sc),
+        options_(options),
+        r_(r),
+        flops_(r.sc.model),
+        methods_(ScenarioMethods(sc)),
+        scorer_(*r.sc.cost, r.sc.cluster,
+                std::span<const GlobalBatch>(
+                    r.batches.data(),
+                    std::min(r.batches.size(), static_cast<size_t>(sc.search.score_batches))),
+                ScoreBatching(sc), ScenarioSim(sc)) {}
+
+  bool Cancelled() const { return options_.cancelled && options_.cancelled(); }
+
+  // What the scenario resolved to, and the sweep part of the achievable rate.
+  CompareResult Start() const {
+    CompareResult out;
+    out.scenario = sc_;
+    out.description = r_.description;
+    out.batches = static_cast<int64_t>(r_.batches.size());
+    out.devices = r_.sc.cluster.num_devices();
+    out.memory_limit_mb = r_.sc.MemoryLimit().mb();
+    std::vector<int64_t> tps;
+    for (int64_t tp = 1; tp <= std::max<int64_t>(1, r_.sc.cluster.devices_per_node); tp *= 2) {
+      tps.push_back(tp);
+    }
+    for (int64_t tp : sc_.search.tp) {
+      if (std::find(tps.begin(), tps.end(), tp) == tps.end()) tps.push_back(tp);
+    }
+    out.sweep_rate = SweepAchievableRate(*r_.sc.cost, flops_, tps);
+    return out;
+  }
+
+  // Each method's configuration search over the parallel configurations that fit (and the fixed
+  // controlled one).
+  Status Search(CompareResult* out) {
+    const auto start = Clock::now();
+    ParallelSpace space = EnumerateParallelConfigs(r_.sc.model, r_.sc.cluster, *r_.sc.cost,
+                                                   sc_.search, r_.sc.memory_limit);
+    out->skipped_configs = space.skipped;
+    if (r_.sc.parallel.has_value()) {
+      // The fixed controlled configuration (resolved and checked with the scenario).
+      const ParallelConfig& fixed = *r_.sc.parallel;
+      const bool listed =
+          std::any_of(space.configs.begin(), space.configs.end(),
+                      [&](const ParallelConfig& p) { return SameShared(p, fixed); });
+      if (!listed) space.configs.push_back(fixed);
+    }
+    int64_t total = 0;
+    for (const MethodSpec& m : methods_) {
+      candidates_.push_back(ExpandCandidates(space.configs, m, r_.sc.model, sc_.search));
+      total += static_cast<int64_t>(candidates_.back().size());
+    }
+    Progress progress("searching configurations", total, options_.progress);
+    for (size_t i = 0; i < methods_.size(); ++i) {
+      SLUICE_ASSIGN_OR_RETURN(
+          MethodSearch s, SearchMethod(
+                              scorer_, methods_[i].name, candidates_[i], sc_.search.simulate_top,
+                              [&] { progress.Add(); }, [this] { return Cancelled(); }));
+      searches_.push_back(std::move(s));
+    }
+    progress.Finish();
+    out->candidates_scored = total;
+    out->search_seconds = SecondsSince(start);
+    return Status::Ok();
+  }
+
+  // Each method under its own best configuration (or another method's, Adopt).
+  StatusOr<Runs> RunOwnConfigs(CompareResult* out) {
+    Runs own;
+    own.runs.resize(methods_.size());
+    own.accounts.resize(methods_.size());
+    for (size_t i = 0; i < methods_.size(); ++i) {
+      own.runs[i].method = methods_[i].name;
+      FillFromSearch(searches_[i], Cancelled(), &own.runs[i]);
+    }
+    int64_t runs = 0;
+    for (const MethodRun& m : own.runs) runs += m.config.has_value();
+    Progress progress("planning + simulating", runs * out->batches, options_.progress);
+    for (size_t i = 0; i < own.runs.size(); ++i) {
+      if (own.runs[i].config.has_value()) {
+        SLUICE_RETURN_IF_ERROR(RunAll(&own.runs[i], &own.accounts[i], &progress, out));
+      }
+    }
+    progress.Finish();
+    Adopt(methods_, &own);
+    return own;
+  }
+
+  // Every method on one (dp, pp, tp, ZeRO), its best schedule there: the fixed controlled
+  // configuration, else the controlled method's own choice. No runs when there is neither.
+  StatusOr<Runs> RunControlled(const Runs& own, CompareResult* out) {
+    Runs controlled;
+    if (r_.sc.parallel.has_value()) {
+      out->controlled_config = *r_.sc.parallel;
+    } else {
+      for (const MethodRun& run : own.runs) {
+        if (run.method == sc_.controlled_method && run.config.has_value()) {
+          out->controlled_config = run.config->parallel;
+        }
+      }
+    }
+    if (!out->controlled_config.has_value()) return controlled;
+    ParallelConfig& shared_config = *out->controlled_config;
+    shared_config.vpp = 1;
+    shared_config.memory_limit = r_.sc.memory_limit;
+    controlled.runs.resize(methods_.size());
+    controlled.accounts.resize(methods_.size());
+    for (size_t i = 0; i < methods_.size(); ++i) {
+      controlled.runs[i].method = methods_[i].name;
+      std::vector<Candidate> shared;
+      for (const Candidate& c : candidates_[i]) {
+        if (SameShared(c.parallel, shared_config)) shared.push_back(c);
+      }
+      SLUICE_ASSIGN_OR_RETURN(
+          MethodSearch s, SearchMethod(scorer_, methods_[i].name, shared, sc_.search.simulate_top,
+                                       nullptr, [this] { return Cancelled(); }));
+      FillFromSearch(s, Cancelled(), &controlled.runs[i]);
+    }
+    // A controlled run identical to the method's own run is copied, not repeated.
+    auto same_as_own = [&](size_t i) {
+      return own.runs[i].config.has_value() && own.runs[i].config == controlled.runs[i].config;
+    };
+    int64_t runs = 0;
+    for (size_t i = 0; i < controlled.runs.size(); ++i) {
+      runs += controlled.runs[i].config.has_value() && !same_as_own(i);
+    }
+    Progress progress("controlled runs", runs * out->batches, options_.progress);
+    for (size_t i = 0; i < controlled.runs.size(); ++i) {
+      MethodRun& run = controlled.runs[i];
+      if (!run.config.has_value()) continue;
+      if (same_as_own(i)) {
+        const MethodRun searched = run;
+        run = own.runs[i];
+        run.candidates = searched.candidates;
+        run.feasible = searched.feasible;
+        run.simulated = searched.simulated;
+        run.adopted_from.clear();
+        controlled.accounts[i] = own.accounts[i];
+        continue;
+      }
+      SLUICE_RETURN_IF_ERROR(RunAll(&run, &controlled.accounts[i], &progress, out));
+    }
+    progress.Finish();
+    Adopt(methods_, &controlled);
+    return controlled;
+  }
+
+  // R (the sweep, or a compared plan's fastest op when higher), the ideal, every run's summary
+  // and ratio to the reference; a run none of whose batches fit memory is out-of-memory.
+  void Summarise(Runs own, Runs controlled, CompareResult* out) const {
+    double max_op_rate = 0;
+    for (const Runs* runs : {&own, &controlled}) {
+      for (const RunAccounts& acc : runs->accounts) {
+        for (const BatchAccount& a : acc.account) {
+          max_op_rate = std::max(max_op_rate, a.max_op_rate);
+        }
+      }
+    }
+    out->rate = out->sweep_rate;
+    if (max_op_rate > out->rate.flops_per_s) {
+      out->rate.flops_per_s = max_op_rate;
+      out->rate.where = "a (micro-batch, stage) of a compared plan (above the sweep)";
+    }
+    double all_useful = 0;
+    int64_t all_tokens = 0;
+    for (const GlobalBatch& b : r_.batches) {
+      for (const Sample& s : b.samples) all_useful += flops_.SampleTotal(s);
+      all_tokens += b.tokens;
+    }
+    if (out->rate.flops_per_s > 0 && all_useful > 0) {
+      out->ideal_tokens_per_s = static_cast<double>(all_tokens) *
+                                static_cast<double>(out->devices) * out->rate.flops_per_s /
+                                all_useful;
+    }
+    for (Runs* runs : {&own, &controlled}) {
+      for (size_t i = 0; i < runs->runs.size(); ++i) {
+        Summarize(&runs->runs[i], out->rate.flops_per_s, out->devices, runs->accounts[i]);
+      }
+      double ref = 0;
+      for (const MethodRun& m : runs->runs) {
+        if (m.method == sc_.reference && m.ok_batches > 0) ref = m.tokens_per_s;
+      }
+      for (MethodRun& m : runs->runs) {
+        if (ref > 0 && m.ok_batches > 0) m.ratio_to_reference = m.tokens_per_s / ref;
+        if (m.state == RunState::kOk && m.config.has_value() && m.ok_batches == 0 &&
+            !m.batches.empty()) {
+          m.state = RunState::kOutOfMemory;
+          m.reason = fmt::format("batch {}: {}", m.batches.front().batch, m.batches.front().reason);
+        }
+      }
+    }
+    out->own = std::move(own.runs);
+    out->controlled = std::move(controlled.runs);
+  }
+
+ private:
+  // Runs `run->config` over every batch; marks `out` partial when cancelled before the end.
+  Status RunAll(MethodRun* run, RunAccounts* accounts, Progress* progress, CompareResult* out) {
+    SLUICE_ASSIGN_OR_RETURN(bool complete, RunBatches(run, accounts, progress));
+    if (!complete) {
+      out->partial = true;
+      if (run->batches.empty()) {
+        run->state = RunState::kNotRun;
+        run->reason = "interrupted before its first batch";
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Plans and simulates every batch under `run->config`; fills records, accounts and useful
+  // FLOPs. Returns false when cancelled before the end.
+  StatusOr<bool> RunBatches(MethodRun* run, RunAccounts* accounts, Progress* progress) {
+    SLUICE_ASSIGN_OR_RETURN(const Planner planner, scorer_.PlannerFor(*run->config));
+    SimOptions sim = ScenarioSim(sc_);
+    for (const GlobalBatch& batch : r_.batches) {
+      if (Cancelled()) return false;
+      const bool example = options_.keep_examples && !run->example.has_value();
+      sim.record_timeline = example;
+      sim.record_memory = false;
+      BatchRecord rec;
+      rec.batch = batch.index;
+      BatchAccount account;
+      double placed_flops = 0;
+      SLUICE_ASSIGN_OR_RETURN(PlanResult plan, planner.Plan(batch.samples));
+      rec.planning_ms = plan.planning_time.millis();
+      if (plan.outcome != PlanOutcome::kOk) {
+        rec.outcome = BatchOutcome::kOutOfMemory;
+        rec.reason = plan.infeasible_reason;
+      } else {
+        for (const auto& replica : plan.batch_plan.replicas) {
+          rec.micro_batches += static_cast<int64_t>(replica.size());
+          for (const MicroBatch& mb : replica) {
+            rec.real_tokens += mb.real_tokens;
+            rec.padded_tokens += mb.padded_tokens;
+          }
+        }
+        sim.samples = batch.samples;  // real tokens from the samples' own lengths
+        SLUICE_ASSIGN_OR_RETURN(SimResult s, Simulate(plan.plan, sim));
+        if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
+          rec.outcome = s.outcome == SimOutcome::kDeadlock ? BatchOutcome::kDeadlock
+                                                           : BatchOutcome::kSimOutOfMemory;
+          rec.reason = s.memory_exceeded
+                           ? fmt::format("rank {} exceeds the memory limit at instruction {}: {}",
+                                         s.oom_rank, s.oom_instruction, s.problem)
+                           : s.problem;
+        } else {
+          rec.iteration_ms = s.iteration_time.millis();
+          double bubble = 0, comm = 0;
+          for (const RankSimStats& rank : s.ranks) {
+            bubble += rank.bubble.seconds();
+            comm += rank.exposed_comm.seconds();
+            rec.peak_memory_mb = std::max(rec.peak_memory_mb, rank.peak_memory.mb());
+          }
+          const double denom = static_cast<double>(s.ranks.size()) * s.iteration_time.seconds();
+          rec.bubble = denom > 0 ? bubble / denom : 0;
+          rec.comm = denom > 0 ? comm / denom : 0;
+          account = AccountBatch(plan, s, planner.evaluator(), batch.samples, flops_,
+                                 r_.sc.cluster.num_devices());
+          placed_flops = account.useful_flops;
+          if (example) run->example = ExampleRun{std::move(plan.plan), std::move(s)};
+        }
+      }
+      run->batches.push_back(std::move(rec));
+      accounts->account.push_back(account);
+      accounts->useful.push_back(placed_flops);
+      if (progress != nullptr) progress->Add();
+    }
+    return true;
+  }
+
+  const CompareScenario& sc_;
+  const CompareOptions& options_;
+  const Resolved& r_;
+  const FlopCounter flops_;
+  const std::vector<MethodSpec> methods_;
+  CandidateScorer scorer_;
+  std::vector<std::vector<Candidate>> candidates_;  // [method], by Search
+  std::vector<MethodSearch> searches_;              // [method], by Search
+};
+
+}  // namespace
+
+std::string_view BatchOutcomeName(BatchOutcome outcome) {
+  switch (outcome) {
+    case BatchOutcome::kOk:
+      return "ok";
+    case BatchOutcome::kOutOfMemory:
+      return "out-of-memory";
+    case BatchOutcome::kSimOutOfMemory:
+      return "sim-out-of-memory";
+    case BatchOutcome::kDeadlock:
+      return "deadlock";
+  }
+  return "?";
+}
+
+std::string_view RunStateName(RunState state) {
+  switch (state) {
+    case RunState::kOk:
+      return "ok";
+    case RunState::kOutOfMemory:
+      return "out-of-memory";
+    case RunState::kUnsupported:
+      return "unsupported";
+    case RunState::kNotRun:
+      return "not-run";
+  }
+  return "?";
+}
+
+StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptions& options,
+                                   std::string_view source) {
+  // Resolve: the scenario, checked, and the global batches of the run.
+  const FieldNamer field_name =
+      options.field_name ? options.field_name
+                         : FileFieldNamer(std::string(source.empty() ? "flags" : source));
+  SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(sc, field_name));
+  SLUICE_ASSIGN_OR_RETURN(const Resolved r, Resolve(sc, field_name));
+  Comparison comparison(sc, options, r);
+  CompareResult out = comparison.Start();
+  SLUICE_RETURN_IF_ERROR(comparison.Search(&out));
+  const auto run_start = Clock::now();
+  SLUICE_ASSIGN_OR_RETURN(Runs own, comparison.RunOwnConfigs(&out));
+  SLUICE_ASSIGN_OR_RETURN(Runs controlled, comparison.RunControlled(own, &out));
+  out.run_seconds = SecondsSince(run_start);
+  if (comparison.Cancelled()) out.partial = true;
+  comparison.Summarise(std::move(own), std::move(controlled), &out);
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,138 @@
+#include "planner/scenario.h"
+
+#include <fmt/core.h>
+
+#include <utility>
+
+#include "cost/cost_factory.h"
+#include "data/data_source.h"
+
+namespace sluice {
+namespace {
+
+Status Prefixed(const Status& s, const std::string& where) {
+  if (s.ok()) return s;
+  return Status(s.code(), fmt::format("{}: {}", where, s.message()));
+}
+
+// The memory limit of `spec` (given as memory_limit_mb or in the parallel configuration, not
+// both), checked against one device of `cluster`.
+StatusOr<std::optional<Bytes>> ResolveMemoryLimit(const ScenarioSpec& spec,
+                                                  const ClusterSpec& cluster,
+                                                  const FieldNamer& field_name) {
+  const bool in_parallel = spec.parallel.has_value() && spec.parallel->memory_limit.has_value();
+  if (spec.memory_limit_mb <= 0) {
+    // A limit in the parallel configuration is checked with it (CheckParallelFits).
+    return in_parallel ? spec.parallel->memory_limit : std::nullopt;
+  }
+  if (in_parallel) {
+    return InvalidArgumentError(fmt::format(
+        "{}: the memory limit is also given as memory_limit_mb in {}; give it in one place",
+        field_name("memory_limit_mb"), field_name("parallel")));
+  }
+  const Bytes limit = Bytes::MB(spec.memory_limit_mb);
+  if (limit > cluster.device.memory) {
+    return InvalidArgumentError(fmt::format(
+        "{}: {:.0f} MB exceeds the memory of one {} device ({:.0f} MB; allowed: 1..{:.0f})",
+        field_name("memory_limit_mb"), spec.memory_limit_mb, cluster.device.name,
+        cluster.device.memory.mb(), cluster.device.memory.mb()));
+  }
+  return std::optional<Bytes>(limit);
+}
+
+}  // namespace
+
+FieldNamer FileFieldNamer(std::string source) {
+  return [source = std::move(source)](std::string_view field) {
+    if (source.empty()) return fmt::format("field '{}'", field);
+    return fmt::format("{}: field '{}'", source, field);
+  };
+}
+
+StatusOr<Scenario> ResolveScenario(const ScenarioSpec& spec, const FieldNamer& field_name) {
+  Scenario sc;
+  auto model = ResolveModel(spec.model);
+  if (!model.ok()) return Prefixed(model.status(), field_name("model"));
+  sc.model = std::move(model).value();
+  auto cluster = ResolveCluster(spec.cluster);
+  if (!cluster.ok()) return Prefixed(cluster.status(), field_name("cluster"));
+  sc.cluster = std::move(cluster).value();
+  SLUICE_ASSIGN_OR_RETURN(sc.memory_limit, ResolveMemoryLimit(spec, sc.cluster, field_name));
+  if (spec.parallel.has_value()) {
+    sc.parallel = spec.parallel;
+    sc.parallel->memory_limit = sc.memory_limit;
+    SLUICE_RETURN_IF_ERROR(
+        CheckParallelFits(*sc.parallel, sc.model, &sc.cluster, field_name("parallel")));
+  }
+  if (spec.max_seqlen > sc.model.max_position) {
+    return InvalidArgumentError(
+        fmt::format("{}: {} exceeds the max position {} of model '{}' (allowed: 1..{})",
+                    field_name("max_seqlen"), spec.max_seqlen, sc.model.max_position, sc.model.name,
+                    sc.model.max_position));
+  }
+  if (spec.iterations < 0) {
+    return InvalidArgumentError(fmt::format("{}: {} is not a positive integer or 0 (all)",
+                                            field_name("iterations"), spec.iterations));
+  }
+  sc.max_seqlen = spec.max_seqlen;
+  sc.tokens_per_batch = spec.tokens_per_batch;
+  sc.iterations = spec.iterations;
+  auto long_samples = ParseLongSamplePolicy(spec.long_samples);
+  if (!long_samples.ok()) return Prefixed(long_samples.status(), field_name("long"));
+  sc.long_samples = *long_samples;
+
+  CostModelOptions cost_options;
+  cost_options.kind = spec.cost;
+  cost_options.flash_attention = spec.flash_attention;
+  auto cost = MakeCostModel(sc.model, sc.cluster, cost_options);
+  if (!cost.ok()) return Prefixed(cost.status(), field_name("cost"));
+  sc.cost = std::move(cost).value();
+
+  DataOptions data_options;
+  data_options.seed = spec.seed;
+  data_options.num_samples = spec.samples;
+  auto dataset = LoadData(spec.data, data_options);
+  if (!dataset.ok()) return Prefixed(dataset.status(), field_name("data"));
+  sc.dataset = std::move(dataset).value();
+  BatcherOptions batcher_options;
+  batcher_options.tokens_per_batch = spec.tokens_per_batch;
+  batcher_options.max_seqlen = spec.max_seqlen;
+  batcher_options.long_samples = sc.long_samples;
+  // A decoder-only model sees prompt and response as one sequence.
+  batcher_options.limit =
+      sc.model.is_encoder_decoder() ? SeqlenLimit::kEachSide : SeqlenLimit::kTotal;
+  batcher_options.seed = spec.seed;
+  SLUICE_ASSIGN_OR_RETURN(GlobalBatcher batcher,
+                          GlobalBatcher::Create(sc.dataset, batcher_options));
+  sc.batcher.emplace(std::move(batcher));
+  return sc;
+}
+
+std::string Scenario::Describe(const ScenarioDescribeOptions& options) const {
+  std::string s;
+  s += fmt::format("model:    {} ({}, {} layers{})\n", model.name, ModelKindName(model.kind),
+                   model.layers,
+                   model.is_encoder_decoder() ? fmt::format(" + {}", model.decoder_layers) : "");
+  if (options.parallel && parallel.has_value()) {
+    const ParallelConfig& p = *parallel;
+    s += fmt::format(
+        "cluster:  {} ({} devices), dp {} x pp {} x tp {}{}, ZeRO-{}, memory limit {:.0f} MB\n",
+        cluster.name, cluster.num_devices(), p.dp, p.pp, p.tp,
+        p.vpp > 1 ? fmt::format(" x vpp {}", p.vpp) : "", p.zero, MemoryLimit().mb());
+  } else {
+    s += fmt::format("cluster:  {} ({} devices), memory limit {:.0f} MB per device\n", cluster.name,
+                     cluster.num_devices(), MemoryLimit().mb());
+  }
+  s += fmt::format("cost:     {}\n", cost->Describe());
+  s += fmt::format("data:     {} ({} samples), {} tokens per global batch, max seqlen {}",
+                   dataset.source(), dataset.size(), tokens_per_batch, max_seqlen);
+  if (options.batches_taken.has_value()) {
+    s += fmt::format(" ({}), {} batches{}", LongSamplePolicyName(long_samples),
+                     *options.batches_taken, iterations == 0 ? " (all)" : "");
+  } else {
+    s += iterations == 0 ? ", all batches" : fmt::format(", {} batches", iterations);
+  }
+  return s;
+}
+
+}  // namespace sluice

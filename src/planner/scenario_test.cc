@@ -1,0 +1,129 @@
+// The scenario resolver shared by the CLI and `sluice compare`: the memory-limit rule (one place,
+// within the device), errors that name the field through the caller's namer, the description.
+#include "planner/scenario.h"
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+ScenarioSpec Small() {
+  ScenarioSpec s;
+  s.data = "web";
+  s.samples = 200;
+  s.tokens_per_batch = 16384;
+  s.iterations = 2;
+  ParallelConfig p;
+  p.dp = 2;
+  p.pp = 4;
+  p.zero = 1;
+  s.parallel = p;
+  return s;
+}
+
+// A namer like the CLI's: every field is a flag.
+std::string Flag(std::string_view field) { return fmt::format("--{}", field); }
+
+TEST(ScenarioTest, ResolvesEveryPart) {
+  auto sc = ResolveScenario(Small(), FileFieldNamer("s.json"));
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_EQ(sc->model.name, "gpt-6.7b");
+  EXPECT_EQ(sc->cluster.num_devices(), 8);
+  ASSERT_TRUE(sc->parallel.has_value());
+  EXPECT_EQ(sc->parallel->pp, 4);
+  EXPECT_FALSE(sc->memory_limit.has_value());
+  EXPECT_EQ(sc->MemoryLimit(), sc->cluster.device.memory);
+  ASSERT_NE(sc->cost, nullptr);
+  EXPECT_EQ(sc->dataset.size(), 200u);
+  ASSERT_TRUE(sc->batcher.has_value());
+  GlobalBatch batch;
+  EXPECT_TRUE(sc->batcher->Next(&batch));
+  EXPECT_LE(batch.tokens, 16384);
+  EXPECT_THAT(sc->Describe(), HasSubstr("dp 2 x pp 4 x tp 1, ZeRO-1, memory limit 42950 MB"));
+  EXPECT_THAT(sc->Describe(), HasSubstr("max seqlen 2048, 2 batches"));
+  const std::string compare_form = sc->Describe({.parallel = false, .batches_taken = 1});
+  EXPECT_THAT(compare_form, HasSubstr("(8 devices), memory limit 42950 MB per device"));
+  EXPECT_THAT(compare_form, HasSubstr("max seqlen 2048 (clip), 1 batches"));
+}
+
+TEST(ScenarioTest, MemoryLimitIsGivenInOnePlaceWithinTheDevice) {
+  // As memory_limit_mb: the scenario's limit, and the parallel configuration's.
+  ScenarioSpec s = Small();
+  s.memory_limit_mb = 36000;
+  auto sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_EQ(sc->MemoryLimit(), Bytes::MB(36000));
+  EXPECT_EQ(sc->parallel->memory_limit, Bytes::MB(36000));
+  // In the parallel configuration: the same.
+  s = Small();
+  s.parallel->memory_limit = Bytes::MB(30000);
+  sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_EQ(sc->MemoryLimit(), Bytes::MB(30000));
+  // In both: an error naming both fields.
+  s.memory_limit_mb = 36000;
+  sc = ResolveScenario(s, Flag);
+  ASSERT_FALSE(sc.ok());
+  EXPECT_EQ(sc.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sc.status().message(),
+            "--memory_limit_mb: the memory limit is also given as memory_limit_mb in --parallel; "
+            "give it in one place");
+  // Above one device's memory, wherever it is given.
+  s = Small();
+  s.memory_limit_mb = 90000;
+  sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(),
+              StartsWith("s.json: field 'memory_limit_mb': 90000 MB exceeds"));
+  s = Small();
+  s.parallel->memory_limit = Bytes::MB(90000);
+  sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(), StartsWith("s.json: field 'parallel'"));
+  EXPECT_THAT(sc.status().message(), HasSubstr("exceeds"));
+  // Without a parallel configuration (sluice compare searches one) the check still holds.
+  s = Small();
+  s.parallel.reset();
+  s.memory_limit_mb = 90000;
+  sc = ResolveScenario(s, FileFieldNamer(""));
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(), StartsWith("field 'memory_limit_mb': 90000 MB exceeds"));
+}
+
+TEST(ScenarioTest, ErrorsNameTheFieldThroughTheNamer) {
+  ScenarioSpec s = Small();
+  s.model = "gpt-7b";
+  auto sc = ResolveScenario(s, Flag);
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(), StartsWith("--model: "));
+  EXPECT_THAT(sc.status().message(), HasSubstr("gpt-6.7b"));
+  s = Small();
+  s.max_seqlen = 100000;
+  sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(),
+              StartsWith("s.json: field 'max_seqlen': 100000 exceeds the max position"));
+  s = Small();
+  s.parallel->pp = 3;
+  sc = ResolveScenario(s, Flag);
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(), StartsWith("--parallel: "));
+  s = Small();
+  s.data = "no-such-data";
+  sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(), StartsWith("s.json: field 'data': "));
+  s = Small();
+  s.long_samples = "keep";
+  sc = ResolveScenario(s, Flag);
+  ASSERT_FALSE(sc.ok());
+  EXPECT_THAT(sc.status().message(), StartsWith("--long: "));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,73 @@
+#include "planner/search_space.h"
+
+#include <fmt/core.h>
+
+#include "base/json_util.h"
+#include "batching/method.h"
+
+namespace sluice {
+namespace {
+
+std::vector<ScheduleKind> MegatronSchedules() {
+  return {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved};
+}
+
+}  // namespace
+
+bool IsBatchingName(std::string_view name) {
+  const size_t plus = name.find('+');
+  if (plus == std::string_view::npos) {
+    for (const MethodInfo& m : ListMethods()) {
+      if (m.name == name) return true;
+    }
+    return false;
+  }
+  return MakeAssigner(name.substr(0, plus)).ok() && MakeMicroBatcher(name.substr(plus + 1)).ok();
+}
+
+std::vector<std::string> KnownMethodNames() {
+  return {"packing",   "token-budget", "multipack", "dynapipe",
+          "hydraulis", "sluice",       "padding",   "sorted"};
+}
+
+std::vector<MethodSpec> DefaultMethods() {
+  std::vector<MethodSpec> methods;
+  for (const char* name :
+       {"packing", "token-budget", "multipack", "dynapipe", "hydraulis", "sluice"}) {
+    methods.push_back(*MethodSpecFor(name, "default"));
+  }
+  return methods;
+}
+
+StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view source) {
+  MethodSpec spec;
+  spec.name = std::string(name);
+  if (name == "padding" || name == "sorted" || name == "token-budget" || name == "packing" ||
+      name == "multipack") {
+    spec.batching = {std::string(name)};
+    spec.schedules = MegatronSchedules();
+  } else if (name == "dynapipe") {
+    spec.batching = {"dynapipe"};
+    spec.schedules = {ScheduleKind::k1F1B, ScheduleKind::kAdaptive};
+  } else if (name == "hydraulis") {
+    spec.batching = {"hydraulis"};
+    spec.schedules = {ScheduleKind::k1F1B};
+  } else if (name == "sluice") {
+    spec.batching = {"dynapipe",  "hydraulis",    "hydraulis+dynapipe",
+                     "multipack", "token-budget", "packing"};
+    spec.schedules = AllScheduleKinds();
+  } else if (IsBatchingName(name)) {
+    spec.batching = {std::string(name)};
+    spec.schedules = AllScheduleKinds();
+  } else {
+    std::vector<std::string> known = KnownMethodNames();
+    std::vector<std::string_view> allowed(known.begin(), known.end());
+    return InvalidArgumentError(fmt::format(
+        "{}: unknown method '{}' (allowed: {}, or any batching method ASSIGNER+BATCHER of "
+        "docs/batching.md)",
+        source, name, JoinAllowed(allowed)));
+  }
+  return spec;
+}
+
+}  // namespace sluice

@@ -1,0 +1,60 @@
+// The search space of the configuration search (config_search.h): a compared method
+// (MethodSpec) and the configurations each method is searched over (SearchSpace).
+//
+// A compared method (MethodSpec) is a label, the batching methods it may use (RunMethod names,
+// batching/method.h) and the pipeline schedules it may run; the search picks the best
+// (batching, schedule, parallel configuration) among them. The single names carry the
+// schedules their systems offer (docs/compare.md): the Megatron-style baselines (padding,
+// sorted, token-budget, packing, multipack) gpipe, 1f1b and interleaved; dynapipe 1f1b and
+// adaptive; hydraulis 1f1b; `sluice` (sluice's best combination) every schedule with the batching
+// methods dynapipe, hydraulis, hydraulis+dynapipe, multipack, token-budget and packing, so it is
+// at least as fast as any of those methods' own best. Any other RunMethod name (e.g.
+// "balanced+dynapipe") runs every schedule.
+//
+// Thread safety: value types and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "schedule/generators.h"
+
+namespace sluice {
+
+struct MethodSpec {
+  std::string name;                   // label in tables and reports, unique in a scenario
+  std::vector<std::string> batching;  // RunMethod names tried, e.g. {"dynapipe"}
+  std::vector<ScheduleKind> schedules;
+
+  friend bool operator==(const MethodSpec&, const MethodSpec&) = default;
+};
+
+// The configuration space searched per method. Empty lists mean "every value that fits".
+struct SearchSpace {
+  std::vector<int64_t> tp;             // tensor-parallel degrees (default: powers of two up to
+                                       // the devices of one node that the cost model supports)
+  std::vector<int64_t> pp;             // pipeline degrees (default: every divisor that fits)
+  std::vector<int64_t> zero = {1, 2};  // ZeRO stages (ZeRO-3's per-layer gathers are not
+                                       // modelled by the plan, so it is not searched by default)
+  std::vector<int64_t> vpp = {2};      // virtual stages tried with the interleaved schedule
+  bool all_devices = true;             // only configurations that use every device
+  int64_t score_batches = 2;           // global batches each candidate is scored on
+  int64_t simulate_top = 3;            // candidates per method simulated after the fast estimate
+
+  friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
+};
+
+// The names MethodSpecFor accepts as shorthands, in the default order, and the default list:
+// packing, token-budget, multipack, dynapipe, hydraulis, sluice.
+std::vector<std::string> KnownMethodNames();
+std::vector<MethodSpec> DefaultMethods();
+// The spec of a shorthand or of any RunMethod name (single or ASSIGNER+BATCHER). Errors list the
+// allowed names.
+StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view source);
+// Whether `name` is a RunMethod name (batching/method.h): a single method or ASSIGNER+BATCHER.
+bool IsBatchingName(std::string_view name);
+
+}  // namespace sluice
