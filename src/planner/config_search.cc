@@ -134,7 +134,8 @@ Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec&
   const ParallelConfig& par = eval.parallel();
   if (par.dp <= 1) return Duration::Zero();
   const AlphaBetaCommModel comm(cluster);
-  const bool spans = (par.dp - 1) * par.pp * par.tp >= cluster.devices_per_node;
+  // The data-parallel group of pipeline rank 0 (ranks 0, pp, ..., (dp - 1) * pp) spans nodes.
+  const bool spans = NodeOfRank(cluster, (par.dp - 1) * par.pp, par.tp) != NodeOfRank(cluster, 0, par.tp);
   Duration worst;
   for (const ModelStateMemory& states : eval.stage_states()) {
     const Bytes grads = Bytes::Of(states.params * 2);
