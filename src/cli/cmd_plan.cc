@@ -20,11 +20,8 @@ namespace {
 
 struct PlanFlags {
   ScenarioFlags scenario;
-  std::string method = "dynapipe";
-  std::string schedule = "1f1b";
-  std::string recompute;
+  PlannerFlags planner;
   std::string out;
-  bool no_search = false;
   int64_t show = 1;
 };
 
@@ -85,23 +82,12 @@ void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool
 }
 
 Status RunPlan(const PlanFlags& f) {
-  SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(f.schedule));
+  SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
-  PlannerOptions options;
-  options.method = f.method;
-  options.schedule = kind;
-  options.search_order = !f.no_search;
-  options.batching.seed = f.scenario.seed;
-  options.batching.max_seqlen = sc.max_seqlen;
-  if (!f.recompute.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
-    options.batching.recompute = rc;
-  }
-  // The planner's evaluator sizes micro-batches for the in-flight count of the schedule.
-  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlanner(sc, std::move(options)));
+  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
   fmt::print("{}\n", sc.Describe());
-  fmt::print("method:   {}, schedule {}{}\n\n", f.method, f.schedule,
-             f.no_search ? "" : ", micro-batch order searched");
+  fmt::print("method:   {}, schedule {}{}\n\n", f.planner.method, f.planner.schedule,
+             f.planner.no_search ? "" : ", micro-batch order searched");
 
   GlobalBatch batch;
   Progress progress("planning", sc.iterations, stderr, /*min_total=*/8);
@@ -142,8 +128,8 @@ Status RunPlan(const PlanFlags& f) {
   }
   if (ok == 0 && done > 0) {
     return FailedPreconditionError(fmt::format(
-        "no batch could be planned within memory with method '{}' and schedule '{}'", f.method,
-        f.schedule));
+        "no batch could be planned within memory with method '{}' and schedule '{}'", f.planner.method,
+        f.planner.schedule));
   }
   return Status::Ok();
 }
@@ -192,13 +178,7 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
   CLI::App* p = app->add_subcommand(
       "plan", "Plan global batches into validated per-rank execution plans (and check/export them)");
   AddScenarioFlags(p, &flags->scenario);
-  p->add_option("--method", flags->method, "Batching method (see `sluice batch --help`)")
-      ->capture_default_str();
-  p->add_option("--schedule", flags->schedule, "gpipe, 1f1b, interleaved, zb-h1 or adaptive")
-      ->capture_default_str();
-  p->add_option("--recompute", flags->recompute,
-                "none, selective or full for every micro-batch (default: the method chooses)");
-  p->add_flag("--no-search", flags->no_search, "Keep the batching order (no order search)");
+  AddPlannerFlags(p, &flags->planner);
   p->add_option("--out", flags->out,
                 "Write the plan (.json, or .msgpack for the binary form); with several batches "
                 "PATH-<batch>.json per batch")

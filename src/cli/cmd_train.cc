@@ -16,10 +16,7 @@ namespace {
 
 struct TrainFlags {
   ScenarioFlags scenario;
-  std::string method = "dynapipe";
-  std::string schedule = "1f1b";
-  std::string recompute;
-  bool no_search = false;
+  PlannerFlags planner;
   int64_t nproc = 0;
   double lr = 1e-3;
   std::string trace_dir;
@@ -35,21 +32,11 @@ struct TrainFlags {
 
 Status RunTrain(const TrainFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
-  SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(f.schedule));
+  SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario and
   // builds the same planner (rank 0 plans with it).
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
-  PlannerOptions po;
-  po.method = f.method;
-  po.schedule = kind;
-  po.search_order = !f.no_search;
-  po.batching.seed = f.scenario.seed;
-  po.batching.max_seqlen = sc.max_seqlen;
-  if (!f.recompute.empty()) {
-    SLUICE_ASSIGN_OR_RETURN(Recompute rc, ParseRecompute(f.recompute));
-    po.batching.recompute = rc;
-  }
-  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlanner(sc, std::move(po)));
+  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
   runtime::TrainOptions o;
   if (!f.fault.empty()) {
     SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
@@ -96,8 +83,8 @@ Status RunTrain(const TrainFlags& f) {
   o.dump_dir = f.dump_dir;
   if (env.rank == 0) {
     fmt::print("{}\n", sc.Describe());
-    fmt::print("method:   {}, schedule {}{}\n", f.method, f.schedule,
-               f.plans.empty() ? (f.no_search ? "" : ", micro-batch order searched")
+    fmt::print("method:   {}, schedule {}{}\n", f.planner.method, f.planner.schedule,
+               f.plans.empty() ? (f.planner.no_search ? "" : ", micro-batch order searched")
                                : fmt::format(", {} plan files", f.plans.size()));
     std::fflush(stdout);
   }
@@ -117,13 +104,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   CLI::App* t = app->add_subcommand(
       "train", "Train for real on libtorch + c10d, executing the planner's plans (docs/runtime.md)");
   AddScenarioFlags(t, &flags->scenario);
-  t->add_option("--method", flags->method, "Batching method (see `sluice batch --help`)")
-      ->capture_default_str();
-  t->add_option("--schedule", flags->schedule, "gpipe, 1f1b, interleaved, zb-h1 or adaptive")
-      ->capture_default_str();
-  t->add_option("--recompute", flags->recompute,
-                "none, selective or full for every micro-batch (default: the method chooses)");
-  t->add_flag("--no-search", flags->no_search, "Keep the batching order (no order search)");
+  AddPlannerFlags(t, &flags->planner);
   t->add_option("--nproc", flags->nproc,
                 "Start N local ranks (otherwise read torchrun's RANK, WORLD_SIZE, MASTER_ADDR, "
                 "MASTER_PORT; default port 29500)")

@@ -111,4 +111,30 @@ StatusOr<Planner> MakePlanner(const Scenario& sc, PlannerOptions options) {
   return planner;
 }
 
+void AddPlannerFlags(CLI::App* app, PlannerFlags* flags) {
+  app->add_option("--method", flags->method, "Batching method (see `sluice batch --help`)")
+      ->capture_default_str();
+  app->add_option("--schedule", flags->schedule, "gpipe, 1f1b, interleaved, zb-h1 or adaptive")
+      ->capture_default_str();
+  app->add_option("--recompute", flags->recompute,
+                  "none, selective or full for every micro-batch (default: the method chooses)");
+  app->add_flag("--no-search", flags->no_search, "Keep the batching order (no order search)");
+}
+
+StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioFlags& scenario_flags,
+                                       const PlannerFlags& flags) {
+  SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(flags.schedule));
+  PlannerOptions options;
+  options.method = flags.method;
+  options.schedule = kind;
+  options.search_order = !flags.no_search;
+  options.batching.seed = scenario_flags.seed;
+  options.batching.max_seqlen = scenario.max_seqlen;
+  if (!flags.recompute.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(options.batching.recompute, ParseRecompute(flags.recompute));
+  }
+  // The planner's evaluator sizes micro-batches for the in-flight count of the schedule.
+  return MakePlanner(scenario, std::move(options));
+}
+
 }  // namespace sluice::cli

@@ -65,4 +65,20 @@ StatusOr<StageCostEvaluator> MakeEvaluator(const Scenario& scenario);
 // --schedule.
 StatusOr<Planner> MakePlanner(const Scenario& scenario, PlannerOptions options);
 
+// The flags `plan` and `train` share to choose how a global batch is planned.
+struct PlannerFlags {
+  std::string method = "dynapipe";
+  std::string schedule = "1f1b";
+  std::string recompute;  // "" = the method chooses
+  bool no_search = false;
+};
+
+// Adds --method, --schedule, --recompute and --no-search.
+void AddPlannerFlags(CLI::App* app, PlannerFlags* flags);
+
+// MakePlanner with the options `flags` say (seed from the scenario flags, max_seqlen from the
+// resolved scenario). Errors name the flag.
+StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioFlags& scenario_flags,
+                                       const PlannerFlags& flags);
+
 }  // namespace sluice::cli

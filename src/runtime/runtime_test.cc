@@ -372,15 +372,25 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineTest, ::testing::ValuesIn(Cases()),
                            return n;
                          });
 
-TEST(PlanCheckTest, PlanForAnotherModelIsRejectedNamingTheField) {
-  const std::string dir = MakeDir("mismatch");
-  const std::vector<std::string> common = {"--parallel", "pp=2", "--data", "mixture-4task",
-                                           "--tokens-per-batch", "600", "--max-seqlen", "96",
-                                           "--memory-limit", "55", "--iterations", "1"};
-  std::vector<std::string> plan = {"plan", "--model", "gpt-tiny", "--out", dir + "/p.json"};
-  plan.insert(plan.end(), common.begin(), common.end());
+// One gpt-tiny batch planned at pp 2 (the flags `train` must repeat to run it).
+std::vector<std::string> TinyPlanFlags() {
+  return {"--parallel",   "pp=2", "--data",         "mixture-4task", "--tokens-per-batch", "600",
+          "--max-seqlen", "96",   "--memory-limit", "55",            "--iterations",       "1"};
+}
+
+// Writes the plan of TinyPlanFlags() for gpt-tiny to `out`.
+void PlanTinyGpt(const std::vector<std::string>& flags, const std::string& out,
+                 const std::string& dir) {
+  std::vector<std::string> plan = {"plan", "--model", "gpt-tiny", "--out", out};
+  plan.insert(plan.end(), flags.begin(), flags.end());
   const Outcome planned = RunSluice(plan, dir, 60);
   ASSERT_EQ(planned.status, 0) << planned.output;
+}
+
+TEST(PlanCheckTest, PlanForAnotherModelIsRejectedNamingTheField) {
+  const std::string dir = MakeDir("mismatch");
+  const std::vector<std::string> common = TinyPlanFlags();
+  ASSERT_NO_FATAL_FAILURE(PlanTinyGpt(common, dir + "/p.json", dir));
 
   std::vector<std::string> train = {"train", "--nproc", "2", "--timeout", "30",
                                     "--plan", dir + "/p.json", "--model",
@@ -410,13 +420,8 @@ TEST(PlanCheckTest, PlanForAnotherModelIsRejectedNamingTheField) {
 // `plan check` and abort `train` with std::bad_alloc.
 TEST(PlanCheckTest, PlanWithHugeSlotIdsIsRejectedBeforeAnythingAllocates) {
   const std::string dir = MakeDir("slots");
-  const std::vector<std::string> common = {"--parallel", "pp=2", "--data", "mixture-4task",
-                                           "--tokens-per-batch", "600", "--max-seqlen", "96",
-                                           "--memory-limit", "55", "--iterations", "1"};
-  std::vector<std::string> plan = {"plan", "--model", "gpt-tiny", "--out", dir + "/p.json"};
-  plan.insert(plan.end(), common.begin(), common.end());
-  const Outcome planned = RunSluice(plan, dir, 60);
-  ASSERT_EQ(planned.status, 0) << planned.output;
+  const std::vector<std::string> common = TinyPlanFlags();
+  ASSERT_NO_FATAL_FAILURE(PlanTinyGpt(common, dir + "/p.json", dir));
   StatusOr<ExecutionPlan> read = ReadPlanFile(dir + "/p.json");
   ASSERT_TRUE(read.ok()) << read.status().message();
   const int64_t offset = (int64_t{1} << 31) - 64;
