@@ -12,30 +12,31 @@
 namespace sluice {
 namespace {
 
+std::string CountsProblem(const Instruction& in, size_t inputs, size_t outputs) {
+  return fmt::format("{} needs {} input and {} output slots, has {} and {}", OpKindName(in.op),
+                     inputs, outputs, in.inputs.size(), in.outputs.size());
+}
+
+std::string StageProblem(const ExecutionPlan& plan, const RankProgram& program, int64_t stage) {
+  return fmt::format(
+      "stage {} does not run on pipeline rank {} (stages 0..{}, stage s on rank "
+      "s % {})",
+      stage, program.pp_index, plan.num_stages() - 1, plan.pp());
+}
+
 std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankProgram& program,
                                         const Instruction& in) {
+  if (auto p = CheckInstructionIndices(plan, program, in)) return std::move(p->message);
   const int64_t S = plan.num_stages(), last = S - 1;
   const auto& mbs = plan.replicas[program.dp_index].micro_batches;
-  for (const auto* list : {&in.inputs, &in.outputs}) {
-    for (int64_t slot : *list) {
-      if (slot < 0 || slot >= program.buffer_slots) {
-        return fmt::format("slot {} is outside the program's {} buffer slots", slot,
-                           program.buffer_slots);
-      }
-    }
-  }
   auto want_counts = [&](size_t inputs, size_t outputs) -> std::optional<std::string> {
     if (in.inputs.size() == inputs && in.outputs.size() == outputs) return std::nullopt;
-    return fmt::format("{} needs {} input and {} output slots, has {} and {}", OpKindName(in.op),
-                       inputs, outputs, in.inputs.size(), in.outputs.size());
+    return CountsProblem(in, inputs, outputs);
   };
-  if (in.op == OpKind::kFreeBuffer) return want_counts(1, 0);
+  if (in.op == OpKind::kFreeBuffer) return std::nullopt;  // CheckInstructionIndices has it all
   if (in.op == OpKind::kOptimizerStep) return want_counts(0, 0);
   if (in.stage < 0 || in.stage >= S || plan.PipelineRankOf(in.stage) != program.pp_index) {
-    return fmt::format(
-        "stage {} does not run on pipeline rank {} (stages 0..{}, stage s on rank "
-        "s % {})",
-        in.stage, program.pp_index, last, plan.pp());
+    return StageProblem(plan, program, in.stage);
   }
   if (IsCollective(in.op)) {
     if (in.bucket < 0 || in.bytes.count() <= 0) {
@@ -362,6 +363,47 @@ class OrderChecker {
 };
 
 }  // namespace
+
+std::optional<InstructionProblem> CheckInstructionIndices(const ExecutionPlan& plan,
+                                                          const RankProgram& program,
+                                                          const Instruction& in) {
+  for (const auto* list : {&in.inputs, &in.outputs}) {
+    for (int64_t slot : *list) {
+      if (slot < 0 || slot >= program.buffer_slots) {
+        return InstructionProblem{list == &in.inputs ? "in" : "out",
+                                  fmt::format("slot {} is outside the program's {} buffer slots",
+                                              slot, program.buffer_slots)};
+      }
+    }
+  }
+  auto counts = [&](size_t inputs, size_t outputs) -> std::optional<InstructionProblem> {
+    if (in.inputs.size() == inputs && in.outputs.size() == outputs) return std::nullopt;
+    return InstructionProblem{in.inputs.size() != inputs ? "in" : "out",
+                              CountsProblem(in, inputs, outputs)};
+  };
+  if (in.op == OpKind::kFreeBuffer) return counts(1, 0);
+  if (IsCompute(in.op)) {
+    if (in.stage < 0 || in.stage >= plan.num_stages() ||
+        plan.PipelineRankOf(in.stage) != program.pp_index) {
+      return InstructionProblem{"stage", StageProblem(plan, program, in.stage)};
+    }
+    const size_t m = plan.replicas[program.dp_index].micro_batches.size();
+    if (in.microbatch < 0 || in.microbatch >= static_cast<int64_t>(m)) {
+      return InstructionProblem{"mb",
+                                fmt::format("micro-batch {} is not in [0, {})", in.microbatch, m)};
+    }
+    return std::nullopt;
+  }
+  if (IsCommStart(in.op) || IsCommFinish(in.op)) {
+    const int64_t n = static_cast<int64_t>(plan.ranks.size());
+    if (in.peer < 0 || in.peer >= n || in.peer == program.rank) {
+      return InstructionProblem{
+          "peer", fmt::format("peer {} is not another rank of the plan (0..{})", in.peer, n - 1)};
+    }
+    if (in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart) return counts(0, 1);
+  }
+  return std::nullopt;
+}
 
 std::optional<ProgramProblem> CheckProgramFields(const ExecutionPlan& plan,
                                                  const RankProgram& program) {

@@ -72,21 +72,27 @@ inline int P2pStreamOf(OpKind op) {
 }
 inline StreamKind StreamOfP2p(int s) { return static_cast<StreamKind>(s + 1); }
 
-// An instruction as the engine reads it, packed by Prepare: what the run needs without chasing
-// the plan's vectors (the 1,024-rank plans are memory-bound otherwise).
-struct OpRec {
+// The compiled program (Prepare): every rank's instructions, rank after rank, as one flat array of
+// SimOp with their slots in one flat array of slot indices. An op holds exactly what the engine
+// reads, so the run never touches the plan's Instructions (each of which holds three heap
+// vectors); the 1,024-rank plans are memory-bound otherwise.
+struct SimOp {
   OpKind op = OpKind::kForward;
+  int32_t slots = 0;  // first of its slots in Engine::slot_refs_: the inputs, then the outputs,
+                      // up to the next op's `slots` (the compiled program ends with a marker op)
   int32_t n_in = 0;
-  int32_t n_out = 0;
-  int32_t slots = 0;  // offset in RankState::slot_list: the inputs, then the outputs
-  int32_t microbatch = -1;
-  int32_t stage = -1;
-  int64_t peer = -1;
-  int64_t tag = -1;
-  Bytes bytes;  // payload of transfers, collectives and loads; the buffer a receive or a
-                // compute op's output allocates (fp16 bytes of its shapes)
-  Duration duration;
-  const ChunkCost* cost = nullptr;  // compute ops: the micro-batch's stage cost
+  int32_t aux = 0;    // compute ops: their chunk in Engine::chunks_; point-to-point: the peer
+  int64_t value = 0;  // compute ops and optimizer-step: duration (ns) x the rank's compute factor;
+                      // load-input: duration (ns); point-to-point: tag
+  Bytes bytes;  // payload of transfers, collectives and loads; the buffer a receive or a compute
+                // op's output allocates (fp16 bytes of its shapes)
+};
+static_assert(sizeof(SimOp) == 32);
+
+// The memory rule's figures of one (micro-batch, stage) chunk (the plan's ChunkCost). Its index
+// identifies the chunk: two compute ops of a rank name the same chunk iff they have the same aux.
+struct ChunkMemory {
+  int64_t peak = 0, stored = 0, stored_until_w = 0;
 };
 
 // A Start posted on a point-to-point stream.
@@ -101,6 +107,7 @@ struct Post {
   int32_t slot = -1;  // receives: the slot written
   Bytes bytes;
   int32_t transfer = -1;
+  bool done = false;  // the transfer completed
 };
 
 struct P2pStream {
@@ -126,11 +133,11 @@ struct Slot {
   bool activation = false;  // an fp16 stage input (received or produced), coverable by a forward
   bool covered = false;     // counted inside a forward's stored activations, until the
                             // backward (B or I) of that micro-batch and stage ends
-  int32_t cover_mb = -1, cover_stage = -1;
-  bool counted = false;  // its bytes are in the memory level
+  bool counted = false;   // its bytes are in the memory level
+  int32_t cover_chunk = -1;  // the forward's chunk (ChunkMemory index) while covered
+  int32_t writer = kNoInterval;
   Bytes bytes;
   Duration ready;
-  int32_t writer = kNoInterval;
 };
 
 // kStopped: the rank cannot go on (a Finish without its Start, a slot read before it was written,
@@ -138,11 +145,13 @@ struct Slot {
 enum class Wait : uint8_t { kRunning, kPost, kCollectives, kStopped, kDone };
 
 struct RankState {
-  const RankProgram* program = nullptr;
-  std::vector<OpRec> ops;          // the program, packed
-  std::vector<int32_t> slot_list;  // the ops' slots, as indices into `slots`
-  // The plan's slot id of each index of `slots`, ascending: the slots the program names, numbered
-  // densely, so the engine's memory follows the plan's size and not its largest slot id.
+  const RankProgram* program = nullptr;  // for messages
+  const SimOp* ops = nullptr;            // the compiled program: ops[0, size)
+  size_t size = 0;
+  // Empty when the plan's slot ids index `slots` directly (they are dense: buffer_slots is at
+  // most the slots the program allocates, ValidatePlan's invariant). Otherwise the plan's id of
+  // each index, ascending: the ids the program names, numbered densely, so the engine's memory
+  // follows the plan's size and not its largest slot id.
   std::vector<int64_t> slot_ids;
   size_t pc = 0;
   Duration host;
@@ -227,20 +236,27 @@ class Engine {
   Status Run(SimResult* result);
 
  private:
-  int64_t Node(int64_t rank) const {
-    return rank * plan_.parallel.tp / plan_.cluster.devices_per_node;
-  }
-  bool Inter(int64_t a, int64_t b) const { return Node(a) != Node(b); }
+  // Whether ranks a and b talk over the inter-node link: their first devices are in different
+  // nodes (the lowering's rule, NodeOfRank).
+  bool Inter(int64_t a, int64_t b) const { return plan_.NodeOf(a) != plan_.NodeOf(b); }
   // Ports of rank r: 0 intra egress, 1 intra ingress, 2 inter egress, 3 inter ingress.
   int32_t Port(int64_t rank, bool inter, bool ingress) const {
     return static_cast<int32_t>(rank * 4 + (inter ? 2 : 0) + (ingress ? 1 : 0));
   }
   const LinkSpec& Link(bool inter) const { return inter ? inter_ : intra_; }
 
+  // Checks the plan's structure and compiles it (ops_, slot_refs_, chunks_, the ranks' state,
+  // ports and groups). InvalidArgument naming the field for a plan the engine cannot run, and
+  // when the plan's work could take simulated times or memory levels past int64 (durations and
+  // sizes are each in range, their sums may not be).
   Status Prepare();
-  // After Prepare: InvalidArgument when the plan's work could take simulated times or memory
-  // levels past int64 (durations and sizes are each in range, their sums may not be).
-  Status CheckMagnitudes() const;
+  // Prepare's part for rank r: compiles its program onto ops_ and slot_refs_, adds its work (ns)
+  // to `work_ns` and its sends to `sends`, and sets `memory` to its model states plus every
+  // allocation and activation it makes (bytes).
+  Status CompileRank(int64_t r, double* work_ns, double* memory, size_t* sends);
+  // Prepare's part for the data-parallel groups and the ports: InvalidArgument when a group's
+  // ring uses a link without bandwidth.
+  Status BuildGroups();
   void Push(Duration t, EventType type, int32_t a, uint32_t b = 0) {
     heap_.push({t.nanos(), seq_++, type, a, b});
   }
@@ -254,15 +270,16 @@ class Engine {
   void RunHost(int32_t rank, Duration now);
   // Runs one compute-stream op; returns its start.
   Duration RunOnCompute(int32_t rank, size_t instr, Duration duration, StreamKind stream);
-  void IssueCompute(int32_t rank, const OpRec& in);
-  const int32_t* Inputs(const RankState& r, const OpRec& in) const {
-    return r.slot_list.data() + in.slots;
-  }
-  const int32_t* Outputs(const RankState& r, const OpRec& in) const {
-    return r.slot_list.data() + in.slots + in.n_in;
-  }
+  void IssueCompute(int32_t rank, const SimOp& in);
+  const int32_t* Inputs(const SimOp& in) const { return slot_refs_.data() + in.slots; }
+  const int32_t* Outputs(const SimOp& in) const { return slot_refs_.data() + in.slots + in.n_in; }
+  // REQUIRES: `in` is an op of ops_ (the next op ends its slots).
+  static int32_t NumOutputs(const SimOp& in) { return (&in)[1].slots - in.slots - in.n_in; }
   // The plan's id of the rank's slot index `slot`, for messages.
-  int64_t SlotId(int32_t rank, int64_t slot) const { return ranks_[rank].slot_ids[slot]; }
+  int64_t SlotId(int32_t rank, int64_t slot) const {
+    const std::vector<int64_t>& ids = ranks_[rank].slot_ids;
+    return ids.empty() ? slot : ids[slot];
+  }
   // False (and the rank stopped) when the slot holds no finished buffer.
   bool Readable(int32_t rank, int64_t slot);
   // False (and the rank stopped) when the slot still holds a buffer.
@@ -271,8 +288,8 @@ class Engine {
     ranks_[rank].wait = Wait::kStopped;
     ranks_[rank].stop_reason = std::move(reason);
   }
-  void PostP2p(int32_t rank, const OpRec& in);
-  void PostCollective(int32_t rank, const OpRec& in);
+  void PostP2p(int32_t rank, const SimOp& in);
+  void PostCollective(int32_t rank, const SimOp& in);
   void TryStartTransfer(int32_t sender, int send_stream);
   void TryStartCollective(int32_t group);
   void OnTransferData(int32_t t, Duration now);
@@ -289,6 +306,10 @@ class Engine {
   const SimOptions& options_;
   const LinkSpec intra_, inter_;
   const AlphaBetaCommModel comm_;
+  std::vector<SimOp> ops_;            // the compiled program (SimOp)
+  std::vector<int32_t> slot_refs_;    // the ops' slots, as indices into their rank's `slots`
+  std::vector<ChunkMemory> chunks_;   // [first_chunk_[dp index] + micro-batch * stages + stage]
+  std::vector<int64_t> first_chunk_;  // [dp index]
   std::vector<RankState> ranks_;
   std::vector<Transfer> transfers_;
   std::vector<Group> groups_;
