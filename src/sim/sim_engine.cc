@@ -482,6 +482,8 @@ void Engine::RunHost(int32_t rank, Duration now) {
           r.wait_post = open.post;
           r.blocked_at = r.host;
           r.blocked_tail = r.tail;
+          // The op after it runs when the transfer completes: fetch it while others run.
+          __builtin_prefetch(r.ops + r.pc + 1);
           return;
         }
         break;
@@ -499,6 +501,7 @@ void Engine::RunHost(int32_t rank, Duration now) {
             r.blocked_at = r.host;
             r.blocked_tail = r.tail;
           }
+          __builtin_prefetch(r.ops + r.pc + 1);
           return;
         }
         RunOnCompute(rank, r.pc, Duration::Nanos(in.value), StreamKind::kCompute);

@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <queue>
 #include <string>
 #include <utility>
@@ -76,16 +77,17 @@ inline StreamKind StreamOfP2p(int s) { return static_cast<StreamKind>(s + 1); }
 // SimOp with their slots in one flat array of slot indices. An op holds exactly what the engine
 // reads, so the run never touches the plan's Instructions (each of which holds three heap
 // vectors); the 1,024-rank plans are memory-bound otherwise.
+// No default member values: Prepare writes every field of every op into uninitialised storage.
 struct SimOp {
-  OpKind op = OpKind::kForward;
-  int32_t slots = 0;  // first of its slots in Engine::slot_refs_: the inputs, then the outputs,
-                      // up to the next op's `slots` (the compiled program ends with a marker op)
-  int32_t n_in = 0;
-  int32_t aux = 0;    // compute ops: their chunk in Engine::chunks_; point-to-point: the peer
-  int64_t value = 0;  // compute ops and optimizer-step: duration (ns) x the rank's compute factor;
-                      // load-input: duration (ns); point-to-point: tag
-  Bytes bytes;  // payload of transfers, collectives and loads; the buffer a receive or a compute
-                // op's output allocates (fp16 bytes of its shapes)
+  OpKind op;
+  int32_t slots;  // first of its slots in Engine::slot_refs_: the inputs, then the outputs, up
+                  // to the next op's `slots` (the compiled program ends with a marker op)
+  int32_t n_in;
+  int32_t aux;    // compute ops: their chunk in Engine::chunks_; point-to-point: the peer; else 0
+  int64_t value;  // compute ops and optimizer-step: duration (ns) x the rank's compute factor;
+                  // load-input: duration (ns); point-to-point: tag; else 0
+  Bytes bytes;    // payload of transfers, collectives and loads; the buffer a receive or a
+                  // compute op's output allocates (fp16 bytes of its shapes)
 };
 static_assert(sizeof(SimOp) == 32);
 
@@ -144,32 +146,35 @@ struct Slot {
 // collectives that do not match); `stop_reason` says why.
 enum class Wait : uint8_t { kRunning, kPost, kCollectives, kStopped, kDone };
 
-struct RankState {
-  const RankProgram* program = nullptr;  // for messages
-  const SimOp* ops = nullptr;            // the compiled program: ops[0, size)
+struct alignas(64) RankState {
+  // What the host reads for every op first (the first two cache lines).
+  const SimOp* ops = nullptr;  // the compiled program: ops[0, size)
   size_t size = 0;
+  size_t pc = 0;
+  Duration host;
+  Duration tail;  // compute stream free from here on
+  int32_t host_pred = kNoInterval;
+  int32_t tail_interval = kNoInterval;
+  Wait wait = Wait::kRunning;
+  Duration compute;
+  std::vector<Slot> slots;
+  std::vector<MemoryDelta> memory;  // emitted at compute-stream times: non-decreasing
+  // The rest.
+  const RankProgram* program = nullptr;  // for messages
   // Empty when the plan's slot ids index `slots` directly (they are dense: buffer_slots is at
   // most the slots the program allocates, ValidatePlan's invariant). Otherwise the plan's id of
   // each index, ascending: the ids the program names, numbered densely, so the engine's memory
   // follows the plan's size and not its largest slot id.
   std::vector<int64_t> slot_ids;
-  size_t pc = 0;
-  Duration host;
-  int32_t host_pred = kNoInterval;
-  Wait wait = Wait::kRunning;
   std::string stop_reason;
   int32_t wait_stream = 0, wait_post = 0;
   Duration blocked_at, blocked_tail;
-  Duration tail;  // compute stream free from here on
-  int32_t tail_interval = kNoInterval;
   std::array<P2pStream, 4> p2p;
   std::vector<OpenPost> open;
-  std::vector<Slot> slots;
   int64_t coll_posted = 0, coll_pending = 0;
   double compute_factor = 1.0;
   // Figures.
-  Duration compute, comm, exposed, host_end;
-  std::vector<MemoryDelta> memory;       // emitted at compute-stream times: non-decreasing
+  Duration comm, exposed, host_end;
   std::vector<MemoryDelta> recv_memory;  // receive allocations, at transfer starts
   std::vector<std::pair<Duration, Duration>> comm_spans;
   std::vector<std::pair<Duration, Duration>> coll_spans;
@@ -237,8 +242,8 @@ class Engine {
 
  private:
   // Whether ranks a and b talk over the inter-node link: their first devices are in different
-  // nodes (the lowering's rule, NodeOfRank).
-  bool Inter(int64_t a, int64_t b) const { return plan_.NodeOf(a) != plan_.NodeOf(b); }
+  // nodes (the lowering's rule, ExecutionPlan::NodeOf). REQUIRES: Prepare has run.
+  bool Inter(int64_t a, int64_t b) const { return node_[a] != node_[b]; }
   // Ports of rank r: 0 intra egress, 1 intra ingress, 2 inter egress, 3 inter ingress.
   int32_t Port(int64_t rank, bool inter, bool ingress) const {
     return static_cast<int32_t>(rank * 4 + (inter ? 2 : 0) + (ingress ? 1 : 0));
@@ -250,10 +255,10 @@ class Engine {
   // when the plan's work could take simulated times or memory levels past int64 (durations and
   // sizes are each in range, their sums may not be).
   Status Prepare();
-  // Prepare's part for rank r: compiles its program onto ops_ and slot_refs_, adds its work (ns)
-  // to `work_ns` and its sends to `sends`, and sets `memory` to its model states plus every
-  // allocation and activation it makes (bytes).
-  Status CompileRank(int64_t r, double* work_ns, double* memory, size_t* sends);
+  // Prepare's part for rank r: compiles its program into ops_ from `op` on and onto slot_refs_,
+  // adds its work (ns) to `work_ns` and its sends to `sends`, and sets `memory` to its model
+  // states plus every allocation and activation it makes (bytes).
+  Status CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory, size_t* sends);
   // Prepare's part for the data-parallel groups and the ports: InvalidArgument when a group's
   // ring uses a link without bandwidth.
   Status BuildGroups();
@@ -306,8 +311,9 @@ class Engine {
   const SimOptions& options_;
   const LinkSpec intra_, inter_;
   const AlphaBetaCommModel comm_;
-  std::vector<SimOp> ops_;            // the compiled program (SimOp)
-  std::vector<int32_t> slot_refs_;    // the ops' slots, as indices into their rank's `slots`
+  std::unique_ptr<SimOp[]> ops_;        // the compiled program (SimOp), with its end marker
+  std::vector<int32_t> slot_refs_;      // the ops' slots, as indices into their rank's `slots`
+  std::vector<int64_t> node_;           // [rank] its node
   std::vector<ChunkMemory> chunks_;   // [first_chunk_[dp index] + micro-batch * stages + stage]
   std::vector<int64_t> first_chunk_;  // [dp index]
   std::vector<RankState> ranks_;

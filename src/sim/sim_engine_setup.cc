@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <limits>
+#include <memory>
 
 #include "plan/program_check.h"
 #include "sim/sim_engine.h"
@@ -57,27 +59,25 @@ Status Engine::Prepare() {
       out += stages;
     }
   }
+  node_.resize(n);
+  for (int64_t r = 0; r < n; ++r) node_[r] = plan_.NodeOf(r);
   // Groups first (the work of a collective needs its ring), their errors after the programs'.
   const Status groups = BuildGroups();
   size_t total = 0;
   for (const RankProgram& p : plan_.ranks) total += p.instructions.size();
-  ops_.reserve(total + 1);
+  ops_ = std::make_unique_for_overwrite<SimOp[]>(total + 1);
   slot_refs_.reserve(2 * total);
   double work_ns = 0;
   std::vector<double> memory(n, 0.0);
   size_t sends = 0;
+  SimOp* op = ops_.get();
   for (int64_t r = 0; r < n; ++r) {
-    SLUICE_RETURN_IF_ERROR(CompileRank(r, &work_ns, &memory[r], &sends));
+    ranks_[r].ops = op;
+    SLUICE_RETURN_IF_ERROR(CompileRank(r, op, &work_ns, &memory[r], &sends));
+    op += ranks_[r].size;
   }
+  *op = {OpKind::kOptimizerStep, static_cast<int32_t>(slot_refs_.size()), 0, 0, 0, Bytes::Zero()};
   transfers_.reserve(sends);
-  SimOp end;
-  end.slots = static_cast<int32_t>(slot_refs_.size());
-  ops_.push_back(end);  // ends the last op's slots
-  size_t first = 0;
-  for (RankState& rs : ranks_) {
-    rs.ops = ops_.data() + first;
-    first += rs.size;
-  }
   if (options_.record_timeline) {  // every interval belongs to one instruction
     intervals_.reserve(total);
     pred_.reserve(total);
@@ -107,7 +107,8 @@ Status Engine::Prepare() {
   return Status::Ok();
 }
 
-Status Engine::CompileRank(int64_t r, double* work_ns, double* memory, size_t* sends) {
+Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory,
+                           size_t* sends) {
   const ParallelConfig& par = plan_.parallel;
   const RankProgram& p = plan_.ranks[r];
   if (p.rank != r || p.dp_index != r / par.pp || p.pp_index != r % par.pp || p.buffer_slots < 0) {
@@ -119,15 +120,22 @@ Status Engine::CompileRank(int64_t r, double* work_ns, double* memory, size_t* s
   RankState& rs = ranks_[r];
   rs.program = &p;
   rs.size = p.instructions.size();
-  *memory = static_cast<double>(plan_.model_states[p.pp_index].count());
   rs.memory.reserve(3 * p.instructions.size());
   // Slot ids index the slots directly when they are dense (buffer_slots is at most what the
   // program allocates); otherwise the ids the program names are numbered densely.
   int64_t allocations = 0;
+  size_t refs = 0;
   for (const Instruction& in : p.instructions) {
     allocations += static_cast<int64_t>(in.outputs.size());
+    refs += in.inputs.size() + in.outputs.size();
   }
   const bool dense = p.buffer_slots <= allocations;
+  const size_t first_ref = slot_refs_.size();
+  if (refs > static_cast<size_t>(std::numeric_limits<int32_t>::max()) - first_ref) {
+    return PlanError(fmt::format("ranks 0..{} name more than 2^31 - 1 slots in all", r));
+  }
+  slot_refs_.resize(first_ref + refs);
+  int32_t* slot = slot_refs_.data() + first_ref;
   rs.slot_ids.clear();
   if (!dense) {
     for (const Instruction& in : p.instructions) {
@@ -148,9 +156,11 @@ Status Engine::CompileRank(int64_t r, double* work_ns, double* memory, size_t* s
   const int64_t first_chunk = first_chunk_[p.dp_index];
   const Group& g = groups_[p.pp_index];
   const double factor = rs.compute_factor;
+  double work = *work_ns;
+  double mem = static_cast<double>(plan_.model_states[p.pp_index].count());
   std::array<size_t, 4> posts = {};
   size_t collectives = 0;
-  for (size_t i = 0; i < p.instructions.size(); ++i) {
+  for (size_t i = 0; i < p.instructions.size(); ++i, ++op) {
     const Instruction& in = p.instructions[i];
     auto field = [&](std::string_view name, std::string problem) {
       return PlanError(fmt::format("field 'ranks[{}].instructions[{}].{}' ({}): {}", r, i, name,
@@ -161,13 +171,14 @@ Status Engine::CompileRank(int64_t r, double* work_ns, double* memory, size_t* s
     }
     if (in.duration < Duration::Zero()) return field("ns", "negative duration");
     if (in.bytes < Bytes::Zero()) return field("bytes", "negative byte count");
-    SimOp op;
-    op.op = in.op;
-    op.slots = static_cast<int32_t>(slot_refs_.size());
-    op.n_in = static_cast<int32_t>(in.inputs.size());
-    for (int64_t s : in.inputs) slot_refs_.push_back(slot_index(s));
-    for (int64_t s : in.outputs) slot_refs_.push_back(slot_index(s));
-    op.bytes = in.bytes;
+    op->op = in.op;
+    op->slots = static_cast<int32_t>(slot - slot_refs_.data());
+    op->n_in = static_cast<int32_t>(in.inputs.size());
+    op->aux = 0;
+    op->value = 0;
+    op->bytes = in.bytes;
+    for (int64_t s : in.inputs) *slot++ = slot_index(s);
+    for (int64_t s : in.outputs) *slot++ = slot_index(s);
     const double bytes = static_cast<double>(in.bytes.count());
     switch (in.op) {
       case OpKind::kForward:
@@ -178,22 +189,22 @@ Status Engine::CompileRank(int64_t r, double* work_ns, double* memory, size_t* s
           return field("mb", fmt::format("micro-batch {} lacks its {} stage costs",
                                          in.microbatch, stages));
         }
-        op.aux = static_cast<int32_t>(first_chunk + in.microbatch * stages + in.stage);
-        op.value = in.duration.Scaled(factor).nanos();
-        op.bytes = Fp16Bytes(in.shapes);
-        *work_ns += static_cast<double>(in.duration.nanos()) * factor;
-        const ChunkMemory& c = chunks_[op.aux];
-        *memory += static_cast<double>(c.peak) + static_cast<double>(c.stored) +
-                   static_cast<double>(c.stored_until_w);
+        op->aux = static_cast<int32_t>(first_chunk + in.microbatch * stages + in.stage);
+        op->value = in.duration.Scaled(factor).nanos();
+        op->bytes = Fp16Bytes(in.shapes);
+        work += static_cast<double>(in.duration.nanos()) * factor;
+        const ChunkMemory& c = chunks_[op->aux];
+        mem += static_cast<double>(c.peak) + static_cast<double>(c.stored) +
+               static_cast<double>(c.stored_until_w);
         break;
       }
       case OpKind::kOptimizerStep:
-        op.value = in.duration.Scaled(factor).nanos();
-        *work_ns += static_cast<double>(in.duration.nanos()) * factor;
+        op->value = in.duration.Scaled(factor).nanos();
+        work += static_cast<double>(in.duration.nanos()) * factor;
         break;
       case OpKind::kLoadInput:
-        op.value = in.duration.nanos();
-        *work_ns += static_cast<double>(in.duration.nanos());
+        op->value = in.duration.nanos();
+        work += static_cast<double>(in.duration.nanos());
         break;
       case OpKind::kAllReduceGrad:
       case OpKind::kReduceScatterGrad:
@@ -201,8 +212,8 @@ Status Engine::CompileRank(int64_t r, double* work_ns, double* memory, size_t* s
         ++collectives;
         if (g.members.size() > 1) {
           const double steps = 2.0 * static_cast<double>(g.members.size());
-          *work_ns += 2 * bytes / g.min_bandwidth * 1e9 +
-                      steps * static_cast<double>(g.step_latency.nanos());
+          work += 2 * bytes / g.min_bandwidth * 1e9 +
+                  steps * static_cast<double>(g.step_latency.nanos());
         }
         break;
       case OpKind::kFreeBuffer:
@@ -216,20 +227,24 @@ Status Engine::CompileRank(int64_t r, double* work_ns, double* memory, size_t* s
                           "in cluster '{}' is not positive",
                           r, in.peer, inter ? "inter" : "intra", plan_.cluster.name));
         }
-        op.aux = static_cast<int32_t>(in.peer);
-        op.value = in.tag;
-        if (IsCommStart(in.op)) {
+        op->aux = static_cast<int32_t>(in.peer);
+        op->value = in.tag;
+        const bool start = in.op == OpKind::kSendActStart || in.op == OpKind::kSendGradStart ||
+                           in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart;
+        if (start) {
           ++posts[P2pStreamOf(in.op)];
-          if (!IsSend(in.op) && in.bytes == Bytes::Zero()) op.bytes = Fp16Bytes(in.shapes);
-          *work_ns += static_cast<double>(link.latency.nanos()) +
-                      static_cast<double>(op.bytes.count()) / link.bandwidth * 1e9;
+          const bool recv = in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart;
+          if (recv && in.bytes == Bytes::Zero()) op->bytes = Fp16Bytes(in.shapes);
+          work += static_cast<double>(link.latency.nanos()) +
+                  static_cast<double>(op->bytes.count()) / link.bandwidth * 1e9;
         }
         break;
       }
     }
-    *memory += static_cast<double>(op.bytes.count()) * static_cast<double>(in.outputs.size());
-    ops_.push_back(op);
+    mem += static_cast<double>(op->bytes.count()) * static_cast<double>(in.outputs.size());
   }
+  *work_ns = work;
+  *memory = mem;
   rs.slots.resize(dense ? static_cast<size_t>(p.buffer_slots) : rs.slot_ids.size());
   for (int k = 0; k < 4; ++k) rs.p2p[k].posts.reserve(posts[k]);
   rs.comm_spans.reserve(posts[0] + posts[1] + posts[2] + posts[3] + collectives);
