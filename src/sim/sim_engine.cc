@@ -11,9 +11,11 @@ namespace sluice::sim_internal {
 int32_t Engine::AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
                             Duration end, int32_t pred) {
   if (!options_.record_timeline) return kNoInterval;
-  intervals_.push_back({rank, instr, stream, start, end});
-  pred_.push_back(pred);
-  return static_cast<int32_t>(intervals_.size() - 1);
+  std::vector<IntervalRec>& list = ranks_[rank].intervals;
+  const int32_t id = static_cast<int32_t>(interval_at_.size());
+  interval_at_.push_back({static_cast<int32_t>(rank), static_cast<int32_t>(list.size())});
+  list.push_back({start, end, static_cast<int32_t>(instr), id, pred, stream});
+  return id;
 }
 
 bool Engine::Readable(int32_t rank, int64_t slot) {

@@ -22,7 +22,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <queue>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,26 +30,12 @@
 #include "base/units.h"
 #include "cost/comm_model.h"
 #include "plan/execution_plan.h"
+#include "sim/event_queue.h"
 #include "sim/flow_network.h"
 #include "sim/sim_stats.h"
 #include "sim/simulator.h"
 
 namespace sluice::sim_internal {
-
-enum class EventType : uint8_t { kTransferData, kFlowDone, kCollStart, kCollLatency, kCollDone };
-
-struct Event {
-  int64_t time = 0;
-  uint64_t seq = 0;
-  EventType type = EventType::kFlowDone;
-  int32_t a = 0;   // transfer, flow or group
-  uint32_t b = 0;  // flow version
-};
-struct EventAfter {
-  bool operator()(const Event& x, const Event& y) const {
-    return x.time != y.time ? x.time > y.time : x.seq > y.seq;
-  }
-};
 
 // Point-to-point streams, index = StreamKind - 1.
 constexpr int kSendNext = 0, kSendPrev = 1, kRecvPrev = 2, kRecvNext = 3;
@@ -95,6 +80,16 @@ static_assert(sizeof(SimOp) == 32);
 // identifies the chunk: two compute ops of a rank name the same chunk iff they have the same aux.
 struct ChunkMemory {
   int64_t peak = 0, stored = 0, stored_until_w = 0;
+};
+
+// An executed interval (SimInterval) as the engine records it, in its rank's list: `id` is its
+// place in creation order (interval ids are what `pred` and the engine's *_pred fields hold).
+struct IntervalRec {
+  Duration start, end;
+  int32_t instruction = 0;
+  int32_t id = 0;
+  int32_t pred = kNoInterval;  // the interval that decided its start
+  StreamKind stream = StreamKind::kCompute;
 };
 
 // A Start posted on a point-to-point stream.
@@ -178,6 +173,7 @@ struct alignas(64) RankState {
   std::vector<MemoryDelta> recv_memory;  // receive allocations, at transfer starts
   std::vector<std::pair<Duration, Duration>> comm_spans;
   std::vector<std::pair<Duration, Duration>> coll_spans;
+  std::vector<IntervalRec> intervals;  // record_timeline: its intervals, in creation order
 };
 
 struct Transfer {
@@ -263,7 +259,7 @@ class Engine {
   // ring uses a link without bandwidth.
   Status BuildGroups();
   void Push(Duration t, EventType type, int32_t a, uint32_t b = 0) {
-    heap_.push({t.nanos(), seq_++, type, a, b});
+    events_.Push({t.nanos(), type, a, b});
   }
   int32_t AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start, Duration end,
                       int32_t pred);
@@ -306,6 +302,8 @@ class Engine {
   void DrainChanged();
   std::string WaitReason(int32_t rank) const;
   void Finish(SimResult* result);
+  // record_timeline: the critical path and the timeline, by (rank, start, creation).
+  void FinishTimeline(SimResult* result);
 
   const ExecutionPlan& plan_;
   const SimOptions& options_;
@@ -321,12 +319,11 @@ class Engine {
   std::vector<Group> groups_;
   std::vector<FlowOwner> owners_;
   FlowNetwork net_;
-  std::priority_queue<Event, std::vector<Event>, EventAfter> heap_;
-  uint64_t seq_ = 0;
-  int64_t events_ = 0;
+  EventQueue events_;
+  int64_t popped_ = 0;
   int64_t executed_ = 0;
-  std::vector<SimInterval> intervals_;
-  std::vector<int32_t> pred_;
+  // record_timeline: [interval id] its rank and its index in the rank's `intervals`.
+  std::vector<std::pair<int32_t, int32_t>> interval_at_;
 };
 
 }  // namespace sluice::sim_internal

@@ -79,8 +79,8 @@ Status Engine::Prepare() {
   *op = {OpKind::kOptimizerStep, static_cast<int32_t>(slot_refs_.size()), 0, 0, 0, Bytes::Zero()};
   transfers_.reserve(sends);
   if (options_.record_timeline) {  // every interval belongs to one instruction
-    intervals_.reserve(total);
-    pred_.reserve(total);
+    interval_at_.reserve(total);
+    for (RankState& rs : ranks_) rs.intervals.reserve(rs.size);
   }
   SLUICE_RETURN_IF_ERROR(groups);
   // Every event happens by the sum of all work: until the end, some compute runs, some latency
@@ -411,21 +411,20 @@ void Engine::Finish(SimResult* result) {
     r.recv_memory = {};
   }
   out.instructions = executed_;
-  out.events = events_;
+  out.events = popped_;
 }
 
 Status Engine::Run(SimResult* result) {
   SLUICE_RETURN_IF_ERROR(Prepare());
   for (int32_t r = 0; r < static_cast<int32_t>(ranks_.size()); ++r) RunHost(r, Duration::Zero());
   constexpr int64_t kCancelCheckEvents = 4096;
-  while (!heap_.empty()) {
-    const Event e = heap_.top();
-    heap_.pop();
-    ++events_;
-    if (events_ % kCancelCheckEvents == 0 && options_.cancelled && options_.cancelled()) {
+  while (!events_.empty()) {
+    const Event e = events_.Pop();
+    ++popped_;
+    if (popped_ % kCancelCheckEvents == 0 && options_.cancelled && options_.cancelled()) {
       return FailedPreconditionError(fmt::format(
           "simulation interrupted at simulated time {:.3f} ms after {} events", e.time * 1e-6,
-          events_));
+          popped_));
     }
     const Duration now = Duration::Nanos(e.time);
     switch (e.type) {
@@ -452,24 +451,69 @@ Status Engine::Run(SimResult* result) {
     }
   }
   Finish(result);
-  if (options_.record_timeline) {
-    result->critical_path = CriticalPath(intervals_, pred_);
-    // By (rank, start, creation): buckets per rank, then each bucket by start.
-    std::vector<size_t> first(ranks_.size() + 1, 0);
-    for (const SimInterval& iv : intervals_) ++first[iv.rank + 1];
-    for (size_t r = 0; r < ranks_.size(); ++r) first[r + 1] += first[r];
-    std::vector<std::pair<int64_t, int32_t>> order(intervals_.size());
-    std::vector<size_t> fill(first.begin(), first.end() - 1);
-    for (size_t i = 0; i < intervals_.size(); ++i) {
-      order[fill[intervals_[i].rank]++] = {intervals_[i].start.nanos(), static_cast<int32_t>(i)};
-    }
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      std::sort(order.begin() + first[r], order.begin() + first[r + 1]);
-    }
-    result->timeline.reserve(order.size());
-    for (const auto& [start, i] : order) result->timeline.push_back(intervals_[i]);
-  }
+  if (options_.record_timeline) FinishTimeline(result);
   return Status::Ok();
+}
+
+namespace {
+
+// Sorts a rank's intervals by (start, id), a total order. They come nearly sorted (compute in
+// start order; a transfer or collective is recorded when it ends, after the few compute ops
+// issued while it ran), so an insertion sort does it in about one pass; one that would move
+// more than a few places per interval gives way to std::sort.
+void SortByStart(std::vector<IntervalRec>& list) {
+  auto before = [](const IntervalRec& a, const IntervalRec& b) {
+    return a.start != b.start ? a.start < b.start : a.id < b.id;
+  };
+  const size_t n = list.size();
+  size_t budget = 8 * n + 64;
+  for (size_t i = 1; i < n; ++i) {
+    if (!before(list[i], list[i - 1])) continue;
+    const IntervalRec x = list[i];
+    size_t j = i;
+    for (; j > 0 && before(x, list[j - 1]) && budget > 0; --j, --budget) list[j] = list[j - 1];
+    list[j] = x;
+    if (budget == 0) {
+      std::sort(list.begin(), list.end(), before);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void Engine::FinishTimeline(SimResult* result) {
+  // The critical path ends at the interval with the latest end (the earliest created among ties)
+  // and follows `pred` back. Predecessors always end no later than their successors start, and
+  // an interval is never its own predecessor; the bound guards against a cycle all the same.
+  const IntervalRec* last = nullptr;
+  for (const RankState& rs : ranks_) {
+    for (const IntervalRec& iv : rs.intervals) {
+      if (last == nullptr || iv.end > last->end || (iv.end == last->end && iv.id < last->id)) {
+        last = &iv;
+      }
+    }
+  }
+  std::vector<SimInterval>& path = result->critical_path;
+  for (int32_t id = last != nullptr ? last->id : kNoInterval, guard = 0;
+       id != kNoInterval && guard <= static_cast<int32_t>(interval_at_.size()); ++guard) {
+    const auto [rank, index] = interval_at_[id];
+    const IntervalRec& iv = ranks_[rank].intervals[index];
+    path.push_back({rank, iv.instruction, iv.stream, iv.start, iv.end});
+    id = iv.pred;
+  }
+  std::reverse(path.begin(), path.end());
+  // The timeline: rank after rank, each by (start, creation).
+  result->timeline.reserve(interval_at_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    std::vector<IntervalRec>& list = ranks_[r].intervals;
+    SortByStart(list);
+    for (const IntervalRec& iv : list) {
+      result->timeline.push_back(
+          {static_cast<int64_t>(r), iv.instruction, iv.stream, iv.start, iv.end});
+    }
+    list = {};
+  }
 }
 
 }  // namespace sluice::sim_internal
