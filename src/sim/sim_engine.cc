@@ -8,12 +8,12 @@
 
 namespace sluice::sim_internal {
 
-int32_t Engine::AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
-                            Duration end, int32_t pred) {
-  if (!options_.record_timeline) return kNoInterval;
-  std::vector<IntervalRec>& list = ranks_[rank].intervals;
+int32_t Engine::RecordInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
+                               Duration end, int32_t pred) {
+  const bool comm = stream != StreamKind::kCompute;
+  std::vector<IntervalRec>& list = ranks_[rank].intervals[comm];
   const int32_t id = static_cast<int32_t>(interval_at_.size());
-  interval_at_.push_back({static_cast<int32_t>(rank), static_cast<int32_t>(list.size())});
+  interval_at_.push_back({static_cast<int32_t>(rank), comm, static_cast<int32_t>(list.size())});
   list.push_back({start, end, static_cast<int32_t>(instr), id, pred, stream});
   return id;
 }
@@ -160,8 +160,8 @@ void Engine::PostP2p(int32_t rank, const SimOp& in) {
     post.slot = static_cast<int32_t>(s);
   }
   r.p2p[stream].posts.push_back(post);
-  r.open.push_back(
-      {in.op, in.aux, in.value, stream, static_cast<int32_t>(r.p2p[stream].posts.size() - 1)});
+  r.open.push_back({in.value, in.aux, static_cast<int32_t>(r.p2p[stream].posts.size() - 1), in.op,
+                    static_cast<int8_t>(stream)});
   if (IsSend(in.op)) {
     TryStartTransfer(rank, stream);
   } else {
@@ -197,8 +197,8 @@ void Engine::TryStartTransfer(int32_t sender, int send_stream) {
   Transfer t;
   t.src = sender;
   t.dst = receiver;
-  t.src_stream = send_stream;
-  t.dst_stream = recv_stream;
+  t.src_stream = static_cast<int8_t>(send_stream);
+  t.dst_stream = static_cast<int8_t>(recv_stream);
   t.src_post = static_cast<int32_t>(ss.head);
   t.dst_post = static_cast<int32_t>(rs.head);
   t.start = start;

@@ -94,15 +94,15 @@ struct IntervalRec {
 
 // A Start posted on a point-to-point stream.
 struct Post {
-  int32_t instr = 0;
-  int64_t peer = 0;
   int64_t tag = 0;
   Duration posted;
-  int32_t posted_pred = kNoInterval;
   Duration ready;  // sends: when the data is there
+  Bytes bytes;
+  int32_t instr = 0;
+  int32_t peer = 0;
+  int32_t posted_pred = kNoInterval;
   int32_t ready_pred = kNoInterval;
   int32_t slot = -1;  // receives: the slot written
-  Bytes bytes;
   int32_t transfer = -1;
   bool done = false;  // the transfer completed
 };
@@ -117,11 +117,11 @@ struct P2pStream {
 
 // A posted Start whose Finish has not run yet.
 struct OpenPost {
-  OpKind op;
-  int64_t peer;
   int64_t tag;
-  int32_t stream;
+  int32_t peer;
   int32_t post;
+  OpKind op;
+  int8_t stream;
 };
 
 struct Slot {
@@ -173,17 +173,19 @@ struct alignas(64) RankState {
   std::vector<MemoryDelta> recv_memory;  // receive allocations, at transfer starts
   std::vector<std::pair<Duration, Duration>> comm_spans;
   std::vector<std::pair<Duration, Duration>> coll_spans;
-  std::vector<IntervalRec> intervals;  // record_timeline: its intervals, in creation order
+  // record_timeline: its intervals in creation order, compute stream (in start order: the stream
+  // and the host only move forward) and communication (recorded as they end) apart.
+  std::array<std::vector<IntervalRec>, 2> intervals;
 };
 
 struct Transfer {
-  int32_t src = 0, dst = 0;
-  int32_t src_stream = 0, dst_stream = 0;
-  int32_t src_post = 0, dst_post = 0;
   Duration start, end;
-  int32_t pred = kNoInterval;
   double bytes = 0;
+  int32_t src = 0, dst = 0;
+  int32_t src_post = 0, dst_post = 0;
+  int32_t pred = kNoInterval;
   std::array<int32_t, 2> ports = {};
+  int8_t src_stream = 0, dst_stream = 0;
   bool done = false;
 };
 
@@ -261,8 +263,14 @@ class Engine {
   void Push(Duration t, EventType type, int32_t a, uint32_t b = 0) {
     events_.Push({t.nanos(), type, a, b});
   }
+  // Records an interval when record_timeline; returns its id (kNoInterval when not recorded).
   int32_t AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start, Duration end,
-                      int32_t pred);
+                      int32_t pred) {
+    if (!options_.record_timeline) return kNoInterval;
+    return RecordInterval(rank, instr, stream, start, end, pred);
+  }
+  int32_t RecordInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
+                         Duration end, int32_t pred);
   void Mem(RankState& r, Duration t, int64_t bytes, size_t instr) {
     if (bytes != 0) r.memory.push_back({t.nanos(), bytes, static_cast<int32_t>(instr)});
   }
@@ -322,8 +330,12 @@ class Engine {
   EventQueue events_;
   int64_t popped_ = 0;
   int64_t executed_ = 0;
-  // record_timeline: [interval id] its rank and its index in the rank's `intervals`.
-  std::vector<std::pair<int32_t, int32_t>> interval_at_;
+  struct IntervalAt {
+    int32_t rank;
+    bool comm;  // in intervals[1]
+    int32_t index;
+  };
+  std::vector<IntervalAt> interval_at_;  // record_timeline: [interval id] where it is
 };
 
 }  // namespace sluice::sim_internal

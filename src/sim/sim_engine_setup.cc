@@ -80,7 +80,10 @@ Status Engine::Prepare() {
   transfers_.reserve(sends);
   if (options_.record_timeline) {  // every interval belongs to one instruction
     interval_at_.reserve(total);
-    for (RankState& rs : ranks_) rs.intervals.reserve(rs.size);
+    for (RankState& rs : ranks_) {
+      rs.intervals[0].reserve(rs.size / 2);
+      rs.intervals[1].reserve(rs.size / 2);
+    }
   }
   SLUICE_RETURN_IF_ERROR(groups);
   // Every event happens by the sum of all work: until the end, some compute runs, some latency
@@ -457,24 +460,27 @@ Status Engine::Run(SimResult* result) {
 
 namespace {
 
-// Sorts a rank's intervals by (start, id), a total order. They come nearly sorted (compute in
-// start order; a transfer or collective is recorded when it ends, after the few compute ops
-// issued while it ran), so an insertion sort does it in about one pass; one that would move
-// more than a few places per interval gives way to std::sort.
+bool IntervalBefore(const IntervalRec& a, const IntervalRec& b) {
+  return a.start != b.start ? a.start < b.start : a.id < b.id;
+}
+
+// Sorts intervals by (start, id), a total order. They come nearly sorted (a rank's transfers and
+// collectives are recorded as they end, and they overlap little), so an insertion sort does it in
+// about one pass; one that would move more than a few places per interval gives way to
+// std::sort.
 void SortByStart(std::vector<IntervalRec>& list) {
-  auto before = [](const IntervalRec& a, const IntervalRec& b) {
-    return a.start != b.start ? a.start < b.start : a.id < b.id;
-  };
   const size_t n = list.size();
   size_t budget = 8 * n + 64;
   for (size_t i = 1; i < n; ++i) {
-    if (!before(list[i], list[i - 1])) continue;
+    if (!IntervalBefore(list[i], list[i - 1])) continue;
     const IntervalRec x = list[i];
     size_t j = i;
-    for (; j > 0 && before(x, list[j - 1]) && budget > 0; --j, --budget) list[j] = list[j - 1];
+    for (; j > 0 && IntervalBefore(x, list[j - 1]) && budget > 0; --j, --budget) {
+      list[j] = list[j - 1];
+    }
     list[j] = x;
     if (budget == 0) {
-      std::sort(list.begin(), list.end(), before);
+      std::sort(list.begin(), list.end(), IntervalBefore);
       return;
     }
   }
@@ -488,31 +494,37 @@ void Engine::FinishTimeline(SimResult* result) {
   // an interval is never its own predecessor; the bound guards against a cycle all the same.
   const IntervalRec* last = nullptr;
   for (const RankState& rs : ranks_) {
-    for (const IntervalRec& iv : rs.intervals) {
-      if (last == nullptr || iv.end > last->end || (iv.end == last->end && iv.id < last->id)) {
-        last = &iv;
+    for (const std::vector<IntervalRec>& list : rs.intervals) {
+      for (const IntervalRec& iv : list) {
+        if (last == nullptr || iv.end > last->end || (iv.end == last->end && iv.id < last->id)) {
+          last = &iv;
+        }
       }
     }
   }
   std::vector<SimInterval>& path = result->critical_path;
   for (int32_t id = last != nullptr ? last->id : kNoInterval, guard = 0;
        id != kNoInterval && guard <= static_cast<int32_t>(interval_at_.size()); ++guard) {
-    const auto [rank, index] = interval_at_[id];
-    const IntervalRec& iv = ranks_[rank].intervals[index];
-    path.push_back({rank, iv.instruction, iv.stream, iv.start, iv.end});
+    const IntervalAt at = interval_at_[id];
+    const IntervalRec& iv = ranks_[at.rank].intervals[at.comm][at.index];
+    path.push_back({at.rank, iv.instruction, iv.stream, iv.start, iv.end});
     id = iv.pred;
   }
   std::reverse(path.begin(), path.end());
-  // The timeline: rank after rank, each by (start, creation).
+  // The timeline: rank after rank, each by (start, creation): its two lists merged.
   result->timeline.reserve(interval_at_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    std::vector<IntervalRec>& list = ranks_[r].intervals;
-    SortByStart(list);
-    for (const IntervalRec& iv : list) {
+    std::array<std::vector<IntervalRec>, 2>& lists = ranks_[r].intervals;
+    for (std::vector<IntervalRec>& list : lists) SortByStart(list);
+    auto put = [&](const IntervalRec& iv) {
       result->timeline.push_back(
           {static_cast<int64_t>(r), iv.instruction, iv.stream, iv.start, iv.end});
-    }
-    list = {};
+    };
+    auto a = lists[0].begin(), b = lists[1].begin();
+    while (a != lists[0].end() && b != lists[1].end()) put(IntervalBefore(*b, *a) ? *b++ : *a++);
+    for (; a != lists[0].end(); ++a) put(*a);
+    for (; b != lists[1].end(); ++b) put(*b);
+    lists = {};
   }
 }
 
