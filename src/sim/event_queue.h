@@ -8,6 +8,7 @@
 // Thread safety: one simulation's object; not shared.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

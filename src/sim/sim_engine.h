@@ -12,9 +12,11 @@
 //  - collectives of a data-parallel group start when every member posted them and the group's
 //    previous collective is done; stepwise ones hold the ring's ports and run their steps,
 //    closed-form ones last AlphaBetaCommModel::Collective.
-// Events (binary heap on (time, sequence)): a transfer's data phase, a flow's completion, a
-// collective's start, step latency and (closed form) end. sim_engine.cc runs them;
-// sim_engine_setup.cc checks the plan before and turns the state into a SimResult after.
+// Events (EventQueue, on (time, sequence)): a transfer's data phase, a flow's completion, a
+// collective's start, step latency and (closed form) end. The run reads the plan only through
+// its compiled form (sim_program.h). sim_engine_setup.cc checks and compiles the plan;
+// sim_engine.cc runs the hosts, transfers and collectives; sim_engine_result.cc runs the event
+// loop and turns the state into a SimResult.
 //
 // Thread safety: one Engine per simulation, used by one thread.
 #pragma once
@@ -32,6 +34,7 @@
 #include "plan/execution_plan.h"
 #include "sim/event_queue.h"
 #include "sim/flow_network.h"
+#include "sim/sim_program.h"
 #include "sim/sim_stats.h"
 #include "sim/simulator.h"
 
@@ -57,30 +60,6 @@ inline int P2pStreamOf(OpKind op) {
   }
 }
 inline StreamKind StreamOfP2p(int s) { return static_cast<StreamKind>(s + 1); }
-
-// The compiled program (Prepare): every rank's instructions, rank after rank, as one flat array of
-// SimOp with their slots in one flat array of slot indices. An op holds exactly what the engine
-// reads, so the run never touches the plan's Instructions (each of which holds three heap
-// vectors); the 1,024-rank plans are memory-bound otherwise.
-// No default member values: Prepare writes every field of every op into uninitialised storage.
-struct SimOp {
-  OpKind op;
-  int32_t slots;  // first of its slots in Engine::slot_refs_: the inputs, then the outputs, up
-                  // to the next op's `slots` (the compiled program ends with a marker op)
-  int32_t n_in;
-  int32_t aux;    // compute ops: their chunk in Engine::chunks_; point-to-point: the peer; else 0
-  int64_t value;  // compute ops and optimizer-step: duration (ns) x the rank's compute factor;
-                  // load-input: duration (ns); point-to-point: tag; else 0
-  Bytes bytes;    // payload of transfers, collectives and loads; the buffer a receive or a
-                  // compute op's output allocates (fp16 bytes of its shapes)
-};
-static_assert(sizeof(SimOp) == 32);
-
-// The memory rule's figures of one (micro-batch, stage) chunk (the plan's ChunkCost). Its index
-// identifies the chunk: two compute ops of a rank name the same chunk iff they have the same aux.
-struct ChunkMemory {
-  int64_t peak = 0, stored = 0, stored_until_w = 0;
-};
 
 // An executed interval (SimInterval) as the engine records it, in its rank's list: `id` is its
 // place in creation order (interval ids are what `pred` and the engine's *_pred fields hold).
