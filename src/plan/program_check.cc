@@ -27,25 +27,25 @@ std::string CountsProblem(const Instruction& in, size_t inputs, size_t outputs) 
 
 // CheckInstructionIndices' findings (cold: built only for a broken plan).
 [[gnu::cold, gnu::noinline]] InstructionProblem SlotProblem(std::string_view field, int64_t slot,
-                                                          const RankProgram& program) {
+                                                            const RankProgram& program) {
   return {field, fmt::format("slot {} is outside the program's {} buffer slots", slot,
                              program.buffer_slots)};
 }
 
 [[gnu::cold, gnu::noinline]] InstructionProblem CountsProblemOf(const Instruction& in,
-                                                              size_t inputs, size_t outputs) {
+                                                                size_t inputs, size_t outputs) {
   return {in.inputs.size() != inputs ? "in" : "out", CountsProblem(in, inputs, outputs)};
 }
 
 [[gnu::cold, gnu::noinline]] InstructionProblem MicroBatchProblem(const ExecutionPlan& plan,
-                                                                const RankProgram& program,
-                                                                const Instruction& in) {
+                                                                  const RankProgram& program,
+                                                                  const Instruction& in) {
   return {"mb", fmt::format("micro-batch {} is not in [0, {})", in.microbatch,
                             plan.replicas[program.dp_index].micro_batches.size())};
 }
 
 [[gnu::cold, gnu::noinline]] InstructionProblem PeerProblem(const ExecutionPlan& plan,
-                                                          const Instruction& in) {
+                                                            const Instruction& in) {
   return {"peer", fmt::format("peer {} is not another rank of the plan (0..{})", in.peer,
                               static_cast<int64_t>(plan.ranks.size()) - 1)};
 }

@@ -473,8 +473,8 @@ void Engine::RunHost(int32_t rank, Duration now) {
         if (it == r.open.end()) {
           return Stop(rank, fmt::format("waits for a {} {} rank {} with tag {} that it never "
                                         "posted",
-                                        OpKindName(start_op), IsSend(in.op) ? "to" : "from",
-                                        in.aux, in.value));
+                                        OpKindName(start_op), IsSend(in.op) ? "to" : "from", in.aux,
+                                        in.value));
         }
         const OpenPost open = *it;
         r.open.erase(it);

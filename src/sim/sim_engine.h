@@ -105,11 +105,11 @@ struct OpenPost {
 
 struct Slot {
   bool live = false;
-  bool pending = false;     // written by a receive that has not completed
-  bool activation = false;  // an fp16 stage input (received or produced), coverable by a forward
-  bool covered = false;     // counted inside a forward's stored activations, until the
-                            // backward (B or I) of that micro-batch and stage ends
-  bool counted = false;   // its bytes are in the memory level
+  bool pending = false;      // written by a receive that has not completed
+  bool activation = false;   // an fp16 stage input (received or produced), coverable by a forward
+  bool covered = false;      // counted inside a forward's stored activations, until the
+                             // backward (B or I) of that micro-batch and stage ends
+  bool counted = false;      // its bytes are in the memory level
   int32_t cover_chunk = -1;  // the forward's chunk (ChunkMemory index) while covered
   int32_t writer = kNoInterval;
   Bytes bytes;
@@ -296,9 +296,9 @@ class Engine {
   const SimOptions& options_;
   const LinkSpec intra_, inter_;
   const AlphaBetaCommModel comm_;
-  std::unique_ptr<SimOp[]> ops_;        // the compiled program (SimOp), with its end marker
-  std::vector<int32_t> slot_refs_;      // the ops' slots, as indices into their rank's `slots`
-  std::vector<int64_t> node_;           // [rank] its node
+  std::unique_ptr<SimOp[]> ops_;      // the compiled program (SimOp), with its end marker
+  std::vector<int32_t> slot_refs_;    // the ops' slots, as indices into their rank's `slots`
+  std::vector<int64_t> node_;         // [rank] its node
   std::vector<ChunkMemory> chunks_;   // [first_chunk_[dp index] + micro-batch * stages + stage]
   std::vector<int64_t> first_chunk_;  // [dp index]
   std::vector<RankState> ranks_;

@@ -142,9 +142,9 @@ Status Engine::Run(SimResult* result) {
     const Event e = events_.Pop();
     ++popped_;
     if (popped_ % kCancelCheckEvents == 0 && options_.cancelled && options_.cancelled()) {
-      return FailedPreconditionError(fmt::format(
-          "simulation interrupted at simulated time {:.3f} ms after {} events", e.time * 1e-6,
-          popped_));
+      return FailedPreconditionError(
+          fmt::format("simulation interrupted at simulated time {:.3f} ms after {} events",
+                      e.time * 1e-6, popped_));
     }
     const Duration now = Duration::Nanos(e.time);
     switch (e.type) {

@@ -111,15 +111,14 @@ Status Engine::Prepare() {
   return Status::Ok();
 }
 
-Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory,
-                           size_t* sends) {
+Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory, size_t* sends) {
   const ParallelConfig& par = plan_.parallel;
   const RankProgram& p = plan_.ranks[r];
   if (p.rank != r || p.dp_index != r / par.pp || p.pp_index != r % par.pp || p.buffer_slots < 0) {
-    return PlanError(fmt::format(
-        "field 'ranks[{}]': rank {} dp {} pp {} buffer_slots {}; expected "
-        "rank {} = dp {} * pp + pp {}",
-        r, p.rank, p.dp_index, p.pp_index, p.buffer_slots, r, r / par.pp, r % par.pp));
+    return PlanError(
+        fmt::format("field 'ranks[{}]': rank {} dp {} pp {} buffer_slots {}; expected "
+                    "rank {} = dp {} * pp + pp {}",
+                    r, p.rank, p.dp_index, p.pp_index, p.buffer_slots, r, r / par.pp, r % par.pp));
   }
   RankState& rs = ranks_[r];
   rs.program = &p;
@@ -152,8 +151,7 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
   auto slot_index = [&](int64_t s) {
     return static_cast<int32_t>(
         dense ? s
-              : std::lower_bound(rs.slot_ids.begin(), rs.slot_ids.end(), s) -
-                    rs.slot_ids.begin());
+              : std::lower_bound(rs.slot_ids.begin(), rs.slot_ids.end(), s) - rs.slot_ids.begin());
   };
   const int64_t stages = plan_.num_stages();
   const auto& mbs = plan_.replicas[p.dp_index].micro_batches;
@@ -190,8 +188,8 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
       case OpKind::kBackwardInput:
       case OpKind::kBackwardWeight: {
         if (static_cast<int64_t>(mbs[in.microbatch].stages.size()) != stages) {
-          return field("mb", fmt::format("micro-batch {} lacks its {} stage costs",
-                                         in.microbatch, stages));
+          return field(
+              "mb", fmt::format("micro-batch {} lacks its {} stage costs", in.microbatch, stages));
         }
         op->aux = static_cast<int32_t>(first_chunk + in.microbatch * stages + in.stage);
         op->value = in.duration.Scaled(factor).nanos();

@@ -137,8 +137,8 @@ TEST(SimulatorInputTest, IndexFieldsAreCheckedAsThePlanCheckDoes) {
        "free-buffer needs 1 input and 0 output slots, has 2 and 0"},
       {OpKind::kRecvActStart, [](Instruction& in) { in.peer = 1; }, "peer",
        "peer 1 is not another rank of the plan (0..3)"},
-      {OpKind::kRecvActStart, [](Instruction& in) { in.outputs.push_back(in.outputs[0]); },
-       "out", "recv-act-start needs 0 input and 1 output slots, has 0 and 2"},
+      {OpKind::kRecvActStart, [](Instruction& in) { in.outputs.push_back(in.outputs[0]); }, "out",
+       "recv-act-start needs 0 input and 1 output slots, has 0 and 2"},
       {OpKind::kSendGradStart, [](Instruction& in) { in.inputs[0] = 999999; }, "in",
        "slot 999999 is outside the program's"},
   };
