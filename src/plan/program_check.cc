@@ -12,30 +12,57 @@
 namespace sluice {
 namespace {
 
+std::string CountsProblem(const Instruction& in, size_t inputs, size_t outputs) {
+  return fmt::format("{} needs {} input and {} output slots, has {} and {}", OpKindName(in.op),
+                     inputs, outputs, in.inputs.size(), in.outputs.size());
+}
+
+[[gnu::cold, gnu::noinline]] std::string StageProblem(const ExecutionPlan& plan,
+                                                      const RankProgram& program, int64_t stage) {
+  return fmt::format(
+      "stage {} does not run on pipeline rank {} (stages 0..{}, stage s on rank "
+      "s % {})",
+      stage, program.pp_index, plan.num_stages() - 1, plan.pp());
+}
+
+// CheckInstructionIndices' findings (cold: built only for a broken plan).
+[[gnu::cold, gnu::noinline]] InstructionProblem SlotProblem(std::string_view field, int64_t slot,
+                                                            const RankProgram& program) {
+  return {field, fmt::format("slot {} is outside the program's {} buffer slots", slot,
+                             program.buffer_slots)};
+}
+
+[[gnu::cold, gnu::noinline]] InstructionProblem CountsProblemOf(const Instruction& in,
+                                                                size_t inputs, size_t outputs) {
+  return {in.inputs.size() != inputs ? "in" : "out", CountsProblem(in, inputs, outputs)};
+}
+
+[[gnu::cold, gnu::noinline]] InstructionProblem MicroBatchProblem(const ExecutionPlan& plan,
+                                                                  const RankProgram& program,
+                                                                  const Instruction& in) {
+  return {"mb", fmt::format("micro-batch {} is not in [0, {})", in.microbatch,
+                            plan.replicas[program.dp_index].micro_batches.size())};
+}
+
+[[gnu::cold, gnu::noinline]] InstructionProblem PeerProblem(const ExecutionPlan& plan,
+                                                            const Instruction& in) {
+  return {"peer", fmt::format("peer {} is not another rank of the plan (0..{})", in.peer,
+                              static_cast<int64_t>(plan.ranks.size()) - 1)};
+}
+
 std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankProgram& program,
                                         const Instruction& in) {
+  if (auto p = CheckInstructionIndices(plan, program, in)) return std::move(p->message);
   const int64_t S = plan.num_stages(), last = S - 1;
   const auto& mbs = plan.replicas[program.dp_index].micro_batches;
-  for (const auto* list : {&in.inputs, &in.outputs}) {
-    for (int64_t slot : *list) {
-      if (slot < 0 || slot >= program.buffer_slots) {
-        return fmt::format("slot {} is outside the program's {} buffer slots", slot,
-                           program.buffer_slots);
-      }
-    }
-  }
   auto want_counts = [&](size_t inputs, size_t outputs) -> std::optional<std::string> {
     if (in.inputs.size() == inputs && in.outputs.size() == outputs) return std::nullopt;
-    return fmt::format("{} needs {} input and {} output slots, has {} and {}", OpKindName(in.op),
-                       inputs, outputs, in.inputs.size(), in.outputs.size());
+    return CountsProblem(in, inputs, outputs);
   };
-  if (in.op == OpKind::kFreeBuffer) return want_counts(1, 0);
+  if (in.op == OpKind::kFreeBuffer) return std::nullopt;  // CheckInstructionIndices has it all
   if (in.op == OpKind::kOptimizerStep) return want_counts(0, 0);
   if (in.stage < 0 || in.stage >= S || plan.PipelineRankOf(in.stage) != program.pp_index) {
-    return fmt::format(
-        "stage {} does not run on pipeline rank {} (stages 0..{}, stage s on rank "
-        "s % {})",
-        in.stage, program.pp_index, last, plan.pp());
+    return StageProblem(plan, program, in.stage);
   }
   if (IsCollective(in.op)) {
     if (in.bucket < 0 || in.bytes.count() <= 0) {
@@ -362,6 +389,57 @@ class OrderChecker {
 };
 
 }  // namespace
+
+std::optional<InstructionProblem> CheckInstructionIndices(const ExecutionPlan& plan,
+                                                          const RankProgram& program,
+                                                          const Instruction& in) {
+  // The simulator runs this on every instruction of plans of millions: the common case is a few
+  // compares, and the messages are built out of line.
+  for (const int64_t slot : in.inputs) {
+    if (slot < 0 || slot >= program.buffer_slots) return SlotProblem("in", slot, program);
+  }
+  for (const int64_t slot : in.outputs) {
+    if (slot < 0 || slot >= program.buffer_slots) return SlotProblem("out", slot, program);
+  }
+  switch (in.op) {
+    case OpKind::kFreeBuffer:
+      if (in.inputs.size() != 1 || !in.outputs.empty()) return CountsProblemOf(in, 1, 0);
+      return std::nullopt;
+    case OpKind::kForward:
+    case OpKind::kBackward:
+    case OpKind::kBackwardInput:
+    case OpKind::kBackwardWeight:
+      if (in.stage < 0 || in.stage >= plan.num_stages() ||
+          plan.PipelineRankOf(in.stage) != program.pp_index) {
+        return InstructionProblem{"stage", StageProblem(plan, program, in.stage)};
+      }
+      if (in.microbatch < 0 ||
+          in.microbatch >=
+              static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())) {
+        return MicroBatchProblem(plan, program, in);
+      }
+      return std::nullopt;
+    case OpKind::kSendActStart:
+    case OpKind::kSendActFinish:
+    case OpKind::kSendGradStart:
+    case OpKind::kSendGradFinish:
+    case OpKind::kRecvActStart:
+    case OpKind::kRecvActFinish:
+    case OpKind::kRecvGradStart:
+    case OpKind::kRecvGradFinish:
+      if (in.peer < 0 || in.peer >= static_cast<int64_t>(plan.ranks.size()) ||
+          in.peer == program.rank) {
+        return PeerProblem(plan, in);
+      }
+      if ((in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart) &&
+          (!in.inputs.empty() || in.outputs.size() != 1)) {
+        return CountsProblemOf(in, 0, 1);
+      }
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
 
 std::optional<ProgramProblem> CheckProgramFields(const ExecutionPlan& plan,
                                                  const RankProgram& program) {

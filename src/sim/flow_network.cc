@@ -45,6 +45,19 @@ void FlowNetwork::Rerate(int32_t flow, Duration now) {
   }
 }
 
+void FlowNetwork::RerateOn(std::span<const int32_t> ports, Duration now) {
+  // A second Rerate of a flow in one pass would change nothing: its ports' counts are the same,
+  // so its rate is, and Advance to the same `now` is a no-op. Skipping it keeps the result exact.
+  const uint64_t pass = ++pass_;
+  for (int32_t p : ports) {
+    for (int32_t other : ports_[p].flows) {
+      if (flows_[other].stamp == pass) continue;
+      flows_[other].stamp = pass;
+      Rerate(other, now);
+    }
+  }
+}
+
 int32_t FlowNetwork::Open(std::span<const int32_t> ports, Duration now) {
   int32_t id;
   if (!free_flows_.empty()) {
@@ -62,9 +75,7 @@ int32_t FlowNetwork::Open(std::span<const int32_t> ports, Duration now) {
   f.moving = false;
   f.open = true;
   for (int32_t p : f.ports) ports_[p].flows.push_back(id);
-  for (int32_t p : flows_[id].ports) {
-    for (int32_t other : ports_[p].flows) Rerate(other, now);
-  }
+  RerateOn(f.ports, now);
   return id;
 }
 
@@ -78,9 +89,7 @@ void FlowNetwork::Close(int32_t flow, Duration now) {
     auto& list = ports_[p].flows;
     list.erase(std::find(list.begin(), list.end(), flow));
   }
-  for (int32_t p : f.ports) {
-    for (int32_t other : ports_[p].flows) Rerate(other, now);
-  }
+  RerateOn(f.ports, now);
   free_flows_.push_back(flow);
 }
 

@@ -10,6 +10,8 @@
 // every flow on that port is advanced to `now` at its old rate and gets its new rate; their
 // predicted completions change, and the flows are listed in changed() so the simulator can
 // reschedule their completion events (each carries the flow's version; older ones are stale).
+// A join or leave re-rates each flow on the touched ports once (a ring collective holds hundreds
+// of ports; re-rating it once per shared port made Open and Close quadratic in the ring size).
 //
 // Thread safety: one simulation's object; not shared.
 #pragma once
@@ -64,16 +66,20 @@ class FlowNetwork {
     bool open = false;
     bool listed = false;  // in changed_
     uint32_t version = 0;
+    uint64_t stamp = 0;  // the last RerateOn pass that re-rated it
   };
 
   void Advance(Flow& f, Duration now);
   void Rerate(int32_t flow, Duration now);
+  // Re-rates every flow on `ports`, each once, in the order of first appearance.
+  void RerateOn(std::span<const int32_t> ports, Duration now);
   void MarkChanged(int32_t flow);
 
   std::vector<Port> ports_;
   std::vector<Flow> flows_;
   std::vector<int32_t> free_flows_;
   std::vector<int32_t> changed_;
+  uint64_t pass_ = 0;  // RerateOn passes so far
 };
 
 }  // namespace sluice::sim_internal

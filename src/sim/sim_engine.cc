@@ -8,12 +8,14 @@
 
 namespace sluice::sim_internal {
 
-int32_t Engine::AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
-                            Duration end, int32_t pred) {
-  if (!options_.record_timeline) return kNoInterval;
-  intervals_.push_back({rank, instr, stream, start, end});
-  pred_.push_back(pred);
-  return static_cast<int32_t>(intervals_.size() - 1);
+int32_t Engine::RecordInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
+                               Duration end, int32_t pred) {
+  const bool comm = stream != StreamKind::kCompute;
+  std::vector<IntervalRec>& list = ranks_[rank].intervals[comm];
+  const int32_t id = static_cast<int32_t>(interval_at_.size());
+  interval_at_.push_back({static_cast<int32_t>(rank), comm, static_cast<int32_t>(list.size())});
+  list.push_back({start, end, static_cast<int32_t>(instr), id, pred, stream});
+  return id;
 }
 
 bool Engine::Readable(int32_t rank, int64_t slot) {
@@ -57,26 +59,26 @@ Duration Engine::RunOnCompute(int32_t rank, size_t instr, Duration duration, Str
   return start;
 }
 
-void Engine::IssueCompute(int32_t rank, const OpRec& in) {
+void Engine::IssueCompute(int32_t rank, const SimOp& in) {
   RankState& r = ranks_[rank];
   const size_t pc = r.pc;
-  const int32_t* inputs = Inputs(r, in);
-  const int32_t* outputs = Outputs(r, in);
+  const int32_t* inputs = Inputs(in);
+  const int32_t* outputs = Outputs(in);
+  const int32_t n_out = NumOutputs(in);
   for (int32_t k = 0; k < in.n_in; ++k) {
     if (!Readable(rank, inputs[k])) return;
   }
-  for (int32_t k = 0; k < in.n_out; ++k) {
+  for (int32_t k = 0; k < n_out; ++k) {
     const int32_t s = outputs[k];
     if (r.slots[s].live) {
       Stop(rank, fmt::format("writes slot {}, which still holds a buffer", SlotId(rank, s)));
       return;
     }
   }
-  const ChunkCost& c = *in.cost;
-  const Duration duration = in.duration.Scaled(r.compute_factor);
-  const Duration start = RunOnCompute(rank, pc, duration, StreamKind::kCompute);
+  const ChunkMemory& c = chunks_[in.aux];
+  const Duration start = RunOnCompute(rank, pc, Duration::Nanos(in.value), StreamKind::kCompute);
   const Duration end = r.tail;
-  const int64_t extra = std::max<int64_t>(0, c.peak.count() - c.stored.count());
+  const int64_t extra = std::max<int64_t>(0, c.peak - c.stored);
   // Deltas at the start, then at the end: the compute stream's list stays in time order.
   const bool forward = in.op == OpKind::kForward;
   if (forward) {
@@ -84,13 +86,12 @@ void Engine::IssueCompute(int32_t rank, const OpRec& in) {
       Slot& slot = r.slots[inputs[k]];
       if (slot.activation && !slot.covered) {
         slot.covered = true;
-        slot.cover_mb = in.microbatch;
-        slot.cover_stage = in.stage;
+        slot.cover_chunk = in.aux;
         if (slot.counted) Mem(r, start, -slot.bytes.count(), pc);
       }
     }
   }
-  for (int32_t k = 0; k < in.n_out; ++k) {
+  for (int32_t k = 0; k < n_out; ++k) {
     const int32_t s = outputs[k];
     Allocate(rank, s, in.bytes, forward);
     Slot& slot = r.slots[s];
@@ -100,29 +101,29 @@ void Engine::IssueCompute(int32_t rank, const OpRec& in) {
   }
   switch (in.op) {
     case OpKind::kForward:
-      Mem(r, start, c.peak.count(), pc);
-      Mem(r, end, -c.peak.count(), pc);
-      Mem(r, end, c.stored.count(), pc);
+      Mem(r, start, c.peak, pc);
+      Mem(r, end, -c.peak, pc);
+      Mem(r, end, c.stored, pc);
       break;
     case OpKind::kBackward:
       Mem(r, start, extra, pc);
       Mem(r, end, -extra, pc);
-      Mem(r, end, -c.stored.count(), pc);
+      Mem(r, end, -c.stored, pc);
       break;
     case OpKind::kBackwardInput:
       Mem(r, start, extra, pc);
       Mem(r, end, -extra, pc);
-      Mem(r, end, -(c.stored.count() - c.stored_until_w.count()), pc);
+      Mem(r, end, -(c.stored - c.stored_until_w), pc);
       break;
     default:  // kBackwardWeight
-      Mem(r, end, -c.stored_until_w.count(), pc);
+      Mem(r, end, -c.stored_until_w, pc);
       break;
   }
   if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {
     // The stage input leaves the stored activations with them: a buffer again until freed.
     for (int32_t k = 0; k < in.n_in; ++k) {
       Slot& slot = r.slots[inputs[k]];
-      if (slot.covered && slot.cover_mb == in.microbatch && slot.cover_stage == in.stage) {
+      if (slot.covered && slot.cover_chunk == in.aux) {
         slot.covered = false;
         if (slot.counted) Mem(r, end, slot.bytes.count(), pc);
       }
@@ -130,19 +131,19 @@ void Engine::IssueCompute(int32_t rank, const OpRec& in) {
   }
 }
 
-void Engine::PostP2p(int32_t rank, const OpRec& in) {
+void Engine::PostP2p(int32_t rank, const SimOp& in) {
   RankState& r = ranks_[rank];
   const int stream = P2pStreamOf(in.op);
   Post post;
   post.instr = static_cast<int32_t>(r.pc);
-  post.peer = in.peer;
-  post.tag = in.tag;
+  post.peer = in.aux;
+  post.tag = in.value;
   post.posted = r.host;
   post.posted_pred = r.host_pred;
   post.bytes = in.bytes;
   if (IsSend(in.op)) {
     // Data of a send: the slots it reads, ready when their writers end.
-    const int32_t* inputs = Inputs(r, in);
+    const int32_t* inputs = Inputs(in);
     for (int32_t k = 0; k < in.n_in; ++k) {
       const int32_t s = inputs[k];
       if (!Readable(rank, s)) return;
@@ -153,18 +154,18 @@ void Engine::PostP2p(int32_t rank, const OpRec& in) {
       }
     }
   } else {
-    const int32_t s = Outputs(r, in)[0];
+    const int32_t s = Outputs(in)[0];
     if (!Allocate(rank, s, in.bytes, in.op == OpKind::kRecvActStart)) return;
     r.slots[s].pending = true;
     post.slot = static_cast<int32_t>(s);
   }
   r.p2p[stream].posts.push_back(post);
-  r.open.push_back(
-      {in.op, in.peer, in.tag, stream, static_cast<int32_t>(r.p2p[stream].posts.size() - 1)});
+  r.open.push_back({in.value, in.aux, static_cast<int32_t>(r.p2p[stream].posts.size() - 1), in.op,
+                    static_cast<int8_t>(stream)});
   if (IsSend(in.op)) {
     TryStartTransfer(rank, stream);
   } else {
-    TryStartTransfer(static_cast<int32_t>(in.peer), stream == kRecvPrev ? kSendNext : kSendPrev);
+    TryStartTransfer(in.aux, stream == kRecvPrev ? kSendNext : kSendPrev);
   }
 }
 
@@ -196,8 +197,8 @@ void Engine::TryStartTransfer(int32_t sender, int send_stream) {
   Transfer t;
   t.src = sender;
   t.dst = receiver;
-  t.src_stream = send_stream;
-  t.dst_stream = recv_stream;
+  t.src_stream = static_cast<int8_t>(send_stream);
+  t.dst_stream = static_cast<int8_t>(recv_stream);
   t.src_post = static_cast<int32_t>(ss.head);
   t.dst_post = static_cast<int32_t>(rs.head);
   t.start = start;
@@ -261,8 +262,9 @@ void Engine::CompleteTransfer(int32_t id, Duration now) {
   RankState& b = ranks_[t.dst];
   P2pStream& ss = a.p2p[t.src_stream];
   P2pStream& rs = b.p2p[t.dst_stream];
-  const Post& sp = ss.posts[t.src_post];
-  const Post& rp = rs.posts[t.dst_post];
+  Post& sp = ss.posts[t.src_post];
+  Post& rp = rs.posts[t.dst_post];
+  sp.done = rp.done = true;
   const int32_t si =
       AddInterval(t.src, sp.instr, StreamOfP2p(t.src_stream), t.start, t.end, t.pred);
   const int32_t ri =
@@ -292,7 +294,7 @@ void Engine::CompleteTransfer(int32_t id, Duration now) {
   if (waiting(t.dst, t.dst_stream, t.dst_post)) Resume(t.dst, now, ri);
 }
 
-void Engine::PostCollective(int32_t rank, const OpRec& in) {
+void Engine::PostCollective(int32_t rank, const SimOp& in) {
   RankState& r = ranks_[rank];
   Group& g = groups_[r.program->pp_index];
   const size_t k = static_cast<size_t>(r.coll_posted++);
@@ -417,9 +419,9 @@ void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
 void Engine::RunHost(int32_t rank, Duration now) {
   RankState& r = ranks_[rank];
   r.host = std::max(r.host, now);
-  const size_t size = r.ops.size();
+  const size_t size = r.size;
   while (r.pc < size && r.wait == Wait::kRunning) {
-    const OpRec& in = r.ops[r.pc];
+    const SimOp& in = r.ops[r.pc];
     switch (in.op) {
       case OpKind::kForward:
       case OpKind::kBackward:
@@ -429,9 +431,11 @@ void Engine::RunHost(int32_t rank, Duration now) {
         if (r.wait == Wait::kStopped) return;
         break;
       case OpKind::kLoadInput: {
-        const Duration start = RunOnCompute(rank, r.pc, in.duration, StreamKind::kCompute);
-        for (int32_t k = 0; k < in.n_out; ++k) {
-          const int32_t s = Outputs(r, in)[k];
+        const Duration start =
+            RunOnCompute(rank, r.pc, Duration::Nanos(in.value), StreamKind::kCompute);
+        const int32_t n_out = NumOutputs(in);
+        for (int32_t k = 0; k < n_out; ++k) {
+          const int32_t s = Outputs(in)[k];
           if (!Allocate(rank, s, in.bytes, false)) return;
           r.slots[s].ready = r.tail;
           r.slots[s].writer = r.tail_interval;
@@ -440,7 +444,7 @@ void Engine::RunHost(int32_t rank, Duration now) {
         break;
       }
       case OpKind::kFreeBuffer: {
-        const int32_t slot = Inputs(r, in)[0];
+        const int32_t slot = Inputs(in)[0];
         Slot& s = r.slots[slot];
         if (!s.live || s.pending) {
           return Stop(rank,
@@ -464,23 +468,24 @@ void Engine::RunHost(int32_t rank, Duration now) {
       case OpKind::kRecvGradFinish: {
         const OpKind start_op = StartOf(in.op);
         auto it = std::find_if(r.open.begin(), r.open.end(), [&](const OpenPost& o) {
-          return o.op == start_op && o.peer == in.peer && o.tag == in.tag;
+          return o.op == start_op && o.peer == in.aux && o.tag == in.value;
         });
         if (it == r.open.end()) {
           return Stop(rank, fmt::format("waits for a {} {} rank {} with tag {} that it never "
                                         "posted",
-                                        OpKindName(start_op), IsSend(in.op) ? "to" : "from",
-                                        in.peer, in.tag));
+                                        OpKindName(start_op), IsSend(in.op) ? "to" : "from", in.aux,
+                                        in.value));
         }
         const OpenPost open = *it;
         r.open.erase(it);
-        const Post& p = r.p2p[open.stream].posts[open.post];
-        if (p.transfer < 0 || !transfers_[p.transfer].done) {
+        if (!r.p2p[open.stream].posts[open.post].done) {
           r.wait = Wait::kPost;
           r.wait_stream = open.stream;
           r.wait_post = open.post;
           r.blocked_at = r.host;
           r.blocked_tail = r.tail;
+          // The op after it runs when the transfer completes: fetch it while others run.
+          __builtin_prefetch(r.ops + r.pc + 1);
           return;
         }
         break;
@@ -498,9 +503,10 @@ void Engine::RunHost(int32_t rank, Duration now) {
             r.blocked_at = r.host;
             r.blocked_tail = r.tail;
           }
+          __builtin_prefetch(r.ops + r.pc + 1);
           return;
         }
-        RunOnCompute(rank, r.pc, in.duration.Scaled(r.compute_factor), StreamKind::kCompute);
+        RunOnCompute(rank, r.pc, Duration::Nanos(in.value), StreamKind::kCompute);
         break;
     }
     ++r.pc;

@@ -12,16 +12,18 @@
 //  - collectives of a data-parallel group start when every member posted them and the group's
 //    previous collective is done; stepwise ones hold the ring's ports and run their steps,
 //    closed-form ones last AlphaBetaCommModel::Collective.
-// Events (binary heap on (time, sequence)): a transfer's data phase, a flow's completion, a
-// collective's start, step latency and (closed form) end. sim_engine.cc runs them;
-// sim_engine_setup.cc checks the plan before and turns the state into a SimResult after.
+// Events (EventQueue, on (time, sequence)): a transfer's data phase, a flow's completion, a
+// collective's start, step latency and (closed form) end. The run reads the plan only through
+// its compiled form (sim_program.h). sim_engine_setup.cc checks and compiles the plan;
+// sim_engine.cc runs the hosts, transfers and collectives; sim_engine_result.cc runs the event
+// loop and turns the state into a SimResult.
 //
 // Thread safety: one Engine per simulation, used by one thread.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <queue>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,26 +32,13 @@
 #include "base/units.h"
 #include "cost/comm_model.h"
 #include "plan/execution_plan.h"
+#include "sim/event_queue.h"
 #include "sim/flow_network.h"
+#include "sim/sim_program.h"
 #include "sim/sim_stats.h"
 #include "sim/simulator.h"
 
 namespace sluice::sim_internal {
-
-enum class EventType : uint8_t { kTransferData, kFlowDone, kCollStart, kCollLatency, kCollDone };
-
-struct Event {
-  int64_t time = 0;
-  uint64_t seq = 0;
-  EventType type = EventType::kFlowDone;
-  int32_t a = 0;   // transfer, flow or group
-  uint32_t b = 0;  // flow version
-};
-struct EventAfter {
-  bool operator()(const Event& x, const Event& y) const {
-    return x.time != y.time ? x.time > y.time : x.seq > y.seq;
-  }
-};
 
 // Point-to-point streams, index = StreamKind - 1.
 constexpr int kSendNext = 0, kSendPrev = 1, kRecvPrev = 2, kRecvNext = 3;
@@ -72,35 +61,29 @@ inline int P2pStreamOf(OpKind op) {
 }
 inline StreamKind StreamOfP2p(int s) { return static_cast<StreamKind>(s + 1); }
 
-// An instruction as the engine reads it, packed by Prepare: what the run needs without chasing
-// the plan's vectors (the 1,024-rank plans are memory-bound otherwise).
-struct OpRec {
-  OpKind op = OpKind::kForward;
-  int32_t n_in = 0;
-  int32_t n_out = 0;
-  int32_t slots = 0;  // offset in RankState::slot_list: the inputs, then the outputs
-  int32_t microbatch = -1;
-  int32_t stage = -1;
-  int64_t peer = -1;
-  int64_t tag = -1;
-  Bytes bytes;  // payload of transfers, collectives and loads; the buffer a receive or a
-                // compute op's output allocates (fp16 bytes of its shapes)
-  Duration duration;
-  const ChunkCost* cost = nullptr;  // compute ops: the micro-batch's stage cost
+// An executed interval (SimInterval) as the engine records it, in its rank's list: `id` is its
+// place in creation order (interval ids are what `pred` and the engine's *_pred fields hold).
+struct IntervalRec {
+  Duration start, end;
+  int32_t instruction = 0;
+  int32_t id = 0;
+  int32_t pred = kNoInterval;  // the interval that decided its start
+  StreamKind stream = StreamKind::kCompute;
 };
 
 // A Start posted on a point-to-point stream.
 struct Post {
-  int32_t instr = 0;
-  int64_t peer = 0;
   int64_t tag = 0;
   Duration posted;
-  int32_t posted_pred = kNoInterval;
   Duration ready;  // sends: when the data is there
+  Bytes bytes;
+  int32_t instr = 0;
+  int32_t peer = 0;
+  int32_t posted_pred = kNoInterval;
   int32_t ready_pred = kNoInterval;
   int32_t slot = -1;  // receives: the slot written
-  Bytes bytes;
   int32_t transfer = -1;
+  bool done = false;  // the transfer completed
 };
 
 struct P2pStream {
@@ -113,67 +96,75 @@ struct P2pStream {
 
 // A posted Start whose Finish has not run yet.
 struct OpenPost {
-  OpKind op;
-  int64_t peer;
   int64_t tag;
-  int32_t stream;
+  int32_t peer;
   int32_t post;
+  OpKind op;
+  int8_t stream;
 };
 
 struct Slot {
   bool live = false;
-  bool pending = false;     // written by a receive that has not completed
-  bool activation = false;  // an fp16 stage input (received or produced), coverable by a forward
-  bool covered = false;     // counted inside a forward's stored activations, until the
-                            // backward (B or I) of that micro-batch and stage ends
-  int32_t cover_mb = -1, cover_stage = -1;
-  bool counted = false;  // its bytes are in the memory level
+  bool pending = false;      // written by a receive that has not completed
+  bool activation = false;   // an fp16 stage input (received or produced), coverable by a forward
+  bool covered = false;      // counted inside a forward's stored activations, until the
+                             // backward (B or I) of that micro-batch and stage ends
+  bool counted = false;      // its bytes are in the memory level
+  int32_t cover_chunk = -1;  // the forward's chunk (ChunkMemory index) while covered
+  int32_t writer = kNoInterval;
   Bytes bytes;
   Duration ready;
-  int32_t writer = kNoInterval;
 };
 
 // kStopped: the rank cannot go on (a Finish without its Start, a slot read before it was written,
 // collectives that do not match); `stop_reason` says why.
 enum class Wait : uint8_t { kRunning, kPost, kCollectives, kStopped, kDone };
 
-struct RankState {
-  const RankProgram* program = nullptr;
-  std::vector<OpRec> ops;          // the program, packed
-  std::vector<int32_t> slot_list;  // the ops' slots, as indices into `slots`
-  // The plan's slot id of each index of `slots`, ascending: the slots the program names, numbered
-  // densely, so the engine's memory follows the plan's size and not its largest slot id.
-  std::vector<int64_t> slot_ids;
+struct alignas(64) RankState {
+  // What the host reads for every op first (the first two cache lines).
+  const SimOp* ops = nullptr;  // the compiled program: ops[0, size)
+  size_t size = 0;
   size_t pc = 0;
   Duration host;
+  Duration tail;  // compute stream free from here on
   int32_t host_pred = kNoInterval;
+  int32_t tail_interval = kNoInterval;
   Wait wait = Wait::kRunning;
+  Duration compute;
+  std::vector<Slot> slots;
+  std::vector<MemoryDelta> memory;  // emitted at compute-stream times: non-decreasing
+  // The rest.
+  const RankProgram* program = nullptr;  // for messages
+  // Empty when the plan's slot ids index `slots` directly (they are dense: buffer_slots is at
+  // most the slots the program allocates, ValidatePlan's invariant). Otherwise the plan's id of
+  // each index, ascending: the ids the program names, numbered densely, so the engine's memory
+  // follows the plan's size and not its largest slot id.
+  std::vector<int64_t> slot_ids;
   std::string stop_reason;
   int32_t wait_stream = 0, wait_post = 0;
   Duration blocked_at, blocked_tail;
-  Duration tail;  // compute stream free from here on
-  int32_t tail_interval = kNoInterval;
   std::array<P2pStream, 4> p2p;
   std::vector<OpenPost> open;
-  std::vector<Slot> slots;
   int64_t coll_posted = 0, coll_pending = 0;
   double compute_factor = 1.0;
   // Figures.
-  Duration compute, comm, exposed, host_end;
-  std::vector<MemoryDelta> memory;       // emitted at compute-stream times: non-decreasing
+  Duration comm, exposed, host_end;
   std::vector<MemoryDelta> recv_memory;  // receive allocations, at transfer starts
   std::vector<std::pair<Duration, Duration>> comm_spans;
   std::vector<std::pair<Duration, Duration>> coll_spans;
+  // record_timeline: its intervals in creation order, compute stream (in start order: the stream
+  // and the host only move forward) and communication (recorded as they end) apart.
+  std::array<std::vector<IntervalRec>, 2> intervals;
 };
 
 struct Transfer {
-  int32_t src = 0, dst = 0;
-  int32_t src_stream = 0, dst_stream = 0;
-  int32_t src_post = 0, dst_post = 0;
   Duration start, end;
-  int32_t pred = kNoInterval;
   double bytes = 0;
+  int32_t src = 0, dst = 0;
+  int32_t src_post = 0, dst_post = 0;
+  int32_t pred = kNoInterval;
   std::array<int32_t, 2> ports = {};
+  int8_t src_stream = 0, dst_stream = 0;
   bool done = false;
 };
 
@@ -227,25 +218,38 @@ class Engine {
   Status Run(SimResult* result);
 
  private:
-  int64_t Node(int64_t rank) const {
-    return rank * plan_.parallel.tp / plan_.cluster.devices_per_node;
-  }
-  bool Inter(int64_t a, int64_t b) const { return Node(a) != Node(b); }
+  // Whether ranks a and b talk over the inter-node link: their first devices are in different
+  // nodes (the lowering's rule, ExecutionPlan::NodeOf). REQUIRES: Prepare has run.
+  bool Inter(int64_t a, int64_t b) const { return node_[a] != node_[b]; }
   // Ports of rank r: 0 intra egress, 1 intra ingress, 2 inter egress, 3 inter ingress.
   int32_t Port(int64_t rank, bool inter, bool ingress) const {
     return static_cast<int32_t>(rank * 4 + (inter ? 2 : 0) + (ingress ? 1 : 0));
   }
   const LinkSpec& Link(bool inter) const { return inter ? inter_ : intra_; }
 
+  // Checks the plan's structure and compiles it (ops_, slot_refs_, chunks_, the ranks' state,
+  // ports and groups). InvalidArgument naming the field for a plan the engine cannot run, and
+  // when the plan's work could take simulated times or memory levels past int64 (durations and
+  // sizes are each in range, their sums may not be).
   Status Prepare();
-  // After Prepare: InvalidArgument when the plan's work could take simulated times or memory
-  // levels past int64 (durations and sizes are each in range, their sums may not be).
-  Status CheckMagnitudes() const;
+  // Prepare's part for rank r: compiles its program into ops_ from `op` on and onto slot_refs_,
+  // adds its work (ns) to `work_ns` and its sends to `sends`, and sets `memory` to its model
+  // states plus every allocation and activation it makes (bytes).
+  Status CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory, size_t* sends);
+  // Prepare's part for the data-parallel groups and the ports: InvalidArgument when a group's
+  // ring uses a link without bandwidth.
+  Status BuildGroups();
   void Push(Duration t, EventType type, int32_t a, uint32_t b = 0) {
-    heap_.push({t.nanos(), seq_++, type, a, b});
+    events_.Push({t.nanos(), type, a, b});
   }
+  // Records an interval when record_timeline; returns its id (kNoInterval when not recorded).
   int32_t AddInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start, Duration end,
-                      int32_t pred);
+                      int32_t pred) {
+    if (!options_.record_timeline) return kNoInterval;
+    return RecordInterval(rank, instr, stream, start, end, pred);
+  }
+  int32_t RecordInterval(int64_t rank, int64_t instr, StreamKind stream, Duration start,
+                         Duration end, int32_t pred);
   void Mem(RankState& r, Duration t, int64_t bytes, size_t instr) {
     if (bytes != 0) r.memory.push_back({t.nanos(), bytes, static_cast<int32_t>(instr)});
   }
@@ -254,15 +258,16 @@ class Engine {
   void RunHost(int32_t rank, Duration now);
   // Runs one compute-stream op; returns its start.
   Duration RunOnCompute(int32_t rank, size_t instr, Duration duration, StreamKind stream);
-  void IssueCompute(int32_t rank, const OpRec& in);
-  const int32_t* Inputs(const RankState& r, const OpRec& in) const {
-    return r.slot_list.data() + in.slots;
-  }
-  const int32_t* Outputs(const RankState& r, const OpRec& in) const {
-    return r.slot_list.data() + in.slots + in.n_in;
-  }
+  void IssueCompute(int32_t rank, const SimOp& in);
+  const int32_t* Inputs(const SimOp& in) const { return slot_refs_.data() + in.slots; }
+  const int32_t* Outputs(const SimOp& in) const { return slot_refs_.data() + in.slots + in.n_in; }
+  // REQUIRES: `in` is an op of ops_ (the next op ends its slots).
+  static int32_t NumOutputs(const SimOp& in) { return (&in)[1].slots - in.slots - in.n_in; }
   // The plan's id of the rank's slot index `slot`, for messages.
-  int64_t SlotId(int32_t rank, int64_t slot) const { return ranks_[rank].slot_ids[slot]; }
+  int64_t SlotId(int32_t rank, int64_t slot) const {
+    const std::vector<int64_t>& ids = ranks_[rank].slot_ids;
+    return ids.empty() ? slot : ids[slot];
+  }
   // False (and the rank stopped) when the slot holds no finished buffer.
   bool Readable(int32_t rank, int64_t slot);
   // False (and the rank stopped) when the slot still holds a buffer.
@@ -271,8 +276,8 @@ class Engine {
     ranks_[rank].wait = Wait::kStopped;
     ranks_[rank].stop_reason = std::move(reason);
   }
-  void PostP2p(int32_t rank, const OpRec& in);
-  void PostCollective(int32_t rank, const OpRec& in);
+  void PostP2p(int32_t rank, const SimOp& in);
+  void PostCollective(int32_t rank, const SimOp& in);
   void TryStartTransfer(int32_t sender, int send_stream);
   void TryStartCollective(int32_t group);
   void OnTransferData(int32_t t, Duration now);
@@ -284,22 +289,32 @@ class Engine {
   void DrainChanged();
   std::string WaitReason(int32_t rank) const;
   void Finish(SimResult* result);
+  // record_timeline: the critical path and the timeline, by (rank, start, creation).
+  void FinishTimeline(SimResult* result);
 
   const ExecutionPlan& plan_;
   const SimOptions& options_;
   const LinkSpec intra_, inter_;
   const AlphaBetaCommModel comm_;
+  std::unique_ptr<SimOp[]> ops_;      // the compiled program (SimOp), with its end marker
+  std::vector<int32_t> slot_refs_;    // the ops' slots, as indices into their rank's `slots`
+  std::vector<int64_t> node_;         // [rank] its node
+  std::vector<ChunkMemory> chunks_;   // [first_chunk_[dp index] + micro-batch * stages + stage]
+  std::vector<int64_t> first_chunk_;  // [dp index]
   std::vector<RankState> ranks_;
   std::vector<Transfer> transfers_;
   std::vector<Group> groups_;
   std::vector<FlowOwner> owners_;
   FlowNetwork net_;
-  std::priority_queue<Event, std::vector<Event>, EventAfter> heap_;
-  uint64_t seq_ = 0;
-  int64_t events_ = 0;
+  EventQueue events_;
+  int64_t popped_ = 0;
   int64_t executed_ = 0;
-  std::vector<SimInterval> intervals_;
-  std::vector<int32_t> pred_;
+  struct IntervalAt {
+    int32_t rank;
+    bool comm;  // in intervals[1]
+    int32_t index;
+  };
+  std::vector<IntervalAt> interval_at_;  // record_timeline: [interval id] where it is
 };
 
 }  // namespace sluice::sim_internal

@@ -1,215 +1,104 @@
-// The Engine's set-up (checking the plan's structure, ports and groups) and its hand-over into a
-// SimResult (deadlock report, per-rank figures, memory sweep, timeline and critical path).
+// The Engine's set-up: checking the plan's structure and compiling it into the engine's flat
+// program (SimOp), the ranks' state, the ports and the data-parallel groups, with the bounds on
+// the plan's total work and memory.
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <limits>
+#include <memory>
 
+#include "plan/program_check.h"
 #include "sim/sim_engine.h"
 
 namespace sluice::sim_internal {
 
+namespace {
+
+Status PlanError(std::string what) {
+  return InvalidArgumentError("simulation: plan " + std::move(what));
+}
+
+}  // namespace
+
 Status Engine::Prepare() {
   const ParallelConfig& par = plan_.parallel;
   const int64_t n = static_cast<int64_t>(plan_.ranks.size());
-  auto bad = [](std::string what) {
-    return InvalidArgumentError("simulation: plan " + std::move(what));
-  };
   if (par.dp < 1 || par.pp < 1 || par.tp < 1 || par.vpp < 1 || n != par.dp * par.pp) {
-    return bad(fmt::format("has {} rank programs for dp {} x pp {} (need dp * pp >= 1)", n, par.dp,
-                           par.pp));
+    return PlanError(fmt::format("has {} rank programs for dp {} x pp {} (need dp * pp >= 1)", n,
+                                 par.dp, par.pp));
   }
   if (static_cast<int64_t>(plan_.replicas.size()) != par.dp ||
       static_cast<int64_t>(plan_.model_states.size()) != par.pp) {
-    return bad(fmt::format("has {} replicas and {} model_states entries; need dp = {} and pp = {}",
-                           plan_.replicas.size(), plan_.model_states.size(), par.dp, par.pp));
+    return PlanError(
+        fmt::format("has {} replicas and {} model_states entries; need dp = {} and pp = {}",
+                    plan_.replicas.size(), plan_.model_states.size(), par.dp, par.pp));
   }
   if (par.devices() > plan_.cluster.num_devices() || plan_.cluster.devices_per_node < 1) {
-    return bad(fmt::format("needs {} devices (dp x pp x tp); cluster '{}' has {}", par.devices(),
-                           plan_.cluster.name, plan_.cluster.num_devices()));
+    return PlanError(fmt::format("needs {} devices (dp x pp x tp); cluster '{}' has {}",
+                                 par.devices(), plan_.cluster.name, plan_.cluster.num_devices()));
   }
-  const int64_t stages = plan_.num_stages();
   ranks_.resize(n);
-  size_t total = 0, sends = 0;
-  std::vector<size_t> collectives(n, 0);
-  for (int64_t r = 0; r < n; ++r) {
-    const RankProgram& p = plan_.ranks[r];
-    if (p.rank != r || p.dp_index != r / par.pp || p.pp_index != r % par.pp || p.buffer_slots < 0) {
-      return bad(fmt::format(
-          "field 'ranks[{}]': rank {} dp {} pp {} buffer_slots {}; expected "
-          "rank {} = dp {} * pp + pp {}",
-          r, p.rank, p.dp_index, p.pp_index, p.buffer_slots, r, r / par.pp, r % par.pp));
-    }
-    RankState& rs = ranks_[r];
-    rs.program = &p;
-    rs.ops.reserve(p.instructions.size());
-    rs.memory.reserve(3 * p.instructions.size());
-    // The slot ids the program names (checked against buffer_slots below), numbered densely.
-    rs.slot_ids.clear();
-    for (const Instruction& in : p.instructions) {
-      rs.slot_ids.insert(rs.slot_ids.end(), in.inputs.begin(), in.inputs.end());
-      rs.slot_ids.insert(rs.slot_ids.end(), in.outputs.begin(), in.outputs.end());
-    }
-    std::sort(rs.slot_ids.begin(), rs.slot_ids.end());
-    rs.slot_ids.erase(std::unique(rs.slot_ids.begin(), rs.slot_ids.end()), rs.slot_ids.end());
-    total += p.instructions.size();
-    const auto& mbs = plan_.replicas[p.dp_index].micro_batches;
-    std::array<size_t, 4> posts = {};
-    for (size_t i = 0; i < p.instructions.size(); ++i) {
-      const Instruction& in = p.instructions[i];
-      if (IsCommStart(in.op)) ++posts[P2pStreamOf(in.op)];
-      if (IsCollective(in.op)) ++collectives[r];
-      auto field = [&](std::string_view name, std::string problem) {
-        return bad(fmt::format("field 'ranks[{}].instructions[{}].{}' ({}): {}", r, i, name,
-                               InstructionText(in), problem));
-      };
-      if (in.duration < Duration::Zero()) return field("ns", "negative duration");
-      if (in.bytes < Bytes::Zero()) return field("bytes", "negative byte count");
-      for (const auto* list : {&in.inputs, &in.outputs}) {
-        for (int64_t s : *list) {
-          if (s < 0 || s >= p.buffer_slots) {
-            return field(list == &in.inputs ? "in" : "out",
-                         fmt::format("slot {} outside 0..{}", s, p.buffer_slots - 1));
-          }
-        }
-      }
-      if (IsCompute(in.op)) {
-        if (in.microbatch < 0 || in.microbatch >= static_cast<int64_t>(mbs.size())) {
-          return field("mb", fmt::format("micro-batch {} outside 0..{} of replica {}",
-                                         in.microbatch, mbs.size() - 1, p.dp_index));
-        }
-        if (in.stage < 0 || in.stage >= stages || in.stage % par.pp != p.pp_index ||
-            static_cast<int64_t>(mbs[in.microbatch].stages.size()) != stages) {
-          return field("stage", fmt::format("stage {} is not a stage of pipeline rank {} (or the "
-                                            "micro-batch lacks its {} stage costs)",
-                                            in.stage, p.pp_index, stages));
-        }
-      }
-      if (IsCommStart(in.op) || IsCommFinish(in.op)) {
-        if (in.peer < 0 || in.peer >= n || in.peer == r) {
-          return field("peer", fmt::format("peer {} is not another rank (0..{})", in.peer, n - 1));
-        }
-        if (Inter(r, in.peer) ? inter_.bandwidth <= 0 : intra_.bandwidth <= 0) {
-          return bad(
-              fmt::format("rank {} talks to rank {} over the {}-node link, whose bandwidth "
-                          "in cluster '{}' is not positive",
-                          r, in.peer, Inter(r, in.peer) ? "inter" : "intra", plan_.cluster.name));
-        }
-      }
-      if (in.op == OpKind::kFreeBuffer && in.inputs.size() != 1) {
-        return field("in", "free-buffer releases exactly one slot");
-      }
-      if (in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart) {
-        if (in.outputs.size() != 1) return field("out", "a receive writes exactly one slot");
-      }
-      OpRec op;
-      op.op = in.op;
-      op.n_in = static_cast<int32_t>(in.inputs.size());
-      op.n_out = static_cast<int32_t>(in.outputs.size());
-      op.slots = static_cast<int32_t>(rs.slot_list.size());
-      for (const auto* list : {&in.inputs, &in.outputs}) {
-        for (int64_t s : *list) {
-          rs.slot_list.push_back(static_cast<int32_t>(
-              std::lower_bound(rs.slot_ids.begin(), rs.slot_ids.end(), s) - rs.slot_ids.begin()));
-        }
-      }
-      op.microbatch = static_cast<int32_t>(in.microbatch);
-      op.stage = static_cast<int32_t>(in.stage);
-      op.peer = in.peer;
-      op.tag = in.tag;
-      op.bytes = in.bytes;
-      if (IsCompute(in.op) ||
-          ((in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart) &&
-           in.bytes == Bytes::Zero())) {
-        op.bytes = Fp16Bytes(in.shapes);
-      }
-      op.duration = in.duration;
-      if (IsCompute(in.op)) op.cost = &mbs[in.microbatch].stages[in.stage];
-      rs.ops.push_back(op);
-    }
-    rs.slots.resize(rs.slot_ids.size());  // slots never named cost nothing
-    for (int k = 0; k < 4; ++k) rs.p2p[k].posts.reserve(posts[k]);
-    rs.comm_spans.reserve(posts[0] + posts[1] + posts[2] + posts[3] + collectives[r]);
-    rs.coll_spans.reserve(collectives[r]);
-    sends += posts[kSendNext] + posts[kSendPrev];
-  }
-  transfers_.reserve(sends);
-  if (options_.record_timeline) {  // every interval belongs to one instruction
-    intervals_.reserve(total);
-    pred_.reserve(total);
-  }
   for (const Straggler& s : options_.stragglers) ranks_[s.rank].compute_factor *= s.slowdown;
   for (RankState& r : ranks_) r.compute_factor *= options_.compute_scale;
-  // Ports and collective groups.
-  for (int64_t r = 0; r < n; ++r) {
-    for (int k = 0; k < 4; ++k) {
-      const double bw = k < 2 ? intra_.bandwidth : inter_.bandwidth;
-      net_.AddPort(bw > 0 ? bw : 1.0);  // an unused link still needs a port id
-    }
+  // The memory figures of every chunk, replica after replica.
+  const int64_t stages = plan_.num_stages();
+  first_chunk_.resize(par.dp);
+  size_t chunks = 0;
+  for (int64_t d = 0; d < par.dp; ++d) {
+    first_chunk_[d] = static_cast<int64_t>(chunks);
+    chunks += plan_.replicas[d].micro_batches.size() * stages;
   }
-  groups_.resize(par.pp);
-  for (int64_t p = 0; p < par.pp; ++p) {
-    Group& g = groups_[p];
-    for (int64_t d = 0; d < par.dp; ++d) g.members.push_back(static_cast<int32_t>(d * par.pp + p));
-    g.colls.reserve(collectives[p]);
-    const int64_t m = par.dp;
-    for (int64_t i = 0; m > 1 && i < m; ++i) {
-      const int32_t a = g.members[i], b = g.members[(i + 1) % m];
-      const bool inter = Inter(a, b);
-      g.spans_nodes = g.spans_nodes || Inter(g.members[0], g.members[i]);
-      if (Link(inter).bandwidth <= 0) {
-        return bad(
-            fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
-                        "whose bandwidth in cluster '{}' is not positive",
-                        p, inter ? "inter" : "intra", plan_.cluster.name));
+  chunks_.resize(chunks);
+  for (int64_t d = 0; d < par.dp; ++d) {
+    ChunkMemory* out = chunks_.data() + first_chunk_[d];
+    for (const PlanMicroBatch& mb : plan_.replicas[d].micro_batches) {
+      // A micro-batch without its stage costs is refused when a compute op names it.
+      for (int64_t s = 0; s < stages && s < static_cast<int64_t>(mb.stages.size()); ++s) {
+        out[s] = {mb.stages[s].peak.count(), mb.stages[s].stored.count(),
+                  mb.stages[s].stored_until_w.count()};
       }
-      g.ports.push_back(Port(a, inter, false));
-      g.ports.push_back(Port(b, inter, true));
-      g.step_latency = std::max(g.step_latency, Link(inter).latency);
-      g.min_bandwidth =
-          i == 0 ? Link(inter).bandwidth : std::min(g.min_bandwidth, Link(inter).bandwidth);
+      out += stages;
     }
   }
-  return CheckMagnitudes();
-}
-
-Status Engine::CheckMagnitudes() const {
+  node_.resize(n);
+  for (int64_t r = 0; r < n; ++r) node_[r] = plan_.NodeOf(r);
+  // Groups first (the work of a collective needs its ring), their errors after the programs'.
+  const Status groups = BuildGroups();
+  size_t total = 0;
+  for (const RankProgram& p : plan_.ranks) total += p.instructions.size();
+  ops_ = std::make_unique_for_overwrite<SimOp[]>(total + 1);
+  slot_refs_.reserve(2 * total);
+  double work_ns = 0;
+  std::vector<double> memory(n, 0.0);
+  size_t sends = 0;
+  SimOp* op = ops_.get();
+  for (int64_t r = 0; r < n; ++r) {
+    ranks_[r].ops = op;
+    SLUICE_RETURN_IF_ERROR(CompileRank(r, op, &work_ns, &memory[r], &sends));
+    op += ranks_[r].size;
+  }
+  *op = {OpKind::kOptimizerStep, static_cast<int32_t>(slot_refs_.size()), 0, 0, 0, Bytes::Zero()};
+  transfers_.reserve(sends);
+  if (options_.record_timeline) {  // every interval belongs to one instruction
+    interval_at_.reserve(total);
+    for (RankState& rs : ranks_) {
+      rs.intervals[0].reserve(rs.size / 2);
+      rs.intervals[1].reserve(rs.size / 2);
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(groups);
   // Every event happens by the sum of all work: until the end, some compute runs, some latency
   // elapses, or some flow moves, and the flows' total rate is at least the slowest link's
   // bandwidth (max-min fairness saturates a port). Memory never exceeds the model states plus
   // every allocation and activation the program makes. Both sums are kept below 2^61 (73 years,
   // 2 EB), a quarter of int64, so no time or level the engine adds can overflow.
   constexpr double kLimit = 2305843009213693952.0;  // 2^61
-  double work_ns = 0;
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    const RankState& rs = ranks_[r];
-    const Group& g = groups_[rs.program->pp_index];
-    double memory = static_cast<double>(plan_.model_states[rs.program->pp_index].count());
-    for (const OpRec& op : rs.ops) {
-      const double bytes = static_cast<double>(op.bytes.count());
-      if (IsCompute(op.op) || op.op == OpKind::kOptimizerStep) {
-        work_ns += static_cast<double>(op.duration.nanos()) * rs.compute_factor;
-      } else if (op.op == OpKind::kLoadInput) {
-        work_ns += static_cast<double>(op.duration.nanos());
-      } else if (IsCommStart(op.op)) {
-        const LinkSpec& link = Link(Inter(static_cast<int64_t>(r), op.peer));
-        work_ns += static_cast<double>(link.latency.nanos()) + bytes / link.bandwidth * 1e9;
-      } else if (IsCollective(op.op) && g.members.size() > 1) {
-        const double steps = 2.0 * static_cast<double>(g.members.size());
-        work_ns += 2 * bytes / g.min_bandwidth * 1e9 +
-                   steps * static_cast<double>(g.step_latency.nanos());
-      }
-      if (op.cost != nullptr) {
-        memory += static_cast<double>(op.cost->peak.count()) +
-                  static_cast<double>(op.cost->stored.count()) +
-                  static_cast<double>(op.cost->stored_until_w.count());
-      }
-      memory += bytes * static_cast<double>(op.n_out);
-    }
-    if (!(memory < kLimit)) {
+  for (int64_t r = 0; r < n; ++r) {
+    if (!(memory[r] < kLimit)) {
       return InvalidArgumentError(fmt::format(
           "simulation: plan rank {}'s model states, buffers and activations add up to {:.3g} "
           "bytes; allowed: at most 2^61 bytes (the plan's sizes are out of any real range)",
-          r, memory));
+          r, memory[r]));
     }
   }
   if (!(work_ns < kLimit)) {
@@ -222,186 +111,182 @@ Status Engine::CheckMagnitudes() const {
   return Status::Ok();
 }
 
-std::string Engine::WaitReason(int32_t rank) const {
-  const RankState& r = ranks_[rank];
-  switch (r.wait) {
-    case Wait::kStopped:
-      return r.stop_reason;
-    case Wait::kCollectives: {
-      const Group& g = groups_[r.program->pp_index];
-      std::string missing;
-      if (g.next < g.colls.size()) {
-        const Collective& c = g.colls[g.next];
-        for (size_t m = 0; m < g.members.size(); ++m) {
-          if (c.instr[m] < 0)
-            missing += fmt::format("{}{}", missing.empty() ? "" : ", ", g.members[m]);
-        }
-      }
-      return fmt::format(
-          "waits for its {} collective(s); the group's next one{}", r.coll_pending,
-          missing.empty() ? " never completes" : " is not posted by rank(s) " + missing);
-    }
-    case Wait::kPost: {
-      const Post& p = r.p2p[r.wait_stream].posts[r.wait_post];
-      const bool send = r.wait_stream == kSendNext || r.wait_stream == kSendPrev;
-      const int peer_stream = send ? (r.wait_stream == kSendNext ? kRecvPrev : kRecvNext)
-                                   : (r.wait_stream == kRecvPrev ? kSendNext : kSendPrev);
-      const P2pStream& ps = ranks_[p.peer].p2p[peer_stream];
-      std::string peer_next =
-          ps.head < ps.posts.size()
-              ? fmt::format("its next {} on that stream is tag {} with rank {}",
-                            send ? "receive" : "send", ps.posts[ps.head].tag,
-                            ps.posts[ps.head].peer)
-              : fmt::format("it has posted no further {} there", send ? "receive" : "send");
-      return fmt::format("waits for the {} of tag {} {} rank {}, which rank {} has not matched: {}",
-                         send ? "send" : "receive", p.tag, send ? "to" : "from", p.peer, p.peer,
-                         peer_next);
-    }
-    default:
-      return "";
+Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory, size_t* sends) {
+  const ParallelConfig& par = plan_.parallel;
+  const RankProgram& p = plan_.ranks[r];
+  if (p.rank != r || p.dp_index != r / par.pp || p.pp_index != r % par.pp || p.buffer_slots < 0) {
+    return PlanError(
+        fmt::format("field 'ranks[{}]': rank {} dp {} pp {} buffer_slots {}; expected "
+                    "rank {} = dp {} * pp + pp {}",
+                    r, p.rank, p.dp_index, p.pp_index, p.buffer_slots, r, r / par.pp, r % par.pp));
   }
+  RankState& rs = ranks_[r];
+  rs.program = &p;
+  rs.size = p.instructions.size();
+  rs.memory.reserve(3 * p.instructions.size());
+  // Slot ids index the slots directly when they are dense (buffer_slots is at most what the
+  // program allocates); otherwise the ids the program names are numbered densely.
+  int64_t allocations = 0;
+  size_t refs = 0;
+  for (const Instruction& in : p.instructions) {
+    allocations += static_cast<int64_t>(in.outputs.size());
+    refs += in.inputs.size() + in.outputs.size();
+  }
+  const bool dense = p.buffer_slots <= allocations;
+  const size_t first_ref = slot_refs_.size();
+  if (refs > static_cast<size_t>(std::numeric_limits<int32_t>::max()) - first_ref) {
+    return PlanError(fmt::format("ranks 0..{} name more than 2^31 - 1 slots in all", r));
+  }
+  slot_refs_.resize(first_ref + refs);
+  int32_t* slot = slot_refs_.data() + first_ref;
+  rs.slot_ids.clear();
+  if (!dense) {
+    for (const Instruction& in : p.instructions) {
+      rs.slot_ids.insert(rs.slot_ids.end(), in.inputs.begin(), in.inputs.end());
+      rs.slot_ids.insert(rs.slot_ids.end(), in.outputs.begin(), in.outputs.end());
+    }
+    std::sort(rs.slot_ids.begin(), rs.slot_ids.end());
+    rs.slot_ids.erase(std::unique(rs.slot_ids.begin(), rs.slot_ids.end()), rs.slot_ids.end());
+  }
+  auto slot_index = [&](int64_t s) {
+    return static_cast<int32_t>(
+        dense ? s
+              : std::lower_bound(rs.slot_ids.begin(), rs.slot_ids.end(), s) - rs.slot_ids.begin());
+  };
+  const int64_t stages = plan_.num_stages();
+  const auto& mbs = plan_.replicas[p.dp_index].micro_batches;
+  const int64_t first_chunk = first_chunk_[p.dp_index];
+  const Group& g = groups_[p.pp_index];
+  const double factor = rs.compute_factor;
+  double work = *work_ns;
+  double mem = static_cast<double>(plan_.model_states[p.pp_index].count());
+  std::array<size_t, 4> posts = {};
+  size_t collectives = 0;
+  for (size_t i = 0; i < p.instructions.size(); ++i, ++op) {
+    const Instruction& in = p.instructions[i];
+    auto field = [&](std::string_view name, std::string problem) {
+      return PlanError(fmt::format("field 'ranks[{}].instructions[{}].{}' ({}): {}", r, i, name,
+                                   InstructionText(in), problem));
+    };
+    if (auto problem = CheckInstructionIndices(plan_, p, in)) {
+      return field(problem->field, std::move(problem->message));
+    }
+    if (in.duration < Duration::Zero()) return field("ns", "negative duration");
+    if (in.bytes < Bytes::Zero()) return field("bytes", "negative byte count");
+    op->op = in.op;
+    op->slots = static_cast<int32_t>(slot - slot_refs_.data());
+    op->n_in = static_cast<int32_t>(in.inputs.size());
+    op->aux = 0;
+    op->value = 0;
+    op->bytes = in.bytes;
+    for (int64_t s : in.inputs) *slot++ = slot_index(s);
+    for (int64_t s : in.outputs) *slot++ = slot_index(s);
+    const double bytes = static_cast<double>(in.bytes.count());
+    switch (in.op) {
+      case OpKind::kForward:
+      case OpKind::kBackward:
+      case OpKind::kBackwardInput:
+      case OpKind::kBackwardWeight: {
+        if (static_cast<int64_t>(mbs[in.microbatch].stages.size()) != stages) {
+          return field(
+              "mb", fmt::format("micro-batch {} lacks its {} stage costs", in.microbatch, stages));
+        }
+        op->aux = static_cast<int32_t>(first_chunk + in.microbatch * stages + in.stage);
+        op->value = in.duration.Scaled(factor).nanos();
+        // The buffer its outputs allocate (none: the shapes are not needed).
+        op->bytes = in.outputs.empty() ? Bytes::Zero() : Fp16Bytes(in.shapes);
+        work += static_cast<double>(in.duration.nanos()) * factor;
+        const ChunkMemory& c = chunks_[op->aux];
+        mem += static_cast<double>(c.peak) + static_cast<double>(c.stored) +
+               static_cast<double>(c.stored_until_w);
+        break;
+      }
+      case OpKind::kOptimizerStep:
+        op->value = in.duration.Scaled(factor).nanos();
+        work += static_cast<double>(in.duration.nanos()) * factor;
+        break;
+      case OpKind::kLoadInput:
+        op->value = in.duration.nanos();
+        work += static_cast<double>(in.duration.nanos());
+        break;
+      case OpKind::kAllReduceGrad:
+      case OpKind::kReduceScatterGrad:
+      case OpKind::kAllGatherParams:
+        ++collectives;
+        if (g.members.size() > 1) {
+          const double steps = 2.0 * static_cast<double>(g.members.size());
+          work += 2 * bytes / g.min_bandwidth * 1e9 +
+                  steps * static_cast<double>(g.step_latency.nanos());
+        }
+        break;
+      case OpKind::kFreeBuffer:
+        break;
+      default: {  // point-to-point
+        const bool inter = Inter(r, in.peer);
+        const LinkSpec& link = Link(inter);
+        if (link.bandwidth <= 0) {
+          return PlanError(
+              fmt::format("rank {} talks to rank {} over the {}-node link, whose bandwidth "
+                          "in cluster '{}' is not positive",
+                          r, in.peer, inter ? "inter" : "intra", plan_.cluster.name));
+        }
+        op->aux = static_cast<int32_t>(in.peer);
+        op->value = in.tag;
+        const bool start = in.op == OpKind::kSendActStart || in.op == OpKind::kSendGradStart ||
+                           in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart;
+        if (start) {
+          ++posts[P2pStreamOf(in.op)];
+          const bool recv = in.op == OpKind::kRecvActStart || in.op == OpKind::kRecvGradStart;
+          if (recv && in.bytes == Bytes::Zero()) op->bytes = Fp16Bytes(in.shapes);
+          work += static_cast<double>(link.latency.nanos()) +
+                  static_cast<double>(op->bytes.count()) / link.bandwidth * 1e9;
+        }
+        break;
+      }
+    }
+    mem += static_cast<double>(op->bytes.count()) * static_cast<double>(in.outputs.size());
+  }
+  *work_ns = work;
+  *memory = mem;
+  rs.slots.resize(dense ? static_cast<size_t>(p.buffer_slots) : rs.slot_ids.size());
+  for (int k = 0; k < 4; ++k) rs.p2p[k].posts.reserve(posts[k]);
+  rs.comm_spans.reserve(posts[0] + posts[1] + posts[2] + posts[3] + collectives);
+  rs.coll_spans.reserve(collectives);
+  if (p.dp_index == 0) groups_[p.pp_index].colls.reserve(collectives);
+  *sends += posts[kSendNext] + posts[kSendPrev];
+  return Status::Ok();
 }
 
-void Engine::Finish(SimResult* result) {
-  const int64_t n = static_cast<int64_t>(ranks_.size());
-  SimResult& out = *result;
-  out.ranks.resize(n);
-  // Deadlock: a rank whose host did not end, or whose transfers / collectives never completed.
-  for (int64_t i = 0; i < n; ++i) {
-    const RankState& r = ranks_[i];
-    BlockedRank b;
-    b.rank = i;
-    if (r.wait != Wait::kDone) {
-      b.instruction = static_cast<int64_t>(r.pc);
-      b.text = InstructionText(r.program->instructions[r.pc]) + ": " + WaitReason(i);
-    } else {
-      for (int s = 0; s < 4 && b.text.empty(); ++s) {
-        const P2pStream& st = r.p2p[s];
-        if (st.head < st.posts.size()) {
-          b.instruction = st.posts[st.head].instr;
-          b.text = fmt::format("{}: never matched by rank {} (the program ended without it)",
-                               InstructionText(r.program->instructions[b.instruction]),
-                               st.posts[st.head].peer);
-        }
+Status Engine::BuildGroups() {
+  const ParallelConfig& par = plan_.parallel;
+  const int64_t n = static_cast<int64_t>(plan_.ranks.size());
+  for (int64_t r = 0; r < n; ++r) {
+    for (int k = 0; k < 4; ++k) {
+      const double bw = k < 2 ? intra_.bandwidth : inter_.bandwidth;
+      net_.AddPort(bw > 0 ? bw : 1.0);  // an unused link still needs a port id
+    }
+  }
+  groups_.resize(par.pp);
+  for (int64_t p = 0; p < par.pp; ++p) {
+    Group& g = groups_[p];
+    for (int64_t d = 0; d < par.dp; ++d) g.members.push_back(static_cast<int32_t>(d * par.pp + p));
+    const int64_t m = par.dp;
+    for (int64_t i = 0; m > 1 && i < m; ++i) {
+      const int32_t a = g.members[i], b = g.members[(i + 1) % m];
+      const bool inter = Inter(a, b);
+      g.spans_nodes = g.spans_nodes || Inter(g.members[0], g.members[i]);
+      if (Link(inter).bandwidth <= 0) {
+        return PlanError(
+            fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
+                        "whose bandwidth in cluster '{}' is not positive",
+                        p, inter ? "inter" : "intra", plan_.cluster.name));
       }
-      if (b.text.empty() && r.coll_pending > 0) {
-        b.instruction = static_cast<int64_t>(r.pc) - 1;
-        b.text = fmt::format("{} collective(s) never completed", r.coll_pending);
-      }
+      g.ports.push_back(Port(a, inter, false));
+      g.ports.push_back(Port(b, inter, true));
+      g.step_latency = std::max(g.step_latency, Link(inter).latency);
+      g.min_bandwidth =
+          i == 0 ? Link(inter).bandwidth : std::min(g.min_bandwidth, Link(inter).bandwidth);
     }
-    if (!b.text.empty()) out.blocked.push_back(std::move(b));
-  }
-  // Per-rank figures.
-  Duration iteration;
-  for (int64_t i = 0; i < n; ++i) {
-    RankState& r = ranks_[i];
-    RankSimStats& s = out.ranks[i];
-    Duration finish = r.tail;
-    for (const auto& span : r.comm_spans) finish = std::max(finish, span.second);
-    s.finish = finish;
-    s.compute = r.compute;
-    s.comm = r.comm;
-    if (r.wait == Wait::kDone) {
-      r.exposed += UnionWithin(r.comm_spans, std::max(r.host_end, r.tail), finish);
-    }
-    s.exposed_comm = r.exposed;
-    iteration = std::max(iteration, finish);
-  }
-  out.iteration_time = iteration;
-  for (RankSimStats& s : out.ranks) {
-    s.bubble = std::max(Duration::Zero(), iteration - s.compute - s.exposed_comm);
-  }
-  // Memory.
-  const Bytes limit = plan_.memory_limit();
-  if (options_.record_memory) out.memory.resize(n);
-  Duration oom_time = Duration::Infinite();
-  std::vector<MemoryDelta> merged;
-  auto by_time = [](const MemoryDelta& a, const MemoryDelta& b) { return a.time < b.time; };
-  for (int64_t i = 0; i < n; ++i) {
-    RankState& r = ranks_[i];
-    // Both lists are (nearly) in time order; merging keeps the issue order of equal times.
-    if (!std::is_sorted(r.memory.begin(), r.memory.end(), by_time)) {
-      std::stable_sort(r.memory.begin(), r.memory.end(), by_time);
-    }
-    std::stable_sort(r.recv_memory.begin(), r.recv_memory.end(), by_time);
-    merged.resize(r.memory.size() + r.recv_memory.size());
-    std::merge(r.memory.begin(), r.memory.end(), r.recv_memory.begin(), r.recv_memory.end(),
-               merged.begin(), by_time);
-    MemorySweep m =
-        SweepMemory(merged, plan_.model_states[r.program->pp_index], limit, options_.record_memory);
-    out.ranks[i].peak_memory = m.peak;
-    out.ranks[i].peak_instruction = m.peak_instruction;
-    if (m.first_over_time >= 0 || m.peak > limit) {
-      out.memory_exceeded = true;
-      const Duration t = Duration::Nanos(std::max<int64_t>(m.first_over_time, 0));
-      if (t < oom_time) {
-        oom_time = t;
-        out.oom_rank = i;
-        out.oom_instruction = m.first_over_instruction;
-      }
-    }
-    if (options_.record_memory) out.memory[i] = std::move(m.points);
-    r.memory = {};
-    r.recv_memory = {};
-  }
-  out.instructions = executed_;
-  out.events = events_;
-}
-
-Status Engine::Run(SimResult* result) {
-  SLUICE_RETURN_IF_ERROR(Prepare());
-  for (int32_t r = 0; r < static_cast<int32_t>(ranks_.size()); ++r) RunHost(r, Duration::Zero());
-  constexpr int64_t kCancelCheckEvents = 4096;
-  while (!heap_.empty()) {
-    const Event e = heap_.top();
-    heap_.pop();
-    ++events_;
-    if (events_ % kCancelCheckEvents == 0 && options_.cancelled && options_.cancelled()) {
-      return FailedPreconditionError(fmt::format(
-          "simulation interrupted at simulated time {:.3f} ms after {} events", e.time * 1e-6,
-          events_));
-    }
-    const Duration now = Duration::Nanos(e.time);
-    switch (e.type) {
-      case EventType::kTransferData:
-        OnTransferData(e.a, now);
-        break;
-      case EventType::kFlowDone:
-        OnFlowDone(e.a, e.b, now);
-        break;
-      case EventType::kCollStart:
-        OnCollStart(e.a, now);
-        break;
-      case EventType::kCollLatency: {
-        Group& g = groups_[e.a];
-        Collective& c = g.colls[g.next];
-        net_.SetBytes(c.flow, now,
-                      static_cast<double>(c.bytes.count()) / static_cast<double>(g.members.size()));
-        DrainChanged();
-        break;
-      }
-      case EventType::kCollDone:
-        CompleteCollective(e.a, now);
-        break;
-    }
-  }
-  Finish(result);
-  if (options_.record_timeline) {
-    result->critical_path = CriticalPath(intervals_, pred_);
-    // By (rank, start, creation): buckets per rank, then each bucket by start.
-    std::vector<size_t> first(ranks_.size() + 1, 0);
-    for (const SimInterval& iv : intervals_) ++first[iv.rank + 1];
-    for (size_t r = 0; r < ranks_.size(); ++r) first[r + 1] += first[r];
-    std::vector<std::pair<int64_t, int32_t>> order(intervals_.size());
-    std::vector<size_t> fill(first.begin(), first.end() - 1);
-    for (size_t i = 0; i < intervals_.size(); ++i) {
-      order[fill[intervals_[i].rank]++] = {intervals_[i].start.nanos(), static_cast<int32_t>(i)};
-    }
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      std::sort(order.begin() + first[r], order.begin() + first[r + 1]);
-    }
-    result->timeline.reserve(order.size());
-    for (const auto& [start, i] : order) result->timeline.push_back(intervals_[i]);
   }
   return Status::Ok();
 }

@@ -150,22 +150,4 @@ Duration UnionWithin(std::vector<std::pair<Duration, Duration>>& spans, Duration
   return total;
 }
 
-std::vector<SimInterval> CriticalPath(const std::vector<SimInterval>& intervals,
-                                      const std::vector<int32_t>& pred) {
-  std::vector<SimInterval> path;
-  if (intervals.empty()) return path;
-  size_t last = 0;
-  for (size_t i = 1; i < intervals.size(); ++i) {
-    if (intervals[i].end > intervals[last].end) last = i;
-  }
-  // Predecessors always end no later than their successors start, and an interval is never its
-  // own predecessor; the bound guards against a cycle all the same.
-  for (int64_t i = static_cast<int64_t>(last), guard = 0;
-       i >= 0 && guard <= static_cast<int64_t>(intervals.size()); i = pred[i], ++guard) {
-    path.push_back(intervals[i]);
-  }
-  std::reverse(path.begin(), path.end());
-  return path;
-}
-
 }  // namespace sluice::sim_internal

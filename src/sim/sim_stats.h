@@ -1,6 +1,5 @@
 // Figures of a simulation that do not need the event engine (internal to src/sim/): real tokens and
-// useful model FLOPs of a plan, the per-rank memory sweep, exposed-time unions and the critical
-// path walk. Simulator::Run calls these once the events are done.
+// useful model FLOPs of a plan, the per-rank memory sweep and exposed-time unions.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -50,10 +49,5 @@ MemorySweep SweepMemory(std::vector<MemoryDelta>& deltas, Bytes base, Bytes limi
 // Total length of the union of `spans` ([start, end) pairs, any order; sorted in place) inside
 // [from, to).
 Duration UnionWithin(std::vector<std::pair<Duration, Duration>>& spans, Duration from, Duration to);
-
-// The chain ending at the interval with the latest end (the earliest index among ties), following
-// `pred` (-1 ends it), first to last.
-std::vector<SimInterval> CriticalPath(const std::vector<SimInterval>& intervals,
-                                      const std::vector<int32_t>& pred);
 
 }  // namespace sluice::sim_internal

@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "plan/plan_json.h"
 #include "plan/plan_test_util.h"
 #include "plan/validate.h"
@@ -112,6 +115,47 @@ TEST(SimulatorInputTest, SizesBeyondInt64AreAStatus) {
   r = Simulate(plan);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("add up to"));
+}
+
+// The simulator checks the fields it indexes by with plan/program_check's
+// CheckInstructionIndices, the first part of `sluice plan check`'s field check: a plan run
+// unchecked is refused with the same finding, naming the instruction's field.
+TEST(SimulatorInputTest, IndexFieldsAreCheckedAsThePlanCheckDoes) {
+  const ExecutionPlan plan = SmallPlan();
+  struct Case {
+    OpKind op;  // the first such instruction of rank 1 is broken
+    void (*breaks)(Instruction&);
+    std::string field;
+    std::string problem;
+  };
+  const std::vector<Case> cases = {
+      {OpKind::kForward, [](Instruction& in) { in.stage = 0; }, "stage",
+       "stage 0 does not run on pipeline rank 1"},
+      {OpKind::kForward, [](Instruction& in) { in.microbatch = 99; }, "mb",
+       "micro-batch 99 is not in [0, "},
+      {OpKind::kFreeBuffer, [](Instruction& in) { in.inputs.push_back(in.inputs[0]); }, "in",
+       "free-buffer needs 1 input and 0 output slots, has 2 and 0"},
+      {OpKind::kRecvActStart, [](Instruction& in) { in.peer = 1; }, "peer",
+       "peer 1 is not another rank of the plan (0..3)"},
+      {OpKind::kRecvActStart, [](Instruction& in) { in.outputs.push_back(in.outputs[0]); }, "out",
+       "recv-act-start needs 0 input and 1 output slots, has 0 and 2"},
+      {OpKind::kSendGradStart, [](Instruction& in) { in.inputs[0] = 999999; }, "in",
+       "slot 999999 is outside the program's"},
+  };
+  for (const Case& c : cases) {
+    ExecutionPlan broken = plan;
+    const int64_t i =
+        testing::FindInstruction(broken, 1, [&](const Instruction& in) { return in.op == c.op; });
+    ASSERT_GE(i, 0) << OpKindName(c.op);
+    c.breaks(broken.ranks[1].instructions[i]);
+    const StatusOr<SimResult> r = Simulate(broken);
+    ASSERT_FALSE(r.ok()) << c.problem;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(),
+                HasSubstr(fmt::format("field 'ranks[1].instructions[{}].{}'", i, c.field)));
+    EXPECT_THAT(r.status().message(), HasSubstr(c.problem));
+    EXPECT_THAT(ValidatePlan(broken).message(), HasSubstr(c.problem));
+  }
 }
 
 TEST(SimulatorInputTest, ScalesOutsideTheirRangeNameTheField) {
