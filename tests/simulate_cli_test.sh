@@ -96,11 +96,13 @@ expect report-is-folder 2 "--report '$tmp': is a folder" -- simulate "$tmp/plan.
 expect json-unwritable 2 "--json '/proc/sluice.json': cannot write there" -- simulate "$tmp/plan.json" --json /proc/sluice.json
 check no-file-left test ! -e "$tmp/no" -a ! -e /proc/sluice.json
 
-# Ctrl-C (SIGINT from `timeout -s INT 2`) while the plan is still being read from a pipe that is
-# written after 3 s: exit 1 with one message, no files written.
+# Ctrl-C (SIGINT from `timeout -s INT 4`) while the plan is still being read from a pipe that is
+# written after 6 s: exit 1 with one message, no files written. The writer gives up after 30 s
+# (a sluice that died before opening the pipe would otherwise leave it blocked forever, and
+# `wait` with it: a hang instead of a failure on a loaded machine).
 mkfifo "$tmp/pipe.json"
-(sleep 3; cat "$tmp/plan.json" >"$tmp/pipe.json") &
-timeout --preserve-status -s INT 2 "$sluice" simulate "$tmp/pipe.json" --json "$tmp/int.json" \
+(sleep 6; timeout 30 sh -c "cat '$tmp/plan.json' >'$tmp/pipe.json'") &
+timeout --preserve-status -s INT 4 "$sluice" simulate "$tmp/pipe.json" --json "$tmp/int.json" \
   >"$tmp/int.log" 2>&1
 rc=$?
 wait
