@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -31,6 +32,8 @@ namespace {
 struct CompareFlags {
   CompareScenario scenario;  // the flags' values (defaults: the embedded default scenario)
   std::string iterations = "20";
+  std::string score_batches = "2";
+  bool no_score_extremes = false;
   std::string methods;   // comma-separated
   std::string parallel;  // the controlled configuration
   std::string scenario_file;
@@ -63,7 +66,22 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   if (use("--memory-limit")) s->memory_limit_mb = v.memory_limit_mb;
   if (use("--seed")) s->seed = v.seed;
   if (use("--reference")) s->reference = v.reference;
-  if (use("--score-batches")) s->search.score_batches = v.search.score_batches;
+  if (use("--score-batches")) {
+    if (f.score_batches == "all") {
+      s->search.score_batches = 0;
+    } else {
+      int64_t n = 0;
+      const char* end = f.score_batches.data() + f.score_batches.size();
+      auto [ptr, ec] = std::from_chars(f.score_batches.data(), end, n);
+      if (ec != std::errc() || ptr != end || n < 1 || n > 64) {
+        return InvalidArgumentError(fmt::format(
+            "--score-batches: '{}' is not allowed; allowed: an integer in 1..64, or 'all'",
+            f.score_batches));
+      }
+      s->search.score_batches = n;
+    }
+  }
+  if (use("--no-score-extremes")) s->search.score_extremes = !f.no_score_extremes;
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
   if (use("--closed-form")) s->stepwise_collectives = !f.closed_form;
   if (use("--iterations")) {
@@ -315,10 +333,16 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                         ->description(
                             "The controlled comparison's shared configuration "
                             "(dp, pp, tp, zero) (default: sluice's best)");
-  o["--score-batches"] = c->add_option("--score-batches", s.search.score_batches,
-                                       "Global batches each candidate configuration is scored on")
-                             ->check(CLI::Range(1, 64))
-                             ->capture_default_str();
+  o["--score-batches"] =
+      c->add_option("--score-batches", f->score_batches,
+                    "The first global batches each candidate configuration is scored on: 1..64, "
+                    "or 'all' (plus the longest and densest batches; see --no-score-extremes)")
+          ->type_name("N|all")
+          ->capture_default_str();
+  o["--no-score-extremes"] =
+      c->add_flag("--no-score-extremes", f->no_score_extremes,
+                  "Score candidates on the first --score-batches only (default: off, also on the "
+                  "batch with the longest sample and the densest batches)");
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(CLI::Range(1, 64))

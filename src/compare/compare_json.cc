@@ -51,6 +51,7 @@ nlohmann::json BatchToJson(const BatchRecord& b) {
   return {{"batch", b.batch},
           {"outcome", std::string(BatchOutcomeName(b.outcome))},
           {"reason", b.reason},
+          {"tokens", b.tokens},
           {"real_tokens", b.real_tokens},
           {"padded_tokens", b.padded_tokens},
           {"micro_batches", b.micro_batches},
@@ -73,6 +74,7 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
   SLUICE_RETURN_IF_ERROR(r.Int("batch", &b->batch, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(ReadEnum(r, "outcome", kOutcomes, BatchOutcomeName, &b->outcome));
   SLUICE_RETURN_IF_ERROR(r.String("reason", &b->reason));
+  SLUICE_RETURN_IF_ERROR(r.Int("tokens", &b->tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("real_tokens", &b->real_tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("padded_tokens", &b->padded_tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("micro_batches", &b->micro_batches, 0, INT64_MAX));
@@ -104,6 +106,9 @@ nlohmann::json RunToJson(const MethodRun& m) {
            {{"candidates", m.candidates}, {"feasible", m.feasible}, {"simulated", m.simulated}}},
           {"ok_batches", m.ok_batches},
           {"tokens_per_s", m.tokens_per_s},
+          {"ran_tokens_per_s", m.ran_tokens_per_s},
+          {"untrained_tokens", m.untrained_tokens},
+          {"charged_ms", m.charged_ms},
           {"ideal_tokens_per_s", m.ideal_tokens_per_s},
           {"fraction_of_ideal", m.fraction_of_ideal},
           {"ratio_to_reference", m.ratio_to_reference},
@@ -155,6 +160,9 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
   SLUICE_RETURN_IF_ERROR(s.Finish());
   SLUICE_RETURN_IF_ERROR(r.Int("ok_batches", &m->ok_batches, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("tokens_per_s", &m->tokens_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("ran_tokens_per_s", &m->ran_tokens_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Int("untrained_tokens", &m->untrained_tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Double("charged_ms", &m->charged_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &m->ideal_tokens_per_s, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("fraction_of_ideal", &m->fraction_of_ideal, 0, 1));
   SLUICE_RETURN_IF_ERROR(r.Double("ratio_to_reference", &m->ratio_to_reference, 0, kBig));
@@ -223,6 +231,7 @@ nlohmann::json CompareResultToJson(const CompareResult& c) {
           {"own", own},
           {"controlled", controlled},
           {"skipped_configs", c.skipped_configs},
+          {"score_batches", c.score_batches},
           {"candidates_scored", c.candidates_scored},
           {"search_seconds", c.search_seconds},
           {"run_seconds", c.run_seconds}};
@@ -266,6 +275,16 @@ StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::stri
   for (const nlohmann::json& s : *skipped) {
     if (!s.is_string()) return r.Error("skipped_configs", "must be an array of strings");
     c.skipped_configs.push_back(s.get<std::string>());
+  }
+  const nlohmann::json* scored = r.Child("score_batches");
+  if (scored == nullptr || !scored->is_array()) {
+    return r.Error("score_batches", "must be an array of batch indices");
+  }
+  for (const nlohmann::json& i : *scored) {
+    if (!i.is_number_integer() || i.get<int64_t>() < 0) {
+      return r.Error("score_batches", "must be an array of batch indices (integers >= 0)");
+    }
+    c.score_batches.push_back(i.get<int64_t>());
   }
   SLUICE_RETURN_IF_ERROR(r.Int("candidates_scored", &c.candidates_scored, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("search_seconds", &c.search_seconds, 0, kBig));

@@ -169,8 +169,8 @@ Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field
   for (int64_t v : q.vpp) {
     if (v < 2) return bad("search.vpp", "entries must be >= 2 (vpp 1 is the plain schedules)");
   }
-  if (q.score_batches < 1 || q.score_batches > 64) {
-    return bad("search.score_batches", "must be in [1, 64]");
+  if (q.score_batches < 0 || q.score_batches > 64) {
+    return bad("search.score_batches", "must be in [1, 64], or \"all\" (0)");
   }
   if (q.simulate_top < 1 || q.simulate_top > 64) {
     return bad("search.simulate_top", "must be in [1, 64]");
@@ -242,7 +242,16 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "zero", 0, 3, &s.search.zero));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "vpp", 2, kMaxDegree, &s.search.vpp));
     SLUICE_RETURN_IF_ERROR(q.OptionalBool("all_devices", &s.search.all_devices));
-    SLUICE_RETURN_IF_ERROR(q.OptionalInt("score_batches", &s.search.score_batches, 1, 64));
+    if (const nlohmann::json* n = q.Child("score_batches")) {
+      if (n->is_string() && n->get<std::string>() == "all") {
+        s.search.score_batches = 0;
+      } else if (n->is_number_integer() && n->get<int64_t>() >= 1 && n->get<int64_t>() <= 64) {
+        s.search.score_batches = n->get<int64_t>();
+      } else {
+        return q.Error("score_batches", "must be an integer in [1, 64] or \"all\"");
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(q.OptionalBool("score_extremes", &s.search.score_extremes));
     SLUICE_RETURN_IF_ERROR(q.OptionalInt("simulate_top", &s.search.simulate_top, 1, 64));
     SLUICE_RETURN_IF_ERROR(q.Finish());
   }
@@ -294,8 +303,13 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
                  {"zero", s.search.zero},
                  {"vpp", s.search.vpp},
                  {"all_devices", s.search.all_devices},
-                 {"score_batches", s.search.score_batches},
+                 {"score_extremes", s.search.score_extremes},
                  {"simulate_top", s.search.simulate_top}};
+  if (s.search.score_batches == 0) {
+    j["search"]["score_batches"] = "all";
+  } else {
+    j["search"]["score_batches"] = s.search.score_batches;
+  }
   j["simulator"] = {{"collectives", s.stepwise_collectives ? "stepwise" : "closed-form"}};
   return j;
 }

@@ -84,6 +84,14 @@ TEST(CompareScenarioTest, RoundTripsThroughJson) {
   auto again = CompareScenarioFromJson(CompareScenarioToJson(*s), "round-trip");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, *s);
+  // Score batches: "all" (0) and without the extremes.
+  auto all = Parse(R"({"search": {"score_batches": "all", "score_extremes": false}})");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->search.score_batches, 0);
+  EXPECT_FALSE(all->search.score_extremes);
+  auto all_again = CompareScenarioFromJson(CompareScenarioToJson(*all), "round-trip");
+  ASSERT_TRUE(all_again.ok()) << all_again.status().ToString();
+  EXPECT_EQ(*all_again, *all);
   const CompareScenario defaults;
   auto d = CompareScenarioFromJson(CompareScenarioToJson(defaults), "round-trip");
   ASSERT_TRUE(d.ok()) << d.status().ToString();

@@ -68,6 +68,9 @@ struct Bar {
   double value = 0;
   std::string note;        // text after the bar, e.g. "1.00x" or "OOM"
   bool missing = false;    // drawn as an empty, hatched slot (e.g. out of memory)
+  // The value covers only part of what it measures (e.g. some batches failed): drawn paler with
+  // a dashed outline; say what is missing in `note`.
+  bool partial = false;
 };
 
 struct BarChart {
