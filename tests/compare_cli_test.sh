@@ -123,6 +123,27 @@ expect failed-batches-extremes 0 "dynapipe +[0-9,]+ +1.00x .* 20/20" -- \
 expect score-batches-bad 2 "--score-batches: 'some' is not allowed; allowed: an integer in 1..64, or 'all'" -- \
   compare --score-batches some
 
+# Lost data and tiny inputs: the terminal says what was clipped, results.json counts it, a one-sample
+# input runs with warnings on stderr, and an input with no batch says why.
+expect lost-data 0 "lost: +[0-9,]+ of 30,000 samples \([0-9.]+%\) longer than max seqlen 2048 were clipped" -- \
+  compare "${quick[@]}" --methods packing --no-html --out "$tmp/lost"
+check lost-data-results /usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['data_loss']
+assert d['samples'] == 30000 and 0 < d['clipped_samples'] < 30000, d
+assert d['kept_tokens'] == d['tokens'] - d['clipped_tokens'], d
+" "$tmp/lost/results.json"
+printf '100\n' >"$tmp/one.txt"
+"$sluice" compare --data "$tmp/one.txt" --methods packing "${quick[@]}" --no-html --out "$tmp/one" \
+  >"$tmp/one.out" 2>"$tmp/one.err"
+check one-sample-runs test $? -eq 0
+check one-sample-warns grep -q "^warning: the run's global batches hold only 1 sample in all, fewer than the 8 devices" "$tmp/one.err"
+check one-sample-warns-batches grep -q "^warning: the data yields only 1 global batch, fewer than the 2 asked for" "$tmp/one.err"
+check one-sample-warnings-in-results grep -q '"warnings": \[' "$tmp/one/results.json"
+printf '5000\n6000\n' >"$tmp/long.txt"
+expect all-dropped 2 "--data: '.*long.txt' yields no global batch of 65536 tokens: all 2 samples were dropped: 2 longer than max seqlen 2048 \(long samples are dropped\)" -- \
+  compare --data "$tmp/long.txt" --long drop "${quick[@]}"
+
 # A folder of scenarios: one sub-folder each and a summary table.
 mkdir -p "$tmp/dir"
 printf '{"name": "a", "tokens_per_batch": 8192, "max_seqlen": 512, "methods": ["packing", "dynapipe"], "controlled": "dynapipe", "search": {"pp": [1, 2], "score_batches": 1, "simulate_top": 1}}\n' >"$tmp/dir/a.json"

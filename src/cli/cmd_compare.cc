@@ -159,6 +159,7 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   options.cancelled = [] { return Interrupted(); };
   options.field_name = CompareFieldNamer(f, source);
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
+  for (const std::string& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
   fmt::print("search: {} candidates in {:.1f} s; runs: {:.1f} s\n", r.candidates_scored,
              r.search_seconds, r.run_seconds);

@@ -56,10 +56,7 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
          r.sc.batcher->Next(&batch)) {
     r.batches.push_back(std::move(batch));
   }
-  if (r.batches.empty()) {
-    return InvalidArgumentError(fmt::format("{}: '{}' yields no global batch of {} tokens",
-                                            field_name("data"), sc.data, sc.tokens_per_batch));
-  }
+  if (r.batches.empty()) return r.sc.NoBatchError(field_name);
   r.description =
       r.sc.Describe({.parallel = false, .batches_taken = static_cast<int64_t>(r.batches.size())});
   return r;
@@ -226,6 +223,11 @@ class Comparison {
     out.batches = static_cast<int64_t>(r_.batches.size());
     out.devices = r_.sc.cluster.num_devices();
     out.memory_limit_mb = r_.sc.MemoryLimit().mb();
+    out.data_loss = r_.sc.Loss();
+    SmallInputCheck small(sc_.iterations, 0, "", out.devices,
+                          fmt::format("the {} devices", out.devices));
+    for (const GlobalBatch& b : r_.batches) small.Add(b);
+    out.warnings = small.Warnings();
     for (const GlobalBatch& b : score_batches_) out.score_batches.push_back(b.index);
     std::vector<int64_t> tps;
     for (int64_t tp = 1; tp <= std::max<int64_t>(1, r_.sc.cluster.devices_per_node); tp *= 2) {

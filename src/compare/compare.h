@@ -157,6 +157,10 @@ struct CompareResult {
   int64_t batches = 0;      // global batches in the run
   int64_t devices = 0;
   double memory_limit_mb = 0;
+  DataLoss data_loss;  // what the length limits cost the dataset (clipped, dropped)
+  // Inputs too small for the figures to say much (SmallInputCheck): fewer batches than asked, or
+  // fewer samples in all than devices. Printed to stderr by the CLI.
+  std::vector<std::string> warnings;
   AchievableRate sweep_rate;      // the sweep part of R
   AchievableRate rate;            // R itself (sweep, or a compared plan's op when higher)
   double ideal_tokens_per_s = 0;  // every batch's samples at the ideal times

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "base/json_util.h"
 #include "compare/compare_json.h"
 #include "cost/cost_factory.h"
 #include "plan/validate.h"
@@ -307,6 +308,50 @@ TEST(CompareTest, FailedBatchesCountAndARunThatFailsOneIsNeitherRankedFirstNorAd
   ASSERT_NE(fixed, nullptr);
   EXPECT_EQ(fixed->ok_batches, 20) << fixed->config->Describe();
   EXPECT_NE(fixed->config->parallel.dp, 8);
+}
+
+TEST(CompareTest, LostDataAndTooSmallInputsAreReported) {
+  // mixture-4task at 1024 tokens: many samples are clipped; the result counts them.
+  CompareScenario s = SmallGpt();
+  s.methods = {*MethodSpecFor("packing", "t")};
+  s.reference = "packing";
+  s.controlled_method = "packing";
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->data_loss.samples, 30000);
+  EXPECT_GT(r->data_loss.clipped_samples, 0);
+  EXPECT_GT(r->data_loss.clipped_tokens, r->data_loss.tokens / 2) << "the issue: most tokens lost";
+  EXPECT_EQ(r->data_loss.lost_tokens(), r->data_loss.clipped_tokens);
+  EXPECT_THAT(r->description, HasSubstr("lost:     "));
+  EXPECT_TRUE(r->warnings.empty());
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+
+  // One sample: it runs, with warnings (fewer batches than asked, fewer samples than devices).
+  const std::string one = ::testing::TempDir() + "/compare-one-sample.txt";
+  ASSERT_TRUE(WriteStringToFile(one, "100\n").ok());
+  s.data = one;
+  auto tiny = RunCompare(s, Quiet());
+  ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+  ASSERT_EQ(tiny->warnings.size(), 2u);
+  EXPECT_THAT(tiny->warnings[0], HasSubstr("fewer than the 3 asked for"));
+  EXPECT_THAT(tiny->warnings[1], HasSubstr("fewer than the 8 devices"));
+  back = CompareResultFromJson(CompareResultToJson(*tiny), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->warnings, tiny->warnings);
+
+  // Every sample too long and dropped: the error says why there is no batch.
+  const std::string long_file = ::testing::TempDir() + "/compare-long-samples.txt";
+  ASSERT_TRUE(WriteStringToFile(long_file, "5000\n6000\n").ok());
+  s.data = long_file;
+  s.long_samples = "drop";
+  auto none = RunCompare(s, Quiet(), "grid.json");
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(none.status().message(),
+              HasSubstr("grid.json: field 'data': '" + long_file +
+                        "' yields no global batch of 16384 tokens: all 2 samples were dropped: 2 "
+                        "longer than max seqlen 1024 (long samples are dropped)"));
 }
 
 TEST(CompareTest, ScenarioErrorsNameTheField) {

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "cost/cost_factory.h"
@@ -132,7 +133,56 @@ std::string Scenario::Describe(const ScenarioDescribeOptions& options) const {
   } else {
     s += iterations == 0 ? ", all batches" : fmt::format(", {} batches", iterations);
   }
+  s += fmt::format("\nlost:     {}", Loss().Describe());
   return s;
+}
+
+Status Scenario::NoBatchError(const FieldNamer& field_name) const {
+  const std::string why = Loss().WhyNoBatch();
+  return InvalidArgumentError(fmt::format("{}: '{}' yields no global batch of {} tokens{}{}",
+                                          field_name("data"), dataset.source(), tokens_per_batch,
+                                          why.empty() ? "" : ": ", why));
+}
+
+SmallInputCheck::SmallInputCheck(int64_t iterations, int64_t min_batch_samples,
+                                 std::string batch_what, int64_t min_run_samples,
+                                 std::string run_what)
+    : iterations_(iterations),
+      min_batch_samples_(min_batch_samples),
+      batch_what_(std::move(batch_what)),
+      min_run_samples_(min_run_samples),
+      run_what_(std::move(run_what)) {}
+
+void SmallInputCheck::Add(const GlobalBatch& batch) {
+  const int64_t n = static_cast<int64_t>(batch.samples.size());
+  smallest_ = batches_ == 0 ? n : std::min(smallest_, n);
+  ++batches_;
+  samples_ += n;
+  if (n < min_batch_samples_) ++small_batches_;
+}
+
+std::vector<std::string> SmallInputCheck::Warnings() const {
+  std::vector<std::string> out;
+  if (batches_ == 0) return out;
+  if (iterations_ > 0 && batches_ < iterations_) {
+    out.push_back(fmt::format(
+        "the data yields only {} global batch{}, fewer than the {} asked for: figures over so few "
+        "batches say little",
+        batches_, batches_ == 1 ? "" : "es", iterations_));
+  }
+  if (min_run_samples_ > 0 && samples_ < min_run_samples_) {
+    out.push_back(fmt::format(
+        "the run's global batches hold only {} sample{} in all, fewer than {}: too small an input "
+        "to compare configurations or methods",
+        samples_, samples_ == 1 ? "" : "s", run_what_));
+  }
+  if (small_batches_ > 0) {
+    out.push_back(fmt::format(
+        "{} of {} global batches hold fewer samples than {} (the smallest holds {}): some replica "
+        "or pipeline stage has no work, so the figures say little about this configuration",
+        small_batches_, batches_, batch_what_, smallest_));
+  }
+  return out;
 }
 
 }  // namespace sluice

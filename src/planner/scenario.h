@@ -21,10 +21,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "base/units.h"
 #include "cost/cost_model.h"
+#include "data/data_loss.h"
 #include "data/global_batcher.h"
 #include "data/sample.h"
 #include "model/cluster_spec.h"
@@ -82,9 +84,41 @@ struct Scenario {
 
   // The per-device budget planners respect: memory_limit, else the device's memory.
   Bytes MemoryLimit() const { return memory_limit.value_or(cluster.device.memory); }
+  // What the length limits cost the dataset (data/data_loss.h).
+  DataLoss Loss() const { return DataLossOf(*batcher); }
   // A few lines naming every choice: model, cluster (and the parallel configuration), memory
-  // limit, cost model, data.
+  // limit, cost model, data, and what the length limits cost the data (Loss()).
   std::string Describe(const ScenarioDescribeOptions& options = {}) const;
+  // "FIELD: 'DATA' yields no global batch of N tokens: WHY" (DataLoss::WhyNoBatch), for a run that
+  // got none; `field_name` names the data field.
+  Status NoBatchError(const FieldNamer& field_name) const;
+};
+
+// Warnings about an input too small for a run's figures to say much (printed to stderr, never
+// errors): fewer global batches than the iterations asked for, fewer samples in all than
+// `min_run_samples`, and batches with fewer samples than `min_batch_samples` (a fixed
+// configuration's replicas x the micro-batches that fill its pipeline: some replica or stage
+// then idles). Feed it every batch of the run (Add), then ask Warnings().
+class SmallInputCheck {
+ public:
+  // `iterations`: batches asked for (0 = all). `min_batch_samples`, `min_run_samples`: 0 = no
+  // check; `batch_what` and `run_what` say where the numbers come from ("dp x pp = 8",
+  // "the 8 devices").
+  SmallInputCheck(int64_t iterations, int64_t min_batch_samples, std::string batch_what,
+                  int64_t min_run_samples, std::string run_what);
+  void Add(const GlobalBatch& batch);
+  std::vector<std::string> Warnings() const;
+
+ private:
+  int64_t iterations_;
+  int64_t min_batch_samples_;
+  std::string batch_what_;
+  int64_t min_run_samples_;
+  std::string run_what_;
+  int64_t batches_ = 0;
+  int64_t samples_ = 0;
+  int64_t small_batches_ = 0;
+  int64_t smallest_ = 0;
 };
 
 // Resolves and validates `spec` (see above): the model and cluster, the memory limit, the

@@ -51,6 +51,52 @@ TEST(ScenarioTest, ResolvesEveryPart) {
   EXPECT_THAT(compare_form, HasSubstr("max seqlen 2048 (clip), 1 batches"));
 }
 
+TEST(ScenarioTest, DescriptionSaysWhatTheLengthLimitsCostAndNoBatchSaysWhy) {
+  ScenarioSpec s = Small();
+  s.max_seqlen = 1024;
+  auto sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  const DataLoss loss = sc->Loss();
+  EXPECT_EQ(loss.samples, 200);
+  EXPECT_GT(loss.clipped_samples, 0);
+  EXPECT_GT(loss.clipped_tokens, 0);
+  EXPECT_THAT(sc->Describe(), HasSubstr("\nlost:     "));
+  EXPECT_THAT(sc->Describe(), HasSubstr("longer than max seqlen 1024 were clipped, removing"));
+  // Every sample longer than max_seqlen and dropped: the error says so.
+  s.max_seqlen = 1;
+  s.long_samples = "drop";
+  sc = ResolveScenario(s, FileFieldNamer("s.json"));
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  GlobalBatch batch;
+  EXPECT_FALSE(sc->batcher->Next(&batch));
+  const Status none = sc->NoBatchError(Flag);
+  EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.message(), HasSubstr("--data: 'web' yields no global batch of 16384 tokens: all "
+                                        "200 samples were dropped: 200 longer than max seqlen 1"));
+}
+
+TEST(ScenarioTest, SmallInputsAreWarnedAbout) {
+  auto batch = [](int64_t samples) {
+    GlobalBatch b;
+    for (int64_t i = 0; i < samples; ++i) b.samples.push_back(Sample{.id = i, .input_len = 10});
+    return b;
+  };
+  SmallInputCheck fine(2, 8, "dp x pp = 8", 8, "the 8 devices");
+  fine.Add(batch(8));
+  fine.Add(batch(9));
+  EXPECT_TRUE(fine.Warnings().empty());
+  SmallInputCheck tiny(20, 8, "dp x pp = 8", 8, "the 8 devices");
+  tiny.Add(batch(1));
+  const std::vector<std::string> w = tiny.Warnings();
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_THAT(w[0], HasSubstr("only 1 global batch, fewer than the 20 asked for"));
+  EXPECT_THAT(w[1], HasSubstr("only 1 sample in all, fewer than the 8 devices"));
+  EXPECT_THAT(w[2], HasSubstr("1 of 1 global batches hold fewer samples than dp x pp = 8"));
+  SmallInputCheck all(0, 0, "", 0, "");  // every batch asked for, no sample thresholds
+  all.Add(batch(1));
+  EXPECT_TRUE(all.Warnings().empty());
+}
+
 TEST(ScenarioTest, MemoryLimitIsGivenInOnePlaceWithinTheDevice) {
   // As memory_limit_mb: the scenario's limit, and the parallel configuration's.
   ScenarioSpec s = Small();
