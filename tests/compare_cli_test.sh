@@ -144,6 +144,28 @@ printf '5000\n6000\n' >"$tmp/long.txt"
 expect all-dropped 2 "--data: '.*long.txt' yields no global batch of 65536 tokens: all 2 samples were dropped: 2 longer than max seqlen 2048 \(long samples are dropped\)" -- \
   compare --data "$tmp/long.txt" --long drop "${quick[@]}"
 
+# The memory reserve: without --memory-limit the budget is the device's memory less the reserve
+# (default 2 GiB + 5%: 38,655 of an A100-40GB's 42,950 MB); --memory-reserve overrides it; an
+# explicit limit is the budget as given, and a reserve beside it is an error.
+expect reserve-default 0 "memory limit 38655 MB per device \(the device's 42950 MB less a 4295 MB reserve\)" -- \
+  compare "${quick[@]}" --methods packing,dynapipe --no-html --out "$tmp/reserve"
+check reserve-peaks /usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert abs(r['memory_limit_mb'] - 38654.705664) < 1e-6, r['memory_limit_mb']
+peaks = [m['peak_memory_mb'] for m in r['own'] + r['controlled'] if m['ok_batches']]
+assert peaks and max(peaks) <= r['memory_limit_mb'], peaks
+" "$tmp/reserve/results.json"
+expect reserve-flag 0 "memory limit 40950 MB per device \(the device's 42950 MB less a 2000 MB reserve\)" -- \
+  compare "${quick[@]}" --methods packing --memory-reserve 2000 --no-html --out "$tmp/reserve2"
+expect reserve-with-limit 2 "--memory-reserve: applies only without --memory-limit" -- \
+  compare --memory-limit 36000 --memory-reserve 2000 "${quick[@]}"
+expect reserve-too-big 2 "--memory-reserve: 50000 MB leaves nothing of the 42950 MB" -- \
+  compare --memory-reserve 50000 "${quick[@]}"
+printf '{"memory_reserve_mb": 3000, "methods": ["packing"], "controlled": "packing"}\n' >"$tmp/reserve.json"
+expect reserve-file 0 "less a 3000 MB reserve" -- \
+  compare --scenario "$tmp/reserve.json" "${quick[@]}" --no-html --out "$tmp/reserve3"
+
 # A folder of scenarios: one sub-folder each and a summary table.
 mkdir -p "$tmp/dir"
 printf '{"name": "a", "tokens_per_batch": 8192, "max_seqlen": 512, "methods": ["packing", "dynapipe"], "controlled": "dynapipe", "search": {"pp": [1, 2], "score_batches": 1, "simulate_top": 1}}\n' >"$tmp/dir/a.json"

@@ -64,6 +64,7 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   if (use("--max-seqlen")) s->max_seqlen = v.max_seqlen;
   if (use("--long")) s->long_samples = v.long_samples;
   if (use("--memory-limit")) s->memory_limit_mb = v.memory_limit_mb;
+  if (use("--memory-reserve")) s->memory_reserve_mb = v.memory_reserve_mb;
   if (use("--seed")) s->seed = v.seed;
   if (use("--reference")) s->reference = v.reference;
   if (use("--score-batches")) {
@@ -317,9 +318,10 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                                     "or 'all' for the whole dataset")
                           ->capture_default_str();
   o["--memory-limit"] = c->add_option("--memory-limit", s.memory_limit_mb,
-                                      "Per-device memory budget in MB (10^6 bytes) (default: "
-                                      "the device's memory)")
+                                      "Per-device memory budget in MB (10^6 bytes), used as given "
+                                      "(default: the device's memory less --memory-reserve)")
                             ->check(NumberCheck(0, true, 1e9, "a size in MB in (0, 1e9]"));
+  o["--memory-reserve"] = AddMemoryReserveFlag(c, &s.memory_reserve_mb);
   o["--seed"] = AddSeedFlag(c, &s.seed);
   o["--methods"] = c->add_option("--methods", f->methods,
                                  "Methods to compare, comma-separated: packing, token-budget, "

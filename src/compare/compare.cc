@@ -36,6 +36,7 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
     spec.parallel->vpp = 1;  // the controlled comparison shares dp, pp, tp and ZeRO, not vpp
   }
   spec.memory_limit_mb = sc.memory_limit_mb;
+  spec.memory_reserve_mb = sc.memory_reserve_mb;
   spec.cost = sc.cost;
   spec.flash_attention = sc.flash_attention;
   spec.data = sc.data;
@@ -223,6 +224,7 @@ class Comparison {
     out.batches = static_cast<int64_t>(r_.batches.size());
     out.devices = r_.sc.cluster.num_devices();
     out.memory_limit_mb = r_.sc.MemoryLimit().mb();
+    out.memory_reserve_mb = r_.sc.MemoryReserve().mb();
     out.data_loss = r_.sc.Loss();
     SmallInputCheck small(sc_.iterations, 0, "", out.devices,
                           fmt::format("the {} devices", out.devices));
@@ -244,8 +246,9 @@ class Comparison {
   // controlled one).
   Status Search(CompareResult* out) {
     const auto start = Clock::now();
-    ParallelSpace space = EnumerateParallelConfigs(r_.sc.model, r_.sc.cluster, *r_.sc.cost,
-                                                   sc_.search, r_.sc.memory_limit);
+    ParallelSpace space =
+        EnumerateParallelConfigs(r_.sc.model, r_.sc.cluster, *r_.sc.cost, sc_.search,
+                                 r_.sc.memory_limit, r_.sc.memory_reserve);
     out->skipped_configs = space.skipped;
     if (r_.sc.parallel.has_value()) {
       // The fixed controlled configuration (resolved and checked with the scenario).
@@ -313,6 +316,7 @@ class Comparison {
     ParallelConfig& shared_config = *out->controlled_config;
     shared_config.vpp = 1;
     shared_config.memory_limit = r_.sc.memory_limit;
+    shared_config.memory_reserve = r_.sc.memory_reserve;
     controlled.runs.resize(methods_.size());
     controlled.accounts.resize(methods_.size());
     for (size_t i = 0; i < methods_.size(); ++i) {

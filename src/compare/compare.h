@@ -156,7 +156,8 @@ struct CompareResult {
   bool partial = false;     // interrupted: some runs hold fewer batches or did not run
   int64_t batches = 0;      // global batches in the run
   int64_t devices = 0;
-  double memory_limit_mb = 0;
+  double memory_limit_mb = 0;    // the per-device budget every plan respects
+  double memory_reserve_mb = 0;  // held back from the device's memory (0: an explicit limit)
   DataLoss data_loss;  // what the length limits cost the dataset (clipped, dropped)
   // Inputs too small for the figures to say much (SmallInputCheck): fewer batches than asked, or
   // fewer samples in all than devices. Printed to stderr by the CLI.

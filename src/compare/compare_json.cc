@@ -268,6 +268,7 @@ nlohmann::json CompareResultToJson(const CompareResult& c) {
           {"batches", c.batches},
           {"devices", c.devices},
           {"memory_limit_mb", c.memory_limit_mb},
+          {"memory_reserve_mb", c.memory_reserve_mb},
           {"data_loss", LossToJson(c.data_loss)},
           {"warnings", c.warnings},
           {"sweep_rate", RateToJson(c.sweep_rate)},
@@ -304,6 +305,7 @@ StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::stri
   SLUICE_RETURN_IF_ERROR(r.Int("batches", &c.batches, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("devices", &c.devices, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("memory_limit_mb", &c.memory_limit_mb, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("memory_reserve_mb", &c.memory_reserve_mb, 0, kBig));
   SLUICE_RETURN_IF_ERROR(LossFromJson(r, c.scenario, &c.data_loss));
   SLUICE_RETURN_IF_ERROR(StringsFromJson(r, "warnings", &c.warnings));
   SLUICE_RETURN_IF_ERROR(RateFromJson(r, "sweep_rate", &c.sweep_rate));

@@ -129,7 +129,12 @@ Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field
   if (s.iterations < 0) return bad("iterations", "must be a positive integer or \"all\"");
   if (s.samples < 0) return bad("samples", "must be >= 0");
   if (!std::isfinite(s.memory_limit_mb) || s.memory_limit_mb < 0 || s.memory_limit_mb > 1e9) {
-    return bad("memory_limit_mb", "must be in (0, 1e9] MB, or 0 for the device's memory");
+    return bad("memory_limit_mb",
+               "must be in (0, 1e9] MB, or 0 for the device's memory less the reserve");
+  }
+  if (!std::isfinite(s.memory_reserve_mb) || s.memory_reserve_mb > 1e9 ||
+      (s.memory_reserve_mb < 0 && s.memory_reserve_mb != -1)) {
+    return bad("memory_reserve_mb", "must be in [0, 1e9] MB (or absent for the default reserve)");
   }
   if (s.seed > static_cast<uint64_t>(INT64_MAX)) {
     return bad("seed", fmt::format("{} is out of range; allowed: 0..{}", s.seed, INT64_MAX));
@@ -208,6 +213,7 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     }
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalDouble("memory_limit_mb", &s.memory_limit_mb, 0, 1e9));
+  SLUICE_RETURN_IF_ERROR(r.OptionalDouble("memory_reserve_mb", &s.memory_reserve_mb, 0, 1e9));
   int64_t seed = 0;
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("seed", &seed, 0, INT64_MAX));
   s.seed = static_cast<uint64_t>(seed);
@@ -283,6 +289,7 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
                       {"memory_limit_mb", s.memory_limit_mb},
                       {"seed", s.seed},
                       {"reference", s.reference}};
+  if (s.memory_reserve_mb >= 0) j["memory_reserve_mb"] = s.memory_reserve_mb;
   if (s.iterations == 0) {
     j["iterations"] = "all";
   } else {

@@ -354,6 +354,44 @@ TEST(CompareTest, LostDataAndTooSmallInputsAreReported) {
                         "longer than max seqlen 1024 (long samples are dropped)"));
 }
 
+TEST(CompareTest, WithoutAMemoryLimitPlansKeepTheReserveFree) {
+  // No explicit limit: the budget is the device's memory less the default reserve (2 GiB + 5%),
+  // and every simulated peak stays under it (ExpectSound checks peak <= memory_limit_mb).
+  CompareScenario s = SmallGpt();
+  s.memory_limit_mb = 0;
+  s.methods = {*MethodSpecFor("packing", "t"), *MethodSpecFor("dynapipe", "t")};
+  s.controlled_method = "dynapipe";
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  const double device_mb = Bytes::GiB(40).mb();
+  EXPECT_DOUBLE_EQ(r->memory_limit_mb, Bytes::GiB(36).mb());
+  EXPECT_DOUBLE_EQ(r->memory_reserve_mb, Bytes::GiB(4).mb());
+  double peak = 0;
+  for (const MethodRun& m : r->own) peak = std::max(peak, m.peak_memory_mb);
+  EXPECT_GT(peak, 0);
+  EXPECT_LE(peak, device_mb - Bytes::GiB(4).mb());
+  // The reserve overridden to 0: the whole device is the budget, and plans use what it frees.
+  s.memory_reserve_mb = 0;
+  auto full = RunCompare(s, Quiet());
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ExpectSound(*full);
+  EXPECT_DOUBLE_EQ(full->memory_limit_mb, device_mb);
+  double full_peak = 0;
+  for (const MethodRun& m : full->own) full_peak = std::max(full_peak, m.peak_memory_mb);
+  EXPECT_GT(full_peak, device_mb - Bytes::GiB(4).mb()) << "the reserve is what kept it free";
+  auto back = CompareResultFromJson(CompareResultToJson(*full), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *full);
+  // An explicit limit is the budget as given; a reserve beside it is an error naming both.
+  s.memory_limit_mb = 36000;
+  auto both = RunCompare(s, Quiet(), "grid.json");
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.status().message(),
+              HasSubstr("grid.json: field 'memory_reserve_mb': applies only without grid.json: "
+                        "field 'memory_limit_mb'"));
+}
+
 TEST(CompareTest, ScenarioErrorsNameTheField) {
   CompareScenario s = SmallGpt();
   s.max_seqlen = 100000;

@@ -53,7 +53,8 @@ std::string Candidate::Key() const {
 
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
                                        const CostModel& cost, const SearchSpace& space,
-                                       std::optional<Bytes> memory_limit) {
+                                       std::optional<Bytes> memory_limit,
+                                       std::optional<Bytes> memory_reserve) {
   ParallelSpace out;
   const int64_t devices = cluster.num_devices();
   std::vector<int64_t> tps = space.tp;
@@ -80,6 +81,7 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
           par.tp = tp;
           par.zero = space.zero[zi];
           par.memory_limit = memory_limit;
+          par.memory_reserve = memory_reserve;
           Status fits = CheckParallelFits(par, model, &cluster, "search");
           if (!fits.ok()) {
             if (zi == 0) {

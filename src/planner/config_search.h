@@ -60,14 +60,16 @@ struct Candidate {
   friend bool operator==(const Candidate&, const Candidate&) = default;
 };
 
-// Parallel configurations (vpp 1) to try, with the reasons others were left out.
+// Parallel configurations (vpp 1) to try, with the reasons others were left out. Each carries
+// `memory_limit` and `memory_reserve` (ParallelConfig::MemoryLimit).
 struct ParallelSpace {
   std::vector<ParallelConfig> configs;
   std::vector<std::string> skipped;
 };
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
                                        const CostModel& cost, const SearchSpace& space,
-                                       std::optional<Bytes> memory_limit);
+                                       std::optional<Bytes> memory_limit,
+                                       std::optional<Bytes> memory_reserve = std::nullopt);
 
 // Every candidate of `method` over `configs`, in a deterministic order.
 std::vector<Candidate> ExpandCandidates(std::span<const ParallelConfig> configs,

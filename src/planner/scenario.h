@@ -9,7 +9,10 @@
 //
 // Memory limit: given either as `memory_limit_mb` or as the parallel configuration's
 // memory_limit_mb, never both (InvalidArgument: "give it in one place"); wherever it is given, it
-// must not exceed the memory of one device of the cluster. Absent: the device's memory.
+// must not exceed the memory of one device of the cluster, and it is the budget as given. Absent:
+// the device's memory less a reserve (model/parallel_config.h, MemoryBudget): `memory_reserve_mb`
+// or the parallel configuration's memory_reserve_mb (one place), else DefaultMemoryReserve. A
+// reserve given together with a limit is an error (it would be ignored).
 //
 // Thread safety: ResolveScenario is a pure function of its inputs (it reads files); a Scenario is
 // used by one thread (its batcher advances).
@@ -41,6 +44,7 @@ struct ScenarioSpec {
   std::string cluster = "a100-40g:8";      // 'cluster': PRESET:N or ClusterSpec JSON file
   std::optional<ParallelConfig> parallel;  // 'parallel': the configuration run; absent = none
   double memory_limit_mb = 0;              // 'memory_limit_mb': per device, MB; 0 = not given
+  double memory_reserve_mb = -1;           // 'memory_reserve_mb': MB held back; < 0 = not given
   std::string cost = "auto";               // 'cost': auto, analytic, profiled:PATH, analytic:PATH
   bool flash_attention = false;            // 'flash_attention': analytic cost model option
   std::string data = "mixture-4task";      // 'data': lengths file or preset
@@ -73,7 +77,8 @@ struct Scenario {
   ClusterSpec cluster;
   // spec.parallel, its memory_limit set to `memory_limit`; absent when the spec had none.
   std::optional<ParallelConfig> parallel;
-  std::optional<Bytes> memory_limit;  // the limit given (either place); absent = device memory
+  std::optional<Bytes> memory_limit;    // the limit given (either place); absent: see below
+  std::optional<Bytes> memory_reserve;  // the reserve given (either place); absent = the default
   std::unique_ptr<CostModel> cost;
   Dataset dataset;
   std::optional<GlobalBatcher> batcher;  // always set by ResolveScenario
@@ -82,8 +87,13 @@ struct Scenario {
   int64_t max_seqlen = 0;
   int64_t iterations = 0;  // 0 = the whole dataset (one epoch)
 
-  // The per-device budget planners respect: memory_limit, else the device's memory.
-  Bytes MemoryLimit() const { return memory_limit.value_or(cluster.device.memory); }
+  // The per-device budget planners respect: memory_limit, else the device's memory less the
+  // reserve (MemoryBudget, the rule of ParallelConfig::MemoryLimit).
+  Bytes MemoryLimit() const { return MemoryBudget(memory_limit, memory_reserve, cluster.device); }
+  // What MemoryLimit() holds back from the device's memory: 0 with an explicit limit.
+  Bytes MemoryReserve() const {
+    return memory_limit.has_value() ? Bytes::Zero() : cluster.device.memory - MemoryLimit();
+  }
   // What the length limits cost the dataset (data/data_loss.h).
   DataLoss Loss() const { return DataLossOf(*batcher); }
   // A few lines naming every choice: model, cluster (and the parallel configuration), memory
