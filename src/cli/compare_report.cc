@@ -132,6 +132,8 @@ report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& ru
                       fmt::format("{}/{}", m.ok_batches, m.batches.size()), ConfigText(m)});
   }
   t.numeric = {false, true, true, true, true, true, true, true, true, true, false};
+  t.wrap.assign(t.header.size(), false);
+  t.wrap.back() = true;  // the configuration (or the reason) wraps so that the table fits
   return t;
 }
 
@@ -240,8 +242,27 @@ std::string FormatCompareTables(const CompareResult& c) {
 report::HtmlReport BuildCompareReport(const CompareResult& c) {
   report::HtmlReport r;
   r.title = fmt::format("sluice compare: {}", c.scenario.name);
-  r.subtitle = c.description;
-  if (c.partial) r.subtitle += "\nPARTIAL RESULTS: the run was interrupted.";
+  if (c.partial) r.subtitle = "PARTIAL RESULTS: the run was interrupted.";
+  // The description's "label:   value" lines, one fact each; then warnings and the search.
+  for (size_t pos = 0; pos < c.description.size();) {
+    size_t end = c.description.find('\n', pos);
+    if (end == std::string::npos) end = c.description.size();
+    const std::string line = c.description.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) {
+      if (!line.empty()) r.facts.emplace_back("", line);
+      continue;
+    }
+    const size_t value = line.find_first_not_of(' ', colon + 1);
+    r.facts.emplace_back(line.substr(0, colon),
+                         value == std::string::npos ? "" : line.substr(value));
+  }
+  for (const std::string& w : c.warnings) r.facts.emplace_back("warning", w);
+  std::string scored;
+  for (int64_t b : c.score_batches) scored += fmt::format("{}{}", scored.empty() ? "" : ", ", b);
+  r.facts.emplace_back("search", fmt::format("{} candidates, each scored on global batches {}",
+                                             c.candidates_scored, scored));
 
   report::Section summary;
   summary.heading = "Throughput";
