@@ -305,7 +305,9 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
 
   report::Section dist;
   dist.heading = "Per-batch throughput";
-  dist.text = "Each global batch's real tokens / simulated iteration time, per method.";
+  dist.text =
+      "Each global batch's real tokens / simulated iteration time, per method. A failed batch has "
+      "no iteration time and is not drawn: n under each box counts the batches that ran.";
   report::Distribution d;
   d.title = "Per-batch throughput";
   d.value_label = "tokens/s";
