@@ -60,6 +60,29 @@ expect cost-show-mbs-zero 2 "--mbs: '0' is not allowed; allowed: an integer >= 1
 expect cost-fit-sharpness-nan 2 "--fixed-sharpness: 'nan' is not allowed" -- cost fit --fixed-sharpness nan
 expect stats-samples-negative 2 "--samples: '-5' is not allowed" -- data stats --samples -5
 
+# Lost data: how many samples and tokens were clipped or dropped, and why (item 4 of "honest
+# numbers"); tiny inputs warn, an input with no batch says why.
+expect plan-lost-clipped 0 "lost: +[0-9,]+ of 30,000 samples \([0-9.]+%\) longer than max seqlen 2048 were clipped, removing [0-9,]+ of [0-9,]+ tokens \([0-9.]+%\)" -- plan --iterations 1 --show 0
+expect batch-lost-dropped 0 "lost: +[0-9,]+ of 30,000 samples .* were dropped with their" -- batch --iterations 1 --long drop
+printf '5000\n6000\n' >"$tmp/long.txt"
+expect plan-all-dropped 2 "--data: '.*long.txt' yields no global batch of 65536 tokens: all 2 samples were dropped: 2 longer than max seqlen 2048 \(long samples are dropped\)" -- plan --data "$tmp/long.txt" --long drop
+expect batch-all-dropped 2 "all 2 samples were dropped" -- batch --data "$tmp/long.txt" --long drop
+printf '100\n' >"$tmp/one.txt"
+expect batch-one-sample-warns 0 "warning: the data yields only 1 global batch, fewer than the 20 asked for" -- batch --data "$tmp/one.txt"
+expect batch-one-sample-idles 0 "warning: 1 of 1 global batches hold fewer samples than dp x pp = 8" -- batch --data "$tmp/one.txt"
+expect plan-one-sample-dp 2 "global batch 0: a global batch of 1 sample cannot feed 2 data-parallel replicas" -- plan --data "$tmp/one.txt"
+expect plan-one-sample-warns 0 "warning: 1 of 1 global batches hold fewer samples than dp x pp = 4" -- plan --data "$tmp/one.txt" --parallel dp=1,pp=4,zero=1
+
+# The memory reserve is one field, shared by every planning subcommand and carried by the plan.
+expect plan-reserve-default 0 "memory limit 38655 MB \(the device's 42950 MB less a 4295 MB reserve\)" -- plan --iterations 1 --show 0
+expect batch-reserve-flag 0 "memory limit 41950 MB \(the device's 42950 MB less a 1000 MB reserve\)" -- batch --iterations 1 --memory-reserve 1000
+expect plan-reserve-with-limit 2 "--memory-reserve: applies only without --memory-limit" -- plan --memory-limit 36000 --memory-reserve 1000
+expect plan-reserve-written 0 "wrote" -- plan --iterations 1 --memory-reserve 1000 --out "$tmp/reserve-plan.json"
+check plan-reserve-in-file grep -q '"memory_reserve_mb": *1000' "$tmp/reserve-plan.json"
+expect simulate-reserve 0 "limit 41,950 MB|41,950" -- simulate "$tmp/reserve-plan.json"
+expect simulate-reserve-flag 0 "41,950|limit" -- simulate "$tmp/reserve-plan.json" --memory-reserve 1000
+expect simulate-reserve-with-limit 2 "--memory-reserve: applies only without --memory-limit" -- simulate "$tmp/reserve-plan.json" --memory-limit 30000 --memory-reserve 1000
+
 # plan, plan check, plan csv
 expect plan-default 0 "makespan .* bubble" -- plan --iterations 2 --out "$tmp/plan.json"
 expect plan-check 0 "valid plan of gpt-6.7b" -- plan check "$tmp/plan-0.json"

@@ -97,6 +97,75 @@ expect all-oom 1 "no method fits memory" -- \
   compare --memory-limit 2000 --methods packing,dynapipe "${quick[@]}" --no-html --out "$tmp/oom"
 check all-oom-results grep -q '"state": "out-of-memory"' "$tmp/oom/results.json"
 
+# Failed batches count (docs/compare.md, "Failed batches"): web text clipped at 8192 tokens on 36 GB;
+# scored on the first two (short) batches only, DynaPipe picks dp 8, which fails the batches with
+# an 8K sample. Its tokens/s is marked k/n, the note says how failures count, and the method whose
+# space holds that configuration keeps its own complete run instead of adopting it.
+wide=(--data web --max-seqlen 8192 --memory-limit 36000 --closed-form --no-html)
+printf '{"methods": ["dynapipe", {"name": "both", "batching": ["dynapipe", "hydraulis"], "schedules": ["1f1b"]}], "reference": "dynapipe", "controlled": "both", "search": {"tp": [1, 2, 4], "pp": [1], "zero": [2], "simulate_top": 2}}\n' >"$tmp/wide.json"
+expect failed-batches-marked 0 "dynapipe +[0-9,]+ \([0-9]+/20 ran\)" -- \
+  compare --scenario "$tmp/wide.json" "${wide[@]}" --no-score-extremes --out "$tmp/wide"
+expect failed-batches-note 0 "tokens/s counts every batch: a failed batch" -- \
+  compare --scenario "$tmp/wide.json" "${wide[@]}" --no-score-extremes --out "$tmp/wide"
+check failed-batches-not-adopted /usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+runs = {m['method']: m for m in r['own']}
+d, b = runs['dynapipe'], runs['both']
+assert 0 < d['ok_batches'] < 20 and d['untrained_tokens'] > 0, d['ok_batches']
+assert abs(d['tokens_per_s'] - d['ran_tokens_per_s'] * d['ok_batches'] / 20) < 1e-6 * d['tokens_per_s']
+assert b['ok_batches'] == 20 and b['adopted_from'] == '', b['adopted_from']
+assert r['score_batches'] == [0, 1], r['score_batches']
+" "$tmp/wide/results.json"
+# By default the search also scores the longest and densest batches: DynaPipe runs all 20.
+expect failed-batches-extremes 0 "dynapipe +[0-9,]+ +1.00x .* 20/20" -- \
+  compare --scenario "$tmp/wide.json" "${wide[@]}" --out "$tmp/wide2"
+expect score-batches-bad 2 "--score-batches: 'some' is not allowed; allowed: an integer in 1..64, or 'all'" -- \
+  compare --score-batches some
+
+# Lost data and tiny inputs: the terminal says what was clipped, results.json counts it, a one-sample
+# input runs with warnings on stderr, and an input with no batch says why.
+expect lost-data 0 "lost: +[0-9,]+ of 30,000 samples \([0-9.]+%\) longer than max seqlen 2048 were clipped" -- \
+  compare "${quick[@]}" --methods packing --no-html --out "$tmp/lost"
+check lost-data-results /usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))['data_loss']
+assert d['samples'] == 30000 and 0 < d['clipped_samples'] < 30000, d
+assert d['kept_tokens'] == d['tokens'] - d['clipped_tokens'], d
+" "$tmp/lost/results.json"
+printf '100\n' >"$tmp/one.txt"
+"$sluice" compare --data "$tmp/one.txt" --methods packing "${quick[@]}" --no-html --out "$tmp/one" \
+  >"$tmp/one.out" 2>"$tmp/one.err"
+check one-sample-runs test $? -eq 0
+check one-sample-warns grep -q "^warning: the run's global batches hold only 1 sample in all, fewer than the 8 devices" "$tmp/one.err"
+check one-sample-warns-batches grep -q "^warning: the data yields only 1 global batch, fewer than the 2 asked for" "$tmp/one.err"
+check one-sample-warnings-in-results grep -q '"warnings": \[' "$tmp/one/results.json"
+printf '5000\n6000\n' >"$tmp/long.txt"
+expect all-dropped 2 "--data: '.*long.txt' yields no global batch of 65536 tokens: all 2 samples were dropped: 2 longer than max seqlen 2048 \(long samples are dropped\)" -- \
+  compare --data "$tmp/long.txt" --long drop "${quick[@]}"
+
+# The memory reserve: without --memory-limit the budget is the device's memory less the reserve
+# (default 2 GiB + 5%: 38,655 of an A100-40GB's 42,950 MB); --memory-reserve overrides it; an
+# explicit limit is the budget as given, and a reserve beside it is an error.
+expect reserve-default 0 "memory limit 38655 MB per device \(the device's 42950 MB less a 4295 MB reserve\)" -- \
+  compare "${quick[@]}" --methods packing,dynapipe --no-html --out "$tmp/reserve"
+check reserve-peaks /usr/bin/python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert abs(r['memory_limit_mb'] - 38654.705664) < 1e-6, r['memory_limit_mb']
+peaks = [m['peak_memory_mb'] for m in r['own'] + r['controlled'] if m['ok_batches']]
+assert peaks and max(peaks) <= r['memory_limit_mb'], peaks
+" "$tmp/reserve/results.json"
+expect reserve-flag 0 "memory limit 40950 MB per device \(the device's 42950 MB less a 2000 MB reserve\)" -- \
+  compare "${quick[@]}" --methods packing --memory-reserve 2000 --no-html --out "$tmp/reserve2"
+expect reserve-with-limit 2 "--memory-reserve: applies only without --memory-limit" -- \
+  compare --memory-limit 36000 --memory-reserve 2000 "${quick[@]}"
+expect reserve-too-big 2 "--memory-reserve: 50000 MB leaves nothing of the 42950 MB" -- \
+  compare --memory-reserve 50000 "${quick[@]}"
+printf '{"memory_reserve_mb": 3000, "methods": ["packing"], "controlled": "packing"}\n' >"$tmp/reserve.json"
+expect reserve-file 0 "less a 3000 MB reserve" -- \
+  compare --scenario "$tmp/reserve.json" "${quick[@]}" --no-html --out "$tmp/reserve3"
+
 # A folder of scenarios: one sub-folder each and a summary table.
 mkdir -p "$tmp/dir"
 printf '{"name": "a", "tokens_per_batch": 8192, "max_seqlen": 512, "methods": ["packing", "dynapipe"], "controlled": "dynapipe", "search": {"pp": [1, 2], "score_batches": 1, "simulate_top": 1}}\n' >"$tmp/dir/a.json"

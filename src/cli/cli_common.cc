@@ -144,6 +144,16 @@ CLI::Option* AddSeedFlag(CLI::App* app, uint64_t* seed) {
       ->capture_default_str();
 }
 
+CLI::Option* AddMemoryReserveFlag(CLI::App* app, double* reserve_mb) {
+  return app
+      ->add_option("--memory-reserve", *reserve_mb,
+                   "MB (10^6 bytes) held back from the device's memory for the CUDA context, NCCL "
+                   "buffers and fragmentation when no --memory-limit is given (default: 2 GiB + "
+                   "5% of the device's memory, e.g. 4,295 MB of an A100-40GB's 42,950 MB)")
+      ->type_name("MB")
+      ->check(NumberCheck(0, false, 1e9, "a size in MB in [0, 1e9]"));
+}
+
 CLI::Option* AddMaxSeqlenFlag(CLI::App* app, int64_t* max_seqlen) {
   return app->add_option("--max-seqlen", *max_seqlen, "Longest sequence (tokens) a batch may hold")
       ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))

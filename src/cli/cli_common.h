@@ -42,6 +42,9 @@ CLI::Option* AddDataFlag(CLI::App* app, std::string* data);
 CLI::Option* AddSeedFlag(CLI::App* app, uint64_t* seed);
 CLI::Option* AddMaxSeqlenFlag(CLI::App* app, int64_t* max_seqlen);
 CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens);
+// --memory-reserve MB: held back from the device's memory when no --memory-limit is given;
+// `*reserve_mb` stays < 0 when the flag is not given (the default reserve).
+CLI::Option* AddMemoryReserveFlag(CLI::App* app, double* reserve_mb);
 
 // A flag's number check that, unlike CLI::PositiveNumber and CLI::Range, rejects nan and inf and
 // says what is allowed: "--tokens-per-batch: '0' is not allowed; allowed: an integer >= 1".

@@ -130,7 +130,11 @@ Status RunBatch(const BatchFlags& f) {
   Progress progress("planning", sc.iterations > 0 ? sc.iterations : 0, stderr,
                     /*min_total=*/8);
   int64_t shown = 0;
+  const ParallelConfig& par = *sc.parallel;
+  SmallInputCheck small(sc.iterations, par.dp * par.pp,
+                        fmt::format("dp x pp = {}", par.dp * par.pp), 0, "");
   while ((sc.iterations == 0 || summary.batches < sc.iterations) && sc.batcher->Next(&batch)) {
+    small.Add(batch);
     const auto t0 = std::chrono::steady_clock::now();
     SLUICE_ASSIGN_OR_RETURN(BatchPlan plan, RunMethod(f.method, batch.samples, eval, options));
     summary.plan_ms.push_back(
@@ -144,6 +148,9 @@ Status RunBatch(const BatchFlags& f) {
     progress.Add();
   }
   progress.Finish();
+  if (summary.batches == 0) return sc.NoBatchError(FlagFieldNamer());
+  std::fflush(stdout);
+  for (const std::string& w : small.Warnings()) fmt::print(stderr, "warning: {}\n", w);
 
   const BatcherReport& report = sc.batcher->report();
   const int64_t ok = summary.batches - summary.oom;

@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -31,6 +32,8 @@ namespace {
 struct CompareFlags {
   CompareScenario scenario;  // the flags' values (defaults: the embedded default scenario)
   std::string iterations = "20";
+  std::string score_batches = "2";
+  bool no_score_extremes = false;
   std::string methods;   // comma-separated
   std::string parallel;  // the controlled configuration
   std::string scenario_file;
@@ -61,9 +64,25 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   if (use("--max-seqlen")) s->max_seqlen = v.max_seqlen;
   if (use("--long")) s->long_samples = v.long_samples;
   if (use("--memory-limit")) s->memory_limit_mb = v.memory_limit_mb;
+  if (use("--memory-reserve")) s->memory_reserve_mb = v.memory_reserve_mb;
   if (use("--seed")) s->seed = v.seed;
   if (use("--reference")) s->reference = v.reference;
-  if (use("--score-batches")) s->search.score_batches = v.search.score_batches;
+  if (use("--score-batches")) {
+    if (f.score_batches == "all") {
+      s->search.score_batches = 0;
+    } else {
+      int64_t n = 0;
+      const char* end = f.score_batches.data() + f.score_batches.size();
+      auto [ptr, ec] = std::from_chars(f.score_batches.data(), end, n);
+      if (ec != std::errc() || ptr != end || n < 1 || n > 64) {
+        return InvalidArgumentError(fmt::format(
+            "--score-batches: '{}' is not allowed; allowed: an integer in 1..64, or 'all'",
+            f.score_batches));
+      }
+      s->search.score_batches = n;
+    }
+  }
+  if (use("--no-score-extremes")) s->search.score_extremes = !f.no_score_extremes;
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
   if (use("--closed-form")) s->stepwise_collectives = !f.closed_form;
   if (use("--iterations")) {
@@ -141,6 +160,7 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   options.cancelled = [] { return Interrupted(); };
   options.field_name = CompareFieldNamer(f, source);
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
+  for (const std::string& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
   fmt::print("search: {} candidates in {:.1f} s; runs: {:.1f} s\n", r.candidates_scored,
              r.search_seconds, r.run_seconds);
@@ -298,9 +318,10 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                                     "or 'all' for the whole dataset")
                           ->capture_default_str();
   o["--memory-limit"] = c->add_option("--memory-limit", s.memory_limit_mb,
-                                      "Per-device memory budget in MB (10^6 bytes) (default: "
-                                      "the device's memory)")
+                                      "Per-device memory budget in MB (10^6 bytes), used as given "
+                                      "(default: the device's memory less --memory-reserve)")
                             ->check(NumberCheck(0, true, 1e9, "a size in MB in (0, 1e9]"));
+  o["--memory-reserve"] = AddMemoryReserveFlag(c, &s.memory_reserve_mb);
   o["--seed"] = AddSeedFlag(c, &s.seed);
   o["--methods"] = c->add_option("--methods", f->methods,
                                  "Methods to compare, comma-separated: packing, token-budget, "
@@ -315,10 +336,16 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                         ->description(
                             "The controlled comparison's shared configuration "
                             "(dp, pp, tp, zero) (default: sluice's best)");
-  o["--score-batches"] = c->add_option("--score-batches", s.search.score_batches,
-                                       "Global batches each candidate configuration is scored on")
-                             ->check(CLI::Range(1, 64))
-                             ->capture_default_str();
+  o["--score-batches"] =
+      c->add_option("--score-batches", f->score_batches,
+                    "The first global batches each candidate configuration is scored on: 1..64, "
+                    "or 'all' (plus the longest and densest batches; see --no-score-extremes)")
+          ->type_name("N|all")
+          ->capture_default_str();
+  o["--no-score-extremes"] =
+      c->add_flag("--no-score-extremes", f->no_score_extremes,
+                  "Score candidates on the first --score-batches only (default: off, also on the "
+                  "batch with the longest sample and the densest batches)");
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(CLI::Range(1, 64))

@@ -91,12 +91,20 @@ Status RunPlan(const PlanFlags& f) {
 
   GlobalBatch batch;
   Progress progress("planning", sc.iterations, stderr, /*min_total=*/8);
+  const ParallelConfig& par = *sc.parallel;
+  SmallInputCheck small(sc.iterations, par.dp * par.pp,
+                        fmt::format("dp x pp = {}", par.dp * par.pp), 0, "");
   int64_t done = 0, ok = 0;
   double makespan_ms = 0, bubble = 0, plan_ms = 0;
   int64_t real_tokens = 0;
   const bool several = sc.iterations != 1;
   while ((sc.iterations == 0 || done < sc.iterations) && sc.batcher->Next(&batch)) {
-    SLUICE_ASSIGN_OR_RETURN(PlanResult r, planner.Plan(batch.samples));
+    small.Add(batch);
+    StatusOr<PlanResult> planned = planner.Plan(batch.samples);
+    if (!planned.ok()) {
+      return planned.status().WithPrefix(fmt::format("global batch {}", batch.index));
+    }
+    PlanResult& r = *planned;
     progress.Clear();
     PrintResult(r, batch, sc.parallel->pp, done < f.show);
     if (r.outcome == PlanOutcome::kOk) {
@@ -115,6 +123,9 @@ Status RunPlan(const PlanFlags& f) {
     progress.Add();
   }
   progress.Finish();
+  if (done == 0) return sc.NoBatchError(FlagFieldNamer());
+  std::fflush(stdout);
+  for (const std::string& w : small.Warnings()) fmt::print(stderr, "warning: {}\n", w);
   fmt::print("\nsummary over {} global batches ({} planned, {} out of memory):\n", done, ok,
              done - ok);
   if (ok > 0) {

@@ -40,6 +40,7 @@ struct SimulateFlags {
   double intra_latency_scale = 1.0;
   double inter_latency_scale = 1.0;
   double memory_limit_mb = 0;
+  double memory_reserve_mb = -1;  // < 0: the plan's
   std::string data;
   int64_t samples = 0;
   uint64_t seed = 0;
@@ -129,7 +130,26 @@ Status RunSimulate(const SimulateFlags& f) {
   if (!f.report.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--report", f.report));
   InterruptGuard guard;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
-  if (f.memory_limit_mb > 0) plan.parallel.memory_limit = Bytes::MB(f.memory_limit_mb);
+  if (f.memory_limit_mb > 0 && f.memory_reserve_mb >= 0) {
+    return InvalidArgumentError(
+        "--memory-reserve: applies only without --memory-limit (an explicit limit is the budget "
+        "as given); give one of them");
+  }
+  if (f.memory_limit_mb > 0) {
+    plan.parallel.memory_limit = Bytes::MB(f.memory_limit_mb);
+    plan.parallel.memory_reserve.reset();
+  }
+  if (f.memory_reserve_mb >= 0) {
+    if (Bytes::MB(f.memory_reserve_mb) >= plan.cluster.device.memory) {
+      return InvalidArgumentError(fmt::format(
+          "--memory-reserve: {:.0f} MB leaves nothing of the {:.0f} MB of one {} device "
+          "(allowed: 0..{:.0f})",
+          f.memory_reserve_mb, plan.cluster.device.memory.mb(), plan.cluster.device.name,
+          plan.cluster.device.memory.mb() - 1));
+    }
+    plan.parallel.memory_limit.reset();
+    plan.parallel.memory_reserve = Bytes::MB(f.memory_reserve_mb);
+  }
   SLUICE_ASSIGN_OR_RETURN(SimOptions options, MakeOptions(f));
   options.cancelled = [] { return Interrupted(); };
   if (Interrupted()) return InterruptedError(f, "before the simulation");
@@ -217,6 +237,10 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
                 "Per-device memory limit in MB (10^6 bytes); 0 = the plan's")
       ->check(NumberCheck(0, false, 1e9, "a size in MB in [0, 1e9], 0 = the plan's"))
       ->capture_default_str();
+  AddMemoryReserveFlag(s, &flags->memory_reserve_mb)
+      ->description(
+          "The plan's budget becomes the device's memory less this many MB (10^6 bytes) "
+          "(default: the plan's limit or reserve)");
   AddDataFlag(s, &flags->data)
       ->description(
           "The lengths the plan was made from, to count real tokens (plans hold ids "

@@ -55,6 +55,48 @@ std::string LargestLosses(const Breakdown& b, size_t n) {
   return out;
 }
 
+int64_t Failed(const MethodRun& m) {
+  return static_cast<int64_t>(m.batches.size()) - m.ok_batches;
+}
+
+// The headline throughput, marked when batches failed: "9,348 (12/20 ran)".
+std::string TokensText(const MethodRun& m) {
+  if (Failed(m) == 0) return Thousands(m.tokens_per_s);
+  return fmt::format("{} ({}/{} ran)", Thousands(m.tokens_per_s), m.ok_batches, m.batches.size());
+}
+
+// How failed batches count, under a table that has some ("" when none failed).
+std::string FailedNote(const std::vector<MethodRun>& runs) {
+  int64_t failed = 0;
+  for (const MethodRun& m : runs) {
+    if (m.ok_batches > 0) failed += Failed(m);
+  }
+  if (failed == 0) return "";
+  return "tokens/s counts every batch: a failed batch (out of memory or deadlock) trains none of "
+         "its tokens and is charged the mean iteration time of the batches that ran; a run that "
+         "failed a batch ranks below every run that ran all of them and is never adopted over "
+         "one. The other columns cover the batches that ran.";
+}
+
+// `text` broken into lines of at most `width` characters at spaces, each ending in '\n'.
+std::string Wrap(const std::string& text, size_t width) {
+  std::string out, line;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(pos, end - pos);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    pos = end + 1;
+  }
+  if (!line.empty()) out += line + "\n";
+  return out;
+}
+
 std::string ConfigText(const MethodRun& m) {
   if (!m.config.has_value()) return "-";
   if (m.adopted_from.empty()) return m.config->Describe();
@@ -82,7 +124,7 @@ report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& ru
                         fmt::format("0/{}", m.batches.size()), m.reason});
       continue;
     }
-    t.rows.push_back({m.method, Thousands(m.tokens_per_s),
+    t.rows.push_back({m.method, TokensText(m),
                       m.ratio_to_reference > 0 ? fmt::format("{:.2f}x", m.ratio_to_reference) : "-",
                       fmt::format("{:.2f}", m.fraction_of_ideal), Pct(m.padding), Pct(m.bubble),
                       Pct(m.comm), Thousands(m.peak_memory_mb),
@@ -90,6 +132,8 @@ report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& ru
                       fmt::format("{}/{}", m.ok_batches, m.batches.size()), ConfigText(m)});
   }
   t.numeric = {false, true, true, true, true, true, true, true, true, true, false};
+  t.wrap.assign(t.header.size(), false);
+  t.wrap.back() = true;  // the configuration (or the reason) wraps so that the table fits
   return t;
 }
 
@@ -179,14 +223,17 @@ std::string FormatCompareTables(const CompareResult& c) {
   out += fmt::format(
       "ideal bound: {} tokens/s ({} devices at {:.1f} TFLOP/s of useful work each: {})\n\n",
       Thousands(c.ideal_tokens_per_s), c.devices, c.rate.flops_per_s / 1e12, c.rate.where);
-  out += TextTable(RunsTable(c, c.own, "Each method under its own best configuration")) + "\n";
+  out += TextTable(RunsTable(c, c.own, "Each method under its own best configuration"));
+  if (const std::string note = FailedNote(c.own); !note.empty()) out += Wrap(note, 100);
+  out += "\n";
   if (c.controlled_config.has_value()) {
     const ParallelConfig& p = *c.controlled_config;
     out += TextTable(
-               RunsTable(c, c.controlled,
-                         fmt::format("Controlled: every method on dp {} x pp {} x tp {}, ZeRO-{}",
-                                     p.dp, p.pp, p.tp, p.zero))) +
-           "\n";
+        RunsTable(c, c.controlled,
+                  fmt::format("Controlled: every method on dp {} x pp {} x tp {}, ZeRO-{}", p.dp,
+                              p.pp, p.tp, p.zero)));
+    if (const std::string note = FailedNote(c.controlled); !note.empty()) out += Wrap(note, 100);
+    out += "\n";
   }
   out += TextTable(BreakdownTable(c.own));
   return out;
@@ -195,8 +242,27 @@ std::string FormatCompareTables(const CompareResult& c) {
 report::HtmlReport BuildCompareReport(const CompareResult& c) {
   report::HtmlReport r;
   r.title = fmt::format("sluice compare: {}", c.scenario.name);
-  r.subtitle = c.description;
-  if (c.partial) r.subtitle += "\nPARTIAL RESULTS: the run was interrupted.";
+  if (c.partial) r.subtitle = "PARTIAL RESULTS: the run was interrupted.";
+  // The description's "label:   value" lines, one fact each; then warnings and the search.
+  for (size_t pos = 0; pos < c.description.size();) {
+    size_t end = c.description.find('\n', pos);
+    if (end == std::string::npos) end = c.description.size();
+    const std::string line = c.description.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) {
+      if (!line.empty()) r.facts.emplace_back("", line);
+      continue;
+    }
+    const size_t value = line.find_first_not_of(' ', colon + 1);
+    r.facts.emplace_back(line.substr(0, colon),
+                         value == std::string::npos ? "" : line.substr(value));
+  }
+  for (const std::string& w : c.warnings) r.facts.emplace_back("warning", w);
+  std::string scored;
+  for (int64_t b : c.score_batches) scored += fmt::format("{}{}", scored.empty() ? "" : ", ", b);
+  r.facts.emplace_back("search", fmt::format("{} candidates, each scored on global batches {}",
+                                             c.candidates_scored, scored));
 
   report::Section summary;
   summary.heading = "Throughput";
@@ -205,6 +271,9 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
       "({} tokens/s) is every device doing useful work at {:.1f} TFLOP/s, the best rate the cost "
       "model reaches ({}), with no padding, bubbles or communication.",
       c.batches, Thousands(c.ideal_tokens_per_s), c.rate.flops_per_s / 1e12, c.rate.where);
+  if (const std::string note = FailedNote(c.own); !note.empty()) {
+    summary.text += "\n\nSome runs failed batches (a paler, dashed bar says k/n batches ran). " + note;
+  }
   report::BarChart bars;
   bars.title = "Throughput per method (own best configuration)";
   bars.value_label = "tokens/s";
@@ -217,6 +286,10 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
              : m.ratio_to_reference > 0 ? fmt::format("{:.2f}x, {:.2f} of ideal",
                                                       m.ratio_to_reference, m.fraction_of_ideal)
                                         : fmt::format("{:.2f} of ideal", m.fraction_of_ideal);
+    if (!b.missing && Failed(m) > 0) {
+      b.note += fmt::format(", {}/{} batches ran", m.ok_batches, m.batches.size());
+      b.partial = true;
+    }
     bars.bars.push_back(std::move(b));
   }
   bars.bars.push_back({"ideal bound", c.ideal_tokens_per_s, "1.00 of ideal", false});
@@ -232,7 +305,9 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
 
   report::Section dist;
   dist.heading = "Per-batch throughput";
-  dist.text = "Each global batch's real tokens / simulated iteration time, per method.";
+  dist.text =
+      "Each global batch's real tokens / simulated iteration time, per method. A failed batch has "
+      "no iteration time and is not drawn: n under each box counts the batches that ran.";
   report::Distribution d;
   d.title = "Per-batch throughput";
   d.value_label = "tokens/s";
@@ -293,11 +368,11 @@ std::string FormatScenarioSummary(std::span<const CompareResult> results) {
     // The row's focus: the method named "sluice", else the fastest (named in its cells).
     const MethodRun* ref = nullptr;
     const MethodRun* focus = nullptr;
-    const MethodRun* fastest = nullptr;
+    const MethodRun* fastest = nullptr;  // first by the rule of run_tally.h
     for (const MethodRun& m : c.own) {
       if (m.method == c.scenario.reference) ref = &m;
       if (m.method == "sluice" && m.ok_batches > 0) focus = &m;
-      if (m.ok_batches > 0 && (fastest == nullptr || m.tokens_per_s > fastest->tokens_per_s)) {
+      if (m.ok_batches > 0 && (fastest == nullptr || RunRanksBefore(m, *fastest))) {
         fastest = &m;
       }
     }
@@ -306,7 +381,7 @@ std::string FormatScenarioSummary(std::span<const CompareResult> results) {
     if (focus == nullptr) focus = fastest;
     out +=
         fmt::format("| {}{} | {} |", c.scenario.name, c.partial ? " (partial)" : "",
-                    ref != nullptr && ref->ok_batches > 0 ? Thousands(ref->tokens_per_s) : "OOM");
+                    ref != nullptr && ref->ok_batches > 0 ? TokensText(*ref) : "OOM");
     for (const std::string& name : methods) {
       const MethodRun* m = nullptr;
       for (const MethodRun& x : c.own) {
@@ -317,9 +392,12 @@ std::string FormatScenarioSummary(std::span<const CompareResult> results) {
       } else if (m->ok_batches == 0) {
         out += fmt::format(" {} |", StateText(*m));
       } else if (m->ratio_to_reference > 0) {
-        out += fmt::format(" {:.2f}x |", m->ratio_to_reference);
+        out += fmt::format(" {:.2f}x{} |", m->ratio_to_reference,
+                           Failed(*m) > 0
+                               ? fmt::format(" ({}/{} ran)", m->ok_batches, m->batches.size())
+                               : "");
       } else {
-        out += fmt::format(" {} tok/s |", Thousands(m->tokens_per_s));
+        out += fmt::format(" {} tok/s |", TokensText(*m));
       }
     }
     if (focus == nullptr) {

@@ -26,8 +26,10 @@ void AddScenarioFlags(CLI::App* app, ScenarioFlags* f) {
                   "Global batches to plan: a number, or 'all' for the whole dataset")
       ->capture_default_str();
   app->add_option("--memory-limit", f->memory_limit_mb,
-                  "Per-device memory budget in MB (10^6 bytes); default: the device's memory")
+                  "Per-device memory budget in MB (10^6 bytes), used as given; default: the "
+                  "device's memory less --memory-reserve")
       ->check(NumberCheck(0, true, 1e9, "a size in MB in (0, 1e9]"));
+  AddMemoryReserveFlag(app, &f->memory_reserve_mb);
   app->add_option("--samples", f->samples,
                   "Generator presets: samples to generate (0 = 20000); files: first N samples")
       ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"));
@@ -41,6 +43,7 @@ std::string_view FlagForField(std::string_view field) {
       {"parallel", "--parallel"},
       {"controlled", "--parallel"},
       {"memory_limit_mb", "--memory-limit"},
+      {"memory_reserve_mb", "--memory-reserve"},
       {"cost", "--cost"},
       {"flash_attention", "--flash-attention"},
       {"data", "--data"},
@@ -53,6 +56,7 @@ std::string_view FlagForField(std::string_view field) {
       {"methods", "--methods"},
       {"reference", "--reference"},
       {"search.score_batches", "--score-batches"},
+      {"search.score_extremes", "--no-score-extremes"},
       {"search.simulate_top", "--simulate-top"},
   };
   for (const auto& [f, flag] : kFlags) {
@@ -86,6 +90,7 @@ StatusOr<Scenario> ResolveScenarioFlags(const ScenarioFlags& f) {
   spec.cluster = f.cluster;
   SLUICE_ASSIGN_OR_RETURN(spec.parallel, ResolveParallel(f.parallel));
   spec.memory_limit_mb = f.memory_limit_mb;
+  spec.memory_reserve_mb = f.memory_reserve_mb;
   spec.cost = f.cost;
   spec.data = f.data;
   spec.samples = f.samples;

@@ -5,7 +5,8 @@
 //
 // Defaults (a user who gives no flag gets DynaPipe's GPT setting): --model gpt-6.7b, --cluster
 // a100-40g:8, --parallel dp=2,pp=4,zero=1, --data mixture-4task, --tokens-per-batch 65536,
-// --max-seqlen 2048 (clip), --iterations 20, --memory-limit = the device's memory.
+// --max-seqlen 2048 (clip), --iterations 20, --memory-limit = the device's memory less
+// --memory-reserve (default: 2 GiB + 5% of the device's memory, model/parallel_config.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -31,13 +32,14 @@ struct ScenarioFlags {
   int64_t max_seqlen = 2048;
   std::string long_samples = "clip";
   std::string iterations = "20";
-  double memory_limit_mb = 0;  // 0 = --parallel's memory_limit_mb, else the device's memory
+  double memory_limit_mb = 0;     // 0 = --parallel's memory_limit_mb, else device memory - reserve
+  double memory_reserve_mb = -1;  // < 0 = --parallel's memory_reserve_mb, else the default
   int64_t samples = 0;         // generator presets: how many samples (0 = default)
   uint64_t seed = 0;
 };
 
 // Adds --model, --cluster, --parallel, --data, --cost, --tokens-per-batch, --max-seqlen, --long,
-// --iterations, --memory-limit, --samples and --seed.
+// --iterations, --memory-limit, --memory-reserve, --samples and --seed.
 void AddScenarioFlags(CLI::App* app, ScenarioFlags* flags);
 
 // The flag that sets a scenario field (planner/scenario.h, compare_scenario.h): "model" ->

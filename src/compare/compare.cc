@@ -36,6 +36,7 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
     spec.parallel->vpp = 1;  // the controlled comparison shares dp, pp, tp and ZeRO, not vpp
   }
   spec.memory_limit_mb = sc.memory_limit_mb;
+  spec.memory_reserve_mb = sc.memory_reserve_mb;
   spec.cost = sc.cost;
   spec.flash_attention = sc.flash_attention;
   spec.data = sc.data;
@@ -56,10 +57,7 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
          r.sc.batcher->Next(&batch)) {
     r.batches.push_back(std::move(batch));
   }
-  if (r.batches.empty()) {
-    return InvalidArgumentError(fmt::format("{}: '{}' yields no global batch of {} tokens",
-                                            field_name("data"), sc.data, sc.tokens_per_batch));
-  }
+  if (r.batches.empty()) return r.sc.NoBatchError(field_name);
   r.description =
       r.sc.Describe({.parallel = false, .batches_taken = static_cast<int64_t>(r.batches.size())});
   return r;
@@ -101,10 +99,18 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
     plan += b.planning_ms;
     run->peak_memory_mb = std::max(run->peak_memory_mb, b.peak_memory_mb);
   }
+  run->untrained_tokens = 0;
+  for (const BatchRecord& b : run->batches) {
+    if (b.outcome != BatchOutcome::kOk) run->untrained_tokens += b.tokens;
+  }
   if (run->ok_batches == 0) return;
-  run->tokens_per_s = time > 0 ? 1e3 * static_cast<double>(tokens) / time : 0;
+  // Throughput counts every batch (run_tally.h); the other figures the batches that ran.
+  const RunTally tally = TallyOf(*run);
+  run->tokens_per_s = tally.TokensPerSecond();
+  run->ran_tokens_per_s = tally.RanTokensPerSecond();
+  run->charged_ms = 1e3 * tally.charged_seconds();
   run->ideal_tokens_per_s = ideal > 0 ? 1e3 * static_cast<double>(tokens) / ideal : 0;
-  run->fraction_of_ideal = time > 0 ? ideal / time : 0;
+  run->fraction_of_ideal = time > 0 ? ideal / (time + run->charged_ms) : 0;
   run->padding =
       padded > 0 ? static_cast<double>(padded - tokens) / static_cast<double>(padded) : 0;
   run->bubble = time > 0 ? bubble / time : 0;
@@ -121,7 +127,7 @@ bool SameShared(const ParallelConfig& a, const ParallelConfig& b) {
 void FillFromSearch(const MethodSearch& search, bool cancelled, MethodRun* run) {
   run->candidates = static_cast<int64_t>(search.ranked.size());
   for (const CandidateScore& s : search.ranked) {
-    if (s.state == CandidateScore::State::kOk) ++run->feasible;
+    if (s.complete()) ++run->feasible;
     if (s.simulated) ++run->simulated;
   }
   if (search.best.has_value()) {
@@ -135,27 +141,16 @@ void FillFromSearch(const MethodSearch& search, bool cancelled, MethodRun* run) 
   }
 }
 
-// Real tokens / simulated seconds over the batches that ran.
-double RunThroughput(const MethodRun& m) {
-  int64_t tokens = 0;
-  double ms = 0;
-  for (const BatchRecord& b : m.batches) {
-    if (b.outcome != BatchOutcome::kOk) continue;
-    tokens += b.real_tokens;
-    ms += b.iteration_ms;
-  }
-  return ms > 0 ? 1e3 * static_cast<double>(tokens) / ms : 0;
-}
-
-// A method whose space holds another method's chosen configuration, and which was slower over
-// the whole run than that one (its choice was scored on a few batches), takes that run over:
-// it is a configuration its own search could have returned, judged on every batch.
+// A method whose space holds another method's chosen configuration, and whose own choice (scored
+// on a few batches) ranks after that one over the whole run (RanksBefore, run_tally.h: a run that
+// failed a batch never wins over one that ran all), takes that run over: it is a configuration
+// its own search could have returned, judged on every batch.
 void Adopt(const std::vector<MethodSpec>& methods, Runs* runs) {
   const Runs before = *runs;
   for (size_t i = 0; i < methods.size(); ++i) {
     const MethodSpec& m = methods[i];
     const MethodRun& mine = before.runs[i];
-    double best = mine.config.has_value() ? RunThroughput(mine) : 0;
+    RunTally best = mine.config.has_value() ? TallyOf(mine) : RunTally{};
     for (size_t j = 0; j < before.runs.size(); ++j) {
       const MethodRun& other = before.runs[j];
       if (j == i || !other.config.has_value() || !other.adopted_from.empty()) continue;
@@ -164,8 +159,9 @@ void Adopt(const std::vector<MethodSpec>& methods, Runs* runs) {
       const bool in_space =
           std::find(m.batching.begin(), m.batching.end(), c.batching) != m.batching.end() &&
           std::find(m.schedules.begin(), m.schedules.end(), c.schedule) != m.schedules.end();
-      if (!in_space || RunThroughput(other) <= best) continue;
-      best = RunThroughput(other);
+      const RunTally theirs = TallyOf(other);
+      if (!in_space || theirs.ran() == 0 || !RanksBefore(theirs, best)) continue;
+      best = theirs;
       MethodRun adopted = other;
       adopted.method = m.name;
       adopted.candidates = mine.candidates;
@@ -176,6 +172,16 @@ void Adopt(const std::vector<MethodSpec>& methods, Runs* runs) {
       runs->accounts[i] = before.accounts[j];
     }
   }
+}
+
+// The search's score batches among the run's (PickScoreBatches).
+std::vector<GlobalBatch> ScoreBatches(const std::vector<GlobalBatch>& batches,
+                                      const SearchSpace& search) {
+  std::vector<GlobalBatch> out;
+  for (size_t i : PickScoreBatches(batches, search.score_batches, search.score_extremes)) {
+    out.push_back(batches[i]);
+  }
+  return out;
 }
 
 BatchingOptions ScoreBatching(const CompareScenario& sc) {
@@ -205,11 +211,8 @@ class Comparison {
         r_(r),
         flops_(r.sc.model),
         methods_(ScenarioMethods(sc)),
-        scorer_(*r.sc.cost, r.sc.cluster,
-                std::span<const GlobalBatch>(
-                    r.batches.data(),
-                    std::min(r.batches.size(), static_cast<size_t>(sc.search.score_batches))),
-                ScoreBatching(sc), ScenarioSim(sc)) {}
+        score_batches_(ScoreBatches(r.batches, sc.search)),
+        scorer_(*r.sc.cost, r.sc.cluster, score_batches_, ScoreBatching(sc), ScenarioSim(sc)) {}
 
   bool Cancelled() const { return options_.cancelled && options_.cancelled(); }
 
@@ -221,6 +224,13 @@ class Comparison {
     out.batches = static_cast<int64_t>(r_.batches.size());
     out.devices = r_.sc.cluster.num_devices();
     out.memory_limit_mb = r_.sc.MemoryLimit().mb();
+    out.memory_reserve_mb = r_.sc.MemoryReserve().mb();
+    out.data_loss = r_.sc.Loss();
+    SmallInputCheck small(sc_.iterations, 0, "", out.devices,
+                          fmt::format("the {} devices", out.devices));
+    for (const GlobalBatch& b : r_.batches) small.Add(b);
+    out.warnings = small.Warnings();
+    for (const GlobalBatch& b : score_batches_) out.score_batches.push_back(b.index);
     std::vector<int64_t> tps;
     for (int64_t tp = 1; tp <= std::max<int64_t>(1, r_.sc.cluster.devices_per_node); tp *= 2) {
       tps.push_back(tp);
@@ -236,8 +246,9 @@ class Comparison {
   // controlled one).
   Status Search(CompareResult* out) {
     const auto start = Clock::now();
-    ParallelSpace space = EnumerateParallelConfigs(r_.sc.model, r_.sc.cluster, *r_.sc.cost,
-                                                   sc_.search, r_.sc.memory_limit);
+    ParallelSpace space =
+        EnumerateParallelConfigs(r_.sc.model, r_.sc.cluster, *r_.sc.cost, sc_.search,
+                                 r_.sc.memory_limit, r_.sc.memory_reserve);
     out->skipped_configs = space.skipped;
     if (r_.sc.parallel.has_value()) {
       // The fixed controlled configuration (resolved and checked with the scenario).
@@ -305,6 +316,7 @@ class Comparison {
     ParallelConfig& shared_config = *out->controlled_config;
     shared_config.vpp = 1;
     shared_config.memory_limit = r_.sc.memory_limit;
+    shared_config.memory_reserve = r_.sc.memory_reserve;
     controlled.runs.resize(methods_.size());
     controlled.accounts.resize(methods_.size());
     for (size_t i = 0; i < methods_.size(); ++i) {
@@ -421,6 +433,7 @@ class Comparison {
       sim.record_memory = false;
       BatchRecord rec;
       rec.batch = batch.index;
+      rec.tokens = batch.tokens;
       BatchAccount account;
       double placed_flops = 0;
       SLUICE_ASSIGN_OR_RETURN(PlanResult plan, planner.Plan(batch.samples));
@@ -475,12 +488,29 @@ class Comparison {
   const Resolved& r_;
   const FlopCounter flops_;
   const std::vector<MethodSpec> methods_;
+  const std::vector<GlobalBatch> score_batches_;  // the search's (PickScoreBatches)
   CandidateScorer scorer_;
   std::vector<std::vector<Candidate>> candidates_;  // [method], by Search
   std::vector<MethodSearch> searches_;              // [method], by Search
 };
 
 }  // namespace
+
+RunTally TallyOf(const MethodRun& run) {
+  RunTally tally;
+  for (const BatchRecord& b : run.batches) {
+    if (b.outcome == BatchOutcome::kOk) {
+      tally.AddRan(b.real_tokens, b.iteration_ms / 1e3);
+    } else {
+      tally.AddFailed();
+    }
+  }
+  return tally;
+}
+
+bool RunRanksBefore(const MethodRun& a, const MethodRun& b) {
+  return RanksBefore(TallyOf(a), TallyOf(b));
+}
 
 std::string_view BatchOutcomeName(BatchOutcome outcome) {
   switch (outcome) {

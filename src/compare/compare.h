@@ -3,11 +3,15 @@
 //
 // The phases: the scenario is resolved (planner/scenario.h) and its global batches taken; for each
 // method the configuration search (config_search.h) picks its own best configuration on the
-// first few global batches; then every global batch of the run is planned (Planner) and
+// score batches (the first few global batches and the longest and densest ones,
+// PickScoreBatches); then every global batch of the run is planned (Planner) and
 // simulated (Simulate) under it. A second comparison runs every method under one shared
 // ("controlled") parallel configuration (dp, pp, tp, ZeRO), each with its best schedule there.
 // Per method and batch it records real (unpadded) tokens, iteration time, padding, bubble and
-// exposed communication, peak memory, planning time and the accounting of ideal_bound.h; the
+// exposed communication, peak memory, planning time and the accounting of ideal_bound.h. A batch
+// that fails (out of memory, deadlock) is a failure of its configuration: a run's throughput
+// counts every batch and runs are ranked by the rule of planner/run_tally.h (complete runs first);
+// the
 // ideal bound uses the achievable rate over the sweep and every compared plan, so no method ever
 // exceeds it. A method that fits memory under no configuration is reported out-of-memory with
 // the reason, never dropped; one whose batching does not support the model is "unsupported".
@@ -34,6 +38,7 @@
 #include "model/parallel_config.h"
 #include "plan/execution_plan.h"
 #include "planner/config_search.h"
+#include "planner/run_tally.h"
 #include "planner/scenario.h"
 #include "sim/simulator.h"
 
@@ -74,7 +79,8 @@ struct BatchRecord {
   int64_t batch = 0;  // GlobalBatch::index
   BatchOutcome outcome = BatchOutcome::kOk;
   std::string reason;         // why not ok
-  int64_t real_tokens = 0;    // placed, unpadded
+  int64_t tokens = 0;         // the global batch's tokens (input + target), whether it ran or not
+  int64_t real_tokens = 0;    // placed, unpadded (0 when planning failed)
   int64_t padded_tokens = 0;  // allocated by the micro-batch shapes
   int64_t micro_batches = 0;
   double iteration_ms = 0;    // simulated
@@ -102,18 +108,24 @@ struct MethodRun {
   // The configuration it ran under; absent when the search found none (or was interrupted).
   std::optional<Candidate> config;
   // Set when the configuration is another method's choice that lies in this method's space and
-  // ran faster over the whole run than this method's own choice (scored on a few batches).
+  // ranked before this method's own choice over the whole run (RanksBefore of run_tally.h: it ran
+  // every batch where this one failed some, or both did and it was faster).
   std::string adopted_from;
   int64_t candidates = 0;  // search: candidates scored, feasible by estimate, simulated
   int64_t feasible = 0;
   int64_t simulated = 0;
   std::vector<BatchRecord> batches;
-  // Summary over the batches that ran (outcome ok).
+  // Summary. Throughput and its ratios count every batch (run_tally.h): a failed batch trains
+  // none of its tokens and is charged the mean iteration time of the batches that ran; the other
+  // figures are over the batches that ran (outcome ok).
   int64_t ok_batches = 0;
-  double tokens_per_s = 0;        // real tokens / simulated time
-  double ideal_tokens_per_s = 0;  // the same tokens at the ideal times
-  double fraction_of_ideal = 0;
-  double ratio_to_reference = 0;  // 0 when the reference did not run
+  double tokens_per_s = 0;         // the headline: RunTally::TokensPerSecond
+  double ran_tokens_per_s = 0;     // real tokens / simulated time of the batches that ran only
+  int64_t untrained_tokens = 0;    // tokens of the failed batches
+  double charged_ms = 0;           // time charged for the failed batches
+  double ideal_tokens_per_s = 0;   // the trained tokens at the ideal times
+  double fraction_of_ideal = 0;    // ideal time of the trained tokens / (time + charged_ms)
+  double ratio_to_reference = 0;   // tokens_per_s / the reference's; 0 when it did not run
   double padding = 0;             // padded - real over padded tokens
   double bubble = 0;              // time-weighted over batches
   double comm = 0;
@@ -128,7 +140,9 @@ struct MethodRun {
            a.config == b.config && a.adopted_from == b.adopted_from &&
            a.candidates == b.candidates && a.feasible == b.feasible && a.simulated == b.simulated &&
            a.batches == b.batches && a.ok_batches == b.ok_batches &&
-           a.tokens_per_s == b.tokens_per_s && a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
+           a.tokens_per_s == b.tokens_per_s && a.ran_tokens_per_s == b.ran_tokens_per_s &&
+           a.untrained_tokens == b.untrained_tokens && a.charged_ms == b.charged_ms &&
+           a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
            a.fraction_of_ideal == b.fraction_of_ideal &&
            a.ratio_to_reference == b.ratio_to_reference && a.padding == b.padding &&
            a.bubble == b.bubble && a.comm == b.comm && a.peak_memory_mb == b.peak_memory_mb &&
@@ -142,7 +156,12 @@ struct CompareResult {
   bool partial = false;     // interrupted: some runs hold fewer batches or did not run
   int64_t batches = 0;      // global batches in the run
   int64_t devices = 0;
-  double memory_limit_mb = 0;
+  double memory_limit_mb = 0;    // the per-device budget every plan respects
+  double memory_reserve_mb = 0;  // held back from the device's memory (0: an explicit limit)
+  DataLoss data_loss;  // what the length limits cost the dataset (clipped, dropped)
+  // Inputs too small for the figures to say much (SmallInputCheck): fewer batches than asked, or
+  // fewer samples in all than devices. Printed to stderr by the CLI.
+  std::vector<std::string> warnings;
   AchievableRate sweep_rate;      // the sweep part of R
   AchievableRate rate;            // R itself (sweep, or a compared plan's op when higher)
   double ideal_tokens_per_s = 0;  // every batch's samples at the ideal times
@@ -152,12 +171,17 @@ struct CompareResult {
   std::vector<MethodRun> own;                // each method under its own best configuration
   std::vector<MethodRun> controlled;         // each method under controlled_config
   std::vector<std::string> skipped_configs;  // configurations left out, with the reason
+  std::vector<int64_t> score_batches;        // GlobalBatch::index of the search's score batches
   int64_t candidates_scored = 0;
   double search_seconds = 0;
   double run_seconds = 0;
 
   friend bool operator==(const CompareResult&, const CompareResult&) = default;
 };
+
+// The tally of a run's batches (planner/run_tally.h), and the ranking of two runs by it.
+RunTally TallyOf(const MethodRun& run);
+bool RunRanksBefore(const MethodRun& a, const MethodRun& b);
 
 // Runs the comparison (see above). `source` names where the scenario came from for messages
 // ("FILE", or "" for flags). Errors: a scenario that does not resolve (unknown model, data,

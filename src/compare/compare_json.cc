@@ -51,6 +51,7 @@ nlohmann::json BatchToJson(const BatchRecord& b) {
   return {{"batch", b.batch},
           {"outcome", std::string(BatchOutcomeName(b.outcome))},
           {"reason", b.reason},
+          {"tokens", b.tokens},
           {"real_tokens", b.real_tokens},
           {"padded_tokens", b.padded_tokens},
           {"micro_batches", b.micro_batches},
@@ -73,6 +74,7 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
   SLUICE_RETURN_IF_ERROR(r.Int("batch", &b->batch, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(ReadEnum(r, "outcome", kOutcomes, BatchOutcomeName, &b->outcome));
   SLUICE_RETURN_IF_ERROR(r.String("reason", &b->reason));
+  SLUICE_RETURN_IF_ERROR(r.Int("tokens", &b->tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("real_tokens", &b->real_tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("padded_tokens", &b->padded_tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("micro_batches", &b->micro_batches, 0, INT64_MAX));
@@ -104,6 +106,9 @@ nlohmann::json RunToJson(const MethodRun& m) {
            {{"candidates", m.candidates}, {"feasible", m.feasible}, {"simulated", m.simulated}}},
           {"ok_batches", m.ok_batches},
           {"tokens_per_s", m.tokens_per_s},
+          {"ran_tokens_per_s", m.ran_tokens_per_s},
+          {"untrained_tokens", m.untrained_tokens},
+          {"charged_ms", m.charged_ms},
           {"ideal_tokens_per_s", m.ideal_tokens_per_s},
           {"fraction_of_ideal", m.fraction_of_ideal},
           {"ratio_to_reference", m.ratio_to_reference},
@@ -155,6 +160,9 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
   SLUICE_RETURN_IF_ERROR(s.Finish());
   SLUICE_RETURN_IF_ERROR(r.Int("ok_batches", &m->ok_batches, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("tokens_per_s", &m->tokens_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("ran_tokens_per_s", &m->ran_tokens_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Int("untrained_tokens", &m->untrained_tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Double("charged_ms", &m->charged_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &m->ideal_tokens_per_s, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("fraction_of_ideal", &m->fraction_of_ideal, 0, 1));
   SLUICE_RETURN_IF_ERROR(r.Double("ratio_to_reference", &m->ratio_to_reference, 0, kBig));
@@ -173,6 +181,52 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
     m->batches.push_back(std::move(b));
   }
   return r.Finish();
+}
+
+nlohmann::json LossToJson(const DataLoss& d) {
+  return {{"samples", d.samples},
+          {"tokens", d.tokens},
+          {"clipped_samples", d.clipped_samples},
+          {"clipped_tokens", d.clipped_tokens},
+          {"dropped_long_samples", d.dropped_long_samples},
+          {"dropped_long_tokens", d.dropped_long_tokens},
+          {"dropped_budget_samples", d.dropped_budget_samples},
+          {"dropped_budget_tokens", d.dropped_budget_tokens},
+          {"kept_samples", d.kept_samples},
+          {"kept_tokens", d.kept_tokens}};
+}
+
+// Reads "data_loss"; max_seqlen, tokens_per_batch and the long-sample rule come from `scenario`.
+Status LossFromJson(JsonObjectReader& parent, const CompareScenario& scenario, DataLoss* d) {
+  const nlohmann::json* j = parent.Child("data_loss");
+  if (j == nullptr) return parent.Error("data_loss", "is required");
+  JsonObjectReader r(*j, parent.source(), parent.FieldPath("data_loss"));
+  SLUICE_RETURN_IF_ERROR(r.status());
+  SLUICE_RETURN_IF_ERROR(r.Int("samples", &d->samples, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("tokens", &d->tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("clipped_samples", &d->clipped_samples, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("clipped_tokens", &d->clipped_tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("dropped_long_samples", &d->dropped_long_samples, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("dropped_long_tokens", &d->dropped_long_tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("dropped_budget_samples", &d->dropped_budget_samples, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("dropped_budget_tokens", &d->dropped_budget_tokens, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("kept_samples", &d->kept_samples, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.Int("kept_tokens", &d->kept_tokens, 0, INT64_MAX));
+  d->max_seqlen = scenario.max_seqlen;
+  d->tokens_per_batch = scenario.tokens_per_batch;
+  d->long_samples =
+      scenario.long_samples == "drop" ? LongSamplePolicy::kDrop : LongSamplePolicy::kClip;
+  return r.Finish();
+}
+
+Status StringsFromJson(JsonObjectReader& r, std::string_view key, std::vector<std::string>* out) {
+  const nlohmann::json* j = r.Child(key);
+  if (j == nullptr || !j->is_array()) return r.Error(key, "must be an array of strings");
+  for (const nlohmann::json& s : *j) {
+    if (!s.is_string()) return r.Error(key, "must be an array of strings");
+    out->push_back(s.get<std::string>());
+  }
+  return Status::Ok();
 }
 
 nlohmann::json RateToJson(const AchievableRate& rate) {
@@ -214,6 +268,9 @@ nlohmann::json CompareResultToJson(const CompareResult& c) {
           {"batches", c.batches},
           {"devices", c.devices},
           {"memory_limit_mb", c.memory_limit_mb},
+          {"memory_reserve_mb", c.memory_reserve_mb},
+          {"data_loss", LossToJson(c.data_loss)},
+          {"warnings", c.warnings},
           {"sweep_rate", RateToJson(c.sweep_rate)},
           {"rate", RateToJson(c.rate)},
           {"ideal_tokens_per_s", c.ideal_tokens_per_s},
@@ -223,6 +280,7 @@ nlohmann::json CompareResultToJson(const CompareResult& c) {
           {"own", own},
           {"controlled", controlled},
           {"skipped_configs", c.skipped_configs},
+          {"score_batches", c.score_batches},
           {"candidates_scored", c.candidates_scored},
           {"search_seconds", c.search_seconds},
           {"run_seconds", c.run_seconds}};
@@ -247,6 +305,9 @@ StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::stri
   SLUICE_RETURN_IF_ERROR(r.Int("batches", &c.batches, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("devices", &c.devices, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("memory_limit_mb", &c.memory_limit_mb, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.Double("memory_reserve_mb", &c.memory_reserve_mb, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(LossFromJson(r, c.scenario, &c.data_loss));
+  SLUICE_RETURN_IF_ERROR(StringsFromJson(r, "warnings", &c.warnings));
   SLUICE_RETURN_IF_ERROR(RateFromJson(r, "sweep_rate", &c.sweep_rate));
   SLUICE_RETURN_IF_ERROR(RateFromJson(r, "rate", &c.rate));
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &c.ideal_tokens_per_s, 0, kBig));
@@ -259,13 +320,16 @@ StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::stri
   }
   SLUICE_RETURN_IF_ERROR(RunsFromJson(r, "own", &c.own));
   SLUICE_RETURN_IF_ERROR(RunsFromJson(r, "controlled", &c.controlled));
-  const nlohmann::json* skipped = r.Child("skipped_configs");
-  if (skipped == nullptr || !skipped->is_array()) {
-    return r.Error("skipped_configs", "must be an array of strings");
+  SLUICE_RETURN_IF_ERROR(StringsFromJson(r, "skipped_configs", &c.skipped_configs));
+  const nlohmann::json* scored = r.Child("score_batches");
+  if (scored == nullptr || !scored->is_array()) {
+    return r.Error("score_batches", "must be an array of batch indices");
   }
-  for (const nlohmann::json& s : *skipped) {
-    if (!s.is_string()) return r.Error("skipped_configs", "must be an array of strings");
-    c.skipped_configs.push_back(s.get<std::string>());
+  for (const nlohmann::json& i : *scored) {
+    if (!i.is_number_integer() || i.get<int64_t>() < 0) {
+      return r.Error("score_batches", "must be an array of batch indices (integers >= 0)");
+    }
+    c.score_batches.push_back(i.get<int64_t>());
   }
   SLUICE_RETURN_IF_ERROR(r.Int("candidates_scored", &c.candidates_scored, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("search_seconds", &c.search_seconds, 0, kBig));

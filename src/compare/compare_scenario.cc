@@ -129,7 +129,12 @@ Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field
   if (s.iterations < 0) return bad("iterations", "must be a positive integer or \"all\"");
   if (s.samples < 0) return bad("samples", "must be >= 0");
   if (!std::isfinite(s.memory_limit_mb) || s.memory_limit_mb < 0 || s.memory_limit_mb > 1e9) {
-    return bad("memory_limit_mb", "must be in (0, 1e9] MB, or 0 for the device's memory");
+    return bad("memory_limit_mb",
+               "must be in (0, 1e9] MB, or 0 for the device's memory less the reserve");
+  }
+  if (!std::isfinite(s.memory_reserve_mb) || s.memory_reserve_mb > 1e9 ||
+      (s.memory_reserve_mb < 0 && s.memory_reserve_mb != -1)) {
+    return bad("memory_reserve_mb", "must be in [0, 1e9] MB (or absent for the default reserve)");
   }
   if (s.seed > static_cast<uint64_t>(INT64_MAX)) {
     return bad("seed", fmt::format("{} is out of range; allowed: 0..{}", s.seed, INT64_MAX));
@@ -169,8 +174,8 @@ Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field
   for (int64_t v : q.vpp) {
     if (v < 2) return bad("search.vpp", "entries must be >= 2 (vpp 1 is the plain schedules)");
   }
-  if (q.score_batches < 1 || q.score_batches > 64) {
-    return bad("search.score_batches", "must be in [1, 64]");
+  if (q.score_batches < 0 || q.score_batches > 64) {
+    return bad("search.score_batches", "must be in [1, 64], or \"all\" (0)");
   }
   if (q.simulate_top < 1 || q.simulate_top > 64) {
     return bad("search.simulate_top", "must be in [1, 64]");
@@ -208,6 +213,7 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     }
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalDouble("memory_limit_mb", &s.memory_limit_mb, 0, 1e9));
+  SLUICE_RETURN_IF_ERROR(r.OptionalDouble("memory_reserve_mb", &s.memory_reserve_mb, 0, 1e9));
   int64_t seed = 0;
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("seed", &seed, 0, INT64_MAX));
   s.seed = static_cast<uint64_t>(seed);
@@ -242,7 +248,16 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "zero", 0, 3, &s.search.zero));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "vpp", 2, kMaxDegree, &s.search.vpp));
     SLUICE_RETURN_IF_ERROR(q.OptionalBool("all_devices", &s.search.all_devices));
-    SLUICE_RETURN_IF_ERROR(q.OptionalInt("score_batches", &s.search.score_batches, 1, 64));
+    if (const nlohmann::json* n = q.Child("score_batches")) {
+      if (n->is_string() && n->get<std::string>() == "all") {
+        s.search.score_batches = 0;
+      } else if (n->is_number_integer() && n->get<int64_t>() >= 1 && n->get<int64_t>() <= 64) {
+        s.search.score_batches = n->get<int64_t>();
+      } else {
+        return q.Error("score_batches", "must be an integer in [1, 64] or \"all\"");
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(q.OptionalBool("score_extremes", &s.search.score_extremes));
     SLUICE_RETURN_IF_ERROR(q.OptionalInt("simulate_top", &s.search.simulate_top, 1, 64));
     SLUICE_RETURN_IF_ERROR(q.Finish());
   }
@@ -274,6 +289,7 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
                       {"memory_limit_mb", s.memory_limit_mb},
                       {"seed", s.seed},
                       {"reference", s.reference}};
+  if (s.memory_reserve_mb >= 0) j["memory_reserve_mb"] = s.memory_reserve_mb;
   if (s.iterations == 0) {
     j["iterations"] = "all";
   } else {
@@ -294,8 +310,13 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
                  {"zero", s.search.zero},
                  {"vpp", s.search.vpp},
                  {"all_devices", s.search.all_devices},
-                 {"score_batches", s.search.score_batches},
+                 {"score_extremes", s.search.score_extremes},
                  {"simulate_top", s.search.simulate_top}};
+  if (s.search.score_batches == 0) {
+    j["search"]["score_batches"] = "all";
+  } else {
+    j["search"]["score_batches"] = s.search.score_batches;
+  }
   j["simulator"] = {{"collectives", s.stepwise_collectives ? "stepwise" : "closed-form"}};
   return j;
 }

@@ -39,7 +39,10 @@ struct CompareScenario {
   int64_t max_seqlen = 2048;
   std::string long_samples = "clip";  // clip | drop
   int64_t iterations = 20;            // global batches planned and simulated; 0 = all
-  double memory_limit_mb = 0;         // per device, MB (10^6 B); 0 = the device's memory
+  double memory_limit_mb = 0;         // per device, MB (10^6 B); 0 = device memory - reserve
+  // MB held back from the device's memory when no limit is given; < 0 = the default reserve
+  // (model/parallel_config.h, DefaultMemoryReserve).
+  double memory_reserve_mb = -1;
   uint64_t seed = 0;
   std::vector<MethodSpec> methods;    // empty = DefaultMethods()
   std::string reference = "packing";  // the method ratios are given against

@@ -84,6 +84,23 @@ TEST(CompareScenarioTest, RoundTripsThroughJson) {
   auto again = CompareScenarioFromJson(CompareScenarioToJson(*s), "round-trip");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(*again, *s);
+  // The memory reserve: absent (-1) is the default; given, it round-trips.
+  auto reserve = Parse(R"({"memory_reserve_mb": 2500.5})");
+  ASSERT_TRUE(reserve.ok()) << reserve.status().ToString();
+  EXPECT_EQ(reserve->memory_reserve_mb, 2500.5);
+  auto reserve_again = CompareScenarioFromJson(CompareScenarioToJson(*reserve), "round-trip");
+  ASSERT_TRUE(reserve_again.ok()) << reserve_again.status().ToString();
+  EXPECT_EQ(*reserve_again, *reserve);
+  EXPECT_EQ(CompareScenario{}.memory_reserve_mb, -1);
+  EXPECT_FALSE(CompareScenarioToJson(CompareScenario{}).contains("memory_reserve_mb"));
+  // Score batches: "all" (0) and without the extremes.
+  auto all = Parse(R"({"search": {"score_batches": "all", "score_extremes": false}})");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->search.score_batches, 0);
+  EXPECT_FALSE(all->search.score_extremes);
+  auto all_again = CompareScenarioFromJson(CompareScenarioToJson(*all), "round-trip");
+  ASSERT_TRUE(all_again.ok()) << all_again.status().ToString();
+  EXPECT_EQ(*all_again, *all);
   const CompareScenario defaults;
   auto d = CompareScenarioFromJson(CompareScenarioToJson(defaults), "round-trip");
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -115,6 +132,7 @@ TEST(CompareScenarioTest, ErrorsNameTheFileTheFieldAndTheAllowedValues) {
       {R"({"search": {"vpp": [1]}})", {"s.json", "search.vpp"}},
       {R"({"search": {"tpp": [1]}})", {"s.json", "search.tpp"}},
       {R"({"search": {"score_batches": 0}})", {"s.json", "search.score_batches"}},
+      {R"({"memory_reserve_mb": -5})", {"s.json", "memory_reserve_mb"}},
       {R"({"simulator": {"collectives": "exact"}})",
        {"s.json", "simulator.collectives", "closed-form"}},
       {R"({"tokens_per_batch": 0})", {"s.json", "tokens_per_batch"}},

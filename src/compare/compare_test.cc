@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "base/json_util.h"
 #include "compare/compare_json.h"
 #include "cost/cost_factory.h"
 #include "plan/validate.h"
@@ -225,6 +226,170 @@ TEST(CompareTest, InterruptedRunIsPartialAndConsistent) {
   EXPECT_TRUE(none->partial);
   EXPECT_EQ(BatchesRun(*none), 0);
   for (const MethodRun& m : none->own) EXPECT_EQ(m.state, RunState::kNotRun) << m.method;
+}
+
+// Web text clipped at 8192 tokens on 36 GB: dp 8 x tp 1 runs the short batches fastest but cannot
+// hold an 8K sample, so it fails the batches that have one; dp 2 x tp 4 runs them all. Scored on
+// the first two batches only (both short), DynaPipe's search picks dp 8.
+CompareScenario WideDpFailsLongBatches() {
+  CompareScenario s;
+  s.name = "wide-dp-fails";
+  s.data = "web";
+  s.max_seqlen = 8192;
+  s.memory_limit_mb = 36000;
+  s.iterations = 20;
+  MethodSpec both;
+  both.name = "both";
+  both.batching = {"dynapipe", "hydraulis"};
+  both.schedules = {ScheduleKind::k1F1B};
+  s.methods = {*MethodSpecFor("dynapipe", "t"), both};
+  s.reference = "dynapipe";
+  s.controlled_method = "both";
+  s.search.tp = {1, 2, 4};
+  s.search.pp = {1};
+  s.search.zero = {2};
+  s.search.score_batches = 2;
+  s.search.score_extremes = false;
+  s.search.simulate_top = 2;
+  s.stepwise_collectives = false;
+  return s;
+}
+
+TEST(CompareTest, FailedBatchesCountAndARunThatFailsOneIsNeitherRankedFirstNorAdopted) {
+  auto r = RunCompare(WideDpFailsLongBatches(), Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  EXPECT_EQ(r->score_batches, (std::vector<int64_t>{0, 1}));
+  const MethodRun* dynapipe = Find(r->own, "dynapipe");
+  const MethodRun* both = Find(r->own, "both");
+  ASSERT_NE(dynapipe, nullptr);
+  ASSERT_NE(both, nullptr);
+  ASSERT_TRUE(dynapipe->config.has_value());
+  EXPECT_EQ(dynapipe->config->parallel.dp, 8);
+  // DynaPipe's dp 8 fails some batches (and runs others): failures are counted, not dropped.
+  ASSERT_GT(dynapipe->ok_batches, 0);
+  ASSERT_LT(dynapipe->ok_batches, 20);
+  EXPECT_EQ(dynapipe->state, RunState::kOk);
+  int64_t untrained = 0;
+  for (const BatchRecord& b : dynapipe->batches) {
+    EXPECT_GT(b.tokens, 0);
+    if (b.outcome != BatchOutcome::kOk) {
+      EXPECT_FALSE(b.reason.empty());
+      untrained += b.tokens;
+    }
+  }
+  EXPECT_EQ(dynapipe->untrained_tokens, untrained);
+  // The headline counts every batch: (k / n) x the throughput of the batches that ran, which on
+  // these batches is higher than the complete run's headline.
+  const double k_over_n = static_cast<double>(dynapipe->ok_batches) / 20.0;
+  EXPECT_NEAR(dynapipe->tokens_per_s, k_over_n * dynapipe->ran_tokens_per_s,
+              1e-6 * dynapipe->tokens_per_s);
+  EXPECT_GT(dynapipe->charged_ms, 0);
+  EXPECT_GT(dynapipe->ran_tokens_per_s, both->tokens_per_s)
+      << "the case of the issue: faster on the batches it ran";
+  // `both` holds dynapipe's configuration in its space but does not adopt it: it ran all 20.
+  EXPECT_EQ(both->ok_batches, 20);
+  EXPECT_TRUE(both->adopted_from.empty()) << both->config->Describe();
+  EXPECT_TRUE(RunRanksBefore(*both, *dynapipe));
+  EXPECT_FALSE(RunRanksBefore(*dynapipe, *both));
+  EXPECT_GT(both->ratio_to_reference, 1.0);
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+
+  // Scored on the longest and densest batches as well (the default), DynaPipe's search sees the
+  // failure and picks a configuration that runs every batch.
+  CompareScenario s = WideDpFailsLongBatches();
+  s.search.score_extremes = true;
+  auto extremes = RunCompare(s, Quiet());
+  ASSERT_TRUE(extremes.ok()) << extremes.status().ToString();
+  EXPECT_GT(extremes->score_batches.size(), 2u);
+  const MethodRun* fixed = Find(extremes->own, "dynapipe");
+  ASSERT_NE(fixed, nullptr);
+  EXPECT_EQ(fixed->ok_batches, 20) << fixed->config->Describe();
+  EXPECT_NE(fixed->config->parallel.dp, 8);
+}
+
+TEST(CompareTest, LostDataAndTooSmallInputsAreReported) {
+  // mixture-4task at 1024 tokens: many samples are clipped; the result counts them.
+  CompareScenario s = SmallGpt();
+  s.methods = {*MethodSpecFor("packing", "t")};
+  s.reference = "packing";
+  s.controlled_method = "packing";
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->data_loss.samples, 30000);
+  EXPECT_GT(r->data_loss.clipped_samples, 0);
+  EXPECT_GT(r->data_loss.clipped_tokens, r->data_loss.tokens / 2) << "the issue: most tokens lost";
+  EXPECT_EQ(r->data_loss.lost_tokens(), r->data_loss.clipped_tokens);
+  EXPECT_THAT(r->description, HasSubstr("lost:     "));
+  EXPECT_TRUE(r->warnings.empty());
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+
+  // One sample: it runs, with warnings (fewer batches than asked, fewer samples than devices).
+  const std::string one = ::testing::TempDir() + "/compare-one-sample.txt";
+  ASSERT_TRUE(WriteStringToFile(one, "100\n").ok());
+  s.data = one;
+  auto tiny = RunCompare(s, Quiet());
+  ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+  ASSERT_EQ(tiny->warnings.size(), 2u);
+  EXPECT_THAT(tiny->warnings[0], HasSubstr("fewer than the 3 asked for"));
+  EXPECT_THAT(tiny->warnings[1], HasSubstr("fewer than the 8 devices"));
+  back = CompareResultFromJson(CompareResultToJson(*tiny), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->warnings, tiny->warnings);
+
+  // Every sample too long and dropped: the error says why there is no batch.
+  const std::string long_file = ::testing::TempDir() + "/compare-long-samples.txt";
+  ASSERT_TRUE(WriteStringToFile(long_file, "5000\n6000\n").ok());
+  s.data = long_file;
+  s.long_samples = "drop";
+  auto none = RunCompare(s, Quiet(), "grid.json");
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(none.status().message(),
+              HasSubstr("grid.json: field 'data': '" + long_file +
+                        "' yields no global batch of 16384 tokens: all 2 samples were dropped: 2 "
+                        "longer than max seqlen 1024 (long samples are dropped)"));
+}
+
+TEST(CompareTest, WithoutAMemoryLimitPlansKeepTheReserveFree) {
+  // No explicit limit: the budget is the device's memory less the default reserve (2 GiB + 5%),
+  // and every simulated peak stays under it (ExpectSound checks peak <= memory_limit_mb).
+  CompareScenario s = SmallGpt();
+  s.memory_limit_mb = 0;
+  s.methods = {*MethodSpecFor("packing", "t"), *MethodSpecFor("dynapipe", "t")};
+  s.controlled_method = "dynapipe";
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  const double device_mb = Bytes::GiB(40).mb();
+  EXPECT_DOUBLE_EQ(r->memory_limit_mb, Bytes::GiB(36).mb());
+  EXPECT_DOUBLE_EQ(r->memory_reserve_mb, Bytes::GiB(4).mb());
+  double peak = 0;
+  for (const MethodRun& m : r->own) peak = std::max(peak, m.peak_memory_mb);
+  EXPECT_GT(peak, 0);
+  EXPECT_LE(peak, device_mb - Bytes::GiB(4).mb());
+  // The reserve overridden to 0: the whole device is the budget, and plans use what it frees.
+  s.memory_reserve_mb = 0;
+  auto full = RunCompare(s, Quiet());
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ExpectSound(*full);
+  EXPECT_DOUBLE_EQ(full->memory_limit_mb, device_mb);
+  double full_peak = 0;
+  for (const MethodRun& m : full->own) full_peak = std::max(full_peak, m.peak_memory_mb);
+  EXPECT_GT(full_peak, device_mb - Bytes::GiB(4).mb()) << "the reserve is what kept it free";
+  auto back = CompareResultFromJson(CompareResultToJson(*full), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *full);
+  // An explicit limit is the budget as given; a reserve beside it is an error naming both.
+  s.memory_limit_mb = 36000;
+  auto both = RunCompare(s, Quiet(), "grid.json");
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.status().message(),
+              HasSubstr("grid.json: field 'memory_reserve_mb': applies only without grid.json: "
+                        "field 'memory_limit_mb'"));
 }
 
 TEST(CompareTest, ScenarioErrorsNameTheField) {

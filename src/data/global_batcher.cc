@@ -132,6 +132,7 @@ StatusOr<GlobalBatcher> GlobalBatcher::Create(const Dataset& dataset,
           {s.id, DropReason::kLargerThanBudget, kEveryEpoch, s.input_len, s.target_len});
       continue;
     }
+    r.eligible_tokens += kept.tokens();
     b.eligible_.push_back(kept);
     b.original_.emplace_back(s.input_len, s.target_len);
   }

@@ -106,6 +106,7 @@ struct BatcherReport {
   int64_t dataset_samples = 0;         // samples in the dataset
   int64_t dataset_tokens = 0;          // their tokens before clipping
   int64_t eligible_samples = 0;        // samples left after length drops (batched every epoch)
+  int64_t eligible_tokens = 0;         // their tokens, after clipping
   std::vector<ClippedSample> clipped;  // in dataset order
   int64_t clipped_tokens = 0;          // tokens removed by clipping, per epoch
   std::vector<DroppedSample> dropped;  // length drops (dataset order), then partial batches

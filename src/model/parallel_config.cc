@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -27,9 +28,10 @@ constexpr int64_t kMaxDegree = int64_t{1} << 20;
 constexpr int64_t kMaxZero = 3;
 constexpr double kMaxMemoryLimitMb = 1e9;  // 10^9 MB = 1 PB
 
-constexpr std::string_view kKeys[] = {"dp", "pp", "tp", "ep", "vpp", "zero", "memory_limit_mb"};
+constexpr std::string_view kKeys[] = {
+    "dp", "pp", "tp", "ep", "vpp", "zero", "memory_limit_mb", "memory_reserve_mb"};
 
-// The degree field called `key`, or nullptr for "zero" and "memory_limit_mb".
+// The degree field called `key`, or nullptr for "zero" and the memory keys.
 int64_t* Degree(ParallelConfig& config, std::string_view key) {
   if (key == "dp") return &config.dp;
   if (key == "pp") return &config.pp;
@@ -121,6 +123,14 @@ Status CheckCluster(const ParallelConfig& config, const ClusterSpec& cluster,
                                   config.memory_limit->mb(), cluster.device.memory.mb(),
                                   cluster.device.name, cluster.name));
   }
+  if (config.memory_reserve.has_value() && *config.memory_reserve >= cluster.device.memory) {
+    return FieldError(
+        source, "memory_reserve_mb",
+        fmt::format("{:.0f} MB leaves nothing of the {:.0f} MB of memory of device "
+                    "'{}' in cluster '{}' (allowed: 0..{:.0f})",
+                    config.memory_reserve->mb(), cluster.device.memory.mb(), cluster.device.name,
+                    cluster.name, cluster.device.memory.mb() - 1));
+  }
   return Status::Ok();
 }
 
@@ -128,7 +138,29 @@ Status CheckMemoryLimit(Bytes limit, std::string_view source) {
   return model_internal::CheckPositive(source, "memory_limit_mb", limit.mb(), kMaxMemoryLimitMb);
 }
 
+Status CheckMemoryReserve(Bytes reserve, std::string_view source) {
+  if (reserve.mb() >= 0 && reserve.mb() <= kMaxMemoryLimitMb) return Status::Ok();
+  return FieldError(
+      source, "memory_reserve_mb",
+      fmt::format("must be a number in [0, {:.0f}] MB, got {}", kMaxMemoryLimitMb, reserve.mb()));
+}
+
 }  // namespace
+
+Bytes ParallelConfig::MemoryLimit(const ClusterSpec& cluster) const {
+  return MemoryBudget(memory_limit, memory_reserve, cluster.device);
+}
+
+Bytes DefaultMemoryReserve(const DeviceSpec& device) {
+  const Bytes reserve = Bytes::GiB(2) + Bytes::Of(device.memory.count() / 20);
+  return std::min(reserve, Bytes::Of(device.memory.count() / 2));
+}
+
+Bytes MemoryBudget(std::optional<Bytes> limit, std::optional<Bytes> reserve,
+                   const DeviceSpec& device) {
+  if (limit.has_value()) return *limit;
+  return device.memory - reserve.value_or(DefaultMemoryReserve(device));
+}
 
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source) {
   const std::pair<std::string_view, int64_t> degrees[] = {{"dp", config.dp},
@@ -142,6 +174,14 @@ Status ValidateParallelConfig(const ParallelConfig& config, std::string_view sou
   SLUICE_RETURN_IF_ERROR(CheckIntRange(source, "zero", config.zero, 0, kMaxZero));
   if (config.memory_limit.has_value()) {
     SLUICE_RETURN_IF_ERROR(CheckMemoryLimit(*config.memory_limit, source));
+  }
+  if (config.memory_reserve.has_value()) {
+    SLUICE_RETURN_IF_ERROR(CheckMemoryReserve(*config.memory_reserve, source));
+    if (config.memory_limit.has_value()) {
+      return FieldError(source, "memory_reserve_mb",
+                        "applies only without memory_limit_mb (an explicit limit is the budget "
+                        "as given); give one of them");
+    }
   }
   return Status::Ok();
 }
@@ -172,6 +212,11 @@ StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::st
   SLUICE_RETURN_IF_ERROR(model_internal::ReadPositive(r, "memory_limit_mb", /*required=*/false,
                                                       kMaxMemoryLimitMb, &mb));
   if (mb > 0) config.memory_limit = Bytes::MB(mb);
+  if (r.Child("memory_reserve_mb") != nullptr) {
+    double reserve = 0;
+    SLUICE_RETURN_IF_ERROR(r.Double("memory_reserve_mb", &reserve, 0, kMaxMemoryLimitMb));
+    config.memory_reserve = Bytes::MB(reserve);
+  }
   SLUICE_RETURN_IF_ERROR(r.Finish());
   SLUICE_RETURN_IF_ERROR(ValidateParallelConfig(config, source));
   return config;
@@ -182,6 +227,9 @@ nlohmann::json ParallelConfigToJson(const ParallelConfig& config) {
                       {"ep", config.ep}, {"vpp", config.vpp}, {"zero", config.zero}};
   if (config.memory_limit.has_value()) {
     j["memory_limit_mb"] = model_internal::NumberJson(config.memory_limit->mb());
+  }
+  if (config.memory_reserve.has_value()) {
+    j["memory_reserve_mb"] = model_internal::NumberJson(config.memory_reserve->mb());
   }
   return j;
 }
@@ -222,7 +270,7 @@ StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file) {
     }
     if (!seen.emplace(key).second) return FieldError(source, key, "is given twice");
     int64_t* degree = Degree(config, key);
-    const int64_t lo = key == "zero" ? 0 : 1;
+    const int64_t lo = key == "zero" || key == "memory_reserve_mb" ? 0 : 1;
     const int64_t hi = degree != nullptr ? kMaxDegree
                        : key == "zero"   ? kMaxZero
                                          : static_cast<int64_t>(kMaxMemoryLimitMb);
@@ -236,6 +284,8 @@ StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file) {
       *degree = *n;
     } else if (key == "zero") {
       config.zero = *n;
+    } else if (key == "memory_reserve_mb") {
+      config.memory_reserve = Bytes::MB(static_cast<double>(*n));
     } else {
       config.memory_limit = Bytes::MB(static_cast<double>(*n));
     }

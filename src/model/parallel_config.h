@@ -6,6 +6,12 @@
 // ZeRO stage (0: replicated states, 1: optimizer states sharded over dp, 2: + gradients,
 // 3: + parameters).
 //
+// Memory: MemoryLimit() is the one per-device budget that planners, the plan validator and the
+// simulator respect. An explicit memory_limit is a budget the user already chose and is used as
+// given; without one, the budget is the device's memory less a reserve for what the plan does not
+// hold (CUDA context, NCCL buffers, allocator fragmentation): memory_reserve when given, else
+// DefaultMemoryReserve. A configuration gives at most one of the two.
+//
 // Thread safety: value type.
 #pragma once
 
@@ -29,20 +35,32 @@ struct ParallelConfig {
   int64_t ep = 1;
   int64_t vpp = 1;                       // virtual stages per device (interleaved schedules)
   int64_t zero = 0;                      // ZeRO stage 0..3
-  std::optional<Bytes> memory_limit;     // per-device budget; absent = the device's memory
+  std::optional<Bytes> memory_limit;     // per-device budget; absent = device memory - reserve
+  std::optional<Bytes> memory_reserve;   // without memory_limit; absent = DefaultMemoryReserve
 
   int64_t devices() const { return dp * pp * tp; }
   // Pipeline chunks the layers are cut into: pp * vpp.
   int64_t chunks() const { return pp * vpp; }
-  // The budget planners must respect: memory_limit, else the cluster's device memory.
-  Bytes MemoryLimit(const ClusterSpec& cluster) const {
-    return memory_limit ? *memory_limit : cluster.device.memory;
-  }
+  // The budget planners, the validator and the simulator respect (MemoryBudget).
+  Bytes MemoryLimit(const ClusterSpec& cluster) const;
 
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
-// Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 10^9] MB (10^6 bytes).
+// The reserve held back from a device's memory when no memory limit is given: 2 GiB for what
+// every process holds outside the plan (the CUDA context, about 0.3-0.6 GB with lazy module
+// loading; NCCL communicator buffers, several hundred MB per process group; cuBLAS/cuDNN
+// workspaces) plus 5% of the device's memory for the caching allocator's fragmentation; at most
+// half the device's memory. A100-40GB: 4 GiB, a budget of 36 GiB (38,655 MB); 80 GB devices:
+// 6 GiB, a budget of 74 GiB.
+Bytes DefaultMemoryReserve(const DeviceSpec& device);
+// The per-device budget: `limit` when given; else device.memory less `reserve` (absent:
+// DefaultMemoryReserve(device)). REQUIRES: a reserve below the device's memory.
+Bytes MemoryBudget(std::optional<Bytes> limit, std::optional<Bytes> reserve,
+                   const DeviceSpec& device);
+
+// Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 10^9] MB
+// (10^6 bytes), memory reserve in [0, 10^9] MB, not both a limit and a reserve.
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source);
 // Whether `config` can run `model` on `cluster`:
 //   - pp*vpp chunks divide the layers evenly. Encoder-decoder models: pp*vpp == 1 (one chunk
@@ -52,18 +70,21 @@ Status ValidateParallelConfig(const ParallelConfig& config, std::string_view sou
 //   - tp divides heads and ffn_hidden (and moe->expert_ffn_hidden), and kv_heads % tp == 0 or
 //     tp % kv_heads == 0;
 //   - ep > 1 only for MoE models, and ep divides moe->experts and dp*tp;
-//   - with a cluster: dp*pp*tp <= devices, memory_limit <= the device's memory.
+//   - with a cluster: dp*pp*tp <= devices, memory_limit <= the device's memory, memory_reserve
+//     < the device's memory.
 // Messages name `source`, the model or cluster, and list the allowed values. `cluster` may be
 // null when the devices are not known yet.
 Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
                          const ClusterSpec* cluster, std::string_view source);
 
 // JSON form: {"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":1,"memory_limit_mb":36000}; every key is
-// optional (degrees default to 1, zero to 0, no memory limit); memory_limit_mb is MB (10^6 bytes, as in the profile tables) and may be
+// optional (degrees default to 1, zero to 0, no memory limit, the default reserve);
+// memory_limit_mb and memory_reserve_mb are MB (10^6 bytes, as in the profile tables) and may be
 // fractional. FromJson(ToJson(config)) == config for every valid config.
 StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ParallelConfigToJson(const ParallelConfig& config);
-// `--parallel K=V,...|FILE`: keys dp, pp, tp, ep, vpp, zero, memory_limit_mb with plain decimal
+// `--parallel K=V,...|FILE`: keys dp, pp, tp, ep, vpp, zero, memory_limit_mb, memory_reserve_mb
+// with plain decimal
 // integer values; unspecified = 1 (zero = 0, no memory limit). An unknown key is an error listing
 // the allowed keys; a key given twice, a value that is not an integer or is out of range is an
 // error naming the key. An argument without '=' that names an existing file is read as JSON.

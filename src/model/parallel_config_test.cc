@@ -58,14 +58,47 @@ TEST(ParallelFlagTest, ParsesPairsWithDefaults) {
   EXPECT_EQ(*c.memory_limit, Bytes::MB(36000));
   EXPECT_EQ(c.MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::MB(36000));
   EXPECT_EQ(Parse("zero=3").zero, 3);
-  EXPECT_EQ(Parse("dp=2").MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::GiB(40));
+  // Without a limit: the device's memory less the default reserve (2 GiB + 5%: 36 of 40 GiB).
+  EXPECT_EQ(Parse("dp=2").MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::GiB(36));
+  c = Parse("dp=2,memory_reserve_mb=0");
+  ASSERT_TRUE(c.memory_reserve.has_value());
+  EXPECT_EQ(c.MemoryLimit(*ClusterPreset("a100-40g", 8)), Bytes::GiB(40));
+}
+
+TEST(ParallelConfigTest, MemoryReserveIsHeldBackOnlyWithoutAnExplicitLimit) {
+  const ClusterSpec a100 = *ClusterPreset("a100-40g", 8);
+  const ClusterSpec h100 = *ClusterPreset("h100-80g", 8);
+  EXPECT_EQ(DefaultMemoryReserve(a100.device), Bytes::GiB(4));
+  EXPECT_EQ(DefaultMemoryReserve(h100.device), Bytes::GiB(6));
+  // A small device keeps at least half its memory.
+  DeviceSpec small;
+  small.memory = Bytes::GiB(2);
+  EXPECT_EQ(DefaultMemoryReserve(small), Bytes::GiB(1));
+  ParallelConfig c;
+  EXPECT_EQ(c.MemoryLimit(a100), Bytes::GiB(36));
+  EXPECT_EQ(c.MemoryLimit(h100), Bytes::GiB(74));
+  c.memory_reserve = Bytes::MB(1000);
+  EXPECT_EQ(c.MemoryLimit(a100), a100.device.memory - Bytes::MB(1000));
+  // An explicit limit is the budget as given; a reserve beside it is an error.
+  ParallelConfig limited;
+  limited.memory_limit = Bytes::MB(40000);
+  EXPECT_EQ(limited.MemoryLimit(a100), Bytes::MB(40000));
+  EXPECT_EQ(MemoryBudget(Bytes::MB(40000), std::nullopt, a100.device), Bytes::MB(40000));
+  limited.memory_reserve = Bytes::MB(1000);
+  EXPECT_THAT(ValidateParallelConfig(limited, "code").message(),
+              AllOf(HasSubstr("code: field 'memory_reserve_mb'"), HasSubstr("give one of them")));
+  // A reserve of the whole device leaves nothing.
+  c.memory_reserve = a100.device.memory;
+  EXPECT_THAT(CheckParallelFits(c, *ModelPreset("gpt-6.7b"), &a100, "p").message(),
+              HasSubstr("p: field 'memory_reserve_mb': 42950 MB leaves nothing"));
 }
 
 TEST(ParallelFlagTest, UnknownKeyListsAllowedKeys) {
   EXPECT_THAT(
       FlagError("dp=2,pipeline=4"),
       AllOf(HasSubstr("--parallel 'dp=2,pipeline=4'"), HasSubstr("field 'pipeline': unknown key"),
-            HasSubstr("'dp', 'pp', 'tp', 'ep', 'vpp', 'zero' or 'memory_limit_mb'")));
+            HasSubstr("'dp', 'pp', 'tp', 'ep', 'vpp', 'zero', 'memory_limit_mb' or "
+                      "'memory_reserve_mb'")));
   EXPECT_THAT(FlagError("DP=2"), HasSubstr("field 'DP': unknown key"));
 }
 
@@ -118,7 +151,11 @@ TEST(ParallelConfigTest, JsonRoundTrip) {
   full.memory_limit = Bytes::MB(36000.5);
   ParallelConfig odd_bytes;
   odd_bytes.memory_limit = Bytes::Of(123456789);
-  for (const ParallelConfig& c : {defaults, full, odd_bytes}) {
+  ParallelConfig reserved;
+  reserved.memory_reserve = Bytes::MB(2500.5);
+  ParallelConfig no_reserve;
+  no_reserve.memory_reserve = Bytes::Zero();
+  for (const ParallelConfig& c : {defaults, full, odd_bytes, reserved, no_reserve}) {
     StatusOr<nlohmann::json> text = ParseJson(ParallelConfigToJson(c).dump(), "rt.json");
     ASSERT_TRUE(text.ok());
     StatusOr<ParallelConfig> back = ParallelConfigFromJson(*text, "rt.json");

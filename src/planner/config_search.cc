@@ -21,12 +21,14 @@ std::vector<int64_t> Divisors(int64_t n) {
   return out;
 }
 
-// Better first: feasible before infeasible, then the higher throughput (simulated when both
-// were simulated, else estimated), then the key for determinism.
+// Better first: feasible before infeasible, then (run_tally.h) every score batch run before any
+// failed, then the higher throughput (simulated when both were simulated, else estimated), then
+// the key for determinism.
 bool RankBefore(const CandidateScore& a, const CandidateScore& b) {
   const bool ok_a = a.state == CandidateScore::State::kOk;
   const bool ok_b = b.state == CandidateScore::State::kOk;
   if (ok_a != ok_b) return ok_a;
+  if (a.complete() != b.complete()) return a.complete();
   if (a.simulated && b.simulated && a.simulated_tokens_per_s != b.simulated_tokens_per_s) {
     return a.simulated_tokens_per_s > b.simulated_tokens_per_s;
   }
@@ -51,7 +53,8 @@ std::string Candidate::Key() const {
 
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
                                        const CostModel& cost, const SearchSpace& space,
-                                       std::optional<Bytes> memory_limit) {
+                                       std::optional<Bytes> memory_limit,
+                                       std::optional<Bytes> memory_reserve) {
   ParallelSpace out;
   const int64_t devices = cluster.num_devices();
   std::vector<int64_t> tps = space.tp;
@@ -78,6 +81,7 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
           par.tp = tp;
           par.zero = space.zero[zi];
           par.memory_limit = memory_limit;
+          par.memory_reserve = memory_reserve;
           Status fits = CheckParallelFits(par, model, &cluster, "search");
           if (!fits.ok()) {
             if (zi == 0) {
@@ -128,6 +132,34 @@ std::vector<Candidate> ExpandCandidates(std::span<const ParallelConfig> configs,
     }
   }
   return out;
+}
+
+std::vector<size_t> PickScoreBatches(std::span<const GlobalBatch> batches, int64_t first,
+                                     bool extremes) {
+  std::set<size_t> picked;
+  const size_t n = batches.size();
+  const size_t head = first <= 0 ? n : std::min(n, static_cast<size_t>(first));
+  for (size_t i = 0; i < head; ++i) picked.insert(i);
+  if (extremes && n > 0) {
+    size_t longest = 0, densest = 0, fullest = 0;
+    int64_t longest_len = -1, fullest_tokens = -1;
+    double densest_work = -1;
+    for (size_t i = 0; i < n; ++i) {
+      int64_t len = 0, tokens = 0;
+      double work = 0;
+      for (const Sample& s : batches[i].samples) {
+        const int64_t l = s.input_len + s.target_len;
+        len = std::max(len, l);
+        tokens += l;
+        work += static_cast<double>(l) * static_cast<double>(l);
+      }
+      if (len > longest_len) longest = i, longest_len = len;
+      if (work > densest_work) densest = i, densest_work = work;
+      if (tokens > fullest_tokens) fullest = i, fullest_tokens = tokens;
+    }
+    picked.insert({longest, densest, fullest});
+  }
+  return std::vector<size_t>(picked.begin(), picked.end());
 }
 
 Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec& cluster) {
@@ -203,28 +235,37 @@ StatusOr<CandidateScore> CandidateScorer::Score(const Candidate& c) {
     return scores_[key] = score;
   }
   const Planner& planner = *made;
+  RunTally tally;
   for (const GlobalBatch& batch : batches_) {
     StatusOr<PlanResult> r = planner.Plan(batch.samples);
     if (!r.ok()) {
       if (r.status().code() != StatusCode::kInvalidArgument) return r.status();
       score.state = CandidateScore::State::kUnsupported;
       score.reason = r.status().message();
-      break;
+      return scores_[key] = score;
     }
     score.planning_time += r->planning_time;
     if (r->outcome != PlanOutcome::kOk) {
-      score.state = CandidateScore::State::kOutOfMemory;
-      score.reason = fmt::format("batch {}: {}", batch.index, r->infeasible_reason);
-      break;
+      // A failed batch: counted (run_tally.h), the candidate still scored on the others.
+      if (tally.failed == 0) {
+        score.reason = fmt::format("batch {}: {}", batch.index, r->infeasible_reason);
+      }
+      tally.AddFailed();
+      continue;
     }
+    int64_t tokens = 0;
     for (const auto& replica : r->batch_plan.replicas) {
-      for (const MicroBatch& mb : replica) score.tokens += mb.real_tokens;
+      for (const MicroBatch& mb : replica) tokens += mb.real_tokens;
     }
+    score.tokens += tokens;
     score.estimated_time += r->makespan + sync;
+    tally.AddRan(tokens, (r->makespan + sync).seconds());
   }
-  if (score.state == CandidateScore::State::kOk && score.estimated_time > Duration::Zero()) {
-    score.estimated_tokens_per_s =
-        static_cast<double>(score.tokens) / score.estimated_time.seconds();
+  score.failed_batches = tally.failed;
+  if (tally.batches > 0 && tally.ran() == 0) {
+    score.state = CandidateScore::State::kOutOfMemory;
+  } else {
+    score.estimated_tokens_per_s = tally.TokensPerSecond();
   }
   return scores_[key] = score;
 }
@@ -236,26 +277,38 @@ StatusOr<CandidateScore> CandidateScorer::Simulate(const Candidate& c) {
   SimOptions sim = sim_;
   sim.record_timeline = false;
   sim.record_memory = false;
-  int64_t tokens = 0;
-  Duration time;
+  RunTally tally;
+  std::string first_failure;
   for (const GlobalBatch& batch : batches_) {
     SLUICE_ASSIGN_OR_RETURN(PlanResult r, planner.Plan(batch.samples));
+    if (r.outcome != PlanOutcome::kOk) {
+      if (tally.failed == 0) {
+        first_failure = fmt::format("batch {}: {}", batch.index, r.infeasible_reason);
+      }
+      tally.AddFailed();
+      continue;
+    }
     sim.samples = batch.samples;  // real tokens from the samples' own lengths
     SLUICE_ASSIGN_OR_RETURN(SimResult s, sluice::Simulate(r.plan, sim));
     if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
-      score.state = CandidateScore::State::kOutOfMemory;
-      score.reason = fmt::format(
-          "batch {}: simulation {}: {}", batch.index,
-          s.memory_exceeded ? "exceeds the memory limit" : std::string(SimOutcomeName(s.outcome)),
-          s.problem);
-      break;
+      if (tally.failed == 0) {
+        first_failure = fmt::format(
+            "batch {}: simulation {}: {}", batch.index,
+            s.memory_exceeded ? "exceeds the memory limit" : std::string(SimOutcomeName(s.outcome)),
+            s.problem);
+      }
+      tally.AddFailed();
+      continue;
     }
-    tokens += s.real_tokens;
-    time += s.iteration_time;
+    tally.AddRan(s.real_tokens, s.iteration_time.seconds());
   }
   score.simulated = true;
-  if (score.state == CandidateScore::State::kOk && time > Duration::Zero()) {
-    score.simulated_tokens_per_s = static_cast<double>(tokens) / time.seconds();
+  score.failed_batches = tally.failed;
+  if (tally.failed > 0) score.reason = first_failure;
+  if (tally.batches > 0 && tally.ran() == 0) {
+    score.state = CandidateScore::State::kOutOfMemory;
+  } else {
+    score.simulated_tokens_per_s = tally.TokensPerSecond();
   }
   return scores_[c.Key()] = score;
 }
@@ -283,7 +336,7 @@ StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& 
     if (s.state != CandidateScore::State::kOk) break;
     SLUICE_ASSIGN_OR_RETURN(s, scorer.Simulate(s.candidate));
     ++tried;
-    if (s.state == CandidateScore::State::kOk) ++feasible;
+    if (s.complete()) ++feasible;
   }
   auto group = [](const CandidateScore& s) {
     if (s.state != CandidateScore::State::kOk) return 2;

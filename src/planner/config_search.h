@@ -9,13 +9,16 @@
 // The fixed-size baselines' micro-batch size and recompute level are searched per batch by the
 // batching layer itself (batching/baseline_search.h).
 //
-// Ranking is two-stage: every candidate is planned on a few global batches and scored by the
-// fast estimator (PlanResult::makespan, plus the data-parallel gradient synchronisation that the
-// estimator does not see, priced by the α-β model as if fully exposed); the best few per method
-// are then simulated (sim/simulator.h) and the best simulated throughput wins. A candidate that
-// cannot fit memory on some batch, or whose simulation runs out of memory, is infeasible with
-// the reason kept; a batching method that does not support the model (e.g. varlen packing of an
-// encoder-decoder model) is "unsupported".
+// Ranking is two-stage: every candidate is planned on the score batches (PickScoreBatches: the
+// first few global batches plus the longest and densest ones) and scored by the fast estimator
+// (PlanResult::makespan, plus the data-parallel gradient synchronisation that the estimator does
+// not see, priced by the α-β model as if fully exposed); the best few per method are then
+// simulated (sim/simulator.h) and the best simulated throughput wins. Candidates are counted and
+// ranked by the rule of run_tally.h: a score batch that does not fit memory (in planning or in
+// simulation) is a failed batch, and a candidate that failed one ranks below every candidate
+// that ran them all; one that failed every batch, or whose model states alone exceed the limit,
+// is infeasible with the reason kept. A batching method that does not support the model (e.g.
+// varlen packing of an encoder-decoder model) is "unsupported".
 //
 // Thread safety: a CandidateScorer is used by one thread. Deterministic for fixed inputs.
 #pragma once
@@ -37,6 +40,7 @@
 #include "model/cluster_spec.h"
 #include "model/parallel_config.h"
 #include "planner/planner.h"
+#include "planner/run_tally.h"
 #include "planner/search_space.h"
 #include "sim/simulator.h"
 
@@ -56,19 +60,28 @@ struct Candidate {
   friend bool operator==(const Candidate&, const Candidate&) = default;
 };
 
-// Parallel configurations (vpp 1) to try, with the reasons others were left out.
+// Parallel configurations (vpp 1) to try, with the reasons others were left out. Each carries
+// `memory_limit` and `memory_reserve` (ParallelConfig::MemoryLimit).
 struct ParallelSpace {
   std::vector<ParallelConfig> configs;
   std::vector<std::string> skipped;
 };
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
                                        const CostModel& cost, const SearchSpace& space,
-                                       std::optional<Bytes> memory_limit);
+                                       std::optional<Bytes> memory_limit,
+                                       std::optional<Bytes> memory_reserve = std::nullopt);
 
 // Every candidate of `method` over `configs`, in a deterministic order.
 std::vector<Candidate> ExpandCandidates(std::span<const ParallelConfig> configs,
                                         const MethodSpec& method, const ModelSpec& model,
                                         const SearchSpace& space);
+
+// The indices of the score batches among `batches` (ascending, no repeats): the first `first`
+// (0 = all), plus, when `extremes`, the batch holding the longest sample (input + target), the
+// batch with the most attention work (the sum over its samples of (input + target)^2) and the
+// batch with the most tokens; the earliest batch wins a tie. Deterministic.
+std::vector<size_t> PickScoreBatches(std::span<const GlobalBatch> batches, int64_t first,
+                                     bool extremes);
 
 // Time of the data-parallel gradient synchronisation of the slowest stage, if fully exposed:
 // all-reduce of the fp16 gradients (ZeRO 0, 1) or reduce-scatter + all-gather (ZeRO >= 2) over
@@ -78,14 +91,19 @@ Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec&
 // The outcome of one candidate on the score batches.
 struct CandidateScore {
   Candidate candidate;
+  // kOk: at least one score batch ran (see failed_batches); kOutOfMemory: none did, or the model
+  // states alone exceed the limit.
   enum class State { kOk, kOutOfMemory, kUnsupported } state = State::kOk;
-  std::string reason;       // why not kOk
-  int64_t tokens = 0;       // real tokens placed over the score batches
-  Duration estimated_time;  // sum of (makespan + gradient sync) over the score batches
-  double estimated_tokens_per_s = 0;
+  std::string reason;          // why not kOk, or why its first failed batch failed
+  int64_t failed_batches = 0;  // score batches that did not fit memory (planned or simulated)
+  int64_t tokens = 0;          // real tokens placed over the score batches that ran
+  Duration estimated_time;     // sum of (makespan + gradient sync) over the batches that ran
+  double estimated_tokens_per_s = 0;  // RunTally::TokensPerSecond of the estimates
   bool simulated = false;
-  double simulated_tokens_per_s = 0;  // simulated: real tokens / summed iteration time
+  double simulated_tokens_per_s = 0;  // RunTally::TokensPerSecond of the simulated times
   Duration planning_time;             // summed Planner::Plan wall time over the score batches
+
+  bool complete() const { return state == State::kOk && failed_batches == 0; }
 };
 
 // Builds evaluators, plans and simulations of candidates on demand, memoised by Candidate::Key.
@@ -110,8 +128,8 @@ class CandidateScorer {
 
   // Fast-estimator score (memoised). Errors: bugs only (a plan failing validation).
   StatusOr<CandidateScore> Score(const Candidate& candidate);
-  // Score() plus a simulation of every score batch (memoised). A simulation that exceeds memory
-  // or deadlocks makes the candidate infeasible with the simulator's reason.
+  // Score() plus a simulation of every score batch (memoised). A batch whose simulation exceeds
+  // memory or deadlocks is a failed batch (with the simulator's reason).
   StatusOr<CandidateScore> Simulate(const Candidate& candidate);
 
  private:
@@ -130,8 +148,10 @@ class CandidateScorer {
 };
 
 // The search of one method: every candidate scored, the top `simulate_top` feasible ones
-// simulated. `best` is the feasible candidate with the highest simulated throughput (absent when
-// none is feasible; `reason` then says why, e.g. the memory need of the smallest micro-batch).
+// simulated. `best` is the simulated feasible candidate that ranks first by the rule of
+// run_tally.h (every score batch run before any failed, then the simulated throughput); absent
+// when none is feasible (`reason` then says why, e.g. the memory need of the smallest
+// micro-batch).
 struct MethodSearch {
   std::string method;
   std::vector<CandidateScore> ranked;  // every candidate, best estimate first, infeasible last

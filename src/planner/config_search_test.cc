@@ -30,6 +30,60 @@ std::vector<GlobalBatch> Batches(int n, int64_t tokens, int64_t max_len, bool en
   return out;
 }
 
+TEST(RunTallyTest, FailedBatchesCountAsUntrainedAndChargedAndRankLast) {
+  RunTally complete;
+  complete.AddRan(1000, 1.0);
+  complete.AddRan(1000, 1.0);
+  EXPECT_TRUE(complete.complete());
+  EXPECT_DOUBLE_EQ(complete.TokensPerSecond(), 1000.0);
+  EXPECT_DOUBLE_EQ(complete.charged_seconds(), 0.0);
+  // Twice as fast on the batch it ran, but one of two batches failed: it is charged the mean
+  // time of the batches that ran, so the headline is (1/2) x 2000 tokens/s.
+  RunTally failing;
+  failing.AddRan(1000, 0.5);
+  failing.AddFailed();
+  EXPECT_FALSE(failing.complete());
+  EXPECT_EQ(failing.ran(), 1);
+  EXPECT_DOUBLE_EQ(failing.RanTokensPerSecond(), 2000.0);
+  EXPECT_DOUBLE_EQ(failing.charged_seconds(), 0.5);
+  EXPECT_DOUBLE_EQ(failing.TokensPerSecond(), 1000.0);
+  // A complete run ranks first whatever the throughputs.
+  RunTally slow;
+  slow.AddRan(10, 1.0);
+  EXPECT_TRUE(RanksBefore(slow, failing));
+  EXPECT_FALSE(RanksBefore(failing, slow));
+  EXPECT_TRUE(RanksBefore(complete, slow));
+  RunTally none;
+  none.AddFailed();
+  EXPECT_DOUBLE_EQ(none.TokensPerSecond(), 0.0);
+  EXPECT_TRUE(RanksBefore(failing, none));
+  EXPECT_FALSE(RanksBefore(RunTally{}, RunTally{}));
+}
+
+TEST(ConfigSearchTest, ScoreBatchesAreTheFirstPlusTheLongestAndDensest) {
+  auto batch = [](int64_t index, std::vector<int64_t> lens) {
+    GlobalBatch b;
+    b.index = index;
+    for (int64_t l : lens) {
+      b.samples.push_back(Sample{.id = index * 100 + static_cast<int64_t>(b.samples.size()),
+                                 .input_len = l});
+      b.tokens += l;
+    }
+    return b;
+  };
+  const std::vector<GlobalBatch> batches = {
+      batch(0, {100, 100}), batch(1, {100}), batch(2, {900, 100}),  // 2: the longest sample
+      batch(3, {600, 600}),                                          // 3: most tokens
+      batch(4, {800, 100}), batch(5, {10})};
+  // Attention work: 2 has 900^2 + 100^2 = 820,000 > 3's 720,000, so 2 is also the densest.
+  EXPECT_EQ(PickScoreBatches(batches, 2, true), (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(PickScoreBatches(batches, 2, false), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(PickScoreBatches(batches, 0, false).size(), batches.size());
+  EXPECT_EQ(PickScoreBatches(batches, 10, true).size(), batches.size());
+  EXPECT_EQ(PickScoreBatches(batches, 1, true), (std::vector<size_t>{0, 2, 3}));
+  EXPECT_TRUE(PickScoreBatches({}, 2, true).empty());
+}
+
 TEST(ConfigSearchTest, EnumeratedConfigurationsFitTheModelAndUseEveryDevice) {
   auto cost = testing::LoadTestCostModel("gpt-6.7b", testing::TestCost::kProfiled);
   auto cluster = ClusterPreset("a100-40g", 16);

@@ -52,6 +52,12 @@ StatusOr<Planner> Planner::Create(std::shared_ptr<const StageCostEvaluator> eval
 StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   const auto start = std::chrono::steady_clock::now();
   PlanResult result;
+  if (static_cast<int64_t>(batch.size()) < eval_->parallel().dp) {
+    return InvalidArgumentError(fmt::format(
+        "a global batch of {} sample{} cannot feed {} data-parallel replicas: every replica needs "
+        "at least one sample (use fewer replicas, or more samples per batch)",
+        batch.size(), batch.size() == 1 ? "" : "s", eval_->parallel().dp));
+  }
   SLUICE_ASSIGN_OR_RETURN(result.batch_plan,
                           RunMethod(options_.method, batch, *eval_, options_.batching));
   auto finish = [&](PlanResult r) {

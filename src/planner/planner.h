@@ -95,8 +95,8 @@ class Planner {
   const StageCostEvaluator& evaluator() const { return *eval_; }
   const ClusterSpec& cluster() const { return cluster_; }
 
-  // Plans one global batch. Errors: an unknown method or one that does not support the model
-  // (InvalidArgument), or an internal inconsistency.
+  // Plans one global batch. Errors: an unknown method or one that does not support the model,
+  // or fewer samples than data-parallel replicas (InvalidArgument), or an internal inconsistency.
   StatusOr<PlanResult> Plan(std::span<const Sample> batch) const;
 
  private:

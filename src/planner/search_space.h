@@ -41,7 +41,11 @@ struct SearchSpace {
                                        // modelled by the plan, so it is not searched by default)
   std::vector<int64_t> vpp = {2};      // virtual stages tried with the interleaved schedule
   bool all_devices = true;             // only configurations that use every device
-  int64_t score_batches = 2;           // global batches each candidate is scored on
+  // Global batches each candidate is scored on (PickScoreBatches): the first `score_batches`
+  // of the run (0 = every batch of the run), plus, when `score_extremes`, the batch holding the
+  // longest sample, the one with the most attention work and the one with the most tokens.
+  int64_t score_batches = 2;
+  bool score_extremes = true;
   int64_t simulate_top = 3;            // candidates per method simulated after the fast estimate
 
   friend bool operator==(const SearchSpace&, const SearchSpace&) = default;

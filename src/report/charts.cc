@@ -210,7 +210,7 @@ void RenderBarChart(const BarChart& chart, IdRegistry* ids, std::string* out) {
     if (valid) note_w = std::max(note_w, TextWidth(notes_text.back(), kLabelFontPx));
   }
   const double plot_left = std::clamp(label_w + 18, 60.0, 260.0);
-  const double plot_right = kChartWidth - std::clamp(note_w + 16, 40.0, 220.0);
+  const double plot_right = kChartWidth - std::clamp(note_w + 16, 40.0, 360.0);
   const double row_h = 28;
   const double bar_h = 18;
   const double plot_top = 6;
@@ -244,8 +244,8 @@ void RenderBarChart(const BarChart& chart, IdRegistry* ids, std::string* out) {
       tooltip += bar.missing ? "missing" : "invalid value " + FormatValue(bar.value);
       if (!bar.note.empty()) tooltip += " (" + bar.note + ")";
     }
-    *out += fmt::format("<g class=\"bar{}\"><title>{}</title>", valid ? "" : " missing",
-                        Escape(tooltip));
+    *out += fmt::format("<g class=\"bar{}\"><title>{}</title>",
+                        !valid ? " missing" : bar.partial ? " partial" : "", Escape(tooltip));
     *out += fmt::format("<text class=\"bar-label\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
                         Coord(plot_left - 8), Coord(text_y),
                         Escape(Truncate(bar.label, plot_left - 14, kLabelFontPx)));
@@ -253,9 +253,13 @@ void RenderBarChart(const BarChart& chart, IdRegistry* ids, std::string* out) {
       const double x0 = std::min(zero, xs(bar.value));
       const double x1 = std::max(zero, xs(bar.value));
       *out += fmt::format(
-          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"2\" fill=\"{}\"/>"
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"2\" fill=\"{}\"{}/>"
           "<text class=\"bar-note\" x=\"{}\" y=\"{}\">{}</text>",
           Coord(x0), Coord(top), Coord(std::max(x1 - x0, 0.5)), Coord(bar_h), kBarColor,
+          bar.partial ? fmt::format(" fill-opacity=\"0.45\" stroke=\"{}\" "
+                                    "stroke-dasharray=\"4 2\"",
+                                    kBarColor)
+                      : "",
           Coord(x1 + 6), Coord(text_y), Escape(notes_text[i]));
     } else {
       std::string text = bar.missing ? (bar.note.empty() ? "missing" : bar.note)

@@ -24,9 +24,13 @@ body{margin:0;background:var(--panel);color:var(--fg);
 font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue","Noto Sans",
 "Liberation Sans",Arial,sans-serif}
 .page-header{background:#fff;border-bottom:1px solid var(--border);padding:20px 0 16px}
-.page-header>div,main,footer{max-width:1180px;margin:0 auto;padding-left:24px;padding-right:24px}
+.page-header>div,main,footer{max-width:1320px;margin:0 auto;padding-left:24px;padding-right:24px}
 h1{font-size:24px;line-height:1.25;margin:0 0 4px;font-weight:600}
-.subtitle{color:var(--muted);margin:0}
+.subtitle{color:var(--muted);margin:0;white-space:pre-line}
+.facts{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:3px 14px;margin:10px 0 0;
+font-size:13px;line-height:1.45}
+.facts dt{color:var(--muted);font-weight:600;white-space:nowrap}
+.facts dd{margin:0;overflow-wrap:anywhere}
 .toc{margin-top:10px;font-size:13px}
 .toc a{color:var(--accent);text-decoration:none;margin-right:16px;white-space:nowrap}
 .toc a:hover{text-decoration:underline}
@@ -56,8 +60,9 @@ h3{font-size:14px;margin:14px 0 8px;font-weight:600}
 .sluice-chart .limit text{fill:#cf222e;font-size:12px}
 .sluice-table{border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums;
 min-width:50%}
-.sluice-table th,.sluice-table td{padding:5px 12px;border-bottom:1px solid var(--soft);
+.sluice-table th,.sluice-table td{padding:5px 10px;border-bottom:1px solid var(--soft);
 text-align:left;white-space:nowrap}
+.sluice-table .wrap{white-space:normal;min-width:14em}
 .sluice-table th{background:var(--panel);font-weight:600;border-bottom:1px solid var(--border)}
 .sluice-table .num{text-align:right}
 .sluice-table tbody tr:hover{background:#f3f8ff}
@@ -161,7 +166,9 @@ void RenderTable(const Table& table, IdRegistry* ids, std::string* out) {
     numeric[c] = c < table.numeric.size() ? table.numeric[c] : GuessNumeric(table, c);
   }
   auto cell_open = [&](std::string_view tag, size_t c) {
-    return numeric[c] ? fmt::format("<{} class=\"num\">", tag) : fmt::format("<{}>", tag);
+    const bool wrap = c < table.wrap.size() && table.wrap[c];
+    if (numeric[c]) return fmt::format("<{} class=\"num{}\">", tag, wrap ? " wrap" : "");
+    return wrap ? fmt::format("<{} class=\"wrap\">", tag) : fmt::format("<{}>", tag);
   };
 
   *out += "<figure class=\"sluice-figure\">";
@@ -218,6 +225,17 @@ std::string RenderHtml(const HtmlReport& report) {
     out += "<p class=\"subtitle\">";
     AppendEscaped(&out, report.subtitle);
     out += "</p>";
+  }
+  if (!report.facts.empty()) {
+    out += "\n<dl class=\"facts\">";
+    for (const auto& [label, value] : report.facts) {
+      out += "<dt>";
+      AppendEscaped(&out, label);
+      out += "</dt><dd>";
+      AppendEscaped(&out, value);
+      out += "</dd>";
+    }
+    out += "</dl>";
   }
   std::vector<std::string> section_ids;
   for (const Section& section : report.sections) {

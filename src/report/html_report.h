@@ -26,6 +26,8 @@ struct Table {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   std::vector<bool> numeric;  // per column: right-align (empty: guess from the cells)
+  // Per column: long text wraps (cells otherwise stay on one line); empty: none wraps.
+  std::vector<bool> wrap;
 };
 
 // One horizontal bar on a timeline row: [start, end) in the timeline's unit (e.g. ms).
@@ -68,6 +70,9 @@ struct Bar {
   double value = 0;
   std::string note;        // text after the bar, e.g. "1.00x" or "OOM"
   bool missing = false;    // drawn as an empty, hatched slot (e.g. out of memory)
+  // The value covers only part of what it measures (e.g. some batches failed): drawn paler with
+  // a dashed outline; say what is missing in `note`.
+  bool partial = false;
 };
 
 struct BarChart {
@@ -93,7 +98,10 @@ struct Section {
 
 struct HtmlReport {
   std::string title;
-  std::string subtitle;  // e.g. the scenario description
+  std::string subtitle;  // free text under the title; its line breaks are kept
+  // Labelled facts shown under the title, one row each (label, value): e.g. ("model",
+  // "gpt-6.7b ..."). Values may be long: they wrap within their row.
+  std::vector<std::pair<std::string, std::string>> facts;
   std::vector<Section> sections;
 };
 

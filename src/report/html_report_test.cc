@@ -5,10 +5,12 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "base/json_util.h"
+#include "report/svg_util.h"
 
 namespace sluice::report {
 namespace {
@@ -343,6 +345,57 @@ TEST(HtmlReportTest, BarChartMissingAndInvalid) {
   negative.bars = {{"a", -5, "", false}, {"b", 10, "", false}};
   EXPECT_NE(RenderHtml(OneBlock(negative)).find("<path class=\"zero\""), std::string::npos);
   EXPECT_NE(RenderHtml(OneBlock(BarChart{})).find(">no bars</text>"), std::string::npos);
+}
+
+TEST(HtmlReportTest, PartialBarIsPaleAndDashed) {
+  BarChart chart;
+  chart.title = "Throughput";
+  Bar partial{"dp8", 9348, "1.00x, 8/20 batches ran", false};
+  partial.partial = true;
+  chart.bars = {partial, {"tp4", 21966, "2.35x", false}};
+  const std::string html = RenderHtml(OneBlock(chart));
+  EXPECT_EQ(Count(html, "<g class=\"bar partial\">"), 1u);
+  EXPECT_EQ(Count(html, "<g class=\"bar\">"), 1u);
+  EXPECT_EQ(Count(html, "fill-opacity=\"0.45\""), 1u);
+  EXPECT_EQ(Count(html, "stroke-dasharray=\"4 2\""), 1u);
+  EXPECT_NE(html.find(">1.00x, 8/20 batches ran</text>"), std::string::npos);
+}
+
+TEST(HtmlReportTest, FactsAreRowsAndTablesWrapMarkedColumns) {
+  HtmlReport report = OneBlock(Table{
+      "t", {"method", "configuration"}, {{"a", "dp 2 x pp 4"}}, {false, false}, {false, true}});
+  report.subtitle = "line one\nline two";
+  report.facts = {{"model", "gpt-6.7b"}, {"lost", "3 of 9 <samples>"}};
+  const std::string html = RenderHtml(report);
+  EXPECT_NE(html.find("<dl class=\"facts\"><dt>model</dt><dd>gpt-6.7b</dd><dt>lost</dt><dd>3 of "
+                      "9 &lt;samples&gt;</dd></dl>"),
+            std::string::npos);
+  EXPECT_NE(html.find(".subtitle{color:var(--muted);margin:0;white-space:pre-line}"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td>a</td><td class=\"wrap\">dp 2 x pp 4</td>"), std::string::npos);
+  EXPECT_NE(html.find("<th>method</th><th class=\"wrap\">configuration</th>"), std::string::npos);
+  EXPECT_EQ(Count(RenderHtml(OneBlock(Table{"t", {"x"}, {{"1"}}})), "<dl"), 0u);
+}
+
+TEST(HtmlReportTest, CollectivesHaveDistinctColours) {
+  const std::string all_reduce = internal::CategoryColor("all-reduce");
+  const std::string reduce_scatter = internal::CategoryColor("reduce-scatter");
+  const std::string all_gather = internal::CategoryColor("all-gather");
+  const std::string all_to_all = internal::CategoryColor("all-to-all");
+  EXPECT_NE(all_reduce, reduce_scatter);
+  EXPECT_NE(all_reduce, all_gather);
+  EXPECT_NE(reduce_scatter, all_gather);
+  EXPECT_NE(all_to_all, reduce_scatter);
+  EXPECT_NE(all_to_all, all_gather);
+  EXPECT_EQ(internal::CategoryColor("allgather"), all_gather);
+  EXPECT_EQ(internal::CategoryColor("allreduce"), all_reduce);
+  // Every named category but the send/recv alias of send has a colour of its own.
+  std::set<std::string> colours;
+  for (const char* c : {"forward", "recompute", "backward", "backward-input", "backward-weight",
+                        "send", "recv", "all-reduce", "reduce-scatter", "all-gather", "all-to-all",
+                        "optimizer", "load", "idle", "other"}) {
+    EXPECT_TRUE(colours.insert(internal::CategoryColor(c)).second) << c;
+  }
 }
 
 TEST(HtmlReportTest, DistributionQuartilesAndPoints) {

@@ -125,6 +125,8 @@ HtmlReport ExampleReport(bool large) {
   report.title = "sluice simulate: gpt-1.3b on a100-40g:8";
   report.subtitle =
       "dp=2, pp=4, method dynapipe, schedule 1f1b, 65,536 tokens per batch, seed 0 (example data)";
+  report.facts = {{"model", "gpt-1.3b (decoder-only, 24 layers)"},
+                  {"cluster", "a100-40g:8 (8 devices), memory limit 38655 MB per device"}};
 
   Section overview;
   overview.heading = "Summary";
@@ -149,6 +151,9 @@ HtmlReport ExampleReport(bool large) {
                      {"packing", 55306, "1.34x", false},
                      {"dynapipe", 61002, "1.48x", false},
                      {"hydraulis", 63498, "1.54x", false}};
+  Bar partial{"wide dp", 30125, "0.73x, 13/20 batches ran", false};
+  partial.partial = true;  // some batches failed
+  throughput.bars.push_back(partial);
   overview.blocks.push_back(throughput);
   Distribution iterations;
   iterations.title = "Iteration time per method";

@@ -72,8 +72,10 @@ struct KnownCategory {
 };
 
 // In legend order. Colours follow the Tableau 10 palette: compute in blue/green/purple,
-// point-to-point communication in orange, collectives in red/pink, idle time in grey.
-constexpr std::array<KnownCategory, 14> kKnownCategories = {{
+// point-to-point communication in orange, collectives in red (all-reduce), dark magenta
+// (reduce-scatter), teal (all-gather) and pink (all-to-all), idle time in grey. Every category
+// has its own colour except send/recv, which is the send colour under a name of its own.
+constexpr std::array<KnownCategory, 16> kKnownCategories = {{
     {"forward", "#4e79a7", {"fwd", "f", "fw", "fprop"}},
     {"recompute", "#a0cbe8", {"recomputation", "rc", "re-forward"}},
     {"backward", "#59a14f", {"bwd", "b", "bw", "bprop"}},
@@ -82,9 +84,9 @@ constexpr std::array<KnownCategory, 14> kKnownCategories = {{
     {"send", "#f28e2b", {"send-start", "send-finish", "isend"}},
     {"recv", "#ffbe7d", {"receive", "recv-start", "recv-finish", "irecv"}},
     {"send/recv", "#f28e2b", {"sendrecv", "send-recv", "p2p", "comm"}},
-    {"all-reduce",
-     "#e15759",
-     {"allreduce", "reduce-scatter", "all-gather", "allgather", "grad-sync", "dp-comm"}},
+    {"all-reduce", "#e15759", {"allreduce", "grad-sync", "dp-comm"}},
+    {"reduce-scatter", "#8f2d56", {"reducescatter"}},
+    {"all-gather", "#76b7b2", {"allgather"}},
     {"all-to-all", "#ff9da7", {"alltoall", "a2a"}},
     {"optimizer", "#edc948", {"optim", "opt", "step", "optimizer-step"}},
     {"load", "#9c755f", {"data", "loader", "data-load"}},

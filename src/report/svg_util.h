@@ -72,9 +72,10 @@ std::string Slug(std::string_view text);
 // ("Backward_Weight" → "backward-weight"); "other" when empty.
 std::string CategoryKey(std::string_view category);
 // The fill colour of a category key ("#4e79a7"). The known kinds (forward, backward,
-// backward-input, backward-weight, recompute, send, recv, send/recv, all-reduce, all-to-all,
-// optimizer, load, idle, other and their common abbreviations such as "fwd", "bwd", "F", "B", "W")
-// have fixed colours; any other key gets one of a fixed palette by a hash of its name.
+// backward-input, backward-weight, recompute, send, recv, send/recv, all-reduce, reduce-scatter,
+// all-gather, all-to-all, optimizer, load, idle, other and their common abbreviations such as
+// "fwd", "bwd", "F", "B", "W") have fixed colours, distinct but for send/recv (send's); any other
+// key gets one of a fixed palette by a hash of its name.
 std::string CategoryColor(std::string_view key);
 // Legend position: known kinds first in pipeline order, then the others (by name, by caller).
 int CategoryRank(std::string_view key);
