@@ -20,17 +20,7 @@ sluice="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 python="${2:-python3}"
 here="$(cd "$(dirname "$0")" && pwd)"
 
-chromium=""
-for candidate in "${CHROMIUM:-}" chromium chromium-browser google-chrome google-chrome-stable; do
-  if [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1; then
-    chromium="$candidate"
-    break
-  fi
-done
-if [ -z "$chromium" ]; then
-  echo "FAIL: no Chromium found (tried \$CHROMIUM, chromium, chromium-browser, google-chrome)."
-  exit 1
-fi
+source "$here/browser_lib.sh"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -11,19 +11,7 @@ set -u
 example="$1"
 python="${2:-python3}"
 
-chromium=""
-for candidate in "${CHROMIUM:-}" chromium chromium-browser google-chrome google-chrome-stable; do
-  if [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1; then
-    chromium="$candidate"
-    break
-  fi
-done
-if [ -z "$chromium" ]; then
-  echo "FAIL: no Chromium found (tried \$CHROMIUM, chromium, chromium-browser, google-chrome)."
-  echo "      Install it with: sudo apt-get install chromium   (Debian/Ubuntu; scripts/setup.sh)"
-  echo "      or point CHROMIUM at a Chrome/Chromium binary."
-  exit 1
-fi
+source "$(dirname "$0")/browser_lib.sh"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
