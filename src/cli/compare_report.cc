@@ -6,6 +6,7 @@
 #include <map>
 #include <utility>
 
+#include "base/numbers.h"
 #include "plan/instruction.h"
 #include "sim/sim_report.h"
 
@@ -13,16 +14,7 @@ namespace sluice::cli {
 namespace {
 
 // 1234567.8 -> "1,234,568".
-std::string Thousands(double v) {
-  const int64_t n = static_cast<int64_t>(v + 0.5);
-  std::string digits = fmt::format("{}", n < 0 ? -n : n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
+std::string Thousands(double v) { return FormatCount(static_cast<int64_t>(v + 0.5)); }
 
 std::string Pct(double f) { return fmt::format("{:.1f}%", 100.0 * f); }
 

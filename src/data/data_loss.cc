@@ -4,19 +4,10 @@
 
 #include <unordered_map>
 
+#include "base/numbers.h"
+
 namespace sluice {
 namespace {
-
-// 1234567 -> "1,234,567".
-std::string Grouped(int64_t n) {
-  std::string digits = fmt::format("{}", n < 0 ? -n : n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
 
 std::string Share(int64_t part, int64_t whole) {
   return whole > 0 ? fmt::format("{:.1f}%",
@@ -76,28 +67,28 @@ std::string DataLoss::Describe() const {
     add(fmt::format(
         "{} of {} samples ({}) longer than max seqlen {} were clipped, removing {} "
         "of {} tokens ({})",
-        Grouped(clipped_samples), Grouped(samples), Share(clipped_samples, samples), max_seqlen,
-        Grouped(clipped_tokens), Grouped(tokens), Share(clipped_tokens, tokens)));
+        FormatCount(clipped_samples), FormatCount(samples), Share(clipped_samples, samples), max_seqlen,
+        FormatCount(clipped_tokens), FormatCount(tokens), Share(clipped_tokens, tokens)));
   }
   if (dropped_long_samples > 0) {
     add(
         fmt::format("{} of {} samples ({}) longer than max seqlen {} were dropped with their {} "
                     "of {} tokens ({})",
-                    Grouped(dropped_long_samples), Grouped(samples),
-                    Share(dropped_long_samples, samples), max_seqlen, Grouped(dropped_long_tokens),
-                    Grouped(tokens), Share(dropped_long_tokens, tokens)));
+                    FormatCount(dropped_long_samples), FormatCount(samples),
+                    Share(dropped_long_samples, samples), max_seqlen, FormatCount(dropped_long_tokens),
+                    FormatCount(tokens), Share(dropped_long_tokens, tokens)));
   }
   if (dropped_budget_samples > 0) {
     add(
         fmt::format("{} samples larger than the batch budget of {} tokens were dropped with {} "
                     "tokens ({})",
-                    Grouped(dropped_budget_samples), Grouped(tokens_per_batch),
-                    Grouped(dropped_budget_tokens), Share(dropped_budget_tokens, tokens)));
+                    FormatCount(dropped_budget_samples), FormatCount(tokens_per_batch),
+                    FormatCount(dropped_budget_tokens), Share(dropped_budget_tokens, tokens)));
   }
   const int kinds =
       (clipped_samples > 0) + (dropped_long_samples > 0) + (dropped_budget_samples > 0);
   if (kinds > 1) {
-    add(fmt::format("{} of {} tokens ({}) lost in all", Grouped(lost_tokens()), Grouped(tokens),
+    add(fmt::format("{} of {} tokens ({}) lost in all", FormatCount(lost_tokens()), FormatCount(tokens),
                     Share(lost_tokens(), tokens)));
   }
   return out;
@@ -109,13 +100,13 @@ std::string DataLoss::WhyNoBatch() const {
   std::string why;
   if (dropped_long_samples > 0) {
     why += fmt::format("{} longer than max seqlen {} (long samples are dropped)",
-                       Grouped(dropped_long_samples), max_seqlen);
+                       FormatCount(dropped_long_samples), max_seqlen);
   }
   if (dropped_budget_samples > 0) {
     why += fmt::format("{}{} larger than the batch budget of {} tokens", why.empty() ? "" : ", ",
-                       Grouped(dropped_budget_samples), Grouped(tokens_per_batch));
+                       FormatCount(dropped_budget_samples), FormatCount(tokens_per_batch));
   }
-  return fmt::format("all {} samples were dropped: {}", Grouped(samples), why);
+  return fmt::format("all {} samples were dropped: {}", FormatCount(samples), why);
 }
 
 }  // namespace sluice

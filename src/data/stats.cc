@@ -5,21 +5,11 @@
 #include <algorithm>
 #include <bit>
 
+#include "base/numbers.h"
 #include "base/status.h"
 
 namespace sluice {
 namespace {
-
-// 1234567 -> "1,234,567".
-std::string Commas(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -static_cast<uint64_t>(v) : v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
-}
 
 // The bucket index of a length: 0 for 0, 1 + floor(log2(v)) otherwise.
 int BucketOf(int64_t v) {
@@ -44,7 +34,7 @@ std::string Bar(int64_t count, int64_t max_count, int width, bool unicode) {
 }
 
 void AppendLengthRow(std::string& out, std::string_view label, const LengthStats& s) {
-  out += fmt::format("{:<8}{:>12}{:>10.1f}{:>8}{:>8}{:>8}{:>8}{:>10}\n", label, Commas(s.sum),
+  out += fmt::format("{:<8}{:>12}{:>10.1f}{:>8}{:>8}{:>8}{:>8}{:>10}\n", label, FormatCount(s.sum),
                      s.mean, s.min, s.p50, s.p90, s.p99, s.max);
 }
 
@@ -141,17 +131,17 @@ std::string FormatHistogram(std::span<const HistogramBucket> buckets, std::strin
   std::vector<std::string> ranges;
   size_t range_width = 0, count_width = 0;
   for (const HistogramBucket& b : buckets) {
-    ranges.push_back(b.lo == b.hi ? Commas(b.lo)
-                                  : fmt::format("{} - {}", Commas(b.lo), Commas(b.hi)));
+    ranges.push_back(b.lo == b.hi ? FormatCount(b.lo)
+                                  : fmt::format("{} - {}", FormatCount(b.lo), FormatCount(b.hi)));
     range_width = std::max(range_width, ranges.back().size());
-    count_width = std::max(count_width, Commas(b.count).size());
+    count_width = std::max(count_width, FormatCount(b.count).size());
   }
   for (size_t i = 0; i < buckets.size(); ++i) {
     const HistogramBucket& b = buckets[i];
     const double pct =
         total == 0 ? 0.0 : 100.0 * static_cast<double>(b.count) / static_cast<double>(total);
     out +=
-        fmt::format("  {:>{}}  {:>{}}  {:>5.1f}%  {}\n", ranges[i], range_width, Commas(b.count),
+        fmt::format("  {:>{}}  {:>{}}  {:>5.1f}%  {}\n", ranges[i], range_width, FormatCount(b.count),
                     count_width, pct, Bar(b.count, max_count, options.bar_width, options.unicode));
   }
   return out;
@@ -160,8 +150,8 @@ std::string FormatHistogram(std::span<const HistogramBucket> buckets, std::strin
 std::string FormatStats(const DataStats& s, const StatsFormatOptions& options) {
   std::string out =
       fmt::format("{}: {} samples, {} task{}, {} tokens (input {}, target {})\n\n", s.source,
-                  Commas(s.samples), s.tasks.size(), s.tasks.size() == 1 ? "" : "s",
-                  Commas(s.tokens), Commas(s.input.sum), Commas(s.target.sum));
+                  FormatCount(s.samples), s.tasks.size(), s.tasks.size() == 1 ? "" : "s",
+                  FormatCount(s.tokens), FormatCount(s.input.sum), FormatCount(s.target.sum));
   out += fmt::format("{:<8}{:>12}{:>10}{:>8}{:>8}{:>8}{:>8}{:>10}\n", "length", "tokens", "mean",
                      "min", "p50", "p90", "p99", "max");
   AppendLengthRow(out, "input", s.input);
@@ -181,8 +171,8 @@ std::string FormatStats(const DataStats& s, const StatsFormatOptions& options) {
                : "\n";
     for (const TaskStats& t : s.tasks) {
       const double share = 100.0 * static_cast<double>(t.samples) / std::max<int64_t>(s.samples, 1);
-      out += fmt::format("{:<{}}{:>9}{:>6.1f}%{:>14}  {}", t.task, w, Commas(t.samples), share,
-                         Commas(t.tokens), TaskColumns(t.input));
+      out += fmt::format("{:<{}}{:>9}{:>6.1f}%{:>14}  {}", t.task, w, FormatCount(t.samples), share,
+                         FormatCount(t.tokens), TaskColumns(t.input));
       out += s.has_targets ? "  " + TaskColumns(t.target) + "\n" : "\n";
     }
   }

@@ -4,18 +4,15 @@
 
 #include <algorithm>
 
+#include "base/numbers.h"
+
 namespace sluice {
 namespace {
 
 // "1,234,567" for counts in the table and headline.
 std::string Grouped(double v) {
-  std::string digits = fmt::format("{:.0f}", std::abs(v));
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
+  const std::string grouped = GroupDigits(fmt::format("{:.0f}", std::abs(v)));
+  return v < 0 ? "-" + grouped : grouped;
 }
 
 double Pct(Duration part, Duration whole) {
