@@ -415,12 +415,15 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
     caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
     Duration obj = Duration::Infinite();
     int64_t obj_cap = caps.front();
+    std::vector<std::vector<int64_t>> seen;  // partitions already materialised at this v
     for (int64_t cap : caps) {
       if (cap < longest || v * cap < d.total_tokens) continue;
       const Partition part = MinMaxPartition(items, v, cap);
-      if (!part.feasible || !Materialize(samples, eval, index, levels, part, v, &candidate)) {
-        continue;
-      }
+      // A cap that does not bind gives the partition of a larger one: same micro-batches, same
+      // objective, which would not replace it (ties keep the first).
+      if (!part.feasible || std::find(seen.begin(), seen.end(), part.bin) != seen.end()) continue;
+      seen.push_back(part.bin);
+      if (!Materialize(samples, eval, index, levels, part, v, &candidate)) continue;
       const Duration o = Objective(candidate, eval.pp());
       if (o < obj) {
         obj = o;

@@ -336,17 +336,22 @@ Status StageCostEvaluator::FitVarlen() {
   if (model().is_encoder_decoder()) return Status::Ok();
   const std::vector<int64_t> lengths = FitLengths(model().max_position);
   constexpr double kScale = 1024.0;  // fit in units of 1024 tokens for conditioning
+  constexpr int64_t kMaxFitMbs = int64_t{1} << 20;
   std::vector<ChunkCost> stages;
   for (int r = 0; r < 3; ++r) {
     const Recompute rc = static_cast<Recompute>(r);
-    // Points at several micro-batch sizes (up to max_position tokens in all), so that the fit
-    // separates the per-micro-batch floor c from work that grows with tokens: a varlen
-    // micro-batch of many short samples pays b per token, not just c.
+    // The micro-batches that can exist: every length at micro-batch sizes 1, 2, 4, ... for as
+    // long as the cost model answers and (beyond one sequence) one such micro-batch alone fits
+    // the memory rule. So the points span both regimes of a layer's cost, the per-call floor
+    // (few tokens) and the work that grows with tokens (many), at every tp: where one gives way
+    // to the other grows with tp (at length 512 on the A100 GPT table: about 1,000 tokens at
+    // tp 1, 4,000-8,000 at tp 8).
     std::vector<std::vector<ChunkCost>> points;
     std::vector<double> xs, ms;
     for (int64_t len : lengths) {
-      for (int64_t mbs = 1; mbs == 1 || mbs * len <= model().max_position; mbs *= 2) {
-        if (!EvaluateStages(LayerShape{mbs, len, 0}, rc, &stages)) continue;
+      for (int64_t mbs = 1; mbs <= kMaxFitMbs; mbs *= 2) {
+        if (!EvaluateStages(LayerShape{mbs, len, 0}, rc, &stages)) break;
+        if (mbs > 1 && !SummaryFromStages(stages, true, 1).feasible) break;
         points.push_back(stages);
         xs.push_back(static_cast<double>(len));
         ms.push_back(static_cast<double>(mbs));
@@ -355,39 +360,19 @@ Status StageCostEvaluator::FitVarlen() {
     if (points.size() < 3) continue;
     for (int64_t s = 0; s < par_.pp; ++s) {
       std::vector<std::array<double, 3>> x3;
-      std::vector<std::array<double, 2>> x2;
-      std::vector<double> t, st, pk, wt, wst, wpk;
-      double fw = 0, all = 0, bw = 0, bww = 0;
+      std::vector<double> t, wt;
       for (size_t p = 0; p < points.size(); ++p) {
         const ChunkCost& c = points[p][s];
         const double u = xs[p] / kScale;
         const double m = ms[p];
         x3.push_back({m * u * u, m * u, 1.0});
-        x2.push_back({m * u * u, m * u});
         const double time = (c.forward + c.backward()).millis();
         t.push_back(time);
-        st.push_back(c.stored.mb());
-        pk.push_back(c.peak.mb());
-        // Relative error: weight 1 / y^2 (guarding zeros).
-        wt.push_back(1.0 / std::max(time * time, 1e-12));
-        wst.push_back(1.0 / std::max(st.back() * st.back(), 1e-12));
-        wpk.push_back(1.0 / std::max(pk.back() * pk.back(), 1e-12));
-        fw += c.forward.millis();
-        all += time;
-        bw += c.backward().millis();
-        bww += c.backward_weight.millis();
+        wt.push_back(1.0 / std::max(time * time, 1e-12));  // relative error (guarding zeros)
       }
       const std::array<double, 3> tc = FitNonNegative<3>(x3, t, wt);
-      const std::array<double, 2> sc = FitNonNegative<2>(x2, st, wst);
-      const std::array<double, 2> pc = FitNonNegative<2>(x2, pk, wpk);
       StageFit& f = fits_[r][s];
       f.time = Quadratic{tc[0] / (kScale * kScale), tc[1] / kScale, tc[2]};
-      f.fw_fraction = all > 0 ? fw / all : 0.5;
-      f.wgrad_fraction = bw > 0 ? bww / bw : 0.5;
-      f.mem_a = sc[0] * 1e6 / (kScale * kScale);  // bytes per token^2
-      f.mem_b = sc[1] * 1e6 / kScale;
-      f.peak_a = pc[0] * 1e6 / (kScale * kScale);
-      f.peak_b = pc[1] * 1e6 / kScale;
       f.max_len = static_cast<int64_t>(*std::max_element(xs.begin(), xs.end()));
     }
     varlen_supported_ = true;
@@ -397,32 +382,71 @@ Status StageCostEvaluator::FitVarlen() {
 
 namespace {
 
-// Sum of lengths and of squared lengths; false when a length is outside [1, max_len].
-bool LengthMoments(std::span<const int64_t> lengths, int64_t max_len, double* s1, double* s2) {
-  *s1 = 0;
-  *s2 = 0;
-  if (lengths.empty() || max_len <= 0) return false;
+// Keeps T^2 within int64 (a micro-batch of two billion tokens is no micro-batch).
+constexpr int64_t kMaxVarlenTokens = int64_t{1} << 31;
+
+// The tokens T = sum s and attention work Q = sum s^2 of a varlen micro-batch; false when
+// `lengths` is empty, a length is outside [1, max_len] or the tokens are absurd.
+bool VarlenMoments(std::span<const int64_t> lengths, int64_t max_len, int64_t* t, int64_t* q) {
+  if (lengths.empty()) return false;
+  *t = 0;
+  *q = 0;
   for (int64_t len : lengths) {
     if (len < 1 || len > max_len) return false;
-    const double v = static_cast<double>(len);
-    *s1 += v;
-    *s2 += v * v;
+    *t += len;
+    if (*t > kMaxVarlenTokens) return false;
+    *q += len * len;  // <= T * max_len: max_len is a model length (at most 2^24)
   }
   return true;
 }
 
-// One stage's varlen cost from its fit (a StageFit) and the length moments.
-template <typename Fit>
-ChunkCost VarlenStage(const Fit& f, double s1, double s2) {
-  const double ms = f.time.a * s2 + f.time.b * s1 + f.time.c;
-  ChunkCost c;
-  c.forward = Duration::Millis(ms * f.fw_fraction);
-  const Duration backward = Duration::Millis(ms) - c.forward;
-  c.backward_weight = backward.Scaled(f.wgrad_fraction);
-  c.backward_input = backward - c.backward_weight;
-  c.stored = Bytes::Of(std::llround(f.mem_a * s2 + f.mem_b * s1));
-  c.peak = std::max(c.stored, Bytes::Of(std::llround(f.peak_a * s2 + f.peak_b * s1)));
-  return c;
+// acc += w * k, field by field.
+void AddScaled(const LayerCost& k, double w, LayerCost* acc) {
+  acc->forward += k.forward.Scaled(w);
+  acc->backward += k.backward.Scaled(w);
+  acc->backward_input += k.backward_input.Scaled(w);
+  acc->backward_weight += k.backward_weight.Scaled(w);
+  acc->stored_activation += k.stored_activation.Scaled(w);
+  acc->peak_activation += k.peak_activation.Scaled(w);
+}
+
+void AddScaled(const KindCosts& k, double w, KindCosts* acc) {
+  AddScaled(k.encoder, w, &acc->encoder);
+  AddScaled(k.embedding, w, &acc->embedding);
+  AddScaled(k.head, w, &acc->head);
+}
+
+// The per-kind costs of a varlen micro-batch of T tokens and attention work Q (decoder-only).
+//
+// A padded micro-batch of m rows of T / m tokens has the same T and attention work T^2 / m,
+// so the varlen micro-batch matches m* = T^2 / Q rows of L* = Q / T tokens (1 <= m* <= n,
+// min s <= L* <= max s). m* is fractional in general: the price is linear in Q between the two
+// integer row counts around it, m_a = floor(m*) (Q_a = T^2 / m_a >= Q) and m_a + 1, each with
+// rows of T / m tokens rounded to the nearest integer (at most half a token per row). Every
+// shape queried holds T tokens (up to that rounding), none more than the micro-batch.
+// k sequences of length L give m* = k, T / k = L: the padded k x L shape itself, exactly.
+// False when a shape with a nonzero weight has no cost (a row longer than the model's positions,
+// beyond a profile table's range, or in one of its out-of-memory holes).
+bool LookupVarlen(const CostModel& cost, int64_t tp, std::span<const int64_t> lengths, Recompute rc,
+                  KindCosts* out) {
+  int64_t t = 0, q = 0;
+  if (!VarlenMoments(lengths, cost.model().max_position, &t, &q)) return false;
+  const int64_t t2 = t * t;
+  const int64_t m_a = t2 / q;
+  // Weight of m_a + 1 rows: (Q_a - Q) / (Q_a - Q_b) = (m_a + 1) (T^2 - m_a Q) / T^2.
+  const double w_b =
+      static_cast<double>(m_a + 1) * static_cast<double>(t2 - m_a * q) / static_cast<double>(t2);
+  if (!LookupKinds(cost, LayerShape{m_a, (t + m_a / 2) / m_a, 0}, tp, rc, out)) return false;
+  // m* a whole number of rows (uniform rows: the padded shape itself).
+  if (w_b == 0) return true;
+  const int64_t m_b = m_a + 1;  // <= n <= T: m* < n here
+  KindCosts b;
+  if (!LookupKinds(cost, LayerShape{m_b, (t + m_b / 2) / m_b, 0}, tp, rc, &b)) return false;
+  KindCosts blend;
+  AddScaled(*out, 1 - w_b, &blend);
+  AddScaled(b, w_b, &blend);
+  *out = blend;
+  return true;
 }
 
 }  // namespace
@@ -431,22 +455,20 @@ bool StageCostEvaluator::EvaluateVarlenStages(std::span<const int64_t> lengths, 
                                               std::vector<ChunkCost>* out) const {
   out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
   if (!varlen_supported_) return false;
-  const std::vector<StageFit>& fits = fits_[static_cast<int>(rc)];
-  double s1 = 0, s2 = 0;
-  if (!LengthMoments(lengths, fits[0].max_len, &s1, &s2)) return false;
-  for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = VarlenStage(fits[s], s1, s2);
+  KindCosts k;
+  if (!LookupVarlen(*cost_, par_.tp, lengths, rc, &k)) return false;
+  for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
   return true;
 }
 
 CostSummary StageCostEvaluator::SummarizeVarlen(std::span<const int64_t> lengths, Recompute rc,
                                                 int64_t num_micro_batches) const {
   if (!varlen_supported_) return CostSummary{};
-  const std::vector<StageFit>& fits = fits_[static_cast<int>(rc)];
-  double s1 = 0, s2 = 0;
-  if (!LengthMoments(lengths, fits[0].max_len, &s1, &s2)) return CostSummary{};
+  KindCosts k;
+  if (!LookupVarlen(*cost_, par_.tp, lengths, rc, &k)) return CostSummary{};
   SummaryBuilder b;
   for (int64_t s = 0; s < par_.pp; ++s) {
-    b.Add(VarlenStage(fits[s], s1, s2), InFlight(s, num_micro_batches), budgets_[s]);
+    b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s]);
   }
   return b.Finish(true);
 }

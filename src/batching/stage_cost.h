@@ -11,9 +11,16 @@
 //  - padded: mbs rows of one padded length (and a decoder length for encoder-decoder models),
 //    priced by the CostModel directly;
 //  - varlen: samples packed into rows with per-sample attention spans (flash-attention varlen,
-//    as Hydraulis runs them), priced per stage by quadratic fits t(s) = a s^2 + b s (+ c once per
-//    micro-batch) and m(s) = alpha s^2 + beta s, fitted to the CostModel at mbs = 1 over lengths
-//    up to the model's max position. Decoder-only models only.
+//    as Hydraulis and multipack run them), decoder-only models only. Priced by the CostModel at
+//    the padded shape with the same tokens T = sum s and attention work Q = sum s^2: m* rows of
+//    L* tokens with m* L* = T, m* L*^2 = Q, i.e. m* = T^2 / Q and L* = Q / T. m* is fractional
+//    in general: the price is linear in Q between the two integer row counts around it, each
+//    with rows of T / m tokens (rounded to whole tokens). So k sequences of length L cost
+//    exactly what the padded k x L micro-batch costs, at every tp, with the per-call floor,
+//    kernel efficiency and memory the CostModel has at that shape.
+//    Separately, per stage and recompute level, a non-negative least-squares fit
+//    t(s) = a s^2 + b s + c (c once per micro-batch) gives Hydraulis its per-sequence cost
+//    estimate (BottleneckQuadratic); it is an estimate for ranking and balancing, never a price.
 //
 // Memory rule (used by every batching method): a stage s holds at most k_s micro-batches in flight
 // (k_s = in-flight count of the schedule, the running one included; 1F1B: pp - s; GPipe: all
@@ -125,7 +132,11 @@ class StageCostEvaluator {
   CostSummary Summarize(const LayerShape& shape, Recompute rc, int64_t num_micro_batches) const;
 
   // Varlen (packed, per-sample attention) micro-batch of decoder-only samples: `lengths` are the
-  // samples' sequence lengths. REQUIRES: varlen_supported().
+  // samples' sequence lengths (not padded), priced at the moment-matched shapes of the first
+  // paragraph (all holding T tokens). False (infeasible summary) when !varlen_supported(),
+  // `lengths` is empty, a length is outside [1, max_position], or the CostModel cannot price a
+  // shape the blend needs (a row longer than max_position, beyond a profile table's range or in
+  // one of its out-of-memory holes), as for a padded micro-batch.
   bool varlen_supported() const { return varlen_supported_; }
   bool EvaluateVarlenStages(std::span<const int64_t> lengths, Recompute rc,
                             std::vector<ChunkCost>* out) const;
@@ -135,7 +146,12 @@ class StageCostEvaluator {
   // plus c once per micro-batch, in milliseconds (a in ms/token^2, b in ms/token). The bottleneck
   // stage is the one whose fit is slowest for one sequence of the longest fitted length; all zero
   // when !varlen_supported() or `rc` has no fit. Fits are non-negative least squares on relative
-  // error over lengths 64, 96, 128, 192, ... (powers of two and 1.5x) up to max_position.
+  // error of the padded cost t(mbs, L) = a mbs L^2 + b mbs L + c at lengths 64, 96, 128, 192, ...
+  // (powers of two and 1.5x) up to max_position and micro-batch sizes 1, 2, 4, ... for as long as
+  // the CostModel answers and the micro-batch alone fits the memory rule (so both the per-call
+  // floor and the token-bound regime are in the fit, at every tp). An estimate: a layer's cost is
+  // closer to max(floor, work) than to floor + work, so the fit is off by up to tens of percent
+  // near the knee; prices come from EvaluateVarlenStages.
   struct Quadratic {
     double a = 0, b = 0, c = 0;
   };
@@ -152,13 +168,9 @@ class StageCostEvaluator {
   Bytes ChunkBoundaryBytes(const LayerShape& shape, int64_t chunk) const;
 
  private:
-  struct StageFit {  // per stage, per recompute level
-    Quadratic time;           // forward + backward
-    double fw_fraction = 0.5; // forward share of time
-    double wgrad_fraction = 0.5;  // weight-gradient share of backward
-    double mem_a = 0, mem_b = 0;  // stored bytes = mem_a s^2 + mem_b s
-    double peak_a = 0, peak_b = 0;
-    int64_t max_len = 0;      // longest fitted (feasible) length; 0 = no fit at this level
+  struct StageFit {       // per stage, per recompute level
+    Quadratic time;       // forward + backward
+    int64_t max_len = 0;  // longest fitted (feasible) length; 0 = no fit at this level
   };
   StageCostEvaluator() = default;
   Status FitVarlen();

@@ -182,7 +182,7 @@ TEST(StageCostEvaluatorTest, AnalyticModelWorksToo) {
   EXPECT_TRUE(setup->evaluator().varlen_supported());
 }
 
-TEST(StageCostEvaluatorTest, VarlenFitsFollowThePaddedCost) {
+TEST(StageCostEvaluatorTest, VarlenCostsFollowThePaddedCost) {
   auto setup = MakeTestSetup("gpt-6.7b", TestParallel(1, 4));
   const StageCostEvaluator& e = setup->evaluator();
   ASSERT_TRUE(e.varlen_supported());
@@ -191,18 +191,14 @@ TEST(StageCostEvaluatorTest, VarlenFitsFollowThePaddedCost) {
     EXPECT_GE(q.a, 0);
     EXPECT_GT(q.b, 0);
     EXPECT_GE(q.c, 0);
-    for (int64_t len : {256, 1024, 2048}) {
+    // One sequence is priced at the padded 1 x len shape itself (varlen_cost_test.cc checks
+    // k x len over the tables' points).
+    for (int64_t len : {256, 1000, 2048}) {
       const int64_t one[] = {len};
       std::vector<ChunkCost> varlen, padded;
       ASSERT_TRUE(e.EvaluateVarlenStages(one, rc, &varlen));
       ASSERT_TRUE(e.EvaluateStages({1, len, 0}, rc, &padded));
-      for (size_t s = 0; s < varlen.size(); ++s) {
-        const double v = (varlen[s].forward + varlen[s].backward()).millis();
-        const double p = (padded[s].forward + padded[s].backward()).millis();
-        EXPECT_NEAR(v, p, 0.15 * p) << RecomputeName(rc) << " len " << len << " stage " << s;
-        EXPECT_NEAR(varlen[s].stored.mb(), padded[s].stored.mb(), 0.2 * padded[s].stored.mb());
-        EXPECT_EQ(varlen[s].backward_input + varlen[s].backward_weight, varlen[s].backward());
-      }
+      EXPECT_EQ(varlen, padded) << RecomputeName(rc) << " len " << len;
     }
   }
   // Packing short sequences per-sample is cheaper than padding them all to the longest.
