@@ -47,13 +47,16 @@ ChunkCost CombineStage(const StageLayers& l, const KindCosts& k) {
 // Accumulates a CostSummary stage by stage.
 class SummaryBuilder {
  public:
-  void Add(const ChunkCost& s, int64_t in_flight, Bytes budget) {
+  // `held` and `transient`: the stage's buffers (StageCostEvaluator::HeldBuffers and
+  // TransientBuffers).
+  void Add(const ChunkCost& s, int64_t in_flight, Bytes budget, Bytes held, Bytes transient) {
     const Duration t = s.forward + s.backward();
     summary_.bottleneck = std::max(summary_.bottleneck, t);
     summary_.total += t;
     summary_.max_stored = std::max(summary_.max_stored, s.stored);
     summary_.max_peak = std::max(summary_.max_peak, s.peak);
-    const double need = static_cast<double>((s.stored * (in_flight - 1) + s.peak).count());
+    const double need = static_cast<double>(
+        ((s.stored + held) * (in_flight - 1) + s.peak + held + transient).count());
     summary_.memory_load =
         std::max(summary_.memory_load, need / static_cast<double>(budget.count()));
   }
@@ -158,6 +161,11 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
     return InvalidArgumentError(
         fmt::format("stage cost options: pad_multiple must be >= 1, got {}", options.pad_multiple));
   }
+  if (options.transient_boundary_buffers < 0) {
+    return InvalidArgumentError(
+        fmt::format("stage cost options: transient_boundary_buffers must be >= 0, got {}",
+                    options.transient_boundary_buffers));
+  }
   StageCostEvaluator e;
   e.cost_ = &cost;
   e.par_ = par;
@@ -259,7 +267,8 @@ CostSummary StageCostEvaluator::Summarize(const LayerShape& shape, Recompute rc,
   if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return CostSummary{};
   SummaryBuilder b;
   for (int64_t s = 0; s < par_.pp; ++s) {
-    b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s]);
+    b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s],
+          HeldBuffers(shape, s), TransientBuffers(shape, s));
   }
   return b.Finish(true);
 }
@@ -320,12 +329,14 @@ void StageCostEvaluator::SplitOverChunks(const LayerShape& shape, Recompute rc,
   }
 }
 
-CostSummary StageCostEvaluator::SummaryFromStages(const std::vector<ChunkCost>& stages, bool ok,
+CostSummary StageCostEvaluator::SummaryFromStages(const LayerShape& shape,
+                                                  const std::vector<ChunkCost>& stages, bool ok,
                                                   int64_t num_micro_batches) const {
   if (!ok) return CostSummary{};
   SummaryBuilder b;
   for (int64_t s = 0; s < par_.pp; ++s) {
-    b.Add(stages[s], InFlight(s, num_micro_batches), budgets_[s]);
+    b.Add(stages[s], InFlight(s, num_micro_batches), budgets_[s], HeldBuffers(shape, s),
+          TransientBuffers(shape, s));
   }
   return b.Finish(true);
 }
@@ -351,7 +362,9 @@ Status StageCostEvaluator::FitVarlen() {
     for (int64_t len : lengths) {
       for (int64_t mbs = 1; mbs <= kMaxFitMbs; mbs *= 2) {
         if (!EvaluateStages(LayerShape{mbs, len, 0}, rc, &stages)) break;
-        if (mbs > 1 && !SummaryFromStages(stages, true, 1).feasible) break;
+        if (mbs > 1 && !SummaryFromStages(LayerShape{mbs, len, 0}, stages, true, 1).feasible) {
+          break;
+        }
         points.push_back(stages);
         xs.push_back(static_cast<double>(len));
         ms.push_back(static_cast<double>(mbs));
@@ -466,9 +479,14 @@ CostSummary StageCostEvaluator::SummarizeVarlen(std::span<const int64_t> lengths
   if (!varlen_supported_) return CostSummary{};
   KindCosts k;
   if (!LookupVarlen(*cost_, par_.tp, lengths, rc, &k)) return CostSummary{};
+  // Buffers at one row of all the tokens (the packed rows' boundary tensors hold at least that).
+  int64_t tokens = 0;
+  for (int64_t len : lengths) tokens += len;
+  const LayerShape packed{1, Pad(tokens), 0};
   SummaryBuilder b;
   for (int64_t s = 0; s < par_.pp; ++s) {
-    b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s]);
+    b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s],
+          HeldBuffers(packed, s), TransientBuffers(packed, s));
   }
   return b.Finish(true);
 }
@@ -509,21 +527,57 @@ Bytes StageCostEvaluator::ChunkBoundaryBytes(const LayerShape& shape, int64_t ch
   return Bytes::Of(2 * tokens * model().hidden);
 }
 
+Bytes StageCostEvaluator::ChunkHeldBuffers(const LayerShape& shape, int64_t chunk) const {
+  const int64_t chunks = par_.chunks();
+  const bool encdec = model().is_encoder_decoder();
+  int64_t tokens = 0;  // int64 token ids and labels loaded
+  if (chunk == 0) tokens += shape.mbs * (shape.seqlen + (encdec ? shape.dec_seqlen : 0));
+  if (chunk == chunks - 1) tokens += shape.mbs * (encdec ? shape.dec_seqlen : shape.seqlen);
+  return ChunkBoundaryBytes(shape, chunk) + Bytes::Of(8 * tokens);
+}
+
+Bytes StageCostEvaluator::HeldBuffers(const LayerShape& shape, int64_t stage) const {
+  Bytes out;
+  for (int64_t c = stage; c < par_.chunks(); c += par_.pp) out += ChunkHeldBuffers(shape, c);
+  return out;
+}
+
+Bytes StageCostEvaluator::TransientBuffers(const LayerShape& shape, int64_t stage) const {
+  if (par_.pp == 1) return Bytes::Zero();
+  Bytes largest;
+  for (int64_t c = stage; c < par_.chunks(); c += par_.pp) {
+    largest = std::max(largest, ChunkBoundaryBytes(shape, c));
+    if (c > 0) largest = std::max(largest, ChunkBoundaryBytes(shape, c - 1));
+  }
+  return largest * options_.transient_boundary_buffers;
+}
+
 std::optional<MemoryViolation> FindMemoryViolation(const StageCostEvaluator& eval,
                                                    std::span<const MicroBatch> micro_batches) {
   const int64_t m = static_cast<int64_t>(micro_batches.size());
+  std::vector<Bytes> held(static_cast<size_t>(m)), transient(static_cast<size_t>(m));
   for (int64_t s = 0; s < eval.pp(); ++s) {
     const int64_t k = eval.InFlight(s, m);
     const Bytes budget = eval.ActivationBudget(s);
+    for (int64_t i = 0; i < m; ++i) {
+      held[i] = eval.HeldBuffers(micro_batches[i].shape, s);
+      transient[i] = eval.TransientBuffers(micro_batches[i].shape, s);
+    }
     // Windows [w, w + k); with m <= k there is one window holding all of them.
     for (int64_t w = 0; w < m; ++w) {
       const int64_t end = std::min(m, w + k);
-      Bytes stored;
-      for (int64_t i = w; i < end; ++i) stored += micro_batches[i].stages[s].stored;
+      Bytes stored, buffers;
+      Bytes reserve;  // the window's largest transient
+      for (int64_t i = w; i < end; ++i) {
+        stored += micro_batches[i].stages[s].stored;
+        buffers += held[i];
+        reserve = std::max(reserve, transient[i]);
+      }
+      buffers += reserve;
       for (int64_t i = w; i < end; ++i) {
         const MicroBatch& run = micro_batches[i];
-        const Bytes need = stored - run.stages[s].stored + run.stages[s].peak;
-        if (need > budget) return MemoryViolation{s, w, end, i, need, budget};
+        const Bytes need = stored - run.stages[s].stored + run.stages[s].peak + buffers;
+        if (need > budget) return MemoryViolation{s, w, end, i, need, buffers, budget};
       }
       if (end == m) break;
     }
@@ -544,11 +598,12 @@ std::string CheckSequenceMemory(const StageCostEvaluator& eval,
   const std::optional<MemoryViolation> v = FindMemoryViolation(eval, micro_batches);
   if (!v) return "";
   return fmt::format(
-      "stage {}: micro-batches {}..{} in flight with {} running need {} of activations (stored of "
-      "the others + its peak {}), budget {} (memory limit {} - model states {})",
+      "stage {}: micro-batches {}..{} in flight with {} running need {} (stored activations of "
+      "the others + its peak {} + buffers {}), budget {} (memory limit {} - model states {})",
       v->stage, v->begin, v->end - 1, v->running, FormatBytes(v->need),
-      FormatBytes(micro_batches[v->running].stages[v->stage].peak), FormatBytes(v->budget),
-      FormatBytes(eval.memory_limit()), FormatBytes(eval.stage_states()[v->stage].total()));
+      FormatBytes(micro_batches[v->running].stages[v->stage].peak), FormatBytes(v->buffers),
+      FormatBytes(v->budget), FormatBytes(eval.memory_limit()),
+      FormatBytes(eval.stage_states()[v->stage].total()));
 }
 
 }  // namespace sluice

@@ -25,11 +25,19 @@
 // Memory rule (used by every batching method): a stage s holds at most k_s micro-batches in flight
 // (k_s = in-flight count of the schedule, the running one included; 1F1B: pp - s; GPipe: all
 // micro-batches). `peak_s` is a micro-batch's own high-water mark on the stage (the activations
-// its earlier layers stored plus the running layer's transient peak), so a micro-batch fits when,
-// on every stage, k_s - 1 copies of it stay stored while it runs:
-//   (k_s - 1) * stored_s + peak_s <= budget_s = memory_limit - model_states_s.
+// its earlier layers stored plus the running layer's transient peak). Besides activations, a
+// micro-batch in flight holds buffers (`held_s`: the boundary tensors its chunks send on, which
+// their backward reads, and its token ids and labels), and the stage needs room for the buffers
+// that come and go between micro-batches (`transient_s`: received gradients waiting for their
+// backward, input gradients waiting for their send; TransientBuffers). So a
+// micro-batch fits when, on every stage, k_s - 1 copies of it stay stored while it runs:
+//   (k_s - 1) * (stored_s + held_s) + peak_s + held_s + transient_s
+//       <= budget_s = memory_limit - model_states_s.
 // Windows of unequal micro-batches are checked exactly by CheckSequenceMemory: for every k_s
-// consecutive micro-batches and each of them running, the others' stored + its peak.
+// consecutive micro-batches and each of them running, the others' stored + held, its peak + held,
+// and the largest transient of the window. The buffer terms are the batching layer's share of the
+// plan's memory rule (plan/memory_rule.h), which counts every buffer of the lowered program; they
+// reserve room so that a batch that passes here rarely fails there.
 //
 // Thread safety: immutable after Create; Evaluate*() may be called concurrently and do not
 // allocate except EvaluateStages (which fills a caller-owned vector).
@@ -67,7 +75,7 @@ struct CostSummary {
   Duration total;            // sum over stages of forward + backward
   Bytes max_stored;          // max over stages
   Bytes max_peak;            // max over stages
-  double memory_load = 0;    // max over stages of ((k_s - 1) * stored_s + peak_s) / budget_s
+  double memory_load = 0;    // max over stages of the memory rule's need / budget_s
 
   friend bool operator==(const CostSummary&, const CostSummary&) = default;
 };
@@ -75,6 +83,14 @@ struct CostSummary {
 struct StageCostOptions {
   int64_t pad_multiple = 8;  // padded lengths are rounded up to a multiple of this
   InFlightPolicy in_flight = InFlightPolicy::k1F1B;
+  // Boundary tensors of room each stage keeps for transient buffers (TransientBuffers), >= 0.
+  // A backward holds two besides its micro-batch's: the gradient it received and the one it
+  // produces (which stays until its send finishes, before the next backward; plan/lower.h), and
+  // a forward those of the backward before it. Receives posted ahead of their compute come on
+  // top; the lowered plan's check (plan/memory_rule.h) counts them exactly. With 2, the planner
+  // sweeps (sim/memory_sweep_test.cc, 11,040 runs of a wider one) find no plan that this reserve
+  // admits and that check rejects; with 0, 28 of those 11,040.
+  int64_t transient_boundary_buffers = 2;
 };
 
 class StageCostEvaluator {
@@ -167,6 +183,20 @@ class StageCostEvaluator {
   // BoundaryBytes); 0 for the last chunk. REQUIRES: 0 <= chunk < pp * vpp.
   Bytes ChunkBoundaryBytes(const LayerShape& shape, int64_t chunk) const;
 
+  // Buffers of the memory rule above (the lowering's slots, plan/lower.h). ChunkHeldBuffers:
+  // what a micro-batch of `shape` holds on chunk c from its forward until its backward (B or I)
+  // ends: the boundary tensor the chunk sends on (ChunkBoundaryBytes; the backward reads it) and
+  // the int64 token ids (chunk 0: mbs x seqlen, plus mbs x dec_seqlen for encoder-decoder
+  // models) and labels (the last chunk: mbs x seqlen, or mbs x dec_seqlen) it loads
+  // (plan/execution_plan.h LoadShapes). HeldBuffers: the sum over the device stage's chunks.
+  // REQUIRES: 0 <= chunk < pp * vpp, 0 <= stage < pp.
+  Bytes ChunkHeldBuffers(const LayerShape& shape, int64_t chunk) const;
+  Bytes HeldBuffers(const LayerShape& shape, int64_t stage) const;
+  // Room device stage `stage` keeps for buffers outside its micro-batches in flight:
+  // options().transient_boundary_buffers of the largest boundary tensor (of `shape`) the stage
+  // receives or sends (0 when pp = 1: no transfers).
+  Bytes TransientBuffers(const LayerShape& shape, int64_t stage) const;
+
  private:
   struct StageFit {       // per stage, per recompute level
     Quadratic time;       // forward + backward
@@ -174,8 +204,8 @@ class StageCostEvaluator {
   };
   StageCostEvaluator() = default;
   Status FitVarlen();
-  CostSummary SummaryFromStages(const std::vector<ChunkCost>& stages, bool ok,
-                                int64_t num_micro_batches) const;
+  CostSummary SummaryFromStages(const LayerShape& shape, const std::vector<ChunkCost>& stages,
+                                bool ok, int64_t num_micro_batches) const;
 
   const CostModel* cost_ = nullptr;
   ParallelConfig par_;
@@ -202,7 +232,8 @@ struct MemoryViolation {
   int64_t begin = 0;    // the window of micro-batches in flight: [begin, end)
   int64_t end = 0;
   int64_t running = 0;  // the one running at its peak
-  Bytes need;           // stored of the others + peak of the running one
+  Bytes need;           // stored + held of the others, peak + held of the running one, transient
+  Bytes buffers;        // of which buffers (held and transient)
   Bytes budget;         // ActivationBudget(stage)
 };
 // REQUIRES: every micro-batch has pp per-stage costs (MicroBatch::stages).

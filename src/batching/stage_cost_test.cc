@@ -139,8 +139,24 @@ TEST(StageCostEvaluatorTest, SummaryMatchesStages) {
           total += t;
           stored = std::max(stored, stages[st].stored);
           peak = std::max(peak, stages[st].peak);
-          load = std::max(load, static_cast<double>(
-                                    (stages[st].stored * (4 - st - 1) + stages[st].peak).count()) /
+          // Buffers: the boundary tensor sent on (fp16; T5 on 4 stages ends its encoder on stage
+          // 1, so boundary 0 carries the encoder state only), tokens / labels loaded (int64), and
+          // room for transient_boundary_buffers (2) of the largest boundary tensor received or
+          // sent.
+          auto out = [&](int64_t b) -> int64_t {
+            return b < 3 ? 2 * mbs * (256 + (t5 && b >= 1 ? 64 : 0)) * e.model().hidden : 0;
+          };
+          const int64_t loads = st == 0   ? 8 * mbs * (256 + (t5 ? 64 : 0))
+                                : st == 3 ? 8 * mbs * (t5 ? 64 : 256)
+                                          : 0;
+          const Bytes held = Bytes::Of(out(st) + loads);
+          EXPECT_EQ(e.HeldBuffers(shape, st), held);
+          const Bytes transient = Bytes::Of(e.options().transient_boundary_buffers *
+                                            std::max(out(st), st > 0 ? out(st - 1) : 0));
+          EXPECT_EQ(e.TransientBuffers(shape, st), transient);
+          load = std::max(load, static_cast<double>(((stages[st].stored + held) * (4 - st - 1) +
+                                                     stages[st].peak + held + transient)
+                                                        .count()) /
                                     static_cast<double>(e.ActivationBudget(st).count()));
         }
         EXPECT_EQ(s.bottleneck, bottleneck);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "plan/comm_replay.h"
+#include "plan/memory_rule.h"
 #include "plan/program_check.h"
 
 namespace sluice {
@@ -162,44 +163,6 @@ std::vector<std::vector<int64_t>> DpGroups(const ExecutionPlan& plan) {
   return groups;
 }
 
-// Replays check 7 on one rank; returns the first instruction over `limit` (or -1) and the peak.
-int64_t ReplayMemory(const ExecutionPlan& plan, const RankProgram& program, Bytes limit,
-                     Bytes* peak, Bytes* need_at_failure) {
-  const auto& mbs = plan.replicas[program.dp_index].micro_batches;
-  const Bytes states = plan.model_states[program.pp_index];
-  Bytes current;
-  *peak = states;
-  for (size_t i = 0; i < program.instructions.size(); ++i) {
-    const Instruction& in = program.instructions[i];
-    if (!IsCompute(in.op)) continue;
-    const ChunkCost& c = mbs[in.microbatch].stages[in.stage];
-    Bytes need = states + current;
-    switch (in.op) {
-      case OpKind::kForward:
-        need += c.peak;
-        current += c.stored;
-        break;
-      case OpKind::kBackward:
-        need += std::max(Bytes::Zero(), c.peak - c.stored);
-        current -= c.stored;
-        break;
-      case OpKind::kBackwardInput:
-        need += std::max(Bytes::Zero(), c.peak - c.stored);
-        current -= c.stored - c.stored_until_w;
-        break;
-      default:
-        current -= c.stored_until_w;
-        break;
-    }
-    *peak = std::max(*peak, need);
-    if (need > limit) {
-      *need_at_failure = need;
-      return static_cast<int64_t>(i);
-    }
-  }
-  return -1;
-}
-
 Status Fail(const ExecutionPlan& plan, int64_t rank, int64_t index, const std::string& message,
             const ValidateOptions& options, bool prefixed) {
   const RankProgram& p = plan.ranks[rank];
@@ -236,14 +199,31 @@ std::string FormatPlanGrid(const ExecutionPlan& plan, int64_t dp_index, int64_t 
   return FormatStepGrid(labels, cells, first, end, error_step, fmt::format(" (rank {})", rank));
 }
 
-std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan) {
+std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan, const MemoryRuleOptions& options) {
   std::vector<Bytes> out;
+  out.reserve(plan.ranks.size());
   for (const RankProgram& program : plan.ranks) {
-    Bytes peak, need;
-    ReplayMemory(plan, program, Bytes::Of(std::numeric_limits<int64_t>::max()), &peak, &need);
-    out.push_back(peak);
+    out.push_back(
+        ReplayRankMemory(plan, program, Bytes::Of(std::numeric_limits<int64_t>::max()), options)
+            .peak);
   }
   return out;
+}
+
+std::optional<MemoryProblem> CheckPlanMemory(const ExecutionPlan& plan) {
+  const Bytes limit = plan.memory_limit();
+  for (const RankProgram& program : plan.ranks) {
+    const RankMemory m = ReplayRankMemory(plan, program, limit);
+    if (m.first_over < 0) continue;
+    const Bytes states = plan.model_states[program.pp_index];
+    return MemoryProblem{
+        program.rank, m.first_over,
+        fmt::format("predicted memory {} ({:.1f} MB: model states {:.1f} MB + activations "
+                    "{:.1f} MB + buffers {:.1f} MB) exceeds the limit {:.1f} MB",
+                    FormatBytes(m.over_level), m.over_level.mb(), states.mb(),
+                    m.over_activations.mb(), m.over_buffers.mb(), limit.mb())};
+  }
+  return std::nullopt;
 }
 
 Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options) {
@@ -268,18 +248,9 @@ Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options) {
     return Fail(plan, p->rank, p->index, p->message, options, true);
   }
   if (!options.check_memory) return Status::Ok();
-  const Bytes limit = plan.memory_limit();
-  for (const RankProgram& program : plan.ranks) {
-    Bytes peak, need;
-    const int64_t at = ReplayMemory(plan, program, limit, &peak, &need);
-    if (at >= 0) {
-      return Fail(plan, program.rank, at,
-                  fmt::format("predicted memory {} ({:.1f} MB: model states {:.1f} MB + "
-                              "activations) exceeds the limit {:.1f} MB",
-                              FormatBytes(need), need.mb(),
-                              plan.model_states[program.pp_index].mb(), limit.mb()),
-                  options, false);
-    }
+  if (std::optional<MemoryProblem> p = CheckPlanMemory(plan)) {
+    const int64_t index = p->instruction < 0 ? 0 : p->instruction;
+    return Fail(plan, p->rank, index, p->message, options, false);
   }
   return Status::Ok();
 }

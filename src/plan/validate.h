@@ -21,10 +21,16 @@
 //     backward, and with dp > 1 every stage is reduced before OptimizerStep, which comes once,
 //     after all compute, followed only by all-gathers that match the reduce-scatters.
 //  6. Deadlock: the static replay of all ranks' communication finishes (comm_replay.h).
-//  7. Memory: on every rank, model states + activations never exceed the memory limit, replaying
-//     the recorded per-stage costs in program order (EstimateSchedule's rule): F needs current +
-//     peak and then keeps `stored`; B and I need current + max(0, peak - stored), then B frees
-//     `stored`, I all but `stored_until_w`, W the rest (W needs nothing beyond what it holds).
+//  7. Memory: on every rank, the plan's memory rule (plan/memory_rule.h) never exceeds the memory
+//     limit: model states + activations (the recorded per-stage costs in program order,
+//     EstimateSchedule's rule: F needs current + peak and then keeps `stored`; B and I need
+//     current + max(0, peak - stored), then B frees `stored`, I all but `stored_until_w`, W the
+//     rest) + every live buffer slot (fp16 boundary tensors, int64 token ids and labels, from the
+//     instruction that allocates it to its free-buffer; a forward's stage input counted once,
+//     inside its stored activations). The one memory rule: the planner rejects a lowered plan
+//     that breaks it as out-of-memory, and the simulator's memory level is this rule's level on
+//     its compute stream's time axis, so a plan that passes check 7 never runs out of memory in
+//     the simulator and its simulated peak is PredictPeakMemory (docs/simulator.md, "Memory").
 //
 // A failure tied to an instruction prints, after the message, the step x rank grid of that rank's
 // replica around it (PyTorch's _format_pipeline_order) with "<-- ERROR HERE".
@@ -33,11 +39,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "base/units.h"
 #include "plan/execution_plan.h"
+#include "plan/memory_rule.h"
 
 namespace sluice {
 
@@ -49,9 +58,20 @@ struct ValidateOptions {
 // OK, or InvalidArgument naming the rank, the instruction and the problem, plus the grid.
 Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options = {});
 
-// Predicted peak memory of each rank (model states + activations, check 7's rule), by rank id.
+// Predicted peak memory of each rank (check 7's rule, plan/memory_rule.h), by rank id; with
+// options.count_buffers = false model states + activations only.
 // REQUIRES: the plan passes checks 1-3.
-std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan);
+std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan,
+                                     const MemoryRuleOptions& options = {});
+
+// Check 7 alone: the first rank (in rank order) whose memory rule exceeds the plan's limit, the
+// instruction whose change put it over (-1: its model states alone) and a message with the level and its parts. REQUIRES: the plan passes checks 1-3.
+struct MemoryProblem {
+  int64_t rank = 0;
+  int64_t instruction = -1;
+  std::string message;
+};
+std::optional<MemoryProblem> CheckPlanMemory(const ExecutionPlan& plan);
 
 // The grid of replica `dp_index` (one column per pipeline rank, one row per instruction index)
 // for steps [error_step - context, error_step + context], marking `error_step` of `rank`.

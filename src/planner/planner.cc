@@ -129,10 +129,24 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
 
   SLUICE_ASSIGN_OR_RETURN(result.plan, LowerPlan(result.batch_plan, batch, schedules, *eval_,
                                                  cluster_, options_.lower));
-  Status valid = ValidatePlan(result.plan);
+  ValidateOptions without_memory;
+  without_memory.check_memory = false;
+  Status valid = ValidatePlan(result.plan, without_memory);
   if (!valid.ok()) {
     return InternalError(fmt::format("the planned execution plan failed validation: {}",
                                      valid.message()));
+  }
+  // The one memory rule (check 7) on the lowered plan: its buffers and their timing are known only
+  // now. The budgets above reserve room for them, so this rarely rejects.
+  if (std::optional<MemoryProblem> p = CheckPlanMemory(result.plan)) {
+    const RankProgram& rank = result.plan.ranks[p->rank];
+    result.outcome = PlanOutcome::kOutOfMemory;
+    result.infeasible_reason = fmt::format(
+        "lowered plan: rank {} (dp {}, pp {}) at instruction {} ({}): {}", p->rank, rank.dp_index,
+        rank.pp_index, p->instruction,
+        p->instruction >= 0 ? InstructionText(rank.instructions[p->instruction]) : "start",
+        p->message);
+    result.plan = ExecutionPlan{};
   }
   return finish(std::move(result));
 }

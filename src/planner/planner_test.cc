@@ -12,6 +12,7 @@
 namespace sluice {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::MakeTestSetup;
 using testing::RandomTokenBatch;
@@ -45,6 +46,8 @@ TEST_P(PlannerTest, PlansValidateAndSearchNeverHurts) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
     EXPECT_TRUE(ValidatePlan(r->plan).ok());
+    // The plan's memory rule (buffers included) fits the limit on every rank.
+    for (Bytes peak : PredictPeakMemory(r->plan)) EXPECT_LE(peak, r->plan.memory_limit());
     EXPECT_GT(r->makespan, Duration::Zero());
     EXPECT_LE(r->makespan, r->given_order_makespan);
     EXPECT_GE(r->bubble_fraction, 0.0);
@@ -56,6 +59,44 @@ TEST_P(PlannerTest, PlansValidateAndSearchNeverHurts) {
     StatusOr<PlanResult> again = planner.Plan(batch);
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->plan, r->plan) << "not deterministic";
+  }
+}
+
+// The planner checks the lowered plan against the plan's memory rule (check 7, which counts every
+// buffer of the program) and a plan over the limit is an out-of-memory outcome, not an error.
+// Without the room batching and scheduling keep for transient buffers, this GPipe plan of
+// Hydraulis' micro-batches passes both and only the lowered plan's check finds it 5.5 MB over
+// the limit; with the default room it plans and fits.
+TEST(PlannerMemoryTest, ALoweredPlanOverTheLimitIsOutOfMemory) {
+  const ParallelConfig par = TestParallel(4, 2, 1, 34000);
+  auto setup = MakeTestSetup("gpt-6.7b", par);
+  PlannerOptions options;
+  options.method = "hydraulis";
+  options.schedule = ScheduleKind::kGPipe;
+  options.batching.max_seqlen = 1024;
+  options.batching.seed = 2;
+  options.batching.hydraulis_shuffles = 8;
+  const std::vector<Sample> batch = RandomTokenBatch(2, 32768, 1024, false);
+  StageCostOptions no_room;
+  no_room.transient_boundary_buffers = 0;
+  for (bool room : {false, true}) {
+    StatusOr<std::shared_ptr<const StageCostEvaluator>> eval = MakePlannerEvaluator(
+        *setup->cost, par, setup->cluster, options.schedule, room ? StageCostOptions{} : no_room);
+    ASSERT_TRUE(eval.ok()) << eval.status().ToString();
+    StatusOr<Planner> planner = Planner::Create(*eval, setup->cluster, options);
+    ASSERT_TRUE(planner.ok()) << planner.status().ToString();
+    StatusOr<PlanResult> r = planner->Plan(batch);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (!room) {
+      EXPECT_EQ(r->outcome, PlanOutcome::kOutOfMemory);
+      EXPECT_THAT(r->infeasible_reason,
+                  AllOf(HasSubstr("lowered plan: rank"), HasSubstr("instruction"),
+                        HasSubstr("buffers"), HasSubstr("exceeds the limit 34000.0 MB")));
+      EXPECT_TRUE(r->plan.ranks.empty());
+      continue;
+    }
+    ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
+    for (Bytes peak : PredictPeakMemory(r->plan)) EXPECT_LE(peak, r->plan.memory_limit());
   }
 }
 

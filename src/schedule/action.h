@@ -66,10 +66,21 @@ struct ScheduleCosts {
   // forward, gradients backward; same size): [microbatch][stage], stage < pp*vpp - 1.
   // Empty: transfers are free.
   std::vector<std::vector<Duration>> p2p;
-  // Activation budget per rank (memory limit minus model states). Empty: unlimited.
+  // Buffer bytes a micro-batch holds on a virtual stage from its F until its B or I ends (the
+  // boundary tensor the stage sends on, token ids and labels; StageCostEvaluator::
+  // ChunkHeldBuffers): they count like stored activations. [microbatch][virtual stage]. Empty:
+  // none.
+  std::vector<std::vector<Bytes>> held;
+  // Memory budget per rank for activations and held buffers: the memory limit minus model states
+  // and the room kept for transient buffers (StageCostEvaluator::TransientBuffers). Empty:
+  // unlimited.
   std::vector<Bytes> budget;
 
   int64_t num_microbatches() const { return static_cast<int64_t>(chunks.size()); }
+  // held[mb][stage], or zero when `held` is empty.
+  Bytes Held(int64_t mb, int64_t stage) const {
+    return held.empty() ? Bytes::Zero() : held[mb][stage];
+  }
 };
 
 // Checks the invariants above that a list can show (coverage, F before B/I before W per stage,

@@ -41,7 +41,7 @@ class Adaptive {
       for (int64_t s = 0; s < stages_; ++s) {
         const ChunkCost& cc = c_.chunks[mb][s];
         const size_t k = static_cast<size_t>(mb * pp_ + s % pp_);
-        need_[k] += cc.stored.count();
+        need_[k] += cc.stored.count() + c_.Held(mb, s).count();
         trans_[k] = std::max(trans_[k], Transient(cc));
       }
     }

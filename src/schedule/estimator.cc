@@ -69,6 +69,17 @@ std::string CheckShapes(const Schedule& s, const ScheduleCosts& c) {
       }
     }
   }
+  if (!c.held.empty()) {
+    if (static_cast<int64_t>(c.held.size()) != m) {
+      return fmt::format("held buffers for {} micro-batches, expected {}", c.held.size(), m);
+    }
+    for (int64_t mb = 0; mb < m; ++mb) {
+      if (static_cast<int64_t>(c.held[mb].size()) != stages) {
+        return fmt::format("held buffers of micro-batch {} for {} stages, expected {}", mb,
+                           c.held[mb].size(), stages);
+      }
+    }
+  }
   if (!c.budget.empty() && static_cast<int64_t>(c.budget.size()) != s.pp) {
     return fmt::format("{} memory budgets for pp = {}", c.budget.size(), s.pp);
   }
@@ -296,18 +307,19 @@ Bytes RankPeakMemory(std::span<const Action> list, const ScheduleCosts& costs) {
   for (const Action& a : list) {
     const ChunkCost& c = costs.chunks[a.microbatch][a.stage];
     const int64_t transient = std::max<int64_t>(0, c.peak.count() - c.stored.count());
+    const int64_t held = costs.Held(a.microbatch, a.stage).count();
     switch (a.kind) {
       case ActionKind::kForward:
-        peak = std::max(peak, cur + c.peak.count());
-        cur += c.stored.count();
+        peak = std::max(peak, cur + c.peak.count() + held);
+        cur += c.stored.count() + held;
         break;
       case ActionKind::kBackward:
         peak = std::max(peak, cur + transient);
-        cur -= c.stored.count();
+        cur -= c.stored.count() + held;
         break;
       case ActionKind::kBackwardInput:
         peak = std::max(peak, cur + transient);
-        cur -= c.stored.count() - c.stored_until_w.count();
+        cur -= c.stored.count() - c.stored_until_w.count() + held;
         break;
       case ActionKind::kBackwardWeight:
         peak = std::max(peak, cur);

@@ -160,6 +160,25 @@ Status ValidateScheduleCosts(const ScheduleCosts& c) {
       }
     }
   }
+  if (!c.held.empty()) {
+    if (static_cast<int64_t>(c.held.size()) != m) {
+      return InvalidArgumentError(fmt::format(
+          "schedule costs: held buffers for {} micro-batches, the costs {}", c.held.size(), m));
+    }
+    for (int64_t mb = 0; mb < m; ++mb) {
+      if (static_cast<int64_t>(c.held[mb].size()) != stages) {
+        return InvalidArgumentError(
+            fmt::format("schedule costs: held buffers of micro-batch {} for {} stages, expected {}",
+                        mb, c.held[mb].size(), stages));
+      }
+      for (Bytes b : c.held[mb]) {
+        if (b < Bytes::Zero()) {
+          return InvalidArgumentError(
+              fmt::format("schedule costs: held buffers of micro-batch {} are negative", mb));
+        }
+      }
+    }
+  }
   if (!c.budget.empty() && static_cast<int64_t>(c.budget.size()) != c.pp) {
     return InvalidArgumentError(
         fmt::format("schedule costs: {} memory budgets for pp = {} (give one per rank, or none)",

@@ -36,7 +36,17 @@ StatusOr<ScheduleCosts> BuildScheduleCosts(std::span<const MicroBatch> micro_bat
   out.vpp = vpp;
   out.chunks.assign(static_cast<size_t>(m), std::vector<ChunkCost>(static_cast<size_t>(stages)));
   out.p2p.assign(static_cast<size_t>(m), std::vector<Duration>(static_cast<size_t>(stages - 1)));
-  for (int64_t r = 0; r < pp; ++r) out.budget.push_back(eval.ActivationBudget(r));
+  out.held.assign(static_cast<size_t>(m), std::vector<Bytes>(static_cast<size_t>(stages)));
+  // Each rank keeps room for the transient buffers of its largest micro-batch.
+  std::vector<Bytes> transient(static_cast<size_t>(pp));
+  for (const MicroBatch& mb : micro_batches) {
+    for (int64_t r = 0; r < pp; ++r) {
+      transient[r] = std::max(transient[r], eval.TransientBuffers(mb.shape, r));
+    }
+  }
+  for (int64_t r = 0; r < pp; ++r) {
+    out.budget.push_back(std::max(Bytes::Zero(), eval.ActivationBudget(r) - transient[r]));
+  }
   for (int64_t i = 0; i < m; ++i) {
     const MicroBatch& mb = micro_batches[i];
     if (static_cast<int64_t>(mb.stages.size()) != pp) {
@@ -49,6 +59,7 @@ StatusOr<ScheduleCosts> BuildScheduleCosts(std::span<const MicroBatch> micro_bat
       const int64_t d = c % pp;
       ChunkCost& cc = out.chunks[i][c];
       cc.stored_until_w = cc.stored.Scaled(options.w_stored_fraction);
+      out.held[i][c] = eval.ChunkHeldBuffers(mb.shape, c);
       if (c + 1 < stages) {
         const int64_t dst = (c + 1) % pp;
         out.p2p[i][c] =
@@ -70,9 +81,11 @@ void PermuteMicroBatches(const ScheduleCosts& costs, std::span<const int64_t> or
   out->budget = costs.budget;
   out->chunks.resize(order.size());
   out->p2p.resize(costs.p2p.empty() ? 0 : order.size());
+  out->held.resize(costs.held.empty() ? 0 : order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     out->chunks[i] = costs.chunks[order[i]];
     if (!costs.p2p.empty()) out->p2p[i] = costs.p2p[order[i]];
+    if (!costs.held.empty()) out->held[i] = costs.held[order[i]];
   }
 }
 

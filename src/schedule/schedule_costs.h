@@ -10,7 +10,12 @@
 //    [first + r * tp, first + (r + 1) * tp); a boundary crosses nodes when a tp peer pair does.
 //    The interleaved wrap (rank pp - 1 to rank 0) is priced the same way. Same-rank chunks
 //    (pp = 1) hand over for free.
-//  - budget: the evaluator's ActivationBudget per rank.
+//  - held: StageCostEvaluator::ChunkHeldBuffers of the shape (the buffers a micro-batch holds on
+//    a virtual stage between its F and its B or I).
+//  - budget: the evaluator's ActivationBudget per rank less the room for transient buffers of
+//    the replica's largest micro-batch there (StageCostEvaluator::TransientBuffers), at least 0.
+//  Held and transient buffers are the schedule layer's share of the plan's memory rule
+//  (plan/memory_rule.h), as in the batching rule of batching/stage_cost.h.
 //
 // Thread safety: pure functions.
 #pragma once

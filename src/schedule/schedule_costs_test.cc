@@ -56,7 +56,21 @@ TEST(BuildScheduleCostsTest, OneChunkPerStageCopiesTheMicroBatchFigures) {
       }
     }
   }
-  for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(c->budget[r], setup->evaluator().ActivationBudget(r));
+  // Held buffers per micro-batch and stage; each rank's budget keeps room for the transient
+  // buffers of its largest micro-batch.
+  for (size_t i = 0; i < mbs.size(); ++i) {
+    for (int64_t s = 0; s < 4; ++s) {
+      EXPECT_EQ(c->held[i][s], setup->evaluator().HeldBuffers(mbs[i].shape, s));
+    }
+  }
+  for (int64_t r = 0; r < 4; ++r) {
+    Bytes transient;
+    for (const MicroBatch& mb : mbs) {
+      transient = std::max(transient, setup->evaluator().TransientBuffers(mb.shape, r));
+    }
+    EXPECT_GT(transient, Bytes::Zero());
+    EXPECT_EQ(c->budget[r], setup->evaluator().ActivationBudget(r) - transient);
+  }
   // The costs drive every generator.
   for (ScheduleKind k : AllScheduleKinds()) {
     StatusOr<ScheduleResult> r = GenerateSchedule(k, *c);

@@ -97,12 +97,13 @@ class ZbH1 {
     Duration d;
     switch (a.kind) {
       case ActionKind::kForward:
-        held_[r] += c.stored.count();
+        held_[r] += c.stored.count() + c_.Held(a.microbatch, a.stage).count();
         ++next_f_[r];
         d = c.forward;
         break;
       case ActionKind::kBackwardInput:
-        held_[r] -= c.stored.count() - c.stored_until_w.count();
+        held_[r] -= c.stored.count() - c.stored_until_w.count() +
+                    c_.Held(a.microbatch, a.stage).count();
         ++next_i_[r];
         d = c.backward_input;
         break;
@@ -157,7 +158,7 @@ class ZbH1 {
       transient = std::max(transient, Transient(c_.chunks[y][r]));
     }
     const ChunkCost& c = c_.chunks[f][r];
-    return std::max(c.peak.count(), c.stored.count() + transient);
+    return std::max(c.peak.count(), c.stored.count() + transient) + c_.Held(f, r).count();
   }
 
   std::string Stuck(int64_t r) const {

@@ -158,6 +158,10 @@ void Engine::PostP2p(int32_t rank, const SimOp& in) {
     if (!Allocate(rank, s, in.bytes, in.op == OpKind::kRecvActStart)) return;
     r.slots[s].pending = true;
     post.slot = static_cast<int32_t>(s);
+    // The receive's buffer is allocated in compute-stream order, where the post reaches the
+    // stream (as the runtime's torch::empty on the compute stream): memory stays in program order
+    // (plan/memory_rule.h).
+    if (r.slots[s].counted) Mem(r, std::max(r.tail, r.host), in.bytes.count(), r.pc);
   }
   r.p2p[stream].posts.push_back(post);
   r.open.push_back({in.value, in.aux, static_cast<int32_t>(r.p2p[stream].posts.size() - 1), in.op,
@@ -211,8 +215,6 @@ void Engine::TryStartTransfer(int32_t sender, int send_stream) {
   ss.busy = rs.busy = true;
   ++ss.head;
   ++rs.head;
-  Slot& slot = b.slots[rp.slot];
-  if (slot.counted) b.recv_memory.push_back({start.nanos(), slot.bytes.count(), rp.instr});
   transfers_.push_back(t);
   Push(start + Link(inter).latency, EventType::kTransferData, id);
 }

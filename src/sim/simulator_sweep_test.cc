@@ -15,8 +15,8 @@ namespace {
 using testing::MakePlanFixture;
 using testing::PlanCase;
 
-// Every plan the planner makes in a sweep runs to the end with outcome ok; memory without buffers
-// is the validator's prediction; a second run is identical.
+// Every plan the planner makes in a sweep runs to the end with outcome ok; its memory is the
+// validator's prediction, with and without buffers; a second run is identical.
 struct SweepCase {
   const char* model;
   int64_t dp, pp, vpp;
@@ -77,9 +77,17 @@ TEST_P(SimulatorSweepTest, PlannerPlansSimulateToCompletion) {
   rule.count_buffers = false;
   StatusOr<SimResult> r = Simulate(plan->plan, rule);
   ASSERT_TRUE(r.ok());
-  const std::vector<Bytes> predicted = PredictPeakMemory(plan->plan);
+  const std::vector<Bytes> predicted = PredictPeakMemory(plan->plan, {.count_buffers = false});
   for (size_t i = 0; i < predicted.size(); ++i) {
     EXPECT_EQ(r->ranks[i].peak_memory, predicted[i]) << "rank " << i;
+  }
+  // With buffers: the plan's memory rule, within the limit.
+  StatusOr<SimResult> full = Simulate(plan->plan, SimOptions{});
+  ASSERT_TRUE(full.ok());
+  const std::vector<Bytes> with_buffers = PredictPeakMemory(plan->plan);
+  for (size_t i = 0; i < with_buffers.size(); ++i) {
+    EXPECT_EQ(full->ranks[i].peak_memory, with_buffers[i]) << "rank " << i;
+    EXPECT_LE(with_buffers[i], plan->plan.memory_limit()) << "rank " << i;
   }
 }
 
@@ -137,12 +145,17 @@ TEST(SimulatorFixtureSweepTest, LoweredFixturesSimulateToCompletion) {
         StatusOr<SimResult> r = Simulate(fixture->plan, options);
         ASSERT_TRUE(r.ok()) << r.status().ToString();
         EXPECT_EQ(r->outcome, SimOutcome::kOk) << testing::Describe(c) << ": " << r->problem;
+        const std::vector<Bytes> predicted = PredictPeakMemory(fixture->plan);
+        for (size_t i = 0; i < predicted.size(); ++i) {
+          EXPECT_EQ(r->ranks[i].peak_memory, predicted[i]) << testing::Describe(c);
+        }
         options.count_buffers = false;
         StatusOr<SimResult> rule = Simulate(fixture->plan, options);
         ASSERT_TRUE(rule.ok());
-        const std::vector<Bytes> predicted = PredictPeakMemory(fixture->plan);
-        for (size_t i = 0; i < predicted.size(); ++i) {
-          EXPECT_EQ(rule->ranks[i].peak_memory, predicted[i]) << testing::Describe(c);
+        const std::vector<Bytes> activations =
+            PredictPeakMemory(fixture->plan, {.count_buffers = false});
+        for (size_t i = 0; i < activations.size(); ++i) {
+          EXPECT_EQ(rule->ranks[i].peak_memory, activations[i]) << testing::Describe(c);
         }
       }
     }
