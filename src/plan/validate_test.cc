@@ -209,6 +209,38 @@ TEST(ValidatePlanTest, MemoryOverTheLimitIsCaught) {
   EXPECT_TRUE(ValidatePlan(f->plan, no_memory).ok());
 }
 
+// Check 7 is the plan's memory rule with buffers: a limit that holds every rank's activations but
+// not its buffers on top fails, naming the buffers; the rule's own peak as the limit passes.
+TEST(ValidatePlanTest, MemoryCheckCountsBuffers) {
+  auto f = Fixture();
+  const std::vector<Bytes> full = PredictPeakMemory(f->plan);
+  const std::vector<Bytes> activations = PredictPeakMemory(f->plan, {.count_buffers = false});
+  ASSERT_EQ(full.size(), f->plan.ranks.size());
+  Bytes most_full, most_activations;
+  for (size_t r = 0; r < full.size(); ++r) {
+    EXPECT_GT(full[r], activations[r]) << "rank " << r;  // every rank holds some buffer
+    most_full = std::max(most_full, full[r]);
+    most_activations = std::max(most_activations, activations[r]);
+  }
+  ASSERT_LT(most_activations, most_full);
+  f->plan.parallel.memory_limit = most_full;
+  EXPECT_TRUE(ValidatePlan(f->plan).ok()) << Check(f->plan);
+  EXPECT_FALSE(CheckPlanMemory(f->plan).has_value());
+  f->plan.parallel.memory_limit = std::max(most_activations, most_full - Bytes::Of(1));
+  const std::optional<MemoryProblem> p = CheckPlanMemory(f->plan);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(full[p->rank], most_full);
+  EXPECT_THAT(p->message, AllOf(HasSubstr("buffers"), HasSubstr("exceeds the limit")));
+  EXPECT_THAT(Check(f->plan), AllOf(HasSubstr("buffers"), HasSubstr("<-- ERROR HERE")));
+  // The rule's figures on that rank: the first change over the limit, and the parts of the peak.
+  const RankMemory m = ReplayRankMemory(f->plan, f->plan.ranks[p->rank], f->plan.memory_limit());
+  EXPECT_EQ(m.first_over, p->instruction);
+  EXPECT_EQ(m.peak, most_full);
+  EXPECT_EQ(m.peak, f->plan.model_states[f->plan.ranks[p->rank].pp_index] + m.peak_activations +
+                        m.peak_buffers);
+  EXPECT_GT(m.peak_buffers, Bytes::Zero());
+}
+
 TEST(ValidatePlanTest, WrongPeerTagAndRecomputeAreCaught) {
   auto f = Fixture();
   const int64_t i = FindInstruction(f->plan, 5, Is(OpKind::kSendActStart, 3));

@@ -136,8 +136,8 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     return InternalError(fmt::format("the planned execution plan failed validation: {}",
                                      valid.message()));
   }
-  // The one memory rule (check 7) on the lowered plan: its buffers and their timing are known only
-  // now. The budgets above reserve room for them, so this rarely rejects.
+  // The one memory rule (check 7) on the lowered plan, whose buffers are known only now. The
+  // budgets above keep room for them, so this rarely rejects.
   if (std::optional<MemoryProblem> p = CheckPlanMemory(result.plan)) {
     const RankProgram& rank = result.plan.ranks[p->rank];
     result.outcome = PlanOutcome::kOutOfMemory;

@@ -6,8 +6,11 @@
 // (schedule/order_search.h) — or the batching order is kept when the search is off; the
 // schedules are lowered into per-rank instruction streams (plan/lower.h); and every plan is
 // validated (plan/validate.h) before it is returned. Infeasibility at any step (a batch or a
-// schedule that cannot fit memory) is PlanOutcome::kOutOfMemory with the reason; a Status is
-// returned only for bad input or a plan that fails validation (a bug).
+// schedule that cannot fit memory, or a lowered plan over the plan's memory rule, check 7, which
+// counts every buffer of the program) is PlanOutcome::kOutOfMemory with the reason; a Status is
+// returned only for bad input or a plan that fails checks 1-6 (a bug). Every plan returned passes
+// check 7, so it never runs out of memory in the simulator (docs/simulator.md, "Memory"); the
+// batching and schedule budgets keep room for buffers, so that check rarely rejects.
 //
 // The simulator and the plan-rewriting passes join this chain with their own issues.
 //
@@ -65,7 +68,9 @@ struct PlanResult {
   ExecutionPlan plan;                    // validated; empty unless outcome == kOk
   Duration makespan;                     // slowest replica's estimated iteration
   double bubble_fraction = 0;            // of the slowest replica
-  std::vector<Bytes> peak_memory;        // [pipeline rank] max over replicas, activations only
+  // [pipeline rank] max over replicas of the estimator's peak: activations and held buffers (the
+  // plan's rule, with every buffer and the model states: PredictPeakMemory(plan)).
+  std::vector<Bytes> peak_memory;
   Duration given_order_makespan;         // slowest replica before the order search
   Duration planning_time;                // wall time of Plan()
 };

@@ -13,8 +13,11 @@
 //    over for free.
 //  - Memory per rank follows its list order only (so it does not depend on timing): F holds
 //    `stored` from its end until the stage's B, or until I for stored - stored_until_w and until W
-//    for stored_until_w. While an action runs the rank also needs: F its `peak` (its own
-//    high-water mark, stored included); B and I the transient max(0, peak - stored); W nothing.
+//    for stored_until_w, and its held buffers (ScheduleCosts::held) from its start until B or I.
+//    While an action runs the rank also needs: F its `peak` (its own high-water mark, stored
+//    included); B and I the transient max(0, peak - stored); W nothing. This is the schedule's
+//    share of the plan's memory rule (plan/memory_rule.h), which the lowered plan is checked
+//    against; the budgets keep room for the buffers it counts beyond `held`.
 //  - A rank whose next action can never start is a deadlock: the estimate says which ranks stop
 //    where and what they wait for; it never hangs.
 // Cost: O(A log pp) time for A actions (at most one running action per rank in the event heap),
@@ -42,7 +45,7 @@ struct ScheduleEstimate {
   Duration makespan;               // end of the last action (0 for an empty schedule)
   std::vector<Duration> busy;      // [rank] sum of its action durations
   std::vector<Duration> finish;    // [rank] end of its last action
-  std::vector<Bytes> peak_memory;  // [rank] activation high-water mark
+  std::vector<Bytes> peak_memory;  // [rank] high-water mark of activations and held buffers
   double bubble_fraction = 0;      // 1 - sum(busy) / (pp * makespan); 0 when makespan is 0
   // Every rank's peak is within its budget (ScheduleCosts::budget; no budget = unlimited).
   bool fits_memory = true;
@@ -58,7 +61,8 @@ struct ScheduleEstimate {
 // REQUIRES: a's micro-batch and stage inside costs.
 Duration ActionDuration(const Action& a, const ScheduleCosts& costs);
 
-// Activation high-water mark of one rank running `list` in order (the memory rule above).
+// High-water mark of activations and held buffers of one rank running `list` in order (the
+// memory rule above).
 // REQUIRES: every action's micro-batch and stage inside costs.
 Bytes RankPeakMemory(std::span<const Action> list, const ScheduleCosts& costs);
 

@@ -21,14 +21,15 @@
 // (cost/comm_model.h); the two agree within 1% on a single uncontended collective. The plan's
 // own `duration` of transfers and collectives is not used: links decide.
 //
-// Memory: per rank, model states (plan.model_states) plus the activations of ValidatePlan's rule
-// (stored activations of forwards whose backward has not run yet, plus the transient peak of the
-// running compute op, from the plan's per-stage ChunkCost) plus the live buffer slots that rule
-// does not already hold (a forward's input activation is inside its `stored` from the forward
-// until its backward ends), over simulated time: allocations happen when the writing op starts
-// on its stream, releases when FreeBuffer reaches the compute stream. With
-// SimOptions::count_buffers = false the peak is exactly PredictPeakMemory's. docs/simulator.md
-// has the whole model.
+// Memory: the plan's memory rule (plan/memory_rule.h, ValidatePlan's check 7) over simulated
+// time. Per rank, model states (plan.model_states) plus activations (stored activations of
+// forwards whose backward has not run yet, plus the transient peak of the running compute op,
+// from the plan's per-stage ChunkCost) plus the live buffer slots (a forward's input activation
+// is inside its `stored` from the forward until its backward ends). Every change happens where
+// its instruction reaches the compute stream (a compute op's start and end, a load, a receive's
+// post, a FreeBuffer), so the changes come in program order and the peak is exactly
+// PredictPeakMemory's (with count_buffers = false, PredictPeakMemory without buffers): a plan
+// that passes ValidatePlan never runs out of memory here. docs/simulator.md has the whole model.
 //
 // A plan whose ranks cannot all finish (e.g. a receive without its send, or a rank that stops on
 // a slot nothing wrote) ends with outcome kDeadlock and the blocked ranks with the instruction
@@ -90,7 +91,7 @@ struct SimOptions {
   std::vector<Straggler> stragglers;
   bool record_timeline = true;  // keep every executed interval (traces, reports, critical path)
   bool record_memory = true;    // keep the per-rank memory timeline
-  // Count live buffer slots on top of the activations rule (false: ValidatePlan's rule alone).
+  // Count live buffer slots on top of the activations (false: activations and model states only).
   bool count_buffers = true;
   // The global batch's samples as planned (clipped lengths), to count real tokens and useful
   // FLOPs. Empty: the plan holds no lengths, so real tokens and FLOPs fall back to the padded

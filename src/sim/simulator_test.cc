@@ -344,6 +344,49 @@ TEST(SimulatorMemoryTest, PeakEqualsAHandCountOfLiveBuffersAndActivations) {
   EXPECT_EQ(oom->instructions, r->instructions);
 }
 
+// The simulator's memory is the plan's rule whatever the timing: with the rule's peak as the
+// limit every run fits; one byte less and it runs out of memory at the change the rule names,
+// with stragglers and slow links as without.
+TEST(SimulatorMemoryTest, TheRulesPeakIsTheLimitWhateverTheTiming) {
+  for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZbH1, ScheduleKind::kAdaptive,
+                            ScheduleKind::kInterleaved}) {
+    PlanCase c;
+    c.dp = 2;
+    c.pp = 4;
+    c.vpp = kind == ScheduleKind::kInterleaved ? 2 : 1;
+    c.kind = kind;
+    c.microbatches = 8;
+    auto fixture = MakePlanFixture(c);
+    ASSERT_TRUE(fixture->no_schedule.empty()) << testing::Describe(c);
+    ExecutionPlan& plan = fixture->plan;
+    const std::vector<Bytes> rule = PredictPeakMemory(plan);
+    Bytes most;
+    for (Bytes b : rule) most = std::max(most, b);
+    std::vector<SimOptions> timings(3);
+    timings[1].stragglers = {{1, 3.0}, {4, 0.5}};
+    timings[2].intra_node.bandwidth_scale = 0.01;
+    timings[2].collectives = CollectiveMode::kClosedForm;
+    for (const SimOptions& options : timings) {
+      plan.parallel.memory_limit = most;
+      StatusOr<SimResult> fits = Simulate(plan, options);
+      ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+      EXPECT_EQ(fits->outcome, SimOutcome::kOk) << testing::Describe(c) << fits->problem;
+      for (size_t r = 0; r < rule.size(); ++r) {
+        EXPECT_EQ(fits->ranks[r].peak_memory, rule[r]) << testing::Describe(c) << " rank " << r;
+      }
+      plan.parallel.memory_limit = most - Bytes::Of(1);
+      StatusOr<SimResult> over = Simulate(plan, options);
+      ASSERT_TRUE(over.ok());
+      EXPECT_EQ(over->outcome, SimOutcome::kOutOfMemory) << testing::Describe(c);
+      ASSERT_GE(over->oom_rank, 0);
+      EXPECT_EQ(rule[over->oom_rank], most);
+      const RankMemory m =
+          ReplayRankMemory(plan, plan.ranks[over->oom_rank], plan.memory_limit());
+      EXPECT_EQ(over->oom_instruction, m.first_over) << testing::Describe(c);
+    }
+  }
+}
+
 int64_t FindOp(const ExecutionPlan& plan, int64_t rank, OpKind op) {
   return testing::FindInstruction(plan, rank, [op](const Instruction& in) { return in.op == op; });
 }
