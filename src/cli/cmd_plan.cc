@@ -57,11 +57,19 @@ void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool
       batch.index, batch.samples.size(), batch.tokens, mbs, r.makespan.millis(),
       r.given_order_makespan.millis(), 100.0 * r.bubble_fraction, r.planning_time.millis());
   if (!details) return;
+  // The plan's memory rule (check 7): model states + activations + buffers, max over replicas.
+  const std::vector<Bytes> rule = PredictPeakMemory(r.plan);
+  std::vector<Bytes> stage_peak(static_cast<size_t>(pp));
+  for (const RankProgram& p : r.plan.ranks) {
+    stage_peak[p.pp_index] = std::max(stage_peak[p.pp_index], rule[p.rank]);
+  }
   std::string peaks;
   for (int64_t s = 0; s < pp; ++s) {
-    peaks += fmt::format("{}{:.0f}", s ? " / " : "", r.peak_memory[s].mb());
+    peaks += fmt::format("{}{:.0f}", s ? " / " : "", stage_peak[s].mb());
   }
-  fmt::print("  peak activation memory per stage (MB): {}\n", peaks);
+  fmt::print(
+      "  peak memory per stage (MB; model states + activations + buffers, limit {:.0f}): {}\n",
+      r.plan.memory_limit().mb(), peaks);
   const bool enc_dec = r.plan.model.is_encoder_decoder();
   for (size_t d = 0; d < r.batch_plan.replicas.size(); ++d) {
     fmt::print("  replica {} ({} schedule, estimated {:.1f} ms):\n", d, r.plan.replicas[d].schedule,

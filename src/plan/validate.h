@@ -65,7 +65,8 @@ std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan,
                                      const MemoryRuleOptions& options = {});
 
 // Check 7 alone: the first rank (in rank order) whose memory rule exceeds the plan's limit, the
-// instruction whose change put it over (-1: its model states alone) and a message with the level and its parts. REQUIRES: the plan passes checks 1-3.
+// instruction whose change put it over (-1: its model states alone) and a message with the level
+// and its parts. REQUIRES: the plan passes checks 1-3.
 struct MemoryProblem {
   int64_t rank = 0;
   int64_t instruction = -1;

@@ -102,8 +102,8 @@ class ZbH1 {
         d = c.forward;
         break;
       case ActionKind::kBackwardInput:
-        held_[r] -= c.stored.count() - c.stored_until_w.count() +
-                    c_.Held(a.microbatch, a.stage).count();
+        held_[r] -=
+            c.stored.count() - c.stored_until_w.count() + c_.Held(a.microbatch, a.stage).count();
         ++next_i_[r];
         d = c.backward_input;
         break;

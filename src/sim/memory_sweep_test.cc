@@ -58,17 +58,16 @@ const std::vector<SweepConfig>& Configs() {
 
 const std::vector<SweepSchedule>& Schedules() {
   static const auto* schedules = new std::vector<SweepSchedule>{
-      {ScheduleKind::kGPipe, 1},       {ScheduleKind::k1F1B, 1},
-      {ScheduleKind::kInterleaved, 2}, {ScheduleKind::kZbH1, 1},
-      {ScheduleKind::kAdaptive, 1},    {ScheduleKind::kAdaptive, 2},
+      {ScheduleKind::kGPipe, 1}, {ScheduleKind::k1F1B, 1},     {ScheduleKind::kInterleaved, 2},
+      {ScheduleKind::kZbH1, 1},  {ScheduleKind::kAdaptive, 1}, {ScheduleKind::kAdaptive, 2},
   };
   return *schedules;
 }
 
 const std::vector<std::string>& Methods() {
   static const auto* methods = new std::vector<std::string>{
-      "padding", "packing",  "multipack", "token-budget",        "dynapipe",
-      "hydraulis", "sorted", "hydraulis+dynapipe", "balanced+multipack", "global+token-budget"};
+      "padding",   "packing", "multipack",          "token-budget",       "dynapipe",
+      "hydraulis", "sorted",  "hydraulis+dynapipe", "balanced+multipack", "global+token-budget"};
   return *methods;
 }
 

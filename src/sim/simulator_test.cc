@@ -380,8 +380,7 @@ TEST(SimulatorMemoryTest, TheRulesPeakIsTheLimitWhateverTheTiming) {
       EXPECT_EQ(over->outcome, SimOutcome::kOutOfMemory) << testing::Describe(c);
       ASSERT_GE(over->oom_rank, 0);
       EXPECT_EQ(rule[over->oom_rank], most);
-      const RankMemory m =
-          ReplayRankMemory(plan, plan.ranks[over->oom_rank], plan.memory_limit());
+      const RankMemory m = ReplayRankMemory(plan, plan.ranks[over->oom_rank], plan.memory_limit());
       EXPECT_EQ(over->oom_instruction, m.first_over) << testing::Describe(c);
     }
   }
