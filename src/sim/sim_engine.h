@@ -149,7 +149,6 @@ struct alignas(64) RankState {
   double compute_factor = 1.0;
   // Figures.
   Duration comm, exposed, host_end;
-  std::vector<MemoryDelta> recv_memory;  // receive allocations, at transfer starts
   std::vector<std::pair<Duration, Duration>> comm_spans;
   std::vector<std::pair<Duration, Duration>> coll_spans;
   // record_timeline: its intervals in creation order, compute stream (in start order: the stream

@@ -101,20 +101,15 @@ void Engine::Finish(SimResult* result) {
   const Bytes limit = plan_.memory_limit();
   if (options_.record_memory) out.memory.resize(n);
   Duration oom_time = Duration::Infinite();
-  std::vector<MemoryDelta> merged;
   auto by_time = [](const MemoryDelta& a, const MemoryDelta& b) { return a.time < b.time; };
   for (int64_t i = 0; i < n; ++i) {
     RankState& r = ranks_[i];
-    // Both lists are (nearly) in time order; merging keeps the issue order of equal times.
+    // Nearly in time order already; a stable sort keeps the issue order of equal times.
     if (!std::is_sorted(r.memory.begin(), r.memory.end(), by_time)) {
       std::stable_sort(r.memory.begin(), r.memory.end(), by_time);
     }
-    std::stable_sort(r.recv_memory.begin(), r.recv_memory.end(), by_time);
-    merged.resize(r.memory.size() + r.recv_memory.size());
-    std::merge(r.memory.begin(), r.memory.end(), r.recv_memory.begin(), r.recv_memory.end(),
-               merged.begin(), by_time);
-    MemorySweep m =
-        SweepMemory(merged, plan_.model_states[r.program->pp_index], limit, options_.record_memory);
+    MemorySweep m = SweepMemory(r.memory, plan_.model_states[r.program->pp_index], limit,
+                                options_.record_memory);
     out.ranks[i].peak_memory = m.peak;
     out.ranks[i].peak_instruction = m.peak_instruction;
     if (m.first_over_time >= 0 || m.peak > limit) {
@@ -128,7 +123,6 @@ void Engine::Finish(SimResult* result) {
     }
     if (options_.record_memory) out.memory[i] = std::move(m.points);
     r.memory = {};
-    r.recv_memory = {};
   }
   out.instructions = executed_;
   out.events = popped_;
