@@ -97,29 +97,30 @@ expect all-oom 1 "no method fits memory" -- \
   compare --memory-limit 2000 --methods packing,dynapipe "${quick[@]}" --no-html --out "$tmp/oom"
 check all-oom-results grep -q '"state": "out-of-memory"' "$tmp/oom/results.json"
 
-# Failed batches count (docs/compare.md, "Failed batches"): web text clipped at 8192 tokens on 36 GB;
-# scored on the first two (short) batches only, DynaPipe picks dp 8, which fails the batches with
-# an 8K sample. Its tokens/s is marked k/n, the note says how failures count, and the method whose
-# space holds that configuration keeps its own complete run instead of adopting it.
-wide=(--data web --max-seqlen 8192 --memory-limit 36000 --closed-form --no-html)
-printf '{"methods": ["dynapipe", {"name": "both", "batching": ["dynapipe", "hydraulis"], "schedules": ["1f1b"]}], "reference": "dynapipe", "controlled": "both", "search": {"tp": [1, 2, 4], "pp": [1], "zero": [2], "simulate_top": 2}}\n' >"$tmp/wide.json"
-expect failed-batches-marked 0 "dynapipe +[0-9,]+ \([0-9]+/20 ran\)" -- \
-  compare --scenario "$tmp/wide.json" "${wide[@]}" --no-score-extremes --out "$tmp/wide"
+# Failed batches count (docs/compare.md, "Failed batches"): examples/compare-failing-batches.json,
+# web text clipped at 8192 tokens on 30 GB, scored on the first two (short) batches only: multipack
+# picks a configuration that fails the batches with an 8K sample. Its tokens/s is marked k/n, the
+# note says how failures count, and the method whose space holds that configuration keeps its own
+# complete run instead of adopting it.
+failing="$here/../examples/compare-failing-batches.json"
+expect failed-batches-marked 0 "multipack +[0-9,]+ \([0-9]+/20 ran\)" -- \
+  compare --scenario "$failing" --no-html --out "$tmp/wide"
 expect failed-batches-note 0 "tokens/s counts every batch: a failed batch" -- \
-  compare --scenario "$tmp/wide.json" "${wide[@]}" --no-score-extremes --out "$tmp/wide"
+  compare --scenario "$failing" --no-html --out "$tmp/wide"
 check failed-batches-not-adopted /usr/bin/python3 -c "
 import json, sys
 r = json.load(open(sys.argv[1]))
 runs = {m['method']: m for m in r['own']}
-d, b = runs['dynapipe'], runs['both']
+d, b = runs['multipack'], runs['both']
 assert 0 < d['ok_batches'] < 20 and d['untrained_tokens'] > 0, d['ok_batches']
 assert abs(d['tokens_per_s'] - d['ran_tokens_per_s'] * d['ok_batches'] / 20) < 1e-6 * d['tokens_per_s']
+assert d['ran_tokens_per_s'] > b['tokens_per_s'], (d['ran_tokens_per_s'], b['tokens_per_s'])
 assert b['ok_batches'] == 20 and b['adopted_from'] == '', b['adopted_from']
 assert r['score_batches'] == [0, 1], r['score_batches']
 " "$tmp/wide/results.json"
-# By default the search also scores the longest and densest batches: DynaPipe runs all 20.
-expect failed-batches-extremes 0 "dynapipe +[0-9,]+ +1.00x .* 20/20" -- \
-  compare --scenario "$tmp/wide.json" "${wide[@]}" --out "$tmp/wide2"
+# Scoring the longest and densest batches as well (the default): multipack runs all 20.
+expect failed-batches-extremes 0 "multipack +[0-9,]+ +1.00x .* 20/20" -- \
+  compare --scenario "$failing" --score-extremes --no-html --out "$tmp/wide2"
 expect score-batches-bad 2 "--score-batches: 'some' is not allowed; allowed: an integer in 1..64, or 'all'" -- \
   compare --score-batches some
 

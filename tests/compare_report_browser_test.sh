@@ -33,11 +33,10 @@ if ! "$sluice" compare --scenario "$here/../examples/compare-small.json" --itera
     --out "$tmp/a" >"$tmp/a.log" 2>&1; then
   echo "FAIL: sluice compare (A) failed:"; tail -20 "$tmp/a.log"; exit 1
 fi
-# B: web text clipped at 8192 tokens on 36 GB, scored on the first two batches only: DynaPipe's
-# dp 8 x tp 1 (ZeRO-2: reduce-scatter and all-gather in its timeline) fails the batches with an
-# 8K sample, so its bar covers only some of the 20 batches.
-printf '{"name": "failing-batches", "data": "web", "max_seqlen": 8192, "memory_limit_mb": 36000, "methods": ["dynapipe", {"name": "both", "batching": ["dynapipe", "hydraulis"], "schedules": ["1f1b"]}], "reference": "dynapipe", "controlled": "both", "search": {"tp": [1, 2, 4], "pp": [1], "zero": [2], "score_extremes": false, "simulate_top": 2}, "simulator": {"collectives": "closed-form"}}\n' \
-  >"$tmp/failing.json"
+# B: examples/compare-failing-batches.json, web text clipped at 8192 tokens on 30 GB, scored on
+# the first two batches only: multipack's choice (ZeRO-2: reduce-scatter and all-gather in its
+# timeline) fails the batches with an 8K sample, so its bar covers only some of the 20 batches.
+cp "$here/../examples/compare-failing-batches.json" "$tmp/failing.json"
 if ! "$sluice" compare --scenario "$tmp/failing.json" --out "$tmp/b" >"$tmp/b.log" 2>&1; then
   echo "FAIL: sluice compare (B) failed:"; tail -20 "$tmp/b.log"; exit 1
 fi
@@ -139,7 +138,7 @@ for name, path in [("A", sys.argv[1]), ("B", sys.argv[2])]:
     if name == "B":
         partial = [b for b in p["bars"] if "partial" in b["cls"].split()]
         check("B: the bar of a run that failed batches is partial and says k/n",
-              len(partial) == 1 and partial[0]["label"] == "dynapipe" and
+              len(partial) == 1 and partial[0]["label"] == "multipack" and
               re.search(r"\b\d+/20 batches ran\b", partial[0]["note"]), json.dumps(p["bars"]))
         whole = [b for b in p["bars"] if b["label"] == "both"]
         check("B: a complete run's bar is not marked", whole and "partial" not in whole[0]["cls"]

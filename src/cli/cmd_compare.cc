@@ -33,7 +33,7 @@ struct CompareFlags {
   CompareScenario scenario;  // the flags' values (defaults: the embedded default scenario)
   std::string iterations = "20";
   std::string score_batches = "2";
-  bool no_score_extremes = false;
+  bool score_extremes = true;
   std::string methods;   // comma-separated
   std::string parallel;  // the controlled configuration
   std::string scenario_file;
@@ -82,7 +82,7 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
       s->search.score_batches = n;
     }
   }
-  if (use("--no-score-extremes")) s->search.score_extremes = !f.no_score_extremes;
+  if (use("--score-extremes")) s->search.score_extremes = f.score_extremes;
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
   if (use("--closed-form")) s->stepwise_collectives = !f.closed_form;
   if (use("--iterations")) {
@@ -342,10 +342,10 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                     "or 'all' (plus the longest and densest batches; see --no-score-extremes)")
           ->type_name("N|all")
           ->capture_default_str();
-  o["--no-score-extremes"] =
-      c->add_flag("--no-score-extremes", f->no_score_extremes,
-                  "Score candidates on the first --score-batches only (default: off, also on the "
-                  "batch with the longest sample and the densest batches)");
+  o["--score-extremes"] = c->add_flag(
+      "--score-extremes,!--no-score-extremes", f->score_extremes,
+      "Also score candidates on the batch with the longest sample and the densest batches "
+      "(default: on); --no-score-extremes scores the first --score-batches only");
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(CLI::Range(1, 64))

@@ -56,7 +56,7 @@ std::string_view FlagForField(std::string_view field) {
       {"methods", "--methods"},
       {"reference", "--reference"},
       {"search.score_batches", "--score-batches"},
-      {"search.score_extremes", "--no-score-extremes"},
+      {"search.score_extremes", "--score-extremes"},
       {"search.simulate_top", "--simulate-top"},
   };
   for (const auto& [f, flag] : kFlags) {

@@ -231,19 +231,25 @@ TEST(CompareTest, InterruptedRunIsPartialAndConsistent) {
 // Web text clipped at 8192 tokens on 36 GB: dp 8 x tp 1 runs the short batches fastest but cannot
 // hold an 8K sample, so it fails the batches that have one; dp 2 x tp 4 runs them all. Scored on
 // the first two batches only (both short), DynaPipe's search picks dp 8.
-CompareScenario WideDpFailsLongBatches() {
+// examples/compare-failing-batches.json: web text clipped at 8192 tokens on 30 GB, scored on the
+// first two batches only. Multipack's dp 4 x tp 2 cannot hold an 8K sample per device and fails
+// the batches holding one; "both" (multipack or token-budget) keeps its own complete run.
+CompareScenario FailsLongBatches() {
   CompareScenario s;
-  s.name = "wide-dp-fails";
+  s.name = "failing-batches";
   s.data = "web";
   s.max_seqlen = 8192;
-  s.memory_limit_mb = 36000;
+  s.memory_limit_mb = 30000;
   s.iterations = 20;
-  MethodSpec both;
+  MethodSpec multipack;
+  multipack.name = "multipack";
+  multipack.batching = {"multipack"};
+  multipack.schedules = {ScheduleKind::k1F1B};
+  MethodSpec both = multipack;
   both.name = "both";
-  both.batching = {"dynapipe", "hydraulis"};
-  both.schedules = {ScheduleKind::k1F1B};
-  s.methods = {*MethodSpecFor("dynapipe", "t"), both};
-  s.reference = "dynapipe";
+  both.batching = {"multipack", "token-budget"};
+  s.methods = {multipack, both};
+  s.reference = "multipack";
   s.controlled_method = "both";
   s.search.tp = {1, 2, 4};
   s.search.pp = {1};
@@ -256,58 +262,59 @@ CompareScenario WideDpFailsLongBatches() {
 }
 
 TEST(CompareTest, FailedBatchesCountAndARunThatFailsOneIsNeitherRankedFirstNorAdopted) {
-  auto r = RunCompare(WideDpFailsLongBatches(), Quiet());
+  auto r = RunCompare(FailsLongBatches(), Quiet());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ExpectSound(*r);
   EXPECT_EQ(r->score_batches, (std::vector<int64_t>{0, 1}));
-  const MethodRun* dynapipe = Find(r->own, "dynapipe");
+  const MethodRun* multipack = Find(r->own, "multipack");
   const MethodRun* both = Find(r->own, "both");
-  ASSERT_NE(dynapipe, nullptr);
+  ASSERT_NE(multipack, nullptr);
   ASSERT_NE(both, nullptr);
-  ASSERT_TRUE(dynapipe->config.has_value());
-  EXPECT_EQ(dynapipe->config->parallel.dp, 8);
-  // DynaPipe's dp 8 fails some batches (and runs others): failures are counted, not dropped.
-  ASSERT_GT(dynapipe->ok_batches, 0);
-  ASSERT_LT(dynapipe->ok_batches, 20);
-  EXPECT_EQ(dynapipe->state, RunState::kOk);
+  ASSERT_TRUE(multipack->config.has_value());
+  ASSERT_TRUE(both->config.has_value());
+  // Multipack fails some batches (and runs others): failures are counted, not dropped.
+  ASSERT_GT(multipack->ok_batches, 0);
+  ASSERT_LT(multipack->ok_batches, 20);
+  EXPECT_EQ(multipack->state, RunState::kOk);
   int64_t untrained = 0;
-  for (const BatchRecord& b : dynapipe->batches) {
+  for (const BatchRecord& b : multipack->batches) {
     EXPECT_GT(b.tokens, 0);
     if (b.outcome != BatchOutcome::kOk) {
       EXPECT_FALSE(b.reason.empty());
       untrained += b.tokens;
     }
   }
-  EXPECT_EQ(dynapipe->untrained_tokens, untrained);
+  EXPECT_EQ(multipack->untrained_tokens, untrained);
   // The headline counts every batch: (k / n) x the throughput of the batches that ran, which on
   // these batches is higher than the complete run's headline.
-  const double k_over_n = static_cast<double>(dynapipe->ok_batches) / 20.0;
-  EXPECT_NEAR(dynapipe->tokens_per_s, k_over_n * dynapipe->ran_tokens_per_s,
-              1e-6 * dynapipe->tokens_per_s);
-  EXPECT_GT(dynapipe->charged_ms, 0);
-  EXPECT_GT(dynapipe->ran_tokens_per_s, both->tokens_per_s)
+  const double k_over_n = static_cast<double>(multipack->ok_batches) / 20.0;
+  EXPECT_NEAR(multipack->tokens_per_s, k_over_n * multipack->ran_tokens_per_s,
+              1e-6 * multipack->tokens_per_s);
+  EXPECT_GT(multipack->charged_ms, 0);
+  EXPECT_GT(multipack->ran_tokens_per_s, both->tokens_per_s)
       << "the case of the issue: faster on the batches it ran";
-  // `both` holds dynapipe's configuration in its space but does not adopt it: it ran all 20.
+  // `both` holds multipack's configuration in its space but does not adopt it: it ran all 20.
+  EXPECT_NE(*both->config, *multipack->config);
   EXPECT_EQ(both->ok_batches, 20);
   EXPECT_TRUE(both->adopted_from.empty()) << both->config->Describe();
-  EXPECT_TRUE(RunRanksBefore(*both, *dynapipe));
-  EXPECT_FALSE(RunRanksBefore(*dynapipe, *both));
+  EXPECT_TRUE(RunRanksBefore(*both, *multipack));
+  EXPECT_FALSE(RunRanksBefore(*multipack, *both));
   EXPECT_GT(both->ratio_to_reference, 1.0);
   auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, *r);
 
-  // Scored on the longest and densest batches as well (the default), DynaPipe's search sees the
+  // Scored on the longest and densest batches as well (the default), multipack's search sees the
   // failure and picks a configuration that runs every batch.
-  CompareScenario s = WideDpFailsLongBatches();
+  CompareScenario s = FailsLongBatches();
   s.search.score_extremes = true;
   auto extremes = RunCompare(s, Quiet());
   ASSERT_TRUE(extremes.ok()) << extremes.status().ToString();
   EXPECT_GT(extremes->score_batches.size(), 2u);
-  const MethodRun* fixed = Find(extremes->own, "dynapipe");
+  const MethodRun* fixed = Find(extremes->own, "multipack");
   ASSERT_NE(fixed, nullptr);
   EXPECT_EQ(fixed->ok_batches, 20) << fixed->config->Describe();
-  EXPECT_NE(fixed->config->parallel.dp, 8);
+  EXPECT_NE(*fixed->config, *multipack->config);
 }
 
 TEST(CompareTest, LostDataAndTooSmallInputsAreReported) {

@@ -63,7 +63,8 @@ min-width:50%}
 .sluice-table th,.sluice-table td{padding:5px 10px;border-bottom:1px solid var(--soft);
 text-align:left;white-space:nowrap}
 .sluice-table .wrap{white-space:normal;min-width:14em}
-.sluice-table th{background:var(--panel);font-weight:600;border-bottom:1px solid var(--border)}
+.sluice-table th{background:var(--panel);font-weight:600;border-bottom:1px solid var(--border);
+white-space:normal;vertical-align:bottom}
 .sluice-table .num{text-align:right}
 .sluice-table tbody tr:hover{background:#f3f8ff}
 .sluice-table .empty td{color:var(--muted);font-style:italic}
