@@ -339,6 +339,24 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
   return r;
 }
 
+namespace {
+
+// The share of the dataset's tokens that no batch trains, and why: "3.0% clipped", "0.4%
+// dropped", "3.4% clipped + dropped", "0%".
+std::string LostTokensText(const DataLoss& loss) {
+  if (loss.tokens <= 0 || loss.lost_tokens() <= 0) return "0%";
+  const bool clipped = loss.clipped_tokens > 0;
+  const bool dropped = loss.dropped_long_tokens + loss.dropped_budget_tokens > 0;
+  const double pct = 100.0 * loss.lost_tokens() / loss.tokens;
+  return fmt::format("{} {}",
+                     pct >= 0.1    ? fmt::format("{:.1f}%", pct)
+                     : pct >= 0.01 ? fmt::format("{:.2f}%", pct)
+                                   : std::string("< 0.01%"),
+                     clipped && dropped ? "clipped + dropped" : clipped ? "clipped" : "dropped");
+}
+
+}  // namespace
+
 std::string FormatScenarioSummary(std::span<const CompareResult> results) {
   if (results.empty()) return "";
   std::vector<std::string> methods;
@@ -349,11 +367,11 @@ std::string FormatScenarioSummary(std::span<const CompareResult> results) {
       }
     }
   }
-  std::string out = "| scenario | reference tok/s |";
+  std::string out = "| scenario | tokens lost | reference tok/s |";
   for (const std::string& m : methods) out += fmt::format(" {} |", m);
   out +=
       " controlled | sluice of ideal | sluice's configuration | sluice's largest losses |\n"
-      "|---|---:|";
+      "|---|---:|---:|";
   for (size_t i = 0; i < methods.size(); ++i) out += "---:|";
   out += "---:|---:|---|---|\n";
   for (const CompareResult& c : results) {
@@ -372,8 +390,8 @@ std::string FormatScenarioSummary(std::span<const CompareResult> results) {
         focus == nullptr && fastest != nullptr ? fmt::format("{}: ", fastest->method) : "";
     if (focus == nullptr) focus = fastest;
     out +=
-        fmt::format("| {}{} | {} |", c.scenario.name, c.partial ? " (partial)" : "",
-                    ref != nullptr && ref->ok_batches > 0 ? TokensText(*ref) : "OOM");
+        fmt::format("| {}{} | {} | {} |", c.scenario.name, c.partial ? " (partial)" : "",
+                    LostTokensText(c.data_loss), ref != nullptr && ref->ok_batches > 0 ? TokensText(*ref) : "OOM");
     for (const std::string& name : methods) {
       const MethodRun* m = nullptr;
       for (const MethodRun& x : c.own) {
