@@ -352,7 +352,9 @@ std::string LostTokensText(const DataLoss& loss) {
                      pct >= 0.1    ? fmt::format("{:.1f}%", pct)
                      : pct >= 0.01 ? fmt::format("{:.2f}%", pct)
                                    : std::string("< 0.01%"),
-                     clipped && dropped ? "clipped + dropped" : clipped ? "clipped" : "dropped");
+                     clipped && dropped ? "clipped + dropped"
+                     : clipped          ? "clipped"
+                                        : "dropped");
 }
 
 }  // namespace
@@ -389,9 +391,9 @@ std::string FormatScenarioSummary(std::span<const CompareResult> results) {
     const std::string prefix =
         focus == nullptr && fastest != nullptr ? fmt::format("{}: ", fastest->method) : "";
     if (focus == nullptr) focus = fastest;
-    out +=
-        fmt::format("| {}{} | {} | {} |", c.scenario.name, c.partial ? " (partial)" : "",
-                    LostTokensText(c.data_loss), ref != nullptr && ref->ok_batches > 0 ? TokensText(*ref) : "OOM");
+    out += fmt::format("| {}{} | {} | {} |", c.scenario.name, c.partial ? " (partial)" : "",
+                       LostTokensText(c.data_loss),
+                       ref != nullptr && ref->ok_batches > 0 ? TokensText(*ref) : "OOM");
     for (const std::string& name : methods) {
       const MethodRun* m = nullptr;
       for (const MethodRun& x : c.own) {
