@@ -34,9 +34,13 @@ std::string KindOf(mode_t mode) {
   return "not a regular file";
 }
 
-Status OsError(const std::string& path, std::string_view what, int err) {
-  return IoError(fmt::format("{}: {} ({})", path, what, std::strerror(err)));
+// "PATH: WHAT (OS reason)SUFFIX".
+Status OsError(const std::string& path, std::string_view what, int err,
+               std::string_view suffix = "") {
+  return IoError(fmt::format("{}: {} ({}){}", path, what, std::strerror(err), suffix));
 }
+
+constexpr std::string_view kKept = "; the previous file (if any) is unchanged";
 
 // Writes all of `data` to `fd`, retrying short writes and EINTR; errno of the failure, or 0.
 int WriteAll(int fd, std::string_view data) {
@@ -177,10 +181,7 @@ Status AtomicFileWriter::Append(std::string_view data) {
   SLUICE_RETURN_IF_ERROR(status_);
   if (fd_ < 0) return status_ = InternalError(fmt::format("{}: written after Commit()", path_));
   if (const int err = WriteAll(fd_, data); err != 0) {
-    status_ = OsError(path_,
-                      in_place_ ? "write failed"
-                                : "write failed; the previous file (if any) is unchanged",
-                      err);
+    status_ = OsError(path_, "write failed", err, in_place_ ? "" : kKept);
     Abandon();
   }
   return status_;
@@ -189,7 +190,6 @@ Status AtomicFileWriter::Append(std::string_view data) {
 Status AtomicFileWriter::Commit() {
   SLUICE_RETURN_IF_ERROR(status_);
   if (fd_ < 0) return status_ = InternalError(fmt::format("{}: committed twice", path_));
-  const char* kept = "; the previous file (if any) is unchanged";
   if (in_place_) {
     const int rc = ::close(std::exchange(fd_, -1));
     if (rc != 0) return status_ = OsError(path_, "write failed", errno);
@@ -197,17 +197,17 @@ Status AtomicFileWriter::Commit() {
   }
   // fsync before rename: after a crash the name holds the old file or the whole new one.
   if (::fsync(fd_) != 0 && errno != EINVAL && errno != EROFS) {
-    status_ = OsError(path_, fmt::format("write failed{}", kept), errno);
+    status_ = OsError(path_, "write failed", errno, kKept);
     Abandon();
     return status_;
   }
   if (::close(std::exchange(fd_, -1)) != 0) {
-    status_ = OsError(path_, fmt::format("write failed{}", kept), errno);
+    status_ = OsError(path_, "write failed", errno, kKept);
     Abandon();
     return status_;
   }
   if (::rename(temp_.c_str(), target_.c_str()) != 0) {
-    status_ = OsError(path_, fmt::format("cannot put the new file in place{}", kept), errno);
+    status_ = OsError(path_, "cannot put the new file in place", errno, kKept);
     Abandon();
     return status_;
   }

@@ -28,13 +28,14 @@ namespace sluice {
 inline constexpr int64_t kMaxConfigFileBytes = int64_t{256} << 20;  // 256 MiB
 inline constexpr int64_t kMaxPlanFileBytes = int64_t{1} << 30;      // 1 GiB
 inline constexpr int64_t kMaxDataFileBytes = int64_t{4} << 30;      // 4 GiB (length datasets)
+inline constexpr int64_t kDefaultMaxFileBytes = int64_t{1} << 30;   // 1 GiB (any other file)
 
 // Reads a whole file of at most `max_bytes` bytes. Errors name the path: NotFound when it does not
 // exist; InvalidArgument for a folder, a device or a socket, and for a file larger than
 // `max_bytes` (`what` names the kind in that message: "a plan file may hold at most 1 GiB");
 // IoError for other OS failures.
 StatusOr<std::string> ReadFileToString(const std::string& path,
-                                       int64_t max_bytes = kMaxConfigFileBytes,
+                                       int64_t max_bytes = kDefaultMaxFileBytes,
                                        std::string_view what = "a file");
 
 // Replaces `path` with `contents` atomically (see above). IoError naming the path and the OS
