@@ -37,6 +37,6 @@ expect bad-threads 2 "--threads" -- profile --threads -1 --out "$tmp/x.json"
 expect bad-dec-seqlen 2 "--dec-seqlen.*decoder-only" -- profile --dec-seqlen 16 --out "$tmp/x.json"
 expect bad-model 2 "SwiGLU" -- profile --model llama-7b --out "$tmp/x.json"
 expect no-out 2 "--out" -- profile --mbs 1
-expect bad-out-dir 2 "--out: .*$tmp/missing.* does not exist" -- profile --out "$tmp/missing/x.json"
+expect bad-out-dir 2 "--out '$tmp/missing/x.json': the folder '$tmp/missing' does not exist" -- profile --out "$tmp/missing/x.json"
 
 finish

@@ -305,36 +305,10 @@ StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view sourc
   return InvalidArgumentError(fmt::format("{}: not valid JSON", source));
 }
 
-StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    // An ifstream opens a folder and reads nothing from it: say so instead of "empty file".
-    return InvalidArgumentError(fmt::format("{}: is a folder; expected a file", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Status(errno == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError,
-                  fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return IoError(fmt::format("{}: read failed", path));
-  return ss.str();
-}
-
-StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
-  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+StatusOr<nlohmann::json> ReadJsonFile(const std::string& path, int64_t max_bytes,
+                                      std::string_view what) {
+  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, max_bytes, what));
   return ParseJson(text, path);
-}
-
-Status WriteStringToFile(const std::string& path, std::string_view contents) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return IoError(fmt::format("{}: cannot open for writing ({})", path,
-                                       std::strerror(errno)));
-  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  out.close();
-  if (!out) return IoError(fmt::format("{}: write failed", path));
-  return Status::Ok();
 }
 
 }  // namespace sluice

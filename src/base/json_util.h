@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/files.h"
 #include "base/status.h"
 
 namespace sluice {
@@ -89,11 +90,9 @@ StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view sourc
 // At most `max_chars` characters of `v` as JSON text for messages, never recursing into a
 // deep value: arrays and objects show their size beyond the first level.
 std::string JsonPreview(const nlohmann::json& v, size_t max_chars = 40);
-// Reads and parses a JSON file; errors name the path.
-StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
-// Reads a whole file; errors name the path and the OS reason.
-StatusOr<std::string> ReadFileToString(const std::string& path);
-// Writes `contents` to `path`, replacing it.
-Status WriteStringToFile(const std::string& path, std::string_view contents);
+// Reads (at most `max_bytes`, base/files.h) and parses a JSON file; errors name the path.
+StatusOr<nlohmann::json> ReadJsonFile(const std::string& path,
+                                      int64_t max_bytes = kMaxConfigFileBytes,
+                                      std::string_view what = "a configuration file");
 
 }  // namespace sluice

@@ -1,6 +1,8 @@
 #include "cli/cli_common.h"
 
+#include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +12,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
+
+#include "base/files.h"
 
 namespace sluice::cli {
 namespace {
@@ -38,10 +43,62 @@ CLI::Validator NumberCheck(double min, bool min_exclusive, double max, std::stri
       "");
 }
 
+CLI::Validator IntegerCheck(int64_t min, int64_t max, std::string allowed_text) {
+  if (allowed_text.empty()) {
+    allowed_text = max == std::numeric_limits<int64_t>::max()
+                       ? fmt::format("an integer >= {}", min)
+                       : fmt::format("an integer in [{}, {}]", min, max);
+  }
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        const std::string allowed = "allowed: " + allowed_text;
+        const char* begin = input.data();
+        const char* end = begin + input.size();
+        if (begin != end && *begin == '+') ++begin;
+        int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(begin, end, v);
+        if (begin == end || ptr != end ||
+            (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+          return fmt::format("'{}' is not an integer; {}", input, allowed);
+        }
+        if (ec == std::errc::result_out_of_range) {
+          return fmt::format("{} is out of range; {}", input, allowed);
+        }
+        if (v < min || v > max) return fmt::format("'{}' is not allowed; {}", input, allowed);
+        return std::string();
+      },
+      "");
+}
+
+CLI::Validator FiniteCheck(bool allow_negative) {
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        double v = 0;
+        const char* end = input.data() + input.size();
+        auto [ptr, ec] = std::from_chars(input.data(), end, v);
+        const bool ok =
+            ec == std::errc() && ptr == end && std::isfinite(v) && (allow_negative || v >= 0);
+        return ok ? std::string()
+                  : fmt::format("'{}' is not allowed; allowed: a finite number{}", input,
+                                allow_negative ? "" : " >= 0");
+      },
+      "");
+}
+
+CLI::Validator PathCheck() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        return input.empty() ? "the path is empty; allowed: a path" : std::string();
+      },
+      "");
+}
+
 Status CheckOutputFile(std::string_view flag, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (path.empty()) return InvalidArgumentError(fmt::format("{}: the path is empty", flag));
+  if (path.empty()) {
+    return InvalidArgumentError(fmt::format("{}: the path is empty; allowed: a path", flag));
+  }
   if (fs::is_directory(path, ec)) {
     return InvalidArgumentError(
         fmt::format("{} '{}': is a folder; allowed: a file path in a writable folder", flag, path));
@@ -52,16 +109,40 @@ Status CheckOutputFile(std::string_view flag, const std::string& path) {
     return InvalidArgumentError(fmt::format("{} '{}': the folder '{}' does not exist", flag, path,
                                             dir));
   }
-  // Opening is the only reliable test (permissions, read-only or special file systems, root);
-  // append mode leaves an existing file as it is, and a file made here is removed again.
-  const bool existed = fs::exists(path, ec);
-  std::FILE* probe = std::fopen(path.c_str(), "ab");
-  if (probe == nullptr) {
-    return InvalidArgumentError(
-        fmt::format("{} '{}': cannot write there ({})", flag, path, std::strerror(errno)));
+  // Opening is the only reliable test (permissions, read-only or special file systems, root).
+  // A device or pipe is written in place: open it. A file is written as a temporary file beside
+  // it and renamed (base/files.h): make one there and remove it again.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      return InvalidArgumentError(
+          fmt::format("{} '{}': cannot write there ({})", flag, path, std::strerror(errno)));
+    }
+    ::close(fd);
+    return Status::Ok();
   }
-  std::fclose(probe);
-  if (!existed) fs::remove(path, ec);
+  std::string probe = path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    return InvalidArgumentError(fmt::format("{} '{}': cannot write in the folder '{}' ({})", flag,
+                                            path, dir, std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return Status::Ok();
+}
+
+Status CheckNotAnInput(std::string_view flag, const std::string& path,
+                       const std::vector<NamedInput>& inputs) {
+  for (const NamedInput& in : inputs) {
+    if (SameFile(path, in.path)) {
+      return InvalidArgumentError(fmt::format(
+          "{} '{}' and {} '{}' are the same file: writing the output would destroy the input; "
+          "allowed: an output path that is not an input",
+          flag, path, in.flag, in.path));
+    }
+  }
   return Status::Ok();
 }
 
@@ -109,8 +190,35 @@ int ExitCodeFor(const Status& status) {
   }
 }
 
+std::string CommandName(const CLI::App* sub) {
+  std::string name;
+  for (const CLI::App* a = sub; a != nullptr && a->get_parent() != nullptr; a = a->get_parent()) {
+    name = name.empty() ? a->get_name() : a->get_name() + " " + name;
+  }
+  return name.empty() ? "sluice" : name;
+}
+
+Status RunGuarded(std::string_view command, const std::function<Status()>& handler) {
+  try {
+    return handler();
+  } catch (const std::bad_alloc&) {
+    return FailedPreconditionError(fmt::format(
+        "{}: out of memory: the inputs ask for more memory than this machine gives (a smaller "
+        "--samples, --iterations, model or plan needs less)",
+        command));
+  } catch (const std::exception& e) {
+    // c10::Error and others carry a C++ stack trace after the first line: keep the first.
+    std::string what = e.what();
+    const size_t nl = what.find('\n');
+    if (nl != std::string::npos) what = what.substr(0, nl);
+    return InternalError(fmt::format("{}: failed with an unexpected error: {}", command, what));
+  }
+}
+
 void SetHandler(CLI::App* sub, RunState* state, std::function<Status()> handler) {
-  sub->callback([state, handler = std::move(handler)] { state->status = handler(); });
+  sub->callback([sub, state, handler = std::move(handler)] {
+    state->status = RunGuarded(CommandName(sub), handler);
+  });
 }
 
 CLI::Option* AddModelFlag(CLI::App* app, std::string* model) {
@@ -140,7 +248,8 @@ CLI::Option* AddDataFlag(CLI::App* app, std::string* data) {
 
 CLI::Option* AddSeedFlag(CLI::App* app, uint64_t* seed) {
   return app->add_option("--seed", *seed, "Seed of all randomness")
-      ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"))
+      ->check(IntegerCheck(0, std::numeric_limits<int64_t>::max(),
+                           fmt::format("0..{}", std::numeric_limits<int64_t>::max())))
       ->capture_default_str();
 }
 
@@ -156,13 +265,13 @@ CLI::Option* AddMemoryReserveFlag(CLI::App* app, double* reserve_mb) {
 
 CLI::Option* AddMaxSeqlenFlag(CLI::App* app, int64_t* max_seqlen) {
   return app->add_option("--max-seqlen", *max_seqlen, "Longest sequence (tokens) a batch may hold")
-      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))
+      ->check(IntegerCheck(1, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
 }
 
 CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens) {
   return app->add_option("--tokens-per-batch", *tokens, "Global batch token budget")
-      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))
+      ->check(IntegerCheck(1, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
 }
 

@@ -138,6 +138,23 @@ struct Written {
   std::string report;
 };
 
+// InvalidArgument when a file the run writes into `dir` (results.json, report.html) is one the
+// scenario reads: its own file `source`, the model, cluster, data or cost table.
+Status CheckOutputsNotInputs(const CompareScenario& s, const std::string& source,
+                             const std::string& dir) {
+  std::vector<NamedInput> inputs = {{"the scenario file", source},
+                                    {"the model", s.model},
+                                    {"the cluster", s.cluster},
+                                    {"the data", s.data}};
+  const size_t colon = s.cost.find(':');
+  if (colon != std::string::npos) inputs.push_back({"the cost table", s.cost.substr(colon + 1)});
+  for (const char* name : {"results.json", "report.html"}) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", path, inputs));
+  }
+  return Status::Ok();
+}
+
 // REQUIRES: `dir` exists (PrepareOutputDir).
 StatusOr<Written> WriteOutputs(const CompareResult& r, const std::string& dir, bool html) {
   Written w;
@@ -205,8 +222,14 @@ Status RunScenarios(const CompareFlags& f, const std::string& out) {
             "stem), so their outputs would share {}/{}; allowed: distinct names",
             it->second, file, s.name, out, s.name));
       }
+      SLUICE_RETURN_IF_ERROR(
+          CheckOutputsNotInputs(s, file, (std::filesystem::path(out) / s.name).string()));
       scenarios.push_back(std::move(s));
     }
+    std::vector<NamedInput> scenario_files;
+    for (const std::string& file : files) scenario_files.push_back({"--scenario-dir", file});
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput(
+        "--out", (std::filesystem::path(out) / "summary.md").string(), scenario_files));
     SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--out", out));
     for (size_t i = 0; i < scenarios.size() && !Interrupted(); ++i) {
       const std::string dir = (std::filesystem::path(out) / scenarios[i].name).string();
@@ -229,6 +252,7 @@ Status RunScenarios(const CompareFlags& f, const std::string& out) {
       SLUICE_RETURN_IF_ERROR(ApplyFlags(f, /*all=*/true, &s));
     }
     SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(s, CompareFieldNamer(f, source)));
+    SLUICE_RETURN_IF_ERROR(CheckOutputsNotInputs(s, source, out));
     SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--out", out));
     SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunOne(f, s, source, out, !f.no_html));
     results.push_back(std::move(r));
@@ -287,6 +311,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                              "Output folder: results.json and report.html (one sub-folder per "
                              "scenario with --scenario-dir)")
                    ->type_name("DIR")
+                   ->check(PathCheck())
                    ->capture_default_str();
   o["--model"] = AddModelFlag(c, &s.model)->capture_default_str();
   o["--cluster"] = AddClusterFlag(c, &s.cluster)->capture_default_str();
@@ -294,7 +319,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--samples"] = c->add_option("--samples", s.samples,
                                  "Generator presets: samples to generate (0 = 20000); files: "
                                  "first N samples (0 = all)")
-                       ->check(NumberCheck(0, false, 4294967296.0, "an integer in [0, 2^32]"))
+                       ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed))
                        ->capture_default_str();
   o["--cost"] =
       c->add_option("--cost", s.cost, "Cost model: auto, analytic, profiled:PATH or analytic:PATH")

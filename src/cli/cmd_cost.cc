@@ -205,16 +205,16 @@ void RegisterCostCommands(CLI::App* app, RunState* state) {
   s->add_flag("--flash-attention", show->flash_attention,
               "Analytic model: fused attention (no s^2 activation memory)");
   s->add_option("--tp", show->tp, "Tensor-parallel degree (shorthand for --parallel tp=N)")
-      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"));
+      ->check(IntegerCheck(1, kNoMaxInteger));
   s->add_option("--mbs", show->mbs, "Micro-batch size (sequences)")
-      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))
+      ->check(IntegerCheck(1, kNoMaxInteger))
       ->capture_default_str();
   s->add_option("--seqlen", show->seqlen,
                 "Sequence length (tokens); omitted = a table over lengths 256..8192")
-      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"));
+      ->check(IntegerCheck(1, kNoMaxInteger));
   s->add_option("--dec-seqlen", show->dec_seqlen,
                 "Decoder length for encoder-decoder models (default: --seqlen)")
-      ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"));
+      ->check(IntegerCheck(1, kNoMaxInteger));
   s->add_option("--recompute", show->recompute, "none, selective, full or all")
       ->capture_default_str();
   SetHandler(s, state, [show] { return RunCostShow(*show); });

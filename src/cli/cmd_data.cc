@@ -63,7 +63,7 @@ void RegisterDataCommands(CLI::App* app, RunState* state) {
   stats->add_option("--samples", flags->samples,
                     "How many samples: generators produce this many, files are cut to their first "
                     "N (0 = default: 20000 generated, whole file)")
-      ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"))
+      ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed))
       ->capture_default_str();
   AddSeedFlag(stats, &flags->seed);
   stats->add_flag("--no-histogram", flags->no_histogram, "Omit the length histograms");

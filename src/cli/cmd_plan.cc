@@ -22,6 +22,7 @@ struct PlanFlags {
   ScenarioFlags scenario;
   PlannerFlags planner;
   std::string out;
+  bool out_given = false;  // --out was given (an empty value is refused by its check)
   int64_t show = 1;
 };
 
@@ -90,6 +91,12 @@ void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool
 }
 
 Status RunPlan(const PlanFlags& f) {
+  // Output path first: a bad one, or one that names an input, should not cost the planning.
+  const std::vector<NamedInput> inputs = ScenarioInputs(f.scenario);
+  if (f.out_given) {
+    SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, inputs));
+  }
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
   SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
@@ -121,9 +128,10 @@ Status RunPlan(const PlanFlags& f) {
       bubble += r.bubble_fraction;
       plan_ms += r.planning_time.millis();
       real_tokens += batch.tokens;
-      if (!f.out.empty()) {
+      if (f.out_given) {
         const std::string path = OutPath(f.out, batch.index, several);
-        SLUICE_RETURN_IF_ERROR(WritePlanFile(r.plan, path));
+        SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", path, inputs));
+        SLUICE_RETURN_IF_ERROR(WritePlanFile(r.plan, path).WithPrefix("--out"));
         if (done < f.show) fmt::print("  wrote {}\n", path);
       }
     }
@@ -142,7 +150,7 @@ Status RunPlan(const PlanFlags& f) {
                makespan_ms / ok, 100.0 * bubble / ok,
                static_cast<double>(real_tokens) / (makespan_ms / 1e3), plan_ms / ok);
   }
-  if (!f.out.empty() && ok > 0 && several) {
+  if (f.out_given && ok > 0 && several) {
     fmt::print("  plans written to {} (one file per batch)\n", OutPath(f.out, 0, true));
   }
   if (ok == 0 && done > 0) {
@@ -168,6 +176,10 @@ Status RunPlanCheck(const std::string& file) {
 }
 
 Status RunPlanCsv(const CsvFlags& f) {
+  if (!f.out.empty()) {
+    SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, {{"the plan file", f.file}}));
+  }
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
   if (f.replica < 0 || f.replica >= plan.dp()) {
     return InvalidArgumentError(fmt::format("--replica: {} is not a replica of {} (allowed: 0..{})",
@@ -187,7 +199,7 @@ Status RunPlanCsv(const CsvFlags& f) {
     fmt::print("{}", csv);
     return Status::Ok();
   }
-  return WriteStringToFile(f.out, csv);
+  return WriteStringToFile(f.out, csv).WithPrefix("--out");
 }
 
 }  // namespace
@@ -198,16 +210,20 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
       "plan", "Plan global batches into validated per-rank execution plans (and check/export them)");
   AddScenarioFlags(p, &flags->scenario);
   AddPlannerFlags(p, &flags->planner);
-  p->add_option("--out", flags->out,
-                "Write the plan (.json, or .msgpack for the binary form); with several batches "
-                "PATH-<batch>.json per batch")
-      ->type_name("FILE");
+  CLI::Option* out =
+      p->add_option("--out", flags->out,
+                    "Write the plan (.json, or .msgpack for the binary form); with several batches "
+                    "PATH-<batch>.json per batch")
+          ->type_name("FILE")
+          ->check(PathCheck());
   p->add_option("--show", flags->show, "Print micro-batches of this many first batches")
-      ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"))
+      ->check(IntegerCheck(0, kNoMaxInteger))
       ->capture_default_str();
   // `plan` runs only when neither `plan check` nor `plan csv` was chosen.
-  p->callback([p, state, flags] {
-    if (p->get_subcommands().empty()) state->status = RunPlan(*flags);
+  p->callback([p, out, state, flags] {
+    if (!p->get_subcommands().empty()) return;
+    flags->out_given = out->count() > 0;
+    state->status = RunGuarded("plan", [flags] { return RunPlan(*flags); });
   });
 
   auto check_file = std::make_shared<std::string>();
@@ -223,7 +239,9 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
   c->add_flag("--comms", csv->comms,
               "compute_comms format (with SEND_F/RECV_F/SEND_B/RECV_B and REDUCE_GRAD); default "
               "compute_only");
-  c->add_option("--out", csv->out, "Output file (default: standard output)")->type_name("FILE");
+  c->add_option("--out", csv->out, "Output file (default: standard output)")
+      ->type_name("FILE")
+      ->check(PathCheck());
   SetHandler(c, state, [csv] { return RunPlanCsv(*csv); });
 }
 

@@ -82,6 +82,9 @@ void PrintSummary(const LayerCostTable& table) {
 }
 
 Status RunProfile(const ProfileFlags& f) {
+  // Output path first: a bad one, or the model file itself, should not cost the measurements.
+  SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
+  SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, {{"--model", f.model}}));
   SLUICE_ASSIGN_OR_RETURN(ModelSpec model, ResolveModel(f.model));
   runtime::ProfileOptions o;
   o.mbs = f.mbs;
@@ -115,11 +118,6 @@ Status RunProfile(const ProfileFlags& f) {
   if (f.max_activation_mb > 0) o.activation_limit = Bytes::MB(f.max_activation_mb);
   o.command = CommandLine(f);
   SLUICE_RETURN_IF_ERROR(runtime::ValidateProfileOptions(model, o));
-  const std::filesystem::path dir = std::filesystem::path(f.out).parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-    return InvalidArgumentError(
-        fmt::format("--out: the directory '{}' does not exist", dir.string()));
-  }
 
   fmt::print("profiling {} on {}\n", model.name, runtime::DescribeCpu(o.threads));
   std::fflush(stdout);  // before the progress bar (stderr)
@@ -134,7 +132,8 @@ Status RunProfile(const ProfileFlags& f) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.out, LayerCostTableToJson(*table).dump(1) + "\n"));
+  SLUICE_RETURN_IF_ERROR(
+      WriteStringToFile(f.out, LayerCostTableToJson(*table).dump(1) + "\n").WithPrefix("--out"));
   // What was written must be what the planner reads: read it back and build the cost model.
   SLUICE_ASSIGN_OR_RETURN(LayerCostTable back, ReadLayerCostTable(f.out));
   auto cost = ProfiledCostModel::Create(std::move(back), model);
@@ -183,10 +182,12 @@ void RegisterProfileCommands(CLI::App* app, RunState* state) {
   p->add_option("--max-activation-mb", f->max_activation_mb,
                 "Leave out (as out of memory) points whose layer holds more activation MB than "
                 "this; 0 = no limit")
+      ->check(NumberCheck(0, false, 1e9, "a size in MB in [0, 1e9], 0 = no limit"))
       ->capture_default_str();
   p->add_option("--out", f->out, "Where to write the layer-cost-table/1 JSON file")
       ->required()
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(PathCheck());
   SetHandler(p, state, [f] { return RunProfile(*f); });
 }
 

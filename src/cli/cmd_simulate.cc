@@ -125,9 +125,14 @@ Status InterruptedError(const SimulateFlags& f, std::string_view when) {
 
 Status RunSimulate(const SimulateFlags& f) {
   // Output paths first: a bad one should not cost the simulation.
-  if (!f.trace.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--trace", f.trace));
-  if (!f.json.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--json", f.json));
-  if (!f.report.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--report", f.report));
+  const std::vector<NamedInput> inputs = {{"the plan file", f.file}, {"--data", f.data}};
+  for (const auto& [flag, path] : {std::pair<std::string_view, const std::string&>{"--trace", f.trace},
+                                   {"--json", f.json},
+                                   {"--report", f.report}}) {
+    if (path.empty()) continue;
+    SLUICE_RETURN_IF_ERROR(CheckOutputFile(flag, path));
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput(flag, path, inputs));
+  }
   InterruptGuard guard;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
   if (f.memory_limit_mb > 0 && f.memory_reserve_mb >= 0) {
@@ -211,10 +216,15 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
   s->add_option("plan", flags->file, "Plan file (sluice-plan/1 JSON or MessagePack)")
       ->required()
       ->type_name("PLAN.json|PLAN.msgpack");
-  s->add_option("--trace", flags->trace, "Write a Chrome/Perfetto trace JSON")->type_name("FILE");
-  s->add_option("--report", flags->report, "Write an HTML report")->type_name("FILE");
+  s->add_option("--trace", flags->trace, "Write a Chrome/Perfetto trace JSON")
+      ->type_name("FILE")
+      ->check(PathCheck());
+  s->add_option("--report", flags->report, "Write an HTML report")
+      ->type_name("FILE")
+      ->check(PathCheck());
   s->add_option("--json", flags->json, "Write the result as JSON (sluice-sim-result/1)")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(PathCheck());
   s->add_option("--collectives", flags->collectives,
                 "stepwise (ring steps over the links, with contention) or closed-form (alpha-beta)")
       ->capture_default_str();
@@ -246,7 +256,7 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
           "The lengths the plan was made from, to count real tokens (plans hold ids "
           "only; without it the padded shapes count)");
   s->add_option("--samples", flags->samples, "With --data: how many samples it holds (0 = all)")
-      ->check(NumberCheck(0, false, 4294967296.0, "an integer in [0, 2^32]"))
+      ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed))
       ->capture_default_str();
   AddSeedFlag(s, &flags->seed)->description("With a generator --data preset: its seed");
   s->add_flag("--no-buffers", flags->no_buffers,

@@ -31,6 +31,11 @@ struct TrainFlags {
 };
 
 Status RunTrain(const TrainFlags& f) {
+  if (!f.metrics.empty()) {
+    std::vector<NamedInput> inputs = ScenarioInputs(f.scenario);
+    for (const std::string& plan : f.plans) inputs.push_back({"--plan", plan});
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--metrics", f.metrics, inputs));
+  }
   SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario and
@@ -114,9 +119,11 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       ->capture_default_str();
   t->add_option("--trace-dir", flags->trace_dir,
                 "Write Chrome/Perfetto traces: trace-rank-R.json per rank and trace.json")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(PathCheck());
   t->add_option("--metrics", flags->metrics, "Write one JSON line per iteration")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(PathCheck());
   t->add_option("--timeout", flags->timeout_s,
                 "Seconds a rank may wait for another (rendezvous, transfers, heartbeats) before "
                 "every rank exits non-zero naming it")
@@ -128,10 +135,11 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       ->type_name("FILE ...");
   t->add_option("--dump-dir", flags->dump_dir,
                 "Write each iteration's plan package and every rank's gradients (for checks)")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(PathCheck());
   t->add_option("--threads", flags->threads,
                 "Intra-op threads per rank (0 = cores / local ranks)")
-      ->check(NumberCheck(0, false, 4096, "an integer in [0, 4096], 0 = cores / local ranks"))
+      ->check(IntegerCheck(0, 4096, "an integer in [0, 4096], 0 = cores / local ranks"))
       ->capture_default_str();
   t->add_option("--lookahead", flags->lookahead,
                 "Plans rank 0 keeps ready beyond the running iteration")

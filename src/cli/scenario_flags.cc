@@ -32,7 +32,7 @@ void AddScenarioFlags(CLI::App* app, ScenarioFlags* f) {
   AddMemoryReserveFlag(app, &f->memory_reserve_mb);
   app->add_option("--samples", f->samples,
                   "Generator presets: samples to generate (0 = 20000); files: first N samples")
-      ->check(NumberCheck(0, false, kNoMax, "an integer >= 0"));
+      ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed));
   AddSeedFlag(app, &f->seed);
 }
 
@@ -70,6 +70,14 @@ FieldNamer FlagFieldNamer() {
     const std::string_view flag = FlagForField(field);
     return flag.empty() ? fmt::format("flags: field '{}'", field) : std::string(flag);
   };
+}
+
+std::vector<NamedInput> ScenarioInputs(const ScenarioFlags& f) {
+  std::vector<NamedInput> in = {
+      {"--model", f.model}, {"--cluster", f.cluster}, {"--parallel", f.parallel}, {"--data", f.data}};
+  const size_t colon = f.cost.find(':');
+  if (colon != std::string::npos) in.push_back({"--cost", f.cost.substr(colon + 1)});
+  return in;
 }
 
 StatusOr<int64_t> ParseIterations(const std::string& text) {

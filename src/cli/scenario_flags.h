@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
+#include "cli/cli_common.h"
 #include "batching/stage_cost.h"
 #include "planner/planner.h"
 #include "planner/scenario.h"
@@ -48,6 +50,10 @@ void AddScenarioFlags(CLI::App* app, ScenarioFlags* flags);
 std::string_view FlagForField(std::string_view field);
 // A FieldNamer for a scenario given by flags: a field's flag, or "flags: field 'F'".
 FieldNamer FlagFieldNamer();
+
+// The files the flags name (--model, --cluster, --parallel, --data, --cost's PATH), for
+// CheckNotAnInput; presets never match a file.
+std::vector<NamedInput> ScenarioInputs(const ScenarioFlags& flags);
 
 // `--iterations`: a positive integer, or "all" (0: the whole dataset).
 StatusOr<int64_t> ParseIterations(const std::string& text);

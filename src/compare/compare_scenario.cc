@@ -9,6 +9,7 @@
 
 #include "base/json_util.h"
 #include "base/paths.h"
+#include "data/data_source.h"
 
 namespace sluice {
 namespace {
@@ -127,7 +128,9 @@ Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field
   if (s.tokens_per_batch < 1) return bad("tokens_per_batch", "must be >= 1");
   if (s.max_seqlen < 1) return bad("max_seqlen", "must be >= 1");
   if (s.iterations < 0) return bad("iterations", "must be a positive integer or \"all\"");
-  if (s.samples < 0) return bad("samples", "must be >= 0");
+  if (s.samples < 0 || s.samples > kMaxSamples) {
+    return bad("samples", fmt::format("must be in [0, {}] (0 = the default)", kMaxSamples));
+  }
   if (!std::isfinite(s.memory_limit_mb) || s.memory_limit_mb < 0 || s.memory_limit_mb > 1e9) {
     return bad("memory_limit_mb",
                "must be in (0, 1e9] MB, or 0 for the device's memory less the reserve");
@@ -195,7 +198,7 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
   s.model = ExistingPath(s.model, base_dir);
   s.cluster = ExistingPath(s.cluster, base_dir);
   s.data = ExistingPath(s.data, base_dir);
-  SLUICE_RETURN_IF_ERROR(r.OptionalInt("samples", &s.samples, 0, int64_t{1} << 32));
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("samples", &s.samples, 0, kMaxSamples));
   SLUICE_RETURN_IF_ERROR(r.OptionalString("cost", &s.cost));
   SLUICE_RETURN_IF_ERROR(r.OptionalBool("flash_attention", &s.flash_attention));
   SLUICE_RETURN_IF_ERROR(

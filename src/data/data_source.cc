@@ -82,9 +82,10 @@ StatusOr<Dataset> LoadData(std::string_view file_or_preset, const DataOptions& o
     return InvalidArgumentError(
         fmt::format("no data named; give a file or a preset:\n{}", FormatDataPresets()));
   }
-  if (options.num_samples < 0) {
-    return InvalidArgumentError(fmt::format(
-        "{}: the number of samples must be >= 0 (0 = default), got {}", name, options.num_samples));
+  if (options.num_samples < 0 || options.num_samples > kMaxSamples) {
+    return InvalidArgumentError(
+        fmt::format("{}: the number of samples must be in [0, {}] (0 = default), got {}", name,
+                    kMaxSamples, options.num_samples));
   }
   if (FileExists(name)) {
     SLUICE_ASSIGN_OR_RETURN(Dataset ds, ReadLengthsFile(name, options.reader));

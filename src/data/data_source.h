@@ -30,6 +30,9 @@ namespace sluice {
 inline constexpr std::string_view kDefaultDataPreset = "mixture-4task";
 // Samples a generator preset produces when DataOptions::num_samples is 0.
 inline constexpr int64_t kDefaultGeneratedSamples = 20000;
+// The most samples DataOptions::num_samples may ask for (10^8: 3.2 GB of samples, before the
+// batches and plans made of them); larger counts are refused before anything is allocated.
+inline constexpr int64_t kMaxSamples = 100'000'000;
 
 struct DataOptions {
   // Seed of generator presets (ignored for files and real datasets).

@@ -265,7 +265,7 @@ StatusOr<Dataset> ReadLengthsFile(const std::string& path, const ReaderOptions& 
   if (format == LengthFormat::kAuto) {
     SLUICE_ASSIGN_OR_RETURN(format, LengthFormatFromPath(path));
   }
-  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, kMaxDataFileBytes, "a length file"));
   return ParseLengths(text, format, options, path);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <cmath>
 #include <optional>
 #include <utility>
 
@@ -31,6 +32,18 @@ constexpr double kMaxTflops = 1e6;
 constexpr double kMaxMemoryGib = 1e6;
 constexpr double kMaxGbPerS = 1e6;
 constexpr double kMaxLatencyUs = 1e6;
+// Lower bounds: slower devices and links than these make a transfer or a layer take longer than
+// the int64 nanoseconds of Duration can count (1e-15 GB/s overflowed into "negative" times).
+constexpr double kMinTflops = 1e-3;  // 1 GFLOP/s
+constexpr double kMinGbPerS = 1e-3;  // 1 MB/s
+
+// OK when lo <= value <= hi (finite); else "must be a number in [lo, hi], got value".
+Status CheckRange(std::string_view source, std::string_view field, double value, double lo,
+                  double hi) {
+  if (std::isfinite(value) && value >= lo && value <= hi) return Status::Ok();
+  return FieldError(source, field,
+                    fmt::format("must be a number in [{}, {}], got {}", lo, hi, value));
+}
 
 constexpr int64_t kPresetDevicesPerNode = 8;
 
@@ -88,7 +101,7 @@ Status ValidateLink(const LinkSpec& link, bool used, std::string_view source,
   const std::string bandwidth = fmt::format("{}.bandwidth_gb_per_s", field);
   const double gb_per_s = link.bandwidth / kGigaBytes;
   if (used) {
-    SLUICE_RETURN_IF_ERROR(CheckPositive(source, bandwidth, gb_per_s, kMaxGbPerS));
+    SLUICE_RETURN_IF_ERROR(CheckRange(source, bandwidth, gb_per_s, kMinGbPerS, kMaxGbPerS));
   } else if (!(link.bandwidth >= 0 && gb_per_s <= kMaxGbPerS)) {
     return FieldError(source, bandwidth,
                       fmt::format("must be a number in [0, {}], got {}", kMaxGbPerS, gb_per_s));
@@ -156,11 +169,11 @@ Status ReadLink(JsonObjectReader& r, std::string_view field, bool used, bool hav
 
 Status ValidateClusterSpec(const ClusterSpec& spec, std::string_view source) {
   const DeviceSpec& d = spec.device;
-  SLUICE_RETURN_IF_ERROR(
-      CheckPositive(source, "device.peak_tflops", d.peak_flops / kTeraFlops, kMaxTflops));
+  SLUICE_RETURN_IF_ERROR(CheckRange(source, "device.peak_tflops", d.peak_flops / kTeraFlops,
+                                    kMinTflops, kMaxTflops));
   SLUICE_RETURN_IF_ERROR(CheckPositive(source, "device.memory_gib", d.memory.gib(), kMaxMemoryGib));
-  SLUICE_RETURN_IF_ERROR(
-      CheckPositive(source, "device.hbm_gb_per_s", d.hbm_bandwidth / kGigaBytes, kMaxGbPerS));
+  SLUICE_RETURN_IF_ERROR(CheckRange(source, "device.hbm_gb_per_s", d.hbm_bandwidth / kGigaBytes,
+                                    kMinGbPerS, kMaxGbPerS));
   SLUICE_RETURN_IF_ERROR(CheckIntRange(source, "nodes", spec.nodes, 1, kMaxNodes));
   SLUICE_RETURN_IF_ERROR(
       CheckIntRange(source, "devices_per_node", spec.devices_per_node, 1, kMaxDevicesPerNode));

@@ -187,6 +187,24 @@ TEST(ClusterSpecTest, WrongTypes) {
   EXPECT_THAT(ErrorOf(j), HasSubstr("c.json: field 'intra_node': expected a JSON object"));
 }
 
+// Links and devices so slow that a transfer or a layer outgrows int64 nanoseconds are refused by
+// field, not left to overflow into "negative" times.
+TEST(ClusterSpecTest, TooSlowLinksAndDevices) {
+  nlohmann::json j = CustomCluster();
+  j["inter_node"]["bandwidth_gb_per_s"] = 1e-15;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("c.json: field 'inter_node.bandwidth_gb_per_s': must be a "
+                                    "number in [0.001, 1000000], got 1e-15"));
+  j = CustomCluster();
+  j["device"]["peak_tflops"] = 1e-9;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("field 'device.peak_tflops': must be a number in [0.001, "));
+  j = CustomCluster();
+  j["device"]["hbm_gb_per_s"] = 1e-300;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("field 'device.hbm_gb_per_s': must be a number in [0.001, "));
+  j = CustomCluster();
+  j["inter_node"]["bandwidth_gb_per_s"] = 0.001;
+  EXPECT_TRUE(ClusterSpecFromJson(j, "c.json").ok());
+}
+
 TEST(ClusterSpecTest, ImpossibleValues) {
   nlohmann::json j = CustomCluster();
   j["device"]["memory_gib"] = 0;

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace sluice {
 namespace {
@@ -180,6 +181,7 @@ bool MsgpackReader::Bool(bool* b) {
 }
 
 bool MsgpackReader::Json(json* out) {
+  duplicate_key_.clear();
   const uint8_t* begin = p_;
   if (!Skip(0)) {
     p_ = begin;
@@ -199,7 +201,8 @@ bool MsgpackReader::Read(const uint8_t* at, int bytes, uint64_t* v) const {
 bool MsgpackReader::Skip(int depth) {
   if (depth > kMaxDepth || p_ >= end_) return false;
   size_t n = 0;
-  if (Container(true, &n)) {
+  const bool map = Container(true, &n);
+  if (map) {
     n *= 2;  // keys and values
   } else if (!Container(false, &n)) {
     if (*p_ == 0xc0) {  // nil
@@ -217,7 +220,18 @@ bool MsgpackReader::Skip(int depth) {
     bool b = false;
     return Str(&s) || Int(&i) || Bool(&b);
   }
+  std::set<std::string_view> keys;
   for (size_t k = 0; k < n; ++k) {
+    std::string_view key;
+    const uint8_t* at = p_;
+    if (map && k % 2 == 0 && Str(&key)) {
+      if (!keys.insert(key).second) {
+        duplicate_key_ = std::string(key);
+        return false;
+      }
+      continue;
+    }
+    p_ = at;
     if (!Skip(depth + 1)) return false;
   }
   return true;

@@ -56,8 +56,11 @@ class MsgpackReader {
   // integers are whole numbers however they are written).
   bool Int(int64_t* out);
   bool Bool(bool* b);
-  // The next value as JSON (nlohmann's decoder), all of its strings well-formed UTF-8.
+  // The next value as JSON (nlohmann's decoder), all of its strings well-formed UTF-8, no map
+  // with a key given twice (nlohmann would keep the last silently; see duplicate_key()).
   bool Json(nlohmann::json* out);
+  // After Json() failed on a map that gives a key twice: that key; else "".
+  const std::string& duplicate_key() const { return duplicate_key_; }
 
  private:
   bool Read(const uint8_t* at, int bytes, uint64_t* v) const;
@@ -65,6 +68,7 @@ class MsgpackReader {
 
   const uint8_t* p_;
   const uint8_t* end_;
+  std::string duplicate_key_;
 };
 
 // Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code points above

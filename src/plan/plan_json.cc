@@ -400,7 +400,7 @@ Status WritePlanFile(const ExecutionPlan& plan, const std::string& path) {
 }
 
 StatusOr<ExecutionPlan> ReadPlanFile(const std::string& path) {
-  SLUICE_ASSIGN_OR_RETURN(const std::string contents, ReadFileToString(path));
+  SLUICE_ASSIGN_OR_RETURN(const std::string contents, ReadFileToString(path, kMaxPlanFileBytes, "a plan file"));
   const size_t first = contents.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && contents[first] == '{') return PlanFromJsonText(contents, path);
   // MessagePack documents begin with a map (fixmap 0x80-0x8f, map16 0xde, map32 0xdf).

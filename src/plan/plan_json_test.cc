@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -183,6 +184,25 @@ TEST(PlanJsonTest, MsgpackReaderIsStrict) {
   no_method.erase("method");
   EXPECT_THAT(PlanFromMsgpack(nlohmann::json::to_msgpack(no_method), "b").status().message(),
               HasSubstr("field 'method': is required"));
+  // A key given twice: at the top level, inside a micro-batch, and inside the embedded model
+  // (decoded by nlohmann, which would keep the last silently).
+  std::vector<uint8_t> twice = PlanToMsgpack(f->plan);
+  ASSERT_EQ(twice[0], 0x8b);  // fixmap of 11 keys: make it 12, the last one "method" again
+  twice[0] = 0x8c;
+  for (uint8_t c : std::string("\xa6method\xa1x")) twice.push_back(c);
+  EXPECT_THAT(PlanFromMsgpack(twice, "d.msgpack").status().message(),
+              HasSubstr("d.msgpack: field 'method': is given twice"));
+  nlohmann::json model_twice = j;
+  model_twice["model"]["zz_layers"] = 1;  // encoded last; renamed to a duplicate below
+  const std::vector<uint8_t> encoded = nlohmann::json::to_msgpack(model_twice);
+  std::string text(encoded.begin(), encoded.end());
+  const size_t at = text.find("\xa9zz_layers");
+  ASSERT_NE(at, std::string::npos);
+  // Map headers count entries, not bytes: the key can shrink in place.
+  text.replace(at, 10, "\xa6layers");
+  const std::vector<uint8_t> bytes(text.begin(), text.end());
+  EXPECT_THAT(PlanFromMsgpack(bytes, "m.msgpack").status().message(),
+              HasSubstr("m.msgpack: field 'model': key 'layers' is given twice"));
   std::vector<uint8_t> cut = PlanToMsgpack(f->plan);
   cut.resize(cut.size() / 2);
   EXPECT_FALSE(PlanFromMsgpack(cut, "cut").ok());

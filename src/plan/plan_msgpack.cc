@@ -5,7 +5,9 @@
 // whole floats where integers are due, keys in any order.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "plan/msgpack_codec.h"
 #include "plan/plan_json.h"
@@ -220,10 +222,15 @@ Status ReadObject(Reader& r, const std::string& base,
     return r.Error(base.empty() ? "(top level)" : base, Describe("an object"));
   }
   uint64_t seen = 0;
+  std::vector<std::string_view> keys;  // a known key given twice is refused at its second place
   for (size_t k = 0; k < n; ++k) {
     std::string_view key;
     if (!r.Str(&key)) return r.Error(base, "keys must be strings");
     auto path = [&] { return base.empty() ? std::string(key) : fmt::format("{}.{}", base, key); };
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+      return r.Error(path(), "is given twice (each key may appear once)");
+    }
+    keys.push_back(key);
     bool known = true;
     SLUICE_RETURN_IF_ERROR(field(key, path, &known));
     if (!known) return r.Error(path(), "unknown key");
@@ -429,7 +436,13 @@ StatusOr<ExecutionPlan> PlanFromMsgpack(std::span<const uint8_t> bytes, std::str
   ExecutionPlan plan;
   auto sub_json = [&](const std::string& path, auto from_json, auto* out) -> Status {
     json j;
-    if (!r.Json(&j)) return r.Error(path, Describe("an object"));
+    if (!r.Json(&j)) {
+      if (!r.duplicate_key().empty()) {
+        return r.Error(path, fmt::format("key '{}' is given twice (each key may appear once)",
+                                         r.duplicate_key()));
+      }
+      return r.Error(path, Describe("an object"));
+    }
     SLUICE_ASSIGN_OR_RETURN(*out, from_json(j, fmt::format("{} ({})", source, path)));
     return Status::Ok();
   };

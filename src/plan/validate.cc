@@ -14,6 +14,37 @@
 namespace sluice {
 namespace {
 
+// Check 1's shape part (CheckPlanFitsModel).
+std::optional<std::string> CheckShapesFitModel(const ExecutionPlan& plan) {
+  const ModelSpec& m = plan.model;
+  for (size_t d = 0; d < plan.replicas.size(); ++d) {
+    const auto& mbs = plan.replicas[d].micro_batches;
+    for (size_t i = 0; i < mbs.size(); ++i) {
+      const LayerShape& s = mbs[i].shape;
+      const int64_t longest = std::max(s.seqlen, s.dec_seqlen);
+      if (longest > m.max_position) {
+        return fmt::format(
+            "replica {} micro-batch {}: {} {} is longer than the model's max_position {} ({}); "
+            "allowed: lengths in [1, {}]",
+            d, i, s.dec_seqlen > s.seqlen ? "dec_seqlen" : "seqlen", longest, m.max_position,
+            m.name, m.max_position);
+      }
+      // Both lengths are at most max_position (< 2^31) here, and mbs is bounded first, so the
+      // product cannot overflow.
+      const int64_t per_row = std::max<int64_t>(s.seqlen, 0) + std::max<int64_t>(s.dec_seqlen, 0);
+      if (s.mbs > kMaxMicroBatchTokens || s.mbs * per_row > kMaxMicroBatchTokens) {
+        return fmt::format(
+            "replica {} micro-batch {}: mbs {} x seqlen {}{} holds more than {} tokens; allowed: "
+            "at most {} tokens per micro-batch",
+            d, i, s.mbs, s.seqlen,
+            s.dec_seqlen > 0 ? fmt::format(" (+ dec_seqlen {})", s.dec_seqlen) : "",
+            kMaxMicroBatchTokens, kMaxMicroBatchTokens);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> CheckStructure(const ExecutionPlan& plan) {
   const ParallelConfig& par = plan.parallel;
   if (par.dp < 1 || par.pp < 1 || par.vpp < 1 || par.tp < 1) {
@@ -56,6 +87,7 @@ std::optional<std::string> CheckStructure(const ExecutionPlan& plan) {
           r, p.buffer_slots, allocations);
     }
   }
+  if (auto p = CheckShapesFitModel(plan)) return p;
   const int64_t S = plan.num_stages();
   for (size_t d = 0; d < plan.replicas.size(); ++d) {
     const auto& mbs = plan.replicas[d].micro_batches;
@@ -224,6 +256,11 @@ std::optional<MemoryProblem> CheckPlanMemory(const ExecutionPlan& plan) {
                     m.over_activations.mb(), m.over_buffers.mb(), limit.mb())};
   }
   return std::nullopt;
+}
+
+Status CheckPlanFitsModel(const ExecutionPlan& plan) {
+  if (auto p = CheckShapesFitModel(plan)) return InvalidArgumentError("plan check: " + *p);
+  return Status::Ok();
 }
 
 Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options) {

@@ -3,7 +3,8 @@
 //
 // Checks, in this order (the first failure is reported):
 //  1. Structure: dp * pp programs with the right ids, one replica per dp index, micro-batches
-//     with mbs rows and pp*vpp stage costs, model states per pipeline rank, and no program that
+//     with mbs rows and pp*vpp stage costs, shapes the model accepts (CheckPlanFitsModel:
+//     sequence lengths within max_position), model states per pipeline rank, and no program that
 //     declares more buffer slots than it allocates (slot ids are dense: 0 .. buffer_slots-1, so
 //     nothing sized by buffer_slots can outgrow the program).
 //  2. Samples: every sample id of the global batch is in exactly one row of one micro-batch or in
@@ -57,6 +58,16 @@ struct ValidateOptions {
 
 // OK, or InvalidArgument naming the rank, the instruction and the problem, plus the grid.
 Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options = {});
+
+// Part of check 1, also run by the simulator before anything is sized: every micro-batch's
+// lengths (seqlen, and dec_seqlen of encoder-decoder models) are within the model's max_position,
+// its rows within the tokens a micro-batch may hold (kMaxMicroBatchTokens). InvalidArgument "plan
+// check: replica D micro-batch I: ..." naming the shape, the limit and the model otherwise.
+Status CheckPlanFitsModel(const ExecutionPlan& plan);
+// The most tokens (mbs x (seqlen + dec_seqlen)) one micro-batch may hold: 2^26, far above any
+// shape a planner makes for a real device (DynaPipe's largest are ~2^17), and small enough that
+// the runtime's per-token tensors stay below a few GB.
+inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 26;
 
 // Predicted peak memory of each rank (check 7's rule, plan/memory_rule.h), by rank id; with
 // options.count_buffers = false model states + activations only.

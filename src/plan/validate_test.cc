@@ -309,5 +309,27 @@ TEST(ValidatePlanTest, StructureErrors) {
   EXPECT_THAT(Check(g->plan), HasSubstr("replica 0 micro-batch 1"));
 }
 
+// A plan whose shapes the model cannot take (a plan file edited, or made for another model) is
+// refused by check 1 and by CheckPlanFitsModel, before anything is sized by it.
+TEST(ValidatePlanTest, ShapesBeyondTheModelAreRejected) {
+  auto f = Fixture();
+  int64_t longest = 0;
+  for (const PlanReplica& r : f->plan.replicas) {
+    for (const PlanMicroBatch& mb : r.micro_batches) longest = std::max(longest, mb.shape.seqlen);
+  }
+  ASSERT_GT(longest, 1);
+  EXPECT_TRUE(CheckPlanFitsModel(f->plan).ok());
+  f->plan.model.max_position = longest - 1;
+  EXPECT_THAT(Check(f->plan),
+              AllOf(HasSubstr("plan check: replica "),
+                    HasSubstr(fmt::format("seqlen {} is longer than the model's max_position {}",
+                                          longest, longest - 1))));
+  EXPECT_THAT(CheckPlanFitsModel(f->plan).message(), HasSubstr("max_position"));
+  f->plan.model.max_position = longest;
+  f->plan.replicas[0].micro_batches[0].shape.mbs = int64_t{1} << 40;
+  EXPECT_THAT(CheckPlanFitsModel(f->plan).message(),
+              HasSubstr("tokens; allowed: at most 67108864 tokens per micro-batch"));
+}
+
 }  // namespace
 }  // namespace sluice

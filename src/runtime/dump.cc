@@ -3,8 +3,8 @@
 #include <fmt/core.h>
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
+
+#include "base/files.h"
 
 namespace sluice::runtime {
 namespace {
@@ -32,17 +32,12 @@ Status WriteNamedValues(const std::string& path, const std::vector<NamedValues>&
     out.resize(at + v.values.size() * sizeof(float));
     std::memcpy(out.data() + at, v.values.data(), v.values.size() * sizeof(float));
   }
-  std::ofstream f(path, std::ios::binary);
-  if (!f || !f.write(out.data(), static_cast<std::streamsize>(out.size()))) {
-    return IoError(fmt::format("{}: cannot write", path));
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, out);
 }
 
 StatusOr<std::vector<NamedValues>> ReadNamedValues(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFoundError(fmt::format("{}: cannot open", path));
-  const std::string in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  SLUICE_ASSIGN_OR_RETURN(const std::string in,
+                          ReadFileToString(path, kDefaultMaxFileBytes, "a gradient dump"));
   size_t pos = 0;
   auto bad = [&](std::string_view what) {
     return InvalidArgumentError(fmt::format("{}: {} at byte {}", path, what, pos));

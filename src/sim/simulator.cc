@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plan/validate.h"
 #include "sim/sim_engine.h"
 #include "sim/sim_stats.h"
 
@@ -104,6 +105,8 @@ Simulator::Simulator(const ExecutionPlan& plan, SimOptions options)
 
 StatusOr<SimResult> Simulator::Run() {
   SLUICE_RETURN_IF_ERROR(CheckOptions(*plan_, options_));
+  // Shapes the model cannot take would be priced as if it could (an MFU of millions of percent).
+  SLUICE_RETURN_IF_ERROR(CheckPlanFitsModel(*plan_));
   SimResult result;
   SLUICE_ASSIGN_OR_RETURN(sim_internal::TokenCount tokens,
                           sim_internal::CountTokens(*plan_, options_.samples));

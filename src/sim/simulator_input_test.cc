@@ -98,8 +98,15 @@ TEST(SimulatorInputTest, SizesBeyondInt64AreAStatus) {
   plan.replicas[0].micro_batches[0].shape.seqlen = kPlanMaxIndex;
   StatusOr<SimResult> r = Simulate(plan);
   ASSERT_FALSE(r.ok());
+  // The plan's shapes are checked against the model first (plan/validate.h CheckPlanFitsModel):
+  // lengths within max_position, at most kMaxMicroBatchTokens tokens per micro-batch.
   EXPECT_THAT(r.status().message(), HasSubstr("replica 0 micro-batch 0"));
-  EXPECT_THAT(r.status().message(), HasSubstr("at most 2^61"));
+  EXPECT_THAT(r.status().message(), HasSubstr("is longer than the model's max_position"));
+  plan = SmallPlan();
+  plan.replicas[0].micro_batches[0].shape.mbs = kPlanMaxIndex;
+  r = Simulate(plan);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("allowed: at most 67108864 tokens per micro-batch"));
   plan = SmallPlan();
   for (PlanMicroBatch& mb : plan.replicas[1].micro_batches) {
     for (ChunkCost& c : mb.stages) c.stored = Bytes::Of(kPlanMaxAmount);
