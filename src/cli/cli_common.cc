@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -10,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+
+#include "plan/plan_json.h"
 
 namespace sluice::cli {
 namespace {
@@ -164,6 +167,52 @@ CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens) {
   return app->add_option("--tokens-per-batch", *tokens, "Global batch token budget")
       ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))
       ->capture_default_str();
+}
+
+StatusOr<ExecutionPlan> ReadPlanFileOrSay(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    // `plan --out PATH` with several batches writes PATH-<batch>.<ext> (cmd_plan.cc, OutPath).
+    const size_t dot = path.rfind('.');
+    const size_t slash = path.rfind('/');
+    const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    const std::string stem = has_ext ? path.substr(0, dot) : path;
+    const std::string ext = has_ext ? path.substr(dot) : "";
+    const std::filesystem::path stem_path(stem);
+    std::filesystem::path dir = stem_path.parent_path();
+    if (dir.empty()) dir = ".";
+    const std::string prefix = stem_path.filename().string() + "-";
+    std::string first;
+    int64_t first_index = -1, count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(prefix) || !name.ends_with(ext) ||
+          name.size() <= prefix.size() + ext.size()) {
+        continue;
+      }
+      const std::string digits =
+          name.substr(prefix.size(), name.size() - prefix.size() - ext.size());
+      if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          digits.size() > 9) {
+        continue;
+      }
+      ++count;
+      const int64_t index = std::stoll(digits);
+      if (first_index < 0 || index < first_index) {
+        first_index = index;
+        first = (dir / name).string();
+        if (stem_path.parent_path().empty()) first = name;
+      }
+    }
+    if (count > 0) {
+      return NotFoundError(fmt::format(
+          "{}: no such file; `sluice plan --out {}` with several batches writes one file per "
+          "batch, {}-<batch>{} ({} here, e.g. {}): give one of those, or plan with "
+          "--iterations 1",
+          path, path, stem, ext, count, first));
+    }
+  }
+  return ReadPlanFile(path);
 }
 
 }  // namespace sluice::cli

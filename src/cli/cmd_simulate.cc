@@ -129,7 +129,7 @@ Status RunSimulate(const SimulateFlags& f) {
   if (!f.json.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--json", f.json));
   if (!f.report.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--report", f.report));
   InterruptGuard guard;
-  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
   if (f.memory_limit_mb > 0 && f.memory_reserve_mb >= 0) {
     return InvalidArgumentError(
         "--memory-reserve: applies only without --memory-limit (an explicit limit is the budget "
