@@ -124,7 +124,8 @@ CLI::Option* AddModelFlag(CLI::App* app, std::string* model) {
 
 CLI::Option* AddClusterFlag(CLI::App* app, std::string* cluster) {
   return app->add_option("--cluster", *cluster,
-                         "Devices: PRESET:N (a100-40g:8, h100-80g:64) or a JSON ClusterSpec file")
+                         "Devices: PRESET:N (a100-40g:8, h100-80g:64, cpu:2; a100-40g, a100-80g, h100-80g "
+                         "or cpu alone = 8 devices) or a JSON ClusterSpec file")
       ->type_name("PRESET:N|FILE");
 }
 
