@@ -132,7 +132,7 @@ CLI::Option* AddClusterFlag(CLI::App* app, std::string* cluster) {
 CLI::Option* AddParallelFlag(CLI::App* app, std::string* parallel) {
   return app->add_option("--parallel", *parallel,
                          "Parallelism: K=V,... with dp, pp, tp, ep, vpp, zero, memory_limit_mb "
-                         "(unspecified = 1, zero = 0), or a JSON file")
+                         "(a key left out of the value is 1, zero 0), or a JSON file")
       ->type_name("K=V,...|FILE");
 }
 
@@ -165,7 +165,9 @@ CLI::Option* AddMaxSeqlenFlag(CLI::App* app, int64_t* max_seqlen) {
 }
 
 CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens) {
-  return app->add_option("--tokens-per-batch", *tokens, "Global batch token budget")
+  return app->add_option("--tokens-per-batch", *tokens,
+                         "Global batch token budget: input + target tokens of the samples "
+                         "(padding not counted)")
       ->check(NumberCheck(1, false, kNoMax, "an integer >= 1"))
       ->capture_default_str();
 }

@@ -217,6 +217,7 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
       ->type_name("FILE");
   s->add_option("--collectives", flags->collectives,
                 "stepwise (ring steps over the links, with contention) or closed-form (alpha-beta)")
+      ->type_name("stepwise|closed-form")
       ->capture_default_str();
   s->add_option("--compute-scale", flags->compute_scale, "Every compute duration x this factor")
       ->capture_default_str();

@@ -129,7 +129,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--nproc", flags->nproc,
                 "Start N local ranks (otherwise read torchrun's RANK, WORLD_SIZE, MASTER_ADDR, "
                 "MASTER_PORT; default port 29500)")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+      ->check(NumberCheck(1, false, 4096, "an integer in [1, 4096]"));
   t->add_option("--lr", flags->lr, "AdamW learning rate")
       ->check(NumberCheck(0, true, 1e3, "a number in (0, 1000]"))
       ->capture_default_str();
@@ -141,12 +141,12 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--timeout", flags->timeout_s,
                 "Seconds a rank may wait for another (rendezvous, transfers, heartbeats) before "
                 "every rank exits non-zero naming it")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->check(NumberCheck(1, false, 86400, "an integer in [1, 86400]"))
       ->capture_default_str();
   t->add_option("--plan", flags->plans,
                 "Execute these plan files (sluice plan --out), one per iteration, instead of "
                 "planning")
-      ->type_name("FILE ...");
+      ->type_name("FILE");
   t->add_option("--dump-dir", flags->dump_dir,
                 "Write each iteration's plan package and every rank's gradients (for checks)")
       ->type_name("DIR");
@@ -156,7 +156,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       ->capture_default_str();
   t->add_option("--lookahead", flags->lookahead,
                 "Plans rank 0 keeps ready beyond the running iteration")
-      ->check(CLI::Range(int64_t{1}, int64_t{64}))
+      ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))
       ->capture_default_str();
   t->add_option("--backend", flags->backend,
                 "gloo (CPU) or nccl (needs a CUDA libtorch build)")
