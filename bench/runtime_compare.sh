@@ -16,10 +16,13 @@
 # Iterations every run planned are compared; the first of them is warm-up (not counted).
 #
 # Usage, from the repository root, knobs as environment variables (defaults below):
-#   SLUICE=build-prof-rel/sluice TABLE=cpu-table.json ITERS=16 bench/runtime_compare.sh
+#   SLUICE=build/sluice TABLE=cpu-table.json ITERS=16 bench/runtime_compare.sh
+# TABLE: a layer-cost-table/1 file from `sluice profile` measured on this machine (with
+# --threads cores/NPROC); unset, the script measures one first (about 5 minutes). The figures in
+# docs/benchmarks.md were taken with a Release build (SLUICE=build-prof-rel/sluice).
 set -euo pipefail
 
-SLUICE=${SLUICE:-build-prof-rel/sluice}
+SLUICE=${SLUICE:-build/sluice}
 OUT=${OUT:-/tmp/sluice-runtime-compare}
 MODEL=${MODEL:-gpt-tiny}
 NPROC=${NPROC:-2}
@@ -38,6 +41,16 @@ PY=${PY:-/usr/bin/python3}
 CORES=$(nproc)
 THREADS=$(( CORES / NPROC > 0 ? CORES / NPROC : 1 ))
 
+if [[ ! -x "$SLUICE" ]]; then
+  echo "runtime_compare: SLUICE=$SLUICE is not an executable; build sluice with libtorch" \
+    "(scripts/setup.sh, cmake --build build --target sluice) or set SLUICE to its path" >&2
+  exit 2
+fi
+if [[ -n "$TABLE" && ! -f "$TABLE" ]]; then
+  echo "runtime_compare: TABLE=$TABLE: no such file; give a table from \`sluice profile --out" \
+    "FILE\` measured on this machine, or leave TABLE unset to measure one first" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 echo "runtime_compare: $(date -u '+%F %T UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)," \
   "$NPROC ranks x $THREADS thread(s), $MODEL, $DATA, $TOKENS tokens per batch"
@@ -58,7 +71,9 @@ for run in "${RUNS[@]}"; do
   rm -rf "$dir" && mkdir -p "$dir"
   echo "== $method / $schedule: plan"
   "$SLUICE" plan "${COMMON[@]}" --method "$method" --schedule "$schedule" --show 0 \
-    --out "$dir/plan.json" > "$dir/plan.log" 2>&1
+    --out "$dir/plan.json" > "$dir/plan.log" 2>&1 || {
+      echo "runtime_compare: planning $method / $schedule failed ($dir/plan.log):" >&2
+      tail -5 "$dir/plan.log" >&2; exit 1; }
 done
 
 # Batches every run planned (a batch one of them could not fit is left out of all).
@@ -84,7 +99,9 @@ for run in "${RUNS[@]}"; do
   dir="$OUT/${run%%:*}-${run#*:}"
   for b in $common_batches; do
     "$SLUICE" simulate "$dir/plan-$b.json" --data "$DATA" --samples "$SAMPLES" --seed 0 \
-      --json "$dir/sim-$b.json" > /dev/null
+      --json "$dir/sim-$b.json" > "$dir/sim-$b.log" 2>&1 || {
+        echo "runtime_compare: simulating $dir/plan-$b.json failed ($dir/sim-$b.log):" >&2
+        tail -5 "$dir/sim-$b.log" >&2; exit 1; }
   done
 done
 # Round-robin over the runs, REPEATS times, so that a noisy stretch of the machine does not fall

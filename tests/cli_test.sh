@@ -85,7 +85,12 @@ expect simulate-reserve-with-limit 2 "--memory-reserve: applies only without --m
 
 # plan, plan check, plan csv
 expect plan-default 0 "makespan .* bubble" -- plan --iterations 2 --out "$tmp/plan.json"
+expect plan-default-names 0 "plans written to .*plan-<batch>\.json.*e\.g\. .*plan-0\.json" -- plan --iterations 2 --show 0 --out "$tmp/plan.json"
 expect plan-check 0 "valid plan of gpt-6.7b" -- plan check "$tmp/plan-0.json"
+expect plan-out-no-folder 2 "--out .*the folder .*no-such-dir. does not exist" -- plan --iterations 2 --out "$tmp/no-such-dir/plan.json"
+expect plan-check-several 0 "plan-1\.json: valid plan" -- plan check "$tmp/plan-0.json" "$tmp/plan-1.json"
+expect plan-check-set-hint 2 "plan\.json: no such file; .*plan-<batch>\.json \(2 here, e\.g\. .*plan-0\.json\).*--iterations 1" -- plan check "$tmp/plan.json"
+expect simulate-set-hint 2 "plan-<batch>\.json" -- simulate "$tmp/plan.json"
 expect plan-csv 0 "^0F0,0F1" -- plan csv "$tmp/plan-0.json"
 expect plan-csv-comms 0 "SEND_F0" -- plan csv "$tmp/plan-0.json" --comms
 expect plan-csv-bad-replica 2 "allowed: 0..1" -- plan csv "$tmp/plan-0.json" --replica 5

@@ -191,4 +191,13 @@ check interrupt-exit-code test "$rc" -eq 1
 check interrupt-message grep -q "partial" "$tmp/int.log"
 check interrupt-results grep -q '"partial": true' "$tmp/int/results.json"
 
+# One vocabulary: --collectives as for `sluice simulate`; --closed-form is its deprecated alias.
+expect collectives-closed-form 0 "wrote" -- \
+  compare "${quick[@]}" --methods packing --collectives closed-form --no-html --out "$tmp/cf"
+check collectives-in-results grep -q '"collectives": "closed-form"' "$tmp/cf/results.json"
+expect collectives-deprecated-alias 0 "wrote" -- \
+  compare "${quick[@]}" --methods packing --closed-form --no-html --out "$tmp/cf2"
+check collectives-alias-in-results grep -q '"collectives": "closed-form"' "$tmp/cf2/results.json"
+expect collectives-bad 2 "--collectives" -- compare --collectives ring "${quick[@]}" --out "$tmp/cf3"
+
 finish

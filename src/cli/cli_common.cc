@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -15,6 +16,8 @@
 #include <new>
 
 #include "base/files.h"
+
+#include "plan/plan_json.h"
 
 namespace sluice::cli {
 namespace {
@@ -229,14 +232,15 @@ CLI::Option* AddModelFlag(CLI::App* app, std::string* model) {
 
 CLI::Option* AddClusterFlag(CLI::App* app, std::string* cluster) {
   return app->add_option("--cluster", *cluster,
-                         "Devices: PRESET:N (a100-40g:8, h100-80g:64) or a JSON ClusterSpec file")
+                         "Devices: PRESET:N (a100-40g:8, h100-80g:64, cpu:2; a100-40g, a100-80g, h100-80g "
+                         "or cpu alone = 8 devices) or a JSON ClusterSpec file")
       ->type_name("PRESET:N|FILE");
 }
 
 CLI::Option* AddParallelFlag(CLI::App* app, std::string* parallel) {
   return app->add_option("--parallel", *parallel,
                          "Parallelism: K=V,... with dp, pp, tp, ep, vpp, zero, memory_limit_mb "
-                         "(unspecified = 1, zero = 0), or a JSON file")
+                         "(a key left out of the value is 1, zero 0), or a JSON file")
       ->type_name("K=V,...|FILE");
 }
 
@@ -270,9 +274,57 @@ CLI::Option* AddMaxSeqlenFlag(CLI::App* app, int64_t* max_seqlen) {
 }
 
 CLI::Option* AddTokensPerBatchFlag(CLI::App* app, int64_t* tokens) {
-  return app->add_option("--tokens-per-batch", *tokens, "Global batch token budget")
+  return app->add_option("--tokens-per-batch", *tokens,
+                         "Global batch token budget: input + target tokens of the samples "
+                         "(padding not counted)")
       ->check(IntegerCheck(1, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
+}
+
+StatusOr<ExecutionPlan> ReadPlanFileOrSay(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    // `plan --out PATH` with several batches writes PATH-<batch>.<ext> (cmd_plan.cc, OutPath).
+    const size_t dot = path.rfind('.');
+    const size_t slash = path.rfind('/');
+    const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    const std::string stem = has_ext ? path.substr(0, dot) : path;
+    const std::string ext = has_ext ? path.substr(dot) : "";
+    const std::filesystem::path stem_path(stem);
+    std::filesystem::path dir = stem_path.parent_path();
+    if (dir.empty()) dir = ".";
+    const std::string prefix = stem_path.filename().string() + "-";
+    std::string first;
+    int64_t first_index = -1, count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(prefix) || !name.ends_with(ext) ||
+          name.size() <= prefix.size() + ext.size()) {
+        continue;
+      }
+      const std::string digits =
+          name.substr(prefix.size(), name.size() - prefix.size() - ext.size());
+      if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          digits.size() > 9) {
+        continue;
+      }
+      ++count;
+      const int64_t index = std::stoll(digits);
+      if (first_index < 0 || index < first_index) {
+        first_index = index;
+        first = (dir / name).string();
+        if (stem_path.parent_path().empty()) first = name;
+      }
+    }
+    if (count > 0) {
+      return NotFoundError(fmt::format(
+          "{}: no such file; `sluice plan --out {}` with several batches writes one file per "
+          "batch, {}-<batch>{} ({} here, e.g. {}): give one of those, or plan with "
+          "--iterations 1",
+          path, path, stem, ext, count, first));
+    }
+  }
+  return ReadPlanFile(path);
 }
 
 }  // namespace sluice::cli

@@ -18,6 +18,7 @@
 
 #include "base/status.h"
 #include "data/data_source.h"
+#include "plan/execution_plan.h"
 
 namespace sluice::cli {
 
@@ -90,6 +91,10 @@ Status CheckNotAnInput(std::string_view flag, const std::string& path,
 // An output folder named by `flag`: created with its parents when missing; InvalidArgument
 // naming the flag when it cannot be created or written.
 Status PrepareOutputDir(std::string_view flag, const std::string& dir);
+
+// The plan file at `path` (ReadPlanFile). When it does not exist but `plan --out PATH` wrote
+// PATH-<batch>.<ext> (several batches), the error says so and names the first such file.
+StatusOr<ExecutionPlan> ReadPlanFileOrSay(const std::string& path);
 
 // Ctrl-C handling for a command that stops cleanly: while a guard lives, SIGINT sets a flag that
 // Interrupted() returns (a second Ctrl-C ends the process at once). One guard at a time.

@@ -205,10 +205,12 @@ void RegisterBatchCommands(CLI::App* app, RunState* state) {
                 "none, selective or full for every micro-batch (default: the method chooses)");
   b->add_option("--mbs", flags->mbs,
                 "Fixed micro-batch size of the fixed-size baselines (0 = best per batch)")
-      ->check(IntegerCheck(0, kNoMaxInteger));
+      ->check(IntegerCheck(0, kNoMaxInteger))
+      ->capture_default_str();
   b->add_option("--tokens-per-micro-batch", flags->tokens_per_micro_batch,
                 "token-budget: padded tokens per micro-batch (0 = best per batch)")
-      ->check(IntegerCheck(0, kNoMaxInteger));
+      ->check(IntegerCheck(0, kNoMaxInteger))
+      ->capture_default_str();
   b->add_option("--show", flags->show, "Print the micro-batches of this many first batches")
       ->check(IntegerCheck(0, kNoMaxInteger))
       ->capture_default_str();

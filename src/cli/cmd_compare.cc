@@ -40,7 +40,8 @@ struct CompareFlags {
   std::string scenario_dir;
   std::string out = "sluice-compare";
   bool no_html = false;
-  bool closed_form = false;
+  bool closed_form = false;  // deprecated --closed-form
+  std::string collectives = "stepwise";
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
@@ -84,7 +85,14 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   }
   if (use("--score-extremes")) s->search.score_extremes = f.score_extremes;
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
-  if (use("--closed-form")) s->stepwise_collectives = !f.closed_form;
+  if (use("--collectives")) {
+    if (f.collectives != "stepwise" && f.collectives != "closed-form") {
+      return InvalidArgumentError(fmt::format(
+          "--collectives '{}': allowed values are stepwise, closed-form", f.collectives));
+    }
+    s->stepwise_collectives = f.collectives == "stepwise";
+  }
+  if (Given(f, "--closed-form")) s->stepwise_collectives = !f.closed_form;
   if (use("--iterations")) {
     SLUICE_ASSIGN_OR_RETURN(s->iterations, ParseIterations(f.iterations));
   }
@@ -373,12 +381,18 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
       "(default: on); --no-score-extremes scores the first --score-batches only");
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
-                            ->check(CLI::Range(1, 64))
+                            ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))
                             ->capture_default_str();
-  o["--closed-form"] =
-      c->add_flag("--closed-form", f->closed_form,
-                  "Simulate collectives as one closed-form interval each, faster (default: off, "
-                  "step by step with link contention)");
+  o["--collectives"] =
+      c->add_option("--collectives", f->collectives,
+                    "stepwise (ring steps over the links, with contention) or closed-form "
+                    "(alpha-beta, one interval each, faster), as for `sluice simulate`")
+          ->type_name("stepwise|closed-form")
+          ->capture_default_str();
+  // Deprecated spelling of --collectives closed-form (hidden: the empty group).
+  o["--closed-form"] = c->add_flag("--closed-form", f->closed_form,
+                                   "Deprecated: --collectives closed-form")
+                           ->group("");
   c->add_flag("--no-html", f->no_html, "Do not write report.html (default: off, it is written)");
   SetHandler(c, state, [f] { return RunCompareCommand(*f); });
 }

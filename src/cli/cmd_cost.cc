@@ -20,6 +20,13 @@
 namespace sluice::cli {
 namespace {
 
+// A count with its unit: "6.65 billion", "1.97 million", "4096".
+std::string CountText(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f} billion", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f} million", n / 1e6);
+  return fmt::format("{:.0f}", n);
+}
+
 struct CostShowFlags {
   std::string model = "gpt-6.7b";
   std::string cluster = "a100-40g:8";
@@ -149,9 +156,9 @@ Status RunCostShow(const CostShowFlags& f) {
   StageLayers all{model.layers, model.decoder_layers, true, true};
   const ModelStateMemory states = cost->ModelStates(all, par);
   fmt::print("\nmodel states of the whole model on one device (tp {}, dp {}, ZeRO-{}): "
-             "{:.2f} B params/device; weights {:.0f} MB, gradients {:.0f} MB, optimizer {:.0f} MB, "
-             "total {:.0f} MB\n",
-             par.tp, par.dp, par.zero, static_cast<double>(states.params) / 1e9,
+             "{} parameters per device; weights {:.0f} MB, gradients {:.0f} MB, optimizer {:.0f} "
+             "MB, total {:.0f} MB\n",
+             par.tp, par.dp, par.zero, CountText(static_cast<double>(states.params)),
              states.weights.mb(), states.gradients.mb(), states.optimizer.mb(),
              states.total().mb());
   if (par.pp > 1) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <string_view>
+#include <vector>
 
 #include "base/json_util.h"
 #include "base/progress.h"
@@ -33,15 +35,19 @@ struct CsvFlags {
   std::string out;
 };
 
-// "plan.json" for one batch; "plan-3.json" for batch 3 of several.
-std::string OutPath(const std::string& out, int64_t index, bool several) {
-  if (!several) return out;
+// "plan.json" with the tag inserted before the extension: ("plan.json", "3") -> "plan-3.json".
+std::string TaggedPath(const std::string& out, std::string_view tag) {
   const size_t dot = out.rfind('.');
   const size_t slash = out.rfind('/');
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) {
-    return fmt::format("{}-{}", out, index);
+    return fmt::format("{}-{}", out, tag);
   }
-  return fmt::format("{}-{}{}", out.substr(0, dot), index, out.substr(dot));
+  return fmt::format("{}-{}{}", out.substr(0, dot), tag, out.substr(dot));
+}
+
+// "plan.json" for one batch; "plan-3.json" for batch 3 of several (docs/formats.md).
+std::string OutPath(const std::string& out, int64_t index, bool several) {
+  return several ? TaggedPath(out, std::to_string(index)) : out;
 }
 
 void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool details) {
@@ -100,6 +106,10 @@ Status RunPlan(const PlanFlags& f) {
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
   SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
+  // A bad --out folder is reported before planning, not after the first batch.
+  if (!f.out.empty()) {
+    SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", OutPath(f.out, 0, sc.iterations != 1)));
+  }
   fmt::print("{}\n", sc.Describe());
   fmt::print("method:   {}, schedule {}{}\n\n", f.planner.method, f.planner.schedule,
              f.planner.no_search ? "" : ", micro-batch order searched");
@@ -113,6 +123,7 @@ Status RunPlan(const PlanFlags& f) {
   double makespan_ms = 0, bubble = 0, plan_ms = 0;
   int64_t real_tokens = 0;
   const bool several = sc.iterations != 1;
+  std::string first_written;  // the first plan file written (named in the summary)
   while ((sc.iterations == 0 || done < sc.iterations) && sc.batcher->Next(&batch)) {
     small.Add(batch);
     StatusOr<PlanResult> planned = planner.Plan(batch.samples);
@@ -132,6 +143,7 @@ Status RunPlan(const PlanFlags& f) {
         const std::string path = OutPath(f.out, batch.index, several);
         SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", path, inputs));
         SLUICE_RETURN_IF_ERROR(WritePlanFile(r.plan, path).WithPrefix("--out"));
+        if (first_written.empty()) first_written = path;
         if (done < f.show) fmt::print("  wrote {}\n", path);
       }
     }
@@ -151,7 +163,9 @@ Status RunPlan(const PlanFlags& f) {
                static_cast<double>(real_tokens) / (makespan_ms / 1e3), plan_ms / ok);
   }
   if (f.out_given && ok > 0 && several) {
-    fmt::print("  plans written to {} (one file per batch)\n", OutPath(f.out, 0, true));
+    fmt::print("  plans written to {}: one file per planned batch, <batch> = the batch's index "
+               "(e.g. {})\n",
+               TaggedPath(f.out, "<batch>"), first_written);
   }
   if (ok == 0 && done > 0) {
     return FailedPreconditionError(fmt::format(
@@ -162,7 +176,7 @@ Status RunPlan(const PlanFlags& f) {
 }
 
 Status RunPlanCheck(const std::string& file) {
-  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(file));
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(file));
   Status valid = ValidatePlan(plan);
   if (!valid.ok()) return InvalidArgumentError(fmt::format("{}: {}", file, valid.message()));
   size_t instructions = 0;
@@ -180,7 +194,7 @@ Status RunPlanCsv(const CsvFlags& f) {
     SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
     SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, {{"the plan file", f.file}}));
   }
-  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
   if (f.replica < 0 || f.replica >= plan.dp()) {
     return InvalidArgumentError(fmt::format("--replica: {} is not a replica of {} (allowed: 0..{})",
                                             f.replica, f.file, plan.dp() - 1));
@@ -226,10 +240,16 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
     state->status = RunGuarded("plan", [flags] { return RunPlan(*flags); });
   });
 
-  auto check_file = std::make_shared<std::string>();
-  CLI::App* check = p->add_subcommand("check", "Validate a plan file (JSON or msgpack)");
-  check->add_option("file", *check_file, "Plan file")->required()->type_name("FILE");
-  SetHandler(check, state, [check_file] { return RunPlanCheck(*check_file); });
+  auto check_files = std::make_shared<std::vector<std::string>>();
+  CLI::App* check = p->add_subcommand(
+      "check", "Validate plan files (JSON or msgpack); the first invalid one fails the check");
+  check->add_option("files", *check_files, "Plan files (e.g. plan-*.json from plan --out)")
+      ->required()
+      ->type_name("FILE...");
+  SetHandler(check, state, [check_files] {
+    for (const std::string& file : *check_files) SLUICE_RETURN_IF_ERROR(RunPlanCheck(file));
+    return Status::Ok();
+  });
 
   auto csv = std::make_shared<CsvFlags>();
   CLI::App* c = p->add_subcommand(

@@ -24,6 +24,14 @@
 namespace sluice::cli {
 namespace {
 
+// "1,2,4": a list flag's default as it is typed.
+template <typename T>
+std::string JoinComma(const std::vector<T>& values) {
+  std::string out;
+  for (const T& v : values) out += (out.empty() ? "" : ",") + fmt::format("{}", v);
+  return out;
+}
+
 struct ProfileFlags {
   std::string model = "gpt-tiny";
   std::vector<int64_t> mbs = {1, 2, 4};
@@ -156,19 +164,28 @@ void RegisterProfileCommands(CLI::App* app, RunState* state) {
       "Measure the runtime's per-layer time and activation memory on this machine and write a "
       "layer-cost-table/1 file");
   AddModelFlag(p, &f->model)->capture_default_str();
+  // Lists are one argument, comma-separated ("--mbs 1,2,4"), shown without CLI11's "[...] ...".
   p->add_option("--mbs", f->mbs, "Micro-batch sizes, comma-separated")
       ->delimiter(',')
-      ->capture_default_str();
+      ->expected(1)
+      ->type_name("N,...")
+      ->default_str(JoinComma(f->mbs));
   p->add_option("--seqlen", f->seqlen, "Sequence lengths (encoder lengths), comma-separated")
       ->delimiter(',')
-      ->capture_default_str();
+      ->expected(1)
+      ->type_name("N,...")
+      ->default_str(JoinComma(f->seqlen));
   p->add_option("--dec-seqlen", f->dec_seqlen,
                 "Encoder-decoder models: decoder lengths, comma-separated (default: --seqlen)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->expected(1)
+      ->type_name("N,...");
   p->add_option("--recompute", f->recompute,
                 "Recompute levels, comma-separated: none, selective, full")
       ->delimiter(',')
-      ->capture_default_str();
+      ->expected(1)
+      ->type_name("LEVEL,...")
+      ->default_str(JoinComma(f->recompute));
   p->add_option("--repeats", f->repeats, "Timed runs per point (the median is written)")
       ->capture_default_str();
   p->add_option("--warmup", f->warmup, "Untimed runs per point before the timed ones")

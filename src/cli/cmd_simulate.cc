@@ -134,7 +134,7 @@ Status RunSimulate(const SimulateFlags& f) {
     SLUICE_RETURN_IF_ERROR(CheckNotAnInput(flag, path, inputs));
   }
   InterruptGuard guard;
-  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(f.file));
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
   if (f.memory_limit_mb > 0 && f.memory_reserve_mb >= 0) {
     return InvalidArgumentError(
         "--memory-reserve: applies only without --memory-limit (an explicit limit is the budget "
@@ -227,6 +227,7 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
       ->check(PathCheck());
   s->add_option("--collectives", flags->collectives,
                 "stepwise (ring steps over the links, with contention) or closed-form (alpha-beta)")
+      ->type_name("stepwise|closed-form")
       ->capture_default_str();
   s->add_option("--compute-scale", flags->compute_scale, "Every compute duration x this factor")
       ->capture_default_str();

@@ -40,8 +40,15 @@ Status RunTrain(const TrainFlags& f) {
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario and
   // builds the same planner (rank 0 plans with it).
-  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
-  SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
+  ScenarioFlags scenario_flags = f.scenario;
+  if (scenario_flags.cluster == "cpu") {
+    // The default target: this host's cores, as many "devices" as the configuration's ranks.
+    SLUICE_ASSIGN_OR_RETURN(ParallelConfig par, ResolveParallel(scenario_flags.parallel));
+    scenario_flags.cluster = fmt::format("cpu:{}", par.dp * par.pp * par.tp);
+  }
+  SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(scenario_flags));
+  SLUICE_ASSIGN_OR_RETURN(const Planner planner,
+                          MakePlannerFromFlags(sc, scenario_flags, f.planner));
   runtime::TrainOptions o;
   if (!f.fault.empty()) {
     SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
@@ -100,8 +107,10 @@ Status RunTrain(const TrainFlags& f) {
 
 void RegisterTrainCommands(CLI::App* app, RunState* state) {
   auto flags = std::make_shared<TrainFlags>();
-  // Defaults for a CPU run of the tiny model; --cluster is the target the planner prices.
+  // Defaults for a CPU run of the tiny model; --cluster is the target the planner prices, by
+  // default this host's cores (the cpu preset, one device per rank).
   flags->scenario.model = "gpt-tiny";
+  flags->scenario.cluster = "cpu";
   flags->scenario.parallel = "pp=2";
   flags->scenario.tokens_per_batch = 4096;
   flags->scenario.max_seqlen = 512;
@@ -110,10 +119,22 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       "train", "Train for real on libtorch + c10d, executing the planner's plans (docs/runtime.md)");
   AddScenarioFlags(t, &flags->scenario);
   AddPlannerFlags(t, &flags->planner);
+  // The plans always run on this host's CPUs; --cluster and --memory-limit describe the target
+  // the planner prices them for.
+  t->get_option("--cluster")
+      ->description(
+          "The planner's target, which prices the plans (they run on this host's CPUs either "
+          "way): PRESET:N or a JSON ClusterSpec file; cpu = this host's cores, one device per "
+          "rank (dp x pp)");
+  t->get_option("--memory-limit")
+      ->description(
+          "The planner's per-device budget in MB (10^6 bytes) on the --cluster target, used as "
+          "given (not a limit on these processes); default: the device's memory less "
+          "--memory-reserve");
   t->add_option("--nproc", flags->nproc,
                 "Start N local ranks (otherwise read torchrun's RANK, WORLD_SIZE, MASTER_ADDR, "
                 "MASTER_PORT; default port 29500)")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+      ->check(NumberCheck(1, false, 4096, "an integer in [1, 4096]"));
   t->add_option("--lr", flags->lr, "AdamW learning rate")
       ->check(NumberCheck(0, true, 1e3, "a number in (0, 1000]"))
       ->capture_default_str();
@@ -127,12 +148,12 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--timeout", flags->timeout_s,
                 "Seconds a rank may wait for another (rendezvous, transfers, heartbeats) before "
                 "every rank exits non-zero naming it")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->check(NumberCheck(1, false, 86400, "an integer in [1, 86400]"))
       ->capture_default_str();
   t->add_option("--plan", flags->plans,
                 "Execute these plan files (sluice plan --out), one per iteration, instead of "
                 "planning")
-      ->type_name("FILE ...");
+      ->type_name("FILE");
   t->add_option("--dump-dir", flags->dump_dir,
                 "Write each iteration's plan package and every rank's gradients (for checks)")
       ->type_name("DIR")
@@ -143,7 +164,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       ->capture_default_str();
   t->add_option("--lookahead", flags->lookahead,
                 "Plans rank 0 keeps ready beyond the running iteration")
-      ->check(CLI::Range(int64_t{1}, int64_t{64}))
+      ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))
       ->capture_default_str();
   t->add_option("--backend", flags->backend,
                 "gloo (CPU) or nccl (needs a CUDA libtorch build)")

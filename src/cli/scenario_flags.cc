@@ -31,8 +31,10 @@ void AddScenarioFlags(CLI::App* app, ScenarioFlags* f) {
       ->check(NumberCheck(0, true, 1e9, "a size in MB in (0, 1e9]"));
   AddMemoryReserveFlag(app, &f->memory_reserve_mb);
   app->add_option("--samples", f->samples,
-                  "Generator presets: samples to generate (0 = 20000); files: first N samples")
-      ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed));
+                  "Generator presets: samples to generate (0 = 20000); files: first N samples "
+                  "(0 = all)")
+      ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed))
+      ->capture_default_str();
   AddSeedFlag(app, &f->seed);
 }
 

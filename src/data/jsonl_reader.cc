@@ -199,7 +199,9 @@ StatusOr<Dataset> ParseJsonLines(std::string_view text, const ReaderOptions& opt
     if (!ok) return InternalError(fmt::format("{}:{}: JSON parser stopped", source, line_no));
     if (!handler.has_input()) {
       return InvalidArgumentError(fmt::format(
-          "{}:{}: missing field '{}' (the input length; set the field name if it differs)", source,
+          "{}:{}: missing field '{}' (the input length; rename the field, or name it with "
+          "`sluice data stats --input-field`)",
+          source,
           line_no, options.input_field));
     }
     SLUICE_RETURN_IF_ERROR(CheckNotEmpty(handler.input(), handler.target(), source, line_no));

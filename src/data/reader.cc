@@ -153,8 +153,8 @@ StatusOr<Dataset> ParseCsv(std::string_view text, const ReaderOptions& options,
       }
       if (input_col < 0) {
         return InvalidArgumentError(fmt::format(
-            "{}:{}: header: no column '{}' (the input length); the header has {}; set the column "
-            "name if it differs",
+            "{}:{}: header: no column '{}' (the input length); the header has {}; rename the "
+            "column, or name it with `sluice data stats --input-field`",
             source, line_no, options.input_field, names));
       }
       const auto missing = [&](std::string_view name, std::string_view what) {

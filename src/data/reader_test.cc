@@ -126,8 +126,8 @@ TEST(JsonLinesReaderTest, CustomOptionalFieldsMustOccurSomewhere) {
 TEST(JsonLinesReaderTest, ErrorsNameFileLineAndExpectation) {
   const LengthFormat j = LengthFormat::kJsonLines;
   EXPECT_EQ(Error("{\"input_len\": 1}\n{\"target_len\": 4}\n", j),
-            "in.x:2: missing field 'input_len' (the input length; set the field name if it "
-            "differs)");
+            "in.x:2: missing field 'input_len' (the input length; rename the field, or name it "
+            "with `sluice data stats --input-field`)");
   EXPECT_EQ(Error("{\"input_len\": -3}\n", j),
             "in.x:1: field 'input_len': a length must be >= 0, got -3");
   EXPECT_EQ(Error("{\"input_len\": 12.5}\n", j),
@@ -188,7 +188,7 @@ TEST(CsvReaderTest, ErrorsNameFileLineAndExpectation) {
   const LengthFormat c = LengthFormat::kCsv;
   EXPECT_EQ(Error("len,task\n5,a\n", c),
             "in.x:1: header: no column 'input_len' (the input length); the header has 'len', "
-            "'task'; set the column name if it differs");
+            "'task'; rename the column, or name it with `sluice data stats --input-field`");
   EXPECT_EQ(Error("input_len,target_len\n5,1\n5\n", c),
             "in.x:3: expected 2 fields as in the header, got 1");
   EXPECT_EQ(Error("input_len,target_len\n5,x\n", c),

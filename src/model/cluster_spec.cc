@@ -86,6 +86,19 @@ std::vector<DevicePreset> DevicePresets() {
   // 50 GB/s per GPU. Latency: 10 us, NCCL's small-message cost over InfiniBand (modelling choice).
   h100.inter_node = {50e9, Duration::Micros(10)};
   presets.push_back(h100);
+
+  // One CPU core per rank, ranks on one host talking over loopback Gloo: what `sluice train`
+  // runs on by default. Measured on the project's 2-core VM (2026-11-22, docs/profiling.md,
+  // the same figures as examples/cluster-cpu-2.json): fp32 torch::mm 1024^3 on one thread
+  // 0.17 TFLOP/s, Tensor::copy_ of 256 MB 12.9 GB/s, a 4 GiB budget per rank (not a hardware
+  // figure), Gloo send/recv between two processes 2 ms one way and 1.7 GB/s of fp32 bytes at
+  // 16 MB, halved because plans count fp16 bytes. Across hosts: 1 Gbit/s Ethernet = 0.125 GB/s
+  // with the same latency (modelling choice, not measured).
+  DevicePreset cpu;
+  cpu.device = {"cpu", 0.17e12, Bytes::GiB(4), 12.9e9};
+  cpu.intra_node = {0.85e9, Duration::Micros(2000)};
+  cpu.inter_node = {0.125e9, Duration::Micros(2000)};
+  presets.push_back(cpu);
   return presets;
 }
 

@@ -3,8 +3,8 @@
 // A cluster is `nodes` x `devices_per_node` identical devices. Devices in one node talk over
 // the intra-node link (NVLink), across nodes over the inter-node link (InfiniBand/EFA); each
 // link is given as per-device, per-direction bandwidth and a latency, the alpha-beta model's
-// parameters. The device presets (a100-40g, a100-80g, h100-80g) and the source of each of their
-// numbers are in cluster_spec.cc and docs/formats.md.
+// parameters. The device presets (a100-40g, a100-80g, h100-80g, cpu) and the source of each of
+// their numbers are in cluster_spec.cc and docs/formats.md.
 //
 // Thread safety: value types.
 #pragma once
@@ -79,7 +79,8 @@ Status ValidateClusterSpec(const ClusterSpec& spec, std::string_view source);
 StatusOr<ClusterSpec> ClusterSpecFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ClusterSpecToJson(const ClusterSpec& spec);
 
-// Device presets: a100-40g, a100-80g, h100-80g (with their usual node links).
+// Device presets: a100-40g, a100-80g, h100-80g (with their usual node links) and cpu (one CPU
+// core per rank over loopback Gloo, `sluice train`'s default target).
 std::vector<std::string> DevicePresetNames();
 // `n` devices of a preset, 8 per node: 1 <= n <= 8 is one node of n devices, a larger n must be a
 // multiple of 8. The cluster is named "<device>:<n>". Unknown device: NotFound listing presets.

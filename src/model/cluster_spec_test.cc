@@ -32,7 +32,7 @@ std::string ErrorOf(const nlohmann::json& j) {
 }
 
 TEST(ClusterPresetTest, DeviceNumbers) {
-  EXPECT_THAT(DevicePresetNames(), ElementsAre("a100-40g", "a100-80g", "h100-80g"));
+  EXPECT_THAT(DevicePresetNames(), ElementsAre("a100-40g", "a100-80g", "h100-80g", "cpu"));
   ClusterSpec a100 = *ClusterPreset("a100-40g", 8);
   EXPECT_EQ(a100.name, "a100-40g:8");
   EXPECT_EQ(a100.device.name, "a100-40g");
@@ -78,7 +78,7 @@ TEST(ClusterPresetTest, BadCountsAndNames) {
   StatusOr<ClusterSpec> unknown = ClusterPreset("v100", 8);
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(unknown.status().message(),
-              AllOf(HasSubstr("'v100'"), HasSubstr("'a100-40g', 'a100-80g' or 'h100-80g'")));
+              AllOf(HasSubstr("'v100'"), HasSubstr("'a100-40g', 'a100-80g', 'h100-80g' or 'cpu'")));
 }
 
 TEST(ClusterPresetTest, EveryPresetValidatesAndRoundTrips) {
@@ -256,7 +256,7 @@ TEST(ClusterSpecTest, ResolveCluster) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_THAT(unknown.status().message(),
               AllOf(HasSubstr("--cluster 'v100:8'"), HasSubstr("no such file"),
-                    HasSubstr("'a100-40g', 'a100-80g' or 'h100-80g'")));
+                    HasSubstr("'a100-40g', 'a100-80g', 'h100-80g' or 'cpu'")));
 
   const std::string path = ::testing::TempDir() + "/sluice_cluster.json";
   ASSERT_TRUE(WriteStringToFile(path, CustomCluster().dump()).ok());
