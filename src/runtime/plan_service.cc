@@ -31,7 +31,7 @@ PlanService::~PlanService() {
 }
 
 Status PlanService::Start() {
-  SLUICE_ASSIGN_OR_RETURN(store_, StoreClient::Connect(env_, /*join=*/false, o_.timeout));
+  SLUICE_ASSIGN_OR_RETURN(store_, StoreClient::Connect(env_, o_.timeout));
   for (const Sample& s : o_.plan_samples) plan_samples_[s.id] = s;
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
