@@ -28,6 +28,7 @@ struct TrainFlags {
   int64_t lookahead = 2;
   std::string backend = "gloo";
   std::string fault;
+  bool allow_partial = false;
   std::string run_id;
   std::string bind;
   std::string iface;
@@ -79,6 +80,8 @@ Status RunTrain(const TrainFlags& f) {
     }
   }
   o.iterations = sc.iterations;
+  o.max_seqlen = sc.max_seqlen;
+  o.allow_partial = f.allow_partial;
   o.lookahead = f.lookahead;
   o.seed = f.scenario.seed;
   o.lr = f.lr;
@@ -150,6 +153,8 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--fault", flags->fault,
                 "Testing aid: RANK:ITERATION:KIND injects a failure (exit, kill, stop, hang)")
       ->type_name("R:I:KIND");
+  t->add_flag("--allow-partial", flags->allow_partial,
+              "Train plans that leave samples of their batch out (otherwise an error)");
   t->add_option("--run-id", flags->run_id,
                 "Job id scoping every store key; the store refuses ranks of another id "
                 "(default: SLUICE_RUN_ID, torchrun's TORCHELASTIC_RUN_ID, a fresh id with "

@@ -287,6 +287,21 @@ class Trainer {
           o_.plan_files.empty() ? fmt::format("plan of iteration {}", i) : o_.plan_files[i];
       SLUICE_RETURN_IF_ERROR(CheckPlanMatches(
           p.plan, JobConfig{o_.model, o_.parallel, env_.world_size}, source));
+      if (!p.plan.dropped.empty() && !o_.allow_partial) {
+        int64_t tokens = 0;
+        for (const Sample& s : p.samples) tokens += s.tokens();
+        int64_t lost = 0;
+        for (const UnplacedSample& u : p.plan.dropped) {
+          for (const Sample& s : p.samples) {
+            if (s.id == u.id) lost += s.tokens();
+          }
+        }
+        return InvalidArgumentError(fmt::format(
+            "{}: the plan leaves {} sample{} of its batch out ({} of {} tokens; first: sample {}: "
+            "{}); pass --allow-partial to train such plans",
+            source, p.plan.dropped.size(), p.plan.dropped.size() == 1 ? "" : "s", lost, tokens,
+            p.plan.dropped[0].id, p.plan.dropped[0].reason));
+      }
       watchdog_->SetProgress(i, 0);
       InjectFault(o_.fault, env_.rank, i);
       const SampleTable samples = MakeSampleTable(p.samples);
