@@ -89,6 +89,23 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
   // --iterations counts the batches considered, skipped ones too (as `sluice plan` does).
   while ((o_.iterations <= 0 || considered_ < o_.iterations) && o_.batcher->Next(&batch)) {
     ++considered_;
+    // Every replica needs a micro-batch (it still takes part in the gradient sums): a batch with
+    // fewer samples than replicas cannot be split, so it is skipped like an infeasible one.
+    if (static_cast<int64_t>(batch.samples.size()) < o_.parallel.dp) {
+      ++skipped_;
+      const std::string why = fmt::format(
+          "batch {}: it has {} sample{}, fewer than the dp = {} replicas (each needs at least "
+          "one; raise --tokens-per-batch)",
+          batch.index, batch.samples.size(), batch.samples.size() == 1 ? "" : "s",
+          o_.parallel.dp);
+      if (first_skip_.empty()) {
+        first_skip_ = why;
+        std::lock_guard<std::mutex> lock(mu_);
+        notes_.push_back(fmt::format("skipped {} (further skipped batches are counted in the "
+                                     "summary)", why));
+      }
+      continue;
+    }
     StatusOr<PlanResult> r = planner->Plan(batch.samples);
     if (!r.ok()) {
       p.kind = PackageKind::kError;
@@ -128,7 +145,7 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
   }
   if (skipped_ > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    notes_.push_back(fmt::format("skipped {} of {} batches the planner could not fit (first: {})",
+    notes_.push_back(fmt::format("skipped {} of the {} batches considered (first: {})",
                                  skipped_, considered_, first_skip_));
   }
   p.kind = PackageKind::kEnd;
