@@ -300,9 +300,10 @@ std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string
   return out;
 }
 
-void Watchdog::Abort(const std::string& message) {
+bool Watchdog::Abort(const std::string& message) {
   StatusOr<int64_t> n = store_->Add(kAbortCount, 1);
-  if (n.ok() && *n == 1) (void)store_->SetString(kAbortMessage, message);
+  if (n.ok() && *n == 1) return store_->SetString(kAbortMessage, message).ok();
+  return n.ok();
 }
 
 std::optional<std::string> Watchdog::PostedFailure() {

@@ -115,9 +115,10 @@ class Watchdog {
   // waiting in `what` themselves (hung elsewhere), as text ("rank 1 is dead or stopped (no
   // heartbeat)"); "" when every peer looks fine.
   std::string Blame(const std::vector<int64_t>& peers, const std::string& what);
-  // Posts `message` ("rank R: ...") for every rank and returns; the caller then exits non-zero
-  // after lingering (kLinger) so that the others read the cause before its connections close.
-  void Abort(const std::string& message);
+  // Posts `message` ("rank R: ...") for every rank and returns whether the store took it; the
+  // caller then exits non-zero after lingering (kLinger) so that the others read the cause
+  // before its connections close (pointless when the store is unreachable).
+  bool Abort(const std::string& message);
   // The failure another rank posted first, if any (a rank that fails because a peer went away
   // reports the peer's posted cause instead of blaming the peer it lost).
   std::optional<std::string> PostedFailure();
