@@ -531,7 +531,10 @@ StatusOr<std::string> StoreConnection::Call(const std::string& request,
     const int rc = poll(&p, 1, left_ms());
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) {
-      return fail(fmt::format("no answer from {} within {}", where_, Secs(wait)));
+      const bool waits = what.rfind("get ", 0) == 0 || what.rfind("wait ", 0) == 0;
+      return fail(waits ? fmt::format("not set within {} (or {} stopped answering)", Secs(wait),
+                                      where_)
+                        : fmt::format("no answer from {} within {}", where_, Secs(wait)));
     }
     const ssize_t n = recv(fd_, buf, std::min(sizeof buf, need - in.size()), 0);
     if (n == 0) return fail(fmt::format("{} closed the connection", where_));

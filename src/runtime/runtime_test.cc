@@ -484,6 +484,105 @@ TEST(FailureTest, StoppedRankMakesTheOthersExitNamingIt) {
 }
 TEST(FailureTest, HungRankMakesTheOthersExitNamingIt) { ExpectOthersExitNamingVictim("hang", 1, 5); }
 
+// The store's server stopped (SIGSTOP on rank 0): every store operation is bounded, so the
+// others exit naming rank 0 (they used to block forever in TCPStore::add).
+TEST(FailureTest, StoppedStoreServerMakesTheOthersExitNamingIt) {
+  ExpectOthersExitNamingVictim("stop", 0, 5);
+}
+
+// A rank that never starts: the present ones exit within the timeout naming it.
+TEST(FailureTest, MissingRankIsNamedWithinTheTimeout) {
+  const std::string dir = MakeDir("missing");
+  const std::vector<std::string> args = {"train", "--timeout", "3", "--iterations", "1",
+                                         "--data", "mixture-4task", "--max-seqlen", "96",
+                                         "--tokens-per-batch", "600", "--memory-limit", "55"};
+  for (const int present : {0, 1}) {
+    const Process p = Spawn(args,
+                            {{"RANK", std::to_string(present)},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_PORT", std::to_string(FreePort())}},
+                            fmt::format("{}/rank{}.log", dir, present));
+    const Outcome o = Wait(p, 60);
+    EXPECT_EQ(o.status, 1) << o.output;
+    EXPECT_LE(o.seconds, 3 + 5) << o.output;
+    EXPECT_NE(o.output.find(present == 0 ? "rank 1 did not join" : "rank 0, which serves it"),
+              std::string::npos)
+        << o.output;
+  }
+  fs::remove_all(dir);
+}
+
+// A second job on a running job's MASTER_PORT fails fast and the first finishes untouched.
+TEST(FailureTest, SecondJobOnTheSamePortFailsFastAndLeavesTheFirst) {
+  const std::string dir = MakeDir("second_job");
+  const std::string port = std::to_string(FreePort());
+  const std::vector<std::string> common = {
+      "train", "--nproc", "2", "--data", "mixture-4task", "--max-seqlen", "96",
+      "--tokens-per-batch", "600", "--memory-limit", "55", "--threads", "1", "--timeout", "20"};
+  std::vector<std::string> first = common;
+  first.insert(first.end(), {"--iterations", "30"});
+  const Process a = Spawn(first, {{"MASTER_PORT", port}}, dir + "/a.log");
+  const Clock::time_point start = Clock::now();
+  bool running = false;
+  while (!running && Clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    StatusOr<std::string> log = ReadFileToString(dir + "/a.log");
+    running = log.ok() && log->find("iter    0") != std::string::npos;
+  }
+  ASSERT_TRUE(running) << *ReadFileToString(dir + "/a.log");
+  std::vector<std::string> second = common;
+  second.insert(second.end(), {"--iterations", "2"});
+  const Outcome b = Wait(Spawn(second, {{"MASTER_PORT", port}}, dir + "/b.log"), 60);
+  EXPECT_NE(b.status, 0) << b.output;
+  EXPECT_LE(b.seconds, 15) << b.output;
+  EXPECT_TRUE(b.output.find("Address already in use") != std::string::npos ||
+              b.output.find("serves run id") != std::string::npos)
+      << b.output;
+  const Outcome ao = Wait(a, 240);
+  EXPECT_EQ(ao.status, 0) << ao.output;
+  EXPECT_NE(ao.output.find("trained 30 iterations"), std::string::npos) << ao.output;
+  fs::remove_all(dir);
+}
+
+// `--iterations` bounds the batches considered; training nothing is an error, not exit 0
+// with one "skipped" line per batch of the epoch.
+TEST(TrainCheckTest, TrainingNothingIsAnError) {
+  const std::string dir = MakeDir("nothing");
+  const Outcome o = RunSluice({"train", "--nproc", "2", "--iterations", "2", "--memory-limit",
+                               "26", "--timeout", "30"},
+                              dir, 120);
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_NE(o.output.find("nothing to train: all 2 batches considered (--iterations 2) were "
+                          "skipped"),
+            std::string::npos)
+      << o.output;
+  size_t lines = 0;
+  for (size_t at = o.output.find("skipped:"); at != std::string::npos;
+       at = o.output.find("skipped:", at + 1)) {
+    ++lines;
+  }
+  EXPECT_LE(lines, 1u) << o.output;
+  fs::remove_all(dir);
+}
+
+// A plan made with a larger --max-seqlen than the run's would train clipped samples.
+TEST(TrainCheckTest, PlanWithRowsLongerThanMaxSeqlenIsRejected) {
+  const std::string dir = MakeDir("seqlen");
+  const std::vector<std::string> common = TinyPlanFlags();
+  ASSERT_NO_FATAL_FAILURE(PlanTinyGpt(common, dir + "/p.json", dir));
+  std::vector<std::string> train = {"train", "--nproc", "2", "--timeout", "30",
+                                    "--plan", dir + "/p.json", "--model", "gpt-tiny"};
+  train.insert(train.end(), common.begin(), common.end());
+  train.insert(train.end(), {"--max-seqlen", "24"});  // the last --max-seqlen wins
+  const Outcome o = RunSluice(train, dir, 90);
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_NE(o.output.find("clips samples at --max-seqlen 24: the plan was made with a larger "
+                          "--max-seqlen (at least"),
+            std::string::npos)
+      << o.output;
+  fs::remove_all(dir);
+}
+
 TEST(FailureTest, LauncherStopsTheOtherRanksWhenOneFails) {
   const std::string dir = MakeDir("launcher");
   const Outcome o = RunSluice(
