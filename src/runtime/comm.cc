@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <charconv>
 #include <cstdio>
 
 #ifdef USE_C10D_NCCL
@@ -23,7 +24,8 @@ constexpr int64_t kFinishedBeat = int64_t{1} << 40;
 constexpr auto kStoreGrace = std::chrono::seconds(2);
 
 std::string HeartbeatKey(int64_t rank) { return fmt::format("sluice/hb/{}", rank); }
-// "<iteration> <instruction>\n<what the main thread waits in, or empty>"
+// "<iteration> <instruction>\n<what the main thread waits in, or empty>\n<awaited ranks, comma
+// separated>"
 std::string ProgressKey(int64_t rank) { return fmt::format("sluice/progress/{}", rank); }
 constexpr const char* kAbortCount = "sluice/abort/count";
 constexpr const char* kAbortMessage = "sluice/abort/message";
@@ -259,6 +261,49 @@ void Watchdog::EndWait() {
   wait_what_.clear();
 }
 
+std::string Watchdog::Chain(int64_t peer) {
+  // Follow "rank p waits for rank q" through the published progress keys to the rank that is
+  // not waiting (hung, or computing) or whose heartbeat stopped.
+  std::vector<int64_t> path{peer};
+  std::string tail;
+  for (int64_t step = 0; step < env_.world_size; ++step) {
+    const int64_t cur = path.back();
+    StatusOr<bool> has = store_->Check(ProgressKey(cur));
+    if (!has.ok() || !*has) break;
+    StatusOr<std::string> text = store_->GetString(ProgressKey(cur));
+    if (!text.ok()) break;
+    std::vector<std::string> lines;
+    size_t start = 0;
+    for (size_t nl; (nl = text->find('\n', start)) != std::string::npos; start = nl + 1) {
+      lines.push_back(text->substr(start, nl - start));
+    }
+    lines.push_back(text->substr(start));
+    lines.resize(3);
+    if (lines[1].empty()) {
+      tail = fmt::format("; rank {} is not waiting for anyone (it is at iteration {}): it is "
+                         "the one that hangs",
+                         cur, lines[0].substr(0, lines[0].find(' ')));
+      break;
+    }
+    int64_t next = -1;
+    if (!lines[2].empty() && lines[2].find(',') == std::string::npos) {
+      std::from_chars(lines[2].data(), lines[2].data() + lines[2].size(), next);
+    }
+    if (next < 0 || next == env_.rank ||
+        std::find(path.begin(), path.end(), next) != path.end()) {
+      tail = fmt::format("; rank {} waits in {}", cur, lines[1]);
+      break;
+    }
+    path.push_back(next);
+  }
+  if (path.size() == 1) return tail;
+  std::string chain;
+  for (size_t i = 1; i < path.size(); ++i) {
+    chain += fmt::format("{}rank {}", i == 1 ? "" : ", which waits for ", path[i]);
+  }
+  return fmt::format(", which waits for {}{}", chain, tail);
+}
+
 std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string& what) {
   auto beats = [&] {
     std::vector<int64_t> out;
@@ -278,20 +323,23 @@ std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string
     }
   }
   if (blamed.empty()) {
-    for (const int64_t p : peers) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const int64_t p = peers[i];
+      if (after[i] >= kFinishedBeat) continue;  // finished cleanly
       StatusOr<bool> has = store_->Check(ProgressKey(p));
       if (!has.ok() || !*has) continue;
       StatusOr<std::string> text = store_->GetString(ProgressKey(p));
       if (!text.ok()) continue;
       const size_t nl = text->find('\n');
       const std::string where = text->substr(0, nl);
-      const std::string waiting = nl == std::string::npos ? "" : text->substr(nl + 1);
+      std::string waiting = nl == std::string::npos ? "" : text->substr(nl + 1);
+      waiting = waiting.substr(0, waiting.find('\n'));
       if (waiting != what) {
         const size_t sp = where.find(' ');
         blamed.push_back(fmt::format(
             "rank {} has not joined it (it is at iteration {}, instruction {}{})", p,
             where.substr(0, sp), sp == std::string::npos ? "?" : where.substr(sp + 1),
-            waiting.empty() ? ", not waiting" : ", waiting in " + waiting));
+            waiting.empty() ? ", not waiting" : ", waiting in " + waiting + Chain(p)));
       }
     }
   }
@@ -340,13 +388,15 @@ void Watchdog::BeatLoop() {
     if (stop_beat_) break;
     if (!beat_store_->Add(HeartbeatKey(env_.rank), 1).ok()) continue;  // Loop reports it
     const int64_t pos = progress_.load();
-    std::string waiting;
+    std::string waiting, peers;
     {
       std::lock_guard<std::mutex> lock(mu_);
       waiting = wait_what_;
+      if (!waiting.empty()) peers = fmt::format("{}", fmt::join(wait_peers_, ","));
     }
-    (void)beat_store_->SetString(ProgressKey(env_.rank),
-                                 fmt::format("{} {}\n{}", pos >> 32, pos & 0xffffffff, waiting));
+    (void)beat_store_->SetString(ProgressKey(env_.rank), fmt::format("{} {}\n{}\n{}", pos >> 32,
+                                                                     pos & 0xffffffff, waiting,
+                                                                     peers));
   }
 }
 
@@ -408,7 +458,9 @@ void Watchdog::Loop() {
     if (!what.empty() && waited > timeout_) {
       std::string culprit;
       if (peers.size() == 1) {
-        culprit = fmt::format(" waiting for rank {} (hung or dead)", peers[0]);
+        const std::string chain = Chain(peers[0]);
+        culprit = chain.empty() ? fmt::format(" waiting for rank {} (hung or dead)", peers[0])
+                                : fmt::format(" waiting for rank {}{}", peers[0], chain);
       } else if (!peers.empty()) {
         const std::string b = Blame(peers, what);
         culprit = b.empty() ? fmt::format(" waiting for ranks {}", fmt::join(peers, ", "))

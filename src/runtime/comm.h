@@ -115,6 +115,10 @@ class Watchdog {
   // waiting in `what` themselves (hung elsewhere), as text ("rank 1 is dead or stopped (no
   // heartbeat)"); "" when every peer looks fine.
   std::string Blame(const std::vector<int64_t>& peers, const std::string& what);
+  // Follows single-peer waits from rank `peer`: ", which waits for rank 0; rank 0 is not waiting
+  // for anyone (...): it is the one that hangs"; "; rank 2 is not waiting ..." when `peer` itself
+  // is not waiting; "" when nothing is known.
+  std::string Chain(int64_t peer);
   // Posts `message` ("rank R: ...") for every rank and returns whether the store took it; the
   // caller then exits non-zero after lingering (kLinger) so that the others read the cause
   // before its connections close (pointless when the store is unreachable).

@@ -520,7 +520,7 @@ TEST(FailureTest, SecondJobOnTheSamePortFailsFastAndLeavesTheFirst) {
       "train", "--nproc", "2", "--data", "mixture-4task", "--max-seqlen", "96",
       "--tokens-per-batch", "600", "--memory-limit", "55", "--threads", "1", "--timeout", "20"};
   std::vector<std::string> first = common;
-  first.insert(first.end(), {"--iterations", "30"});
+  first.insert(first.end(), {"--iterations", "60"});
   const Process a = Spawn(first, {{"MASTER_PORT", port}}, dir + "/a.log");
   const Clock::time_point start = Clock::now();
   bool running = false;
@@ -540,7 +540,7 @@ TEST(FailureTest, SecondJobOnTheSamePortFailsFastAndLeavesTheFirst) {
       << b.output;
   const Outcome ao = Wait(a, 240);
   EXPECT_EQ(ao.status, 0) << ao.output;
-  EXPECT_NE(ao.output.find("trained 30 iterations"), std::string::npos) << ao.output;
+  EXPECT_NE(ao.output.find("trained 60 iterations"), std::string::npos) << ao.output;
   fs::remove_all(dir);
 }
 

@@ -419,12 +419,17 @@ class Trainer {
       watchdog_->Finish();
       return comm_->store().Add(kDoneKey, 1).status();
     }
-    // Rank 0 serves the store: wait until every other rank is done with it.
+    // Rank 0 serves the store: wait until every other rank is done with it (the watchdog times
+    // the wait and names a rank that never finishes).
+    std::vector<int64_t> others;
+    for (int64_t r = 1; r < env_.world_size; ++r) others.push_back(r);
+    if (!others.empty()) watchdog_->BeginWait("waiting for the other ranks to finish", others);
     for (;;) {
       SLUICE_ASSIGN_OR_RETURN(const int64_t done, comm_->store().Add(kDoneKey, 0));
       if (done >= env_.world_size - 1) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    watchdog_->EndWait();
     watchdog_->Finish();
     std::string merged_path;
     if (!o_.trace_dir.empty()) {
