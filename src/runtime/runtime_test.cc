@@ -573,7 +573,7 @@ TEST(TrainCheckTest, PlanWithRowsLongerThanMaxSeqlenIsRejected) {
   std::vector<std::string> train = {"train", "--nproc", "2", "--timeout", "30",
                                     "--plan", dir + "/p.json", "--model", "gpt-tiny"};
   train.insert(train.end(), common.begin(), common.end());
-  train.insert(train.end(), {"--max-seqlen", "24"});  // the last --max-seqlen wins
+  *std::find(train.begin(), train.end(), "96") = "24";  // --max-seqlen 24
   const Outcome o = RunSluice(train, dir, 90);
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_NE(o.output.find("clips samples at --max-seqlen 24: the plan was made with a larger "

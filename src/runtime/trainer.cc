@@ -123,13 +123,12 @@ class Trainer {
     if (!s.ok()) {
       // A failure another rank posted first is the cause (this one may only have lost a peer).
       const std::optional<std::string> posted = watchdog_->PostedFailure();
-      const bool reachable =
-          posted.has_value() ||
-          watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
+      if (!posted) watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
       watchdog_->Stop();
       // Keep the connections (and on rank 0 the store) open a moment, so that ranks which would
-      // only see this one vanish read the cause first (not when the store is gone: rank 0 is).
-      if (reachable || env_.rank == 0) std::this_thread::sleep_for(Watchdog::kLinger);
+      // only see this one vanish read the cause first. Also when the store is gone: the others
+      // then notice that themselves (and name rank 0) instead of blaming this rank.
+      std::this_thread::sleep_for(Watchdog::kLinger);
       // Leave the process groups and threads as they are: peers may be gone, and c10d teardown
       // would block on them. The process exits right after.
       (void)comm_.release();
