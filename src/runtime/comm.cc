@@ -425,6 +425,9 @@ void Watchdog::Loop() {
     store_failing = false;
     if (*aborts > 0) {
       StatusOr<std::string> msg = store_->GetString(kAbortMessage);
+      // Rank 0 serves the store: it stays a moment so that the others read the cause too
+      // instead of only losing the store.
+      if (env_.rank == 0) std::this_thread::sleep_for(kLinger);
       Die(fmt::format("stopping: {}", msg.ok() ? *msg : "another rank failed"));
     }
     for (int64_t j = 0; j < world; ++j) {
