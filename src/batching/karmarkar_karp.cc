@@ -233,8 +233,8 @@ StatusOr<BatchPlan> DistributeMicroBatches(ReplicaBatches global, std::span<cons
       return InternalError("distributing micro-batches: a half of a micro-batch has no cost");
     }
     weights[widest] = whole.Bottleneck().nanos();
-    global.micro_batches.insert(global.micro_batches.begin() + static_cast<std::ptrdiff_t>(widest) + 1,
-                                std::move(second));
+    global.micro_batches.insert(
+        global.micro_batches.begin() + static_cast<std::ptrdiff_t>(widest) + 1, std::move(second));
     weights.insert(weights.begin() + static_cast<std::ptrdiff_t>(widest) + 1,
                    global.micro_batches[widest + 1].Bottleneck().nanos());
   }

@@ -136,7 +136,8 @@ TEST(DistributeMicroBatchesTest, NoReplicaEmptyWhenTheBatchFitsOneMicroBatch) {
   // Fewer samples than replicas: as many replicas get one as there are samples.
   auto setup = MakeTestSetup("gpt-6.7b", TestParallel(4, 2));
   const StageCostEvaluator& e = setup->evaluator();
-  const std::vector<Sample> two = {Sample{.id = 0, .input_len = 20}, Sample{.id = 1, .input_len = 30}};
+  const std::vector<Sample> two = {Sample{.id = 0, .input_len = 20},
+                                   Sample{.id = 1, .input_len = 30}};
   auto global = MakeDynaPipeBatcher()->Build(two, e, BatchingOptions{}, 4);
   ASSERT_TRUE(global.ok());
   auto plan = DistributeMicroBatches(*global, two, e, BatchingOptions{});

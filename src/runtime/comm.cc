@@ -2,10 +2,9 @@
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
-
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cstdio>
@@ -125,9 +124,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::
 #endif
   (void)backend;
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  opts->devices.push_back(iface.empty()
-                              ? c10d::ProcessGroupGloo::createDeviceForHostname(address)
-                              : c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+  opts->devices.push_back(iface.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(address)
+                                        : c10d::ProcessGroupGloo::createDeviceForInterface(iface));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(rank),
                                                      static_cast<int>(size), opts);
 }
@@ -137,10 +135,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::
 // ---- StoreClient ----
 
 StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const DistEnv& env,
-                                                           std::chrono::milliseconds timeout) {
-  StatusOr<std::unique_ptr<StoreConnection>> c = StoreConnection::Connect(
-      env.master_addr, env.master_port, env.run_id, timeout,
-      std::chrono::steady_clock::now() + timeout);
+                                                            std::chrono::milliseconds timeout) {
+  StatusOr<std::unique_ptr<StoreConnection>> c =
+      StoreConnection::Connect(env.master_addr, env.master_port, env.run_id, timeout,
+                               std::chrono::steady_clock::now() + timeout);
   if (!c.ok()) {
     return FailedPreconditionError(fmt::format("rank {}: {}", env.rank, c.status().message()));
   }
@@ -149,9 +147,9 @@ StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const DistEnv& env,
 }
 
 Status StoreClient::Error(const Status& s) const {
-  return FailedPreconditionError(fmt::format(
-      "{}; the store at {} is served by rank 0 (did rank 0 die, stop or hang?)", s.message(),
-      conn_->where()));
+  return FailedPreconditionError(
+      fmt::format("{}; the store at {} is served by rank 0 (did rank 0 die, stop or hang?)",
+                  s.message(), conn_->where()));
 }
 
 c10::intrusive_ptr<c10d::Store> StoreClient::AsC10dStore() {
@@ -201,9 +199,8 @@ DeadlineGuard::DeadlineGuard(int64_t rank, std::chrono::milliseconds limit, std:
   thread_ = std::thread([this, rank, limit, message = std::move(message)] {
     std::unique_lock<std::mutex> lock(mu_);
     if (cv_.wait_for(lock, limit, [&] { return done_; })) return;
-    std::fprintf(stderr, "sluice: rank %ld: %s (not done within %.0f s)\n",
-                 static_cast<long>(rank), message.c_str(),
-                 std::chrono::duration<double>(limit).count());
+    std::fprintf(stderr, "sluice: rank %ld: %s (not done within %.0f s)\n", static_cast<long>(rank),
+                 message.c_str(), std::chrono::duration<double>(limit).count());
     std::fflush(stderr);
     std::fflush(stdout);
     _exit(1);
@@ -280,17 +277,17 @@ std::string Watchdog::Chain(int64_t peer) {
     lines.push_back(text->substr(start));
     lines.resize(3);
     if (lines[1].empty()) {
-      tail = fmt::format("; rank {} is not waiting for anyone (it is at iteration {}): it is "
-                         "the one that hangs",
-                         cur, lines[0].substr(0, lines[0].find(' ')));
+      tail = fmt::format(
+          "; rank {} is not waiting for anyone (it is at iteration {}): it is "
+          "the one that hangs",
+          cur, lines[0].substr(0, lines[0].find(' ')));
       break;
     }
     int64_t next = -1;
     if (!lines[2].empty() && lines[2].find(',') == std::string::npos) {
       std::from_chars(lines[2].data(), lines[2].data() + lines[2].size(), next);
     }
-    if (next < 0 || next == env_.rank ||
-        std::find(path.begin(), path.end(), next) != path.end()) {
+    if (next < 0 || next == env_.rank || std::find(path.begin(), path.end(), next) != path.end()) {
       tail = fmt::format("; rank {} waits in {}", cur, lines[1]);
       break;
     }
@@ -336,10 +333,10 @@ std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string
       waiting = waiting.substr(0, waiting.find('\n'));
       if (waiting != what) {
         const size_t sp = where.find(' ');
-        blamed.push_back(fmt::format(
-            "rank {} has not joined it (it is at iteration {}, instruction {}{})", p,
-            where.substr(0, sp), sp == std::string::npos ? "?" : where.substr(sp + 1),
-            waiting.empty() ? ", not waiting" : ", waiting in " + waiting + Chain(p)));
+        blamed.push_back(
+            fmt::format("rank {} has not joined it (it is at iteration {}, instruction {}{})", p,
+                        where.substr(0, sp), sp == std::string::npos ? "?" : where.substr(sp + 1),
+                        waiting.empty() ? ", not waiting" : ", waiting in " + waiting + Chain(p)));
       }
     }
   }
@@ -394,9 +391,9 @@ void Watchdog::BeatLoop() {
       waiting = wait_what_;
       if (!waiting.empty()) peers = fmt::format("{}", fmt::join(wait_peers_, ","));
     }
-    (void)beat_store_->SetString(ProgressKey(env_.rank), fmt::format("{} {}\n{}\n{}", pos >> 32,
-                                                                     pos & 0xffffffff, waiting,
-                                                                     peers));
+    (void)beat_store_->SetString(
+        ProgressKey(env_.rank),
+        fmt::format("{} {}\n{}\n{}", pos >> 32, pos & 0xffffffff, waiting, peers));
   }
 }
 
@@ -416,7 +413,8 @@ void Watchdog::Loop() {
       if (!store_failing) store_failing_since = now;
       store_failing = true;
       if (now - store_failing_since > kStoreGrace) {
-        Die(fmt::format("lost the rendezvous store served by rank 0 at {}:{}: rank 0 died, "
+        Die(
+            fmt::format("lost the rendezvous store served by rank 0 at {}:{}: rank 0 died, "
                         "stopped or hung, or the network failed ({})",
                         env_.master_addr, env_.master_port, aborts.status().message()));
       }
@@ -562,8 +560,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     c->world_ = MakeGroup(store, "world", env.rank, env.world_size, backend, env.gloo_iface,
                           address, pg_timeout);
     if (par.dp > 1) {
-      c->dp_ = MakeGroup(store, fmt::format("dp{}", p), d, par.dp, backend, env.gloo_iface,
-                         address, pg_timeout);
+      c->dp_ = MakeGroup(store, fmt::format("dp{}", p), d, par.dp, backend, env.gloo_iface, address,
+                         pg_timeout);
       for (int64_t k = 0; k < par.dp; ++k) {
         if (k != d) c->dp_peers_.push_back(k * par.pp + p);
       }

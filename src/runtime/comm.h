@@ -7,8 +7,9 @@
 // registers under "sluice/join/R" and waits until all WORLD_SIZE ranks have, within the timeout
 // (a missing rank is named: "rank 1 did not join"). Each process group's Gloo device binds this
 // rank's address: GLOO_SOCKET_IFNAME / --iface (an interface), else --bind (an address), else
-// the local address the kernel routes MASTER_ADDR through (127.0.0.1 on one host). Process groups (ProcessGroupGloo on CPU; ProcessGroupNCCL when libtorch
-// was built with it, USE_C10D_NCCL, and --backend nccl is asked for):
+// the local address the kernel routes MASTER_ADDR through (127.0.0.1 on one host). Process groups
+// (ProcessGroupGloo on CPU; ProcessGroupNCCL when libtorch was built with it, USE_C10D_NCCL, and
+// --backend nccl is asked for):
 //   - "world": all ranks, for the plan's point-to-point transfers (peers are global rank ids,
 //     tags are the plan's MessageTag values);
 //   - "dp<p>": the data-parallel replicas of pipeline rank p (dp > 1), for gradient buckets;

@@ -274,7 +274,7 @@ class ServerState {
 
 StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& address, int port,
                                                           const std::string& run_id) {
-  SLUICE_ASSIGN_OR_RETURN(addrinfo* res, Resolve(address, port, /*passive=*/false));
+  SLUICE_ASSIGN_OR_RETURN(addrinfo * res, Resolve(address, port, /*passive=*/false));
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
   const std::string where = AddrText(res->ai_addr);
   const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -286,10 +286,9 @@ StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& add
     const int err = errno;
     close(fd);
     return FailedPreconditionError(fmt::format(
-        "cannot serve the store on {} (MASTER_ADDR:MASTER_PORT): {}{}", where,
-        std::strerror(err),
-        err == EADDRINUSE ? " (another job, or a process of an earlier one, uses MASTER_PORT; "
-                            "give each job its own port)"
+        "cannot serve the store on {} (MASTER_ADDR:MASTER_PORT): {}{}", where, std::strerror(err),
+        err == EADDRINUSE      ? " (another job, or a process of an earlier one, uses MASTER_PORT; "
+                                 "give each job its own port)"
         : err == EADDRNOTAVAIL ? " (MASTER_ADDR is not an address of this host: rank 0 must "
                                  "run where MASTER_ADDR points)"
                                : ""));
@@ -415,8 +414,8 @@ int ConnectOnce(const addrinfo* a, Clock::time_point deadline) {
       return -1;
     }
     pollfd p{fd, POLLOUT, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                            Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     const int rc = poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
     int err = 0;
     socklen_t len = sizeof err;
@@ -439,9 +438,9 @@ int ConnectOnce(const addrinfo* a, Clock::time_point deadline) {
 }  // namespace
 
 StatusOr<std::unique_ptr<StoreConnection>> StoreConnection::Connect(
-    const std::string& host, int port, const std::string& run_id,
-    std::chrono::milliseconds timeout, Clock::time_point connect_deadline) {
-  SLUICE_ASSIGN_OR_RETURN(addrinfo* res, Resolve(host, port, /*passive=*/false));
+    const std::string& host, int port, const std::string& run_id, std::chrono::milliseconds timeout,
+    Clock::time_point connect_deadline) {
+  SLUICE_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, /*passive=*/false));
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
   const std::string where = fmt::format("{}:{}", host, port);
   int last_err = 0;
@@ -459,8 +458,8 @@ StatusOr<std::unique_ptr<StoreConnection>> StoreConnection::Connect(
       StatusOr<std::string> r = c->Call(hello, timeout, "hello");
       if (!r.ok()) {
         return FailedPreconditionError(fmt::format(
-            "the store at {} (MASTER_ADDR:MASTER_PORT) refused this job (run id '{}'): {}{}",
-            where, run_id, r.status().message(),
+            "the store at {} (MASTER_ADDR:MASTER_PORT) refused this job (run id '{}'): {}{}", where,
+            run_id, r.status().message(),
             r.status().message().find("serves run id") != std::string::npos
                 ? "; another job uses this MASTER_PORT: give each job its own port or the same "
                   "--run-id to all its ranks"
@@ -474,8 +473,7 @@ StatusOr<std::unique_ptr<StoreConnection>> StoreConnection::Connect(
   return FailedPreconditionError(fmt::format(
       "could not reach the store at {} (MASTER_ADDR:MASTER_PORT) within {}: {}; rank 0, which "
       "serves it, has not started or has exited, or the address is wrong",
-      where,
-      Secs(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
+      where, Secs(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)),
       std::strerror(last_err)));
 }
 
@@ -488,9 +486,8 @@ StatusOr<std::string> StoreConnection::Call(const std::string& request,
                                             const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) {
-    return FailedPreconditionError(
-        fmt::format("store {}: the connection to {} was closed earlier: {}", what, where_,
-                    broken_));
+    return FailedPreconditionError(fmt::format(
+        "store {}: the connection to {} was closed earlier: {}", what, where_, broken_));
   }
   const Clock::time_point deadline = Clock::now() + wait;
   const auto fail = [&](const std::string& why) -> Status {
@@ -501,8 +498,8 @@ StatusOr<std::string> StoreConnection::Call(const std::string& request,
   };
   const auto left_ms = [&] {
     return static_cast<int>(std::clamp<int64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count(),
-        0, INT32_MAX));
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count(), 0,
+        INT32_MAX));
   };
   const std::string frame = Frame(request);
   size_t sent = 0;
@@ -511,9 +508,10 @@ StatusOr<std::string> StoreConnection::Call(const std::string& request,
     const int rc = poll(&p, 1, left_ms());
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) {
-      return fail(fmt::format("{} did not take the request within {} (the process serving it "
-                              "is stopped or hung, or the network failed)",
-                              where_, Secs(wait)));
+      return fail(
+          fmt::format("{} did not take the request within {} (the process serving it "
+                      "is stopped or hung, or the network failed)",
+                      where_, Secs(wait)));
     }
     const ssize_t n = send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
@@ -532,9 +530,9 @@ StatusOr<std::string> StoreConnection::Call(const std::string& request,
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) {
       const bool waits = what.rfind("get ", 0) == 0 || what.rfind("wait ", 0) == 0;
-      return fail(waits ? fmt::format("not set within {} (or {} stopped answering)", Secs(wait),
-                                      where_)
-                        : fmt::format("no answer from {} within {}", where_, Secs(wait)));
+      return fail(
+          waits ? fmt::format("not set within {} (or {} stopped answering)", Secs(wait), where_)
+                : fmt::format("no answer from {} within {}", where_, Secs(wait)));
     }
     const ssize_t n = recv(fd_, buf, std::min(sizeof buf, need - in.size()), 0);
     if (n == 0) return fail(fmt::format("{} closed the connection", where_));
@@ -613,8 +611,8 @@ StatusOr<bool> StoreConnection::Delete(const std::string& key) {
 }
 
 StatusOr<int64_t> StoreConnection::NumKeys() {
-  StatusOr<std::string> r = Call(std::string(1, static_cast<char>(Op::kNumKeys)), timeout_,
-                                 "key count");
+  StatusOr<std::string> r =
+      Call(std::string(1, static_cast<char>(Op::kNumKeys)), timeout_, "key count");
   if (!r.ok()) return r.status();
   Reader rd(*r);
   int64_t v = 0;

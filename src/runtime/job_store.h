@@ -90,15 +90,14 @@ class StoreConnection {
   const std::string& where() const { return where_; }
 
  private:
-  StoreConnection(int fd, std::string where, std::string prefix,
-                  std::chrono::milliseconds timeout)
+  StoreConnection(int fd, std::string where, std::string prefix, std::chrono::milliseconds timeout)
       : fd_(fd), where_(std::move(where)), prefix_(std::move(prefix)), timeout_(timeout) {}
   // Sends `request`, waits up to `wait` for the reply payload (after the status byte).
   StatusOr<std::string> Call(const std::string& request, std::chrono::milliseconds wait,
                              const std::string& what);
 
   std::mutex mu_;
-  int fd_;  // guarded by mu_; -1 once broken
+  int fd_;              // guarded by mu_; -1 once broken
   std::string broken_;  // guarded by mu_: why the connection was closed
   std::string where_, prefix_;
   std::chrono::milliseconds timeout_;

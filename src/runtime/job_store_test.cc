@@ -57,8 +57,7 @@ TEST(JobStoreTest, Operations) {
   EXPECT_TRUE(*s.Delete("a"));
   EXPECT_FALSE(*s.Delete("a"));
   // A get waits for another connection's set.
-  auto other = StoreConnection::Connect("127.0.0.1", port, "job", milliseconds(2000),
-                                        Clock::now());
+  auto other = StoreConnection::Connect("127.0.0.1", port, "job", milliseconds(2000), Clock::now());
   ASSERT_TRUE(other.ok());
   std::thread setter([&] {
     std::this_thread::sleep_for(milliseconds(100));
@@ -110,8 +109,7 @@ TEST(JobStoreTest, AnotherRunIsRefusedNamingBothIds) {
   const int port = FreePort();
   auto server = StoreServer::Start("127.0.0.1", port, "first");
   ASSERT_TRUE(server.ok());
-  auto c = StoreConnection::Connect("127.0.0.1", port, "second", milliseconds(1000),
-                                    Clock::now());
+  auto c = StoreConnection::Connect("127.0.0.1", port, "second", milliseconds(1000), Clock::now());
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("this store serves run id 'first', not 'second'"),
             std::string::npos)

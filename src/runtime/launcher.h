@@ -43,8 +43,8 @@ struct DistEnv {
   int master_port = kDefaultMasterPort;
   bool launched = false;  // SLUICE_LAUNCHED=1: started by LaunchLocal
   std::string run_id = kDefaultRunId;  // scopes every store key
-  std::string gloo_iface;  // GLOO_SOCKET_IFNAME or --iface: the Gloo devices' interface
-  std::string bind_addr;   // --bind: this rank's address for the Gloo devices
+  std::string gloo_iface;              // GLOO_SOCKET_IFNAME or --iface: the Gloo devices' interface
+  std::string bind_addr;               // --bind: this rank's address for the Gloo devices
 
   friend bool operator==(const DistEnv&, const DistEnv&) = default;
 };

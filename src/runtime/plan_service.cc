@@ -96,13 +96,14 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
       const std::string why = fmt::format(
           "batch {}: it has {} sample{}, fewer than the dp = {} replicas (each needs at least "
           "one; raise --tokens-per-batch)",
-          batch.index, batch.samples.size(), batch.samples.size() == 1 ? "" : "s",
-          o_.parallel.dp);
+          batch.index, batch.samples.size(), batch.samples.size() == 1 ? "" : "s", o_.parallel.dp);
       if (first_skip_.empty()) {
         first_skip_ = why;
         std::lock_guard<std::mutex> lock(mu_);
-        notes_.push_back(fmt::format("skipped {} (further skipped batches are counted in the "
-                                     "summary)", why));
+        notes_.push_back(
+            fmt::format("skipped {} (further skipped batches are counted in the "
+                        "summary)",
+                        why));
       }
       continue;
     }
@@ -145,8 +146,8 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
   }
   if (skipped_ > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    notes_.push_back(fmt::format("skipped {} of the {} batches considered (first: {})",
-                                 skipped_, considered_, first_skip_));
+    notes_.push_back(fmt::format("skipped {} of the {} batches considered (first: {})", skipped_,
+                                 considered_, first_skip_));
   }
   p.kind = PackageKind::kEnd;
   return p;

@@ -493,9 +493,19 @@ TEST(FailureTest, StoppedStoreServerMakesTheOthersExitNamingIt) {
 // A rank that never starts: the present ones exit within the timeout naming it.
 TEST(FailureTest, MissingRankIsNamedWithinTheTimeout) {
   const std::string dir = MakeDir("missing");
-  const std::vector<std::string> args = {"train", "--timeout", "3", "--iterations", "1",
-                                         "--data", "mixture-4task", "--max-seqlen", "96",
-                                         "--tokens-per-batch", "600", "--memory-limit", "55"};
+  const std::vector<std::string> args = {"train",
+                                         "--timeout",
+                                         "3",
+                                         "--iterations",
+                                         "1",
+                                         "--data",
+                                         "mixture-4task",
+                                         "--max-seqlen",
+                                         "96",
+                                         "--tokens-per-batch",
+                                         "600",
+                                         "--memory-limit",
+                                         "55"};
   for (const int present : {0, 1}) {
     const Process p = Spawn(args,
                             {{"RANK", std::to_string(present)},
@@ -516,9 +526,21 @@ TEST(FailureTest, MissingRankIsNamedWithinTheTimeout) {
 TEST(FailureTest, SecondJobOnTheSamePortFailsFastAndLeavesTheFirst) {
   const std::string dir = MakeDir("second_job");
   const std::string port = std::to_string(FreePort());
-  const std::vector<std::string> common = {
-      "train", "--nproc", "2", "--data", "mixture-4task", "--max-seqlen", "96",
-      "--tokens-per-batch", "600", "--memory-limit", "55", "--threads", "1", "--timeout", "20"};
+  const std::vector<std::string> common = {"train",
+                                           "--nproc",
+                                           "2",
+                                           "--data",
+                                           "mixture-4task",
+                                           "--max-seqlen",
+                                           "96",
+                                           "--tokens-per-batch",
+                                           "600",
+                                           "--memory-limit",
+                                           "55",
+                                           "--threads",
+                                           "1",
+                                           "--timeout",
+                                           "20"};
   std::vector<std::string> first = common;
   first.insert(first.end(), {"--iterations", "60"});
   const Process a = Spawn(first, {{"MASTER_PORT", port}}, dir + "/a.log");
@@ -548,9 +570,9 @@ TEST(FailureTest, SecondJobOnTheSamePortFailsFastAndLeavesTheFirst) {
 // with one "skipped" line per batch of the epoch.
 TEST(TrainCheckTest, TrainingNothingIsAnError) {
   const std::string dir = MakeDir("nothing");
-  const Outcome o = RunSluice({"train", "--nproc", "2", "--iterations", "2", "--memory-limit",
-                               "26", "--timeout", "30"},
-                              dir, 120);
+  const Outcome o = RunSluice(
+      {"train", "--nproc", "2", "--iterations", "2", "--memory-limit", "26", "--timeout", "30"},
+      dir, 120);
   EXPECT_EQ(o.status, 2) << o.output;
   EXPECT_NE(o.output.find("nothing to train: all 2 batches considered (--iterations 2) were "
                           "skipped"),
@@ -570,7 +592,7 @@ TEST(TrainCheckTest, PlanWithRowsLongerThanMaxSeqlenIsRejected) {
   const std::string dir = MakeDir("seqlen");
   const std::vector<std::string> common = TinyPlanFlags();
   ASSERT_NO_FATAL_FAILURE(PlanTinyGpt(common, dir + "/p.json", dir));
-  std::vector<std::string> train = {"train", "--nproc", "2", "--timeout", "30",
+  std::vector<std::string> train = {"train",  "--nproc",       "2",       "--timeout", "30",
                                     "--plan", dir + "/p.json", "--model", "gpt-tiny"};
   train.insert(train.end(), common.begin(), common.end());
   *std::find(train.begin(), train.end(), "96") = "24";  // --max-seqlen 24

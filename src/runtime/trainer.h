@@ -65,8 +65,8 @@ struct TrainOptions {
   // their samples' lengths come from `plan_samples` (the data after clipping).
   std::vector<std::string> plan_files;
   std::vector<Sample> plan_samples;
-  int64_t iterations = 0;     // batches considered (skipped ones too); 0 = until the data ends
-  int64_t max_seqlen = 0;     // the run's --max-seqlen: plan files with longer rows are rejected
+  int64_t iterations = 0;  // batches considered (skipped ones too); 0 = until the data ends
+  int64_t max_seqlen = 0;  // the run's --max-seqlen: plan files with longer rows are rejected
   // Train plans that leave samples of their batch out (ExecutionPlan::dropped) instead of
   // failing (--allow-partial).
   bool allow_partial = false;
