@@ -181,6 +181,7 @@ struct Case {
   std::string schedule;
   std::string method = "dynapipe";
   std::string recompute;  // "" = the method chooses
+  std::string memory_limit;  // "" = 40 MB for T5, 55 MB for GPT
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -211,7 +212,8 @@ std::vector<Case> Cases() {
   // pp = 1: one rank per replica, and two chunks on one rank handing over through a slot.
   cases.push_back({"gpt_1f1b_pp1_dp2", "gpt-tiny", 2, 1, 1, "1f1b"});
   cases.push_back({"gpt_interleaved_pp1_vpp2_dp1", "gpt-tiny", 1, 1, 2, "interleaved"});
-  cases.push_back({"t5_gpipe_pp1_dp1", "t5-tiny", 1, 1, 1, "gpipe"});
+  // GPipe keeps every micro-batch's activations: at 40 MB no early batch of these fits.
+  cases.push_back({"t5_gpipe_pp1_dp1", "t5-tiny", 1, 1, 1, "gpipe", "dynapipe", "", "56"});
   // Recompute levels forced, and packed varlen rows.
   cases.push_back({"gpt_1f1b_pp2_dp1_full", "gpt-tiny", 1, 2, 1, "1f1b", "dynapipe", "full"});
   cases.push_back({"gpt_zb-h1_pp2_dp1_full", "gpt-tiny", 1, 2, 1, "zb-h1", "dynapipe", "full"});
@@ -220,7 +222,7 @@ std::vector<Case> Cases() {
   // Packed rows: attending across the row (packing) and per sample (multipack, varlen).
   cases.push_back({"gpt_1f1b_pp2_dp2_packing", "gpt-tiny", 2, 2, 1, "1f1b", "packing"});
   cases.push_back({"gpt_1f1b_pp2_dp1_multipack", "gpt-tiny", 1, 2, 1, "1f1b", "multipack"});
-  cases.push_back({"t5_gpipe_pp2_dp1_packing", "t5-tiny", 1, 2, 1, "gpipe", "packing"});
+  cases.push_back({"t5_gpipe_pp2_dp1_packing", "t5-tiny", 1, 2, 1, "gpipe", "packing", "", "56"});
   return cases;
 }
 
@@ -230,8 +232,8 @@ std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_
       "--parallel", fmt::format("dp={},pp={},vpp={}", c.dp, c.pp, c.vpp), "--schedule",
       c.schedule, "--method", c.method, "--data", "mixture-4task", "--tokens-per-batch",
       std::to_string(600 * c.dp), "--max-seqlen", "96", "--memory-limit",
-      c.model.rfind("t5", 0) == 0 ? "40" : "55", "--iterations",
-      std::to_string(iterations), "--seed", std::to_string(kSeed), "--lr", "0.001",
+      !c.memory_limit.empty() ? c.memory_limit : c.model.rfind("t5", 0) == 0 ? "40" : "55",
+      "--iterations", std::to_string(iterations), "--seed", std::to_string(kSeed), "--lr", "0.001",
       "--threads", "1", "--timeout", "60", "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"};
   if (!c.recompute.empty()) {
     a.push_back("--recompute");
@@ -266,7 +268,11 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   const Case& c = GetParam();
   const std::string dir = MakeDir(c.name);
   constexpr int64_t kIterations = 2;
-  const Outcome run = RunSluice(TrainArgs(c, dir, kIterations), dir);
+  // --iterations counts the batches considered: under GPipe's memory one of the first few
+  // batches does not fit (it is skipped), so GPipe cases consider one more batch and the first
+  // two trained iterations are compared.
+  const int64_t considered = c.schedule == "gpipe" ? kIterations + 1 : kIterations;
+  const Outcome run = RunSluice(TrainArgs(c, dir, considered), dir);
   ASSERT_EQ(run.status, 0) << run.output;
 
   // The plans really were variable-length, multi-micro-batch plans of the requested schedule.
@@ -319,7 +325,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   ASSERT_TRUE(ref.ok()) << ref.status().message();
 
   const std::vector<double> losses = ReadLosses(dir + "/metrics.jsonl");
-  ASSERT_EQ(losses.size(), static_cast<size_t>(kIterations)) << run.output;
+  ASSERT_GE(losses.size(), static_cast<size_t>(kIterations)) << run.output;
   for (int64_t i = 0; i < kIterations; ++i) {
     EXPECT_NEAR(losses[i], ref->losses[i], kTolerance * std::abs(ref->losses[i]))
         << "iteration " << i;
