@@ -212,7 +212,44 @@ StatusOr<BatchPlan> DistributeMicroBatches(ReplicaBatches global, std::span<cons
     }
     weights.push_back(mb.Bottleneck().nanos());
   }
-  const std::vector<std::vector<int64_t>> bins = BalancedPartition(weights, dp);
+  // Fewer micro-batches than replicas: cut the widest (most rows) in two, in row order, until
+  // every replica can have one. Halves hold fewer rows, so they fit wherever the whole did.
+  while (static_cast<int64_t>(global.micro_batches.size()) < dp) {
+    size_t widest = 0;
+    for (size_t i = 1; i < global.micro_batches.size(); ++i) {
+      if (global.micro_batches[i].rows.size() > global.micro_batches[widest].rows.size()) {
+        widest = i;
+      }
+    }
+    if (global.micro_batches.empty() || global.micro_batches[widest].rows.size() < 2) break;
+    MicroBatch& whole = global.micro_batches[widest];
+    MicroBatch second;
+    second.varlen = whole.varlen;
+    second.recompute = whole.recompute;
+    const size_t half = (whole.rows.size() + 1) / 2;
+    second.rows.assign(whole.rows.begin() + static_cast<std::ptrdiff_t>(half), whole.rows.end());
+    whole.rows.resize(half);
+    if (!PriceMicroBatch(eval, index, &whole) || !PriceMicroBatch(eval, index, &second)) {
+      return InternalError("distributing micro-batches: a half of a micro-batch has no cost");
+    }
+    weights[widest] = whole.Bottleneck().nanos();
+    global.micro_batches.insert(
+        global.micro_batches.begin() + static_cast<std::ptrdiff_t>(widest) + 1, std::move(second));
+    weights.insert(weights.begin() + static_cast<std::ptrdiff_t>(widest) + 1,
+                   global.micro_batches[widest + 1].Bottleneck().nanos());
+  }
+  std::vector<std::vector<int64_t>> bins = BalancedPartition(weights, dp);
+  // A replica left empty takes the lightest micro-batch of the replica with the most.
+  for (std::vector<int64_t>& bin : bins) {
+    if (!bin.empty()) continue;
+    auto donor = std::max_element(bins.begin(), bins.end(),
+                                  [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    if (donor->size() < 2) break;
+    auto lightest = std::min_element(donor->begin(), donor->end(),
+                                     [&](int64_t a, int64_t b) { return weights[a] < weights[b]; });
+    bin.push_back(*lightest);
+    donor->erase(lightest);
+  }
   plan.replicas.resize(static_cast<size_t>(dp));
   for (int64_t r = 0; r < dp; ++r) {
     for (int64_t i : bins[r]) plan.replicas[r].push_back(std::move(global.micro_batches[i]));

@@ -10,7 +10,12 @@
 // Ties break on creation order, so the result is deterministic.
 //
 // DistributeMicroBatches gives each replica one bin (BalancedPartition) of the global
-// micro-batches, weighted by their bottleneck-stage time, then checks the memory of every replica's
+// micro-batches, weighted by their bottleneck-stage time. When there are fewer micro-batches than
+// replicas (a small batch fits in one micro-batch), the micro-batches with the most rows are
+// first cut in two (rows in order, each half re-priced) until every replica can get one or no
+// micro-batch has two rows left; a replica left empty by the partition then takes the
+// lightest micro-batch of a replica that has several. So no replica is empty when the batch has
+// at least dp rows. It then checks the memory of every replica's
 // order exactly (CheckSequenceMemory), raising recompute levels where a window is overfull unless
 // the level is fixed (RaiseRecomputeToFit in dynapipe_batcher.h).
 //

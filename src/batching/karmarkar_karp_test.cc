@@ -111,5 +111,41 @@ TEST(DistributeMicroBatchesTest, BalancedValidPlan) {
   EXPECT_FALSE(DistributeMicroBatches(stray, batch, e, BatchingOptions{}).ok());
 }
 
+// A batch small enough for one micro-batch still gives every replica samples: the documented
+// `train --parallel dp=2,pp=2` case, where DynaPipe's DP picks one micro-batch for the whole batch.
+TEST(DistributeMicroBatchesTest, NoReplicaEmptyWhenTheBatchFitsOneMicroBatch) {
+  for (const int64_t dp : {2, 4}) {
+    auto setup = MakeTestSetup("gpt-6.7b", TestParallel(dp, 2));
+    const StageCostEvaluator& e = setup->evaluator();
+    std::vector<Sample> batch;
+    for (int64_t i = 0; i < 5; ++i) batch.push_back(Sample{.id = i, .input_len = 16 + i});
+    auto global = MakeDynaPipeBatcher()->Build(batch, e, BatchingOptions{}, dp);
+    ASSERT_TRUE(global.ok());
+    ASSERT_EQ(global->outcome, PlanOutcome::kOk);
+    // The precondition of the bug: DynaPipe packs these few short samples into fewer
+    // micro-batches than replicas.
+    ASSERT_LT(static_cast<int64_t>(global->micro_batches.size()), dp);
+    auto plan = DistributeMicroBatches(*global, batch, e, BatchingOptions{});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ASSERT_EQ(plan->outcome, PlanOutcome::kOk) << plan->infeasible_reason;
+    ASSERT_EQ(static_cast<int64_t>(plan->replicas.size()), dp);
+    for (const auto& replica : plan->replicas) EXPECT_FALSE(replica.empty());
+    EXPECT_TRUE(ValidateBatchPlan(*plan, batch, e).ok());
+    EXPECT_EQ(testing::SampleIdsOf(*plan).size(), batch.size());
+  }
+  // Fewer samples than replicas: as many replicas get one as there are samples.
+  auto setup = MakeTestSetup("gpt-6.7b", TestParallel(4, 2));
+  const StageCostEvaluator& e = setup->evaluator();
+  const std::vector<Sample> two = {Sample{.id = 0, .input_len = 20},
+                                   Sample{.id = 1, .input_len = 30}};
+  auto global = MakeDynaPipeBatcher()->Build(two, e, BatchingOptions{}, 4);
+  ASSERT_TRUE(global.ok());
+  auto plan = DistributeMicroBatches(*global, two, e, BatchingOptions{});
+  ASSERT_TRUE(plan.ok());
+  int64_t filled = 0;
+  for (const auto& replica : plan->replicas) filled += replica.empty() ? 0 : 1;
+  EXPECT_EQ(filled, 2);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -28,6 +28,10 @@ struct TrainFlags {
   int64_t lookahead = 2;
   std::string backend = "gloo";
   std::string fault;
+  bool allow_partial = false;
+  std::string run_id;
+  std::string bind;
+  std::string iface;
 };
 
 Status RunTrain(const TrainFlags& f) {
@@ -37,6 +41,9 @@ Status RunTrain(const TrainFlags& f) {
     SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--metrics", f.metrics, inputs));
   }
   SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
+  if (!f.run_id.empty()) env.run_id = f.run_id;
+  if (!f.iface.empty()) env.gloo_iface = f.iface;
+  env.bind_addr = f.bind;
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario and
   // builds the same planner (rank 0 plans with it).
@@ -65,6 +72,7 @@ Status RunTrain(const TrainFlags& f) {
     lo.nproc = f.nproc;
     lo.master_addr = env.master_addr;
     lo.master_port = env.master_port;
+    lo.run_id = f.run_id;  // "" = a fresh id per launch, so two launches never share a store
     return runtime::LaunchLocal(argv, lo);
   }
   if (f.nproc > 0 && env.world_size != f.nproc) {
@@ -84,6 +92,8 @@ Status RunTrain(const TrainFlags& f) {
     }
   }
   o.iterations = sc.iterations;
+  o.max_seqlen = sc.max_seqlen;
+  o.allow_partial = f.allow_partial;
   o.lookahead = f.lookahead;
   o.seed = f.scenario.seed;
   o.lr = f.lr;
@@ -172,6 +182,23 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--fault", flags->fault,
                 "Testing aid: RANK:ITERATION:KIND injects a failure (exit, kill, stop, hang)")
       ->type_name("R:I:KIND");
+  t->add_flag("--allow-partial", flags->allow_partial,
+              "Train plans that leave samples of their batch out (otherwise an error)");
+  t->add_option("--run-id", flags->run_id,
+                "Job id scoping every store key; the store refuses ranks of another id "
+                "(default: SLUICE_RUN_ID, torchrun's TORCHELASTIC_RUN_ID, a fresh id with "
+                "--nproc, else 'sluice')")
+      ->type_name("ID")
+      ->check([](const std::string& v) {
+        return v.empty() || v.size() > 128 ? std::string("must be 1 to 128 characters") : "";
+      });
+  t->add_option("--bind", flags->bind,
+                "This rank's address for the Gloo transfers (default: the local address that "
+                "routes to MASTER_ADDR); rank 0's store binds MASTER_ADDR only")
+      ->type_name("ADDR");
+  t->add_option("--iface", flags->iface,
+                "This rank's network interface for the Gloo transfers (as GLOO_SOCKET_IFNAME)")
+      ->type_name("NAME");
   SetHandler(t, state, [flags] { return RunTrain(*flags); });
 }
 

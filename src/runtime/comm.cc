@@ -2,8 +2,11 @@
 
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 
 #ifdef USE_C10D_NCCL
@@ -20,7 +23,8 @@ constexpr int64_t kFinishedBeat = int64_t{1} << 40;
 constexpr auto kStoreGrace = std::chrono::seconds(2);
 
 std::string HeartbeatKey(int64_t rank) { return fmt::format("sluice/hb/{}", rank); }
-// "<iteration> <instruction>\n<what the main thread waits in, or empty>"
+// "<iteration> <instruction>\n<what the main thread waits in, or empty>\n<awaited ranks, comma
+// separated>"
 std::string ProgressKey(int64_t rank) { return fmt::format("sluice/progress/{}", rank); }
 constexpr const char* kAbortCount = "sluice/abort/count";
 constexpr const char* kAbortMessage = "sluice/abort/message";
@@ -29,9 +33,85 @@ double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// The c10d view of a StoreConnection, for ProcessGroupGloo's rendezvous (set, get, wait). Errors
+// are thrown as c10::Error, as c10d stores do; waits are capped at the connection's timeout.
+class C10dStore : public c10d::Store {
+ public:
+  explicit C10dStore(std::shared_ptr<StoreConnection> conn)
+      : c10d::Store(conn->timeout()), conn_(std::move(conn)) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    Check(conn_->Set(key, value));
+  }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return Value(conn_->CompareSet(key, expected, desired));
+  }
+  std::vector<uint8_t> get(const std::string& key) override { return Value(conn_->Get(key)); }
+  int64_t add(const std::string& key, int64_t value) override {
+    return Value(conn_->Add(key, value));
+  }
+  bool deleteKey(const std::string& key) override { return Value(conn_->Delete(key)); }
+  bool check(const std::vector<std::string>& keys) override { return Value(conn_->Check(keys)); }
+  int64_t getNumKeys() override { return Value(conn_->NumKeys()); }
+  void wait(const std::vector<std::string>& keys) override {
+    Check(conn_->Wait(keys, conn_->timeout()));
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const auto cap = conn_->timeout();
+    Check(conn_->Wait(keys, timeout.count() <= 0 ? cap : std::min(timeout, cap)));
+  }
+
+ private:
+  static void Check(const Status& s) { TORCH_CHECK(s.ok(), s.message()); }
+  template <typename T>
+  static T Value(StatusOr<T> v) {
+    TORCH_CHECK(v.ok(), v.status().message());
+    return std::move(*v);
+  }
+  std::shared_ptr<StoreConnection> conn_;
+};
+
+// This rank's address for the Gloo devices when neither an interface nor --bind is given: the
+// local address the kernel routes `master` through (a UDP connect sends nothing). On one host
+// that is 127.0.0.1; across hosts, the address on the interface facing rank 0.
+StatusOr<std::string> RouteAddressTo(const std::string& master, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (const int rc = getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &res);
+      rc != 0 || res == nullptr) {
+    return InvalidArgumentError(
+        fmt::format("cannot resolve MASTER_ADDR '{}': {}", master, gai_strerror(rc)));
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
+  const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  const bool ok = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int err = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) {
+    return FailedPreconditionError(fmt::format(
+        "no route to MASTER_ADDR '{}' ({}); give the Gloo address with --bind or the interface "
+        "with GLOO_SOCKET_IFNAME / --iface",
+        master, std::strerror(err)));
+  }
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&local), len, host, sizeof host, nullptr, 0,
+                  NI_NUMERICHOST) != 0) {
+    return FailedPreconditionError("cannot print the local address");
+  }
+  return std::string(host);
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store,
                                                  const std::string& name, int64_t rank,
                                                  int64_t size, Backend backend,
+                                                 const std::string& iface,
+                                                 const std::string& address,
                                                  std::chrono::milliseconds timeout) {
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("sluice/pg/" + name, store);
 #ifdef USE_C10D_NCCL
@@ -44,7 +124,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::
 #endif
   (void)backend;
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  opts->devices.push_back(iface.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(address)
+                                        : c10d::ProcessGroupGloo::createDeviceForInterface(iface));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(rank),
                                                      static_cast<int>(size), opts);
 }
@@ -53,42 +134,31 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const c10::intrusive_ptr<c10d::
 
 // ---- StoreClient ----
 
-StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const DistEnv& env, bool join,
-                                                           std::chrono::milliseconds timeout) {
-  const std::string where = fmt::format("{}:{}", env.master_addr, env.master_port);
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<uint16_t>(env.master_port);
-  o.isServer = join && env.rank == 0;
-  o.numWorkers = join ? c10::optional<size_t>(env.world_size) : c10::nullopt;
-  o.waitWorkers = join;
-  o.timeout = timeout;
-  try {
-    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-    return std::unique_ptr<StoreClient>(new StoreClient(std::move(store), where));
-  } catch (const std::exception& e) {
-    return FailedPreconditionError(fmt::format(
-        "rank {}: rendezvous at {} (MASTER_ADDR:MASTER_PORT) failed{}: {}", env.rank, where,
-        join ? fmt::format(" (waiting for {} ranks for {:.0f} s)", env.world_size,
-                           Seconds(timeout))
-             : "",
-        e.what()));
+StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(const DistEnv& env,
+                                                            std::chrono::milliseconds timeout) {
+  StatusOr<std::unique_ptr<StoreConnection>> c =
+      StoreConnection::Connect(env.master_addr, env.master_port, env.run_id, timeout,
+                               std::chrono::steady_clock::now() + timeout);
+  if (!c.ok()) {
+    return FailedPreconditionError(fmt::format("rank {}: {}", env.rank, c.status().message()));
   }
+  return std::unique_ptr<StoreClient>(
+      new StoreClient(std::shared_ptr<StoreConnection>(std::move(*c)), env.rank));
 }
 
-Status StoreClient::Error(const std::string& op, const std::string& key,
-                          const std::exception& e) const {
-  return FailedPreconditionError(fmt::format(
-      "store {} of '{}' failed: {}; the store at {} is served by rank 0 (did rank 0 die?)", op,
-      key, e.what(), where_));
+Status StoreClient::Error(const Status& s) const {
+  return FailedPreconditionError(
+      fmt::format("{}; the store at {} is served by rank 0 (did rank 0 die, stop or hang?)",
+                  s.message(), conn_->where()));
+}
+
+c10::intrusive_ptr<c10d::Store> StoreClient::AsC10dStore() {
+  return c10::make_intrusive<C10dStore>(conn_);
 }
 
 Status StoreClient::Set(const std::string& key, const std::vector<uint8_t>& value) {
-  try {
-    store_->set(key, value);
-    return Status::Ok();
-  } catch (const std::exception& e) {
-    return Error("set", key, e);
-  }
+  Status s = conn_->Set(key, value);
+  return s.ok() ? s : Error(s);
 }
 
 Status StoreClient::SetString(const std::string& key, const std::string& value) {
@@ -96,11 +166,9 @@ Status StoreClient::SetString(const std::string& key, const std::string& value) 
 }
 
 StatusOr<std::vector<uint8_t>> StoreClient::Get(const std::string& key) {
-  try {
-    return store_->get(key);
-  } catch (const std::exception& e) {
-    return Error("get", key, e);
-  }
+  StatusOr<std::vector<uint8_t>> v = conn_->Get(key);
+  if (!v.ok()) return Error(v.status());
+  return v;
 }
 
 StatusOr<std::string> StoreClient::GetString(const std::string& key) {
@@ -109,38 +177,52 @@ StatusOr<std::string> StoreClient::GetString(const std::string& key) {
 }
 
 StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
-  try {
-    return store_->add(key, delta);
-  } catch (const std::exception& e) {
-    return Error("add", key, e);
-  }
+  StatusOr<int64_t> v = conn_->Add(key, delta);
+  if (!v.ok()) return Error(v.status());
+  return v;
 }
 
 StatusOr<bool> StoreClient::Check(const std::string& key) {
-  try {
-    return store_->check({key});
-  } catch (const std::exception& e) {
-    return Error("check", key, e);
-  }
+  StatusOr<bool> v = conn_->Check({key});
+  if (!v.ok()) return Error(v.status());
+  return v;
 }
 
 Status StoreClient::Delete(const std::string& key) {
-  try {
-    store_->deleteKey(key);
-    return Status::Ok();
-  } catch (const std::exception& e) {
-    return Error("delete", key, e);
+  StatusOr<bool> v = conn_->Delete(key);
+  return v.ok() ? Status::Ok() : Error(v.status());
+}
+
+// ---- DeadlineGuard ----
+
+DeadlineGuard::DeadlineGuard(int64_t rank, std::chrono::milliseconds limit, std::string message) {
+  thread_ = std::thread([this, rank, limit, message = std::move(message)] {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, limit, [&] { return done_; })) return;
+    std::fprintf(stderr, "sluice: rank %ld: %s (not done within %.0f s)\n", static_cast<long>(rank),
+                 message.c_str(), std::chrono::duration<double>(limit).count());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    _exit(1);
+  });
+}
+
+DeadlineGuard::~DeadlineGuard() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
   }
+  cv_.notify_all();
+  thread_.join();
 }
 
 // ---- Watchdog ----
 
 StatusOr<std::unique_ptr<Watchdog>> Watchdog::Start(const DistEnv& env,
                                                     std::chrono::milliseconds timeout) {
-  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<StoreClient> store,
-                          StoreClient::Connect(env, /*join=*/false, timeout));
+  SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<StoreClient> store, StoreClient::Connect(env, timeout));
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<StoreClient> beat_store,
-                          StoreClient::Connect(env, /*join=*/false, timeout));
+                          StoreClient::Connect(env, timeout));
   std::unique_ptr<Watchdog> w(
       new Watchdog(env, timeout, std::move(store), std::move(beat_store)));
   SLUICE_RETURN_IF_ERROR(w->store_->Add(HeartbeatKey(env.rank), 1).status());
@@ -176,6 +258,49 @@ void Watchdog::EndWait() {
   wait_what_.clear();
 }
 
+std::string Watchdog::Chain(int64_t peer) {
+  // Follow "rank p waits for rank q" through the published progress keys to the rank that is
+  // not waiting (hung, or computing) or whose heartbeat stopped.
+  std::vector<int64_t> path{peer};
+  std::string tail;
+  for (int64_t step = 0; step < env_.world_size; ++step) {
+    const int64_t cur = path.back();
+    StatusOr<bool> has = store_->Check(ProgressKey(cur));
+    if (!has.ok() || !*has) break;
+    StatusOr<std::string> text = store_->GetString(ProgressKey(cur));
+    if (!text.ok()) break;
+    std::vector<std::string> lines;
+    size_t start = 0;
+    for (size_t nl; (nl = text->find('\n', start)) != std::string::npos; start = nl + 1) {
+      lines.push_back(text->substr(start, nl - start));
+    }
+    lines.push_back(text->substr(start));
+    lines.resize(3);
+    if (lines[1].empty()) {
+      tail = fmt::format(
+          "; rank {} is not waiting for anyone (it is at iteration {}): it is "
+          "the one that hangs",
+          cur, lines[0].substr(0, lines[0].find(' ')));
+      break;
+    }
+    int64_t next = -1;
+    if (!lines[2].empty() && lines[2].find(',') == std::string::npos) {
+      std::from_chars(lines[2].data(), lines[2].data() + lines[2].size(), next);
+    }
+    if (next < 0 || next == env_.rank || std::find(path.begin(), path.end(), next) != path.end()) {
+      tail = fmt::format("; rank {} waits in {}", cur, lines[1]);
+      break;
+    }
+    path.push_back(next);
+  }
+  if (path.size() == 1) return tail;
+  std::string chain;
+  for (size_t i = 1; i < path.size(); ++i) {
+    chain += fmt::format("{}rank {}", i == 1 ? "" : ", which waits for ", path[i]);
+  }
+  return fmt::format(", which waits for {}{}", chain, tail);
+}
+
 std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string& what) {
   auto beats = [&] {
     std::vector<int64_t> out;
@@ -195,20 +320,23 @@ std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string
     }
   }
   if (blamed.empty()) {
-    for (const int64_t p : peers) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const int64_t p = peers[i];
+      if (after[i] >= kFinishedBeat) continue;  // finished cleanly
       StatusOr<bool> has = store_->Check(ProgressKey(p));
       if (!has.ok() || !*has) continue;
       StatusOr<std::string> text = store_->GetString(ProgressKey(p));
       if (!text.ok()) continue;
       const size_t nl = text->find('\n');
       const std::string where = text->substr(0, nl);
-      const std::string waiting = nl == std::string::npos ? "" : text->substr(nl + 1);
+      std::string waiting = nl == std::string::npos ? "" : text->substr(nl + 1);
+      waiting = waiting.substr(0, waiting.find('\n'));
       if (waiting != what) {
         const size_t sp = where.find(' ');
-        blamed.push_back(fmt::format(
-            "rank {} has not joined it (it is at iteration {}, instruction {}{})", p,
-            where.substr(0, sp), sp == std::string::npos ? "?" : where.substr(sp + 1),
-            waiting.empty() ? ", not waiting" : ", waiting in " + waiting));
+        blamed.push_back(
+            fmt::format("rank {} has not joined it (it is at iteration {}, instruction {}{})", p,
+                        where.substr(0, sp), sp == std::string::npos ? "?" : where.substr(sp + 1),
+                        waiting.empty() ? ", not waiting" : ", waiting in " + waiting + Chain(p)));
       }
     }
   }
@@ -217,9 +345,10 @@ std::string Watchdog::Blame(const std::vector<int64_t>& peers, const std::string
   return out;
 }
 
-void Watchdog::Abort(const std::string& message) {
+bool Watchdog::Abort(const std::string& message) {
   StatusOr<int64_t> n = store_->Add(kAbortCount, 1);
-  if (n.ok() && *n == 1) (void)store_->SetString(kAbortMessage, message);
+  if (n.ok() && *n == 1) return store_->SetString(kAbortMessage, message).ok();
+  return n.ok();
 }
 
 std::optional<std::string> Watchdog::PostedFailure() {
@@ -256,13 +385,15 @@ void Watchdog::BeatLoop() {
     if (stop_beat_) break;
     if (!beat_store_->Add(HeartbeatKey(env_.rank), 1).ok()) continue;  // Loop reports it
     const int64_t pos = progress_.load();
-    std::string waiting;
+    std::string waiting, peers;
     {
       std::lock_guard<std::mutex> lock(mu_);
       waiting = wait_what_;
+      if (!waiting.empty()) peers = fmt::format("{}", fmt::join(wait_peers_, ","));
     }
-    (void)beat_store_->SetString(ProgressKey(env_.rank),
-                                 fmt::format("{} {}\n{}", pos >> 32, pos & 0xffffffff, waiting));
+    (void)beat_store_->SetString(
+        ProgressKey(env_.rank),
+        fmt::format("{} {}\n{}\n{}", pos >> 32, pos & 0xffffffff, waiting, peers));
   }
 }
 
@@ -282,8 +413,9 @@ void Watchdog::Loop() {
       if (!store_failing) store_failing_since = now;
       store_failing = true;
       if (now - store_failing_since > kStoreGrace) {
-        Die(fmt::format("lost the rendezvous store served by rank 0 at {}:{}: rank 0 died or "
-                        "the network failed ({})",
+        Die(
+            fmt::format("lost the rendezvous store served by rank 0 at {}:{}: rank 0 died, "
+                        "stopped or hung, or the network failed ({})",
                         env_.master_addr, env_.master_port, aborts.status().message()));
       }
       continue;
@@ -291,6 +423,9 @@ void Watchdog::Loop() {
     store_failing = false;
     if (*aborts > 0) {
       StatusOr<std::string> msg = store_->GetString(kAbortMessage);
+      // Rank 0 serves the store: it stays a moment so that the others read the cause too
+      // instead of only losing the store.
+      if (env_.rank == 0) std::this_thread::sleep_for(kLinger);
       Die(fmt::format("stopping: {}", msg.ok() ? *msg : "another rank failed"));
     }
     for (int64_t j = 0; j < world; ++j) {
@@ -324,7 +459,9 @@ void Watchdog::Loop() {
     if (!what.empty() && waited > timeout_) {
       std::string culprit;
       if (peers.size() == 1) {
-        culprit = fmt::format(" waiting for rank {} (hung or dead)", peers[0]);
+        const std::string chain = Chain(peers[0]);
+        culprit = chain.empty() ? fmt::format(" waiting for rank {} (hung or dead)", peers[0])
+                                : fmt::format(" waiting for rank {}{}", peers[0], chain);
       } else if (!peers.empty()) {
         const std::string b = Blame(peers, what);
         culprit = b.empty() ? fmt::format(" waiting for ranks {}", fmt::join(peers, ", "))
@@ -363,16 +500,68 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   std::unique_ptr<Communicator> c(new Communicator());
   c->env_ = env;
   c->par_ = par;
-  SLUICE_ASSIGN_OR_RETURN(c->store_, StoreClient::Connect(env, /*join=*/true, timeout));
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  if (env.rank == 0) {
+    StatusOr<std::unique_ptr<StoreServer>> server =
+        StoreServer::Start(env.master_addr, env.master_port, env.run_id);
+    if (!server.ok()) {
+      return FailedPreconditionError(fmt::format("rank 0: {}", server.status().message()));
+    }
+    c->server_ = std::move(*server);
+  }
+  SLUICE_ASSIGN_OR_RETURN(c->store_, StoreClient::Connect(env, timeout));
+  StoreClient& st = *c->store_;
+  // Rendezvous: every rank registers; a second process with this RANK (or another job with this
+  // run id on the port) finds its key taken.
+  SLUICE_ASSIGN_OR_RETURN(const int64_t mine, st.Add(fmt::format("sluice/join/{}", env.rank), 1));
+  if (mine != 1) {
+    return FailedPreconditionError(fmt::format(
+        "rank {}: another process already joined the store at {}:{} as rank {} of run '{}': two "
+        "processes were given RANK={}, or another job with the same run id uses this "
+        "MASTER_PORT (give each job its own port or --run-id)",
+        env.rank, env.master_addr, env.master_port, env.rank, env.run_id, env.rank));
+  }
+  SLUICE_RETURN_IF_ERROR(st.Add("sluice/join/count", 1).status());
+  for (;;) {
+    SLUICE_ASSIGN_OR_RETURN(const int64_t joined, st.Add("sluice/join/count", 0));
+    if (joined >= env.world_size) break;
+    if (Clock::now() - start > timeout) {
+      std::vector<int64_t> missing;
+      for (int64_t r = 0; r < env.world_size; ++r) {
+        SLUICE_ASSIGN_OR_RETURN(const bool has, st.Check(fmt::format("sluice/join/{}", r)));
+        if (!has) missing.push_back(r);
+      }
+      return FailedPreconditionError(fmt::format(
+          "rank {}: rendezvous at {}:{} timed out after {:.0f} s (--timeout): rank{} {} did not "
+          "join ({} of WORLD_SIZE={} ranks did, run id '{}')",
+          env.rank, env.master_addr, env.master_port, Seconds(Clock::now() - start),
+          missing.size() == 1 ? "" : "s", fmt::join(missing, ", "), joined, env.world_size,
+          env.run_id));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::string address = env.bind_addr;
+  if (env.gloo_iface.empty() && address.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(address, RouteAddressTo(env.master_addr, env.master_port));
+  }
   // Gloo's own timeout stays above the watchdog's: a timed-out Gloo pair aborts the process
-  // without a message, the watchdog names the rank.
+  // without a message, the watchdog names the rank. Creating the groups (Gloo's pair connects
+  // take Gloo's timeout) is bounded by a deadline instead.
   const std::chrono::milliseconds pg_timeout = timeout * 2 + std::chrono::seconds(60);
-  const c10::intrusive_ptr<c10d::Store>& store = c->store_->store();
+  const c10::intrusive_ptr<c10d::Store> store = st.AsC10dStore();
   const int64_t d = c->dp_index(), p = c->pp_index();
+  DeadlineGuard deadline(
+      env.rank, timeout + std::chrono::seconds(2),
+      fmt::format("creating the process groups (Gloo on {}) failed: a rank died, stopped or "
+                  "cannot be reached at its Gloo address",
+                  env.gloo_iface.empty() ? address : "interface " + env.gloo_iface));
   try {
-    c->world_ = MakeGroup(store, "world", env.rank, env.world_size, backend, pg_timeout);
+    c->world_ = MakeGroup(store, "world", env.rank, env.world_size, backend, env.gloo_iface,
+                          address, pg_timeout);
     if (par.dp > 1) {
-      c->dp_ = MakeGroup(store, fmt::format("dp{}", p), d, par.dp, backend, pg_timeout);
+      c->dp_ = MakeGroup(store, fmt::format("dp{}", p), d, par.dp, backend, env.gloo_iface, address,
+                         pg_timeout);
       for (int64_t k = 0; k < par.dp; ++k) {
         if (k != d) c->dp_peers_.push_back(k * par.pp + p);
       }
@@ -380,7 +569,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     const auto it = std::find(embedding_ranks.begin(), embedding_ranks.end(), p);
     if (embedding_ranks.size() > 1 && it != embedding_ranks.end()) {
       c->emb_ = MakeGroup(store, fmt::format("emb{}", d), it - embedding_ranks.begin(),
-                          static_cast<int64_t>(embedding_ranks.size()), backend, pg_timeout);
+                          static_cast<int64_t>(embedding_ranks.size()), backend, env.gloo_iface,
+                          address, pg_timeout);
       for (const int64_t q : embedding_ranks) {
         if (q != p) c->emb_peers_.push_back(d * par.pp + q);
       }

@@ -2,9 +2,14 @@
 // the process groups a plan needs, and the watchdog that turns a dead or hung rank into every
 // rank exiting non-zero with a message naming it.
 //
-// Rendezvous: rank 0 serves a c10d::TCPStore at MASTER_ADDR:MASTER_PORT and every rank joins
-// within the timeout. Process groups (ProcessGroupGloo on CPU; ProcessGroupNCCL when libtorch
-// was built with it, USE_C10D_NCCL, and --backend nccl is asked for):
+// Rendezvous: rank 0 serves the job's store (job_store.h: bound to MASTER_ADDR only, one run id,
+// every operation bounded by the timeout) at MASTER_ADDR:MASTER_PORT; every rank connects,
+// registers under "sluice/join/R" and waits until all WORLD_SIZE ranks have, within the timeout
+// (a missing rank is named: "rank 1 did not join"). Each process group's Gloo device binds this
+// rank's address: GLOO_SOCKET_IFNAME / --iface (an interface), else --bind (an address), else
+// the local address the kernel routes MASTER_ADDR through (127.0.0.1 on one host). Process groups
+// (ProcessGroupGloo on CPU; ProcessGroupNCCL when libtorch was built with it, USE_C10D_NCCL, and
+// --backend nccl is asked for):
 //   - "world": all ranks, for the plan's point-to-point transfers (peers are global rank ids,
 //     tags are the plan's MessageTag values);
 //   - "dp<p>": the data-parallel replicas of pipeline rank p (dp > 1), for gradient buckets;
@@ -12,11 +17,12 @@
 //     more than one does (layout.h), for summing its gradient before the step.
 // Only tp = ep = 1 is supported (the caller rejects other plans).
 //
-// Failure handling (Watchdog): every rank runs a thread with its own store connection that
+// Failure handling (Watchdog): every rank runs a thread with its own store connections that
 // beats a heartbeat counter, watches the other ranks' counters and an abort key, and watches the
 // main thread's current blocking wait (BeginWait/EndWait). A rank that stops beating for the
 // timeout, a wait longer than the timeout (naming the awaited rank), a lost store (rank 0 gone)
-// or any rank posting an abort makes the watchdog print "sluice: rank R: ..." and _exit(1). The
+// (rank 0 gone, or a store operation unanswered for the timeout: rank 0 stopped or hung) or any
+// rank posting an abort makes the watchdog print "sluice: rank R: ..." and _exit(1). The
 // first cause posted wins: a rank that detects a failure posts it and lingers (kLinger) with its
 // connections open, so that ranks which would otherwise only see it vanish read the cause. Gloo
 // p2p waits carry no timeout of their own (a timed-out Gloo pair aborts the process), so the
@@ -28,6 +34,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -38,18 +45,18 @@
 
 #include "base/status.h"
 #include "model/parallel_config.h"
+#include "runtime/job_store.h"
 #include "runtime/launcher.h"
 #include "runtime/torch_pch.h"
 
 namespace sluice::runtime {
 
-// One connection to the job's TCPStore, with Status errors. Blocking reads wait up to the
-// store's timeout.
+// One connection to the job's store (job_store.h), with Status errors. Every operation is
+// bounded by the timeout; blocking reads wait up to it.
 class StoreClient {
  public:
-  // The first connection of a rank joins the rendezvous (rank 0 serves it and waits for all
-  // `world` ranks); later ones (`join` false) just connect.
-  static StatusOr<std::unique_ptr<StoreClient>> Connect(const DistEnv& env, bool join,
+  // Connects, retrying until `timeout` passes (rank 0 may start after the others).
+  static StatusOr<std::unique_ptr<StoreClient>> Connect(const DistEnv& env,
                                                         std::chrono::milliseconds timeout);
   Status Set(const std::string& key, const std::vector<uint8_t>& value);
   Status SetString(const std::string& key, const std::string& value);
@@ -58,15 +65,33 @@ class StoreClient {
   StatusOr<int64_t> Add(const std::string& key, int64_t delta);
   StatusOr<bool> Check(const std::string& key);
   Status Delete(const std::string& key);
-  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+  // The same connection as a c10d::Store, for the process groups (its waits are capped at the
+  // timeout whatever the caller asks).
+  c10::intrusive_ptr<c10d::Store> AsC10dStore();
 
  private:
-  explicit StoreClient(c10::intrusive_ptr<c10d::Store> store, std::string where)
-      : store_(std::move(store)), where_(std::move(where)) {}
-  Status Error(const std::string& op, const std::string& key, const std::exception& e) const;
+  StoreClient(std::shared_ptr<StoreConnection> conn, int64_t rank)
+      : conn_(std::move(conn)), rank_(rank) {}
+  Status Error(const Status& s) const;
 
-  c10::intrusive_ptr<c10d::Store> store_;
-  std::string where_;  // "127.0.0.1:29500"
+  std::shared_ptr<StoreConnection> conn_;
+  int64_t rank_;
+};
+
+// Exits the process (status 1, "sluice: rank R: <message>") unless destroyed within `limit`:
+// for waits whose library calls cannot be bounded otherwise (c10d process-group creation).
+class DeadlineGuard {
+ public:
+  DeadlineGuard(int64_t rank, std::chrono::milliseconds limit, std::string message);
+  ~DeadlineGuard();
+  DeadlineGuard(const DeadlineGuard&) = delete;
+  DeadlineGuard& operator=(const DeadlineGuard&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread thread_;
 };
 
 class Watchdog {
@@ -91,9 +116,14 @@ class Watchdog {
   // waiting in `what` themselves (hung elsewhere), as text ("rank 1 is dead or stopped (no
   // heartbeat)"); "" when every peer looks fine.
   std::string Blame(const std::vector<int64_t>& peers, const std::string& what);
-  // Posts `message` ("rank R: ...") for every rank and returns; the caller then exits non-zero
-  // after lingering (kLinger) so that the others read the cause before its connections close.
-  void Abort(const std::string& message);
+  // Follows single-peer waits from rank `peer`: ", which waits for rank 0; rank 0 is not waiting
+  // for anyone (...): it is the one that hangs"; "; rank 2 is not waiting ..." when `peer` itself
+  // is not waiting; "" when nothing is known.
+  std::string Chain(int64_t peer);
+  // Posts `message` ("rank R: ...") for every rank and returns whether the store took it; the
+  // caller then exits non-zero after lingering (kLinger) so that the others read the cause
+  // before its connections close (pointless when the store is unreachable).
+  bool Abort(const std::string& message);
   // The failure another rank posted first, if any (a rank that fails because a peer went away
   // reports the peer's posted cause instead of blaming the peer it lost).
   std::optional<std::string> PostedFailure();
@@ -162,6 +192,7 @@ class Communicator {
 
   DistEnv env_;
   ParallelConfig par_;
+  std::unique_ptr<StoreServer> server_;  // rank 0
   std::unique_ptr<StoreClient> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_;
   std::vector<int64_t> dp_peers_, emb_peers_;

@@ -60,6 +60,15 @@ StatusOr<DistEnv> ReadDistEnv() {
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
     env.master_addr = addr;
   }
+  for (const char* name : {kRunIdEnv, "TORCHELASTIC_RUN_ID"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      env.run_id = v;
+      break;
+    }
+  }
+  if (const char* v = std::getenv("GLOO_SOCKET_IFNAME"); v != nullptr && *v != '\0') {
+    env.gloo_iface = v;
+  }
   const char* launched = std::getenv(kLaunchedEnv);
   env.launched = launched != nullptr && std::strcmp(launched, "1") == 0;
   return env;
@@ -82,6 +91,11 @@ StatusOr<std::vector<std::string>> SelfCommandLine() {
 
 Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& options) {
   if (options.nproc < 1) return InvalidArgumentError("--nproc: must be at least 1");
+  const std::string run_id =
+      !options.run_id.empty()
+          ? options.run_id
+          : fmt::format("{}-{}", getpid(),
+                        std::chrono::system_clock::now().time_since_epoch().count());
   std::vector<pid_t> pids;
   for (int64_t r = 0; r < options.nproc; ++r) {
     const pid_t pid = fork();
@@ -98,6 +112,7 @@ Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& op
       setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(options.master_port).c_str(), 1);
       setenv(kLaunchedEnv, "1", 1);
+      setenv(kRunIdEnv, run_id.c_str(), 1);
       std::vector<char*> args;
       for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
@@ -112,6 +127,7 @@ Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& op
   // messages name the rank that caused it), then SIGTERM, then SIGKILL after another grace.
   using Clock = std::chrono::steady_clock;
   std::vector<bool> running(pids.size(), true);
+  std::vector<bool> stopped(pids.size(), false);  // stopped by a signal (SIGSTOP)
   int64_t alive = static_cast<int64_t>(pids.size());
   std::string failure;
   bool signaled = false;   // the reported rank was killed by a signal (not by us)
@@ -120,10 +136,16 @@ Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& op
   Clock::time_point next_at{};
   while (alive > 0) {
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    const pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (pid > 0) {
       for (size_t r = 0; r < pids.size(); ++r) {
         if (pids[r] != pid || !running[r]) continue;
+        if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
+          stopped[r] = WIFSTOPPED(status);
+          // A stopped rank cannot exit by itself: once the job fails it is killed at once.
+          if (stopped[r] && stage > 0) kill(pid, SIGKILL);
+          break;
+        }
         running[r] = false;
         --alive;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -137,6 +159,13 @@ Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& op
             std::fprintf(stderr, "sluice: %s; stopping the other ranks\n", failure.c_str());
             stage = 1;
             next_at = Clock::now() + options.grace;
+            for (size_t q = 0; q < pids.size(); ++q) {
+              if (running[q] && stopped[q]) {
+                std::fprintf(stderr, "sluice: rank %zu (pid %d) is stopped (SIGSTOP); killing it\n",
+                             q, pids[q]);
+                kill(pids[q], SIGKILL);
+              }
+            }
           }
         }
       }
@@ -146,7 +175,9 @@ Status LaunchLocal(const std::vector<std::string>& argv, const LaunchOptions& op
     const Clock::time_point now = Clock::now();
     if ((stage == 1 || stage == 2) && now >= next_at) {
       for (size_t r = 0; r < pids.size(); ++r) {
-        if (running[r]) kill(pids[r], stage == 1 ? SIGTERM : SIGKILL);
+        if (!running[r]) continue;
+        kill(pids[r], stage == 1 ? SIGTERM : SIGKILL);
+        if (stage == 1) kill(pids[r], SIGCONT);  // a stopped rank handles SIGTERM only when running
       }
       ++stage;
       next_at = now + options.grace;

@@ -31,7 +31,7 @@ PlanService::~PlanService() {
 }
 
 Status PlanService::Start() {
-  SLUICE_ASSIGN_OR_RETURN(store_, StoreClient::Connect(env_, /*join=*/false, o_.timeout));
+  SLUICE_ASSIGN_OR_RETURN(store_, StoreClient::Connect(env_, o_.timeout));
   for (const Sample& s : o_.plan_samples) plan_samples_[s.id] = s;
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
@@ -72,12 +72,9 @@ void PlanService::Loop() {
 
 PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
   PlanPackage p;
-  if (o_.iterations > 0 && i >= o_.iterations) {
-    p.kind = PackageKind::kEnd;
-    return p;
-  }
   if (!o_.plan_files.empty()) {
-    if (i >= static_cast<int64_t>(o_.plan_files.size())) {
+    if (i >= static_cast<int64_t>(o_.plan_files.size()) ||
+        (o_.iterations > 0 && i >= o_.iterations)) {
       p.kind = PackageKind::kEnd;
       return p;
     }
@@ -89,7 +86,27 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
     return p;
   }
   GlobalBatch batch;
-  while (o_.batcher->Next(&batch)) {
+  // --iterations counts the batches considered, skipped ones too (as `sluice plan` does).
+  while ((o_.iterations <= 0 || considered_ < o_.iterations) && o_.batcher->Next(&batch)) {
+    ++considered_;
+    // Every replica needs a micro-batch (it still takes part in the gradient sums): a batch with
+    // fewer samples than replicas cannot be split, so it is skipped like an infeasible one.
+    if (static_cast<int64_t>(batch.samples.size()) < o_.parallel.dp) {
+      ++skipped_;
+      const std::string why = fmt::format(
+          "batch {}: it has {} sample{}, fewer than the dp = {} replicas (each needs at least "
+          "one; raise --tokens-per-batch)",
+          batch.index, batch.samples.size(), batch.samples.size() == 1 ? "" : "s", o_.parallel.dp);
+      if (first_skip_.empty()) {
+        first_skip_ = why;
+        std::lock_guard<std::mutex> lock(mu_);
+        notes_.push_back(
+            fmt::format("skipped {} (further skipped batches are counted in the "
+                        "summary)",
+                        why));
+      }
+      continue;
+    }
     StatusOr<PlanResult> r = planner->Plan(batch.samples);
     if (!r.ok()) {
       p.kind = PackageKind::kError;
@@ -97,15 +114,40 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
       return p;
     }
     if (r->outcome != PlanOutcome::kOk) {
-      std::lock_guard<std::mutex> lock(mu_);
-      notes_.push_back(fmt::format("batch {} skipped: {}: {}", batch.index,
-                                   PlanOutcomeName(r->outcome), r->infeasible_reason));
+      ++skipped_;
+      if (first_skip_.empty()) {
+        first_skip_ = fmt::format("batch {}: {}: {}", batch.index, PlanOutcomeName(r->outcome),
+                                  r->infeasible_reason);
+        std::lock_guard<std::mutex> lock(mu_);
+        notes_.push_back(fmt::format(
+            "batch {} skipped: {}: {} (further skipped batches are counted in the summary)",
+            batch.index, PlanOutcomeName(r->outcome), r->infeasible_reason));
+      }
       continue;
     }
+    ++planned_;
     p.batch_index = batch.index;
     p.samples = batch.samples;
     p.plan = std::move(r->plan);
     return p;
+  }
+  if (planned_ == 0) {
+    p.kind = PackageKind::kError;
+    p.error = considered_ == 0
+                  ? std::string("the data has no batch to train")
+                  : fmt::format(
+                        "nothing to train: all {} batch{} considered{} were skipped by the "
+                        "planner (first: {}); raise --memory-limit, or lower --tokens-per-batch or "
+                        "--max-seqlen",
+                        considered_, considered_ == 1 ? "" : "es",
+                        o_.iterations > 0 ? fmt::format(" (--iterations {})", o_.iterations) : "",
+                        first_skip_);
+    return p;
+  }
+  if (skipped_ > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    notes_.push_back(fmt::format("skipped {} of the {} batches considered (first: {})", skipped_,
+                                 considered_, first_skip_));
   }
   p.kind = PackageKind::kEnd;
   return p;
@@ -122,6 +164,21 @@ Status PlanService::ReadPlanFileInto(const std::string& path, PlanPackage* p) {
           fmt::format("{}: sample {} is not in --data (after --max-seqlen)", path, id));
     }
     p->samples.push_back(it->second);
+  }
+  // A plan made with a larger --max-seqlen holds longer samples than this run's data has: its
+  // samples would train clipped, silently fewer tokens than planned.
+  for (size_t d = 0; d < p->plan.replicas.size(); ++d) {
+    const std::vector<PlanMicroBatch>& mbs = p->plan.replicas[d].micro_batches;
+    for (size_t k = 0; k < mbs.size(); ++k) {
+      const int64_t len = std::max(mbs[k].shape.seqlen, mbs[k].shape.dec_seqlen);
+      if (o_.max_seqlen > 0 && len > o_.max_seqlen) {
+        return InvalidArgumentError(fmt::format(
+            "{}: micro-batch {} of replica {} is {} tokens long, but this run clips samples at "
+            "--max-seqlen {}: the plan was made with a larger --max-seqlen (at least {}); train "
+            "it with the --max-seqlen it was planned with",
+            path, k, d, len, o_.max_seqlen, len));
+      }
+    }
   }
   return Status::Ok();
 }

@@ -2,8 +2,11 @@
 // the --plan files) up to TrainOptions::lookahead iterations ahead of the iteration the ranks
 // run, and publishes each serialized PlanPackage through the c10d store under PlanKey(i), with
 // its hash under HashKey(i) first, so that a rank that sees the plan also finds the hash to
-// verify it against. Batches the planner cannot fit are skipped and noted; planning errors and
-// the end of the data travel as packages of their kind. Every rank reads, verifies and
+// verify it against. --iterations bounds the batches considered, skipped ones included. Batches
+// the planner cannot fit are skipped: the first is noted with its reason, the rest are counted
+// and summarised in one note at the end. When no batch could be planned the end travels as an
+// error package (every rank fails, naming the reason); planning errors and the end of the data
+// travel as packages of their kind. Every rank reads, verifies and
 // acknowledges (ReadKey) the packages in Trainer::Fetch (trainer.cc).
 //
 // Thread safety: Started and TakeNotes may be called from the main thread while the planning
@@ -67,6 +70,9 @@ class PlanService {
   int64_t started_ = -1;            // guarded by mu_
   bool stop_ = false;               // guarded by mu_
   std::vector<std::string> notes_;  // guarded by mu_
+  // The planning thread's own counts.
+  int64_t considered_ = 0, skipped_ = 0, planned_ = 0;
+  std::string first_skip_;  // "batch 3: out-of-memory: ..."
   std::thread thread_;
 };
 

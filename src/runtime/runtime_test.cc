@@ -181,6 +181,7 @@ struct Case {
   std::string schedule;
   std::string method = "dynapipe";
   std::string recompute;  // "" = the method chooses
+  std::string memory_limit;  // "" = 40 MB for T5, 55 MB for GPT
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -211,7 +212,8 @@ std::vector<Case> Cases() {
   // pp = 1: one rank per replica, and two chunks on one rank handing over through a slot.
   cases.push_back({"gpt_1f1b_pp1_dp2", "gpt-tiny", 2, 1, 1, "1f1b"});
   cases.push_back({"gpt_interleaved_pp1_vpp2_dp1", "gpt-tiny", 1, 1, 2, "interleaved"});
-  cases.push_back({"t5_gpipe_pp1_dp1", "t5-tiny", 1, 1, 1, "gpipe"});
+  // GPipe keeps every micro-batch's activations: at 40 MB no early batch of these fits.
+  cases.push_back({"t5_gpipe_pp1_dp1", "t5-tiny", 1, 1, 1, "gpipe", "dynapipe", "", "56"});
   // Recompute levels forced, and packed varlen rows.
   cases.push_back({"gpt_1f1b_pp2_dp1_full", "gpt-tiny", 1, 2, 1, "1f1b", "dynapipe", "full"});
   cases.push_back({"gpt_zb-h1_pp2_dp1_full", "gpt-tiny", 1, 2, 1, "zb-h1", "dynapipe", "full"});
@@ -220,7 +222,7 @@ std::vector<Case> Cases() {
   // Packed rows: attending across the row (packing) and per sample (multipack, varlen).
   cases.push_back({"gpt_1f1b_pp2_dp2_packing", "gpt-tiny", 2, 2, 1, "1f1b", "packing"});
   cases.push_back({"gpt_1f1b_pp2_dp1_multipack", "gpt-tiny", 1, 2, 1, "1f1b", "multipack"});
-  cases.push_back({"t5_gpipe_pp2_dp1_packing", "t5-tiny", 1, 2, 1, "gpipe", "packing"});
+  cases.push_back({"t5_gpipe_pp2_dp1_packing", "t5-tiny", 1, 2, 1, "gpipe", "packing", "", "56"});
   return cases;
 }
 
@@ -230,8 +232,8 @@ std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_
       "--parallel", fmt::format("dp={},pp={},vpp={}", c.dp, c.pp, c.vpp), "--schedule",
       c.schedule, "--method", c.method, "--data", "mixture-4task", "--tokens-per-batch",
       std::to_string(600 * c.dp), "--max-seqlen", "96", "--memory-limit",
-      c.model.rfind("t5", 0) == 0 ? "40" : "55", "--iterations",
-      std::to_string(iterations), "--seed", std::to_string(kSeed), "--lr", "0.001",
+      !c.memory_limit.empty() ? c.memory_limit : c.model.rfind("t5", 0) == 0 ? "40" : "55",
+      "--iterations", std::to_string(iterations), "--seed", std::to_string(kSeed), "--lr", "0.001",
       "--threads", "1", "--timeout", "60", "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"};
   if (!c.recompute.empty()) {
     a.push_back("--recompute");
@@ -266,7 +268,11 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   const Case& c = GetParam();
   const std::string dir = MakeDir(c.name);
   constexpr int64_t kIterations = 2;
-  const Outcome run = RunSluice(TrainArgs(c, dir, kIterations), dir);
+  // --iterations counts the batches considered: under GPipe's memory one of the first few
+  // batches does not fit (it is skipped), so GPipe cases consider one more batch and the first
+  // two trained iterations are compared.
+  const int64_t considered = c.schedule == "gpipe" ? kIterations + 1 : kIterations;
+  const Outcome run = RunSluice(TrainArgs(c, dir, considered), dir);
   ASSERT_EQ(run.status, 0) << run.output;
 
   // The plans really were variable-length, multi-micro-batch plans of the requested schedule.
@@ -319,7 +325,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   ASSERT_TRUE(ref.ok()) << ref.status().message();
 
   const std::vector<double> losses = ReadLosses(dir + "/metrics.jsonl");
-  ASSERT_EQ(losses.size(), static_cast<size_t>(kIterations)) << run.output;
+  ASSERT_GE(losses.size(), static_cast<size_t>(kIterations)) << run.output;
   for (int64_t i = 0; i < kIterations; ++i) {
     EXPECT_NEAR(losses[i], ref->losses[i], kTolerance * std::abs(ref->losses[i]))
         << "iteration " << i;
@@ -483,6 +489,127 @@ TEST(FailureTest, StoppedRankMakesTheOthersExitNamingIt) {
   ExpectOthersExitNamingVictim("stop", 2, 5);
 }
 TEST(FailureTest, HungRankMakesTheOthersExitNamingIt) { ExpectOthersExitNamingVictim("hang", 1, 5); }
+
+// The store's server stopped (SIGSTOP on rank 0): every store operation is bounded, so the
+// others exit naming rank 0 (they used to block forever in TCPStore::add).
+TEST(FailureTest, StoppedStoreServerMakesTheOthersExitNamingIt) {
+  ExpectOthersExitNamingVictim("stop", 0, 5);
+}
+
+// A rank that never starts: the present ones exit within the timeout naming it.
+TEST(FailureTest, MissingRankIsNamedWithinTheTimeout) {
+  const std::string dir = MakeDir("missing");
+  const std::vector<std::string> args = {"train",
+                                         "--timeout",
+                                         "3",
+                                         "--iterations",
+                                         "1",
+                                         "--data",
+                                         "mixture-4task",
+                                         "--max-seqlen",
+                                         "96",
+                                         "--tokens-per-batch",
+                                         "600",
+                                         "--memory-limit",
+                                         "55"};
+  for (const int present : {0, 1}) {
+    const Process p = Spawn(args,
+                            {{"RANK", std::to_string(present)},
+                             {"WORLD_SIZE", "2"},
+                             {"MASTER_PORT", std::to_string(FreePort())}},
+                            fmt::format("{}/rank{}.log", dir, present));
+    const Outcome o = Wait(p, 60);
+    EXPECT_EQ(o.status, 1) << o.output;
+    EXPECT_LE(o.seconds, 3 + 5) << o.output;
+    EXPECT_NE(o.output.find(present == 0 ? "rank 1 did not join" : "rank 0, which serves it"),
+              std::string::npos)
+        << o.output;
+  }
+  fs::remove_all(dir);
+}
+
+// A second job on a running job's MASTER_PORT fails fast and the first finishes untouched.
+TEST(FailureTest, SecondJobOnTheSamePortFailsFastAndLeavesTheFirst) {
+  const std::string dir = MakeDir("second_job");
+  const std::string port = std::to_string(FreePort());
+  const std::vector<std::string> common = {"train",
+                                           "--nproc",
+                                           "2",
+                                           "--data",
+                                           "mixture-4task",
+                                           "--max-seqlen",
+                                           "96",
+                                           "--tokens-per-batch",
+                                           "600",
+                                           "--memory-limit",
+                                           "55",
+                                           "--threads",
+                                           "1",
+                                           "--timeout",
+                                           "20"};
+  std::vector<std::string> first = common;
+  first.insert(first.end(), {"--iterations", "60"});
+  const Process a = Spawn(first, {{"MASTER_PORT", port}}, dir + "/a.log");
+  const Clock::time_point start = Clock::now();
+  bool running = false;
+  while (!running && Clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    StatusOr<std::string> log = ReadFileToString(dir + "/a.log");
+    running = log.ok() && log->find("iter    0") != std::string::npos;
+  }
+  ASSERT_TRUE(running) << *ReadFileToString(dir + "/a.log");
+  std::vector<std::string> second = common;
+  second.insert(second.end(), {"--iterations", "2"});
+  const Outcome b = Wait(Spawn(second, {{"MASTER_PORT", port}}, dir + "/b.log"), 60);
+  EXPECT_NE(b.status, 0) << b.output;
+  EXPECT_LE(b.seconds, 15) << b.output;
+  EXPECT_TRUE(b.output.find("Address already in use") != std::string::npos ||
+              b.output.find("serves run id") != std::string::npos)
+      << b.output;
+  const Outcome ao = Wait(a, 240);
+  EXPECT_EQ(ao.status, 0) << ao.output;
+  EXPECT_NE(ao.output.find("trained 60 iterations"), std::string::npos) << ao.output;
+  fs::remove_all(dir);
+}
+
+// `--iterations` bounds the batches considered; training nothing is an error, not exit 0
+// with one "skipped" line per batch of the epoch.
+TEST(TrainCheckTest, TrainingNothingIsAnError) {
+  const std::string dir = MakeDir("nothing");
+  const Outcome o = RunSluice(
+      {"train", "--nproc", "2", "--iterations", "2", "--memory-limit", "26", "--timeout", "30"},
+      dir, 120);
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_NE(o.output.find("nothing to train: all 2 batches considered (--iterations 2) were "
+                          "skipped"),
+            std::string::npos)
+      << o.output;
+  size_t lines = 0;
+  for (size_t at = o.output.find("skipped:"); at != std::string::npos;
+       at = o.output.find("skipped:", at + 1)) {
+    ++lines;
+  }
+  EXPECT_LE(lines, 1u) << o.output;
+  fs::remove_all(dir);
+}
+
+// A plan made with a larger --max-seqlen than the run's would train clipped samples.
+TEST(TrainCheckTest, PlanWithRowsLongerThanMaxSeqlenIsRejected) {
+  const std::string dir = MakeDir("seqlen");
+  const std::vector<std::string> common = TinyPlanFlags();
+  ASSERT_NO_FATAL_FAILURE(PlanTinyGpt(common, dir + "/p.json", dir));
+  std::vector<std::string> train = {"train",  "--nproc",       "2",       "--timeout", "30",
+                                    "--plan", dir + "/p.json", "--model", "gpt-tiny"};
+  train.insert(train.end(), common.begin(), common.end());
+  *std::find(train.begin(), train.end(), "96") = "24";  // --max-seqlen 24
+  const Outcome o = RunSluice(train, dir, 90);
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_NE(o.output.find("clips samples at --max-seqlen 24: the plan was made with a larger "
+                          "--max-seqlen (at least"),
+            std::string::npos)
+      << o.output;
+  fs::remove_all(dir);
+}
 
 TEST(FailureTest, LauncherStopsTheOtherRanksWhenOneFails) {
   const std::string dir = MakeDir("launcher");

@@ -126,7 +126,8 @@ class Trainer {
       if (!posted) watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
       watchdog_->Stop();
       // Keep the connections (and on rank 0 the store) open a moment, so that ranks which would
-      // only see this one vanish read the cause first.
+      // only see this one vanish read the cause first. Also when the store is gone: the others
+      // then notice that themselves (and name rank 0) instead of blaming this rank.
       std::this_thread::sleep_for(Watchdog::kLinger);
       // Leave the process groups and threads as they are: peers may be gone, and c10d teardown
       // would block on them. The process exits right after.
@@ -287,6 +288,21 @@ class Trainer {
           o_.plan_files.empty() ? fmt::format("plan of iteration {}", i) : o_.plan_files[i];
       SLUICE_RETURN_IF_ERROR(CheckPlanMatches(
           p.plan, JobConfig{o_.model, o_.parallel, env_.world_size}, source));
+      if (!p.plan.dropped.empty() && !o_.allow_partial) {
+        int64_t tokens = 0;
+        for (const Sample& s : p.samples) tokens += s.tokens();
+        int64_t lost = 0;
+        for (const UnplacedSample& u : p.plan.dropped) {
+          for (const Sample& s : p.samples) {
+            if (s.id == u.id) lost += s.tokens();
+          }
+        }
+        return InvalidArgumentError(fmt::format(
+            "{}: the plan leaves {} sample{} of its batch out ({} of {} tokens; first: sample {}: "
+            "{}); pass --allow-partial to train such plans",
+            source, p.plan.dropped.size(), p.plan.dropped.size() == 1 ? "" : "s", lost, tokens,
+            p.plan.dropped[0].id, p.plan.dropped[0].reason));
+      }
       watchdog_->SetProgress(i, 0);
       InjectFault(o_.fault, env_.rank, i);
       const SampleTable samples = MakeSampleTable(p.samples);
@@ -402,12 +418,17 @@ class Trainer {
       watchdog_->Finish();
       return comm_->store().Add(kDoneKey, 1).status();
     }
-    // Rank 0 serves the store: wait until every other rank is done with it.
+    // Rank 0 serves the store: wait until every other rank is done with it (the watchdog times
+    // the wait and names a rank that never finishes).
+    std::vector<int64_t> others;
+    for (int64_t r = 1; r < env_.world_size; ++r) others.push_back(r);
+    if (!others.empty()) watchdog_->BeginWait("waiting for the other ranks to finish", others);
     for (;;) {
       SLUICE_ASSIGN_OR_RETURN(const int64_t done, comm_->store().Add(kDoneKey, 0));
       if (done >= env_.world_size - 1) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    watchdog_->EndWait();
     watchdog_->Finish();
     std::string merged_path;
     if (!o_.trace_dir.empty()) {

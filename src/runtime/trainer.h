@@ -65,7 +65,11 @@ struct TrainOptions {
   // their samples' lengths come from `plan_samples` (the data after clipping).
   std::vector<std::string> plan_files;
   std::vector<Sample> plan_samples;
-  int64_t iterations = 0;     // 0 = until the data (or the plan files) end
+  int64_t iterations = 0;  // batches considered (skipped ones too); 0 = until the data ends
+  int64_t max_seqlen = 0;  // the run's --max-seqlen: plan files with longer rows are rejected
+  // Train plans that leave samples of their batch out (ExecutionPlan::dropped) instead of
+  // failing (--allow-partial).
+  bool allow_partial = false;
   int64_t lookahead = 2;      // how many plans rank 0 keeps ready beyond the running one
   uint64_t seed = 0;          // model initialisation and token streams
   double lr = 1e-3;           // AdamW learning rate (betas 0.9, 0.95; weight decay 0.01)
