@@ -31,6 +31,9 @@ the previous item. A fenced block without an info string whose first
 line looks like a command is an error: every command in the docs is either run or declared not
 run. The docs must not cite files outside the repository (`../shared`, absolute /work paths).
 
+Inline commands in the prose (a `sluice SUBCOMMAND --flag ...` code span) are not run, but every
+flag they name must be one that subcommand's `--help` lists.
+
 Usage: docs_test.py --source DIR --build DIR [--slow] [--only FILE] [--list]
 Prints the commands run, shortened and skipped (with the reasons); exit status 1 on a failure.
 """
@@ -205,6 +208,66 @@ def parse(path, rel):
     return blocks, problems, same_as
 
 
+INLINE_COMMAND = re.compile(r"`((?:\./)?(?:build[\w-]*/)?sluice\s[^`]*)`")
+
+
+class HelpIndex:
+    """Flags and subcommands of each `sluice ... --help`, read with scripts/cli_doc.py's parser."""
+
+    def __init__(self, source, sluice):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "cli_doc", os.path.join(source, "scripts", "cli_doc.py"))
+        self.cli_doc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.cli_doc)
+        self.sluice = sluice
+        self.cache = {}
+
+    def get(self, path):
+        key = tuple(path)
+        if key not in self.cache:
+            p = subprocess.run([self.sluice] + path + ["--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+            if p.returncode != 0:
+                self.cache[key] = None
+            else:
+                _, _, sections = self.cli_doc.parse(p.stdout.decode("utf-8", "replace"))
+                flags = set()
+                for left, _ in sections.get("Options", []):
+                    names = self.cli_doc.split_option(left)[0]
+                    flags.update(n for n in names.split(",") if n.startswith("--"))
+                self.cache[key] = (flags, set(self.cli_doc.subcommands(sections)))
+        return self.cache[key]
+
+
+def check_inline(rel, text, index, have_torch):
+    """Problems of the inline `sluice ...` commands of one file: flags --help does not list."""
+    problems, checked = [], 0
+    for m in INLINE_COMMAND.finditer(text):
+        tokens = m.group(1).split()[1:]
+        path = []
+        top = index.get([])
+        if top is None:
+            break
+        while tokens and index.get(path) and tokens[0] in index.get(path)[1]:
+            path.append(tokens.pop(0))
+        if not path:
+            continue
+        if path[0] in ("train", "profile") and not have_torch:
+            continue
+        flags = index.get(path)[0]
+        line = text.count("\n", 0, m.start()) + 1
+        checked += 1
+        for t in tokens:
+            if not t.startswith("--") or t in ("--", "--...") or t.endswith("..."):
+                continue
+            flag = re.sub(r"[=\[\]\)(,.;:].*$", "", t)
+            if flag not in flags:
+                problems.append(f"{rel}:{line}: `{m.group(1)[:80]}` uses {flag}, which "
+                                f"`sluice {' '.join(path)} --help` does not list")
+    return problems, checked
+
+
 def make_workdir(source, build, root):
     os.makedirs(root)
     for name in os.listdir(source):
@@ -278,6 +341,16 @@ def main():
                 problems.append(f"{where}: same-as {other}: {e}")
     for b in all_blocks:
         problems += [f"{b.where()}: {e}" for e in b.errors]
+    help_text = subprocess.run([os.path.join(build, "sluice"), "--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT).stdout.decode("utf-8", "replace")
+    have_torch = re.search(r"^\s+train\b", help_text, re.M) is not None
+    index = HelpIndex(source, os.path.join(build, "sluice"))
+    inline_checked = 0
+    for rel in files:
+        p, n = check_inline(rel, open(os.path.join(source, rel), encoding="utf-8").read(), index,
+                            have_torch)
+        problems += p
+        inline_checked += n
 
     if args.list:
         for b in all_blocks:
@@ -291,9 +364,6 @@ def main():
     env = dict(os.environ)
     env["PATH"] = build + os.pathsep + env.get("PATH", "")
     env.setdefault("MASTER_PORT", "29611")
-    help_text = subprocess.run([os.path.join(build, "sluice"), "--help"], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT).stdout.decode("utf-8", "replace")
-    have_torch = re.search(r"^\s+train\b", help_text, re.M) is not None
     scratch = tempfile.mkdtemp(prefix="sluice-docs-test-")
     counts = {"run": 0, "shortened": 0, "skipped": 0, "known-failing": 0, "other-suite": 0}
     skipped = []
@@ -349,7 +419,8 @@ def main():
           f"commands run {counts['run']}, shortened {counts['shortened']}, "
           f"skipped {counts['skipped']}, known-failing {counts['known-failing']}, "
           f"left to the {'default' if args.slow else 'slow'} part {counts['other-suite']}; "
-          f"{json_checked} quoted example file(s) checked")
+          f"{json_checked} quoted example file(s) checked; the flags of {inline_checked} inline "
+          "commands checked against --help")
     if skipped and not args.slow:
         print("skipped, with the reasons the docs give:")
         for s in skipped:

@@ -164,28 +164,22 @@ void RegisterProfileCommands(CLI::App* app, RunState* state) {
       "Measure the runtime's per-layer time and activation memory on this machine and write a "
       "layer-cost-table/1 file");
   AddModelFlag(p, &f->model)->capture_default_str();
-  // Lists are one argument, comma-separated ("--mbs 1,2,4"), shown without CLI11's "[...] ...".
+  // Lists are one argument, comma-separated ("--mbs 1,2,4"); the help shows them as typed,
+  // without CLI11's "[...] ..." (option_text replaces the value name and default).
   p->add_option("--mbs", f->mbs, "Micro-batch sizes, comma-separated")
       ->delimiter(',')
-      ->expected(1)
-      ->type_name("N,...")
-      ->default_str(JoinComma(f->mbs));
+      ->option_text("N,...=" + JoinComma(f->mbs));
   p->add_option("--seqlen", f->seqlen, "Sequence lengths (encoder lengths), comma-separated")
       ->delimiter(',')
-      ->expected(1)
-      ->type_name("N,...")
-      ->default_str(JoinComma(f->seqlen));
+      ->option_text("N,...=" + JoinComma(f->seqlen));
   p->add_option("--dec-seqlen", f->dec_seqlen,
                 "Encoder-decoder models: decoder lengths, comma-separated (default: --seqlen)")
       ->delimiter(',')
-      ->expected(1)
-      ->type_name("N,...");
+      ->option_text("N,...");
   p->add_option("--recompute", f->recompute,
                 "Recompute levels, comma-separated: none, selective, full")
       ->delimiter(',')
-      ->expected(1)
-      ->type_name("LEVEL,...")
-      ->default_str(JoinComma(f->recompute));
+      ->option_text("LEVEL,...=" + JoinComma(f->recompute));
   p->add_option("--repeats", f->repeats, "Timed runs per point (the median is written)")
       ->capture_default_str();
   p->add_option("--warmup", f->warmup, "Untimed runs per point before the timed ones")
