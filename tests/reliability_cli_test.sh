@@ -178,6 +178,18 @@ if "$sluice" profile --help >/dev/null 2>&1; then
   # Checked before the model is even resolved: the unknown model is not what is reported.
   expect profile-out-first 2 "^sluice: error: --out '/nonexistent-sluice/t.json': the folder" -- \
     profile --model no-such-model --out /nonexistent-sluice/t.json
+  # A model too big for the memory given: libtorch's c10::Error is caught at the command's edge
+  # and reported on one line, exit 1.
+  echo '{"name": "big", "kind": "decoder-only", "layers": 2, "hidden": 16384, "heads": 128,
+    "kv_heads": 128, "ffn_hidden": 65536, "vocab": 50257, "max_position": 2048, "mlp": "gelu",
+    "tied_embeddings": true}' >"$tmp/big-model.json"
+  out="$( (ulimit -v 6000000; "$sluice" profile --model "$tmp/big-model.json" --mbs 1 --seqlen 64 \
+           --repeats 1 --warmup 0 --out "$tmp/big-table.json") 2>&1)"
+  rc=$?
+  check profile-too-big-exit-1 test "$rc" -eq 1
+  check profile-too-big-message grep -Eq "^sluice: error: profile: out of memory: .*allocate" <<<"$out"
+  check profile-too-big-no-trace test -z "$(grep -E 'frame #|Exception raised from' <<<"$out")"
+  check profile-too-big-no-file test ! -e "$tmp/big-table.json"
 fi
 
 finish reliability

@@ -211,6 +211,14 @@ Status RunGuarded(std::string_view command, const std::function<Status()>& handl
     std::string what = e.what();
     const size_t nl = what.find('\n');
     if (nl != std::string::npos) what = what.substr(0, nl);
+    // libtorch's allocators throw c10::Error, not std::bad_alloc.
+    if (what.find("can't allocate memory") != std::string::npos ||
+        what.find("not enough memory") != std::string::npos ||
+        what.find("out of memory") != std::string::npos) {
+      return FailedPreconditionError(fmt::format(
+          "{}: out of memory: the inputs ask for more memory than this machine gives ({})",
+          command, what));
+    }
     return InternalError(fmt::format("{}: failed with an unexpected error: {}", command, what));
   }
 }
