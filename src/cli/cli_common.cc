@@ -62,7 +62,7 @@ CLI::Validator IntegerCheck(int64_t min, int64_t max, std::string allowed_text) 
           return fmt::format("'{}' is not an integer; {}", input, allowed);
         }
         if (ec == std::errc::result_out_of_range) {
-          return fmt::format("{} is out of range; {}", input, allowed);
+          return fmt::format("{} is out of range; allowed: {}..{}", input, min, max);
         }
         if (v < min || v > max) return fmt::format("'{}' is not allowed; {}", input, allowed);
         return std::string();
@@ -125,8 +125,8 @@ Status CheckOutputFile(std::string_view flag, const std::string& path) {
   std::string probe = path + ".tmp-XXXXXX";
   const int fd = ::mkstemp(probe.data());
   if (fd < 0) {
-    return InvalidArgumentError(fmt::format("{} '{}': cannot write in the folder '{}' ({})", flag,
-                                            path, dir, std::strerror(errno)));
+    return InvalidArgumentError(
+        fmt::format("{} '{}': cannot write there ({})", flag, path, std::strerror(errno)));
   }
   ::close(fd);
   ::unlink(probe.c_str());
@@ -256,8 +256,7 @@ CLI::Option* AddDataFlag(CLI::App* app, std::string* data) {
 
 CLI::Option* AddSeedFlag(CLI::App* app, uint64_t* seed) {
   return app->add_option("--seed", *seed, "Seed of all randomness")
-      ->check(IntegerCheck(0, std::numeric_limits<int64_t>::max(),
-                           fmt::format("0..{}", std::numeric_limits<int64_t>::max())))
+      ->check(IntegerCheck(0, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
 }
 
