@@ -98,10 +98,10 @@ expect plan-samples-huge 2 "^--samples: '2000000000' is not allowed; allowed: an
 expect compare-samples-huge 2 "^--samples: '2000000000' is not allowed" -- compare --samples 2000000000
 expect simulate-samples-huge 2 "^--samples: '2000000000' is not allowed" -- \
   simulate "$tmp/p.json" --data web --samples 2000000000
-expect seed-float 2 "^--seed: '1e23' is not an integer; allowed: 0..9223372036854775807" -- data stats web --seed 1e23
+expect seed-float 2 "^--seed: '1e23' is not an integer; allowed: an integer >= 0" -- data stats web --seed 1e23
 expect seed-fraction 2 "^--seed: '2.5' is not an integer" -- plan --seed 2.5
-expect seed-negative 2 "^--seed: '-1' is not allowed; allowed: 0..9223372036854775807" -- plan --seed -1
-expect seed-past-64-bits 2 "^--seed: 18446744073709551616 is out of range" -- plan --seed 18446744073709551616
+expect seed-negative 2 "^--seed: '-1' is not allowed; allowed: an integer >= 0" -- plan --seed -1
+expect seed-past-64-bits 2 "^--seed: 18446744073709551616 is out of range; allowed: 0..9223372036854775807" -- plan --seed 18446744073709551616
 expect tokens-float 2 "^--tokens-per-batch: '1e5' is not an integer" -- plan --tokens-per-batch 1e5
 expect memory-limit-nan 2 "^--memory-limit: 'nan' is not allowed" -- plan --memory-limit nan
 expect compute-scale-nan 2 "field 'compute_scale' is nan; allowed: a finite number > 0" -- \
@@ -178,6 +178,18 @@ if "$sluice" profile --help >/dev/null 2>&1; then
   # Checked before the model is even resolved: the unknown model is not what is reported.
   expect profile-out-first 2 "^sluice: error: --out '/nonexistent-sluice/t.json': the folder" -- \
     profile --model no-such-model --out /nonexistent-sluice/t.json
+  # A model too big for the memory given: libtorch's c10::Error is caught at the command's edge
+  # and reported on one line, exit 1.
+  echo '{"name": "big", "kind": "decoder-only", "layers": 2, "hidden": 16384, "heads": 128,
+    "kv_heads": 128, "ffn_hidden": 65536, "vocab": 50257, "max_position": 2048, "mlp": "gelu",
+    "tied_embeddings": true}' >"$tmp/big-model.json"
+  out="$( (ulimit -v 6000000; "$sluice" profile --model "$tmp/big-model.json" --mbs 1 --seqlen 64 \
+           --repeats 1 --warmup 0 --out "$tmp/big-table.json") 2>&1)"
+  rc=$?
+  check profile-too-big-exit-1 test "$rc" -eq 1
+  check profile-too-big-message grep -Eq "^sluice: error: profile: out of memory: .*allocate" <<<"$out"
+  check profile-too-big-no-trace test -z "$(grep -E 'frame #|Exception raised from' <<<"$out")"
+  check profile-too-big-no-file test ! -e "$tmp/big-table.json"
 fi
 
 finish reliability

@@ -60,16 +60,19 @@ int WriteAll(int fd, std::string_view data) {
 
 StatusOr<std::string> ReadFileToString(const std::string& path, int64_t max_bytes,
                                        std::string_view what) {
-  // O_NONBLOCK: opening a pipe with no writer must not wait; it is cleared below.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // O_NONBLOCK: opening a device must not wait (a pipe is opened again below, waiting for its
+  // writer as a blocking open does).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     return Status(err == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError,
                   fmt::format("{}: cannot open ({})", path, std::strerror(err)));
   }
   struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
+    int& fd;
+    ~FdCloser() {
+      if (fd >= 0) ::close(fd);
+    }
   } closer{fd};
   struct stat st;
   if (::fstat(fd, &st) != 0) return OsError(path, "cannot read", errno);
@@ -89,7 +92,14 @@ StatusOr<std::string> ReadFileToString(const std::string& path, int64_t max_byte
   if (S_ISREG(st.st_mode) && st.st_size > max_bytes) {
     return too_big(fmt::format("the file has {} bytes", static_cast<int64_t>(st.st_size)));
   }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (S_ISFIFO(st.st_mode)) {
+    // A non-blocking read end sees end-of-file until a writer comes: wait for one instead.
+    ::close(fd);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return OsError(path, "cannot open", errno);
+  } else {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  }
   std::string out;
   if (S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
   std::vector<char> buf(1 << 16);

@@ -65,7 +65,7 @@ CLI::Validator IntegerCheck(int64_t min, int64_t max, std::string allowed_text) 
           return fmt::format("'{}' is not an integer; {}", input, allowed);
         }
         if (ec == std::errc::result_out_of_range) {
-          return fmt::format("{} is out of range; {}", input, allowed);
+          return fmt::format("{} is out of range; allowed: {}..{}", input, min, max);
         }
         if (v < min || v > max) return fmt::format("'{}' is not allowed; {}", input, allowed);
         return std::string();
@@ -128,8 +128,8 @@ Status CheckOutputFile(std::string_view flag, const std::string& path) {
   std::string probe = path + ".tmp-XXXXXX";
   const int fd = ::mkstemp(probe.data());
   if (fd < 0) {
-    return InvalidArgumentError(fmt::format("{} '{}': cannot write in the folder '{}' ({})", flag,
-                                            path, dir, std::strerror(errno)));
+    return InvalidArgumentError(
+        fmt::format("{} '{}': cannot write there ({})", flag, path, std::strerror(errno)));
   }
   ::close(fd);
   ::unlink(probe.c_str());
@@ -214,6 +214,14 @@ Status RunGuarded(std::string_view command, const std::function<Status()>& handl
     std::string what = e.what();
     const size_t nl = what.find('\n');
     if (nl != std::string::npos) what = what.substr(0, nl);
+    // libtorch's allocators throw c10::Error, not std::bad_alloc.
+    if (what.find("can't allocate memory") != std::string::npos ||
+        what.find("not enough memory") != std::string::npos ||
+        what.find("out of memory") != std::string::npos) {
+      return FailedPreconditionError(fmt::format(
+          "{}: out of memory: the inputs ask for more memory than this machine gives ({})",
+          command, what));
+    }
     return InternalError(fmt::format("{}: failed with an unexpected error: {}", command, what));
   }
 }
@@ -252,8 +260,7 @@ CLI::Option* AddDataFlag(CLI::App* app, std::string* data) {
 
 CLI::Option* AddSeedFlag(CLI::App* app, uint64_t* seed) {
   return app->add_option("--seed", *seed, "Seed of all randomness")
-      ->check(IntegerCheck(0, std::numeric_limits<int64_t>::max(),
-                           fmt::format("0..{}", std::numeric_limits<int64_t>::max())))
+      ->check(IntegerCheck(0, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
 }
 

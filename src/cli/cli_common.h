@@ -66,7 +66,8 @@ CLI::Validator NumberCheck(double min, bool min_exclusive, double max, std::stri
 // An integer flag's check: decimal digits only (no '1e3', no '2.5', which CLI11 would otherwise
 // round or saturate: '--seed 1e23' became 2^64 - 1), within [min, max]. Messages: "'1e23' is not
 // an integer; allowed: ...", "'0' is not allowed; allowed: ..." and, past 64 bits, "N is out of
-// range; allowed: ...". `allowed` defaults to "an integer >= MIN" or "an integer in [MIN, MAX]".
+// range; allowed: MIN..MAX". `allowed` defaults to "an integer >= MIN" or "an integer in [MIN,
+// MAX]".
 CLI::Validator IntegerCheck(int64_t min, int64_t max, std::string allowed = "");
 // Rejects nan, inf and (unless `allow_negative`) negative numbers for a floating-point flag that
 // has no narrower check: "'nan' is not allowed; allowed: a finite number >= 0".

@@ -60,8 +60,9 @@ struct ValidateOptions {
 Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options = {});
 
 // Part of check 1, also run by the simulator before anything is sized: every micro-batch's
-// lengths (seqlen, and dec_seqlen of encoder-decoder models) are within the model's max_position,
-// its rows within the tokens a micro-batch may hold (kMaxMicroBatchTokens). InvalidArgument "plan
+// lengths (seqlen, and dec_seqlen of encoder-decoder models) are within the model's max_position
+// unless it is varlen (positions restart at each sample of a varlen row, so the row may be
+// longer), and it holds at most kMaxMicroBatchTokens tokens. InvalidArgument "plan
 // check: replica D micro-batch I: ..." naming the shape, the limit and the model otherwise.
 Status CheckPlanFitsModel(const ExecutionPlan& plan);
 // The most tokens (mbs x (seqlen + dec_seqlen)) one micro-batch may hold: 2^26, far above any

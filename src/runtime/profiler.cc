@@ -222,7 +222,10 @@ StatusOr<std::optional<Pass>> RunOnce(const Chunk& chunk, PointInputs& in, Recom
     return std::optional<Pass>(pass);
   } catch (const std::exception& e) {
     if (IsOutOfMemory(e, counter)) return std::optional<Pass>();
-    return InternalError(fmt::format("profile: libtorch failed: {}", e.what()));
+    // c10::Error's text goes on with a C++ stack trace after its first line.
+    const std::string what = e.what();
+    return InternalError(
+        fmt::format("profile: libtorch failed: {}", what.substr(0, what.find('\n'))));
   }
 }
 

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_util.h"
+
 namespace sluice::runtime {
 namespace {
 
@@ -49,8 +51,11 @@ std::string TraceRecorder::ToChromeJson() const {
 StatusOr<std::string> MergeChromeTraces(std::span<const std::string> documents) {
   nlohmann::json events = nlohmann::json::array();
   for (size_t i = 0; i < documents.size(); ++i) {
-    nlohmann::json doc = nlohmann::json::parse(documents[i], nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") ||
+    // ParseJson bounds the nesting (the merged document is dumped recursively).
+    StatusOr<nlohmann::json> parsed = ParseJson(documents[i], fmt::format("trace document {}", i));
+    if (!parsed.ok()) return parsed.status();
+    nlohmann::json& doc = *parsed;
+    if (!doc.is_object() || !doc.contains("traceEvents") ||
         !doc["traceEvents"].is_array()) {
       return InvalidArgumentError(
           fmt::format("trace document {} is not a Chrome trace (no traceEvents array)", i));
