@@ -254,7 +254,7 @@ PYBIND11_MODULE(_sluice, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const StatusError& e) {
-      py::object exc = error(e.what());
+      py::object exc = py::handle(error.ptr())(e.what());
       exc.attr("code") = std::string(StatusCodeName(e.code));
       PyErr_SetObject(error.ptr(), exc.ptr());
     }
@@ -339,11 +339,10 @@ PYBIND11_MODULE(_sluice, m) {
              const std::vector<int64_t>& target_lengths, const std::vector<int64_t>& ids) {
             auto out = std::make_unique<PyPlan>();
             out->samples = SamplesOf(p, lengths, target_lengths, ids);
-            StatusOr<PlanResult> r;
-            {
+            StatusOr<PlanResult> r = [&] {
               py::gil_scoped_release release;
-              r = p.planner->Plan(out->samples);
-            }
+              return p.planner->Plan(out->samples);
+            }();
             if (!r.ok()) Raise(r.status());
             out->result = std::move(r).value();
             return out;
@@ -445,11 +444,10 @@ PYBIND11_MODULE(_sluice, m) {
             options.record_timeline = false;
             options.record_memory = false;
             options.samples = p.samples;
-            StatusOr<SimResult> r;
-            {
+            StatusOr<SimResult> r = [&] {
               py::gil_scoped_release release;
-              r = Simulate(plan, options);
-            }
+              return Simulate(plan, options);
+            }();
             if (!r.ok()) Raise(r.status());
             return SimDict(*r, plan);
           },

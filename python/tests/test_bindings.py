@@ -7,9 +7,11 @@ import pytest
 
 import sluice
 
-SMALL = dict(model="gpt-tiny", cluster="a100-40g:4", parallel="dp=2,pp=2", method="dynapipe",
-             schedule="1f1b", max_seqlen=512)
-LENGTHS = [37, 512, 200, 90, 300, 18, 64, 480, 120, 250, 33, 77]
+# DynaPipe's GPT setting: GPT-6.7B on 8 A100-40GB, 2 replicas of 4 pipeline stages.
+SMALL = dict(model="gpt-6.7b", cluster="a100-40g:8", parallel="dp=2,pp=4,zero=1",
+             method="dynapipe", schedule="1f1b", max_seqlen=2048)
+LENGTHS = [37, 2048, 200, 90, 300, 18, 64, 1480, 120, 250, 33, 77, 900, 1200, 510, 60, 700, 45,
+           2000, 333, 128, 256, 1024, 77, 400, 640, 15, 1800, 95, 410]
 
 
 def test_presets_dicts_and_files_round_trip(tmp_path):
@@ -65,15 +67,21 @@ def test_errors_are_sluice_errors_with_the_message(tmp_path):
         sluice.Planner(**{**SMALL, "schedule": "fastest"})
 
     planner = sluice.Planner(**SMALL)
-    with pytest.raises(sluice.Error, match="max_seqlen 512"):
+    with pytest.raises(sluice.Error, match="max_seqlen 2048"):
         planner.plan([100, 9000])
+    with pytest.raises(sluice.Error, match="allowed: lengths >= 1"):
+        planner.plan([100, 0])
+    with pytest.raises(sluice.Error, match="max_seqlen"):
+        sluice.Planner(**{**SMALL, "max_seqlen": 100000})
+    with pytest.raises(sluice.Error, match="dynapipe"):
+        sluice.Planner(**{**SMALL, "method": "magic"}).plan(LENGTHS)
     with pytest.raises(TypeError):
         planner.plan(["a", "b"])
 
 
 def test_plan_covers_every_sample_once_and_exports():
     planner = sluice.Planner(**SMALL)
-    assert planner.dp == 2 and planner.max_seqlen == 512
+    assert planner.dp == 2 and planner.max_seqlen == 2048
     plan = planner.plan(LENGTHS, ids=[100 + i for i in range(len(LENGTHS))])
     assert plan.ok, plan.infeasible_reason
     assert plan.sample_ids == sorted(100 + i for i in range(len(LENGTHS)))
@@ -81,16 +89,25 @@ def test_plan_covers_every_sample_once_and_exports():
     for d in range(plan.dp):
         for mb in plan.micro_batches(d):
             assert mb["mbs"] == len(mb["rows"])
-            assert len(mb["stages"]) == 2 and mb["stages"][0]["forward_ms"] > 0
+            assert len(mb["stages"]) == 4 and mb["stages"][0]["forward_ms"] > 0
+            assert mb["seqlen"] >= max(LENGTHS[i - 100] for i in mb["sample_ids"]) or mb["varlen"]
             seen.extend(mb["sample_ids"])
     assert sorted(seen) == plan.sample_ids
-    assert plan.makespan_ms > 0 and len(plan.peak_memory_bytes) == 2
-    assert plan.num_ranks == 4
-    assert any(text.startswith("F") or "F" in text for text in plan.instructions(0))
+    assert plan.makespan_ms > 0 and len(plan.peak_memory_bytes) == 4
+    assert max(plan.peak_memory_bytes) <= plan.memory_limit_bytes
+    assert plan.num_ranks == 8
+    assert len(plan.instructions(0)) > 0 and len(plan.instructions(7)) > 0
     doc = json.loads(plan.to_json())
     assert doc["format"] == "sluice-plan/1" and doc["method"] == "dynapipe"
     csv = plan.to_csv(replica=1)
-    assert csv.splitlines()[0].startswith("0") or "F" in csv
+    n_mb = len(plan.micro_batches(1))
+    # compute_only, one line per stage: F and B once per micro-batch ("2F0,2F1,2B0,...")
+    rows = csv.splitlines()
+    assert len(rows) == 4
+    for stage, row in enumerate(rows):
+        actions = row.split(",")
+        assert sorted(a for a in actions if "F" in a) == sorted(f"{stage}F{m}" for m in range(n_mb))
+        assert sum("B" in a for a in actions) == n_mb
     with pytest.raises(sluice.Error, match="allowed: 0..1"):
         plan.micro_batches(2)
     plan.validate()
@@ -113,7 +130,7 @@ def test_simulate():
     assert r.real_tokens == sum(LENGTHS)
     assert r.tokens_per_second == pytest.approx(r.real_tokens / (r.iteration_time_ms / 1e3),
                                                 rel=1e-6)
-    assert len(r.peak_memory_bytes) == 4 and min(r.peak_memory_bytes) > 0
+    assert len(r.peak_memory_bytes) == 8 and min(r.peak_memory_bytes) > 0
     assert 0 <= r.bubble_fraction < 1
     assert not r.memory_exceeded
     with pytest.raises(sluice.Error, match="closed-form"):
@@ -123,17 +140,19 @@ def test_simulate():
 
 
 def test_out_of_memory_is_an_outcome():
-    # gpt-6.7b with no parallelism on one 40 GB device: model states alone exceed memory
-    # (an error at construction), so use a tight explicit limit that only the batch exceeds.
-    planner = sluice.Planner(model="gpt-tiny", cluster="a100-40g:1",
-                             parallel={"dp": 1, "memory_limit_mb": 200}, max_seqlen=2048,
-                             method="padding")
-    plan = planner.plan([2048] * 64)
-    if plan.ok:
-        pytest.skip("the tight limit fits after all")
-    assert plan.outcome == "out-of-memory" and plan.infeasible_reason
+    # A 20,000 MB budget holds the model states and a few 2048-token micro-batches in flight,
+    # not 8 of them under 1F1B with padding.
+    planner = sluice.Planner(**{**SMALL, "parallel": {"dp": 2, "pp": 4, "zero": 1,
+                                                      "memory_limit_mb": 20000},
+                                "method": "padding"})
+    assert planner.plan([2048] * 4).ok
+    plan = planner.plan([2048] * 16)
+    assert not plan.ok
+    assert plan.outcome == "out-of-memory" and "does not fit" in plan.infeasible_reason
     with pytest.raises(sluice.Error, match="could not be planned"):
         plan.to_json()
+    with pytest.raises(sluice.Error, match="could not be planned"):
+        sluice.simulate(plan)
 
 
 def test_planning_releases_the_gil():

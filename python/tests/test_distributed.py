@@ -16,8 +16,8 @@ import sluice
 from sluice.torch import PackedCollator, PlanningBatchSampler
 
 VOCAB = 50
-PLANNER = dict(model="gpt-tiny", cluster="a100-40g:2", parallel="dp=2", method="dynapipe",
-               schedule="1f1b", max_seqlen=256)
+PLANNER = dict(model="gpt-6.7b", cluster="a100-40g:8", parallel="dp=2,pp=4,zero=1",
+               method="dynapipe", schedule="1f1b", max_seqlen=256)
 
 
 def _dataset():
