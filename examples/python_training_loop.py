@@ -5,7 +5,8 @@ Each process is one data-parallel replica. PlanningBatchSampler cuts every epoch
 batches of --tokens-per-batch tokens, has sluice plan them (method and schedule as given), and
 gives each replica its micro-batches; PackedCollator packs each micro-batch into one row with
 cu_seqlens and per-document position_ids; the model (a tiny causal transformer written here in
-plain torch.nn) attends within documents only; gradients are all-reduced over Gloo after every
+plain torch.nn; sluice plans the batches as for --model, GPT-6.7B by default) attends within
+documents only; gradients are all-reduced over Gloo after every
 micro-batch. Before training, rank 0 prints what sluice predicts for the first global batch on
 the planned cluster (the simulator) and the replica's pipelining CSV.
 
@@ -19,6 +20,7 @@ import argparse
 import os
 import random
 import socket
+import functools
 import time
 
 import torch
@@ -27,6 +29,8 @@ import torch.multiprocessing as mp
 
 import sluice
 from sluice.torch import PackedCollator, PlanningBatchSampler
+
+print = functools.partial(print, flush=True)  # ranks print whole lines
 
 
 class TinyCausalLM(torch.nn.Module):
@@ -69,8 +73,11 @@ def run(rank, world_size, port, args):
                             world_size=world_size)
     data = make_data(args.samples, args.vocab, args.max_seqlen, seed=0)
     lengths = [len(d["input_ids"]) for d in data]
-    planner = sluice.Planner(model=args.model, cluster=args.cluster, parallel=f"dp={world_size}",
-                             method=args.method, schedule="1f1b", max_seqlen=args.max_seqlen)
+    # sluice plans as if the job were --model on --cluster with one pipeline of --pp stages per
+    # process; this loop is the data-parallel part of it, training its own toy model.
+    planner = sluice.Planner(model=args.model, cluster=args.cluster,
+                             parallel=f"dp={world_size},pp={args.pp},zero=1", method=args.method,
+                             schedule="1f1b", max_seqlen=args.max_seqlen)
     sampler = PlanningBatchSampler(lengths, planner, args.tokens_per_batch, seed=args.seed)
     loader = torch.utils.data.DataLoader(data, batch_sampler=sampler,
                                          collate_fn=PackedCollator(max_seqlen=args.max_seqlen))
@@ -129,12 +136,13 @@ def main():
     ap.add_argument("--vocab", type=int, default=97)
     ap.add_argument("--max-seqlen", type=int, default=256)
     ap.add_argument("--tokens-per-batch", type=int, default=4096)
-    ap.add_argument("--model", default="gpt-tiny", help="the model sluice plans for")
-    ap.add_argument("--cluster", default=None, help="default: a100-40g:NPROC")
+    ap.add_argument("--model", default="gpt-6.7b", help="the model sluice plans for")
+    ap.add_argument("--pp", type=int, default=4, help="pipeline stages sluice plans per replica")
+    ap.add_argument("--cluster", default=None, help="default: a100-40g:(NPROC x PP)")
     ap.add_argument("--method", default="dynapipe")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    args.cluster = args.cluster or f"a100-40g:{args.nproc}"
+    args.cluster = args.cluster or f"a100-40g:{args.nproc * args.pp}"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

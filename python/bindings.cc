@@ -6,13 +6,12 @@
 // sluice.Error (a ValueError) carrying the Status message unchanged and its code name in `.code`.
 // Planning and simulation release the GIL, so a background Python thread can plan while the
 // training loop runs.
+#include <fmt/core.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <fmt/core.h>
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -150,12 +149,12 @@ std::vector<Sample> SamplesOf(const PyPlanner& p, const std::vector<int64_t>& in
     s.target_len = target_lens.empty() ? 0 : target_lens[i];
     const int64_t limit = p.max_seqlen;
     const bool enc_dec = p.model.is_encoder_decoder();
-    const bool too_long = enc_dec ? (s.input_len > limit || s.target_len > limit)
-                                  : s.tokens() > limit;
+    const bool too_long =
+        enc_dec ? (s.input_len > limit || s.target_len > limit) : s.tokens() > limit;
     if (s.input_len < 1 || s.target_len < 0 || (enc_dec && s.target_len < 1)) {
-      Raise(InvalidArgumentError(fmt::format(
-          "lengths[{}]: sample {} has length {}{}; allowed: lengths >= 1", i, s.id, s.input_len,
-          enc_dec ? fmt::format("+{}", s.target_len) : "")));
+      Raise(InvalidArgumentError(
+          fmt::format("lengths[{}]: sample {} has length {}{}; allowed: lengths >= 1", i, s.id,
+                      s.input_len, enc_dec ? fmt::format("+{}", s.target_len) : "")));
     }
     if (too_long) {
       Raise(InvalidArgumentError(fmt::format(
@@ -205,8 +204,8 @@ const ExecutionPlan& OkPlan(const PyPlan& p) {
 
 int64_t CheckReplica(const ExecutionPlan& plan, int64_t replica) {
   if (replica < 0 || replica >= plan.dp()) {
-    Raise(InvalidArgumentError(fmt::format("replica: {} is not a replica of this plan (allowed: 0..{})",
-                                           replica, plan.dp() - 1)));
+    Raise(InvalidArgumentError(fmt::format(
+        "replica: {} is not a replica of this plan (allowed: 0..{})", replica, plan.dp() - 1)));
   }
   return replica;
 }
@@ -233,8 +232,8 @@ py::dict SimDict(const SimResult& r, const ExecutionPlan& plan) {
     bubbles.push_back(b);
     bubble_sum += b;
   }
-  d["peak_memory_bytes"] = peaks;            // [rank]
-  d["bubble_fraction_per_rank"] = bubbles;   // [rank]: bubble / iteration time
+  d["peak_memory_bytes"] = peaks;           // [rank]
+  d["bubble_fraction_per_rank"] = bubbles;  // [rank]: bubble / iteration time
   d["bubble_fraction"] = r.ranks.empty() ? 0.0 : bubble_sum / r.ranks.size();
   d["stage_imbalance"] = r.stage_imbalance;
   d["replica_imbalance"] = r.replica_imbalance;
@@ -261,17 +260,20 @@ PYBIND11_MODULE(_sluice, m) {
   });
 
   py::class_<ModelSpec>(m, "ModelSpec")
-      .def_static("preset", [](const std::string& name) { return Take(ModelPreset(name)); },
-                  py::arg("name"))
-      .def_static("resolve", [](const std::string& s) { return Take(ResolveModel(s)); },
-                  py::arg("name_or_file"))
+      .def_static(
+          "preset", [](const std::string& name) { return Take(ModelPreset(name)); },
+          py::arg("name"))
+      .def_static(
+          "resolve", [](const std::string& s) { return Take(ResolveModel(s)); },
+          py::arg("name_or_file"))
       .def_static("_from_json_text",
                   [](const std::string& text, const std::string& source) {
                     return Take(ModelSpecFromJson(ParseJson(text, source), source));
                   })
       .def("_to_json_text", [](const ModelSpec& s) { return ModelSpecToJson(s).dump(); })
       .def_property_readonly("name", [](const ModelSpec& s) { return s.name; })
-      .def_property_readonly("kind", [](const ModelSpec& s) { return std::string(ModelKindName(s.kind)); })
+      .def_property_readonly("kind",
+                             [](const ModelSpec& s) { return std::string(ModelKindName(s.kind)); })
       .def_property_readonly("layers", [](const ModelSpec& s) { return s.layers; })
       .def_property_readonly("hidden", [](const ModelSpec& s) { return s.hidden; })
       .def_property_readonly("heads", [](const ModelSpec& s) { return s.heads; })
@@ -279,15 +281,18 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("max_position", [](const ModelSpec& s) { return s.max_position; })
       .def_property_readonly("is_encoder_decoder", &ModelSpec::is_encoder_decoder)
       .def("__eq__", [](const ModelSpec& a, const ModelSpec& b) { return a == b; })
-      .def("__repr__", [](const ModelSpec& s) { return fmt::format("<sluice.ModelSpec '{}'>", s.name); });
+      .def("__repr__",
+           [](const ModelSpec& s) { return fmt::format("<sluice.ModelSpec '{}'>", s.name); });
   m.def("model_presets", &ModelPresetNames);
 
   py::class_<ClusterSpec>(m, "ClusterSpec")
-      .def_static("preset",
-                  [](const std::string& device, int64_t n) { return Take(ClusterPreset(device, n)); },
-                  py::arg("device"), py::arg("devices"))
-      .def_static("resolve", [](const std::string& s) { return Take(ResolveCluster(s)); },
-                  py::arg("preset_or_file"))
+      .def_static(
+          "preset",
+          [](const std::string& device, int64_t n) { return Take(ClusterPreset(device, n)); },
+          py::arg("device"), py::arg("devices"))
+      .def_static(
+          "resolve", [](const std::string& s) { return Take(ResolveCluster(s)); },
+          py::arg("preset_or_file"))
       .def_static("_from_json_text",
                   [](const std::string& text, const std::string& source) {
                     return Take(ClusterSpecFromJson(ParseJson(text, source), source));
@@ -302,8 +307,9 @@ PYBIND11_MODULE(_sluice, m) {
   m.def("device_presets", &DevicePresetNames);
 
   py::class_<ParallelConfig>(m, "ParallelConfig")
-      .def_static("resolve", [](const std::string& s) { return Take(ResolveParallel(s)); },
-                  py::arg("spec_or_file"))
+      .def_static(
+          "resolve", [](const std::string& s) { return Take(ResolveParallel(s)); },
+          py::arg("spec_or_file"))
       .def_static("_from_json_text",
                   [](const std::string& text, const std::string& source) {
                     return Take(ParallelConfigFromJson(ParseJson(text, source), source));
@@ -331,8 +337,9 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("parallel", [](const PyPlanner& p) { return p.parallel; })
       .def_property_readonly("max_seqlen", [](const PyPlanner& p) { return p.max_seqlen; })
       .def_property_readonly("cost_model", [](const PyPlanner& p) { return p.cost->Describe(); })
-      .def_property_readonly("memory_limit_bytes",
-                             [](const PyPlanner& p) { return p.parallel.MemoryLimit(p.cluster).count(); })
+      .def_property_readonly(
+          "memory_limit_bytes",
+          [](const PyPlanner& p) { return p.parallel.MemoryLimit(p.cluster).count(); })
       .def(
           "plan",
           [](const PyPlanner& p, const std::vector<int64_t>& lengths,
@@ -350,17 +357,21 @@ PYBIND11_MODULE(_sluice, m) {
           py::arg("lengths"), py::arg("target_lengths"), py::arg("ids"));
 
   py::class_<PyPlan>(m, "_Plan")
-      .def_property_readonly("ok", [](const PyPlan& p) { return p.result.outcome == PlanOutcome::kOk; })
-      .def_property_readonly("outcome",
-                             [](const PyPlan& p) { return std::string(PlanOutcomeName(p.result.outcome)); })
-      .def_property_readonly("infeasible_reason", [](const PyPlan& p) { return p.result.infeasible_reason; })
+      .def_property_readonly("ok",
+                             [](const PyPlan& p) { return p.result.outcome == PlanOutcome::kOk; })
+      .def_property_readonly(
+          "outcome", [](const PyPlan& p) { return std::string(PlanOutcomeName(p.result.outcome)); })
+      .def_property_readonly("infeasible_reason",
+                             [](const PyPlan& p) { return p.result.infeasible_reason; })
       .def_property_readonly("method", [](const PyPlan& p) { return p.result.batch_plan.method; })
       .def_property_readonly("dp", [](const PyPlan& p) { return p.result.plan.dp(); })
       .def_property_readonly("pp", [](const PyPlan& p) { return p.result.plan.pp(); })
-      .def_property_readonly("makespan_ms", [](const PyPlan& p) { return p.result.makespan.millis(); })
+      .def_property_readonly("makespan_ms",
+                             [](const PyPlan& p) { return p.result.makespan.millis(); })
       .def_property_readonly("given_order_makespan_ms",
                              [](const PyPlan& p) { return p.result.given_order_makespan.millis(); })
-      .def_property_readonly("bubble_fraction", [](const PyPlan& p) { return p.result.bubble_fraction; })
+      .def_property_readonly("bubble_fraction",
+                             [](const PyPlan& p) { return p.result.bubble_fraction; })
       .def_property_readonly("planning_time_ms",
                              [](const PyPlan& p) { return p.result.planning_time.millis(); })
       .def_property_readonly("peak_memory_bytes",
@@ -376,57 +387,68 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("dropped",
                              [](const PyPlan& p) {
                                std::vector<std::pair<int64_t, std::string>> v;
-                               for (const UnplacedSample& u : OkPlan(p).dropped) v.emplace_back(u.id, u.reason);
+                               for (const UnplacedSample& u : OkPlan(p).dropped)
+                                 v.emplace_back(u.id, u.reason);
                                return v;
                              })
-      .def("micro_batches",
-           [](const PyPlan& p, int64_t replica) {
-             const ExecutionPlan& plan = OkPlan(p);
-             py::list out;
-             for (const PlanMicroBatch& mb : plan.replicas[CheckReplica(plan, replica)].micro_batches) {
-               out.append(MicroBatchDict(mb));
-             }
-             return out;
-           },
-           py::arg("replica"))
-      .def("schedule",
-           [](const PyPlan& p, int64_t replica) {
-             const ExecutionPlan& plan = OkPlan(p);
-             return plan.replicas[CheckReplica(plan, replica)].schedule;
-           },
-           py::arg("replica"))
+      .def(
+          "micro_batches",
+          [](const PyPlan& p, int64_t replica) {
+            const ExecutionPlan& plan = OkPlan(p);
+            py::list out;
+            for (const PlanMicroBatch& mb :
+                 plan.replicas[CheckReplica(plan, replica)].micro_batches) {
+              out.append(MicroBatchDict(mb));
+            }
+            return out;
+          },
+          py::arg("replica"))
+      .def(
+          "schedule",
+          [](const PyPlan& p, int64_t replica) {
+            const ExecutionPlan& plan = OkPlan(p);
+            return plan.replicas[CheckReplica(plan, replica)].schedule;
+          },
+          py::arg("replica"))
       .def_property_readonly("num_ranks", [](const PyPlan& p) { return OkPlan(p).ranks.size(); })
-      .def("instructions",
-           [](const PyPlan& p, int64_t rank) {
-             const ExecutionPlan& plan = OkPlan(p);
-             if (rank < 0 || rank >= static_cast<int64_t>(plan.ranks.size())) {
-               Raise(InvalidArgumentError(fmt::format(
-                   "rank: {} is not a rank of this plan (allowed: 0..{})", rank, plan.ranks.size() - 1)));
-             }
-             std::vector<std::string> v;
-             for (const Instruction& in : plan.ranks[rank].instructions) v.push_back(InstructionText(in));
-             return v;
-           },
-           py::arg("rank"))
-      .def("to_json", [](const PyPlan& p, int indent) { return PlanToJsonText(OkPlan(p), indent); },
-           py::arg("indent") = -1)
-      .def("to_csv",
-           [](const PyPlan& p, int64_t replica, bool comms) {
-             const ExecutionPlan& plan = OkPlan(p);
-             PipelineOrder order = PipelineOrderOf(plan, CheckReplica(plan, replica), comms);
-             if (!comms) {
-               for (auto& row : order.ranks) {
-                 std::erase_if(row, [](const PipeAction& a) {
-                   return a.op != PipeOp::kForward && a.op != PipeOp::kBackward &&
-                          a.op != PipeOp::kBackwardInput && a.op != PipeOp::kBackwardWeight;
-                 });
-               }
-             }
-             return PipelineOrderToCsv(order);
-           },
-           py::arg("replica") = 0, py::arg("comms") = false)
-      .def("write", [](const PyPlan& p, const std::string& path) { Check(WritePlanFile(OkPlan(p), path)); },
-           py::arg("path"))
+      .def(
+          "instructions",
+          [](const PyPlan& p, int64_t rank) {
+            const ExecutionPlan& plan = OkPlan(p);
+            if (rank < 0 || rank >= static_cast<int64_t>(plan.ranks.size())) {
+              Raise(InvalidArgumentError(
+                  fmt::format("rank: {} is not a rank of this plan (allowed: 0..{})", rank,
+                              plan.ranks.size() - 1)));
+            }
+            std::vector<std::string> v;
+            for (const Instruction& in : plan.ranks[rank].instructions)
+              v.push_back(InstructionText(in));
+            return v;
+          },
+          py::arg("rank"))
+      .def(
+          "to_json", [](const PyPlan& p, int indent) { return PlanToJsonText(OkPlan(p), indent); },
+          py::arg("indent") = -1)
+      .def(
+          "to_csv",
+          [](const PyPlan& p, int64_t replica, bool comms) {
+            const ExecutionPlan& plan = OkPlan(p);
+            PipelineOrder order = PipelineOrderOf(plan, CheckReplica(plan, replica), comms);
+            if (!comms) {
+              for (auto& row : order.ranks) {
+                std::erase_if(row, [](const PipeAction& a) {
+                  return a.op != PipeOp::kForward && a.op != PipeOp::kBackward &&
+                         a.op != PipeOp::kBackwardInput && a.op != PipeOp::kBackwardWeight;
+                });
+              }
+            }
+            return PipelineOrderToCsv(order);
+          },
+          py::arg("replica") = 0, py::arg("comms") = false)
+      .def(
+          "write",
+          [](const PyPlan& p, const std::string& path) { Check(WritePlanFile(OkPlan(p), path)); },
+          py::arg("path"))
       .def("validate", [](const PyPlan& p) { Check(ValidatePlan(OkPlan(p))); })
       .def(
           "simulate",
@@ -438,8 +460,9 @@ PYBIND11_MODULE(_sluice, m) {
             } else if (collectives == "closed-form") {
               options.collectives = CollectiveMode::kClosedForm;
             } else {
-              Raise(InvalidArgumentError(fmt::format(
-                  "collectives: '{}' is not allowed; allowed: stepwise, closed-form", collectives)));
+              Raise(InvalidArgumentError(
+                  fmt::format("collectives: '{}' is not allowed; allowed: stepwise, closed-form",
+                              collectives)));
             }
             options.record_timeline = false;
             options.record_memory = false;
