@@ -171,10 +171,10 @@ def test_planning_releases_the_gil():
     t = threading.Thread(target=tick)
     t.start()
     t0 = time.perf_counter()
-    for _ in range(3):
+    while time.perf_counter() - t0 < 0.3:
         planner.plan(lengths)
     elapsed = time.perf_counter() - t0
     stop.set()
     t.join()
     # The ticking thread ran throughout (with the GIL held it would stall for each plan).
-    assert len(ticks) > 0.2 * elapsed / 0.001 or elapsed < 0.01
+    assert len(ticks) > 0.2 * elapsed / 0.001

@@ -124,13 +124,11 @@ def test_background_planning_runs_ahead(planner):
     it = iter(s)
     next(it)
     time.sleep(0.5)  # the "training step": the planner thread fills the queue meanwhile
-    t0 = time.perf_counter()
     planned_before = s.stats["batches_planned"]
     rest = list(it)
     assert planned_before >= 2  # ran ahead of the consumer
     assert len(rest) + 1 == len(PlanningBatchSampler(lengths, planner, 4096, rank=0,
                                                      world_size=2))
-    assert time.perf_counter() - t0 >= 0
 
 
 def test_dataloader_end_to_end(planner):
