@@ -8,13 +8,16 @@
 #
 # The default set includes Debian's libtorch (CPU, c10d/Gloo: libgloo-dev is needed to compile
 # against ProcessGroupGloo.hpp, libopenblas0-openmp makes it 13-22x faster than the reference
-# BLAS) and chromium (the HTML report's browser test renders pages headless).
+# BLAS) and chromium (the HTML report's browser test renders pages headless). The Python module
+# (python/, docs/python.md) needs pybind11 and pytest; its sluice.torch tests need python3-torch
+# (CPU, Gloo), which comes with the torch set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake ninja-build g++ ccache pkg-config
       nlohmann-json3-dev libcli11-dev libfmt-dev
-      libgtest-dev libgmock-dev libbenchmark-dev chromium)
+      libgtest-dev libgmock-dev libbenchmark-dev chromium
+      pybind11-dev python3-pybind11 python3-numpy python3-pytest)
 torch=1
 for arg in "$@"; do
   case "$arg" in
@@ -24,7 +27,7 @@ for arg in "$@"; do
   esac
 done
 if ((torch)); then
-  pkgs+=(libtorch-dev libgloo-dev libopenblas0-openmp)
+  pkgs+=(libtorch-dev libgloo-dev libopenblas0-openmp python3-torch)
 fi
 
 missing=()

@@ -1,0 +1,403 @@
+"""sluice.torch: sluice's plans inside a PyTorch user's own training loop (docs/python.md).
+
+PlanningBatchSampler
+    A ``batch_sampler`` for ``torch.utils.data.DataLoader``. It cuts each epoch's (shuffled)
+    samples into global batches by a token budget, has sluice plan every global batch, and yields
+    this data-parallel replica's micro-batches (lists of dataset indices), in the plan's order.
+    Every rank computes the same plans from the same seed, so ranks agree without communicating.
+    Planning runs ahead of the training loop in a background thread (the C++ planner releases
+    the GIL).
+
+PackedCollator / PaddedCollator
+    ``collate_fn``s: packed rows with ``cu_seqlens``, ``max_seqlen`` and per-document
+    ``position_ids`` (the conventions of Hugging Face's DataCollatorWithFlattening and of
+    flash-attention's varlen kernels), or padded micro-batches with an attention mask.
+"""
+
+import queue
+import random
+import threading
+import time
+
+import torch
+import torch.utils.data
+
+from . import Error, Planner
+
+__all__ = ["PlanningBatchSampler", "PackedCollator", "PaddedCollator"]
+
+
+def _dist_rank_world():
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _split_micro_batch(mb):
+    """Splits one micro-batch (a list of rows of sample ids) into two non-empty halves: by rows
+    when it has several, else by the samples of its one row. None when it holds one sample."""
+    rows = mb
+    if len(rows) >= 2:
+        h = len(rows) // 2
+        return rows[:h], rows[h:]
+    if len(rows) == 1 and len(rows[0]) >= 2:
+        h = len(rows[0]) // 2
+        return [rows[0][:h]], [rows[0][h:]]
+    return None
+
+
+def _equalize(mbs, count):
+    """Splits the micro-batches of one replica (each a list of rows) until there are `count`:
+    the one with the most samples is split first (ties: the first). Micro-batches that cannot be
+    split any more are followed by empty ones."""
+    mbs = [list(m) for m in mbs]
+    while len(mbs) < count:
+        order = sorted(range(len(mbs)), key=lambda i: (-sum(len(r) for r in mbs[i]), i))
+        for i in order:
+            halves = _split_micro_batch(mbs[i])
+            if halves is not None:
+                mbs[i:i + 1] = list(halves)
+                break
+        else:
+            mbs.append([])
+    return mbs
+
+
+class PlanningBatchSampler(torch.utils.data.Sampler):
+    """Yields this replica's planned micro-batches (lists of dataset indices).
+
+    lengths: tokens of every dataset sample (``len(dataset[i]["input_ids"])``).
+    planner: a :class:`sluice.Planner`, or a dict of its keyword arguments. Its parallel
+        configuration's ``dp`` is the number of data-parallel replicas.
+    tokens_per_batch: the global batch's token budget (all replicas together), >= max_seqlen.
+    rank, world_size: this process and all of them; default: torch.distributed's when it is
+        initialised, else 0 and 1. world_size must be a multiple of dp; the ranks
+        ``r * world_size/dp .. (r+1) * world_size/dp - 1`` make replica r (with pp > 1: one rank
+        per pipeline stage, as in sluice's rank order) and get the same micro-batches.
+    seed, shuffle: the epoch's order is ``random.Random(seed * 1000003 + epoch)``'s shuffle of
+        the samples (or their index order).
+    long: 'clip' (samples longer than the planner's max_seqlen are planned as max_seqlen tokens;
+        the collator's max_seqlen truncates them) or 'drop' (left out; ``dropped`` lists them).
+    drop_last: leave out the epoch's last global batch (which the budget did not fill).
+    equalize: every replica yields the same number of micro-batches per global batch (the most
+        any replica has): a replica with fewer splits its largest micro-batches (a split half
+        uses less memory than the plan's micro-batch), then adds empty ones. Needed whenever the
+        loop synchronises per micro-batch; turn it off only with gradient accumulation per
+        global batch (``steps()`` then differs between replicas).
+    prefetch: global batches planned ahead of the loop by the background thread (0: plan in the
+        loop's thread).
+
+    An out-of-memory plan is split in two (by order) and each half planned, recursively, so
+    every sample of the epoch lands exactly once; a batch of dp samples that still cannot fit
+    raises :class:`sluice.Error` with the planner's reason.
+    """
+
+    def __init__(self, lengths, planner, tokens_per_batch, *, rank=None, world_size=None, seed=0,
+                 shuffle=True, long="clip", drop_last=False, equalize=True, prefetch=2):
+        if isinstance(planner, dict):
+            planner = Planner(**planner)
+        if not isinstance(planner, Planner):
+            raise TypeError(f"planner: expected a sluice.Planner or a dict of its arguments, got "
+                            f"{type(planner).__name__}")
+        self.planner = planner
+        self.dp = planner.dp
+        self.max_seqlen = planner.max_seqlen
+        if long not in ("clip", "drop"):
+            raise Error(f"long: '{long}' is not allowed; allowed: clip, drop")
+        tokens_per_batch = int(tokens_per_batch)
+        if tokens_per_batch < self.max_seqlen:
+            raise Error(f"tokens_per_batch: {tokens_per_batch} is less than max_seqlen "
+                        f"{self.max_seqlen}; allowed: >= {self.max_seqlen}")
+        self.tokens_per_batch = tokens_per_batch
+        if rank is None or world_size is None:
+            d_rank, d_world = _dist_rank_world()
+            rank = d_rank if rank is None else rank
+            world_size = d_world if world_size is None else world_size
+        rank, world_size = int(rank), int(world_size)
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise Error(f"rank: {rank} is not a rank of world_size {world_size}; allowed: "
+                        f"0..world_size-1")
+        if world_size % self.dp != 0:
+            raise Error(f"world_size: {world_size} is not a multiple of the planner's dp "
+                        f"{self.dp}; allowed: dp x (ranks per replica)")
+        self.rank, self.world_size = rank, world_size
+        self.replica = rank // (world_size // self.dp)
+        self.seed, self.shuffle = int(seed), bool(shuffle)
+        self.drop_last, self.equalize = bool(drop_last), bool(equalize)
+        self.prefetch = int(prefetch)
+        self.long = long
+
+        self.lengths = []
+        self.dropped = []  # dataset indices left out (long='drop')
+        self._kept = []
+        for i, n in enumerate(lengths):
+            n = int(n)
+            if n < 1:
+                raise Error(f"lengths[{i}]: {n} tokens; allowed: >= 1")
+            if n > self.max_seqlen:
+                if long == "drop":
+                    self.dropped.append(i)
+                    self.lengths.append(n)
+                    continue
+                n = self.max_seqlen
+            self.lengths.append(n)
+            self._kept.append(i)
+        if len(self._kept) < self.dp:
+            raise Error(f"lengths: {len(self._kept)} usable samples for dp {self.dp} replicas; "
+                        f"allowed: at least dp")
+        self.epoch = 0
+        self._cache = None  # (epoch, [per global batch: (counts per replica, own micro-batches)])
+        self.stats = {"batches_planned": 0, "planning_seconds": 0.0, "wait_seconds": 0.0,
+                      "plans_split": 0}
+
+    # --- the epoch's global batches -----------------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """Sets the epoch whose order the next iteration follows (call it on every rank)."""
+        self.epoch = int(epoch)
+
+    def global_batches(self, epoch=None):
+        """The epoch's global batches: lists of dataset indices, cut in order by the budget."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        order = list(self._kept)
+        if self.shuffle:
+            random.Random(self.seed * 1000003 + epoch).shuffle(order)
+        batches, cur, tokens = [], [], 0
+        for i in order:
+            n = self.lengths[i]
+            if cur and tokens + n > self.tokens_per_batch:
+                batches.append(cur)
+                cur, tokens = [], 0
+            cur.append(i)
+            tokens += n
+        if cur:
+            if self.drop_last and batches:
+                pass
+            elif len(cur) < self.dp and batches:
+                batches[-1].extend(cur)  # too few to give every replica one: joins the previous
+            else:
+                batches.append(cur)
+        return batches
+
+    def _plan(self, batch):
+        """Plans `batch` (dataset indices); returns a list of plans covering it in order."""
+        plan = self.planner.plan([self.lengths[i] for i in batch], ids=batch)
+        if plan.ok:
+            return [plan]
+        if len(batch) < 2 * self.dp:
+            raise Error(f"a global batch of {len(batch)} samples cannot be planned even split: "
+                        f"{plan.infeasible_reason}")
+        self.stats["plans_split"] += 1
+        h = len(batch) // 2
+        return self._plan(batch[:h]) + self._plan(batch[h:])
+
+    def _plan_global_batch(self, batch):
+        """One global batch -> [(micro-batch counts per replica, own micro-batches)]: one entry
+        per plan (more than one when the batch had to be split to fit memory)."""
+        t0 = time.perf_counter()
+        out = []
+        for plan in self._plan(batch):
+            per_replica = [[mb["rows"] for mb in plan.micro_batches(d)] for d in range(self.dp)]
+            own = per_replica[self.replica]
+            counts = [len(m) for m in per_replica]
+            if self.equalize:
+                own = _equalize(own, max(counts))
+                counts = [max(counts)] * self.dp
+            out.append((counts, own))
+        self.stats["batches_planned"] += 1
+        self.stats["planning_seconds"] += time.perf_counter() - t0
+        return out
+
+    def _epoch_plans(self):
+        if self._cache is None or self._cache[0] != self.epoch:
+            plans = []
+            for b in self.global_batches():
+                plans.extend(self._plan_global_batch(b))
+            self._cache = (self.epoch, plans)
+        return self._cache[1]
+
+    # --- what the loop sees -------------------------------------------------------------------
+
+    def steps(self):
+        """Micro-batches this replica yields per planned global batch, in order (the same on
+        every rank with equalize). Plans the whole epoch (cached)."""
+        return [counts[self.replica] for counts, _ in self._epoch_plans()]
+
+    def __len__(self):
+        """Micro-batches this rank yields in the current epoch; equal on every rank with
+        equalize. Plans the whole epoch the first time (cached for the iteration)."""
+        return sum(self.steps())
+
+    def _flat(self, mb):
+        return [i for row in mb for i in row]
+
+    def __iter__(self):
+        if self._cache is not None and self._cache[0] == self.epoch:
+            for _, own in self._cache[1]:
+                for mb in own:
+                    yield self._flat(mb)
+            return
+        batches = self.global_batches()
+        epoch = self.epoch
+        if self.prefetch <= 0:
+            plans = []
+            for b in batches:
+                for entry in self._plan_global_batch(b):
+                    plans.append(entry)
+                    for mb in entry[1]:
+                        yield self._flat(mb)
+            self._cache = (epoch, plans)
+            return
+        yield from self._iter_ahead(batches, epoch)
+
+    def _iter_ahead(self, batches, epoch):
+        q = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+        done = object()
+
+        def put(item):
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+
+        def work():
+            try:
+                for b in batches:
+                    if not put(self._plan_global_batch(b)):
+                        return
+                put(done)
+            except BaseException as e:  # handed to the loop's thread
+                put(e)
+
+        thread = threading.Thread(target=work, name="sluice-planner", daemon=True)
+        thread.start()
+        plans = []
+        try:
+            while True:
+                t0 = time.perf_counter()
+                item = q.get()
+                self.stats["wait_seconds"] += time.perf_counter() - t0
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                plans.extend(item)
+                for _, own in item:
+                    for mb in own:
+                        yield self._flat(mb)
+            self._cache = (epoch, plans)
+        finally:
+            stop.set()
+            thread.join()
+
+
+def _tokens_of(feature, key):
+    if isinstance(feature, dict):
+        ids = feature[key]
+        labels = feature.get("labels")
+    else:
+        ids, labels = feature, None
+    ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
+    if labels is not None:
+        labels = torch.as_tensor(labels, dtype=torch.long).reshape(-1)
+        if labels.numel() != ids.numel():
+            raise Error(f"labels: {labels.numel()} labels for {ids.numel()} tokens; allowed: one "
+                        f"per token")
+    return ids, labels
+
+
+class PackedCollator:
+    """Packs a micro-batch's samples into one row (batch dimension 1), with no padding:
+
+    input_ids, labels, position_ids: (1, total tokens) long. position_ids restart at 0 for
+        every sample; labels are the sample's ``labels`` (or its input_ids) with the first token
+        of every sample set to ``ignore_index``, so a causal model's shifted loss never predicts
+        across a sample boundary (Hugging Face's DataCollatorWithFlattening convention).
+    cu_seqlens: (samples + 1,) int32 cumulative lengths from 0 (flash-attention varlen), also as
+        cu_seq_lens_q / cu_seq_lens_k; max_seqlen: the longest sample (int), also as
+        max_length_q / max_length_k; seq_lens: (samples,) long; num_samples, num_tokens: ints.
+
+    Features are dicts with ``key`` (default "input_ids") and optional "labels", or plain
+    sequences / 1-D tensors of token ids. Samples longer than ``max_seqlen`` are truncated (the
+    sampler planned them clipped). An empty micro-batch gives zero-length tensors.
+    """
+
+    def __init__(self, key="input_ids", ignore_index=-100, max_seqlen=None):
+        self.key, self.ignore_index, self.max_seqlen = key, ignore_index, max_seqlen
+
+    def __call__(self, features):
+        ids_list, labels_list, lens = [], [], []
+        for f in features:
+            ids, labels = _tokens_of(f, self.key)
+            if self.max_seqlen is not None:
+                ids = ids[:self.max_seqlen]
+                labels = None if labels is None else labels[:self.max_seqlen]
+            labels = ids.clone() if labels is None else labels.clone()
+            if labels.numel():
+                labels[0] = self.ignore_index
+            ids_list.append(ids)
+            labels_list.append(labels)
+            lens.append(ids.numel())
+        seq_lens = torch.tensor(lens, dtype=torch.long)
+        cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
+        if lens:
+            cu[1:] = torch.cumsum(seq_lens, 0).to(torch.int32)
+        cat = (lambda xs: torch.cat(xs)) if lens else (lambda xs: torch.zeros(0, dtype=torch.long))
+        positions = [torch.arange(n, dtype=torch.long) for n in lens]
+        max_len = max(lens) if lens else 0
+        return {
+            "input_ids": cat(ids_list).unsqueeze(0),
+            "labels": cat(labels_list).unsqueeze(0),
+            "position_ids": cat(positions).unsqueeze(0),
+            "cu_seqlens": cu, "cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
+            "max_seqlen": max_len, "max_length_q": max_len, "max_length_k": max_len,
+            "seq_lens": seq_lens,
+            "num_samples": len(lens), "num_tokens": int(sum(lens)),
+        }
+
+
+class PaddedCollator:
+    """Pads a micro-batch's samples to its longest (rounded up to ``pad_to_multiple_of``):
+
+    input_ids (B, T) long, padded with ``pad_token_id``; attention_mask (B, T) long, 1 on real
+    tokens; labels (B, T) long, the sample's ``labels`` (or input_ids) and ``ignore_index`` on
+    padding; position_ids (B, T): 0..len-1, then 0 on padding; seq_lens (B,); num_samples,
+    num_tokens (real tokens). Truncation and features as in :class:`PackedCollator`.
+    """
+
+    def __init__(self, key="input_ids", pad_token_id=0, ignore_index=-100, max_seqlen=None,
+                 pad_to_multiple_of=None):
+        self.key, self.pad_token_id, self.ignore_index = key, pad_token_id, ignore_index
+        self.max_seqlen, self.pad_to_multiple_of = max_seqlen, pad_to_multiple_of
+
+    def __call__(self, features):
+        rows = []
+        for f in features:
+            ids, labels = _tokens_of(f, self.key)
+            if self.max_seqlen is not None:
+                ids = ids[:self.max_seqlen]
+                labels = None if labels is None else labels[:self.max_seqlen]
+            rows.append((ids, ids if labels is None else labels))
+        width = max((ids.numel() for ids, _ in rows), default=0)
+        m = self.pad_to_multiple_of
+        if m:
+            width = -(-width // m) * m
+        b = len(rows)
+        input_ids = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((b, width), self.ignore_index, dtype=torch.long)
+        mask = torch.zeros((b, width), dtype=torch.long)
+        positions = torch.zeros((b, width), dtype=torch.long)
+        for r, (ids, lab) in enumerate(rows):
+            n = ids.numel()
+            input_ids[r, :n] = ids
+            labels[r, :n] = lab
+            mask[r, :n] = 1
+            positions[r, :n] = torch.arange(n)
+        lens = [ids.numel() for ids, _ in rows]
+        return {"input_ids": input_ids, "attention_mask": mask, "labels": labels,
+                "position_ids": positions, "seq_lens": torch.tensor(lens, dtype=torch.long),
+                "num_samples": b, "num_tokens": int(sum(lens))}
