@@ -33,7 +33,8 @@ struct CompareFlags {
   CompareScenario scenario;  // the flags' values (defaults: the embedded default scenario)
   std::string iterations = "20";
   std::string score_batches = "2";
-  bool score_extremes = true;
+  bool score_extremes = false;     // --score-extremes
+  bool no_score_extremes = false;  // --no-score-extremes
   std::string methods;   // comma-separated
   std::string parallel;  // the controlled configuration
   std::string scenario_file;
@@ -83,7 +84,13 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
       s->search.score_batches = n;
     }
   }
-  if (use("--score-extremes")) s->search.score_extremes = f.score_extremes;
+  if (Given(f, "--score-extremes")) {
+    s->search.score_extremes = true;
+  } else if (Given(f, "--no-score-extremes")) {
+    s->search.score_extremes = false;
+  } else if (all) {
+    s->search.score_extremes = v.search.score_extremes;
+  }
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
   if (use("--collectives")) {
     if (f.collectives != "stepwise" && f.collectives != "closed-form") {
@@ -375,10 +382,14 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                     "or 'all' (plus the longest and densest batches; see --no-score-extremes)")
           ->type_name("N|all")
           ->capture_default_str();
-  o["--score-extremes"] = c->add_flag(
-      "--score-extremes,!--no-score-extremes", f->score_extremes,
-      "Also score candidates on the batch with the longest sample and the densest batches "
-      "(default: on); --no-score-extremes scores the first --score-batches only");
+  o["--score-extremes"] =
+      c->add_flag("--score-extremes", f->score_extremes,
+                  "Also score candidates on the batch with the longest sample and the densest "
+                  "batches (the default; overrides a scenario's \"score_extremes\": false)");
+  o["--no-score-extremes"] =
+      c->add_flag("--no-score-extremes", f->no_score_extremes,
+                  "Score candidates on the first --score-batches only")
+          ->excludes(o["--score-extremes"]);
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))
