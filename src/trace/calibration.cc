@@ -120,12 +120,31 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
   std::map<std::string, std::vector<Point>> any_stage;
   std::vector<std::pair<double, double>> wires;  // (plan bytes, wire ns)
   // Transfer hubs by the (rank, op) of their send's post.
+  // Only transfers some side waited for: their done time is the arrival, not a bound above it.
   std::map<std::pair<int64_t, int32_t>, int32_t> hub_of_send_post;
+  std::vector<int32_t> rank_first(set.ranks.size() + 1, 0);
+  for (size_t r = 0; r < set.ranks.size(); ++r) {
+    rank_first[r + 1] = rank_first[r] + static_cast<int32_t>(set.ranks[r].ops.size());
+  }
   for (size_t v = 0; v < a.graph.nodes.size(); ++v) {
     const GraphNode& n = a.graph.nodes[v];
     if (n.kind != NodeKind::kTransfer) continue;
     const MessageMatch& m = a.matching.messages[n.op];
-    hub_of_send_post[{m.src, set.ranks[m.src].comms[m.send].post}] = static_cast<int32_t>(v);
+    // The side done first must have been blocked in its wait (longer than a wait's own
+    // overhead, 50 µs), so that its end is the arrival rather than a later look.
+    bool waited = false;
+    int64_t first_done = INT64_MAX;
+    for (const auto& [rank, comm] : {std::pair{m.src, m.send}, std::pair{m.dst, m.recv}}) {
+      const CommOp& op = set.ranks[rank].comms[comm];
+      if (op.wait < 0 || op.done_ns < 0 || op.done_ns >= first_done) continue;
+      first_done = op.done_ns;
+      const GraphNode& w = a.graph.nodes[rank_first[rank] + op.wait];
+      waited = w.measured_end_ns - w.measured_start_ns >= 50'000 &&
+               w.measured_start_ns < n.measured_end_ns;
+    }
+    if (waited) {
+      hub_of_send_post[{m.src, set.ranks[m.src].comms[m.send].post}] = static_cast<int32_t>(v);
+    }
   }
   int32_t first_node = 0;
   for (const RankTrace& r : set.ranks) {
@@ -195,23 +214,29 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
     o.op = op;
     c.ops.push_back(o);
   }
-  if (options.fit_link && wires.size() >= 2) {
-    const double n = static_cast<double>(wires.size());
-    double sb = 0, sw = 0, sbb = 0, sbw = 0;
-    for (const auto& [b, w] : wires) sb += b, sw += w, sbb += b * b, sbw += b * w;
-    const double var = sbb / n - (sb / n) * (sb / n);
-    double slope = var > 0 ? (sbw / n - (sb / n) * (sw / n)) / var : 0;  // ns per byte
-    double alpha = sw / n - slope * sb / n;
-    if (alpha < 0) {
-      alpha = 0;
-      slope = sbb > 0 ? sbw / sbb : 0;
+  if (options.fit_link && wires.size() >= 4) {
+    // Robust line (wire times have a long tail of waits the trace cannot separate): the slope
+    // between the medians of the smaller and the larger half by bytes, the latency the median of
+    // what the slope leaves.
+    std::sort(wires.begin(), wires.end());
+    auto median = [](std::vector<double> v) {
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      return v[v.size() / 2];
+    };
+    const size_t half = wires.size() / 2;
+    std::vector<double> lb, lw, hb, hw;
+    for (size_t i = 0; i < wires.size(); ++i) {
+      (i < half ? lb : hb).push_back(wires[i].first);
+      (i < half ? lw : hw).push_back(wires[i].second);
     }
-    if (slope > 0) {
-      c.link = {true, alpha * 1e-3, 1.0 / slope, static_cast<int64_t>(wires.size())};
-    } else {
-      // Times do not grow with size here: latency only, the fastest link that fits them.
-      c.link = {true, sw / n * 1e-3, 1e6, static_cast<int64_t>(wires.size())};
-    }
+    const double db = median(hb) - median(lb);
+    double slope = db > 0 ? (median(hw) - median(lw)) / db : 0;  // ns per byte
+    if (slope < 0) slope = 0;
+    std::vector<double> rest;
+    for (const auto& [b, w] : wires) rest.push_back(w - slope * b);
+    const double alpha = std::max(0.0, median(rest));
+    c.link = {true, alpha * 1e-3, slope > 0 ? 1.0 / slope : 1e6,
+              static_cast<int64_t>(wires.size())};
   }
   return c;
 }

@@ -12,7 +12,10 @@
 // Per (virtual stage, op) a least-squares line measured = scale x predicted + offset over the
 // instructions (scale only, offset 0, when the predictions hardly vary or the line would have a
 // negative offset or scale). Transfers give a link: wire time = latency + plan bytes / bandwidth
-// over the matched messages (the transfer hubs of graph.h).
+// (a robust line: the slope between the medians of the two halves by size, the latency the
+// median of the rest; a bandwidth of 1e6 GB/s when times do not grow with size) over the matched
+// messages (the transfer hubs of graph.h) that some side waited for (for the
+// others the trace bounds the arrival only from above).
 // Apply. Each compute instruction's duration becomes scale x duration + offset for its (stage, op);
 // with a link fitted, the plan's cluster links take its latency and bandwidth.
 //
