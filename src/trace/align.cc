@@ -122,7 +122,7 @@ ClockAlignment AlignClocks(TraceSet* set, const Matching& matching) {
           if (r == s) continue;
           const int64_t er = set->ranks[r].comms[ci].done_ns;
           const int64_t es = set->ranks[s].comms[cj].done_ns;
-          if (er >= 0 && es >= 0) diffs[{r, s}].push_back(er - es);
+          if (er != kUnknownTime && es != kUnknownTime) diffs[{r, s}].push_back(er - es);
         }
       }
     }
@@ -147,7 +147,7 @@ ClockAlignment AlignClocks(TraceSet* set, const Matching& matching) {
     const RankTrace& dst = set->ranks[m.dst];
     const int64_t post = src.ops[src.comms[m.send].post].start_ns;
     const int64_t done = dst.comms[m.recv].done_ns;
-    if (done < 0) continue;
+    if (done == kUnknownTime) continue;
     auto [it, inserted] = bound.try_emplace({m.src, m.dst}, post - done);
     if (!inserted) it->second = std::max(it->second, post - done);
     ++a.causality_bounds;
@@ -167,7 +167,7 @@ ClockAlignment AlignClocks(TraceSet* set, const Matching& matching) {
     }
     for (const auto& [r, ci] : c.members) {
       const int64_t done = set->ranks[r].comms[ci].done_ns;
-      if (r == last_rank || done < 0) continue;
+      if (r == last_rank || done == kUnknownTime) continue;
       auto [it, inserted] = bound.try_emplace({last_rank, r}, last_raw - done);
       if (!inserted) it->second = std::max(it->second, last_raw - done);
       ++a.causality_bounds;
@@ -203,7 +203,7 @@ ClockAlignment AlignClocks(TraceSet* set, const Matching& matching) {
       op.end_ns += d;
     }
     for (CommOp& c : set->ranks[r].comms) {
-      if (c.done_ns >= 0) c.done_ns += d;
+      if (c.done_ns != kUnknownTime) c.done_ns += d;
     }
   }
   // 3. Receives posted before their send: their transfer starts at the send's post.

@@ -136,7 +136,7 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
     int64_t first_done = INT64_MAX;
     for (const auto& [rank, comm] : {std::pair{m.src, m.send}, std::pair{m.dst, m.recv}}) {
       const CommOp& op = set.ranks[rank].comms[comm];
-      if (op.wait < 0 || op.done_ns < 0 || op.done_ns >= first_done) continue;
+      if (op.wait < 0 || op.done_ns == kUnknownTime || op.done_ns >= first_done) continue;
       first_done = op.done_ns;
       const GraphNode& w = a.graph.nodes[rank_first[rank] + op.wait];
       waited = w.measured_end_ns - w.measured_start_ns >= 50'000 &&

@@ -137,7 +137,7 @@ StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
       const int32_t post = node_of(r, c->post);
       start = std::max(start, g.nodes[post].measured_start_ns);
       if (first_post == INT64_MIN) first_post = g.nodes[post].measured_start_ns;
-      if (c->done_ns >= 0) done = std::min(done, c->done_ns);
+      if (c->done_ns != kUnknownTime) done = std::min(done, c->done_ns);
       h.iteration = std::max(h.iteration, g.nodes[post].iteration);
     }
     if (done == INT64_MAX) done = start;

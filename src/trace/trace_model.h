@@ -37,6 +37,9 @@ enum class TraceOpKind : uint8_t {
 };
 std::string_view TraceOpKindName(TraceOpKind kind);  // "compute", "post", "wait", ...
 
+// A time the trace does not give (times may be negative on a rank's own clock).
+inline constexpr int64_t kUnknownTime = INT64_MIN;
+
 enum class CommKind : uint8_t { kSend, kRecv, kCollective };
 std::string_view CommKindName(CommKind kind);  // "send", "recv", "collective"
 
@@ -63,7 +66,7 @@ struct CommOp {
   int64_t bytes = 0;   // payload, 0 unknown
   int32_t post = -1;   // op index of the post
   int32_t wait = -1;   // op index of the wait (several comms may share one wait)
-  int64_t done_ns = -1;  // latest instant the trace proves it complete (rank clock)
+  int64_t done_ns = kUnknownTime;  // latest instant the trace proves it complete (rank clock)
   std::string text;      // for messages: "1SEND_F3", "send act mb=0 to=1"
 };
 

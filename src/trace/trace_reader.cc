@@ -220,10 +220,10 @@ StatusOr<std::vector<trace::RankTrace>> ReadSluiceDocument(const nlohmann::json&
     for (CommOp& c : rt.comms) {
       const TraceOp& post = rt.ops[c.post];
       auto it = s.stream_end.find({post.iteration, post.name});
-      int64_t done = it != s.stream_end.end() ? it->second : -1;
+      int64_t done = it != s.stream_end.end() ? it->second : kUnknownTime;
       if (c.wait >= 0) {
         const int64_t wait_end = rt.ops[c.wait].end_ns;
-        done = done < 0 ? wait_end : std::min(done, wait_end);
+        done = done == kUnknownTime ? wait_end : std::min(done, wait_end);
       }
       c.done_ns = done;
     }
