@@ -146,12 +146,20 @@ StatusOr<int64_t> SimulatedNs(const ExecutionPlan& plan, const std::string& file
 Status RunCalibrate(const CalibrateFlags& f) {
   SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
   SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> fit_on, ParseIterations(f.fit_iterations));
+  SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
+  for (const trace::RankTrace& r : a.set.ranks) {
+    if (r.format != trace::TraceFormat::kSluice) {
+      return InvalidArgumentError(fmt::format(
+          "{}: calibration needs sluice's runtime traces (sluice train --plan ... --trace-dir); "
+          "this is a {} trace",
+          r.source, trace::TraceFormatName(r.format)));
+    }
+  }
   std::vector<ExecutionPlan> plans;
   for (const std::string& p : f.plans) {
     SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(p));
     plans.push_back(std::move(plan));
   }
-  SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
   trace::FitOptions options;
   options.iterations = fit_on;
   options.fit_link = !f.no_link;
