@@ -23,6 +23,7 @@
 #include "sim/sim_report.h"
 #include "sim/simulator.h"
 #include "sim/summary.h"
+#include "trace/calibration.h"
 
 namespace sluice::cli {
 namespace {
@@ -46,6 +47,7 @@ struct SimulateFlags {
   uint64_t seed = 0;
   bool no_buffers = false;
   bool no_check = false;
+  std::string calibration;
 };
 
 // "RANK:FACTOR", e.g. "3:1.5".
@@ -135,6 +137,11 @@ Status RunSimulate(const SimulateFlags& f) {
   }
   InterruptGuard guard;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
+  if (!f.calibration.empty()) {
+    StatusOr<trace::Calibration> c = trace::ReadCalibrationFile(f.calibration);
+    if (!c.ok()) return c.status().WithPrefix("--calibration");
+    trace::ApplyCalibration(*c, &plan);
+  }
   if (f.memory_limit_mb > 0 && f.memory_reserve_mb >= 0) {
     return InvalidArgumentError(
         "--memory-reserve: applies only without --memory-limit (an explicit limit is the budget "
@@ -265,6 +272,10 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
               "(default: off)");
   s->add_flag("--no-check", flags->no_check,
               "Skip the plan check before simulating (default: off)");
+  s->add_option("--calibration", flags->calibration,
+                "Correct the plan's op durations and links with a calibration file (sluice trace "
+                "calibrate --out)")
+      ->type_name("FILE");
   SetHandler(s, state, [flags] { return RunSimulate(*flags); });
 }
 

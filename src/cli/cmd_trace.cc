@@ -1,0 +1,269 @@
+// `sluice trace replay TRACES...` and `sluice trace calibrate ...`: reads what a run did (sluice's
+// runtime traces, torch.profiler traces), aligns the ranks' clocks, builds the global data-flow
+// graph, replays it and reports (src/trace/, docs/trace.md).
+//
+// Exit codes: 0 a replay (or calibration) that ran, partial results included (their notes say
+// what was left out); 2 for bad flags or traces that cannot be read (the message names the file
+// and the event).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/json_util.h"
+#include "cli/cli_common.h"
+#include "plan/plan_json.h"
+#include "sim/simulator.h"
+#include "trace/analyze.h"
+#include "trace/calibration.h"
+
+namespace sluice::cli {
+namespace {
+
+struct ReplayFlags {
+  std::vector<std::string> inputs;
+  std::vector<std::string> what_if;
+  std::string json;
+  int top = 10;
+  bool median = false;
+};
+
+// "KIND=FACTOR" -> WhatIf.
+StatusOr<trace::WhatIf> ParseWhatIf(const std::string& text) {
+  const size_t eq = text.rfind('=');
+  trace::WhatIf w;
+  bool ok = eq != std::string::npos && eq > 0 && eq + 1 < text.size();
+  if (ok) {
+    w.match = text.substr(0, eq);
+    try {
+      size_t used = 0;
+      w.factor = std::stod(text.substr(eq + 1), &used);
+      ok = used == text.size() - eq - 1;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok) {
+    return InvalidArgumentError(fmt::format(
+        "--what-if '{}': expected WHAT=FACTOR, WHAT one of compute, comm, gap, optimizer or a text "
+        "the op's name or annotation contains (e.g. comm=0.5, 'forward=1.2')",
+        text));
+  }
+  return w;
+}
+
+Status RunReplay(const ReplayFlags& f) {
+  if (!f.json.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--json", f.json));
+  trace::ReplayOptions what_if;
+  for (const std::string& w : f.what_if) {
+    SLUICE_ASSIGN_OR_RETURN(trace::WhatIf parsed, ParseWhatIf(w));
+    what_if.what_if.push_back(parsed);
+  }
+  SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
+  SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult measured,
+                          trace::Replay(a.graph, a.set, trace::ReplayOptions{}));
+  trace::ReplayOptions median_options;
+  median_options.durations = f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean;
+  SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult median,
+                          trace::Replay(a.graph, a.set, median_options));
+  fmt::print("{}", trace::FormatReplayReport(a, measured, median, f.top));
+  if (!what_if.what_if.empty()) {
+    what_if.durations = median_options.durations;
+    SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult w, trace::Replay(a.graph, a.set, what_if));
+    std::string list;
+    for (const std::string& s : f.what_if) list += (list.empty() ? "" : ", ") + s;
+    fmt::print("what-if {}: mean iteration {:.3f} ms (class replay {:.3f} ms, {:+.1f}%)\n", list,
+               w.mean_iteration_replayed_ns * 1e-6, median.mean_iteration_replayed_ns * 1e-6,
+               100 * (w.mean_iteration_replayed_ns / std::max(1.0, median.mean_iteration_replayed_ns) - 1));
+  }
+  if (!f.json.empty()) {
+    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, measured, median)));
+  }
+  return Status::Ok();
+}
+
+struct CalibrateFlags {
+  std::vector<std::string> inputs;
+  std::vector<std::string> plans;
+  std::string fit_iterations;
+  std::string out;
+  bool no_link = false;
+};
+
+// "1-8" or "0,2,5" -> iterations.
+StatusOr<std::vector<int64_t>> ParseIterations(const std::string& text) {
+  std::vector<int64_t> out;
+  if (text.empty()) return out;
+  auto bad = [&] {
+    return InvalidArgumentError(fmt::format(
+        "--fit-iterations '{}': expected FIRST-LAST or a comma-separated list of iterations "
+        "(integers >= 0), e.g. 1-8",
+        text));
+  };
+  try {
+    const size_t dash = text.find('-');
+    if (dash != std::string::npos) {
+      size_t u1 = 0, u2 = 0;
+      const int64_t a = std::stoll(text.substr(0, dash), &u1);
+      const int64_t b = std::stoll(text.substr(dash + 1), &u2);
+      if (u1 != dash || u2 != text.size() - dash - 1 || a < 0 || b < a || b - a > 1'000'000) {
+        return bad();
+      }
+      for (int64_t k = a; k <= b; ++k) out.push_back(k);
+      return out;
+    }
+    size_t at = 0;
+    while (at <= text.size()) {
+      const size_t comma = std::min(text.find(',', at), text.size());
+      size_t used = 0;
+      const int64_t k = std::stoll(text.substr(at, comma - at), &used);
+      if (used != comma - at || k < 0) return bad();
+      out.push_back(k);
+      at = comma + 1;
+    }
+  } catch (const std::exception&) {
+    return bad();
+  }
+  return out;
+}
+
+StatusOr<int64_t> SimulatedNs(const ExecutionPlan& plan, const std::string& file) {
+  SimOptions o;
+  o.record_timeline = false;
+  o.record_memory = false;
+  Simulator sim(plan, o);
+  StatusOr<SimResult> r = sim.Run();
+  if (!r.ok()) return r.status().WithPrefix(file);
+  if (r->outcome == SimOutcome::kDeadlock) {
+    return FailedPreconditionError(fmt::format("{}: the plan deadlocks in the simulator", file));
+  }
+  return r->iteration_time.nanos();
+}
+
+Status RunCalibrate(const CalibrateFlags& f) {
+  SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
+  SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> fit_on, ParseIterations(f.fit_iterations));
+  SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
+  for (const trace::RankTrace& r : a.set.ranks) {
+    if (r.format != trace::TraceFormat::kSluice) {
+      return InvalidArgumentError(fmt::format(
+          "{}: calibration needs sluice's runtime traces (sluice train --plan ... --trace-dir); "
+          "this is a {} trace",
+          r.source, trace::TraceFormatName(r.format)));
+    }
+  }
+  std::vector<ExecutionPlan> plans;
+  for (const std::string& p : f.plans) {
+    SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(p));
+    plans.push_back(std::move(plan));
+  }
+  trace::FitOptions options;
+  options.iterations = fit_on;
+  options.fit_link = !f.no_link;
+  SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, options));
+  SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.out, trace::CalibrationToJson(c)));
+  fmt::print("calibration from {}\n", c.source);
+  fmt::print("  stage  op                scale  offset us  samples  error before  after\n");
+  for (const trace::OpCorrection& o : c.ops) {
+    fmt::print("  {:>5}  {:<16} {:>6.3f} {:>10.1f} {:>8}  {:>11.1f}% {:>5.1f}%\n",
+               o.stage < 0 ? std::string("any") : std::to_string(o.stage), o.op, o.scale,
+               o.offset_us, o.samples, 100 * o.mean_abs_error_before,
+               100 * o.mean_abs_error_after);
+  }
+  if (c.link.fitted) {
+    fmt::print("  link: latency {:.1f} us, bandwidth {:.3f} GB/s (plan bytes) from {} transfers\n",
+               c.link.latency_us, c.link.bandwidth_gb_per_s, c.link.samples);
+  }
+  // Simulated iteration time before and after, against the measured one.
+  const std::vector<int64_t> measured = trace::MeasuredIterationTimes(a);
+  std::vector<char> fitted(plans.size(), fit_on.empty() ? 1 : 0);
+  for (int64_t k : fit_on) fitted[k] = 1;
+  double err[2][2] = {{0, 0}, {0, 0}};  // [fitted?][before/after]
+  int count[2] = {0, 0};
+  fmt::print("iteration  fitted  measured ms  simulated ms  calibrated ms  error before  after\n");
+  for (size_t k = 0; k < plans.size() && k < measured.size(); ++k) {
+    if (measured[k] <= 0) continue;
+    SLUICE_ASSIGN_OR_RETURN(int64_t before, SimulatedNs(plans[k], f.plans[k]));
+    ExecutionPlan calibrated = plans[k];
+    trace::ApplyCalibration(c, &calibrated);
+    SLUICE_ASSIGN_OR_RETURN(int64_t after, SimulatedNs(calibrated, f.plans[k]));
+    const double m = static_cast<double>(measured[k]);
+    const double eb = (static_cast<double>(before) - m) / m;
+    const double ea = (static_cast<double>(after) - m) / m;
+    fmt::print("{:>9}  {:>6}  {:>11.3f}  {:>12.3f}  {:>13.3f}  {:>+11.1f}% {:>+5.1f}%\n", k,
+               fitted[k] ? "yes" : "no", m * 1e-6, before * 1e-6, after * 1e-6, 100 * eb,
+               100 * ea);
+    err[fitted[k]][0] += std::abs(eb);
+    err[fitted[k]][1] += std::abs(ea);
+    ++count[fitted[k]];
+  }
+  for (int s = 1; s >= 0; --s) {
+    if (count[s] == 0) continue;
+    fmt::print("{} iterations ({}): mean |error| {:.1f}% before, {:.1f}% after calibration\n",
+               s ? "fitted" : "held-out", count[s], 100 * err[s][0] / count[s],
+               100 * err[s][1] / count[s]);
+  }
+  fmt::print("calibration written to {}\n", f.out);
+  return Status::Ok();
+}
+
+void RegisterCalibrateCommand(CLI::App* t, RunState* state) {
+  auto f = std::make_shared<CalibrateFlags>();
+  CLI::App* c = t->add_subcommand(
+      "calibrate",
+      "Fit per-stage, per-op corrections (scale, offset) and a link (latency, bandwidth) to the "
+      "cost model from traces of sluice train --plan runs; write them for simulate "
+      "--calibration; print simulated vs measured iteration time before and after");
+  c->add_option("traces", f->inputs, "sluice train --trace-dir folders or trace files")
+      ->required()
+      ->type_name("DIR|FILE...");
+  c->add_option("--plan", f->plans,
+                "The plan files the run executed, in order (iteration k ran the k-th)")
+      ->required()
+      ->type_name("FILE ...");
+  c->add_option("--fit-iterations", f->fit_iterations,
+                "Fit on these iterations only (FIRST-LAST or a list); the others are held out "
+                "(default: all)")
+      ->type_name("RANGE");
+  c->add_option("--out", f->out, "Calibration file to write (sluice-calibration/1 JSON)")
+      ->required()
+      ->type_name("FILE");
+  c->add_flag("--no-link", f->no_link, "Keep the plan's links; fit compute only");
+  SetHandler(c, state, [f] { return RunCalibrate(*f); });
+}
+
+}  // namespace
+
+void RegisterTraceCommands(CLI::App* app, RunState* state) {
+  CLI::App* t = app->add_subcommand(
+      "trace", "Read what a run did (sluice train --trace-dir, torch.profiler traces): replay, "
+               "diagnose, calibrate the simulator");
+  t->require_subcommand(1);
+  auto rf = std::make_shared<ReplayFlags>();
+  CLI::App* r = t->add_subcommand(
+      "replay",
+      "Align the ranks' clocks, build the global data-flow graph and replay it: replayed vs "
+      "measured iteration time, where each rank's time went, the critical path");
+  r->add_option("traces", rf->inputs,
+                "Trace files or folders (a folder: its trace-rank-*.json, else every *.json): "
+                "sluice runtime traces, torch 1.13 export_chrome_trace files, Kineto JSON")
+      ->required()
+      ->type_name("DIR|FILE...");
+  r->add_option("--what-if", rf->what_if,
+                "Replay again with WHAT's times x FACTOR: compute, comm, gap, optimizer or a text "
+                "the op's name or annotation contains (repeatable)")
+      ->type_name("WHAT=FACTOR");
+  r->add_flag("--median", rf->median,
+             "Class replay with each class's median instead of its mean (dPRO's avg)");
+  r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/1)")
+      ->type_name("FILE");
+  r->add_option("--top", rf->top, "Longest critical-path steps to list")
+      ->check(NumberCheck(0, false, 1000, "an integer in 0..1000"));
+  SetHandler(r, state, [rf] { return RunReplay(*rf); });
+  RegisterCalibrateCommand(t, state);
+}
+
+}  // namespace sluice::cli

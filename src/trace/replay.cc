@@ -1,0 +1,245 @@
+#include "trace/replay.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+namespace sluice::trace {
+namespace {
+
+int64_t Median(std::vector<int64_t>& v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+bool IsHub(const GraphNode& n) {
+  return n.kind == NodeKind::kTransfer || n.kind == NodeKind::kCollective;
+}
+
+// The class of a node for median replays; "" for nodes that keep their measured values.
+std::string ClassKey(const Graph& g, const TraceSet& set, const std::vector<int32_t>& position,
+                     int32_t v) {
+  const GraphNode& n = g.nodes[v];
+  if (n.iteration < 0) return "";
+  if (n.kind == NodeKind::kTransfer || n.kind == NodeKind::kCollective) {
+    // Hubs: by their first post's class (the same op of the same iteration position).
+    const GraphEdge& first = g.preds[n.first_pred];
+    return fmt::format("hub{}|{}|{}", static_cast<int>(n.kind), n.num_preds,
+                       ClassKey(g, set, position, first.from));
+  }
+  const TraceOp& op = set.ranks[n.rank].ops[n.op];
+  return fmt::format("{}|{}|{}|{}|{}|{}", n.rank, n.stream, position[v],
+                     static_cast<int>(n.kind), op.name, op.label);
+}
+
+}  // namespace
+
+StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayOptions& options) {
+  const size_t n = g.nodes.size();
+  std::vector<int64_t> own(n), gap(n);
+  for (size_t v = 0; v < n; ++v) {
+    own[v] = g.nodes[v].own_ns;
+    gap[v] = g.nodes[v].gap_ns;
+  }
+  if (options.durations != ClassStat::kMeasured) {
+    // Position of an op within its (rank, stream, iteration): iterations of one program line up.
+    std::vector<int32_t> position(n, 0);
+    for (size_t v = 1; v < n; ++v) {
+      const GraphNode& a = g.nodes[v - 1];
+      const GraphNode& b = g.nodes[v];
+      if (!IsHub(b) && !IsHub(a) && a.rank == b.rank && a.stream == b.stream &&
+          a.iteration == b.iteration) {
+        position[v] = position[v - 1] + 1;
+      }
+    }
+    std::unordered_map<std::string, std::vector<int32_t>> classes;
+    for (size_t v = 0; v < n; ++v) {
+      std::string key = ClassKey(g, set, position, static_cast<int32_t>(v));
+      if (!key.empty()) classes[std::move(key)].push_back(static_cast<int32_t>(v));
+    }
+    std::vector<int64_t> values;
+    for (auto& [key, members] : classes) {
+      if (members.size() < 2) continue;
+      auto stat = [&](auto field) {
+        values.clear();
+        for (int32_t v : members) values.push_back(field(g.nodes[v]));
+        if (options.durations == ClassStat::kMedian) return Median(values);
+        double sum = 0;
+        for (int64_t x : values) sum += static_cast<double>(x);
+        return static_cast<int64_t>(std::llround(sum / static_cast<double>(values.size())));
+      };
+      const int64_t own_median = stat([](const GraphNode& x) { return x.own_ns; });
+      const int64_t gap_median = stat([](const GraphNode& x) { return x.gap_ns; });
+      for (int32_t v : members) {
+        own[v] = own_median;
+        gap[v] = gap_median;
+      }
+    }
+  }
+  for (const WhatIf& w : options.what_if) {
+    if (!(w.factor >= 0) || !std::isfinite(w.factor)) {
+      return InvalidArgumentError(fmt::format(
+          "what-if '{}={}': the factor must be a finite number >= 0", w.match, w.factor));
+    }
+    for (size_t v = 0; v < n; ++v) {
+      const GraphNode& node = g.nodes[v];
+      if (w.match == "gap") {
+        gap[v] = std::llround(static_cast<double>(gap[v]) * w.factor);
+        continue;
+      }
+      bool hit = false;
+      if (w.match == "compute") {
+        hit = node.kind == NodeKind::kCompute || node.kind == NodeKind::kOptimizer;
+      } else if (w.match == "comm") {
+        hit = IsHub(node);
+      } else if (w.match == "optimizer") {
+        hit = node.kind == NodeKind::kOptimizer;
+      } else if (!IsHub(node)) {
+        const TraceOp& op = set.ranks[node.rank].ops[node.op];
+        hit = op.name.find(w.match) != std::string::npos ||
+              op.label.find(w.match) != std::string::npos;
+      }
+      if (hit) own[v] = std::llround(static_cast<double>(own[v]) * w.factor);
+    }
+  }
+  ReplayResult r;
+  r.start_ns.assign(n, 0);
+  r.end_ns.assign(n, 0);
+  std::vector<int32_t> via(n, -1);  // pred edge index that set the start; -1: stream / release
+  std::vector<int64_t> stream_ready(n, 0);
+  for (int32_t v : g.topo_order) {
+    const GraphNode& node = g.nodes[v];
+    int64_t start = INT64_MIN;
+    if (!IsHub(node)) {
+      start = node.stream_pred >= 0 ? r.end_ns[node.stream_pred] + gap[v]
+                                    : node.release_ns - g.origin_ns;
+    }
+    stream_ready[v] = start;
+    for (int32_t e = node.first_pred; e < node.first_pred + node.num_preds; ++e) {
+      const GraphEdge& edge = g.preds[e];
+      if (edge.kind == EdgeKind::kStream) continue;
+      const int64_t ready = edge.kind == EdgeKind::kLaunch || edge.kind == EdgeKind::kPost
+                                ? r.start_ns[edge.from]
+                                : r.end_ns[edge.from];
+      if (ready > start) {
+        start = ready;
+        via[v] = e;
+      }
+    }
+    if (start == INT64_MIN) start = 0;  // a hub without posts (cannot happen for matched ones)
+    r.start_ns[v] = start;
+    r.end_ns[v] = start + own[v];
+  }
+  // Spans and iterations over the ops (hubs lie between them).
+  int64_t measured_end = INT64_MIN, replayed_end = INT64_MIN;
+  int32_t last = -1;
+  struct Span {
+    int64_t m_lo = INT64_MAX, m_hi = INT64_MIN, r_lo = INT64_MAX, r_hi = INT64_MIN;
+    std::vector<char> ranks;
+  };
+  std::map<int64_t, Span> spans;
+  for (size_t v = 0; v < n; ++v) {
+    const GraphNode& node = g.nodes[v];
+    if (IsHub(node)) continue;
+    measured_end = std::max(measured_end, node.measured_end_ns - g.origin_ns);
+    r.max_deviation_ns = std::max(
+        r.max_deviation_ns, std::abs(r.end_ns[v] - (node.measured_end_ns - g.origin_ns)));
+    if (r.end_ns[v] > replayed_end) {
+      replayed_end = r.end_ns[v];
+      last = static_cast<int32_t>(v);
+    }
+    if (node.iteration < 0) continue;
+    Span& s = spans[node.iteration];
+    s.m_lo = std::min(s.m_lo, node.measured_start_ns);
+    s.m_hi = std::max(s.m_hi, node.measured_end_ns);
+    s.r_lo = std::min(s.r_lo, r.start_ns[v]);
+    s.r_hi = std::max(s.r_hi, r.end_ns[v]);
+    s.ranks.resize(set.ranks.size(), 0);
+    s.ranks[node.rank] = 1;
+  }
+  r.measured_span_ns = last < 0 ? 0 : measured_end;
+  r.replayed_span_ns = last < 0 ? 0 : replayed_end;
+  for (const auto& [it, s] : spans) {
+    if (std::count(s.ranks.begin(), s.ranks.end(), 1) != static_cast<int64_t>(set.ranks.size())) {
+      continue;
+    }
+    r.iterations.push_back({it, s.m_hi - s.m_lo, s.r_hi - s.r_lo});
+  }
+  for (const IterationTime& it : r.iterations) {
+    r.mean_iteration_measured_ns += static_cast<double>(it.measured_ns);
+    r.mean_iteration_replayed_ns += static_cast<double>(it.replayed_ns);
+    const double err = it.measured_ns > 0 ? std::abs(static_cast<double>(it.replayed_ns) -
+                                                     static_cast<double>(it.measured_ns)) /
+                                                static_cast<double>(it.measured_ns)
+                                          : 0;
+    r.mean_abs_error += err;
+    r.max_abs_error = std::max(r.max_abs_error, err);
+  }
+  if (!r.iterations.empty()) {
+    const double k = static_cast<double>(r.iterations.size());
+    r.mean_iteration_measured_ns /= k;
+    r.mean_iteration_replayed_ns /= k;
+    r.mean_abs_error /= k;
+  }
+  // Critical path: back from the last op through whatever set each start.
+  if (options.critical_path && last >= 0) {
+    for (int32_t v = last; v >= 0;) {
+      const GraphNode& node = g.nodes[v];
+      const int32_t e = via[v];
+      CriticalStep step{v, r.start_ns[v], r.end_ns[v], EdgeKind::kStream};
+      r.critical_by_kind_ns[static_cast<int>(node.kind)] += own[v];
+      if (e >= 0) {
+        step.via = g.preds[e].kind;
+        r.critical_path.push_back(step);
+        v = g.preds[e].from;
+      } else {
+        r.critical_path.push_back(step);
+        if (node.stream_pred >= 0) r.critical_gaps_ns += gap[v];
+        v = node.stream_pred;
+      }
+    }
+    std::reverse(r.critical_path.begin(), r.critical_path.end());
+  }
+  // Where each rank's time went, on its busiest stream.
+  for (const RankTrace& rank : set.ranks) {
+    std::map<int32_t, int64_t> count;
+    for (const TraceOp& op : rank.ops) ++count[op.stream];
+    RankBreakdown b;
+    b.rank = rank.rank;
+    int64_t best = -1;
+    for (const auto& [s, c] : count) {
+      if (c > best) best = c, b.stream = s;
+    }
+    r.ranks.push_back(b);
+  }
+  for (size_t v = 0; v < n; ++v) {
+    const GraphNode& node = g.nodes[v];
+    if (IsHub(node) || node.stream != r.ranks[node.rank].stream) continue;
+    RankBreakdown& b = r.ranks[node.rank];
+    if (node.stream_pred >= 0) b.gaps_ns += gap[v];
+    b.waiting_ns += r.start_ns[v] - stream_ready[v];
+    switch (node.kind) {
+      case NodeKind::kCompute:
+      case NodeKind::kOptimizer:
+        b.compute_ns += own[v];
+        break;
+      case NodeKind::kPost:
+      case NodeKind::kWait:
+        b.comm_ns += own[v];
+        break;
+      default:
+        b.other_ns += own[v];
+    }
+  }
+  for (RankBreakdown& b : r.ranks) {
+    b.bubble_ns = std::max<int64_t>(0, r.replayed_span_ns - b.compute_ns - b.comm_ns -
+                                           b.waiting_ns - b.gaps_ns - b.other_ns);
+  }
+  return r;
+}
+
+}  // namespace sluice::trace

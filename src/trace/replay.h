@@ -1,0 +1,87 @@
+// Replay of a measured run's graph (graph.h): list scheduling with measured (or per-class mean or
+// median) durations and gaps, what-if scaling, the critical path and where each rank's time went.
+//
+// The stream order is fixed by the trace, so the replay is one pass over the graph in topological
+// order (O(nodes + edges)); with measured durations it reproduces the aligned trace exactly, which
+// the tests check. The figure that says how good the model is comes from the median replay:
+// every op takes the median own time and gap of its class (rank, stream, kind, name, label) over
+// the iterations, every transfer the median of its (sender, receiver, key, bytes), every
+// collective of its key; its iteration time is compared with the measured mean (dPRO §1.6).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "trace/graph.h"
+
+namespace sluice::trace {
+
+struct WhatIf {
+  std::string match;    // a node kind ("compute", "comm", "gap", "optimizer") or a text that
+                        // the op's name or label contains
+  double factor = 1.0;  // its own times (gaps for "gap") x factor (>= 0)
+};
+
+// What each op's own time and gap are in a replay.
+enum class ClassStat : uint8_t {
+  kMeasured,  // its own measured values
+  kMean,      // the mean over its class (dPRO's avg)
+  kMedian,    // the median over its class
+};
+
+struct ReplayOptions {
+  ClassStat durations = ClassStat::kMeasured;
+  std::vector<WhatIf> what_if;
+  bool critical_path = true;
+};
+
+struct RankBreakdown {
+  int64_t rank = 0;
+  int32_t stream = 0;       // the stream counted (the rank's busiest)
+  int64_t compute_ns = 0;   // compute and optimizer ops
+  int64_t comm_ns = 0;      // inside posts and waits once their transfers were done
+  int64_t waiting_ns = 0;   // blocked: a wait until its transfer or collective was done, an op
+                            // until its data or launch arrived
+  int64_t gaps_ns = 0;      // host / framework gaps between ops
+  int64_t other_ns = 0;     // loads, frees, launches
+  int64_t bubble_ns = 0;    // the replayed span minus all of the above (idle at the ends)
+};
+
+struct IterationTime {
+  int64_t iteration = 0;
+  int64_t measured_ns = 0;  // last end - first start of the iteration's ops, over the ranks
+  int64_t replayed_ns = 0;
+};
+
+struct CriticalStep {
+  int32_t node = 0;
+  int64_t start_ns = 0;  // replayed, from the origin
+  int64_t end_ns = 0;
+  EdgeKind via = EdgeKind::kStream;  // how it waited for the previous step
+};
+
+struct ReplayResult {
+  std::vector<int64_t> start_ns;  // [node] replayed, relative to graph.origin_ns
+  std::vector<int64_t> end_ns;
+  int64_t measured_span_ns = 0;  // whole trace, first start to last end
+  int64_t replayed_span_ns = 0;
+  int64_t max_deviation_ns = 0;  // max over ops of |replayed end - measured end|
+  std::vector<IterationTime> iterations;  // every iteration with ops on every rank, ascending
+  double mean_iteration_measured_ns = 0;
+  double mean_iteration_replayed_ns = 0;
+  double mean_abs_error = 0;  // mean over iterations of |replayed - measured| / measured
+  double max_abs_error = 0;
+  std::vector<CriticalStep> critical_path;  // first to last
+  int64_t critical_by_kind_ns[7] = {0, 0, 0, 0, 0, 0, 0};  // [NodeKind] own time on the path
+  int64_t critical_gaps_ns = 0;
+  std::vector<RankBreakdown> ranks;
+};
+
+// REQUIRES: `graph` was built from `set`. InvalidArgument for a negative what-if factor.
+StatusOr<ReplayResult> Replay(const Graph& graph, const TraceSet& set, const ReplayOptions& options);
+
+}  // namespace sluice::trace

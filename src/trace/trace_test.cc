@@ -1,0 +1,411 @@
+// Tests of src/trace/: readers on small documents of each format, matching, clock alignment,
+// the graph, replay and calibration. Real traces (torch 1.13 runs of the shipped example, sluice
+// train runs) are read by tests/trace_cli_test.sh.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/json_util.h"
+#include "trace/analyze.h"
+#include "trace/calibration.h"
+
+namespace sluice::trace {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One sluice event. ts/dur in µs.
+std::string Ev(int rank, int tid, const std::string& name, const std::string& op, double ts,
+               double dur, int iteration, int mb = -1, int stage = -1, int peer = -1,
+               int bytes = 0) {
+  std::string args = fmt::format(R"("op":"{}","iteration":{})", op, iteration);
+  if (mb >= 0) args += fmt::format(R"(,"mb":{})", mb);
+  if (stage >= 0) args += fmt::format(R"(,"stage":{})", stage);
+  if (peer >= 0) args += fmt::format(R"(,"peer":{})", peer);
+  if (bytes > 0) args += fmt::format(R"(,"bytes":{})", bytes);
+  static const char* kCat[] = {"compute", "send", "recv", "collective"};
+  return fmt::format(
+      R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
+      name, kCat[tid], rank, tid, ts, dur, args);
+}
+
+std::string Doc(const std::vector<std::string>& events) {
+  std::string out = R"({"traceEvents":[)";
+  for (size_t i = 0; i < events.size(); ++i) out += (i ? "," : "") + events[i];
+  return out + R"(],"displayTimeUnit":"ms"})";
+}
+
+// A two-stage pipeline, one micro-batch per iteration: rank 0 F, send; rank 1 recv, F, B, send
+// grad; rank 0 recv grad, B; both step. `shift_us` is added to every time of rank 1.
+std::vector<std::string> PipelineEvents(int iterations, double shift_us = 0) {
+  std::vector<std::string> e;
+  for (int it = 0; it < iterations; ++it) {
+    const double t = it * 1000.0;
+    const double s = t + shift_us;
+    // rank 0
+    e.push_back(Ev(0, 0, "0LOAD0", "load-input", t + 0, 5, it, 0, 0));
+    e.push_back(Ev(0, 0, "0F0", "forward", t + 5, 100, it, 0, 0));
+    e.push_back(Ev(0, 0, "0SEND_F0", "send-act-start", t + 106, 4, it, 0, 0, 1, 4096));
+    e.push_back(Ev(0, 1, "0SEND_F0", "send-act-start", t + 106, 30, it, 0, 0, 1, 4096));
+    e.push_back(Ev(0, 0, "0SEND_F0.wait", "send-act-finish", t + 111, 25, it, 0, 0, 1));
+    e.push_back(Ev(0, 0, "0RECV_B0", "recv-grad-start", t + 137, 2, it, 0, 0, 1, 4096));
+    e.push_back(Ev(0, 2, "0RECV_B0", "recv-grad-start", t + 137, 363, it, 0, 0, 1, 4096));
+    e.push_back(Ev(0, 0, "0RECV_B0.wait", "recv-grad-finish", t + 140, 360, it, 0, 0, 1));
+    e.push_back(Ev(0, 0, "0B0", "backward", t + 501, 200, it, 0, 0));
+    e.push_back(Ev(0, 0, "STEP", "optimizer-step", t + 702, 50, it));
+    // rank 1
+    e.push_back(Ev(1, 0, "1LOAD0", "load-input", s + 0, 5, it, 0, 1));
+    e.push_back(Ev(1, 0, "1RECV_F0", "recv-act-start", s + 6, 2, it, 0, 1, 0, 4096));
+    e.push_back(Ev(1, 2, "1RECV_F0", "recv-act-start", s + 6, 134, it, 0, 1, 0, 4096));
+    e.push_back(Ev(1, 0, "1RECV_F0.wait", "recv-act-finish", s + 9, 131, it, 0, 1, 0));
+    e.push_back(Ev(1, 0, "1F0", "forward", s + 141, 150, it, 0, 1));
+    e.push_back(Ev(1, 0, "1B0", "backward", s + 292, 180, it, 0, 1));
+    e.push_back(Ev(1, 0, "1SEND_B0", "send-grad-start", s + 473, 3, it, 0, 1, 0, 4096));
+    e.push_back(Ev(1, 1, "1SEND_B0", "send-grad-start", s + 473, 25, it, 0, 1, 0, 4096));
+    e.push_back(Ev(1, 0, "1SEND_B0.wait", "send-grad-finish", s + 477, 21, it, 0, 1, 0));
+    e.push_back(Ev(1, 0, "STEP", "optimizer-step", s + 499, 50, it));
+  }
+  return e;
+}
+
+StatusOr<Analysis> AnalyzeText(const std::string& text) {
+  SLUICE_ASSIGN_OR_RETURN(std::vector<RankTrace> ranks, ReadTraceDocument(text, "mem.json", -1));
+  TraceSet set;
+  set.ranks = std::move(ranks);
+  return Analyze(std::move(set));
+}
+
+TEST(SluiceReader, ReadsOpsCommsAndWaits) {
+  auto ranks = ReadTraceDocument(Doc(PipelineEvents(1)), "t.json", -1);
+  ASSERT_TRUE(ranks.ok()) << ranks.status().message();
+  ASSERT_EQ(ranks->size(), 2u);
+  const RankTrace& r0 = (*ranks)[0];
+  EXPECT_EQ(r0.format, TraceFormat::kSluice);
+  EXPECT_EQ(r0.ops.size(), 8u);  // compute stream only; stream intervals give done times
+  ASSERT_EQ(r0.comms.size(), 2u);
+  const CommOp& send = r0.comms[0];
+  EXPECT_EQ(send.kind, CommKind::kSend);
+  EXPECT_EQ(send.peer, 1);
+  EXPECT_EQ(send.key, "act");
+  EXPECT_EQ(r0.ops[send.wait].name, "0SEND_F0.wait");
+  EXPECT_EQ(send.done_ns, 136'000);  // the send stream's end (= the wait's end)
+}
+
+TEST(Replay, MeasuredDurationsReproduceTheTrace) {
+  auto a = AnalyzeText(Doc(PipelineEvents(3)));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->matching.messages.size(), 6u);
+  EXPECT_EQ(a->matching.unmatched, 0);
+  EXPECT_EQ(a->clocks.offset_ns, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(a->clocks.violations, 0);
+  auto r = Replay(a->graph, a->set, ReplayOptions{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->max_deviation_ns, 0);
+  EXPECT_EQ(r->replayed_span_ns, r->measured_span_ns);
+  ASSERT_EQ(r->iterations.size(), 3u);
+  for (const IterationTime& it : r->iterations) EXPECT_EQ(it.measured_ns, it.replayed_ns);
+  // F -> B data edges on both ranks, one post edge per side and one done edge per side.
+  EXPECT_EQ(a->graph.edges_by_kind[static_cast<int>(EdgeKind::kData)], 6);
+  EXPECT_EQ(a->graph.edges_by_kind[static_cast<int>(EdgeKind::kDone)], 12);
+  // The critical path runs through both ranks and a transfer.
+  ASSERT_FALSE(r->critical_path.empty());
+  EXPECT_GT(r->critical_by_kind_ns[static_cast<int>(NodeKind::kTransfer)], 0);
+  EXPECT_GT(r->critical_by_kind_ns[static_cast<int>(NodeKind::kCompute)], 0);
+}
+
+TEST(Replay, WhatIfFasterComputeShortensTheIteration) {
+  auto a = AnalyzeText(Doc(PipelineEvents(2)));
+  ASSERT_TRUE(a.ok());
+  ReplayOptions half;
+  half.what_if = {{"compute", 0.5}};
+  auto base = Replay(a->graph, a->set, ReplayOptions{});
+  auto fast = Replay(a->graph, a->set, half);
+  ASSERT_TRUE(base.ok() && fast.ok());
+  EXPECT_LT(fast->mean_iteration_replayed_ns, 0.8 * base->mean_iteration_replayed_ns);
+  ReplayOptions bad;
+  bad.what_if = {{"compute", -1}};
+  EXPECT_FALSE(Replay(a->graph, a->set, bad).ok());
+}
+
+TEST(Align, CausalityRecoversAClockOffBySeconds) {
+  // Rank 1's clock reads 3 s early: its receives would end before the sends were posted.
+  auto a = AnalyzeText(Doc(PipelineEvents(2, -3e6)));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  const int64_t off = a->clocks.offset_ns[1];
+  EXPECT_NEAR(static_cast<double>(off), 3e9, 200e3) << a->clocks.how[1];
+  EXPECT_EQ(a->clocks.violations, 0);
+  auto r = Replay(a->graph, a->set, ReplayOptions{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->max_deviation_ns, 0);
+  for (size_t v = 0; v < a->graph.nodes.size(); ++v) {
+    const GraphNode& n = a->graph.nodes[v];
+    if (n.stream >= 0 && r->end_ns[v] != n.measured_end_ns - a->graph.origin_ns) {
+      ADD_FAILURE() << NodeText(a->graph, a->set, a->matching, static_cast<int32_t>(v)) << " "
+                    << r->start_ns[v] << " " << n.measured_start_ns - a->graph.origin_ns;
+      break;
+    }
+  }
+}
+
+TEST(Matching, UnmatchedSendIsReportedNotFatal) {
+  std::vector<std::string> e = PipelineEvents(1);
+  e.push_back(Ev(0, 0, "0SEND_F1", "send-act-start", 900, 1, 0, 1, 0, 1, 16));
+  auto a = AnalyzeText(Doc(e));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->matching.unmatched, 1);
+  ASSERT_FALSE(a->matching.notes.empty());
+  EXPECT_THAT(a->matching.notes[0], HasSubstr("rank 0 sends 2 message(s) (act) to rank 1"));
+}
+
+TEST(Readers, BadDocumentsNameFileEventAndField) {
+  auto truncated = ReadTraceDocument(Doc(PipelineEvents(1)).substr(0, 300), "cut.json", -1);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_THAT(truncated.status().message(), HasSubstr("cut.json"));
+  std::vector<std::string> e = PipelineEvents(1);
+  e[3] = R"({"name":"x","cat":"send","ph":"X","pid":0,"tid":1,"ts":1,"dur":-2,"args":{}})";
+  auto negative = ReadTraceDocument(Doc(e), "neg.json", -1);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("neg.json: traceEvents[3]"));
+  EXPECT_THAT(negative.status().message(), HasSubstr("'dur'"));
+  e = PipelineEvents(1);
+  e[1] = Ev(0, 0, "0F0", "jump", 5, 100, 0);
+  auto op = ReadTraceDocument(Doc(e), "op.json", -1);
+  ASSERT_FALSE(op.ok());
+  EXPECT_THAT(op.status().message(), HasSubstr("traceEvents[1] ('0F0'): field 'args.op'"));
+  auto dup = ReadTraceDocument(R"({"traceEvents":[],"traceEvents":[]})", "dup.json", -1);
+  EXPECT_FALSE(dup.ok());
+  auto other = ReadTraceDocument(R"({"events":[]})", "o.json", -1);
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.status().message(), HasSubstr("o.json: not a trace sluice reads"));
+}
+
+TEST(Readers, MissingRankIsNamed) {
+  const std::string dir = ::testing::TempDir() + "/trace_missing_rank";
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> e;
+  for (const std::string& ev : PipelineEvents(1)) {
+    if (ev.find(R"("pid":0)") != std::string::npos) e.push_back(ev);
+  }
+  ASSERT_TRUE(WriteStringToFile(dir + "/trace-rank-0.json", Doc(e)).ok());
+  std::string moved = Doc(e);
+  for (size_t at = 0; (at = moved.find(R"("pid":0)", at)) != std::string::npos;) {
+    moved.replace(at, 7, R"("pid":2)");
+  }
+  ASSERT_TRUE(WriteStringToFile(dir + "/trace-rank-2.json", moved).ok());
+  auto set = ReadTraces({dir});
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), HasSubstr("rank(s) 1 missing"));
+  EXPECT_FALSE(ReadTraces({dir + "/nope"}).ok());
+  EXPECT_EQ(RankFromFileName("/a/b/trace-rank-12.json"), 12);
+  EXPECT_EQ(RankFromFileName("worker_rank3.json"), 3);
+  EXPECT_EQ(RankFromFileName("trace.json"), -1);
+}
+
+// torch 1.13 export_chrome_trace form: an array; c10d calls on the main thread, the all-reduce's
+// Gloo work on a worker thread.
+std::string TorchCpuDoc(int rank, double shift_us) {
+  auto x = [&](const std::string& name, double ts, double dur, int tid = 1) {
+    return fmt::format(
+        R"({{"name":"{}","ph":"X","ts":{},"dur":{},"tid":{},"pid":"CPU functions","args":{{}}}})",
+        name, ts + shift_us, dur, tid);
+  };
+  std::vector<std::string> e;
+  for (int it = 0; it < 2; ++it) {
+    const double t = 10 + it * 1000;
+    e.push_back(x(fmt::format("ProfilerStep#{}", it), t, 900));
+    if (rank == 0) {
+      e.push_back(x("forward mb=0", t + 1, 300));
+      e.push_back(x("aten::linear", t + 2, 200));
+      e.push_back(x("aten::addmm", t + 3, 190));
+      e.push_back(x("send act mb=0 to=1", t + 210, 80));
+      e.push_back(x("c10d::send", t + 211, 5));
+      e.push_back(x("gloo:send", t + 215, 70));
+    } else {
+      e.push_back(x("forward mb=0", t + 1, 400));
+      e.push_back(x("recv act mb=0 from=0", t + 2, 290));
+      e.push_back(x("c10d::recv_", t + 3, 280));
+      e.push_back(x("gloo:recv", t + 282, 5));
+      e.push_back(x("aten::linear", t + 295, 100));
+    }
+    e.push_back(x("allreduce grad norm", t + 500, 300));
+    e.push_back(x("c10d::allreduce_", t + 501, 20));
+    e.push_back(x("gloo:all_reduce", t + 530, rank == 0 ? 250 : 240, 7));
+    e.push_back(x("optimizer step", t + 810, 50));
+    e.push_back(x("Optimizer.step#SGD.step", t + 811, 45));
+  }
+  std::string out = "[";
+  for (size_t i = 0; i < e.size(); ++i) out += (i ? "," : "") + e[i];
+  return out + "]";
+}
+
+TEST(TorchCpuReader, FlattensPairsAndMatchesByOrderAndAnnotation) {
+  TraceSet set;
+  for (int r = 0; r < 2; ++r) {
+    auto ranks = ReadTraceDocument(TorchCpuDoc(r, r == 1 ? 5000 : 0),
+                                   fmt::format("trace-rank-{}.json", r), r);
+    ASSERT_TRUE(ranks.ok()) << ranks.status().message();
+    set.ranks.push_back(std::move((*ranks)[0]));
+  }
+  const RankTrace& r0 = set.ranks[0];
+  EXPECT_EQ(r0.format, TraceFormat::kTorchCpu);
+  ASSERT_EQ(r0.comms.size(), 4u);  // per iteration: one send, one all-reduce (gloo absorbed)
+  EXPECT_EQ(r0.comms[0].kind, CommKind::kSend);
+  EXPECT_EQ(r0.comms[0].peer, 1);
+  EXPECT_EQ(r0.comms[0].text, "send act mb=0 to=1");
+  EXPECT_EQ(r0.comms[1].kind, CommKind::kCollective);
+  EXPECT_EQ(r0.comms[1].done_ns, 790'000);  // the worker thread's gloo:all_reduce end
+  // aten::linear is one compute op labelled with its annotation; the optimizer is recognised.
+  int compute = 0, optimizer = 0;
+  for (const TraceOp& op : r0.ops) {
+    if (op.kind == TraceOpKind::kCompute && op.name == "aten::linear") {
+      ++compute;
+      EXPECT_EQ(op.label, "forward mb=0");
+      EXPECT_GE(op.iteration, 0);
+    }
+    optimizer += op.kind == TraceOpKind::kOptimizer;
+  }
+  EXPECT_EQ(compute, 2);
+  EXPECT_EQ(optimizer, 2);
+  auto a = Analyze(std::move(set));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->matching.messages.size(), 2u);
+  EXPECT_EQ(a->matching.collectives.size(), 2u);
+  // Rank 1's profiler clock started 5 ms later: the all-reduce ends say so.
+  EXPECT_NEAR(static_cast<double>(a->clocks.offset_ns[1]), -5e6, 20e3);
+  auto r = Replay(a->graph, a->set, ReplayOptions{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->max_deviation_ns, 0);
+  ReplayOptions mean;
+  mean.durations = ClassStat::kMean;
+  auto m = Replay(a->graph, a->set, mean);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->iterations.size(), 2u);
+}
+
+// Kineto (torch >= 2) on the documented schema: launches with correlation ids, kernels per
+// stream, NCCL kernels with their args, an ac2g flow for one kernel.
+std::string KinetoDoc(int rank) {
+  const double b = rank * 7.0;  // each rank's clock
+  std::string peer_args =
+      rank == 0 ? R"("Collective name":"send","Dst Rank":1)" : R"("Collective name":"recv","Src Rank":0)";
+  return fmt::format(R"({{
+  "schemaVersion": 1, "distributedInfo": {{"backend": "nccl", "rank": {0}, "world_size": 2}},
+  "deviceProperties": [], "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000,
+  "traceEvents": [
+    {{"ph":"X","cat":"user_annotation","name":"ProfilerStep#3","pid":100,"tid":100,"ts":{1},"dur":500}},
+    {{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":{2},"dur":5,"args":{{"correlation":11}}}},
+    {{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":{3},"dur":5,"args":{{"correlation":12}}}},
+    {{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":{4},"dur":5,"args":{{"correlation":13}}}},
+    {{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":100,"tid":100,"ts":{5},"dur":5}},
+    {{"ph":"s","cat":"ac2g","name":"ac2g","id":14,"pid":100,"tid":100,"ts":{6}}},
+    {{"ph":"X","cat":"kernel","name":"ampere_sgemm_128x64_tn","pid":0,"tid":7,"ts":{7},"dur":100,"args":{{"correlation":11,"stream":7,"device":0}}}},
+    {{"ph":"X","cat":"kernel","name":"ncclDevKernel_SendRecv","pid":0,"tid":20,"ts":{8},"dur":40,"args":{{"correlation":12,{9},"In msg nelems":1024,"dtype":"Float"}}}},
+    {{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32_RING_LL","pid":0,"tid":20,"ts":{10},"dur":60,"args":{{"correlation":13,"Collective name":"allreduce","In msg nelems":4096,"dtype":"BFloat16","Process Group Ranks":"[0, 1]"}}}},
+    {{"ph":"f","cat":"ac2g","name":"ac2g","id":14,"pid":0,"tid":7,"ts":{11},"bp":"e"}},
+    {{"ph":"X","cat":"kernel","name":"elementwise_kernel","pid":0,"tid":7,"ts":{11},"dur":20}}
+  ]}})",
+                     rank, b + 0, b + 10, b + 20, b + 30, b + 40, b + 42, b + 50, b + 160,
+                     peer_args, b + 250, b + 200);
+}
+
+TEST(KinetoReader, KernelsLaunchesAndNcclArgs) {
+  TraceSet set;
+  for (int r = 0; r < 2; ++r) {
+    auto ranks = ReadTraceDocument(KinetoDoc(r), "k.json", -1);
+    ASSERT_TRUE(ranks.ok()) << ranks.status().message();
+    set.ranks.push_back(std::move((*ranks)[0]));
+  }
+  const RankTrace& r1 = set.ranks[1];
+  EXPECT_EQ(r1.rank, 1);
+  EXPECT_EQ(r1.format, TraceFormat::kKineto);
+  ASSERT_EQ(r1.comms.size(), 2u);
+  int launched = 0;
+  for (const TraceOp& op : r1.ops) {
+    if (op.launched_by >= 0) {
+      ++launched;
+      EXPECT_EQ(op.iteration, 3);
+    }
+  }
+  EXPECT_EQ(launched, 6);  // sgemm, the flow-linked kernel, and each NCCL kernel's post and wait
+  auto a = Analyze(std::move(set));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_EQ(a->matching.messages.size(), 1u);
+  ASSERT_EQ(a->matching.collectives.size(), 1u);
+  EXPECT_EQ(a->matching.collectives[0].key, "group=0,1");
+  EXPECT_EQ(a->set.ranks[0].comms[1].bytes, 8192);  // 4096 BFloat16
+  EXPECT_NEAR(static_cast<double>(a->clocks.offset_ns[1]), -7000, 1);
+  EXPECT_GT(a->graph.edges_by_kind[static_cast<int>(EdgeKind::kLaunch)], 0);
+  auto r = Replay(a->graph, a->set, ReplayOptions{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->max_deviation_ns, 0);
+}
+
+TEST(Calibration, JsonRoundTripAndApply) {
+  Calibration c;
+  c.source = "test";
+  c.ops.push_back({0, "forward", 2.0, 10.0, 5, 0.5, 0.1});
+  c.ops.push_back({-1, "backward", 1.5, 0.0, 9, 0.3, 0.05});
+  c.link = {true, 100.0, 2.5, 7};
+  auto back = CalibrationFromJson(CalibrationToJson(c), "c.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, c);
+  ExecutionPlan plan;
+  plan.ranks.resize(1);
+  Instruction f;
+  f.op = OpKind::kForward;
+  f.stage = 0;
+  f.duration = Duration::Micros(100);
+  Instruction b = f;
+  b.op = OpKind::kBackward;
+  b.stage = 3;
+  Instruction w = f;
+  w.op = OpKind::kBackwardWeight;
+  plan.ranks[0].instructions = {f, b, w};
+  ApplyCalibration(c, &plan);
+  EXPECT_EQ(plan.ranks[0].instructions[0].duration, Duration::Micros(210));
+  EXPECT_EQ(plan.ranks[0].instructions[1].duration, Duration::Micros(150));  // the any-stage entry
+  EXPECT_EQ(plan.ranks[0].instructions[2].duration, Duration::Micros(100));  // no entry: kept
+  EXPECT_EQ(plan.cluster.intra_node.latency, Duration::Micros(100));
+  EXPECT_DOUBLE_EQ(plan.cluster.intra_node.bandwidth, 2.5e9);
+  auto bad = CalibrationFromJson(R"({"format":"sluice-calibration/1","ops":[{"stage":0,"op":"send-act-start","scale":1,"offset_us":0}]})", "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("bad.json: field 'ops[0].op'"));
+}
+
+TEST(Replay, LargeSyntheticGraphIsFast) {
+  // 1,024 ranks in a ring, 100 ops each per iteration, 2 iterations: about 0.2 M nodes.
+  std::vector<std::string> e;
+  constexpr int kRanks = 1024;
+  for (int r = 0; r < kRanks; ++r) {
+    const int next = (r + 1) % kRanks, prev = (r + kRanks - 1) % kRanks;
+    for (int it = 0; it < 2; ++it) {
+      double t = it * 10000.0;
+      for (int k = 0; k < 100; ++k, t += 10) {
+        e.push_back(Ev(r, 0, fmt::format("{}F{}", r, k), "forward", t, 9, it, k, 0));
+      }
+      e.push_back(Ev(r, 0, fmt::format("{}SEND_F{}", r, it), "send-act-start", t, 1, it, it, 0,
+                     next, 64));
+      e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}", r, it), "recv-act-start", t + 1, 1, it, it,
+                     0, prev, 64));
+      e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}.wait", r, it), "recv-act-finish", t + 2, 5, it,
+                     it, 0, prev));
+      e.push_back(Ev(r, 0, fmt::format("{}SEND_F{}.wait", r, it), "send-act-finish", t + 7, 1, it,
+                     it, 0, next));
+    }
+  }
+  auto a = AnalyzeText(Doc(e));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->matching.messages.size(), 2u * kRanks);
+  EXPECT_EQ(a->clocks.violations, 0);
+  auto r = Replay(a->graph, a->set, ReplayOptions{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->max_deviation_ns, 0);
+  EXPECT_GT(a->graph.nodes.size(), 200'000u);
+}
+
+}  // namespace
+}  // namespace sluice::trace
