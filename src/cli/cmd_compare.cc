@@ -388,7 +388,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                   "batches (the default; overrides a scenario's \"score_extremes\": false)");
   o["--no-score-extremes"] =
       c->add_flag("--no-score-extremes", f->no_score_extremes,
-                  "Score candidates on the first --score-batches only")
+                  "Score candidates on the first --score-batches only (default: off)")
           ->excludes(o["--score-extremes"]);
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
