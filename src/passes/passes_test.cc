@@ -1,0 +1,177 @@
+// Tests of the plan passes: each keeps the plan valid (ValidatePlan after every run), records
+// what it changed, and the bucketing pass is the lowering's bucketing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "passes/gradient_bucketing.h"
+#include "passes/pass.h"
+#include "passes/reorder.h"
+#include "plan/plan_test_util.h"
+#include "plan/validate.h"
+
+namespace sluice::passes {
+namespace {
+
+using ::testing::HasSubstr;
+using sluice::testing::MakePlanFixture;
+using sluice::testing::PlanCase;
+
+std::vector<PlanCase> DpCases() {
+  std::vector<PlanCase> cases;
+  for (int64_t zero : {1, 2}) {
+    for (auto [pp, vpp, kind] : std::vector<std::tuple<int64_t, int64_t, ScheduleKind>>{
+             {2, 1, ScheduleKind::k1F1B},
+             {4, 1, ScheduleKind::kZbH1},
+             {2, 2, ScheduleKind::kInterleaved},
+             {4, 1, ScheduleKind::kGPipe}}) {
+      PlanCase c;
+      c.dp = 2;
+      c.pp = pp;
+      c.vpp = vpp;
+      c.kind = kind;
+      c.zero = zero;
+      c.microbatches = 8;
+      c.seed = static_cast<uint64_t>(pp * 10 + zero);
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+// The lowering's buckets are the pass's: lowering with bucket size X equals lowering with the
+// default and then running the pass with X (and the default pass changes nothing).
+TEST(BucketGradientsPassTest, IsTheLoweringsBucketing) {
+  for (PlanCase c : DpCases()) {
+    const auto base = MakePlanFixture(c);
+    ASSERT_TRUE(base->no_schedule.empty());
+    ExecutionPlan same = base->plan;
+    StatusOr<PassRecord> r = BucketGradientsPass(c.lower.bucket_bytes).Run(&same);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->changed);
+    EXPECT_EQ(same, base->plan);
+    for (Bytes cap : {Bytes::MB(8), Bytes::MB(3), Bytes::MB(200)}) {
+      c.lower.bucket_bytes = cap;
+      const auto lowered = MakePlanFixture(c);
+      ExecutionPlan rebucketed = base->plan;
+      r = BucketGradientsPass(cap).Run(&rebucketed);
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(rebucketed, lowered->plan) << "zero " << c.zero << " pp " << c.pp << " cap "
+                                           << cap.count();
+      EXPECT_EQ(r->changed, !(rebucketed == base->plan));
+      EXPECT_TRUE(ValidatePlan(rebucketed).ok());
+    }
+    c.lower = {};
+  }
+}
+
+TEST(BucketGradientsPassTest, RecordsChangesAndRejectsBadSizes) {
+  PlanCase c;
+  c.dp = 2;
+  const auto f = MakePlanFixture(c);
+  ExecutionPlan p = f->plan;
+  StatusOr<PassRecord> r = BucketGradientsPass(Bytes::MB(1)).Run(&p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->changed);
+  ASSERT_FALSE(r->changes.empty());
+  EXPECT_THAT(r->changes.front(), HasSubstr("buckets ->"));
+  EXPECT_EQ(r->pass, "bucket(976.6 KiB)");  // 1 MB
+  EXPECT_FALSE(BucketGradientsPass(Bytes::Zero()).Run(&p).ok());
+  // dp = 1: no reductions, a no-op.
+  c.dp = 1;
+  const auto single = MakePlanFixture(c);
+  p = single->plan;
+  r = BucketGradientsPass(Bytes::MB(1)).Run(&p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->changed);
+  EXPECT_EQ(p, single->plan);
+}
+
+// Every move of every compute op by one place, and every hoist of every Start by one place, on
+// plans of several schedules: the result is valid, and a kept move changed the plan.
+TEST(ReorderPassesTest, EveryOneStepMoveKeepsThePlanValid) {
+  int64_t kept = 0, rejected = 0;
+  for (auto [pp, vpp, dp, kind] : std::vector<std::tuple<int64_t, int64_t, int64_t, ScheduleKind>>{
+           {2, 1, 2, ScheduleKind::kZbH1},
+           {4, 1, 1, ScheduleKind::k1F1B},
+           {2, 2, 1, ScheduleKind::kInterleaved}}) {
+    PlanCase c;
+    c.pp = pp;
+    c.vpp = vpp;
+    c.dp = dp;
+    c.kind = kind;
+    c.microbatches = 6;
+    const auto f = MakePlanFixture(c);
+    ASSERT_TRUE(ValidatePlan(f->plan).ok());
+    for (int64_t rank = 0; rank < static_cast<int64_t>(f->plan.ranks.size()); ++rank) {
+      const int64_t n = static_cast<int64_t>(ComputePositions(f->plan.ranks[rank]).size());
+      for (int64_t k = 0; k + 1 < n; ++k) {
+        ExecutionPlan p = f->plan;
+        StatusOr<PassRecord> r = MoveComputePass(rank, k, k + 1).Run(&p);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        const Status valid = ValidatePlan(p);
+        ASSERT_TRUE(valid.ok()) << r->pass << ": " << valid.ToString();
+        EXPECT_EQ(r->changed, !(p == f->plan));
+        EXPECT_EQ(r->changed, r->rejected.empty()) << r->pass;
+        (r->changed ? kept : rejected) += 1;
+      }
+      const std::vector<Instruction>& list = f->plan.ranks[rank].instructions;
+      for (size_t i = 1; i < list.size(); ++i) {
+        if (!IsCommStart(list[i].op)) continue;
+        ExecutionPlan p = f->plan;
+        StatusOr<PassRecord> r =
+            HoistStartPass(rank, static_cast<int64_t>(i), 1).Run(&p);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        ASSERT_TRUE(ValidatePlan(p).ok()) << r->pass;
+        (r->changed ? kept : rejected) += 1;
+      }
+    }
+  }
+  // Both outcomes occur: the passes do move things, and the guard does reject.
+  EXPECT_GT(kept, 20);
+  EXPECT_GT(rejected, 0);
+}
+
+TEST(ReorderPassesTest, ZeroBubbleWMovesEarlierAndRecordsIt) {
+  PlanCase c;
+  c.pp = 2;
+  c.kind = ScheduleKind::kZbH1;
+  const auto f = MakePlanFixture(c);
+  // The last W of rank 0 moved one place earlier (before the compute op before it).
+  const std::vector<int64_t> pos = ComputePositions(f->plan.ranks[0]);
+  int64_t w = -1;
+  for (size_t k = 0; k < pos.size(); ++k) {
+    if (f->plan.ranks[0].instructions[pos[k]].op == OpKind::kBackwardWeight) {
+      w = static_cast<int64_t>(k);
+    }
+  }
+  ASSERT_GT(w, 0);
+  ExecutionPlan p = f->plan;
+  StatusOr<PassRecord> r = MoveComputePass(0, w, w - 1).Run(&p);
+  ASSERT_TRUE(r.ok());
+  if (r->changed) {
+    ASSERT_EQ(r->changes.size(), 1u);
+    EXPECT_THAT(r->changes[0], HasSubstr("W"));
+    EXPECT_THAT(r->changes[0], HasSubstr("before"));
+    EXPECT_EQ(p.ranks[0].instructions[ComputePositions(p.ranks[0])[w - 1]].op,
+              OpKind::kBackwardWeight);
+  } else {
+    EXPECT_FALSE(r->rejected.empty());
+  }
+  EXPECT_TRUE(ValidatePlan(p).ok());
+}
+
+TEST(ReorderPassesTest, RejectsParametersOutsideThePlan) {
+  PlanCase c;
+  const auto f = MakePlanFixture(c);
+  ExecutionPlan p = f->plan;
+  EXPECT_THAT(MoveComputePass(9, 0, 1).Run(&p).status().message(), HasSubstr("rank 9"));
+  EXPECT_THAT(MoveComputePass(0, 0, 999).Run(&p).status().message(), HasSubstr("outside"));
+  EXPECT_THAT(HoistStartPass(0, 0, 1).Run(&p).status().message(),
+              HasSubstr("not a transfer start"));
+  EXPECT_EQ(p, f->plan);
+}
+
+}  // namespace
+}  // namespace sluice::passes
