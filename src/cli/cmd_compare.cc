@@ -43,6 +43,7 @@ struct CompareFlags {
   bool no_html = false;
   bool closed_form = false;  // deprecated --closed-form
   std::string collectives = "stepwise";
+  double optimize_budget_ms = 0;  // --optimize-budget-ms: > 0 adds the "(optimized)" rows
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
@@ -191,6 +192,7 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   CompareOptions options;
   options.cancelled = [] { return Interrupted(); };
   options.field_name = CompareFieldNamer(f, source);
+  options.optimize_budget_ms = f.optimize_budget_ms;
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
   for (const std::string& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
@@ -405,6 +407,12 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                                    "Deprecated: --collectives closed-form")
                            ->group("");
   c->add_flag("--no-html", f->no_html, "Do not write report.html (default: off, it is written)");
+  c->add_option("--optimize-budget-ms", f->optimize_budget_ms,
+                "Also run each method's configuration with the plan optimizer (`sluice "
+                "optimize`) on every plan, this many ms per batch, as a 'METHOD (optimized)' row "
+                "where it changed a plan (0 = off)")
+      ->check(NumberCheck(0, false, 1e9, "a number of ms in [0, 1e9], 0 = off"))
+      ->capture_default_str();
   SetHandler(c, state, [f] { return RunCompareCommand(*f); });
 }
 

@@ -9,6 +9,7 @@
 
 #include "base/progress.h"
 #include "data/global_batcher.h"
+#include "planner/optimizer.h"
 
 namespace sluice {
 namespace {
@@ -296,7 +297,32 @@ class Comparison {
     }
     progress.Finish();
     Adopt(methods_, &own);
+    if (options_.optimize_budget_ms > 0) SLUICE_RETURN_IF_ERROR(RunOptimized(&own, out));
     return own;
+  }
+
+  // The "optimized" rows (CompareOptions::optimize_budget_ms): each run that ran, again with the
+  // optimizer; kept when it changed some plan.
+  Status RunOptimized(Runs* own, CompareResult* out) {
+    const size_t n = own->runs.size();
+    int64_t runs = 0;
+    for (size_t i = 0; i < n; ++i) runs += own->runs[i].config.has_value();
+    Progress progress("optimizing", runs * out->batches, options_.progress);
+    for (size_t i = 0; i < n; ++i) {
+      if (!own->runs[i].config.has_value() || own->runs[i].state != RunState::kOk) continue;
+      MethodRun run;
+      run.method = own->runs[i].method + " (optimized)";
+      run.config = own->runs[i].config;
+      RunAccounts accounts;
+      bool changed = false;
+      SLUICE_ASSIGN_OR_RETURN(bool complete, RunBatches(&run, &accounts, &progress, &changed));
+      if (!complete) out->partial = true;
+      if (!changed) continue;
+      own->runs.push_back(std::move(run));
+      own->accounts.push_back(std::move(accounts));
+    }
+    progress.Finish();
+    return Status::Ok();
   }
 
   // Every method on one (dp, pp, tp, ZeRO), its best schedule there: the fixed controlled
@@ -423,7 +449,10 @@ class Comparison {
 
   // Plans and simulates every batch under `run->config`; fills records, accounts and useful
   // FLOPs. Returns false when cancelled before the end.
-  StatusOr<bool> RunBatches(MethodRun* run, RunAccounts* accounts, Progress* progress) {
+  // With `optimized` set, every plan goes through the optimizer first and *optimized says
+  // whether it changed any.
+  StatusOr<bool> RunBatches(MethodRun* run, RunAccounts* accounts, Progress* progress,
+                            bool* optimized = nullptr) {
     SLUICE_ASSIGN_OR_RETURN(const Planner planner, scorer_.PlannerFor(*run->config));
     SimOptions sim = ScenarioSim(sc_);
     for (const GlobalBatch& batch : r_.batches) {
@@ -450,6 +479,16 @@ class Comparison {
           }
         }
         sim.samples = batch.samples;  // real tokens from the samples' own lengths
+        if (optimized != nullptr) {
+          OptimizerOptions o;
+          o.budget = Duration::Millis(options_.optimize_budget_ms);
+          o.seed = sc_.seed;
+          o.sim = sim;
+          SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(plan.plan, o));
+          rec.planning_ms += opt.wall.millis();
+          *optimized = *optimized || opt.changed();
+          plan.plan = std::move(opt.plan);
+        }
         SLUICE_ASSIGN_OR_RETURN(SimResult s, Simulate(plan.plan, sim));
         if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
           rec.outcome = s.outcome == SimOutcome::kDeadlock ? BatchOutcome::kDeadlock

@@ -52,6 +52,10 @@ struct CompareOptions {
   // Names a scenario field (compare_scenario.h) in errors; empty: "SOURCE: field 'F'" with the
   // `source` of RunCompare ("flags" when it is empty). The CLI maps fields to its flags.
   FieldNamer field_name;
+  // > 0: after each method's own run, the same configuration again with the plan optimizer
+  // (planner/optimizer.h) run on every batch's plan with this wall-clock budget; the run is added
+  // to `own` as "METHOD (optimized)" when the optimizer changed at least one plan.
+  double optimize_budget_ms = 0;
 };
 
 // How one method's global batch went.

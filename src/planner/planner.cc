@@ -147,6 +147,14 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
         p->instruction >= 0 ? InstructionText(rank.instructions[p->instruction]) : "start",
         p->message);
     result.plan = ExecutionPlan{};
+    return finish(std::move(result));
+  }
+  if (options_.optimize) {
+    OptimizerOptions o = options_.optimizer;
+    o.sim.samples.assign(batch.begin(), batch.end());
+    SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(result.plan, o));
+    result.optimized = PlanOptimization{opt.before, opt.after, opt.wall, std::move(opt.applied)};
+    result.plan = std::move(opt.plan);
   }
   return finish(std::move(result));
 }
