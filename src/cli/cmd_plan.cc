@@ -126,7 +126,8 @@ Status RunPlan(const PlanFlags& f) {
                         fmt::format("dp x pp = {}", par.dp * par.pp), 0, "");
   int64_t done = 0, ok = 0;
   double makespan_ms = 0, bubble = 0, plan_ms = 0;
-  double sim_before_ms = 0, sim_after_ms = 0;  // --optimize-budget-ms: simulated, summed
+  double sim_before_ms = 0, sim_after_ms = 0, opt_ms = 0;  // --optimize-budget-ms, summed
+  int64_t opt_changed = 0;
   int64_t real_tokens = 0;
   const bool several = sc.iterations != 1;
   std::string first_written;  // the first plan file written (named in the summary)
@@ -148,6 +149,8 @@ Status RunPlan(const PlanFlags& f) {
       if (r.optimized) {
         sim_before_ms += r.optimized->before.millis();
         sim_after_ms += r.optimized->after.millis();
+        opt_ms += r.optimized->wall.millis();
+        opt_changed += r.optimized->passes.empty() ? 0 : 1;
       }
       if (f.out_given) {
         const std::string path = OutPath(f.out, batch.index, several);
@@ -173,9 +176,11 @@ Status RunPlan(const PlanFlags& f) {
                static_cast<double>(real_tokens) / (makespan_ms / 1e3), plan_ms / ok);
   }
   if (ok > 0 && sim_before_ms > 0) {
-    fmt::print("  optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter)\n",
+    fmt::print("  optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), "
+               "{} of {} plans changed, mean optimizer time {:.1f} ms\n",
                sim_before_ms / ok, sim_after_ms / ok,
-               100.0 * (sim_before_ms - sim_after_ms) / sim_before_ms);
+               100.0 * (sim_before_ms - sim_after_ms) / sim_before_ms, opt_changed, ok,
+               opt_ms / ok);
   }
   if (f.out_given && ok > 0 && several) {
     fmt::print("  plans written to {}: one file per planned batch, <batch> = the batch's index "

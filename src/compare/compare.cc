@@ -10,6 +10,7 @@
 #include "base/progress.h"
 #include "data/global_batcher.h"
 #include "planner/optimizer.h"
+#include "planner/recompute_pricer.h"
 
 namespace sluice {
 namespace {
@@ -484,6 +485,9 @@ class Comparison {
           o.budget = Duration::Millis(options_.optimize_budget_ms);
           o.seed = sc_.seed;
           o.sim = sim;
+          o.pricer = std::make_shared<EvaluatorPricer>(planner.evaluator(), planner.cluster(),
+                                                       batch.samples,
+                                                       planner.options().lower.costs);
           SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(plan.plan, o));
           rec.planning_ms += opt.wall.millis();
           *optimized = *optimized || opt.changed();

@@ -3,10 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "passes/gradient_bucketing.h"
 #include "passes/pass.h"
+#include "passes/recompute.h"
 #include "passes/reorder.h"
 #include "plan/plan_test_util.h"
 #include "plan/validate.h"
@@ -171,6 +175,76 @@ TEST(ReorderPassesTest, RejectsParametersOutsideThePlan) {
   EXPECT_THAT(HoistStartPass(0, 0, 1).Run(&p).status().message(),
               HasSubstr("not a transfer start"));
   EXPECT_EQ(p, f->plan);
+}
+
+// A pricer for tests: the plan's recorded costs, with `forward_extra` added to B/I (what a full
+// recompute replays) and stored bytes x `stored_scale`.
+class FakePricer final : public RecomputePricer {
+ public:
+  FakePricer(Duration forward_extra, double stored_scale)
+      : extra_(forward_extra), scale_(stored_scale) {}
+  std::optional<std::vector<ChunkCost>> Price(const ExecutionPlan& plan, int64_t d, int64_t mb,
+                                              Recompute) const override {
+    std::vector<ChunkCost> out = plan.replicas[d].micro_batches[mb].stages;
+    for (ChunkCost& c : out) {
+      c.backward_input += extra_;
+      c.stored = Bytes::Of(static_cast<int64_t>(static_cast<double>(c.stored.count()) * scale_));
+      c.stored_until_w = std::min(c.stored_until_w, c.stored);
+    }
+    return out;
+  }
+
+ private:
+  Duration extra_;
+  double scale_;
+};
+
+TEST(RecomputePassTest, SetsOneMicroBatchAndStage) {
+  PlanCase c;
+  c.pp = 2;
+  c.kind = ScheduleKind::kZbH1;
+  const auto f = MakePlanFixture(c);
+  ExecutionPlan p = f->plan;
+  auto pricer = std::make_shared<FakePricer>(Duration::Millis(3), 0.5);
+  StatusOr<PassRecord> r = RecomputePass(pricer, 0, 2, 1, Recompute::kFull).Run(&p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->changed) << r->rejected;
+  EXPECT_THAT(r->changes.at(0), HasSubstr("micro-batch 2 stage 1: none -> full"));
+  ASSERT_TRUE(ValidatePlan(p).ok());
+  EXPECT_EQ(RecomputeAt(p, 0, 2, 1), Recompute::kFull);
+  EXPECT_EQ(RecomputeAt(p, 0, 2, 0), Recompute::kNone);  // the other stage keeps its level
+  const ChunkCost& was = f->plan.replicas[0].micro_batches[2].stages[1];
+  EXPECT_EQ(p.replicas[0].micro_batches[2].stages[1].backward_input,
+            was.backward_input + Duration::Millis(3));
+  for (const Instruction& in : p.ranks[1].instructions) {
+    if (in.microbatch == 2 && in.stage == 1 && in.op == OpKind::kBackwardInput) {
+      EXPECT_EQ(in.duration, was.backward_input + Duration::Millis(3));
+      EXPECT_EQ(in.recompute, Recompute::kFull);
+    }
+  }
+  // Already at that level: a no-op.
+  ExecutionPlan q = p;
+  r = RecomputePass(pricer, 0, 2, 1, Recompute::kFull).Run(&q);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->changed);
+  EXPECT_EQ(q, p);
+}
+
+TEST(RecomputePassTest, RefusesALevelOverTheMemoryLimit) {
+  PlanCase c;
+  c.pp = 2;
+  c.memory_limit_mb = 30000;
+  const auto f = MakePlanFixture(c);
+  ExecutionPlan p = f->plan;
+  // Stored activations x 1e6: far over any limit.
+  auto pricer = std::make_shared<FakePricer>(Duration::Zero(), 1e6);
+  StatusOr<PassRecord> r = RecomputePass(pricer, 0, 0, 0, Recompute::kSelective).Run(&p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->changed);
+  EXPECT_THAT(r->rejected, HasSubstr("memory"));
+  EXPECT_EQ(p, f->plan);
+  EXPECT_FALSE(RecomputePass(pricer, 3, 0, 0, Recompute::kNone).Run(&p).ok());
+  EXPECT_FALSE(RecomputePass(pricer, 0, 99, 0, Recompute::kNone).Run(&p).ok());
 }
 
 }  // namespace

@@ -62,7 +62,8 @@ void AddHoists(const ExecutionPlan& plan, int64_t rank, int64_t i,
 }
 
 // Candidates from the critical path of `sim` (see the header), without duplicates.
-std::vector<Candidate> Candidates(const ExecutionPlan& plan, const SimResult& sim) {
+std::vector<Candidate> Candidates(const ExecutionPlan& plan, const SimResult& sim,
+                                  const std::shared_ptr<const passes::RecomputePricer>& pricer) {
   std::vector<Candidate> all;
   bool collective = false;
   std::vector<std::vector<int64_t>> computes(plan.ranks.size());
@@ -78,6 +79,15 @@ std::vector<Candidate> Candidates(const ExecutionPlan& plan, const SimResult& si
       const int64_t n = static_cast<int64_t>(c.size());
       if (k > 0) all.push_back(std::make_shared<passes::MoveComputePass>(iv.rank, k, k - 1));
       if (k + 1 < n) all.push_back(std::make_shared<passes::MoveComputePass>(iv.rank, k, k + 1));
+      if (pricer != nullptr && in.op != OpKind::kBackwardWeight &&
+          in.recompute != Recompute::kNone) {
+        all.push_back(std::make_shared<passes::RecomputePass>(
+            pricer, program.dp_index, in.microbatch, in.stage, Recompute::kNone));
+        if (in.recompute == Recompute::kFull) {
+          all.push_back(std::make_shared<passes::RecomputePass>(
+              pricer, program.dp_index, in.microbatch, in.stage, Recompute::kSelective));
+        }
+      }
       for (int64_t j = k + 1; j < n; ++j) {  // the rank's next W, to just before this op
         if (program.instructions[c[j]].op == OpKind::kBackwardWeight) {
           all.push_back(std::make_shared<passes::MoveComputePass>(iv.rank, j, k));
@@ -156,7 +166,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   ExecutionPlan current = plan;
   Duration current_time = base.iteration_time;
   std::vector<passes::PassRecord> current_path;
-  std::vector<Candidate> pool = Candidates(current, base);
+  std::vector<Candidate> pool = Candidates(current, base, options.pricer);
   while (result.simulations < options.max_steps && !pool.empty()) {
     if (elapsed() >= options.budget) {
       result.budget_hit = true;
@@ -188,7 +198,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     current = std::move(next);
     current_time = r.iteration_time;
     current_path.push_back(std::move(record));
-    pool = Candidates(current, r);
+    pool = Candidates(current, r, options.pricer);
     if (current_time < result.after) {
       result.after = current_time;
       result.plan = current;

@@ -7,7 +7,9 @@
 //     for a compute op on the path, moving it one place earlier or later on its rank, and moving
 //     the rank's next W (zero-bubble weight gradient) to just before it; for a transfer on the
 //     path, posting its Start (on both ranks) earlier: one instruction, or before the nearest
-//     blocking Finish; for a collective on the path, halving or doubling the gradient buckets.
+//     blocking Finish; for a collective on the path, halving or doubling the gradient buckets;
+//     for an F, B or I on the path that recomputes (and a pricer is given), a lower recompute
+//     level for that (micro-batch, stage) (none, or selective after full).
 //     The candidate list is rebuilt after every accepted step (dPRO rebuilds its candidate space
 //     from the new critical path after each accept).
 //  2. One candidate, drawn uniformly (seeded) from those not yet tried on the current plan, is
@@ -30,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +40,7 @@
 #include "base/status.h"
 #include "base/units.h"
 #include "passes/pass.h"
+#include "passes/recompute.h"
 #include "plan/execution_plan.h"
 #include "sim/simulator.h"
 
@@ -65,6 +69,9 @@ struct OptimizerOptions {
   // Scoring: the simulator's options. The timeline is always recorded (the critical path);
   // memory is not (validation checks it).
   SimOptions sim = ScoringSimOptions();
+  // Prices other recompute levels (passes/recompute.h); null: no recompute candidates. The
+  // planner passes its EvaluatorPricer (recompute_pricer.h).
+  std::shared_ptr<const passes::RecomputePricer> pricer;
 };
 
 struct OptimizeResult {

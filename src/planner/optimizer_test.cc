@@ -15,9 +15,11 @@
 #include "base/rng.h"
 #include "batching/test_util.h"
 #include "passes/gradient_bucketing.h"
+#include "passes/recompute.h"
 #include "passes/reorder.h"
 #include "plan/validate.h"
 #include "planner/planner.h"
+#include "planner/recompute_pricer.h"
 
 namespace sluice {
 namespace {
@@ -28,6 +30,7 @@ struct SweepCase {
   std::string name;
   std::vector<Sample> batch;
   ExecutionPlan plan;
+  std::shared_ptr<const passes::RecomputePricer> pricer;  // the planner's (recompute_pricer.h)
 };
 
 // Every accepted plan of the sweep (built once).
@@ -45,9 +48,14 @@ const std::vector<SweepCase>& Sweep() {
     for (const Config& c : configs) {
       for (auto [kind, vpp] : schedules) {
         const ParallelConfig par = testing::TestParallel(c.dp, c.pp, 1, 36000, c.zero, vpp);
-        auto setup = testing::MakeTestSetup("gpt-6.7b", par);
+        // Kept alive for the pricers: they hold the evaluator, which holds the cost model.
+        static auto* setups = new std::vector<std::unique_ptr<testing::TestSetup>>;
+        static auto* evals = new std::vector<std::shared_ptr<const StageCostEvaluator>>;
+        setups->push_back(testing::MakeTestSetup("gpt-6.7b", par));
+        const auto& setup = setups->back();
         auto eval = MakePlannerEvaluator(*setup->cost, par, setup->cluster, kind);
         SLUICE_CHECK_MSG(eval.ok(), eval.status().ToString());
+        evals->push_back(*eval);
         for (uint64_t seed : {1, 2}) {
           const std::vector<Sample> batch = testing::RandomTokenBatch(seed, 32768, 2048, false);
           for (const char* method : {"dynapipe", "packing", "token-budget"}) {
@@ -63,7 +71,8 @@ const std::vector<SweepCase>& Sweep() {
             if (r->outcome != PlanOutcome::kOk) continue;
             out->push_back({fmt::format("{} {}{} {} seed {}", c.name, ScheduleKindName(kind),
                                         vpp > 1 ? " vpp 2" : "", method, seed),
-                            batch, std::move(r->plan)});
+                            batch, std::move(r->plan),
+                            std::make_shared<EvaluatorPricer>(**eval, setup->cluster, batch)});
           }
         }
       }
@@ -88,6 +97,15 @@ TEST(PassSweepTest, EveryPassKeepsEveryPlanValid) {
         const int64_t from = rng.UniformInt(0, n - 1);
         const int64_t to = std::clamp<int64_t>(from + rng.UniformInt(-2, 2), 0, n - 1);
         list.push_back(std::make_shared<passes::MoveComputePass>(rank, from, to));
+      }
+      for (int k = 0; k < 2; ++k) {
+        const int64_t mbs =
+            static_cast<int64_t>(c.plan.replicas[p.dp_index].micro_batches.size());
+        const int64_t mb = rng.UniformInt(0, mbs - 1);
+        const int64_t stage = p.pp_index + c.plan.pp() * rng.UniformInt(0, c.plan.vpp() - 1);
+        const Recompute level = k == 0 ? Recompute::kNone : Recompute::kFull;
+        list.push_back(
+            std::make_shared<passes::RecomputePass>(c.pricer, p.dp_index, mb, stage, level));
       }
       std::vector<int64_t> starts;
       for (size_t i = 1; i < p.instructions.size(); ++i) {
@@ -126,6 +144,7 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     o.budget = Duration::Seconds(100);  // the step bound decides: reproducible
     o.seed = 3;
     o.sim.samples = c.batch;
+    o.pricer = c.pricer;
     StatusOr<OptimizeResult> r = OptimizePlan(c.plan, o);
     ASSERT_TRUE(r.ok()) << c.name << ": " << r.status().ToString();
     EXPECT_FALSE(r->budget_hit);
