@@ -230,6 +230,29 @@ TEST(RecomputePassTest, SetsOneMicroBatchAndStage) {
   EXPECT_EQ(q, p);
 }
 
+// Placement undoes recompute that saves time and fits: three pairs set to full (3 ms more each)
+// come back to none, and the plan is the original again.
+TEST(RecomputePassTest, PlacementLowersEveryLevelThatFits) {
+  PlanCase c;
+  c.pp = 2;
+  c.kind = ScheduleKind::kZbH1;
+  const auto f = MakePlanFixture(c);
+  ExecutionPlan p = f->plan;
+  auto slower = std::make_shared<FakePricer>(Duration::Millis(3), 1.0);
+  for (auto [mb, stage] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 1}, {3, 0}}) {
+    StatusOr<PassRecord> r = RecomputePass(slower, 0, mb, stage, Recompute::kFull).Run(&p);
+    ASSERT_TRUE(r.ok() && r->changed);
+  }
+  auto faster = std::make_shared<FakePricer>(Duration::Millis(-3), 1.0);
+  StatusOr<PassRecord> r = RecomputePlacementPass(faster).Run(&p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->changed);
+  // Each pair is offered none (and selective, which it no longer needs): three changes.
+  EXPECT_EQ(r->changes.size(), 3u);
+  EXPECT_TRUE(ValidatePlan(p).ok());
+  EXPECT_EQ(p, f->plan);
+}
+
 TEST(RecomputePassTest, RefusesALevelOverTheMemoryLimit) {
   PlanCase c;
   c.pp = 2;
@@ -241,7 +264,7 @@ TEST(RecomputePassTest, RefusesALevelOverTheMemoryLimit) {
   StatusOr<PassRecord> r = RecomputePass(pricer, 0, 0, 0, Recompute::kSelective).Run(&p);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->changed);
-  EXPECT_THAT(r->rejected, HasSubstr("memory"));
+  EXPECT_THAT(r->rejected, HasSubstr("MB limit"));
   EXPECT_EQ(p, f->plan);
   EXPECT_FALSE(RecomputePass(pricer, 3, 0, 0, Recompute::kNone).Run(&p).ok());
   EXPECT_FALSE(RecomputePass(pricer, 0, 99, 0, Recompute::kNone).Run(&p).ok());

@@ -2,7 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <utility>
+
+#include "plan/memory_rule.h"
 
 namespace sluice::passes {
 
@@ -74,8 +77,69 @@ StatusOr<PassRecord> RecomputePass::Run(ExecutionPlan* plan) const {
   record.changes.push_back(fmt::format("replica {} micro-batch {} stage {}: {} -> {}", dp_index_,
                                        microbatch_, stage_, RecomputeName(*now),
                                        RecomputeName(level_)));
-  if (!KeepIfValid(rank, std::move(original), plan, &record)) {
+  // Only durations, levels and this cost changed: the structure is as valid as before, and only
+  // this rank's memory (check 7) can change.
+  const RankMemory memory =
+      ReplayRankMemory(*plan, plan->ranks[rank], plan->memory_limit());
+  if (memory.first_over >= 0) {
+    plan->ranks[rank] = std::move(original);
     plan->replicas[dp_index_].micro_batches[microbatch_].stages[stage_] = old_cost;
+    record.changed = false;
+    record.changes.clear();
+    record.rejected = fmt::format("rank {} would need {:.0f} MB of its {:.0f} MB limit", rank,
+                                  memory.over_level.mb(), plan->memory_limit().mb());
+  }
+  return record;
+}
+
+std::string RecomputePlacementPass::Describe() const { return "recompute-placement"; }
+
+StatusOr<PassRecord> RecomputePlacementPass::Run(ExecutionPlan* plan) const {
+  PassRecord record;
+  record.pass = Describe();
+  // Every (replica, micro-batch, stage) that recomputes, with the time a lower level saves.
+  struct Option {
+    Duration saved;
+    int64_t d, mb, stage;
+    Recompute level;
+  };
+  std::vector<Option> options;
+  for (int64_t d = 0; d < plan->dp(); ++d) {
+    const int64_t m = static_cast<int64_t>(plan->replicas[d].micro_batches.size());
+    for (int64_t mb = 0; mb < m; ++mb) {
+      for (Recompute level : {Recompute::kNone, Recompute::kSelective}) {
+        std::optional<std::vector<ChunkCost>> costs;
+        for (int64_t s = 0; s < plan->num_stages(); ++s) {
+          const std::optional<Recompute> now = RecomputeAt(*plan, d, mb, s);
+          if (!now.has_value() || *now == Recompute::kNone) continue;
+          if (level == Recompute::kSelective && *now != Recompute::kFull) continue;
+          if (!costs.has_value()) costs = pricer_->Price(*plan, d, mb, level);
+          if (!costs.has_value()) break;
+          const ChunkCost& was = plan->replicas[d].micro_batches[mb].stages[s];
+          const Duration saved = was.forward + was.backward() - (*costs)[s].forward -
+                                 (*costs)[s].backward();
+          if (saved > Duration::Zero()) options.push_back({saved, d, mb, s, level});
+        }
+      }
+    }
+  }
+  // Largest saving first; ties by position (deterministic).
+  std::stable_sort(options.begin(), options.end(),
+                   [](const Option& a, const Option& b) { return a.saved > b.saved; });
+  for (const Option& o : options) {
+    const std::optional<Recompute> now = RecomputeAt(*plan, o.d, o.mb, o.stage);
+    if (!now.has_value() || *now == Recompute::kNone ||
+        (o.level == Recompute::kSelective && *now != Recompute::kFull)) {
+      continue;
+    }
+    SLUICE_ASSIGN_OR_RETURN(PassRecord one,
+                            RecomputePass(pricer_, o.d, o.mb, o.stage, o.level).Run(plan));
+    if (!one.changed) continue;
+    record.changed = true;
+    for (std::string& c : one.changes) record.changes.push_back(std::move(c));
+  }
+  if (!record.changed && !options.empty()) {
+    record.rejected = "no lower recompute level fits the memory limit";
   }
   return record;
 }

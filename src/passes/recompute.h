@@ -58,6 +58,23 @@ class RecomputePass final : public PlanPass {
   Recompute level_;
 };
 
+// Recompute placement over the whole plan: every (replica, micro-batch, stage) that recomputes
+// is offered a lower level (none; selective after full), largest time saved first, and keeps it
+// when its rank still fits the memory limit (greedy: the bytes a cheap saving takes are not
+// offered to a bigger one later). The record lists every change. Prices: one Price call per
+// (micro-batch, level).
+class RecomputePlacementPass final : public PlanPass {
+ public:
+  // REQUIRES: pricer != nullptr.
+  explicit RecomputePlacementPass(std::shared_ptr<const RecomputePricer> pricer)
+      : pricer_(std::move(pricer)) {}
+  std::string Describe() const override;
+  StatusOr<PassRecord> Run(ExecutionPlan* plan) const override;
+
+ private:
+  std::shared_ptr<const RecomputePricer> pricer_;
+};
+
 // The recompute level (micro-batch `microbatch`, stage `stage`) of replica `dp_index` runs at in
 // `plan` (its F's), or nullopt when the plan has no such F. REQUIRES: dp_index < plan.dp().
 std::optional<Recompute> RecomputeAt(const ExecutionPlan& plan, int64_t dp_index,

@@ -166,6 +166,29 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   ExecutionPlan current = plan;
   Duration current_time = base.iteration_time;
   std::vector<passes::PassRecord> current_path;
+  // First, with a pricer: the whole-plan recompute placement, the one bulk move (it changes many
+  // (micro-batch, stage) pairs at once, which single moves would take many steps to reach).
+  if (options.pricer != nullptr && options.max_steps > 0) {
+    ExecutionPlan next = current;
+    SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
+                            passes::RecomputePlacementPass(options.pricer).Run(&next));
+    if (record.changed) {
+      SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
+      ++result.simulations;
+      if (r.outcome == SimOutcome::kOk && r.iteration_time < current_time) {
+        ++result.accepted;
+        current = std::move(next);
+        current_time = r.iteration_time;
+        base = std::move(r);
+        current_path.push_back(std::move(record));
+        result.after = current_time;
+        result.plan = current;
+        result.applied = current_path;
+      }
+    } else if (!record.rejected.empty()) {
+      ++result.invalid;
+    }
+  }
   std::vector<Candidate> pool = Candidates(current, base, options.pricer);
   while (result.simulations < options.max_steps && !pool.empty()) {
     if (elapsed() >= options.budget) {

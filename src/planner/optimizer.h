@@ -2,7 +2,9 @@
 // IR. It rewrites a valid plan with the passes of passes/ and keeps what the simulator says is
 // shorter.
 //
-// Each step:
+// With a pricer, the first candidate is the whole-plan recompute placement
+// (passes/recompute.h, RecomputePlacementPass), kept when the simulation says it is shorter.
+// Then each step:
 //  1. Candidates from the simulated critical path of the current plan (SimResult::critical_path):
 //     for a compute op on the path, moving it one place earlier or later on its rank, and moving
 //     the rank's next W (zero-bubble weight gradient) to just before it; for a transfer on the
