@@ -12,8 +12,8 @@ schedule, method), and the medians over the rows.
 
 With --searches mcmc,greedy it compares the searches instead: per scenario and schedule it writes
 the first batch's plan (`sluice plan --out`, no optimizer) and runs `sluice optimize` on it with
-each search and each of --seeds, bounded by --steps simulations (not by the clock), printing the
-gain and wall time of each.
+each search and each of --seeds (with --data, so recompute moves are priced), bounded by --steps
+simulations (not by the clock), printing the gain and wall time of each.
 
 Usage: bench/optimizer_scenarios.py [--sluice build/sluice] [--iterations 3] [--budget-ms 50]
            [--pp 4] [--schedules 1f1b,zb-h1] [--methods dynapipe] [--only SUBSTRING]
@@ -125,7 +125,8 @@ def compare_searches(a, here):
                     o = subprocess.run([a.sluice, "optimize", plan, "--out",
                                         os.path.join(tmp, "out.json"), "--search", search,
                                         "--seed", seed, "--steps", str(a.steps), "--budget-ms",
-                                        "1000000"], capture_output=True, text=True)
+                                        "1000000", "--data", sc["data"]],
+                                       capture_output=True, text=True)
                     m = OPT.search(o.stdout)
                     if m is None:
                         g.append(float("nan"))

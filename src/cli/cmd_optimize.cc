@@ -2,6 +2,9 @@
 // it is shorter (planner/optimizer.h), prints before/after and what changed, and writes the
 // result (also when nothing changed: then it is the input plan).
 //
+// With --data (the lengths the plan was made from) the search also lowers recompute levels, priced
+// by the plan's cost model rebuilt from its model and cluster (planner/recompute_pricer.h).
+//
 // Exit codes: 0 when the optimized plan was written; 2 for bad flags, an unreadable plan, one that
 // fails `sluice plan check`, or an --out that is the input or cannot be written (checked before
 // the search).
@@ -9,10 +12,17 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/cli_common.h"
+#include "cost/cost_factory.h"
+#include "data/data_source.h"
 #include "plan/plan_json.h"
 #include "planner/optimizer.h"
+#include "planner/planner.h"
+#include "planner/recompute_pricer.h"
+#include "schedule/generators.h"
 
 namespace sluice::cli {
 namespace {
@@ -23,9 +33,53 @@ struct OptimizeFlags {
   double budget_ms = 50;
   int64_t steps = 200;
   uint64_t seed = 0;
-  std::string search = "mcmc";
+  std::string search = "greedy";
   std::string collectives = "closed-form";
+  std::string data;  // the lengths the plan was made from: enables recompute moves
+  int64_t samples = 0;
+  uint64_t data_seed = 0;
 };
+
+// The recompute pricer for a plan file (passes/recompute.h): the plan's cost model rebuilt from
+// its model and cluster (it must describe itself as the plan's `cost_model` does) and the samples
+// of --data. Owns what the pricer refers to.
+struct FilePricer {
+  std::unique_ptr<CostModel> cost;
+  std::shared_ptr<const StageCostEvaluator> eval;
+  std::shared_ptr<const passes::RecomputePricer> pricer;
+};
+
+StatusOr<FilePricer> MakeFilePricer(const OptimizeFlags& f, const ExecutionPlan& plan) {
+  FilePricer out;
+  for (bool flash : {false, true}) {
+    CostModelOptions co;
+    co.flash_attention = flash;
+    StatusOr<std::unique_ptr<CostModel>> cost = MakeCostModel(plan.model, plan.cluster, co);
+    if (cost.ok() && (*cost)->Describe() == plan.cost_model) {
+      out.cost = std::move(cost).value();
+      break;
+    }
+  }
+  if (out.cost == nullptr) {
+    return InvalidArgumentError(fmt::format(
+        "--data: recompute moves need the cost model {} was planned with ('{}'), and this build's "
+        "default cost model for its model and cluster is another; optimize without --data",
+        f.file, plan.cost_model));
+  }
+  StatusOr<ScheduleKind> kind = ParseScheduleKind(plan.replicas.front().schedule);
+  if (!kind.ok()) return kind.status().WithPrefix(f.file);
+  StatusOr<std::shared_ptr<const StageCostEvaluator>> eval =
+      MakePlannerEvaluator(*out.cost, plan.parallel, plan.cluster, *kind);
+  if (!eval.ok()) return eval.status().WithPrefix(f.file);
+  out.eval = *eval;
+  DataOptions data;
+  data.seed = f.data_seed;
+  data.num_samples = f.samples;
+  StatusOr<Dataset> dataset = LoadData(f.data, data);
+  if (!dataset.ok()) return dataset.status().WithPrefix("--data");
+  out.pricer = std::make_shared<EvaluatorPricer>(*out.eval, plan.cluster, dataset->samples());
+  return out;
+}
 
 Status RunOptimize(const OptimizeFlags& f) {
   SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
@@ -51,6 +105,11 @@ Status RunOptimize(const OptimizeFlags& f) {
   options.max_steps = f.steps;
   options.seed = f.seed;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
+  FilePricer pricer;
+  if (!f.data.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(pricer, MakeFilePricer(f, plan));
+    options.pricer = pricer.pricer;
+  }
   StatusOr<OptimizeResult> run = OptimizePlan(plan, options);
   if (!run.ok()) return InvalidArgumentError(fmt::format("{}: {}", f.file, run.status().message()));
   const OptimizeResult& r = *run;
@@ -95,12 +154,22 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
       ->capture_default_str();
   AddSeedFlag(o, &flags->seed)->description("Seed of the search's draws");
   o->add_option("--search", flags->search,
-                "mcmc (dPRO's Metropolis rule) or greedy (only shorter plans)")
-      ->type_name("mcmc|greedy")
+                "greedy (only shorter plans) or mcmc (dPRO's Metropolis rule)")
+      ->type_name("greedy|mcmc")
       ->capture_default_str();
   o->add_option("--collectives", flags->collectives,
                 "How the simulator scores: stepwise or closed-form collectives")
       ->type_name("stepwise|closed-form")
+      ->capture_default_str();
+  AddDataFlag(o, &flags->data)
+      ->description(
+          "The lengths the plan was made from (as for `sluice simulate`): enables recompute "
+          "moves, priced with the plan's cost model (without it: reorders and buckets only)");
+  o->add_option("--samples", flags->samples, "With --data: how many samples it holds (0 = all)")
+      ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed))
+      ->capture_default_str();
+  o->add_option("--data-seed", flags->data_seed, "With a generator --data preset: its seed")
+      ->check(IntegerCheck(0, kNoMaxInteger))
       ->capture_default_str();
   SetHandler(o, state, [flags] { return RunOptimize(*flags); });
 }

@@ -139,6 +139,37 @@ TEST(CompareTest, SmallScenarioEndToEnd) {
   EXPECT_EQ(*back, *r);
 }
 
+// CompareOptions::optimize_budget_ms: a "METHOD (optimized)" row per method whose plans the
+// optimizer changed, under the same configuration, no batch slower than the method's own.
+TEST(CompareTest, OptimizedRows) {
+  CompareScenario s = SmallGpt();
+  s.search.pp = {4};
+  CompareOptions o = Quiet();
+  o.optimize_budget_ms = 20;
+  auto r = RunCompare(s, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  int64_t optimized = 0;
+  for (const MethodRun& m : r->own) {
+    const size_t cut = m.method.find(" (optimized)");
+    if (cut == std::string::npos) continue;
+    ++optimized;
+    const MethodRun* base = Find(r->own, m.method.substr(0, cut));
+    ASSERT_NE(base, nullptr) << m.method;
+    EXPECT_EQ(m.config, base->config);
+    ASSERT_EQ(m.batches.size(), base->batches.size());
+    for (size_t i = 0; i < m.batches.size(); ++i) {
+      if (base->batches[i].outcome != BatchOutcome::kOk) continue;
+      EXPECT_EQ(m.batches[i].outcome, BatchOutcome::kOk);
+      EXPECT_LE(m.batches[i].iteration_ms, base->batches[i].iteration_ms) << m.method << " " << i;
+    }
+  }
+  EXPECT_GT(optimized, 0);
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+}
+
 TEST(CompareTest, UnsupportedAndOutOfMemoryMethodsAreShownNotDropped) {
   CompareScenario s;
   s.name = "small-t5";

@@ -63,7 +63,8 @@ inline SimOptions ScoringSimOptions() {
 }
 
 struct OptimizerOptions {
-  OptimizerSearch search = OptimizerSearch::kMcmc;
+  // Greedy by default: as good as kMcmc on the DynaPipe grid and faster (docs/benchmarks.md).
+  OptimizerSearch search = OptimizerSearch::kGreedy;
   int64_t max_steps = 200;                  // simulations of candidates at most (>= 0)
   Duration budget = Duration::Millis(50);   // wall-clock cap (> 0)
   uint64_t seed = 0;                        // the draws of candidates and of acceptance
