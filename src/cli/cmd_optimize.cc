@@ -98,8 +98,8 @@ Status RunOptimize(const OptimizeFlags& f) {
   } else if (f.collectives == "closed-form") {
     options.sim.collectives = CollectiveMode::kClosedForm;
   } else {
-    return InvalidArgumentError(fmt::format(
-        "--collectives '{}': allowed values are stepwise, closed-form", f.collectives));
+    return InvalidArgumentError(
+        fmt::format("--collectives '{}': allowed values are stepwise, closed-form", f.collectives));
   }
   options.budget = Duration::Millis(f.budget_ms);
   options.max_steps = f.steps;
@@ -119,10 +119,11 @@ Status RunOptimize(const OptimizeFlags& f) {
                           : 0.0;
   fmt::print("{}: simulated iteration {} -> {} ({:.2f}% shorter; collectives {})\n", f.file,
              FormatDuration(r.before), FormatDuration(r.after), gain, f.collectives);
-  fmt::print("search {} seed {}: {} simulations, {} candidates refused by the plan check, {} "
-             "accepted, {} passes kept, {:.1f} ms{}\n",
-             f.search, f.seed, r.simulations, r.invalid, r.accepted, r.applied.size(),
-             r.wall.millis(), r.budget_hit ? " (budget reached: not reproducible)" : "");
+  fmt::print(
+      "search {} seed {}: {} simulations, {} candidates refused by the plan check, {} "
+      "accepted, {} passes kept, {:.1f} ms{}\n",
+      f.search, f.seed, r.simulations, r.invalid, r.accepted, r.applied.size(), r.wall.millis(),
+      r.budget_hit ? " (budget reached: not reproducible)" : "");
   for (const passes::PassRecord& p : r.applied) {
     for (const std::string& c : p.changes) fmt::print("  {}: {}\n", p.pass, c);
   }

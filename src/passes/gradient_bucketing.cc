@@ -71,9 +71,9 @@ StatusOr<PassRecord> BucketGradientsPass::Run(ExecutionPlan* plan) const {
         r.stage = first.stage;
         r.bucket = next_bucket++;
         r.bytes = Bytes::Of(total / n + (k < total % n ? 1 : 0));
-        r.duration = comm.Collective(
-            zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, r.bytes, dp,
-            spans);
+        r.duration =
+            comm.Collective(zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
+                            r.bytes, dp, spans);
         out.push_back(r);
         if (zero2) {
           r.op = OpKind::kAllGatherParams;

@@ -12,8 +12,7 @@ StatusOr<PassResult> ApplyPass(const PlanPass& pass, const ExecutionPlan& plan) 
   return result;
 }
 
-bool KeepIfValid(int64_t rank, RankProgram original, ExecutionPlan* candidate,
-                 PassRecord* record) {
+bool KeepIfValid(int64_t rank, RankProgram original, ExecutionPlan* candidate, PassRecord* record) {
   const Status valid = ValidatePlan(*candidate, ValidateOptions{.grid_context = 0});
   if (valid.ok()) return true;
   candidate->ranks[rank] = std::move(original);

@@ -55,7 +55,6 @@ StatusOr<PassResult> ApplyPass(const PlanPass& pass, const ExecutionPlan& plan);
 // was rewritten from `original`; when it fails, that program is restored, record->changed =
 // false, record->changes is cleared and record->rejected = the first line of the validator's
 // message. Returns whether the candidate was kept. Used by passes whose rewrite may break a check.
-bool KeepIfValid(int64_t rank, RankProgram original, ExecutionPlan* candidate,
-                 PassRecord* record);
+bool KeepIfValid(int64_t rank, RankProgram original, ExecutionPlan* candidate, PassRecord* record);
 
 }  // namespace sluice::passes

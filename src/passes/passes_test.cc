@@ -18,18 +18,18 @@
 namespace sluice::passes {
 namespace {
 
-using ::testing::HasSubstr;
 using sluice::testing::MakePlanFixture;
 using sluice::testing::PlanCase;
+using ::testing::HasSubstr;
 
 std::vector<PlanCase> DpCases() {
   std::vector<PlanCase> cases;
   for (int64_t zero : {1, 2}) {
-    for (auto [pp, vpp, kind] : std::vector<std::tuple<int64_t, int64_t, ScheduleKind>>{
-             {2, 1, ScheduleKind::k1F1B},
-             {4, 1, ScheduleKind::kZbH1},
-             {2, 2, ScheduleKind::kInterleaved},
-             {4, 1, ScheduleKind::kGPipe}}) {
+    for (auto [pp, vpp, kind] :
+         std::vector<std::tuple<int64_t, int64_t, ScheduleKind>>{{2, 1, ScheduleKind::k1F1B},
+                                                                 {4, 1, ScheduleKind::kZbH1},
+                                                                 {2, 2, ScheduleKind::kInterleaved},
+                                                                 {4, 1, ScheduleKind::kGPipe}}) {
       PlanCase c;
       c.dp = 2;
       c.pp = pp;
@@ -61,8 +61,8 @@ TEST(BucketGradientsPassTest, IsTheLoweringsBucketing) {
       ExecutionPlan rebucketed = base->plan;
       r = BucketGradientsPass(cap).Run(&rebucketed);
       ASSERT_TRUE(r.ok());
-      EXPECT_EQ(rebucketed, lowered->plan) << "zero " << c.zero << " pp " << c.pp << " cap "
-                                           << cap.count();
+      EXPECT_EQ(rebucketed, lowered->plan)
+          << "zero " << c.zero << " pp " << c.pp << " cap " << cap.count();
       EXPECT_EQ(r->changed, !(rebucketed == base->plan));
       EXPECT_TRUE(ValidatePlan(rebucketed).ok());
     }
@@ -124,8 +124,7 @@ TEST(ReorderPassesTest, EveryOneStepMoveKeepsThePlanValid) {
       for (size_t i = 1; i < list.size(); ++i) {
         if (!IsCommStart(list[i].op)) continue;
         ExecutionPlan p = f->plan;
-        StatusOr<PassRecord> r =
-            HoistStartPass(rank, static_cast<int64_t>(i), 1).Run(&p);
+        StatusOr<PassRecord> r = HoistStartPass(rank, static_cast<int64_t>(i), 1).Run(&p);
         ASSERT_TRUE(r.ok()) << r.status().ToString();
         ASSERT_TRUE(ValidatePlan(p).ok()) << r->pass;
         (r->changed ? kept : rejected) += 1;

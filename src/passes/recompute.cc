@@ -27,8 +27,8 @@ std::optional<Recompute> RecomputeAt(const ExecutionPlan& plan, int64_t dp_index
 
 StatusOr<PassRecord> RecomputePass::Run(ExecutionPlan* plan) const {
   if (dp_index_ < 0 || dp_index_ >= plan->dp()) {
-    return InvalidArgumentError(fmt::format("recompute pass: replica {} outside 0..{}", dp_index_,
-                                            plan->dp() - 1));
+    return InvalidArgumentError(
+        fmt::format("recompute pass: replica {} outside 0..{}", dp_index_, plan->dp() - 1));
   }
   PlanReplica& replica = plan->replicas[dp_index_];
   const int64_t m = static_cast<int64_t>(replica.micro_batches.size());
@@ -45,8 +45,8 @@ StatusOr<PassRecord> RecomputePass::Run(ExecutionPlan* plan) const {
   const std::optional<std::vector<ChunkCost>> costs =
       pricer_->Price(*plan, dp_index_, microbatch_, level_);
   if (!costs.has_value() || static_cast<int64_t>(costs->size()) != plan->num_stages()) {
-    record.rejected = fmt::format("the cost model cannot price micro-batch {} at '{}'",
-                                  microbatch_, RecomputeName(level_));
+    record.rejected = fmt::format("the cost model cannot price micro-batch {} at '{}'", microbatch_,
+                                  RecomputeName(level_));
     return record;
   }
   const ChunkCost& cost = (*costs)[stage_];
@@ -79,8 +79,7 @@ StatusOr<PassRecord> RecomputePass::Run(ExecutionPlan* plan) const {
                                        RecomputeName(level_)));
   // Only durations, levels and this cost changed: the structure is as valid as before, and only
   // this rank's memory (check 7) can change.
-  const RankMemory memory =
-      ReplayRankMemory(*plan, plan->ranks[rank], plan->memory_limit());
+  const RankMemory memory = ReplayRankMemory(*plan, plan->ranks[rank], plan->memory_limit());
   if (memory.first_over >= 0) {
     plan->ranks[rank] = std::move(original);
     plan->replicas[dp_index_].micro_batches[microbatch_].stages[stage_] = old_cost;
@@ -116,8 +115,8 @@ StatusOr<PassRecord> RecomputePlacementPass::Run(ExecutionPlan* plan) const {
           if (!costs.has_value()) costs = pricer_->Price(*plan, d, mb, level);
           if (!costs.has_value()) break;
           const ChunkCost& was = plan->replicas[d].micro_batches[mb].stages[s];
-          const Duration saved = was.forward + was.backward() - (*costs)[s].forward -
-                                 (*costs)[s].backward();
+          const Duration saved =
+              was.forward + was.backward() - (*costs)[s].forward - (*costs)[s].backward();
           if (saved > Duration::Zero()) options.push_back({saved, d, mb, s, level});
         }
       }

@@ -41,8 +41,8 @@ class RecomputePricer {
 class RecomputePass final : public PlanPass {
  public:
   // REQUIRES: pricer != nullptr.
-  RecomputePass(std::shared_ptr<const RecomputePricer> pricer, int64_t dp_index,
-                int64_t microbatch, int64_t stage, Recompute level)
+  RecomputePass(std::shared_ptr<const RecomputePricer> pricer, int64_t dp_index, int64_t microbatch,
+                int64_t stage, Recompute level)
       : pricer_(std::move(pricer)),
         dp_index_(dp_index),
         microbatch_(microbatch),

@@ -81,9 +81,9 @@ StatusOr<PassRecord> MoveComputePass::Run(ExecutionPlan* plan) const {
   RankProgram& program = plan->ranks[rank_];
   const int64_t n = static_cast<int64_t>(ComputePositions(program).size());
   if (from_ < 0 || from_ >= n || to_ < 0 || to_ >= n) {
-    return InvalidArgumentError(fmt::format(
-        "move-compute: positions {} -> {} outside rank {}'s compute ops 0..{}", from_, to_, rank_,
-        n - 1));
+    return InvalidArgumentError(
+        fmt::format("move-compute: positions {} -> {} outside rank {}'s compute ops 0..{}", from_,
+                    to_, rank_, n - 1));
   }
   PassRecord record;
   record.pass = Describe();
@@ -100,8 +100,8 @@ StatusOr<PassRecord> MoveComputePass::Run(ExecutionPlan* plan) const {
     SwapWithNext(p, static_cast<size_t>(c[first]), static_cast<size_t>(c[first + 1]));
   }
   record.changed = true;
-  record.changes.push_back(fmt::format("rank {}: {} {} {}", rank_, moved,
-                                       step > 0 ? "after" : "before", past));
+  record.changes.push_back(
+      fmt::format("rank {}: {} {} {}", rank_, moved, step > 0 ? "after" : "before", past));
   KeepIfValid(rank_, std::move(original), plan, &record);
   return record;
 }
@@ -120,8 +120,7 @@ StatusOr<PassRecord> HoistStartPass::Run(ExecutionPlan* plan) const {
         index_, rank_, p.size()));
   }
   if (by_ < 1 || by_ > index_) {
-    return InvalidArgumentError(
-        fmt::format("hoist-start: by = {} outside 1..{}", by_, index_));
+    return InvalidArgumentError(fmt::format("hoist-start: by = {} outside 1..{}", by_, index_));
   }
   PassRecord record;
   record.pass = Describe();

@@ -48,8 +48,7 @@ OpKind PeerStartOf(OpKind op) {
 
 // Hoists of the Start at (rank, i): by one, and to before the nearest Finish or compute op
 // before it.
-void AddHoists(const ExecutionPlan& plan, int64_t rank, int64_t i,
-               std::vector<Candidate>* out) {
+void AddHoists(const ExecutionPlan& plan, int64_t rank, int64_t i, std::vector<Candidate>* out) {
   if (i <= 0) return;
   out->push_back(std::make_shared<passes::HoistStartPass>(rank, i, 1));
   const std::vector<Instruction>& p = plan.ranks[rank].instructions;
@@ -207,9 +206,8 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
     ++result.simulations;
     if (r.outcome != SimOutcome::kOk) continue;
-    const double gain_pct =
-        100.0 * static_cast<double>((current_time - r.iteration_time).nanos()) /
-        static_cast<double>(std::max<int64_t>(current_time.nanos(), 1));
+    const double gain_pct = 100.0 * static_cast<double>((current_time - r.iteration_time).nanos()) /
+                            static_cast<double>(std::max<int64_t>(current_time.nanos(), 1));
     bool accept = r.iteration_time < current_time;
     if (!accept && options.search == OptimizerSearch::kMcmc) {
       const double p =

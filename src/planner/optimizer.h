@@ -65,10 +65,10 @@ inline SimOptions ScoringSimOptions() {
 struct OptimizerOptions {
   // Greedy by default: as good as kMcmc on the DynaPipe grid and faster (docs/benchmarks.md).
   OptimizerSearch search = OptimizerSearch::kGreedy;
-  int64_t max_steps = 200;                  // simulations of candidates at most (>= 0)
-  Duration budget = Duration::Millis(50);   // wall-clock cap (> 0)
-  uint64_t seed = 0;                        // the draws of candidates and of acceptance
-  double beta = 10.0;                       // kMcmc: dPRO's mcmc_beta (> 0), per percent
+  int64_t max_steps = 200;                 // simulations of candidates at most (>= 0)
+  Duration budget = Duration::Millis(50);  // wall-clock cap (> 0)
+  uint64_t seed = 0;                       // the draws of candidates and of acceptance
+  double beta = 10.0;                      // kMcmc: dPRO's mcmc_beta (> 0), per percent
   // Scoring: the simulator's options. The timeline is always recorded (the critical path);
   // memory is not (validation checks it).
   SimOptions sim = ScoringSimOptions();
@@ -78,15 +78,15 @@ struct OptimizerOptions {
 };
 
 struct OptimizeResult {
-  ExecutionPlan plan;           // the best plan found (the input when nothing was shorter)
-  Duration before;              // simulated iteration time of the input
-  Duration after;               // of `plan` (<= before)
+  ExecutionPlan plan;  // the best plan found (the input when nothing was shorter)
+  Duration before;     // simulated iteration time of the input
+  Duration after;      // of `plan` (<= before)
   std::vector<passes::PassRecord> applied;  // the passes that lead from the input to `plan`
-  int64_t simulations = 0;      // candidates simulated
-  int64_t invalid = 0;          // candidates a pass refused (they would break the plan)
-  int64_t accepted = 0;         // steps accepted (kMcmc: worse ones included)
-  bool budget_hit = false;      // the wall-clock budget ended the search
-  Duration wall;                // time the search took
+  int64_t simulations = 0;                  // candidates simulated
+  int64_t invalid = 0;                      // candidates a pass refused (they would break the plan)
+  int64_t accepted = 0;                     // steps accepted (kMcmc: worse ones included)
+  bool budget_hit = false;                  // the wall-clock budget ended the search
+  Duration wall;                            // time the search took
   bool changed() const { return !applied.empty(); }
 };
 

@@ -41,8 +41,8 @@ const std::vector<SweepCase>& Sweep() {
       const char* name;
       int64_t dp, pp, zero;
     };
-    const std::vector<Config> configs = {{"dp2-pp4", 2, 4, 1}, {"pp8", 1, 8, 1},
-                                         {"dp4-pp2-zero2", 4, 2, 2}};
+    const std::vector<Config> configs = {
+        {"dp2-pp4", 2, 4, 1}, {"pp8", 1, 8, 1}, {"dp4-pp2-zero2", 4, 2, 2}};
     const std::vector<std::pair<ScheduleKind, int64_t>> schedules = {
         {ScheduleKind::k1F1B, 1}, {ScheduleKind::kZbH1, 1}, {ScheduleKind::kInterleaved, 2}};
     for (const Config& c : configs) {
@@ -99,8 +99,7 @@ TEST(PassSweepTest, EveryPassKeepsEveryPlanValid) {
         list.push_back(std::make_shared<passes::MoveComputePass>(rank, from, to));
       }
       for (int k = 0; k < 2; ++k) {
-        const int64_t mbs =
-            static_cast<int64_t>(c.plan.replicas[p.dp_index].micro_batches.size());
+        const int64_t mbs = static_cast<int64_t>(c.plan.replicas[p.dp_index].micro_batches.size());
         const int64_t mb = rng.UniformInt(0, mbs - 1);
         const int64_t stage = p.pp_index + c.plan.pp() * rng.UniformInt(0, c.plan.vpp() - 1);
         const Recompute level = k == 0 ? Recompute::kNone : Recompute::kFull;
@@ -165,8 +164,8 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     ASSERT_TRUE(twice.ok());
     EXPECT_EQ(twice->plan, r->plan) << c.name;
   }
-  fmt::print("optimizer sweep: {} plans, {} shorter, mean gain of those {:.2f}%\n",
-             Sweep().size(), improved, improved > 0 ? 100.0 * gain_sum / improved : 0.0);
+  fmt::print("optimizer sweep: {} plans, {} shorter, mean gain of those {:.2f}%\n", Sweep().size(),
+             improved, improved > 0 ? 100.0 * gain_sum / improved : 0.0);
   EXPECT_GT(improved, 0);
 }
 

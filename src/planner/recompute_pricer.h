@@ -22,14 +22,10 @@ class EvaluatorPricer final : public passes::RecomputePricer {
   // `batch`: the global batch the plan was made from (every sample id of its rows).
   EvaluatorPricer(const StageCostEvaluator& eval, ClusterSpec cluster, std::vector<Sample> batch,
                   ScheduleCostOptions options = {})
-      : eval_(eval),
-        cluster_(std::move(cluster)),
-        batch_(std::move(batch)),
-        options_(options) {}
+      : eval_(eval), cluster_(std::move(cluster)), batch_(std::move(batch)), options_(options) {}
   // nullopt also when a row's sample is not in the batch or the shape differs from the plan's.
   std::optional<std::vector<ChunkCost>> Price(const ExecutionPlan& plan, int64_t dp_index,
-                                              int64_t microbatch,
-                                              Recompute level) const override;
+                                              int64_t microbatch, Recompute level) const override;
 
  private:
   const StageCostEvaluator& eval_;
