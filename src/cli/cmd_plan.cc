@@ -127,7 +127,7 @@ Status RunPlan(const PlanFlags& f) {
   int64_t done = 0, ok = 0;
   double makespan_ms = 0, bubble = 0, plan_ms = 0;
   double sim_before_ms = 0, sim_after_ms = 0, opt_ms = 0;  // --optimize-budget-ms, summed
-  int64_t opt_changed = 0;
+  int64_t opt_changed = 0, opt_budget_hit = 0;
   int64_t real_tokens = 0;
   const bool several = sc.iterations != 1;
   std::string first_written;  // the first plan file written (named in the summary)
@@ -151,6 +151,7 @@ Status RunPlan(const PlanFlags& f) {
         sim_after_ms += r.optimized->after.millis();
         opt_ms += r.optimized->wall.millis();
         opt_changed += r.optimized->passes.empty() ? 0 : 1;
+        opt_budget_hit += r.optimized->budget_hit ? 1 : 0;
       }
       if (f.out_given) {
         const std::string path = OutPath(f.out, batch.index, several);
@@ -181,6 +182,13 @@ Status RunPlan(const PlanFlags& f) {
                sim_before_ms / ok, sim_after_ms / ok,
                100.0 * (sim_before_ms - sim_after_ms) / sim_before_ms, opt_changed, ok,
                opt_ms / ok);
+    if (opt_budget_hit > 0) {
+      fmt::print("  optimizer: the time budget ended the search in {} of {} batches, so another "
+                 "run may return other plans; for reproducible plans give a budget the search "
+                 "does not reach (it stops after its step bound), or use `sluice optimize "
+                 "--steps N`\n",
+                 opt_budget_hit, ok);
+    }
   }
   if (f.out_given && ok > 0 && several) {
     fmt::print("  plans written to {}: one file per planned batch, <batch> = the batch's index "

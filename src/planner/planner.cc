@@ -158,7 +158,8 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
                                                    options_.lower.costs);
     }
     SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(result.plan, o));
-    result.optimized = PlanOptimization{opt.before, opt.after, opt.wall, std::move(opt.applied)};
+    result.optimized = PlanOptimization{opt.before, opt.after, opt.wall, std::move(opt.applied),
+                                        opt.budget_hit};
     result.plan = std::move(opt.plan);
   }
   return finish(std::move(result));

@@ -73,6 +73,7 @@ struct PlanOptimization {
   Duration after;   // of the returned plan (<= before)
   Duration wall;    // time the optimizer took
   std::vector<passes::PassRecord> passes;  // kept passes, in order (empty: plan unchanged)
+  bool budget_hit = false;  // the wall-clock budget ended the search: not reproducible
 };
 
 struct PlanResult {
