@@ -14,6 +14,11 @@ point-to-point transfers on 2 Gloo processes.
     /usr/bin/python3 examples/python/train_pipeline.py --reference     # 1 process, same batches
     /usr/bin/python3 examples/python/train_pipeline.py --method packing    # packed micro-batches
     /usr/bin/python3 examples/python/train_pipeline.py --device cuda --backend nccl   # 2 GPUs
+    /usr/bin/python3 examples/python/train_pipeline.py --dp 2 --schedule zb-h1   # 4 processes
+
+With --dp D the job is D data-parallel replicas of the 2-stage pipeline (2 D processes; the
+executor all-reduces each stage's gradients by the plan's buckets), and the reference sums the
+micro-batches of every replica.
 
 Needs `import sluice` (PYTHONPATH=build/python, or `pip install .`). Prints one line per step
 (the batch's mean token loss) and the tokens/s of the loop. `--out FILE` writes the losses and
@@ -147,14 +152,23 @@ def model_spec(args):
             "max_position": args.max_seqlen, "tied_embeddings": False}
 
 
-def make_sampler(args, rank, world_size):
-    planner = sluice.Planner(model=model_spec(args), cluster=args.cluster,
-                             parallel={"dp": 1, "pp": 2, "zero": 1}, method=args.method,
-                             schedule=args.schedule, max_seqlen=args.max_seqlen, seed=args.seed)
+def cpu_cluster(args):
+    """One CPU core per process (examples/cluster-cpu-2.json's figures, 2 dp devices)."""
+    return {"name": "cpu", "nodes": 1, "devices_per_node": 2 * args.dp,
+            "device": {"name": "cpu-1t", "peak_tflops": 0.17, "memory_gib": 4,
+                       "hbm_gb_per_s": 12.9},
+            "intra_node": {"bandwidth_gb_per_s": 0.85, "latency_us": 2000}}
+
+
+def make_sampler(args, rank, world_size, share=None):
+    planner = sluice.Planner(model=model_spec(args), cluster=args.cluster or cpu_cluster(args),
+                             parallel={"dp": args.dp, "pp": 2, "zero": 1}, method=args.method,
+                             schedule=args.schedule, max_seqlen=args.max_seqlen, seed=args.seed,
+                             recompute=args.recompute)
     lengths = [len(x["input_ids"]) for x in args.dataset]
     return planner, PlanningBatchSampler(lengths, planner, args.tokens_per_batch, rank=rank,
                                          world_size=world_size, seed=args.seed,
-                                         share=args.share)
+                                         share=share or args.share)
 
 
 def build_model(args):
@@ -183,17 +197,19 @@ def steps(sampler, args):
 
 
 def train_rank(rank, args):
-    """One of the 2 pipeline processes: rank 0 runs Stage0, rank 1 Stage1."""
+    """One of the 2 dp pipeline processes: even ranks run Stage0, odd ranks Stage1 (plan rank =
+    dp_index * 2 + stage)."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
     torch.set_num_threads(1)
-    dist.init_process_group(args.backend, rank=rank, world_size=2)
+    world = 2 * args.dp
+    dist.init_process_group(args.backend, rank=rank, world_size=world)
     device = torch.device(args.device if args.device == "cpu" else f"{args.device}:{rank}")
     gpt = build_model(args)
-    stage = (Stage0(gpt, args.layers // 2) if rank == 0 else Stage1(gpt, args.layers // 2))
+    stage = (Stage0(gpt, args.layers // 2) if rank % 2 == 0 else Stage1(gpt, args.layers // 2))
     stage = stage.to(device)
     opt = torch.optim.AdamW(stage.parameters(), lr=args.lr)
-    planner, sampler = make_sampler(args, rank, 2)
+    planner, sampler = make_sampler(args, rank, world)
     collate = PlanCollator(args.dataset, planner.max_seqlen)
     executor = PipelineExecutor(stage, loss_fn, opt, parallel=planner.parallel)
     losses, tokens, seconds = [], 0, 0.0
@@ -204,10 +220,13 @@ def train_rank(rank, args):
         if k >= args.warmup:  # tokens/s over the steps after the warm-up
             seconds += time.perf_counter() - t0
             tokens += sum(b["num_tokens"] for b in batches)
-        if r["loss"] is not None:
-            losses.append(r["loss"])
-            if args.verbose:
-                print(f"step {k}: loss {r['loss']:.6f} ({len(batches)} micro-batches, "
+        # The batch's loss: the sum of the replicas' shares (last-stage ranks hold them).
+        loss = torch.tensor([r["loss"] or 0.0], dtype=torch.float64)
+        dist.all_reduce(loss)
+        loss = float(loss)
+        losses.append(loss)
+        if rank == 1 and args.verbose:
+                print(f"step {k}: loss {loss:.6f} ({len(batches)} micro-batches, "
                       f"{r['seconds'] * 1e3:.0f} ms)", flush=True)
     dist.barrier()
     if rank == 1 and args.out:
@@ -227,13 +246,14 @@ def train_reference(args):
     torch.set_num_threads(1)
     model = build_model(args)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    planner, sampler = make_sampler(args, 0, 2)  # the pipeline's replica: the same plans
+    # The pipeline's plans: every rank of the pipeline gets rank 0's (planning is deterministic).
+    planner, sampler = make_sampler(args, 0, 2 * args.dp, share="seed")
     collate = PlanCollator(args.dataset, planner.max_seqlen)
     losses = []
     for k, planned in enumerate(steps(sampler, args)):
         scale = 1.0 / planned.num_label_tokens()
         total = 0.0
-        for mb in planned.micro_batches:
+        for mb in (m for d in range(args.dp) for m in planned.plan.micro_batches(d)):
             batch = collate(mb)
             loss = loss_fn(model(batch), batch) * scale
             loss.backward()
@@ -269,9 +289,11 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--method", default="dynapipe", help="sluice batching method (or packing)")
-    p.add_argument("--schedule", default="1f1b")
-    p.add_argument("--cluster", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                     "..", "cluster-cpu-2.json"))
+    p.add_argument("--schedule", default="1f1b", help="1f1b, gpipe, zb-h1 (split backward)...")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas (2 dp processes)")
+    p.add_argument("--recompute", default=None, help="none, selective, full (planner's)")
+    p.add_argument("--cluster", default="",
+                   help="cluster preset or JSON file; default: 2 dp CPU cores (cpu_cluster)")
     p.add_argument("--share", default="seed", choices=["seed", "store"],
                    help="every rank plans (seed) or rank 0 plans and shares (store)")
     p.add_argument("--seed", type=int, default=0)
@@ -281,8 +303,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default="", help="write losses and timings as JSON")
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)
-    if args.steps < 1 or args.layers < 2:
-        p.error("--steps must be >= 1 and --layers >= 2")
+    if args.steps < 1 or args.layers < 2 or args.dp < 1:
+        p.error("--steps and --dp must be >= 1, --layers >= 2")
     args.dataset = make_dataset(args.samples, args.vocab, args.max_seqlen, args.seed)
     args.port = args.port or free_port()
     return args
@@ -293,7 +315,7 @@ def main(argv=None):
     if args.reference:
         train_reference(args)
     else:
-        mp.spawn(train_rank, args=(args,), nprocs=2, join=True)
+        mp.spawn(train_rank, args=(args,), nprocs=2 * args.dp, join=True)
 
 
 if __name__ == "__main__":
