@@ -17,6 +17,12 @@ values) and whose ``code`` is sluice's status code name.
 import json as _json
 import os as _os
 
+# An installed package (pip install .) carries the data files (length presets, profiled cost
+# tables) in sluice/data/; the C++ side finds them through SLUICE_DATA_DIR unless it is set.
+_DATA = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "data")
+if not _os.environ.get("SLUICE_DATA_DIR") and _os.path.isdir(_os.path.join(_DATA, "profiles")):
+    _os.environ["SLUICE_DATA_DIR"] = _DATA
+
 from . import _sluice
 from ._sluice import Error, ModelSpec, ClusterSpec, ParallelConfig, model_presets, device_presets
 
