@@ -308,7 +308,10 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
         if self.prefetch <= 0:
             plans = []
             for i, b in enumerate(batches):
-                for entry in self._plan_global_batch(epoch, i, b):
+                t0 = time.perf_counter()
+                entries = self._plan_global_batch(epoch, i, b)
+                self.stats["wait_seconds"] += time.perf_counter() - t0  # the loop waited
+                for entry in entries:
                     plans.append(entry)
                     yield entry
             self._cache = (epoch, plans)
