@@ -281,8 +281,8 @@ std::unique_ptr<PyPlan> PlanFromBytes(const py::bytes& data, double makespan_ms,
   {
     py::gil_scoped_release release;
     const auto* begin = reinterpret_cast<const uint8_t*>(view.data());
-    out->result.plan = Take(PlanFromMsgpack(std::span<const uint8_t>(begin, view.size()),
-                                            "shared plan"));
+    out->result.plan =
+        Take(PlanFromMsgpack(std::span<const uint8_t>(begin, view.size()), "shared plan"));
   }
   PlanResult& r = out->result;
   r.outcome = PlanOutcome::kOk;
@@ -418,8 +418,8 @@ PYBIND11_MODULE(_sluice, m) {
           py::arg("lengths"), py::arg("target_lengths"), py::arg("ids"));
 
   m.def("_plan_from_msgpack", &PlanFromBytes, py::arg("data"), py::arg("makespan_ms"),
-        py::arg("given_order_makespan_ms"), py::arg("bubble_fraction"),
-        py::arg("planning_time_ms"), py::arg("peak_memory_bytes"), py::arg("samples"));
+        py::arg("given_order_makespan_ms"), py::arg("bubble_fraction"), py::arg("planning_time_ms"),
+        py::arg("peak_memory_bytes"), py::arg("samples"));
 
   py::class_<PyPlan>(m, "_Plan")
       .def_property_readonly("ok",
