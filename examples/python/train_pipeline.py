@@ -213,10 +213,18 @@ def train_rank(rank, args):
     collate = PlanCollator(args.dataset, planner.max_seqlen)
     executor = PipelineExecutor(stage, loss_fn, opt, parallel=planner.parallel)
     losses, tokens, seconds = [], 0, 0.0
+    prof = None
+    if args.profile:  # torch.profiler over the steps after the warm-up; ranges = plan names
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      schedule=torch.profiler.schedule(
+                                          wait=0, warmup=args.warmup, active=args.steps))
+        prof.start()
     for k, planned in enumerate(steps(sampler, args)):
         batches = [to_device(collate(mb), device) for mb in planned.micro_batches]
         t0 = time.perf_counter()
         r = executor.run(planned.plan, batches, loss_scale=1.0 / planned.num_label_tokens())
+        if prof is not None:
+            prof.step()
         if k >= args.warmup:  # tokens/s over the steps after the warm-up
             seconds += time.perf_counter() - t0
             tokens += sum(b["num_tokens"] for b in batches)
@@ -229,6 +237,10 @@ def train_rank(rank, args):
                 print(f"step {k}: loss {loss:.6f} ({len(batches)} micro-batches, "
                       f"{r['seconds'] * 1e3:.0f} ms)", flush=True)
     dist.barrier()
+    if prof is not None:
+        prof.stop()
+        os.makedirs(args.profile, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(args.profile, f"trace-rank-{rank}.json"))
     if rank == 1 and args.out:
         with open(args.out, "w") as f:
             json.dump({"losses": losses, "tokens": tokens, "seconds": seconds,
@@ -301,6 +313,7 @@ def parse_args(argv=None):
     p.add_argument("--backend", default="gloo")
     p.add_argument("--port", type=int, default=0, help="0: a free one")
     p.add_argument("--out", default="", help="write losses and timings as JSON")
+    p.add_argument("--profile", default="", help="write DIR/trace-rank-R.json (torch.profiler)")
     p.add_argument("--quiet", dest="verbose", action="store_false")
     args = p.parse_args(argv)
     if args.steps < 1 or args.layers < 2 or args.dp < 1:
