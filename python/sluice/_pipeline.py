@@ -129,11 +129,29 @@ class PlanCollator:
 class _Run:
     """What a forward left for its backward (one micro-batch on one stage)."""
 
-    __slots__ = ("inputs", "outputs", "grad_outputs", "replay", "rng", "split")
+    __slots__ = ("inputs", "outputs", "grad_outputs", "replay", "rng", "split", "tape",
+                 "tape_grads")
 
     def __init__(self):
         self.inputs, self.outputs, self.grad_outputs = [], [], None
         self.replay, self.rng, self.split = False, None, False
+        self.tape, self.tape_grads = [], None  # split backward: [(linear, input, output)]
+
+
+def _tape_linears(module):
+    """The nn.Linear layers of `module` whose weight gradient backward-weight computes from a
+    recorded input and output gradient (dW = g^T x, db = sum g). A layer whose weight or bias is
+    also a parameter elsewhere (tied) is left to autograd."""
+    counts = {}
+    for m in module.modules():
+        for q in m.parameters(recurse=False):
+            counts[id(q)] = counts.get(id(q), 0) + 1
+    out = []
+    for m in module.modules():
+        if type(m) is torch.nn.Linear and m.weight.requires_grad and counts[id(m.weight)] == 1 \
+                and (m.bias is None or (m.bias.requires_grad and counts[id(m.bias)] == 1)):
+            out.append(m)
+    return out
 
 
 def _as_list(x):
@@ -234,6 +252,7 @@ class PipelineExecutor:
                 g = dist.new_group([ranks[d * self.pp + q] for d in range(self.dp)])
                 if q == self.pp_index:
                     self.dp_group = g
+        self._tape_cache = {}
         self.iteration = 0
         self.stats = {"iterations": 0, "seconds": 0.0, "compute_seconds": 0.0,
                       "wait_seconds": 0.0, "instructions": 0}
@@ -264,6 +283,11 @@ class PipelineExecutor:
 
     def _params(self, stage):
         return [q for q in self.stages[stage].parameters() if q.requires_grad]
+
+    def _linears(self, stage):
+        if stage not in self._tape_cache:
+            self._tape_cache[stage] = _tape_linears(self.stages[stage])
+        return self._tape_cache[stage]
 
     def _name(self, ins):
         text, op = ins["text"], ins["op"]
@@ -410,9 +434,19 @@ class _State:
                           f"batches with PlanCollator for the plan's padded shape)")
         self.write(ins, tensors)
 
-    def call_stage(self, stage, inputs, b):
+    def call_stage(self, stage, inputs, b, tape=None):
         x = inputs[0] if len(inputs) == 1 else tuple(inputs)
-        out = self.ex.stages[stage](x, b)
+        hooks = []
+        if tape is not None and torch.is_grad_enabled():  # split backward: record the linears
+            def record(m, args, output):
+                if torch.is_tensor(output) and output.requires_grad:
+                    tape.append((m, args[0].detach(), output))
+            hooks = [m.register_forward_hook(record) for m in self.ex._linears(stage)]
+        try:
+            out = self.ex.stages[stage](x, b)
+        finally:
+            for h in hooks:
+                h.remove()
         if stage == self.last:
             loss = self.ex.loss_fn(out, b)
             if not torch.is_tensor(loss) or loss.numel() != 1:
@@ -438,7 +472,7 @@ class _State:
             with torch.no_grad():
                 outputs = self.call_stage(stage, run.inputs, b)
         else:
-            outputs = self.call_stage(stage, run.inputs, b)
+            outputs = self.call_stage(stage, run.inputs, b, run.tape if run.split else None)
         if stage == self.last:
             v = outputs[0].detach()
             self.loss = v if self.loss is None else self.loss + v
@@ -458,7 +492,8 @@ class _State:
         if run.replay:
             with torch.random.fork_rng(devices=_rng_devices(self.ex.device)):
                 _set_rng_state(self.ex.device, run.rng)
-                run.outputs = self.call_stage(stage, run.inputs, self.batch(mb))
+                run.outputs = self.call_stage(stage, run.inputs, self.batch(mb),
+                                              run.tape if run.split else None)
             run.replay = False
         if stage == self.last:
             run.grad_outputs = [torch.ones_like(run.outputs[0])]
@@ -473,12 +508,22 @@ class _State:
                 torch.autograd.backward([o for o, _ in outs], [g for _, g in outs])
             input_grads = [t.grad for t in leaves]
             del self.runs[(mb, stage)]
-        else:  # backward-input: input gradients now, the graph kept for backward-weight
-            input_grads = [None] * len(leaves)
-            if outs and leaves:
-                input_grads = list(torch.autograd.grad(
-                    [o for o, _ in outs], leaves, [g for _, g in outs], retain_graph=True,
-                    allow_unused=True))
+        else:
+            # backward-input, one pass that releases the graph: the input leaves' gradients,
+            # the output gradients of the recorded linear layers (their weight gradients wait
+            # for backward-weight; autograd skips those branches) and the other parameters'
+            # gradients, added to .grad now (the C++ runtime's WeightGradTape rule).
+            taped = {id(q) for m, _, _ in run.tape for q in m.parameters(recurse=False)}
+            others = [q for q in self.ex._params(stage) if id(q) not in taped]
+            targets = leaves + [o for _, _, o in run.tape] + others
+            grads = [None] * len(targets)
+            if outs and targets:
+                grads = list(torch.autograd.grad([o for o, _ in outs], targets,
+                                                 [g for _, g in outs], allow_unused=True))
+            input_grads = grads[:len(leaves)]
+            run.tape_grads = grads[len(leaves):len(leaves) + len(run.tape)]
+            _accumulate(others, grads[len(leaves) + len(run.tape):])
+            run.outputs, run.inputs = [], []  # the graph is gone
         if stage > 0:
             input_grads = [torch.zeros_like(t) if g is None else g
                            for t, g in zip(leaves, input_grads)]
@@ -490,19 +535,16 @@ class _State:
         run = self.runs.pop(key, None)
         if run is None or run.grad_outputs is None:
             raise Error("backward-weight before its backward-input")
-        params = self.ex._params(ins["stage"])
-        outs = [(o, g) for o, g in zip(run.outputs, run.grad_outputs) if o.requires_grad]
-        if outs and params:
-            grads = torch.autograd.grad([o for o, _ in outs], params, [g for _, g in outs],
-                                        allow_unused=True)
-            with torch.no_grad():
-                for q, g in zip(params, grads):
-                    if g is None:
-                        continue
-                    if q.grad is None:
-                        q.grad = g.detach().clone()
-                    else:
-                        q.grad.add_(g)
+        with torch.no_grad():
+            for (m, x, _), g in zip(run.tape, run.tape_grads):
+                if g is None:
+                    continue
+                g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+                dw = g2.t().mm(x2)
+                _accumulate([m.weight], [dw])
+                if m.bias is not None:
+                    _accumulate([m.bias], [g2.sum(0)])
+        run.tape, run.tape_grads = [], None
 
     def send(self, ins):
         tensors = self.read(ins["in"])
@@ -583,6 +625,18 @@ class _State:
         if self.ex.optimizer is not None:
             self.ex.optimizer.step()
             self.ex.optimizer.zero_grad(set_to_none=True)
+
+
+def _accumulate(params, grads):
+    """Adds each gradient into its parameter's .grad (None: nothing)."""
+    with torch.no_grad():
+        for q, g in zip(params, grads):
+            if g is None:
+                continue
+            if q.grad is None:
+                q.grad = g.detach().to(q.dtype).clone()
+            else:
+                q.grad.add_(g)
 
 
 def _bucket_ranges(bucket_bytes, elements):
