@@ -181,3 +181,8 @@ def test_executor_errors(one_process):
 def test_executor_without_process_group():
     with pytest.raises(sluice.Error, match="torch.distributed is not initialised"):
         PipelineExecutor(Whole(), _loss, parallel="dp=1,pp=1")
+
+
+def test_pipeline_distributed_recompute_full_zb_h1(tmp_path):
+    # The split backward's recorded linear layers come from the replayed forward.
+    _compare(tmp_path, "--schedule", "zb-h1", "--recompute", "full")
