@@ -653,7 +653,10 @@ def _bucket_ranges(bucket_bytes, elements):
 
 
 def _rng_devices(device):
-    return [device] if device.type == "cuda" else []
+    """fork_rng's CUDA device indices for a stage on `device`."""
+    if device.type != "cuda":
+        return []
+    return [device.index if device.index is not None else torch.cuda.current_device()]
 
 
 def _rng_state(device):
