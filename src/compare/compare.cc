@@ -120,7 +120,7 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
 }
 
 bool SameShared(const ParallelConfig& a, const ParallelConfig& b) {
-  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.zero == b.zero;
+  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.cp == b.cp && a.zero == b.zero;
 }
 
 // The search's counts and choice (or why there is none) into a run about to be made.
