@@ -43,6 +43,7 @@ struct CompareFlags {
   bool no_html = false;
   bool closed_form = false;  // deprecated --closed-form
   std::string collectives = "stepwise";
+  std::string cp = "1";  // --cp: context-parallel degrees searched
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
@@ -92,6 +93,30 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
     s->search.score_extremes = v.search.score_extremes;
   }
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
+  if (use("--cp")) {
+    std::vector<int64_t> cps;
+    if (f.cp != "all") {
+      size_t start = 0;
+      while (start <= f.cp.size()) {
+        size_t end = f.cp.find(',', start);
+        if (end == std::string::npos) end = f.cp.size();
+        const std::string item = f.cp.substr(start, end - start);
+        start = end + 1;
+        int64_t n = 0;
+        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+        if (ec != std::errc() || ptr != item.data() + item.size() || n < 1 || n > 1048576) {
+          return InvalidArgumentError(fmt::format(
+              "--cp '{}': '{}' is not allowed; allowed: comma-separated integers in 1..1048576 "
+              "(e.g. 1,2,4), or 'all'",
+              f.cp, item));
+        }
+        cps.push_back(n);
+      }
+      std::sort(cps.begin(), cps.end());
+      cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+    }
+    s->search.cp = cps;
+  }
   if (use("--collectives")) {
     if (f.collectives != "stepwise" && f.collectives != "closed-form") {
       return InvalidArgumentError(fmt::format(
@@ -375,7 +400,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--parallel"] = AddParallelFlag(c, &f->parallel)
                         ->description(
                             "The controlled comparison's shared configuration "
-                            "(dp, pp, tp, zero) (default: sluice's best)");
+                            "(dp, pp, tp, cp, zero) (default: sluice's best)");
   o["--score-batches"] =
       c->add_option("--score-batches", f->score_batches,
                     "The first global batches each candidate configuration is scored on: 1..64, "
@@ -390,6 +415,12 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
       c->add_flag("--no-score-extremes", f->no_score_extremes,
                   "Score candidates on the first --score-batches only (default: off)")
           ->excludes(o["--score-extremes"]);
+  o["--cp"] = c->add_option("--cp", f->cp,
+                            "Context-parallel degrees the configuration search tries (ring "
+                            "attention; decoder-only models): comma-separated, e.g. 1,2,4, or "
+                            "'all' (every power of two that fits)")
+                  ->type_name("N,...|all")
+                  ->capture_default_str();
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))

@@ -90,6 +90,8 @@ struct LengthRates {
   std::vector<int64_t> lengths;
   std::vector<double> flops_per_s;  // useful FLOP/s per device, 0 where nothing was feasible
 
+  friend bool operator==(const LengthRates&, const LengthRates&) = default;
+
   // R of a sequence of `length` tokens: the higher rate of the swept lengths around it (the
   // nearest one beyond either end); 0 when none is feasible.
   double RateOf(int64_t length) const;

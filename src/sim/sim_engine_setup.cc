@@ -34,7 +34,7 @@ Status Engine::Prepare() {
                     plan_.replicas.size(), plan_.model_states.size(), par.dp, par.pp));
   }
   if (par.devices() > plan_.cluster.num_devices() || plan_.cluster.devices_per_node < 1) {
-    return PlanError(fmt::format("needs {} devices (dp x pp x tp); cluster '{}' has {}",
+    return PlanError(fmt::format("needs {} devices (dp x pp x tp x cp); cluster '{}' has {}",
                                  par.devices(), plan_.cluster.name, plan_.cluster.num_devices()));
   }
   ranks_.resize(n);

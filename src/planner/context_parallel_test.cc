@@ -1,0 +1,123 @@
+// Context parallelism through the whole chain: a cp configuration plans, validates, round-trips
+// through the plan file, simulates, and its per-device costs and time are those of 1/cp of the
+// sequences; the configuration search lists cp only where asked.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "batching/test_util.h"
+#include "plan/plan_json.h"
+#include "plan/validate.h"
+#include "planner/config_search.h"
+#include "planner/planner.h"
+#include "sim/simulator.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MakeTestSetup;
+using testing::RandomTokenBatch;
+using testing::TestParallel;
+
+// Eight 4,096-token sequences: attention-heavy enough for cp to matter.
+std::vector<Sample> LongBatch() {
+  std::vector<Sample> batch;
+  for (int64_t i = 0; i < 8; ++i) batch.push_back(Sample{.id = i, .input_len = 4096});
+  return batch;
+}
+
+struct Planned {
+  PlanResult plan;
+  SimResult sim;
+};
+
+Planned PlanAndSimulate(const ParallelConfig& par, std::span<const Sample> batch) {
+  auto setup = MakeTestSetup("gpt-6.7b", par);
+  PlannerOptions options;
+  options.method = "multipack";
+  options.schedule = ScheduleKind::k1F1B;
+  options.batching.max_seqlen = 4096;
+  StatusOr<Planner> planner =
+      Planner::Create(*setup->cost, setup->parallel, setup->cluster, options);
+  EXPECT_TRUE(planner.ok()) << planner.status().ToString();
+  StatusOr<PlanResult> r = planner->Plan(batch);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
+  StatusOr<SimResult> sim = Simulate(r->plan);
+  EXPECT_TRUE(sim.ok()) << sim.status().ToString();
+  return Planned{*r, *sim};
+}
+
+TEST(ContextParallelPlanTest, PlansValidateRoundTripAndSimulateFaster) {
+  const std::vector<Sample> batch = LongBatch();
+  ParallelConfig cp1 = TestParallel(1, 2, 2, 0);
+  ParallelConfig cp2 = cp1;
+  cp2.cp = 2;
+  const Planned a = PlanAndSimulate(cp1, batch);
+  const Planned b = PlanAndSimulate(cp2, batch);
+  EXPECT_TRUE(ValidatePlan(b.plan.plan).ok()) << ValidatePlan(b.plan.plan).ToString();
+  EXPECT_EQ(b.plan.plan.parallel.cp, 2);
+  // Positions hold tp x cp = 4 devices: the plan's second pipeline rank is on devices 4..7.
+  EXPECT_EQ(b.plan.plan.parallel.devices(), 8);
+  StatusOr<ExecutionPlan> back =
+      PlanFromJsonText(PlanToJsonText(b.plan.plan), "cp.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, b.plan.plan);
+  EXPECT_NE(PlanToJsonText(b.plan.plan).find("\"cp\":2"), std::string::npos);
+  // Same micro-batches, each device computing half of every sequence: the per-stage forward of
+  // the first micro-batch is about half, and the simulated iteration clearly shorter.
+  const ChunkCost& fa = a.plan.plan.replicas[0].micro_batches[0].stages[0];
+  const ChunkCost& fb = b.plan.plan.replicas[0].micro_batches[0].stages[0];
+  EXPECT_LT(fb.forward.seconds(), 0.6 * fa.forward.seconds());
+  // Half the tokens per device: the same recompute level stores less, or cp frees enough memory
+  // for a lighter level.
+  const Recompute ra = a.plan.plan.replicas[0].micro_batches[0].recompute;
+  const Recompute rb = b.plan.plan.replicas[0].micro_batches[0].recompute;
+  EXPECT_LE(static_cast<int>(rb), static_cast<int>(ra));
+  if (ra == rb) EXPECT_LT(fb.stored, fa.stored);
+  ASSERT_EQ(a.sim.outcome, SimOutcome::kOk);
+  ASSERT_EQ(b.sim.outcome, SimOutcome::kOk);
+  EXPECT_LT(b.sim.iteration_time.seconds(), 0.7 * a.sim.iteration_time.seconds());
+}
+
+TEST(ContextParallelPlanTest, ValidatorRejectsAClusterWithoutTheDevices) {
+  ParallelConfig par = TestParallel(1, 2, 2, 0);
+  par.cp = 2;
+  Planned p = PlanAndSimulate(par, LongBatch());
+  ExecutionPlan plan = p.plan.plan;
+  plan.parallel.cp = 4;  // 16 devices on an 8-device cluster
+  const Status s = ValidatePlan(plan);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("dp*pp*tp*cp = 1*2*2*4 = 16 devices"));
+  StatusOr<SimResult> sim = Simulate(plan);
+  EXPECT_FALSE(sim.ok() && sim->outcome == SimOutcome::kOk);
+}
+
+TEST(ContextParallelSearchTest, CpIsSearchedOnlyWhereAsked) {
+  auto setup = MakeTestSetup("gpt-6.7b", TestParallel(1, 1, 8, 0));
+  SearchSpace space;
+  space.tp = {2};
+  const ParallelSpace plain =
+      EnumerateParallelConfigs(setup->cost->model(), setup->cluster, *setup->cost, space, {}, {});
+  for (const ParallelConfig& p : plain.configs) EXPECT_EQ(p.cp, 1);
+  space.cp = {1, 2, 4};
+  const ParallelSpace with_cp =
+      EnumerateParallelConfigs(setup->cost->model(), setup->cluster, *setup->cost, space, {}, {});
+  int64_t cp4 = 0;
+  for (const ParallelConfig& p : with_cp.configs) {
+    EXPECT_EQ(p.devices(), 8);
+    cp4 += p.cp == 4;
+  }
+  EXPECT_GT(cp4, 0);
+  EXPECT_GT(with_cp.configs.size(), plain.configs.size());
+  // Encoder-decoder models are never split by cp (the default list is empty = every power).
+  auto t5 = MakeTestSetup("t5-11b", TestParallel(1, 8, 1, 0));
+  space.cp = {};
+  for (const ParallelConfig& p :
+       EnumerateParallelConfigs(t5->cost->model(), t5->cluster, *t5->cost, space, {}, {}).configs) {
+    EXPECT_EQ(p.cp, 1);
+  }
+}
+
+}  // namespace
+}  // namespace sluice
