@@ -180,20 +180,22 @@ std::vector<size_t> PickScoreBatches(std::span<const GlobalBatch> batches, int64
 
 Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec& cluster) {
   const ParallelConfig& par = eval.parallel();
-  if (par.dp <= 1) return Duration::Zero();
+  const int64_t group = par.dp * par.cp;  // the cp ranks reduce with the replicas
+  if (group <= 1) return Duration::Zero();
   const AlphaBetaCommModel comm(cluster);
   // The data-parallel group of pipeline rank 0 (ranks 0, pp, ..., (dp - 1) * pp) spans nodes.
-  const bool spans = NodeOfRank(cluster, (par.dp - 1) * par.pp, par.devices_per_rank()) !=
+  const bool spans = par.devices_per_rank() > cluster.devices_per_node ||
+                     NodeOfRank(cluster, (par.dp - 1) * par.pp, par.devices_per_rank()) !=
                      NodeOfRank(cluster, 0, par.devices_per_rank());
   Duration worst;
   for (const ModelStateMemory& states : eval.stage_states()) {
     const Bytes grads = Bytes::Of(states.params * 2);
     Duration t;
     if (par.zero >= 2) {
-      t = comm.Collective(CollectiveKind::kReduceScatter, grads, par.dp, spans) +
-          comm.Collective(CollectiveKind::kAllGather, grads, par.dp, spans);
+      t = comm.Collective(CollectiveKind::kReduceScatter, grads, group, spans) +
+          comm.Collective(CollectiveKind::kAllGather, grads, group, spans);
     } else {
-      t = comm.Collective(CollectiveKind::kAllReduce, grads, par.dp, spans);
+      t = comm.Collective(CollectiveKind::kAllReduce, grads, group, spans);
     }
     worst = std::max(worst, t);
   }

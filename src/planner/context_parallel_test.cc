@@ -75,6 +75,16 @@ TEST(ContextParallelPlanTest, PlansValidateRoundTripAndSimulateFaster) {
   const Recompute rb = b.plan.plan.replicas[0].micro_batches[0].recompute;
   EXPECT_LE(static_cast<int>(rb), static_cast<int>(ra));
   if (ra == rb) EXPECT_LT(fb.stored, fa.stored);
+  // dp = 1: only cp = 2 reduces gradients (over the position's two cp ranks).
+  auto reductions = [](const ExecutionPlan& plan) {
+    int64_t n = 0;
+    for (const RankProgram& p : plan.ranks) {
+      for (const Instruction& in : p.instructions) n += IsCollective(in.op);
+    }
+    return n;
+  };
+  EXPECT_EQ(reductions(a.plan.plan), 0);
+  EXPECT_GT(reductions(b.plan.plan), 0);
   ASSERT_EQ(a.sim.outcome, SimOutcome::kOk);
   ASSERT_EQ(b.sim.outcome, SimOutcome::kOk);
   EXPECT_LT(b.sim.iteration_time.seconds(), 0.7 * a.sim.iteration_time.seconds());
