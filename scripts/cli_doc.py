@@ -52,6 +52,11 @@ def parse(text):
             continue
         body = line[2:]
         m = re.match(r"(\S.*?)(?:\s{2,}(\S.*))?$", body)
+        if (m.group(2) is None and len(line) > NAME_COL and line[NAME_COL - 1] == " "
+                and line[NAME_COL] != " "):
+            # A name exactly as wide as the column: one space before the description.
+            sections[current].append((line[2:NAME_COL].strip(), line[NAME_COL:].strip()))
+            continue
         sections[current].append((m.group(1).strip(), (m.group(2) or "").strip()))
     return description, usage, sections
 
@@ -72,7 +77,10 @@ def split_option(left):
     m = re.search(r"\s+((?:Excludes|Needs):.*)$", rest)
     if m:
         rest, notes = rest[:m.start()], m.group(1)
-    if "=" in rest:
+    m = re.match(r"(K=V,\.\.\.(?:\|FILE)?)(?:=(.*))?$", rest)  # a value name holding "="
+    if m:
+        rest, default = m.group(1), m.group(2) or ""
+    elif "=" in rest:
         rest, default = rest.split("=", 1)
     return names, rest.strip(), default.strip(), required, notes
 

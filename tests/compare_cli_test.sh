@@ -30,6 +30,18 @@ expect methods-twice 2 "^sluice: error: --methods: method 'packing' is listed tw
 expect methods-empty 2 "--methods: unknown method ''" -- compare --methods packing,
 expect bad-cp 2 "--cp '1,x': 'x' is not allowed; allowed: comma-separated integers" -- compare --cp 1,x
 expect too-many-devices 2 "--parallel: .*16 devices, but the cluster has 8" -- compare --parallel dp=16 "${quick[@]}" --out "$tmp/x"
+expect too-many-devices-controlled 2 "--controlled: .*16 devices, but the cluster has 8" -- compare --controlled dp=16 "${quick[@]}" --out "$tmp/x"
+# --parallel fixes every method's configuration (as for every other command); --controlled only
+# the controlled comparison's.
+expect parallel-fixes-every-method 0 "dp 4 x pp 2" -- compare --parallel dp=4,pp=2,zero=1 --methods packing,dynapipe,sluice "${quick[@]}" --out "$tmp/fixed"
+check parallel-every-method-configuration python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+runs = r['own'] + r['controlled']
+confs = {(c['dp'], c['pp'], c.get('tp', 1)) for c in [x['config']['parallel'] for x in runs if x['config']]}
+assert len(runs) == 6 and confs == {(4, 2, 1)}, confs
+assert (r['controlled_config']['dp'], r['controlled_config']['pp']) == (4, 2), r['controlled_config']
+" "$tmp/fixed/results.json"
 expect no-devices 2 "--cluster: cluster 'a100-40g:0': the device count must be in \[1, " -- compare --cluster a100-40g:0 "${quick[@]}" --out "$tmp/x"
 expect help-defaults 0 "--samples INT=0 " -- compare --help
 # Every flag of `compare --help` shows its default ("=VALUE" or "default: ...").

@@ -166,6 +166,30 @@ expect max-position-simulate 2 "long.json: plan check: replica 0 micro-batch 0: 
 if "$sluice" train --help >/dev/null 2>&1; then
   expect max-position-train 2 "long.json: plan check: replica 0 micro-batch 0: seqlen [0-9]+ is longer than the model's max_position 64" -- \
     train --model gpt-tiny "${scenario[@]}" --nproc 2 --plan "$tmp/long.json" --timeout 30
+  # Output paths are checked before anything is planned or launched.
+  expect train-metrics-no-folder 2 "^sluice: error: --metrics '/nonexistent-sluice/m.jsonl': the folder '/nonexistent-sluice' does not exist" -- \
+    train --model gpt-tiny --nproc 2 --metrics /nonexistent-sluice/m.jsonl
+  expect train-trace-dir-is-file 2 "^sluice: error: --trace-dir '$tmp/p.json': cannot create the folder" -- \
+    train --model gpt-tiny --nproc 2 --trace-dir "$tmp/p.json"
+  expect train-dump-dir-is-file 2 "^sluice: error: --dump-dir '$tmp/p.json': cannot create the folder" -- \
+    train --model gpt-tiny --nproc 2 --dump-dir "$tmp/p.json"
+  # A run that fails keeps what ran: every surviving rank's trace, and the metrics lines so far,
+  # which replace the previous metrics file whole (no temporary file is left behind).
+  echo old >"$tmp/fail-metrics.jsonl"
+  expect train-fails-at-iteration-3 1 "rank 1" -- \
+    train --model gpt-tiny --nproc 2 --parallel pp=2 --iterations 5 --fault 1:3:exit --timeout 10 \
+    --trace-dir "$tmp/fail-trace" --metrics "$tmp/fail-metrics.jsonl"
+  check failed-run-trace-rank-0 "$python" -c "
+import json, sys
+events = json.load(open(sys.argv[1]))['traceEvents']
+assert any(e.get('ph') == 'X' for e in events), 'no timed event'" "$tmp/fail-trace/trace-rank-0.json"
+  check failed-run-metrics-replaced "$python" -c "
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines and lines[0] != 'old', lines[:1]
+its = [json.loads(l)['iteration'] for l in lines]
+assert its == list(range(len(its))) and 1 <= len(its) <= 3, its" "$tmp/fail-metrics.jsonl"
+  check failed-run-no-temporary-files test -z "$(ls "$tmp" | grep -F .tmp-)"
 fi
 
 # --- profile (builds with libtorch only) -----------------------------------------------------

@@ -36,7 +36,8 @@ struct CompareFlags {
   bool score_extremes = false;     // --score-extremes
   bool no_score_extremes = false;  // --no-score-extremes
   std::string methods;   // comma-separated
-  std::string parallel;  // the controlled configuration
+  std::string parallel;    // every method's configuration (no search)
+  std::string controlled;  // the controlled comparison's configuration only
   std::string scenario_file;
   std::string scenario_dir;
   std::string out = "sluice-compare";
@@ -148,7 +149,19 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
     if (!listed(s->controlled_method)) s->controlled_method = s->methods.back().name;
   }
   if (Given(f, "--parallel")) {
+    // As for every other command: the configuration the run uses. Each method's search space is
+    // that one configuration (schedules are still chosen per method), and the controlled
+    // comparison uses it too.
     SLUICE_ASSIGN_OR_RETURN(ParallelConfig par, ResolveParallel(f.parallel));
+    s->search.tp = {par.tp};
+    s->search.pp = {par.pp};
+    s->search.cp = {par.cp};
+    s->search.zero = {par.zero};
+    if (par.vpp > 1) s->search.vpp = {par.vpp};
+    s->controlled = par;
+  }
+  if (Given(f, "--controlled")) {
+    SLUICE_ASSIGN_OR_RETURN(ParallelConfig par, ResolveParallel(f.controlled));
     s->controlled = par;
   }
   return Status::Ok();
@@ -158,6 +171,12 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
 // the flag, for a field that a flag set, else "SOURCE: field 'F'".
 FieldNamer CompareFieldNamer(const CompareFlags& f, const std::string& source) {
   return [&f, source](std::string_view field) {
+    // --parallel sets the search lists and the controlled configuration (unless --controlled).
+    const bool by_parallel =
+        (field == "search.tp" || field == "search.pp" || field == "search.cp" ||
+         field == "search.zero" || field == "search.vpp" ||
+         (field == "controlled" && !Given(f, "--controlled")));
+    if (by_parallel && Given(f, "--parallel")) return std::string("--parallel");
     const std::string_view flag = FlagForField(field);
     if (!flag.empty() && (source.empty() || Given(f, std::string(flag)))) {
       return std::string(flag);
@@ -399,8 +418,13 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
           ->capture_default_str();
   o["--parallel"] = AddParallelFlag(c, &f->parallel)
                         ->description(
-                            "The controlled comparison's shared configuration "
-                            "(dp, pp, tp, cp, zero) (default: sluice's best)");
+                            "Run every method under this configuration (dp, pp, tp, cp, zero), "
+                            "without the search; the controlled comparison uses it too "
+                            "(default: each method's best)");
+  o["--controlled"] = c->add_option("--controlled", f->controlled,
+                                    "The controlled comparison's shared configuration only, as "
+                                    "for --parallel (default: sluice's best)")
+                          ->type_name("K=V,...|FILE");
   o["--score-batches"] =
       c->add_option("--score-batches", f->score_batches,
                     "The first global batches each candidate configuration is scored on: 1..64, "

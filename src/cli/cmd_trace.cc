@@ -223,7 +223,7 @@ void RegisterCalibrateCommand(CLI::App* t, RunState* state) {
   c->add_option("--plan", f->plans,
                 "The plan files the run executed, in order (iteration k ran the k-th)")
       ->required()
-      ->type_name("FILE ...");
+      ->type_name("FILE");
   c->add_option("--fit-iterations", f->fit_iterations,
                 "Fit on these iterations only (FIRST-LAST or a list); the others are held out "
                 "(default: all)")

@@ -35,12 +35,17 @@ struct TrainFlags {
 };
 
 Status RunTrain(const TrainFlags& f) {
-  if (!f.metrics.empty()) {
+  SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
+  // Outputs are checked before anything is planned or launched (and by every rank before the
+  // rendezvous): rank 0 (or the launcher) writes the metrics, every rank its trace and dumps.
+  if (!f.metrics.empty() && env.rank == 0) {
     std::vector<NamedInput> inputs = ScenarioInputs(f.scenario);
     for (const std::string& plan : f.plans) inputs.push_back({"--plan", plan});
+    SLUICE_RETURN_IF_ERROR(CheckOutputFile("--metrics", f.metrics));
     SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--metrics", f.metrics, inputs));
   }
-  SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
+  if (!f.trace_dir.empty()) SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--trace-dir", f.trace_dir));
+  if (!f.dump_dir.empty()) SLUICE_RETURN_IF_ERROR(PrepareOutputDir("--dump-dir", f.dump_dir));
   if (!f.run_id.empty()) env.run_id = f.run_id;
   if (!f.iface.empty()) env.gloo_iface = f.iface;
   env.bind_addr = f.bind;

@@ -43,7 +43,7 @@ std::string_view FlagForField(std::string_view field) {
       {"model", "--model"},
       {"cluster", "--cluster"},
       {"parallel", "--parallel"},
-      {"controlled", "--parallel"},
+      {"controlled", "--controlled"},
       {"memory_limit_mb", "--memory-limit"},
       {"memory_reserve_mb", "--memory-reserve"},
       {"cost", "--cost"},

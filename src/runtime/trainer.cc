@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 
+#include "base/files.h"
 #include "base/json_util.h"
 #include "base/progress.h"
 #include "plan/plan_json.h"
@@ -125,6 +127,8 @@ class Trainer {
       const std::optional<std::string> posted = watchdog_->PostedFailure();
       if (!posted) watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
       watchdog_->Stop();
+      // What ran before the failure is kept: this rank's trace, and rank 0's metrics lines.
+      FlushAfterFailure();
       // Keep the connections (and on rank 0 the store) open a moment, so that ranks which would
       // only see this one vanish read the cause first. Also when the store is gone: the others
       // then notice that themselves (and name rank 0) instead of blaming this rank.
@@ -231,8 +235,13 @@ class Trainer {
         std::fflush(stdout);
       }
       if (!o_.metrics_path.empty()) {
-        metrics_.open(o_.metrics_path, std::ios::trunc);
-        if (!metrics_) return IoError(fmt::format("--metrics {}: cannot write", o_.metrics_path));
+        // Written as PATH.tmp-XXXXXX during the run and renamed onto PATH at the end (also after
+        // a failure), so a previous metrics file is replaced only by a whole new one.
+        StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(o_.metrics_path);
+        if (!w.ok()) {
+          return IoError(fmt::format("--metrics {}: {}", o_.metrics_path, w.status().message()));
+        }
+        metrics_.emplace(std::move(*w));
       }
       progress_ = std::make_unique<Progress>("training", o_.iterations, stderr, 2);
     }
@@ -392,7 +401,7 @@ class Trainer {
       std::fflush(stdout);
       progress_->Add();
     }
-    if (metrics_.is_open()) {
+    if (metrics_) {
       nlohmann::json line{{"iteration", info.iteration},
                           {"batch", info.batch_index},
                           {"loss", loss},
@@ -406,8 +415,7 @@ class Trainer {
         line["peak_tensor_bytes"] = tensors;
         line["peak_tensor_rank"] = tensors_rank;
       }
-      metrics_ << line.dump() << "\n";
-      metrics_.flush();
+      SLUICE_RETURN_IF_ERROR(metrics_->Append(line.dump() + "\n"));
     }
     return Status::Ok();
   }
@@ -418,8 +426,34 @@ class Trainer {
                              trace_->ToChromeJson());
   }
 
+  Status CommitMetrics() {
+    if (!metrics_) return Status::Ok();
+    Status s = metrics_->Commit();
+    metrics_.reset();
+    return s;
+  }
+
+  // Best effort after a failure: the messages go to stderr, the failure's own status is what
+  // the command reports.
+  void FlushAfterFailure() {
+    if (trace_) {
+      if (Status s = WriteTrace(); !s.ok()) {
+        fmt::print(stderr, "sluice train: rank {}: the trace of the failed run was not written: "
+                   "{}\n", env_.rank, s.message());
+      } else if (!o_.trace_dir.empty()) {
+        fmt::print(stderr, "sluice train: rank {}: trace of what ran before the failure: "
+                   "{}/trace-rank-{}.json\n", env_.rank, o_.trace_dir, env_.rank);
+      }
+    }
+    if (Status s = CommitMetrics(); !s.ok()) {
+      fmt::print(stderr, "sluice train: the metrics of the failed run were not written: {}\n",
+                 s.message());
+    }
+  }
+
   Status Finish() {
     SLUICE_RETURN_IF_ERROR(WriteTrace());
+    SLUICE_RETURN_IF_ERROR(CommitMetrics());
     if (env_.rank != 0) {
       watchdog_->Finish();
       return comm_->store().Add(kDoneKey, 1).status();
@@ -481,7 +515,7 @@ class Trainer {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<PlanService> service_;
   std::unique_ptr<Progress> progress_;
-  std::ofstream metrics_;
+  std::optional<AtomicFileWriter> metrics_;  // rank 0, with --metrics
   Clock::time_point epoch_;
   std::optional<IterationInfo> pending_;
   int64_t iterations_ = 0, total_tokens_ = 0;
