@@ -60,6 +60,7 @@ std::string_view FlagForField(std::string_view field) {
       {"search.score_batches", "--score-batches"},
       {"search.score_extremes", "--score-extremes"},
       {"search.simulate_top", "--simulate-top"},
+      {"search.cp", "--cp"},
   };
   for (const auto& [f, flag] : kFlags) {
     if (f == field) return flag;

@@ -365,7 +365,7 @@ class OrderChecker {
                                  state_[mb * S_ + s] == kNone ? "F" : "backward", s);
             }
           }
-          if (plan_.dp() > 1 && !reduced_[s]) {
+          if (plan_.dp() * plan_.parallel.cp > 1 && !reduced_[s]) {
             return fmt::format(
                 "steps before reducing stage {}'s gradients across the {} "
                 "data-parallel replicas",
