@@ -18,7 +18,11 @@
 // ends) (its blocked part is explained by the hubs). A transfer's measured interval is from the
 // later of the two posts' starts to the earlier of the two sides' done times, or from the send's
 // post when it was done before the receive was posted (eager, as Gloo's small sends); a
-// collective's from the last member's post to the earliest member's done time.
+// collective's from the last member's post to the earliest member's done time. A side's done
+// time is its wait's end when the wait blocked (began more than 20 µs before it), else the
+// wait's start: a wait that returns at once proves only that the transfer was done before it
+// began. A hub some side blocked on is `waited`: its time is what the wire took, the samples
+// CommModel::kFitted (replay.h) fits; the others are bounded from above only.
 //
 // Thread safety: a Graph is a value; building is a pure function.
 #pragma once
@@ -53,6 +57,9 @@ struct GraphNode {
   int32_t first_pred = 0;  // preds[first_pred, first_pred + num_preds)
   int32_t num_preds = 0;
   int32_t stream_pred = -1;  // the stream predecessor, -1 none
+  int64_t bytes = 0;         // hubs: the payload (0 unknown)
+  int32_t comm_class = -1;   // hubs: (kind, ranks, key, eager) class, index into comm_classes
+  bool waited = false;       // hubs: a side blocked until it was done (its time is a sample)
 };
 
 struct GraphEdge {
@@ -66,6 +73,7 @@ struct Graph {
   std::vector<int32_t> topo_order;  // every node after its preds
   int64_t edges_by_kind[5] = {0, 0, 0, 0, 0};
   int64_t origin_ns = 0;  // earliest measured start
+  std::vector<std::string> comm_classes;  // "transfer 0->1 act", "collective 0,1 pp0"
 };
 
 // Builds the graph of an aligned TraceSet. InvalidArgument naming a node when the dependencies

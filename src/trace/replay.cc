@@ -38,6 +38,86 @@ std::string ClassKey(const Graph& g, const TraceSet& set, const std::vector<int3
 
 }  // namespace
 
+namespace {
+
+// latency + slope x bytes over `samples` (hub nodes): Theil-Sen, robust to the long tail of
+// waits on a busy core: the slope the median of the pairwise slopes (over at most 256 samples
+// evenly spread by size), the latency the median of time - slope x bytes; the median time when
+// sizes do not vary. A negative slope counts as 0. Sorts `samples`.
+std::pair<int64_t, double> FitLine(const Graph& g, std::vector<int32_t>& samples) {
+  std::sort(samples.begin(), samples.end(), [&](int32_t a, int32_t b) {
+    return g.nodes[a].bytes < g.nodes[b].bytes;
+  });
+  constexpr size_t kMaxSamples = 256;
+  std::vector<int32_t> some;
+  const size_t step = (samples.size() + kMaxSamples - 1) / kMaxSamples;
+  for (size_t i = 0; i < samples.size(); i += step) some.push_back(samples[i]);
+  std::vector<double> slopes;
+  for (size_t i = 0; i < some.size(); ++i) {
+    const GraphNode& a = g.nodes[some[i]];
+    for (size_t j = i + 1; j < some.size(); ++j) {
+      const GraphNode& b = g.nodes[some[j]];
+      if (b.bytes == a.bytes) continue;
+      slopes.push_back(static_cast<double>(b.own_ns - a.own_ns) /
+                       static_cast<double>(b.bytes - a.bytes));
+    }
+  }
+  double slope = 0;  // ns per byte
+  if (!slopes.empty()) {
+    std::nth_element(slopes.begin(), slopes.begin() + slopes.size() / 2, slopes.end());
+    slope = std::max(0.0, slopes[slopes.size() / 2]);
+  }
+  std::vector<int64_t> ys;
+  for (int32_t v : samples) {
+    ys.push_back(g.nodes[v].own_ns - std::llround(slope * static_cast<double>(g.nodes[v].bytes)));
+  }
+  return {std::max<int64_t>(0, Median(ys)), slope};
+}
+
+}  // namespace
+
+std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups) {
+  // Samples: the hubs some side waited for, per class and pooled per kind (transfer,
+  // collective) for classes without any.
+  std::vector<std::vector<int32_t>> samples(g.comm_classes.size());
+  std::vector<int32_t> pooled[2];
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const GraphNode& n = g.nodes[v];
+    if (n.comm_class < 0 || !n.waited) continue;
+    samples[n.comm_class].push_back(static_cast<int32_t>(v));
+    pooled[n.kind == NodeKind::kCollective].push_back(static_cast<int32_t>(v));
+  }
+  std::vector<std::pair<int64_t, double>> lines(samples.size());
+  std::vector<char> fitted(samples.size(), 0);
+  std::pair<int64_t, double> pooled_line[2];
+  for (int k = 0; k < 2; ++k) {
+    if (!pooled[k].empty()) pooled_line[k] = FitLine(g, pooled[k]);
+  }
+  for (size_t c = 0; c < samples.size(); ++c) {
+    if (samples[c].empty()) continue;
+    lines[c] = FitLine(g, samples[c]);
+    fitted[c] = 1;
+  }
+  std::vector<int64_t> own(g.nodes.size(), 0);
+  std::vector<char> used(samples.size(), 0);
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const GraphNode& n = g.nodes[v];
+    if (n.comm_class < 0) continue;
+    const int k = n.kind == NodeKind::kCollective;
+    const std::pair<int64_t, double>* line = fitted[n.comm_class] ? &lines[n.comm_class]
+                                             : !pooled[k].empty()  ? &pooled_line[k]
+                                                                   : nullptr;
+    if (line == nullptr) {
+      own[v] = n.own_ns;  // nothing was waited for: its measured bound
+      continue;
+    }
+    own[v] = line->first + std::llround(line->second * static_cast<double>(n.bytes));
+    used[n.comm_class] = 1;
+  }
+  if (groups != nullptr) *groups = std::count(used.begin(), used.end(), 1);
+  return own;
+}
+
 StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayOptions& options) {
   const size_t n = g.nodes.size();
   std::vector<int64_t> own(n), gap(n);
@@ -80,6 +160,13 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
       }
     }
   }
+  int64_t comm_models = 0;
+  if (options.comm == CommModel::kFitted) {
+    const std::vector<int64_t> fitted = FittedCommTimes(g, &comm_models);
+    for (size_t v = 0; v < n; ++v) {
+      if (IsHub(g.nodes[v])) own[v] = fitted[v];
+    }
+  }
   for (const WhatIf& w : options.what_if) {
     if (!(w.factor >= 0) || !std::isfinite(w.factor)) {
       return InvalidArgumentError(fmt::format(
@@ -107,16 +194,23 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     }
   }
   ReplayResult r;
+  r.comm_models = comm_models;
   r.start_ns.assign(n, 0);
   r.end_ns.assign(n, 0);
-  std::vector<int32_t> via(n, -1);  // pred edge index that set the start; -1: stream / release
+  // The pred edge index that set the start; -1: the stream predecessor; -2: released at its
+  // measured start.
+  std::vector<int32_t> via(n, -1);
   std::vector<int64_t> stream_ready(n, 0);
   for (int32_t v : g.topo_order) {
     const GraphNode& node = g.nodes[v];
     int64_t start = INT64_MIN;
     if (!IsHub(node)) {
-      start = node.stream_pred >= 0 ? r.end_ns[node.stream_pred] + gap[v]
-                                    : node.release_ns - g.origin_ns;
+      const bool released =
+          node.stream_pred < 0 ||
+          (options.per_iteration && g.nodes[node.stream_pred].iteration != node.iteration);
+      start = released ? node.measured_start_ns - g.origin_ns
+                       : r.end_ns[node.stream_pred] + gap[v];
+      if (released) via[v] = -2;
     }
     stream_ready[v] = start;
     for (int32_t e = node.first_pred; e < node.first_pred + node.num_preds; ++e) {
@@ -198,6 +292,7 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
         v = g.preds[e].from;
       } else {
         r.critical_path.push_back(step);
+        if (e == -2) break;
         if (node.stream_pred >= 0) r.critical_gaps_ns += gap[v];
         v = node.stream_pred;
       }

@@ -2,11 +2,15 @@
 // median) durations and gaps, what-if scaling, the critical path and where each rank's time went.
 //
 // The stream order is fixed by the trace, so the replay is one pass over the graph in topological
-// order (O(nodes + edges)); with measured durations it reproduces the aligned trace exactly, which
-// the tests check. The figure that says how good the model is comes from the median replay:
-// every op takes the median own time and gap of its class (rank, stream, kind, name, label) over
-// the iterations, every transfer the median of its (sender, receiver, key, bytes), every
-// collective of its key; its iteration time is compared with the measured mean (dPRO §1.6).
+// order (O(nodes + edges)). Three replays say different things:
+//  - exact (every op, gap and transfer as measured): reproduces the aligned trace to the
+//    nanosecond; a check of the graph, the matching and the clocks, not of a model;
+//  - per-iteration (dPRO): every op its own measured time and gap, every transfer and collective
+//    priced by a model fitted on the whole trace (CommModel::kFitted), each iteration started at
+//    its ranks' measured starts; who waits for whom, and how long, is recomputed from the
+//    dependencies. Compared per iteration with the measured time: the replay error;
+//  - class (kMean / kMedian): every op takes its class's mean or median (dPRO's avg), the
+//    iteration time compared with the measured mean (dPRO §1.6).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -33,8 +37,21 @@ enum class ClassStat : uint8_t {
   kMedian,    // the median over its class
 };
 
+// What a transfer's or collective's own time is in a replay.
+enum class CommModel : uint8_t {
+  kMeasured,  // its measured interval (graph.h)
+  kFitted,    // latency + bytes / bandwidth fitted per (kind, ranks, key) over the whole trace
+              // from the hubs some side waited for (graph.h: the others are bounded from above
+              // only), pooled per kind for classes without such a hub; a robust line, the
+              // median when sizes do not vary or are unknown
+};
+
 struct ReplayOptions {
   ClassStat durations = ClassStat::kMeasured;
+  CommModel comm = CommModel::kMeasured;
+  // Each iteration's first op on each stream starts at its measured start (the ranks' clocks
+  // aligned), not after the previous iteration's replayed end: iterations are replayed apart.
+  bool per_iteration = false;
   std::vector<WhatIf> what_if;
   bool critical_path = true;
 };
@@ -79,7 +96,12 @@ struct ReplayResult {
   int64_t critical_by_kind_ns[7] = {0, 0, 0, 0, 0, 0, 0};  // [NodeKind] own time on the path
   int64_t critical_gaps_ns = 0;
   std::vector<RankBreakdown> ranks;
+  int64_t comm_models = 0;  // CommModel::kFitted: (kind, ranks, key) groups fitted
 };
+
+// Each hub's own time under CommModel::kFitted ([node], 0 for non-hubs), and the number of
+// classes priced by a fitted line.
+std::vector<int64_t> FittedCommTimes(const Graph& graph, int64_t* groups = nullptr);
 
 // REQUIRES: `graph` was built from `set`. InvalidArgument for a negative what-if factor.
 StatusOr<ReplayResult> Replay(const Graph& graph, const TraceSet& set, const ReplayOptions& options);
