@@ -68,7 +68,7 @@ Status RunReplay(const ReplayFlags& f) {
       trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean));
   fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
   if (!what_if.what_if.empty()) {
-    what_if.comm = trace::CommModel::kFitted;
+    what_if.comm = trace::CommModel::kWaitedElseFitted;
     SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult w, trace::Replay(a.graph, a.set, what_if));
     std::string list;
     for (const std::string& s : f.what_if) list += (list.empty() ? "" : ", ") + s;

@@ -34,11 +34,13 @@ StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat) {
   r.class_stat = class_stat;
   SLUICE_ASSIGN_OR_RETURN(r.exact, Replay(a.graph, a.set, ReplayOptions{}));
   ReplayOptions o;
-  o.comm = CommModel::kFitted;
+  o.comm = CommModel::kWaitedElseFitted;
   SLUICE_ASSIGN_OR_RETURN(r.whole_run, Replay(a.graph, a.set, o));
   o.per_iteration = true;
   o.critical_path = false;
   SLUICE_ASSIGN_OR_RETURN(r.per_iteration, Replay(a.graph, a.set, o));
+  o.comm = CommModel::kFitted;
+  SLUICE_ASSIGN_OR_RETURN(r.model, Replay(a.graph, a.set, o));
   ReplayOptions c;
   c.durations = class_stat;
   c.critical_path = false;
@@ -103,6 +105,18 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
       "collectives from {} fitted communication model(s), each iteration from its ranks' measured "
       "starts); whole-run replay (the same, iterations chained); class replay (class {}s)\n",
       rp.per_iteration.comm_models, rp.class_stat == ClassStat::kMedian ? "median" : "mean");
+  out += "communication models (fitted on the transfers and collectives some side waited for):\n";
+  out += "  class                          count  waited  latency us   us/KiB  measured ms  "
+         "modelled ms\n";
+  for (const CommFit& f : rp.model.comm_fits) {
+    out += fmt::format("  {:<30} {:>5}  {:>6}  {:>10}  {:>7}  {:>11.3f}  {:>11.3f}\n",
+                       f.name.substr(0, 30), f.hubs, f.waited,
+                       f.fitted ? fmt::format("{:.1f}{}", f.latency_ns * 1e-3,
+                                              f.pooled ? " (pooled)" : "")
+                                : std::string("measured"),
+                       f.fitted ? fmt::format("{:.3f}", f.ns_per_byte * 1.024) : "-",
+                       Ms(f.measured_ns), Ms(f.modelled_ns));
+  }
   out += "  iteration  measured ms  per-iter ms   error  whole-run ms   error  class ms   error\n";
   const size_t k = rp.per_iteration.iterations.size();
   for (size_t i = 0; i < k; ++i) {
@@ -121,9 +135,10 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
                        c ? 100 * SignedError(c->replayed_ns, c->measured_ns) : 0.0);
   }
   if (k > 0) {
-    out += "  per-iteration replay: " + Summary(rp.per_iteration) + "\n";
-    out += "  whole-run replay:     " + Summary(rp.whole_run) + "\n";
-    out += "  class replay:         " + Summary(rp.by_class) + "\n";
+    out += "  replay:           " + Summary(rp.per_iteration) + "\n";
+    out += "  whole-run replay: " + Summary(rp.whole_run) + " (iterations chained)\n";
+    out += "  model replay:     " + Summary(rp.model) + "\n";
+    out += "  class replay:     " + Summary(rp.by_class) + "\n";
   } else {
     out += "  (no iteration has ops on every rank)\n";
   }
@@ -193,6 +208,7 @@ std::string ReplayJson(const Analysis& a, const Replays& rp) {
   };
   j["per_iteration"] = replay_json(rp.per_iteration);
   j["whole_run"] = replay_json(rp.whole_run);
+  j["model"] = replay_json(rp.model);
   j["class"] = replay_json(median);
   j["class"]["stat"] = rp.class_stat == ClassStat::kMedian ? "median" : "mean";
   j["ranks_breakdown_ms"] = nlohmann::json::array();

@@ -31,9 +31,10 @@ StatusOr<Analysis> AnalyzeFiles(const std::vector<std::string>& paths,
 
 // The replays `sluice replay` reports (replay.h says what each tells).
 struct Replays {
-  ReplayResult exact;          // everything as measured: reproduces the trace
-  ReplayResult per_iteration;  // own times and gaps measured, comm fitted, iterations apart
-  ReplayResult whole_run;      // the same without the per-iteration releases (what-ifs start here)
+  ReplayResult exact;          // everything as measured: reproduces a consistent trace
+  ReplayResult per_iteration;  // dPRO: measured own times, gaps and waited-for transfers
+  ReplayResult whole_run;      // the same, iterations chained (what-ifs start here)
+  ReplayResult model;          // per-iteration with every transfer and collective modelled
   ReplayResult by_class;       // class means (or medians) of own times and gaps
   ClassStat class_stat = ClassStat::kMean;
 };

@@ -76,7 +76,7 @@ std::pair<int64_t, double> FitLine(const Graph& g, std::vector<int32_t>& samples
 
 }  // namespace
 
-std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups) {
+std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups, std::vector<CommFit>* fits) {
   // Samples: the hubs some side waited for, per class and pooled per kind (transfer,
   // collective) for classes without any.
   std::vector<std::vector<int32_t>> samples(g.comm_classes.size());
@@ -100,6 +100,11 @@ std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups) {
   }
   std::vector<int64_t> own(g.nodes.size(), 0);
   std::vector<char> used(samples.size(), 0);
+  std::vector<CommFit> out(samples.size());
+  for (size_t c = 0; c < samples.size(); ++c) {
+    out[c].name = g.comm_classes[c];
+    out[c].waited = static_cast<int64_t>(samples[c].size());
+  }
   for (size_t v = 0; v < g.nodes.size(); ++v) {
     const GraphNode& n = g.nodes[v];
     if (n.comm_class < 0) continue;
@@ -107,13 +112,22 @@ std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups) {
     const std::pair<int64_t, double>* line = fitted[n.comm_class] ? &lines[n.comm_class]
                                              : !pooled[k].empty()  ? &pooled_line[k]
                                                                    : nullptr;
+    CommFit& f = out[n.comm_class];
+    ++f.hubs;
+    f.measured_ns += n.own_ns;
     if (line == nullptr) {
       own[v] = n.own_ns;  // nothing was waited for: its measured bound
-      continue;
+    } else {
+      own[v] = line->first + std::llround(line->second * static_cast<double>(n.bytes));
+      used[n.comm_class] = 1;
+      f.fitted = true;
+      f.pooled = !fitted[n.comm_class];
+      f.latency_ns = line->first;
+      f.ns_per_byte = line->second;
     }
-    own[v] = line->first + std::llround(line->second * static_cast<double>(n.bytes));
-    used[n.comm_class] = 1;
+    f.modelled_ns += own[v];
   }
+  if (fits != nullptr) *fits = std::move(out);
   if (groups != nullptr) *groups = std::count(used.begin(), used.end(), 1);
   return own;
 }
@@ -161,10 +175,12 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     }
   }
   int64_t comm_models = 0;
-  if (options.comm == CommModel::kFitted) {
-    const std::vector<int64_t> fitted = FittedCommTimes(g, &comm_models);
+  std::vector<CommFit> comm_fits;
+  if (options.comm != CommModel::kMeasured) {
+    const std::vector<int64_t> fitted = FittedCommTimes(g, &comm_models, &comm_fits);
     for (size_t v = 0; v < n; ++v) {
-      if (IsHub(g.nodes[v])) own[v] = fitted[v];
+      if (!IsHub(g.nodes[v])) continue;
+      if (options.comm == CommModel::kFitted || !g.nodes[v].waited) own[v] = fitted[v];
     }
   }
   for (const WhatIf& w : options.what_if) {
@@ -195,6 +211,7 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
   }
   ReplayResult r;
   r.comm_models = comm_models;
+  r.comm_fits = std::move(comm_fits);
   r.start_ns.assign(n, 0);
   r.end_ns.assign(n, 0);
   // The pred edge index that set the start; -1: the stream predecessor; -2: released at its

@@ -2,13 +2,16 @@
 // median) durations and gaps, what-if scaling, the critical path and where each rank's time went.
 //
 // The stream order is fixed by the trace, so the replay is one pass over the graph in topological
-// order (O(nodes + edges)). Three replays say different things:
-//  - exact (every op, gap and transfer as measured): reproduces the aligned trace to the
-//    nanosecond; a check of the graph, the matching and the clocks, not of a model;
-//  - per-iteration (dPRO): every op its own measured time and gap, every transfer and collective
-//    priced by a model fitted on the whole trace (CommModel::kFitted), each iteration started at
+// order (O(nodes + edges)). The replays say different things:
+//  - exact (every op, gap and transfer interval as measured): reproduces a consistent aligned
+//    trace to the nanosecond; a check of the graph, the matching and the clocks;
+//  - per-iteration (dPRO): every op its own measured time and gap; a transfer or collective that
+//    some side waited for its measured time, the others (whose end the trace bounds only from
+//    above) the communication model's (CommModel::kWaitedElseFitted); each iteration started at
 //    its ranks' measured starts; who waits for whom, and how long, is recomputed from the
 //    dependencies. Compared per iteration with the measured time: the replay error;
+//  - model (CommModel::kFitted): the same with every transfer and collective from the model
+//    fitted on the whole trace: how much of the run the communication model explains;
 //  - class (kMean / kMedian): every op takes its class's mean or median (dPRO's avg), the
 //    iteration time compared with the measured mean (dPRO §1.6).
 //
@@ -40,6 +43,7 @@ enum class ClassStat : uint8_t {
 // What a transfer's or collective's own time is in a replay.
 enum class CommModel : uint8_t {
   kMeasured,  // its measured interval (graph.h)
+  kWaitedElseFitted,  // its measured interval when some side waited for it, else kFitted's
   kFitted,    // latency + bytes / bandwidth fitted per (kind, ranks, key) over the whole trace
               // from the hubs some side waited for (graph.h: the others are bounded from above
               // only), pooled per kind for classes without such a hub; a robust line, the
@@ -81,6 +85,19 @@ struct CriticalStep {
   EdgeKind via = EdgeKind::kStream;  // how it waited for the previous step
 };
 
+// One communication class's model under CommModel::kFitted.
+struct CommFit {
+  std::string name;          // Graph::comm_classes
+  int64_t hubs = 0;          // transfers or collectives of the class
+  int64_t waited = 0;        // of them, samples (some side waited for it)
+  bool pooled = false;       // no sample of its own: the line of every waited hub of its kind
+  bool fitted = false;       // false: no sample at all, its measured bounds are kept
+  int64_t latency_ns = 0;
+  double ns_per_byte = 0;
+  int64_t measured_ns = 0;   // sum of its hubs' measured times
+  int64_t modelled_ns = 0;   // sum of their fitted times
+};
+
 struct ReplayResult {
   std::vector<int64_t> start_ns;  // [node] replayed, relative to graph.origin_ns
   std::vector<int64_t> end_ns;
@@ -97,11 +114,13 @@ struct ReplayResult {
   int64_t critical_gaps_ns = 0;
   std::vector<RankBreakdown> ranks;
   int64_t comm_models = 0;  // CommModel::kFitted: (kind, ranks, key) groups fitted
+  std::vector<CommFit> comm_fits;  // CommModel::kFitted: per class
 };
 
 // Each hub's own time under CommModel::kFitted ([node], 0 for non-hubs), and the number of
-// classes priced by a fitted line.
-std::vector<int64_t> FittedCommTimes(const Graph& graph, int64_t* groups = nullptr);
+// classes priced by a fitted line; `fits` (optional) gets one entry per class.
+std::vector<int64_t> FittedCommTimes(const Graph& graph, int64_t* groups = nullptr,
+                                     std::vector<CommFit>* fits = nullptr);
 
 // REQUIRES: `graph` was built from `set`. InvalidArgument for a negative what-if factor.
 StatusOr<ReplayResult> Replay(const Graph& graph, const TraceSet& set, const ReplayOptions& options);
