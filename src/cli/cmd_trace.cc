@@ -1,6 +1,7 @@
-// `sluice trace replay TRACES...` and `sluice trace calibrate ...`: reads what a run did (sluice's
-// runtime traces, torch.profiler traces), aligns the ranks' clocks, builds the global data-flow
-// graph, replays it and reports (src/trace/, docs/trace.md).
+// `sluice replay TRACES...` and `sluice calibrate TRACES... --plan ... --out FILE`: reads what a
+// run did (sluice's runtime traces, torch.profiler traces), aligns the ranks' clocks, builds the
+// global data-flow graph, replays it and reports; fits the cost model's corrections (src/trace/,
+// docs/trace.md).
 //
 // Exit codes: 0 a replay (or calibration) that ran, partial results included (their notes say
 // what was left out); 2 for bad flags or traces that cannot be read (the message names the file
@@ -15,6 +16,7 @@
 
 #include "base/json_util.h"
 #include "cli/cli_common.h"
+#include "cli/replay_report.h"
 #include "plan/plan_json.h"
 #include "sim/simulator.h"
 #include "trace/analyze.h"
@@ -25,8 +27,11 @@ namespace {
 
 struct ReplayFlags {
   std::vector<std::string> inputs;
+  std::vector<std::string> plans;
   std::vector<std::string> what_if;
   std::string json;
+  std::string report;
+  int64_t report_iteration = -1;
   int top = 10;
   bool median = false;
 };
@@ -57,6 +62,7 @@ StatusOr<trace::WhatIf> ParseWhatIf(const std::string& text) {
 
 Status RunReplay(const ReplayFlags& f) {
   if (!f.json.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--json", f.json));
+  if (!f.report.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--report", f.report));
   trace::ReplayOptions what_if;
   for (const std::string& w : f.what_if) {
     SLUICE_ASSIGN_OR_RETURN(trace::WhatIf parsed, ParseWhatIf(w));
@@ -67,6 +73,42 @@ Status RunReplay(const ReplayFlags& f) {
       trace::Replays replays,
       trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean));
   fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
+  std::vector<trace::OpCorrection> departures;
+  if (!f.plans.empty()) {
+    // Ties every op of the trace to its plan's instruction (an error names the event of a trace
+    // of another plan) and compares the measured costs with the plan's durations.
+    for (const trace::RankTrace& r : a.set.ranks) {
+      if (r.format != trace::TraceFormat::kSluice) {
+        return InvalidArgumentError(fmt::format(
+            "--plan: {} is a {} trace; plans are tied to sluice's runtime traces (sluice train "
+            "--plan ... --trace-dir)",
+            r.source, trace::TraceFormatName(r.format)));
+      }
+    }
+    std::vector<ExecutionPlan> plans;
+    for (const std::string& p : f.plans) {
+      SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(p));
+      plans.push_back(std::move(plan));
+    }
+    trace::FitOptions fit;
+    fit.fit_link = false;
+    SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, fit));
+    for (const trace::OpCorrection& o : c.ops) {
+      if (o.stage >= 0) departures.push_back(o);
+    }
+    std::stable_sort(departures.begin(), departures.end(), [](const auto& x, const auto& y) {
+      return x.mean_abs_error_before > y.mean_abs_error_before;
+    });
+    fmt::print("tied to {} plan(s): every rank's ops are its program's instructions\n",
+               plans.size());
+    fmt::print("op classes against the plan's durations (largest mean |error| first):\n");
+    fmt::print("  stage  op                samples  plan's mean |error|   scale  offset us\n");
+    for (size_t i = 0; i < departures.size() && static_cast<int>(i) < f.top; ++i) {
+      const trace::OpCorrection& o = departures[i];
+      fmt::print("  {:>5}  {:<16}  {:>7}  {:>18.1f}%  {:>6.3f}  {:>9.1f}\n", o.stage, o.op,
+                 o.samples, 100 * o.mean_abs_error_before, o.scale, o.offset_us);
+    }
+  }
   if (!what_if.what_if.empty()) {
     what_if.comm = trace::CommModel::kWaitedElseFitted;
     SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult w, trace::Replay(a.graph, a.set, what_if));
@@ -79,6 +121,12 @@ Status RunReplay(const ReplayFlags& f) {
   }
   if (!f.json.empty()) {
     SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, replays)));
+  }
+  if (!f.report.empty()) {
+    SLUICE_RETURN_IF_ERROR(report::WriteHtmlReport(
+        BuildReplayReport(a, replays, f.report_iteration, f.plans.empty() ? nullptr : &departures),
+        f.report));
+    fmt::print("report written to {}\n", f.report);
   }
   return Status::Ok();
 }
@@ -208,13 +256,13 @@ Status RunCalibrate(const CalibrateFlags& f) {
   return Status::Ok();
 }
 
-void RegisterCalibrateCommand(CLI::App* t, RunState* state) {
+void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
   auto f = std::make_shared<CalibrateFlags>();
-  CLI::App* c = t->add_subcommand(
+  CLI::App* c = app->add_subcommand(
       "calibrate",
       "Fit per-stage, per-op corrections (scale, offset) and a link (latency, bandwidth) to the "
-      "cost model from traces of sluice train --plan runs; write them for simulate "
-      "--calibration; print simulated vs measured iteration time before and after");
+      "cost model from traces of sluice train --plan runs; write them for --calibration (plan, "
+      "simulate, compare, train); print simulated vs measured iteration time before and after");
   c->add_option("traces", f->inputs, "sluice train --trace-dir folders or trace files")
       ->required()
       ->type_name("DIR|FILE...");
@@ -236,32 +284,43 @@ void RegisterCalibrateCommand(CLI::App* t, RunState* state) {
 }  // namespace
 
 void RegisterTraceCommands(CLI::App* app, RunState* state) {
-  CLI::App* t = app->add_subcommand(
-      "trace", "Read what a run did (sluice train --trace-dir, torch.profiler traces): replay, "
-               "diagnose, calibrate the simulator");
-  t->require_subcommand(1);
   auto rf = std::make_shared<ReplayFlags>();
-  CLI::App* r = t->add_subcommand(
+  CLI::App* r = app->add_subcommand(
       "replay",
-      "Align the ranks' clocks, build the global data-flow graph and replay it: replayed vs "
-      "measured iteration time, where each rank's time went, the critical path");
+      "Read what a run did (sluice train --trace-dir, torch.profiler traces), align the ranks' "
+      "clocks, build the global data-flow graph and replay it: replayed vs measured iteration "
+      "time, where each rank's time went, the critical path, what-ifs");
   r->add_option("traces", rf->inputs,
                 "Trace files or folders (a folder: its trace-rank-*.json, else every *.json): "
                 "sluice runtime traces, torch 1.13 export_chrome_trace files, Kineto JSON")
       ->required()
       ->type_name("DIR|FILE...");
+  r->add_option("--plan", rf->plans,
+                "The plan files a sluice train --plan run executed, in order: ties every op to "
+                "its instruction (a trace of another plan is an error) and lists the op classes "
+                "whose measured cost departs most from the plan's")
+      ->type_name("FILE ...");
   r->add_option("--what-if", rf->what_if,
                 "Replay again with WHAT's times x FACTOR: compute, comm, gap, optimizer or a text "
                 "the op's name or annotation contains (repeatable)")
       ->type_name("WHAT=FACTOR");
   r->add_flag("--median", rf->median,
-             "Class replay with each class's median instead of its mean (dPRO's avg)");
-  r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/1)")
+              "Class replay with each class's median instead of its mean (dPRO's avg)");
+  r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/2)")
       ->type_name("FILE");
-  r->add_option("--top", rf->top, "Longest critical-path steps to list")
+  r->add_option("--report", rf->report,
+                "Write an HTML report: measured and replayed timelines of one iteration, the "
+                "critical path, the error table")
+      ->type_name("FILE");
+  r->add_option("--report-iteration", rf->report_iteration,
+                "The iteration the report draws (default: the one with the median measured "
+                "time)")
+      ->check(NumberCheck(0, false, 1e9, "an integer >= 0"))
+      ->type_name("N");
+  r->add_option("--top", rf->top, "Longest critical-path steps (and op classes) to list")
       ->check(NumberCheck(0, false, 1000, "an integer in 0..1000"));
   SetHandler(r, state, [rf] { return RunReplay(*rf); });
-  RegisterCalibrateCommand(t, state);
+  RegisterCalibrateCommand(app, state);
 }
 
 }  // namespace sluice::cli

@@ -180,7 +180,11 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     const std::vector<int64_t> fitted = FittedCommTimes(g, &comm_models, &comm_fits);
     for (size_t v = 0; v < n; ++v) {
       if (!IsHub(g.nodes[v])) continue;
-      if (options.comm == CommModel::kFitted || !g.nodes[v].waited) own[v] = fitted[v];
+      if (options.comm == CommModel::kFitted) {
+        own[v] = fitted[v];
+      } else if (!g.nodes[v].waited) {
+        own[v] = std::min(own[v], fitted[v]);  // the trace proves it done by its measured end
+      }
     }
   }
   for (const WhatIf& w : options.what_if) {

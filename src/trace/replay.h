@@ -7,7 +7,7 @@
 //    trace to the nanosecond; a check of the graph, the matching and the clocks;
 //  - per-iteration (dPRO): every op its own measured time and gap; a transfer or collective that
 //    some side waited for its measured time, the others (whose end the trace bounds only from
-//    above) the communication model's (CommModel::kWaitedElseFitted); each iteration started at
+//    above) the communication model's within that bound (CommModel::kWaitedElseFitted); each iteration started at
 //    its ranks' measured starts; who waits for whom, and how long, is recomputed from the
 //    dependencies. Compared per iteration with the measured time: the replay error;
 //  - model (CommModel::kFitted): the same with every transfer and collective from the model
@@ -44,6 +44,7 @@ enum class ClassStat : uint8_t {
 enum class CommModel : uint8_t {
   kMeasured,  // its measured interval (graph.h)
   kWaitedElseFitted,  // its measured interval when some side waited for it, else kFitted's
+                      // time, at most its measured interval (the trace proves it done by then)
   kFitted,    // latency + bytes / bandwidth fitted per (kind, ranks, key) over the whole trace
               // from the hubs some side waited for (graph.h: the others are bounded from above
               // only), pooled per kind for classes without such a hub; a robust line, the
