@@ -72,7 +72,6 @@ Status RunReplay(const ReplayFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(
       trace::Replays replays,
       trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean));
-  fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
   std::vector<trace::OpCorrection> departures;
   if (!f.plans.empty()) {
     // Ties every op of the trace to its plan's instruction (an error names the event of a trace
@@ -109,6 +108,7 @@ Status RunReplay(const ReplayFlags& f) {
                  o.samples, 100 * o.mean_abs_error_before, o.scale, o.offset_us);
     }
   }
+  fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
   if (!what_if.what_if.empty()) {
     what_if.comm = trace::CommModel::kWaitedElseFitted;
     SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult w, trace::Replay(a.graph, a.set, what_if));

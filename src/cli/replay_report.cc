@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <tuple>
 
 namespace sluice::cli {
 namespace {
@@ -100,11 +102,14 @@ report::Timeline IterationTimeline(const trace::Analysis& a, int64_t it, const s
       path.bars.push_back(std::move(bar));
     }
   }
+  // Ranks in order, each rank's streams before its transfers; collectives, the critical path last.
+  auto key = [](const std::string& l) {
+    const int group = l == "critical path" ? 2 : l == "collectives" ? 1 : 0;
+    const int64_t rank = group == 0 ? std::strtoll(l.c_str() + 5, nullptr, 10) : 0;
+    return std::make_tuple(group, rank, l.find("transfers") != std::string::npos, l);
+  };
   std::stable_sort(t.rows.begin(), t.rows.end(),
-                   [](const report::TimelineRow& x, const report::TimelineRow& y) {
-                     auto key = [](const std::string& l) {
-                       return l == "critical path" ? 2 : l == "collectives" ? 1 : 0;
-                     };
+                   [&](const report::TimelineRow& x, const report::TimelineRow& y) {
                      return key(x.label) < key(y.label);
                    });
   return t;

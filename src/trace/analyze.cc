@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,17 @@ StatusOr<Analysis> Analyze(TraceSet set) {
   Analysis a;
   a.matching = MatchComms(set);
   a.clocks = AlignClocks(&set, a.matching);
+  // sluice train writes the ranks of one host on one clock: a rank that causality had to move
+  // ran elsewhere, or its trace is of another run.
+  for (size_t r = 0; r < set.ranks.size(); ++r) {
+    if (set.ranks[r].format == TraceFormat::kSluice && std::abs(a.clocks.offset_ns[r]) > 1'000'000) {
+      set.notes.push_back(fmt::format(
+          "{}: rank {}'s receives end before their sends were posted unless its clock moves by "
+          "{:+.3f} ms; sluice train writes the ranks of one host on one clock, so this is another "
+          "host or a trace of another run or plan (replay --plan checks the plan)",
+          set.ranks[r].source, r, a.clocks.offset_ns[r] * 1e-6));
+    }
+  }
   SLUICE_ASSIGN_OR_RETURN(a.graph, BuildGraph(set, a.matching));
   a.set = std::move(set);
   return a;
@@ -100,11 +112,6 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
       "exact replay (every op, gap and transfer as measured): span {:.3f} ms measured, {:.3f} ms "
       "replayed (ops end within {:.3f} ms of their measured end)\n",
       Ms(exact.measured_span_ns), Ms(exact.replayed_span_ns), Ms(exact.max_deviation_ns));
-  out += fmt::format(
-      "iterations: per-iteration replay (each op's measured own time and gap, transfers and "
-      "collectives from {} fitted communication model(s), each iteration from its ranks' measured "
-      "starts); whole-run replay (the same, iterations chained); class replay (class {}s)\n",
-      rp.per_iteration.comm_models, rp.class_stat == ClassStat::kMedian ? "median" : "mean");
   out += "communication models (fitted on the transfers and collectives some side waited for):\n";
   out += "  class                          count  waited  latency us   us/KiB  measured ms  "
          "modelled ms\n";
@@ -117,12 +124,18 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
                        f.fitted ? fmt::format("{:.3f}", f.ns_per_byte * 1.024) : "-",
                        Ms(f.measured_ns), Ms(f.modelled_ns));
   }
-  out += "  iteration  measured ms  per-iter ms   error  whole-run ms   error  class ms   error\n";
+  out += fmt::format(
+      "iterations: replay (dPRO: each op's measured own time and gap, each waited-for transfer "
+      "and collective its measured time, the others the model's within their measured bound; "
+      "waits recomputed from the dependencies; each iteration from its ranks' measured starts); "
+      "model (the same with every transfer and collective from the model); class (class {}s of "
+      "own times and gaps)\n",
+      rp.class_stat == ClassStat::kMedian ? "median" : "mean");
+  out += "  iteration  measured ms  replayed ms   error      model ms   error  class ms   error\n";
   const size_t k = rp.per_iteration.iterations.size();
   for (size_t i = 0; i < k; ++i) {
     const IterationTime& p = rp.per_iteration.iterations[i];
-    const IterationTime* w =
-        i < rp.whole_run.iterations.size() ? &rp.whole_run.iterations[i] : nullptr;
+    const IterationTime* w = i < rp.model.iterations.size() ? &rp.model.iterations[i] : nullptr;
     const IterationTime* c =
         i < rp.by_class.iterations.size() ? &rp.by_class.iterations[i] : nullptr;
     out += fmt::format("  {:>9}  {:>11.3f}  {:>11.3f}  {:>+6.1f}%  {:>12.3f}  {:>+6.1f}%  {:>8.3f}  "

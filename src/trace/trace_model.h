@@ -63,6 +63,8 @@ struct CommOp {
   int64_t peer = -1;   // send / recv: the other rank; -1 unknown (then unmatched)
   std::string group;   // collective: member ranks "0,2,4" ("" = every rank of the set)
   std::string key;     // matched only with the same key (sluice: "act" / "grad"; "" otherwise)
+  std::string instance;  // and the same instance when given (sluice: "iteration 2 mb 3": a
+                         // lost op then leaves its partner alone instead of shifting the order)
   int64_t bytes = 0;   // payload, 0 unknown
   int32_t post = -1;   // op index of the post
   int32_t wait = -1;   // op index of the wait (several comms may share one wait)

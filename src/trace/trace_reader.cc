@@ -175,6 +175,9 @@ StatusOr<std::vector<trace::RankTrace>> ReadSluiceDocument(const nlohmann::json&
         return EventError(source, index, e.name, "a transfer without 'args.peer'");
       }
       c.key = op_name.find("-act-") != std::string::npos ? "act" : "grad";
+      if (c.kind != CommKind::kCollective) {
+        c.instance = fmt::format("iteration {} mb {}", t.iteration, t.microbatch);
+      }
       c.bytes = t.bytes;
       c.post = static_cast<int32_t>(s.trace.ops.size());
       c.text = t.name;

@@ -236,7 +236,9 @@ TEST(Matching, UnmatchedSendIsReportedNotFatal) {
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(a->matching.unmatched, 1);
   ASSERT_FALSE(a->matching.notes.empty());
-  EXPECT_THAT(a->matching.notes[0], HasSubstr("rank 0 sends 2 message(s) (act) to rank 1"));
+  EXPECT_THAT(a->matching.notes[0],
+              HasSubstr("rank 0 sends 1 message(s) (act, iteration 0 mb 1) to rank 1, which "
+                        "receives 0"));
 }
 
 TEST(Readers, BadDocumentsNameFileEventAndField) {
