@@ -128,6 +128,15 @@ PY
     --calibration "$tmp/cal.json"
   expect "calibration against another plan is refused" 2 "a trace of another plan" -- \
     calibrate "$tmp/t" --plan "${plans[1]}" "${plans[0]}" --out "$tmp/cal2.json"
+  expect "plan priced with the calibration" 0 "mean makespan" -- plan "${common[@]}" \
+    --iterations 1 --show 0 --calibration "$tmp/cal.json"
+  printf '{"format": "sluice-calibration/1", "ops": [{"op": 3}]}' > "$tmp/badcal2.json"
+  expect "plan: bad calibration names file and field" 2 \
+    "--calibration: .*badcal2.json: field 'ops\[0\]\.stage'" -- plan "${common[@]}" \
+    --iterations 1 --calibration "$tmp/badcal2.json"
+  expect "compare: bad calibration names file and field" 2 \
+    "--calibration: .*badcal2.json: field 'ops\[0\]\.stage'" -- compare --out "$tmp/cmp" \
+    --calibration "$tmp/badcal2.json"
   printf '{"format": "sluice-calibration/1", "ops": 3}' > "$tmp/badcal.json"
   expect "bad calibration file" 2 "badcal.json: field 'ops'" -- simulate "${plans[4]}" \
     --calibration "$tmp/badcal.json"

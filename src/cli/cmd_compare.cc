@@ -25,6 +25,7 @@
 #include "compare/compare_json.h"
 #include "compare/compare_scenario.h"
 #include "model/parallel_config.h"
+#include "trace/calibration.h"
 
 namespace sluice::cli {
 namespace {
@@ -38,6 +39,7 @@ struct CompareFlags {
   std::string methods;   // comma-separated
   std::string parallel;  // the controlled configuration
   std::string scenario_file;
+  std::string calibration;  // --calibration FILE
   std::string scenario_dir;
   std::string out = "sluice-compare";
   bool no_html = false;
@@ -191,6 +193,11 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   CompareOptions options;
   options.cancelled = [] { return Interrupted(); };
   options.field_name = CompareFieldNamer(f, source);
+  if (!f.calibration.empty()) {
+    StatusOr<trace::Calibration> c = trace::ReadCalibrationFile(f.calibration);
+    if (!c.ok()) return c.status().WithPrefix("--calibration");
+    options.adjust_plan = [c = *c](ExecutionPlan* plan) { trace::ApplyCalibration(c, plan); };
+  }
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
   for (const std::string& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
@@ -390,6 +397,11 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
       c->add_flag("--no-score-extremes", f->no_score_extremes,
                   "Score candidates on the first --score-batches only (default: off)")
           ->excludes(o["--score-extremes"]);
+  o["--calibration"] =
+      c->add_option("--calibration", f->calibration,
+                    "Price every planned batch with a calibration file (sluice calibrate --out) "
+                    "before simulating it; the configuration search keeps the cost model")
+          ->type_name("FILE");
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))

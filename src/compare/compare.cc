@@ -450,6 +450,7 @@ class Comparison {
           }
         }
         sim.samples = batch.samples;  // real tokens from the samples' own lengths
+        if (options_.adjust_plan) options_.adjust_plan(&plan.plan);
         SLUICE_ASSIGN_OR_RETURN(SimResult s, Simulate(plan.plan, sim));
         if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
           rec.outcome = s.outcome == SimOutcome::kDeadlock ? BatchOutcome::kDeadlock

@@ -52,6 +52,9 @@ struct CompareOptions {
   // Names a scenario field (compare_scenario.h) in errors; empty: "SOURCE: field 'F'" with the
   // `source` of RunCompare ("flags" when it is empty). The CLI maps fields to its flags.
   FieldNamer field_name;
+  // Applied to each planned batch before it is simulated (e.g. `--calibration`: calibrated op
+  // durations and links); the configuration search does not see it. Empty: none.
+  std::function<void(ExecutionPlan*)> adjust_plan;
 };
 
 // How one method's global batch went.
