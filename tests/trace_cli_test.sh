@@ -19,6 +19,9 @@ expect "replay needs traces" 2 "traces is required" -- replay
 expect "missing path is named" 2 "nope: no such trace file or folder" -- replay "$tmp/nope"
 printf '{"traceEvents": [ {"name": "a"' > "$tmp/cut.json"
 expect "truncated JSON names the file" 2 "cut.json" -- replay "$tmp/cut.json"
+mkdir -p "$tmp/empty" && echo '[]' > "$tmp/empty/trace-rank-0.json" && echo '[]' > "$tmp/empty/trace-rank-1.json"
+expect "traces without ops: an empty result, no crash" 0 "no iteration has ops on every rank" -- \
+  replay "$tmp/empty"
 expect "bad what-if" 2 "expected WHAT=FACTOR" -- replay "$tmp/cut.json" --what-if compute
 
 # 1. torch 1.13 CPU traces of the shipped example.

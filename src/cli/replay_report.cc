@@ -226,7 +226,7 @@ report::HtmlReport BuildReplayReport(const trace::Analysis& a, const trace::Repl
   breakdown.header = {"rank", "stream", "compute", "comm", "waiting", "gaps", "other", "bubble"};
   for (const trace::RankBreakdown& b : r.whole_run.ranks) {
     breakdown.rows.push_back(
-        {std::to_string(b.rank), s.ranks[b.rank].streams[b.stream],
+        {std::to_string(b.rank), trace::StreamName(s.ranks[b.rank], b.stream),
          fmt::format("{:.3f}", Ms(b.compute_ns)), fmt::format("{:.3f}", Ms(b.comm_ns)),
          fmt::format("{:.3f}", Ms(b.waiting_ns)), fmt::format("{:.3f}", Ms(b.gaps_ns)),
          fmt::format("{:.3f}", Ms(b.other_ns)), fmt::format("{:.3f}", Ms(b.bubble_ns))});

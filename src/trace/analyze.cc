@@ -160,7 +160,7 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
   out += "  rank  stream            compute     comm  waiting     gaps    other   bubble\n";
   for (const RankBreakdown& b : c.ranks) {
     out += fmt::format("  {:>4}  {:<14} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f}\n",
-                       b.rank, s.ranks[b.rank].streams[b.stream].substr(0, 14), Ms(b.compute_ns),
+                       b.rank, StreamName(s.ranks[b.rank], b.stream).substr(0, 14), Ms(b.compute_ns),
                        Ms(b.comm_ns), Ms(b.waiting_ns), Ms(b.gaps_ns), Ms(b.other_ns),
                        Ms(b.bubble_ns));
   }

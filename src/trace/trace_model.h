@@ -86,6 +86,9 @@ struct TraceSet {
   std::vector<std::string> notes;  // what the readers left out or guessed, for the report
 };
 
+// The name of `rank`'s stream `stream`, "-" when it has no such stream (a rank without ops).
+std::string StreamName(const RankTrace& rank, int32_t stream);
+
 // Sorts each rank's ops by (stream, start, end) and rewrites the op indices of its comms and
 // launches. Readers call it last.
 void SortOps(RankTrace* rank);
