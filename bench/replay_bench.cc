@@ -84,8 +84,7 @@ void BM_Analyze1024Ranks(benchmark::State& state) {
 }
 
 void BM_Replay1024Ranks(benchmark::State& state, trace::CommModel comm, bool per_iteration) {
-  const trace::Analysis a =
-      bench::Must(trace::Analyze(RingRun(static_cast<int>(state.range(0)))));
+  const trace::Analysis a = bench::Must(trace::Analyze(RingRun(static_cast<int>(state.range(0)))));
   trace::ReplayOptions o;
   o.comm = comm;
   o.per_iteration = per_iteration;
@@ -95,9 +94,8 @@ void BM_Replay1024Ranks(benchmark::State& state, trace::CommModel comm, bool per
   }
   state.counters["nodes"] = static_cast<double>(a.graph.nodes.size());
   state.counters["edges"] = static_cast<double>(a.graph.preds.size());
-  state.counters["nodes_per_s"] =
-      benchmark::Counter(static_cast<double>(a.graph.nodes.size()),
-                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["nodes_per_s"] = benchmark::Counter(static_cast<double>(a.graph.nodes.size()),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void Register() {
@@ -114,9 +112,8 @@ void Register() {
                  {"replay", trace::CommModel::kWaitedElseFitted, true},
                  {"model", trace::CommModel::kFitted, true}};
     for (const auto& m : modes) {
-      benchmark::RegisterBenchmark(
-          (std::string("BM_Replay1024Ranks/") + m.name).c_str(), BM_Replay1024Ranks, m.comm,
-          m.per_iteration)
+      benchmark::RegisterBenchmark((std::string("BM_Replay1024Ranks/") + m.name).c_str(),
+                                   BM_Replay1024Ranks, m.comm, m.per_iteration)
           ->Arg(ops)
           ->Unit(benchmark::kMillisecond)
           ->Iterations(5);

@@ -1,6 +1,6 @@
-// libFuzzer target for the reader of Kineto traces (torch >= 2, trace_internal::ReadKinetoDocument):
-// the input is read as one rank (its distributedInfo.rank, else 0), then the whole replay
-// (trace_fuzz_util.h).
+// libFuzzer target for the reader of Kineto traces (torch >= 2,
+// trace_internal::ReadKinetoDocument): the input is read as one rank (its distributedInfo.rank,
+// else 0), then the whole replay (trace_fuzz_util.h).
 #include "trace_fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -216,8 +216,7 @@ Status RunCalibrate(const CalibrateFlags& f) {
   for (const trace::OpCorrection& o : c.ops) {
     fmt::print("  {:>5}  {:<16} {:>6.3f} {:>10.1f} {:>8}  {:>11.1f}% {:>5.1f}%\n",
                o.stage < 0 ? std::string("any") : std::to_string(o.stage), o.op, o.scale,
-               o.offset_us, o.samples, 100 * o.mean_abs_error_before,
-               100 * o.mean_abs_error_after);
+               o.offset_us, o.samples, 100 * o.mean_abs_error_before, 100 * o.mean_abs_error_after);
   }
   if (c.link.fitted) {
     fmt::print("  link: latency {:.1f} us, bandwidth {:.3f} GB/s (plan bytes) from {} transfers\n",
@@ -240,8 +239,7 @@ Status RunCalibrate(const CalibrateFlags& f) {
     const double eb = (static_cast<double>(before) - m) / m;
     const double ea = (static_cast<double>(after) - m) / m;
     fmt::print("{:>9}  {:>6}  {:>11.3f}  {:>12.3f}  {:>13.3f}  {:>+11.1f}% {:>+5.1f}%\n", k,
-               fitted[k] ? "yes" : "no", m * 1e-6, before * 1e-6, after * 1e-6, 100 * eb,
-               100 * ea);
+               fitted[k] ? "yes" : "no", m * 1e-6, before * 1e-6, after * 1e-6, 100 * eb, 100 * ea);
     err[fitted[k]][0] += std::abs(eb);
     err[fitted[k]][1] += std::abs(ea);
     ++count[fitted[k]];

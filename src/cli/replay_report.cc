@@ -84,8 +84,8 @@ report::Timeline IterationTimeline(const trace::Analysis& a, int64_t it, const s
     bar.end = Ms(static_cast<double>(e(v) - lo));
     bar.label = ShortLabel(a, n);
     bar.category = Category(a, n);
-    bar.tooltip = fmt::format("{}: {:.3f}-{:.3f} ms", trace::NodeText(g, a.set, a.matching,
-                                                                      static_cast<int32_t>(v)),
+    bar.tooltip = fmt::format("{}: {:.3f}-{:.3f} ms",
+                              trace::NodeText(g, a.set, a.matching, static_cast<int32_t>(v)),
                               bar.start, bar.end);
     row(RowOf(a, n)).bars.push_back(std::move(bar));
   }
@@ -118,8 +118,8 @@ report::Timeline IterationTimeline(const trace::Analysis& a, int64_t it, const s
 report::Table ErrorTable(const trace::Replays& r) {
   report::Table t;
   t.title = "Replayed vs measured iteration time";
-  t.header = {"iteration", "measured ms", "replay ms", "error", "model ms", "error", "class ms",
-              "error"};
+  t.header = {"iteration", "measured ms", "replay ms", "error",
+              "model ms",  "error",       "class ms",  "error"};
   const auto& p = r.per_iteration.iterations;
   for (size_t i = 0; i < p.size(); ++i) {
     std::vector<std::string> row = {std::to_string(p[i].iteration),
@@ -138,12 +138,15 @@ report::Table ErrorTable(const trace::Replays& r) {
     t.rows.push_back(std::move(row));
   }
   auto summary = [](const std::string& name, const trace::ReplayResult& x) {
-    return std::vector<std::string>{
-        name, fmt::format("{:.3f}", Ms(x.mean_iteration_measured_ns)),
-        fmt::format("{:.3f}", Ms(x.mean_iteration_replayed_ns)),
-        fmt::format("mean |error| {:.1f}%, worst {:.1f}%", 100 * x.mean_abs_error,
-                    100 * x.max_abs_error),
-        "", "", "", ""};
+    return std::vector<std::string>{name,
+                                    fmt::format("{:.3f}", Ms(x.mean_iteration_measured_ns)),
+                                    fmt::format("{:.3f}", Ms(x.mean_iteration_replayed_ns)),
+                                    fmt::format("mean |error| {:.1f}%, worst {:.1f}%",
+                                                100 * x.mean_abs_error, 100 * x.max_abs_error),
+                                    "",
+                                    "",
+                                    "",
+                                    ""};
   };
   t.rows.push_back(summary("replay", r.per_iteration));
   t.rows.push_back(summary("model replay", r.model));
@@ -168,19 +171,17 @@ report::HtmlReport BuildReplayReport(const trace::Analysis& a, const trace::Repl
                        fmt::format("{} ({} ops; clock {:+.3f} ms, {})", rt.source, rt.ops.size(),
                                    Ms(a.clocks.offset_ns[rt.rank]), a.clocks.how[rt.rank])});
   }
-  h.facts.push_back({"graph", fmt::format("{} nodes, {} edges", a.graph.nodes.size(),
-                                          a.graph.preds.size())});
   h.facts.push_back(
-      {"exact replay", fmt::format("ops end within {:.3f} ms of their measured end",
-                                   Ms(r.exact.max_deviation_ns))});
+      {"graph", fmt::format("{} nodes, {} edges", a.graph.nodes.size(), a.graph.preds.size())});
+  h.facts.push_back({"exact replay", fmt::format("ops end within {:.3f} ms of their measured end",
+                                                 Ms(r.exact.max_deviation_ns))});
   // The iteration drawn: the one asked for, else the one with the median measured time.
   const auto& its = r.whole_run.iterations;
   int64_t shown = iteration;
   if (shown < 0 && !its.empty()) {
     std::vector<trace::IterationTime> sorted = its;
-    std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) {
-      return x.measured_ns < y.measured_ns;
-    });
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& x, const auto& y) { return x.measured_ns < y.measured_ns; });
     shown = sorted[sorted.size() / 2].iteration;
   }
   report::Section timelines;
@@ -250,9 +251,10 @@ report::HtmlReport BuildReplayReport(const trace::Analysis& a, const trace::Repl
   if (departures != nullptr && !departures->empty()) {
     report::Section d;
     d.heading = "Measured vs the plan's cost model";
-    d.text = "Per (virtual stage, op): the mean |error| of the plan's durations against the "
-             "measured costs, the largest first, and the line measured = scale x predicted + "
-             "offset that sluice calibrate would fit.";
+    d.text =
+        "Per (virtual stage, op): the mean |error| of the plan's durations against the "
+        "measured costs, the largest first, and the line measured = scale x predicted + "
+        "offset that sluice calibrate would fit.";
     report::Table t;
     t.title = "Op classes against the plan";
     t.header = {"stage", "op", "samples", "plan's mean |error|", "scale", "offset us"};

@@ -70,19 +70,18 @@ Matching MatchComms(const TraceSet& set) {
     }
     if (s.size() != r.size()) {
       m.unmatched += static_cast<int64_t>(std::max(s.size(), r.size()) - both);
-      m.notes.push_back(fmt::format("rank {} sends {} message(s){} to rank {}, which receives {}",
-                                    std::get<0>(k), s.size(),
-                                    std::get<2>(k).empty() ? "" : " (" + std::get<2>(k) + ")",
-                                    std::get<1>(k), r.size()));
+      m.notes.push_back(fmt::format(
+          "rank {} sends {} message(s){} to rank {}, which receives {}", std::get<0>(k), s.size(),
+          std::get<2>(k).empty() ? "" : " (" + std::get<2>(k) + ")", std::get<1>(k), r.size()));
     }
   }
   for (auto& [k, r] : recvs) {
     if (!sends.contains(k) && !r.empty()) {
       m.unmatched += static_cast<int64_t>(r.size());
-      m.notes.push_back(fmt::format(
-          "rank {} receives {} message(s){} from rank {}, which sends none; left out",
-          std::get<1>(k), r.size(), std::get<2>(k).empty() ? "" : " (" + std::get<2>(k) + ")",
-          std::get<0>(k)));
+      m.notes.push_back(
+          fmt::format("rank {} receives {} message(s){} from rank {}, which sends none; left out",
+                      std::get<1>(k), r.size(),
+                      std::get<2>(k).empty() ? "" : " (" + std::get<2>(k) + ")", std::get<0>(k)));
     }
   }
   for (auto& [key, members] : colls) {
@@ -101,9 +100,9 @@ Matching MatchComms(const TraceSet& set) {
       int64_t extra = 0;
       for (const auto& [rank, list] : members) extra += static_cast<int64_t>(list.size() - count);
       m.unmatched += extra;
-      m.notes.push_back(fmt::format(
-          "collectives{}: ranks run between {} and {}; the first {} are matched", 
-          key.empty() ? "" : " '" + key + "'", count, most, count));
+      m.notes.push_back(
+          fmt::format("collectives{}: ranks run between {} and {}; the first {} are matched",
+                      key.empty() ? "" : " '" + key + "'", count, most, count));
     }
   }
   return m;

@@ -23,7 +23,8 @@ StatusOr<Analysis> Analyze(TraceSet set) {
   // sluice train writes the ranks of one host on one clock: a rank that causality had to move
   // ran elsewhere, or its trace is of another run.
   for (size_t r = 0; r < set.ranks.size(); ++r) {
-    if (set.ranks[r].format == TraceFormat::kSluice && std::abs(a.clocks.offset_ns[r]) > 1'000'000) {
+    if (set.ranks[r].format == TraceFormat::kSluice &&
+        std::abs(a.clocks.offset_ns[r]) > 1'000'000) {
       set.notes.push_back(fmt::format(
           "{}: rank {}'s receives end before their sends were posted unless its clock moves by "
           "{:+.3f} ms; sluice train writes the ranks of one host on one clock, so this is another "
@@ -69,13 +70,12 @@ double SignedError(int64_t replayed, int64_t measured) {
 }
 
 std::string Summary(const ReplayResult& r) {
-  return fmt::format("mean |error| {}, worst {}; mean iteration {:.3f} ms vs {:.3f} ms measured "
-                     "({:+.1f}%)",
-                     Pct(r.mean_abs_error), Pct(r.max_abs_error),
-                     Ms(r.mean_iteration_replayed_ns), Ms(r.mean_iteration_measured_ns),
-                     100 * (r.mean_iteration_replayed_ns /
-                                std::max(1.0, r.mean_iteration_measured_ns) -
-                            1));
+  return fmt::format(
+      "mean |error| {}, worst {}; mean iteration {:.3f} ms vs {:.3f} ms measured "
+      "({:+.1f}%)",
+      Pct(r.mean_abs_error), Pct(r.max_abs_error), Ms(r.mean_iteration_replayed_ns),
+      Ms(r.mean_iteration_measured_ns),
+      100 * (r.mean_iteration_replayed_ns / std::max(1.0, r.mean_iteration_measured_ns) - 1));
 }
 
 }  // namespace
@@ -89,13 +89,13 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
     out += fmt::format("  rank {}: {} ({} ops on {} stream(s), {} communications)\n", r.rank,
                        r.source, r.ops.size(), r.streams.size(), r.comms.size());
   }
-  out += fmt::format("matched: {} message(s), {} collective(s); {} op(s) unmatched\n",
-                     a.matching.messages.size(), a.matching.collectives.size(),
-                     a.matching.unmatched);
+  out +=
+      fmt::format("matched: {} message(s), {} collective(s); {} op(s) unmatched\n",
+                  a.matching.messages.size(), a.matching.collectives.size(), a.matching.unmatched);
   out += "clock offsets (added to each rank's times):\n";
   for (size_t r = 0; r < s.ranks.size(); ++r) {
-    out += fmt::format("  rank {}: {:+.3f} ms ({})\n", r, Ms(a.clocks.offset_ns[r]),
-                       a.clocks.how[r]);
+    out +=
+        fmt::format("  rank {}: {:+.3f} ms ({})\n", r, Ms(a.clocks.offset_ns[r]), a.clocks.how[r]);
   }
   out += fmt::format(
       "  {} send->receive bounds, {} still broken; {} receive(s) posted before their send "
@@ -113,16 +113,17 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
       "replayed (ops end within {:.3f} ms of their measured end)\n",
       Ms(exact.measured_span_ns), Ms(exact.replayed_span_ns), Ms(exact.max_deviation_ns));
   out += "communication models (fitted on the transfers and collectives some side waited for):\n";
-  out += "  class                          count  waited  latency us   us/KiB  measured ms  "
-         "modelled ms\n";
+  out +=
+      "  class                          count  waited  latency us   us/KiB  measured ms  "
+      "modelled ms\n";
   for (const CommFit& f : rp.model.comm_fits) {
-    out += fmt::format("  {:<30} {:>5}  {:>6}  {:>10}  {:>7}  {:>11.3f}  {:>11.3f}\n",
-                       f.name.substr(0, 30), f.hubs, f.waited,
-                       f.fitted ? fmt::format("{:.1f}{}", f.latency_ns * 1e-3,
-                                              f.pooled ? " (pooled)" : "")
-                                : std::string("measured"),
-                       f.fitted ? fmt::format("{:.3f}", f.ns_per_byte * 1.024) : "-",
-                       Ms(f.measured_ns), Ms(f.modelled_ns));
+    out += fmt::format(
+        "  {:<30} {:>5}  {:>6}  {:>10}  {:>7}  {:>11.3f}  {:>11.3f}\n", f.name.substr(0, 30),
+        f.hubs, f.waited,
+        f.fitted ? fmt::format("{:.1f}{}", f.latency_ns * 1e-3, f.pooled ? " (pooled)" : "")
+                 : std::string("measured"),
+        f.fitted ? fmt::format("{:.3f}", f.ns_per_byte * 1.024) : "-", Ms(f.measured_ns),
+        Ms(f.modelled_ns));
   }
   out += fmt::format(
       "iterations: replay (dPRO: each op's measured own time and gap, each waited-for transfer "
@@ -138,14 +139,13 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
     const IterationTime* w = i < rp.model.iterations.size() ? &rp.model.iterations[i] : nullptr;
     const IterationTime* c =
         i < rp.by_class.iterations.size() ? &rp.by_class.iterations[i] : nullptr;
-    out += fmt::format("  {:>9}  {:>11.3f}  {:>11.3f}  {:>+6.1f}%  {:>12.3f}  {:>+6.1f}%  {:>8.3f}  "
-                       "{:>+6.1f}%\n",
-                       p.iteration, Ms(p.measured_ns), Ms(p.replayed_ns),
-                       100 * SignedError(p.replayed_ns, p.measured_ns),
-                       w ? Ms(w->replayed_ns) : 0.0,
-                       w ? 100 * SignedError(w->replayed_ns, w->measured_ns) : 0.0,
-                       c ? Ms(c->replayed_ns) : 0.0,
-                       c ? 100 * SignedError(c->replayed_ns, c->measured_ns) : 0.0);
+    out += fmt::format(
+        "  {:>9}  {:>11.3f}  {:>11.3f}  {:>+6.1f}%  {:>12.3f}  {:>+6.1f}%  {:>8.3f}  "
+        "{:>+6.1f}%\n",
+        p.iteration, Ms(p.measured_ns), Ms(p.replayed_ns),
+        100 * SignedError(p.replayed_ns, p.measured_ns), w ? Ms(w->replayed_ns) : 0.0,
+        w ? 100 * SignedError(w->replayed_ns, w->measured_ns) : 0.0, c ? Ms(c->replayed_ns) : 0.0,
+        c ? 100 * SignedError(c->replayed_ns, c->measured_ns) : 0.0);
   }
   if (k > 0) {
     out += "  replay:           " + Summary(rp.per_iteration) + "\n";
@@ -160,9 +160,9 @@ std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_ste
   out += "  rank  stream            compute     comm  waiting     gaps    other   bubble\n";
   for (const RankBreakdown& b : c.ranks) {
     out += fmt::format("  {:>4}  {:<14} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f}\n",
-                       b.rank, StreamName(s.ranks[b.rank], b.stream).substr(0, 14), Ms(b.compute_ns),
-                       Ms(b.comm_ns), Ms(b.waiting_ns), Ms(b.gaps_ns), Ms(b.other_ns),
-                       Ms(b.bubble_ns));
+                       b.rank, StreamName(s.ranks[b.rank], b.stream).substr(0, 14),
+                       Ms(b.compute_ns), Ms(b.comm_ns), Ms(b.waiting_ns), Ms(b.gaps_ns),
+                       Ms(b.other_ns), Ms(b.bubble_ns));
   }
   out += fmt::format("critical path (whole-run replay): {} steps; own time on it (ms):",
                      c.critical_path.size());

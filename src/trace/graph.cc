@@ -167,7 +167,9 @@ StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
     if (eager) start = first_post;
     std::string cls = kind == NodeKind::kTransfer ? "transfer " : "collective ";
     for (size_t i = 0; i < parts.size(); ++i) {
-      cls += (i == 0 ? "" : kind == NodeKind::kTransfer ? "->" : ",") +
+      cls += (i == 0                        ? ""
+              : kind == NodeKind::kTransfer ? "->"
+                                            : ",") +
              std::to_string(parts[i].first);
       h.bytes = std::max(h.bytes, parts[i].second->bytes);
     }
@@ -205,8 +207,8 @@ StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
   for (size_t i = 0; i < hub_end_before.size(); ++i) {
     if (hub_end_before[i] == INT64_MIN) continue;
     GraphNode& w = g.nodes[i];
-    w.own_ns = std::max<int64_t>(
-        0, w.measured_end_ns - std::max(w.measured_start_ns, hub_end_before[i]));
+    w.own_ns =
+        std::max<int64_t>(0, w.measured_end_ns - std::max(w.measured_start_ns, hub_end_before[i]));
   }
   // CSR and a topological order (Kahn).
   const size_t n = g.nodes.size();
@@ -256,8 +258,7 @@ std::string NodeText(const Graph& graph, const TraceSet& set, const Matching& ma
   const GraphNode& n = graph.nodes[node];
   if (n.kind == NodeKind::kTransfer) {
     const MessageMatch& m = matching.messages[n.op];
-    return fmt::format("transfer {}->{} '{}'", m.src, m.dst,
-                       set.ranks[m.src].comms[m.send].text);
+    return fmt::format("transfer {}->{} '{}'", m.src, m.dst, set.ranks[m.src].comms[m.send].text);
   }
   if (n.kind == NodeKind::kCollective) {
     const CollectiveMatch& c = matching.collectives[n.op];

@@ -12,7 +12,8 @@
 //   kLaunch  a host launch -> the GPU op it launched (Kineto).
 // Replay semantics (what makes a replay with measured values reproduce the trace):
 //   start(v) = max(end(stream pred) + gap(v), end(u) for its data and done preds u, start(u) for
-//              its post and launch preds u)   [release(v) without a stream pred: its measured start]
+//              its post and launch preds u)   [release(v) without a stream pred: its measured
+//              start]
 //   end(v)   = start(v) + own(v)
 // own(op) is its measured duration, except for a wait: end - max(start, its hubs' measured
 // ends) (its blocked part is explained by the hubs). A transfer's measured interval is from the
@@ -37,7 +38,15 @@
 
 namespace sluice::trace {
 
-enum class NodeKind : uint8_t { kCompute, kPost, kWait, kOptimizer, kOther, kTransfer, kCollective };
+enum class NodeKind : uint8_t {
+  kCompute,
+  kPost,
+  kWait,
+  kOptimizer,
+  kOther,
+  kTransfer,
+  kCollective
+};
 std::string_view NodeKindName(NodeKind kind);
 
 enum class EdgeKind : uint8_t { kStream, kData, kPost, kDone, kLaunch };
@@ -72,7 +81,7 @@ struct Graph {
   std::vector<GraphEdge> preds;
   std::vector<int32_t> topo_order;  // every node after its preds
   int64_t edges_by_kind[5] = {0, 0, 0, 0, 0};
-  int64_t origin_ns = 0;  // earliest measured start
+  int64_t origin_ns = 0;                  // earliest measured start
   std::vector<std::string> comm_classes;  // "transfer 0->1 act", "collective 0,1 pp0"
 };
 

@@ -32,8 +32,8 @@ std::string ClassKey(const Graph& g, const TraceSet& set, const std::vector<int3
                        ClassKey(g, set, position, first.from));
   }
   const TraceOp& op = set.ranks[n.rank].ops[n.op];
-  return fmt::format("{}|{}|{}|{}|{}|{}", n.rank, n.stream, position[v],
-                     static_cast<int>(n.kind), op.name, op.label);
+  return fmt::format("{}|{}|{}|{}|{}|{}", n.rank, n.stream, position[v], static_cast<int>(n.kind),
+                     op.name, op.label);
 }
 
 }  // namespace
@@ -45,9 +45,8 @@ namespace {
 // evenly spread by size), the latency the median of time - slope x bytes; the median time when
 // sizes do not vary. A negative slope counts as 0. Sorts `samples`.
 std::pair<int64_t, double> FitLine(const Graph& g, std::vector<int32_t>& samples) {
-  std::sort(samples.begin(), samples.end(), [&](int32_t a, int32_t b) {
-    return g.nodes[a].bytes < g.nodes[b].bytes;
-  });
+  std::sort(samples.begin(), samples.end(),
+            [&](int32_t a, int32_t b) { return g.nodes[a].bytes < g.nodes[b].bytes; });
   constexpr size_t kMaxSamples = 256;
   std::vector<int32_t> some;
   const size_t step = (samples.size() + kMaxSamples - 1) / kMaxSamples;
@@ -110,8 +109,8 @@ std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups, std::vecto
     if (n.comm_class < 0) continue;
     const int k = n.kind == NodeKind::kCollective;
     const std::pair<int64_t, double>* line = fitted[n.comm_class] ? &lines[n.comm_class]
-                                             : !pooled[k].empty()  ? &pooled_line[k]
-                                                                   : nullptr;
+                                             : !pooled[k].empty() ? &pooled_line[k]
+                                                                  : nullptr;
     CommFit& f = out[n.comm_class];
     ++f.hubs;
     f.measured_ns += n.own_ns;
@@ -229,8 +228,7 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
       const bool released =
           node.stream_pred < 0 ||
           (options.per_iteration && g.nodes[node.stream_pred].iteration != node.iteration);
-      start = released ? node.measured_start_ns - g.origin_ns
-                       : r.end_ns[node.stream_pred] + gap[v];
+      start = released ? node.measured_start_ns - g.origin_ns : r.end_ns[node.stream_pred] + gap[v];
       if (released) via[v] = -2;
     }
     stream_ready[v] = start;
@@ -261,8 +259,8 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     const GraphNode& node = g.nodes[v];
     if (IsHub(node)) continue;
     measured_end = std::max(measured_end, node.measured_end_ns - g.origin_ns);
-    r.max_deviation_ns = std::max(
-        r.max_deviation_ns, std::abs(r.end_ns[v] - (node.measured_end_ns - g.origin_ns)));
+    r.max_deviation_ns =
+        std::max(r.max_deviation_ns, std::abs(r.end_ns[v] - (node.measured_end_ns - g.origin_ns)));
     if (r.end_ns[v] > replayed_end) {
       replayed_end = r.end_ns[v];
       last = static_cast<int32_t>(v);
@@ -287,10 +285,11 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
   for (const IterationTime& it : r.iterations) {
     r.mean_iteration_measured_ns += static_cast<double>(it.measured_ns);
     r.mean_iteration_replayed_ns += static_cast<double>(it.replayed_ns);
-    const double err = it.measured_ns > 0 ? std::abs(static_cast<double>(it.replayed_ns) -
-                                                     static_cast<double>(it.measured_ns)) /
-                                                static_cast<double>(it.measured_ns)
-                                          : 0;
+    const double err =
+        it.measured_ns > 0
+            ? std::abs(static_cast<double>(it.replayed_ns) - static_cast<double>(it.measured_ns)) /
+                  static_cast<double>(it.measured_ns)
+            : 0;
     r.mean_abs_error += err;
     r.max_abs_error = std::max(r.max_abs_error, err);
   }
@@ -352,8 +351,8 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     }
   }
   for (RankBreakdown& b : r.ranks) {
-    b.bubble_ns = std::max<int64_t>(0, r.replayed_span_ns - b.compute_ns - b.comm_ns -
-                                           b.waiting_ns - b.gaps_ns - b.other_ns);
+    b.bubble_ns = std::max<int64_t>(
+        0, r.replayed_span_ns - b.compute_ns - b.comm_ns - b.waiting_ns - b.gaps_ns - b.other_ns);
   }
   return r;
 }

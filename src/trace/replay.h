@@ -7,9 +7,10 @@
 //    trace to the nanosecond; a check of the graph, the matching and the clocks;
 //  - per-iteration (dPRO): every op its own measured time and gap; a transfer or collective that
 //    some side waited for its measured time, the others (whose end the trace bounds only from
-//    above) the communication model's within that bound (CommModel::kWaitedElseFitted); each iteration started at
-//    its ranks' measured starts; who waits for whom, and how long, is recomputed from the
-//    dependencies. Compared per iteration with the measured time: the replay error;
+//    above) the communication model's within that bound (CommModel::kWaitedElseFitted); each
+//    iteration started at its ranks' measured starts; who waits for whom, and how long, is
+//    recomputed from the dependencies. Compared per iteration with the measured time: the replay
+//    error;
 //  - model (CommModel::kFitted): the same with every transfer and collective from the model
 //    fitted on the whole trace: how much of the run the communication model explains;
 //  - class (kMean / kMedian): every op takes its class's mean or median (dPRO's avg), the
@@ -42,13 +43,13 @@ enum class ClassStat : uint8_t {
 
 // What a transfer's or collective's own time is in a replay.
 enum class CommModel : uint8_t {
-  kMeasured,  // its measured interval (graph.h)
+  kMeasured,          // its measured interval (graph.h)
   kWaitedElseFitted,  // its measured interval when some side waited for it, else kFitted's
                       // time, at most its measured interval (the trace proves it done by then)
-  kFitted,    // latency + bytes / bandwidth fitted per (kind, ranks, key) over the whole trace
-              // from the hubs some side waited for (graph.h: the others are bounded from above
-              // only), pooled per kind for classes without such a hub; a robust line, the
-              // median when sizes do not vary or are unknown
+  kFitted,  // latency + bytes / bandwidth fitted per (kind, ranks, key) over the whole trace
+            // from the hubs some side waited for (graph.h: the others are bounded from above
+            // only), pooled per kind for classes without such a hub; a robust line, the
+            // median when sizes do not vary or are unknown
 };
 
 struct ReplayOptions {
@@ -63,14 +64,14 @@ struct ReplayOptions {
 
 struct RankBreakdown {
   int64_t rank = 0;
-  int32_t stream = 0;       // the stream counted (the rank's busiest)
-  int64_t compute_ns = 0;   // compute and optimizer ops
-  int64_t comm_ns = 0;      // inside posts and waits once their transfers were done
-  int64_t waiting_ns = 0;   // blocked: a wait until its transfer or collective was done, an op
-                            // until its data or launch arrived
-  int64_t gaps_ns = 0;      // host / framework gaps between ops
-  int64_t other_ns = 0;     // loads, frees, launches
-  int64_t bubble_ns = 0;    // the replayed span minus all of the above (idle at the ends)
+  int32_t stream = 0;      // the stream counted (the rank's busiest)
+  int64_t compute_ns = 0;  // compute and optimizer ops
+  int64_t comm_ns = 0;     // inside posts and waits once their transfers were done
+  int64_t waiting_ns = 0;  // blocked: a wait until its transfer or collective was done, an op
+                           // until its data or launch arrived
+  int64_t gaps_ns = 0;     // host / framework gaps between ops
+  int64_t other_ns = 0;    // loads, frees, launches
+  int64_t bubble_ns = 0;   // the replayed span minus all of the above (idle at the ends)
 };
 
 struct IterationTime {
@@ -88,15 +89,15 @@ struct CriticalStep {
 
 // One communication class's model under CommModel::kFitted.
 struct CommFit {
-  std::string name;          // Graph::comm_classes
-  int64_t hubs = 0;          // transfers or collectives of the class
-  int64_t waited = 0;        // of them, samples (some side waited for it)
-  bool pooled = false;       // no sample of its own: the line of every waited hub of its kind
-  bool fitted = false;       // false: no sample at all, its measured bounds are kept
+  std::string name;     // Graph::comm_classes
+  int64_t hubs = 0;     // transfers or collectives of the class
+  int64_t waited = 0;   // of them, samples (some side waited for it)
+  bool pooled = false;  // no sample of its own: the line of every waited hub of its kind
+  bool fitted = false;  // false: no sample at all, its measured bounds are kept
   int64_t latency_ns = 0;
   double ns_per_byte = 0;
-  int64_t measured_ns = 0;   // sum of its hubs' measured times
-  int64_t modelled_ns = 0;   // sum of their fitted times
+  int64_t measured_ns = 0;  // sum of its hubs' measured times
+  int64_t modelled_ns = 0;  // sum of their fitted times
 };
 
 struct ReplayResult {
@@ -104,17 +105,17 @@ struct ReplayResult {
   std::vector<int64_t> end_ns;
   int64_t measured_span_ns = 0;  // whole trace, first start to last end
   int64_t replayed_span_ns = 0;
-  int64_t max_deviation_ns = 0;  // max over ops of |replayed end - measured end|
+  int64_t max_deviation_ns = 0;           // max over ops of |replayed end - measured end|
   std::vector<IterationTime> iterations;  // every iteration with ops on every rank, ascending
   double mean_iteration_measured_ns = 0;
   double mean_iteration_replayed_ns = 0;
   double mean_abs_error = 0;  // mean over iterations of |replayed - measured| / measured
   double max_abs_error = 0;
-  std::vector<CriticalStep> critical_path;  // first to last
+  std::vector<CriticalStep> critical_path;                 // first to last
   int64_t critical_by_kind_ns[7] = {0, 0, 0, 0, 0, 0, 0};  // [NodeKind] own time on the path
   int64_t critical_gaps_ns = 0;
   std::vector<RankBreakdown> ranks;
-  int64_t comm_models = 0;  // CommModel::kFitted: (kind, ranks, key) groups fitted
+  int64_t comm_models = 0;         // CommModel::kFitted: (kind, ranks, key) groups fitted
   std::vector<CommFit> comm_fits;  // CommModel::kFitted: per class
 };
 
@@ -124,6 +125,7 @@ std::vector<int64_t> FittedCommTimes(const Graph& graph, int64_t* groups = nullp
                                      std::vector<CommFit>* fits = nullptr);
 
 // REQUIRES: `graph` was built from `set`. InvalidArgument for a negative what-if factor.
-StatusOr<ReplayResult> Replay(const Graph& graph, const TraceSet& set, const ReplayOptions& options);
+StatusOr<ReplayResult> Replay(const Graph& graph, const TraceSet& set,
+                              const ReplayOptions& options);
 
 }  // namespace sluice::trace

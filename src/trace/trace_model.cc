@@ -47,7 +47,7 @@ std::string_view CommKindName(CommKind kind) {
 
 std::string StreamName(const RankTrace& rank, int32_t stream) {
   return stream >= 0 && stream < static_cast<int32_t>(rank.streams.size()) ? rank.streams[stream]
-                                                                          : "-";
+                                                                           : "-";
 }
 
 void SortOps(RankTrace* rank) {

@@ -1,9 +1,9 @@
 // Tests of src/trace/: readers on small documents of each format, matching, clock alignment,
 // the graph, replay and calibration. Real traces (torch 1.13 runs of the shipped example, sluice
 // train runs) are read by tests/trace_cli_test.sh.
+#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fmt/core.h>
 
 #include <filesystem>
 #include <string>
@@ -370,8 +370,8 @@ TEST(TorchCpuReader, FlattensPairsAndMatchesByOrderAndAnnotation) {
 // stream, NCCL kernels with their args, an ac2g flow for one kernel.
 std::string KinetoDoc(int rank) {
   const double b = rank * 7.0;  // each rank's clock
-  std::string peer_args =
-      rank == 0 ? R"("Collective name":"send","Dst Rank":1)" : R"("Collective name":"recv","Src Rank":0)";
+  std::string peer_args = rank == 0 ? R"("Collective name":"send","Dst Rank":1)"
+                                    : R"("Collective name":"recv","Src Rank":0)";
   return fmt::format(R"({{
   "schemaVersion": 1, "distributedInfo": {{"backend": "nccl", "rank": {0}, "world_size": 2}},
   "deviceProperties": [], "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000,
@@ -451,7 +451,9 @@ TEST(Calibration, JsonRoundTripAndApply) {
   EXPECT_EQ(plan.ranks[0].instructions[2].duration, Duration::Micros(100));  // no entry: kept
   EXPECT_EQ(plan.cluster.intra_node.latency, Duration::Micros(100));
   EXPECT_DOUBLE_EQ(plan.cluster.intra_node.bandwidth, 2.5e9);
-  auto bad = CalibrationFromJson(R"({"format":"sluice-calibration/1","ops":[{"stage":0,"op":"send-act-start","scale":1,"offset_us":0}]})", "bad.json");
+  auto bad = CalibrationFromJson(
+      R"({"format":"sluice-calibration/1","ops":[{"stage":0,"op":"send-act-start","scale":1,"offset_us":0}]})",
+      "bad.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("bad.json: field 'ops[0].op'"));
 }
@@ -467,10 +469,10 @@ TEST(Replay, LargeSyntheticGraphIsFast) {
       for (int k = 0; k < 100; ++k, t += 10) {
         e.push_back(Ev(r, 0, fmt::format("{}F{}", r, k), "forward", t, 9, it, k, 0));
       }
-      e.push_back(Ev(r, 0, fmt::format("{}SEND_F{}", r, it), "send-act-start", t, 1, it, it, 0,
-                     next, 64));
-      e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}", r, it), "recv-act-start", t + 1, 1, it, it,
-                     0, prev, 64));
+      e.push_back(
+          Ev(r, 0, fmt::format("{}SEND_F{}", r, it), "send-act-start", t, 1, it, it, 0, next, 64));
+      e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}", r, it), "recv-act-start", t + 1, 1, it, it, 0,
+                     prev, 64));
       e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}.wait", r, it), "recv-act-finish", t + 2, 5, it,
                      it, 0, prev));
       e.push_back(Ev(r, 0, fmt::format("{}SEND_F{}.wait", r, it), "send-act-finish", t + 7, 1, it,
