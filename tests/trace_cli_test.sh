@@ -49,6 +49,8 @@ else
       --report "$tmp/torch.html"
     check "report has both timelines" test "$(grep -o 'sluice-timeline"' "$tmp/torch.html" | wc -l)" \
       -eq 2
+    expect "report iteration must exist" 2 "--report-iteration 99: not an iteration .*allowed: [0-9]+\.\.[0-9]+" \
+      -- replay "$tmp/torch" --report "$tmp/torch2.html" --report-iteration 99
     check "report has the error table" grep -q "Replayed vs measured iteration time" \
       "$tmp/torch.html"
     expect "--plan needs sluice traces" 2 "--plan: .* is a torch-cpu trace" -- replay \

@@ -400,7 +400,8 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--calibration"] =
       c->add_option("--calibration", f->calibration,
                     "Price every planned batch with a calibration file (sluice calibrate --out) "
-                    "before simulating it; the configuration search keeps the cost model")
+                    "before simulating it; the configuration search keeps the cost model (default: "
+                    "none)")
           ->type_name("FILE");
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")

@@ -252,7 +252,7 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
   p->add_option("--calibration", flags->calibration,
                 "Price the plans with a calibration file (sluice calibrate --out): their op "
                 "durations, links and the makespan shown (the planner's choices keep the cost "
-                "model)")
+                "model; default: none)")
       ->type_name("FILE");
   p->add_option("--show", flags->show, "Print micro-batches of this many first batches")
       ->check(IntegerCheck(0, kNoMaxInteger))

@@ -123,6 +123,17 @@ Status RunReplay(const ReplayFlags& f) {
     SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, replays)));
   }
   if (!f.report.empty()) {
+    const auto& its = replays.whole_run.iterations;
+    if (f.report_iteration >= 0 &&
+        std::none_of(its.begin(), its.end(), [&](const trace::IterationTime& it) {
+          return it.iteration == f.report_iteration;
+        })) {
+      return InvalidArgumentError(fmt::format(
+          "--report-iteration {}: not an iteration with ops on every rank (allowed: {})",
+          f.report_iteration,
+          its.empty() ? std::string("none")
+                      : fmt::format("{}..{}", its.front().iteration, its.back().iteration)));
+    }
     SLUICE_RETURN_IF_ERROR(report::WriteHtmlReport(
         BuildReplayReport(a, replays, f.report_iteration, f.plans.empty() ? nullptr : &departures),
         f.report));
