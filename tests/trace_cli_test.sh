@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `sluice trace replay` and `sluice trace calibrate` end to end on traces made by real runs:
+# `sluice replay` and `sluice calibrate` end to end on traces made by real runs:
 #   1. examples/torch_pipeline_trace.py under torch 1.13 (PYTHON, python3-torch): 2 Gloo ranks,
 #      send/recv and all_reduce under torch.profiler, export_chrome_trace per rank;
 #   2. with SLUICE_TRAIN=1 (builds with libtorch): `sluice train --plan ... --trace-dir` of six
@@ -12,12 +12,17 @@ python="${3:-/usr/bin/python3}"
 train="${4:-0}"
 source "$(dirname "$0")/cli_lib.sh"
 
-expect "help lists the subcommands" 0 "replay.*calibrate" -- trace --help
-expect "replay needs traces" 2 "traces is required" -- trace replay
-expect "missing path is named" 2 "nope: no such trace file or folder" -- trace replay "$tmp/nope"
+expect "help lists replay" 0 "replay" -- --help
+expect "help lists calibrate" 0 "calibrate" -- --help
+expect "trace is no command any more" 2 "not expected: trace" -- trace replay "$tmp/nope"
+expect "replay needs traces" 2 "traces is required" -- replay
+expect "missing path is named" 2 "nope: no such trace file or folder" -- replay "$tmp/nope"
 printf '{"traceEvents": [ {"name": "a"' > "$tmp/cut.json"
-expect "truncated JSON names the file" 2 "cut.json" -- trace replay "$tmp/cut.json"
-expect "bad what-if" 2 "expected WHAT=FACTOR" -- trace replay "$tmp/cut.json" --what-if compute
+expect "truncated JSON names the file" 2 "cut.json" -- replay "$tmp/cut.json"
+mkdir -p "$tmp/empty" && echo '[]' > "$tmp/empty/trace-rank-0.json" && echo '[]' > "$tmp/empty/trace-rank-1.json"
+expect "traces without ops: an empty result, no crash" 0 "no iteration has ops on every rank" -- \
+  replay "$tmp/empty"
+expect "bad what-if" 2 "expected WHAT=FACTOR" -- replay "$tmp/cut.json" --what-if compute
 
 # 1. torch 1.13 CPU traces of the shipped example.
 if ! "$python" -c "import torch, torch.distributed" 2>/dev/null; then
@@ -31,19 +36,31 @@ else
       -s "$tmp/torch/trace-rank-1.json"
     expect "torch traces: every message and all-reduce matched" 0 \
       "matched: 24 message\(s\), 4 collective\(s\); 0 op\(s\) unmatched" -- \
-      trace replay "$tmp/torch" --json "$tmp/torch-replay.json"
+      replay "$tmp/torch" --json "$tmp/torch-replay.json"
     expect "torch traces: clocks aligned on the all-reduces" 0 \
-      "rank 1: [-+][0-9.]+ ms \(collective ends \(n=4\)" -- trace replay "$tmp/torch"
+      "rank 1: [-+][0-9.]+ ms \(collective ends \(n=4\)" -- replay "$tmp/torch"
     expect "torch traces: no causality bound broken" 0 "bounds, 0 still broken" -- \
-      trace replay "$tmp/torch"
+      replay "$tmp/torch"
     expect "torch traces: measured replay reproduces the trace" 0 \
-      "ops end within 0.000 ms of their measured end" -- trace replay "$tmp/torch"
+      "ops end within 0.000 ms of their measured end" -- replay "$tmp/torch"
+    expect "torch traces: per-iteration replay within 5%" 0 \
+      "replay: +mean \|error\| [0-4]\.[0-9]%" -- replay "$tmp/torch"
+    expect "torch traces: HTML report" 0 "report written to" -- replay "$tmp/torch" \
+      --report "$tmp/torch.html"
+    check "report has both timelines" test "$(grep -o 'sluice-timeline"' "$tmp/torch.html" | wc -l)" \
+      -eq 2
+    expect "report iteration must exist" 2 "--report-iteration 99: not an iteration .*allowed: [0-9]+\.\.[0-9]+" \
+      -- replay "$tmp/torch" --report "$tmp/torch2.html" --report-iteration 99
+    check "report has the error table" grep -q "Replayed vs measured iteration time" \
+      "$tmp/torch.html"
+    expect "--plan needs sluice traces" 2 "--plan: .* is a torch-cpu trace" -- replay \
+      "$tmp/torch" --plan "$tmp/none.json"
     expect "torch traces: what-if" 0 "what-if comm=0: mean iteration" -- \
-      trace replay "$tmp/torch" --what-if comm=0
+      replay "$tmp/torch" --what-if comm=0
     check "replay JSON has the iterations" grep -q '"mean_iteration_replayed_ms"' \
       "$tmp/torch-replay.json"
     expect "calibration needs sluice traces" 2 "calibration needs sluice's runtime traces" -- \
-      trace calibrate "$tmp/torch" --plan "$tmp/none.json" --out "$tmp/c.json"
+      calibrate "$tmp/torch" --plan "$tmp/none.json" --out "$tmp/c.json"
   else
     echo "FAIL: examples/torch_pipeline_trace.py failed:"; tail -20 "$tmp/torch.log"
     failed=$((failed + 1))
@@ -62,17 +79,69 @@ if [ "$train" = "1" ]; then
   port=$((29650 + RANDOM % 100))
   MASTER_PORT=$port expect "train with traces" 0 "trained 6 iterations" -- train --nproc 2 \
     "${common[@]}" --threads 1 --plan "${plans[@]}" --trace-dir "$tmp/t"
-  expect "sluice traces: every transfer matched" 0 "0 op\(s\) unmatched" -- trace replay "$tmp/t"
+  expect "sluice traces: every transfer matched" 0 "0 op\(s\) unmatched" -- replay "$tmp/t"
   expect "sluice traces: measured replay exact" 0 "ops end within 0.000 ms" -- \
-    trace replay "$tmp/t"
+    replay "$tmp/t"
+  expect "sluice traces: per-iteration replay within 3%" 0 \
+    "replay: +mean \|error\| [0-2]\.[0-9]%, worst [0-4]\.[0-9]%" -- replay "$tmp/t"
+  expect "replay tied to its plans" 0 "tied to 6 plan\(s\)" -- replay "$tmp/t" --plan "${plans[@]}" \
+    --report "$tmp/t.html"
+  check "report lists the op classes against the plan" grep -q "Op classes against the plan" \
+    "$tmp/t.html"
+  expect "replay against another plan is refused" 2 \
+    "trace-rank-0.json: .*rank 0 .*iteration 0 .*a trace of another plan" \
+    -- replay "$tmp/t" --plan "${plans[1]}" "${plans[0]}"
+
+  # Bad traces: each an error naming the file and the event, or a partial result saying what
+  # it left out.
+  mkdir -p "$tmp/bad/missing" "$tmp/bad/unmatched" "$tmp/bad/shift" "$tmp/bad/cut"
+  cp "$tmp/t/trace-rank-1.json" "$tmp/bad/missing/"
+  expect "missing rank is named" 2 "rank\(s\) 0 missing" -- replay "$tmp/bad/missing"
+  head -c 20000 "$tmp/t/trace-rank-0.json" > "$tmp/bad/cut/trace-rank-0.json"
+  cp "$tmp/t/trace-rank-1.json" "$tmp/bad/cut/"
+  expect "truncated rank trace names the file" 2 "cut/trace-rank-0.json" -- replay "$tmp/bad/cut"
+  "$python" - "$tmp/t" "$tmp/bad" <<'PY'
+import json, sys
+src, bad = sys.argv[1], sys.argv[2]
+for r in (0, 1):
+    doc = json.load(open(f"{src}/trace-rank-{r}.json"))
+    ev = doc["traceEvents"]
+    kept = ev
+    if r == 0:  # lose rank 0's first activation send of iteration 2 (its start and its wait)
+        name = next(e["name"] for e in ev if e.get("ph") == "X" and e["tid"] == 0
+                    and e["args"].get("iteration") == 2 and e["args"]["op"] == "send-act-start")
+        kept = [e for e in ev if not (e.get("ph") == "X" and e["args"].get("iteration") == 2
+                                      and e["name"] in (name, name + ".wait"))]
+    json.dump(dict(doc, traceEvents=kept), open(f"{bad}/unmatched/trace-rank-{r}.json", "w"))
+    moved = [dict(e, ts=e["ts"] + 3e6) if r == 1 and "ts" in e else e for e in ev]
+    json.dump(dict(doc, traceEvents=moved), open(f"{bad}/shift/trace-rank-{r}.json", "w"))
+PY
+  expect "unmatched send: a partial result naming what it left out" 0 \
+    "note: rank 1 receives 1 message\(s\) \(act, iteration 2 mb [0-9]+\) from rank 0, which sends none; left out" \
+    -- replay "$tmp/bad/unmatched"
+  expect "unmatched send: counted" 0 "1 op\(s\) unmatched" -- replay "$tmp/bad/unmatched"
+  expect "clock off by 3 s is found" 0 "rank 1: -(2999|3000)\.[0-9]+ ms \(own clock \+ causality\)" \
+    -- replay "$tmp/bad/shift"
+  expect "clock off by 3 s is reported as another host or run" 0 \
+    "note: .*shift/trace-rank-1.json: rank 1's receives end before their sends were posted" \
+    -- replay "$tmp/bad/shift"
   expect "calibrate on 1-3, held out 4-5" 0 \
     "held-out iterations \(3\): mean \|error\| [0-9.]+% before, [0-9.]+% after" -- \
-    trace calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --out "$tmp/cal.json"
+    calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --out "$tmp/cal.json"
   check "calibration file" grep -q '"format": "sluice-calibration/1"' "$tmp/cal.json"
   expect "simulate with the calibration" 0 "outcome: ok" -- simulate "${plans[4]}" \
     --calibration "$tmp/cal.json"
   expect "calibration against another plan is refused" 2 "a trace of another plan" -- \
-    trace calibrate "$tmp/t" --plan "${plans[1]}" "${plans[0]}" --out "$tmp/cal2.json"
+    calibrate "$tmp/t" --plan "${plans[1]}" "${plans[0]}" --out "$tmp/cal2.json"
+  expect "plan priced with the calibration" 0 "mean makespan" -- plan "${common[@]}" \
+    --iterations 1 --show 0 --calibration "$tmp/cal.json"
+  printf '{"format": "sluice-calibration/1", "ops": [{"op": 3}]}' > "$tmp/badcal2.json"
+  expect "plan: bad calibration names file and field" 2 \
+    "--calibration: .*badcal2.json: field 'ops\[0\]\.stage'" -- plan "${common[@]}" \
+    --iterations 1 --calibration "$tmp/badcal2.json"
+  expect "compare: bad calibration names file and field" 2 \
+    "--calibration: .*badcal2.json: field 'ops\[0\]\.stage'" -- compare --out "$tmp/cmp" \
+    --calibration "$tmp/badcal2.json"
   printf '{"format": "sluice-calibration/1", "ops": 3}' > "$tmp/badcal.json"
   expect "bad calibration file" 2 "badcal.json: field 'ops'" -- simulate "${plans[4]}" \
     --calibration "$tmp/badcal.json"

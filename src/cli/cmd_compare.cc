@@ -25,6 +25,7 @@
 #include "compare/compare_json.h"
 #include "compare/compare_scenario.h"
 #include "model/parallel_config.h"
+#include "trace/calibration.h"
 
 namespace sluice::cli {
 namespace {
@@ -39,6 +40,7 @@ struct CompareFlags {
   std::string parallel;    // every method's configuration (no search)
   std::string controlled;  // the controlled comparison's configuration only
   std::string scenario_file;
+  std::string calibration;  // --calibration FILE
   std::string scenario_dir;
   std::string out = "sluice-compare";
   bool no_html = false;
@@ -237,6 +239,11 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   options.cancelled = [] { return Interrupted(); };
   options.field_name = CompareFieldNamer(f, source);
   options.optimize_budget_ms = f.optimize_budget_ms;
+  if (!f.calibration.empty()) {
+    StatusOr<trace::Calibration> c = trace::ReadCalibrationFile(f.calibration);
+    if (!c.ok()) return c.status().WithPrefix("--calibration");
+    options.adjust_plan = [c = *c](ExecutionPlan* plan) { trace::ApplyCalibration(c, plan); };
+  }
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
   for (const std::string& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
@@ -447,6 +454,12 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                             "'all' (every power of two that fits)")
                   ->type_name("N,...|all")
                   ->capture_default_str();
+  o["--calibration"] =
+      c->add_option("--calibration", f->calibration,
+                    "Price every planned batch with a calibration file (sluice calibrate --out) "
+                    "before simulating it; the configuration search keeps the cost model (default: "
+                    "none)")
+          ->type_name("FILE");
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))

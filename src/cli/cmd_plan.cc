@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "plan/pytorch_csv.h"
 #include "plan/validate.h"
 #include "planner/planner.h"
+#include "sim/simulator.h"
+#include "trace/calibration.h"
 
 namespace sluice::cli {
 namespace {
@@ -26,6 +29,7 @@ struct PlanFlags {
   std::string out;
   bool out_given = false;  // --out was given (an empty value is refused by its check)
   int64_t show = 1;
+  std::string calibration;  // --calibration FILE
 };
 
 struct CsvFlags {
@@ -109,6 +113,12 @@ Status RunPlan(const PlanFlags& f) {
     SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, inputs));
   }
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
+  std::optional<trace::Calibration> calibration;
+  if (!f.calibration.empty()) {
+    StatusOr<trace::Calibration> c = trace::ReadCalibrationFile(f.calibration);
+    if (!c.ok()) return c.status().WithPrefix("--calibration");
+    calibration = std::move(*c);
+  }
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
   SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
   // A bad --out folder is reported before planning, not after the first batch.
@@ -138,6 +148,15 @@ Status RunPlan(const PlanFlags& f) {
       return planned.status().WithPrefix(fmt::format("global batch {}", batch.index));
     }
     PlanResult& r = *planned;
+    if (calibration.has_value() && r.outcome == PlanOutcome::kOk) {
+      // Priced with calibrated costs: the plan's durations and links, and its makespan again.
+      trace::ApplyCalibration(*calibration, &r.plan);
+      SimOptions o;
+      o.record_timeline = false;
+      o.record_memory = false;
+      SLUICE_ASSIGN_OR_RETURN(SimResult sim, Simulate(r.plan, o));
+      r.makespan = sim.iteration_time;
+    }
     progress.Clear();
     PrintResult(r, batch, sc.parallel->pp, done < f.show);
     if (r.outcome == PlanOutcome::kOk) {
@@ -258,6 +277,11 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
                     "PATH-<batch>.json per batch")
           ->type_name("FILE")
           ->check(PathCheck());
+  p->add_option("--calibration", flags->calibration,
+                "Price the plans with a calibration file (sluice calibrate --out): their op "
+                "durations, links and the makespan shown (the planner's choices keep the cost "
+                "model; default: none)")
+      ->type_name("FILE");
   p->add_option("--show", flags->show, "Print micro-batches of this many first batches")
       ->check(IntegerCheck(0, kNoMaxInteger))
       ->capture_default_str();

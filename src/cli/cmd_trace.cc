@@ -1,6 +1,7 @@
-// `sluice trace replay TRACES...` and `sluice trace calibrate ...`: reads what a run did (sluice's
-// runtime traces, torch.profiler traces), aligns the ranks' clocks, builds the global data-flow
-// graph, replays it and reports (src/trace/, docs/trace.md).
+// `sluice replay TRACES...` and `sluice calibrate TRACES... --plan ... --out FILE`: reads what a
+// run did (sluice's runtime traces, torch.profiler traces), aligns the ranks' clocks, builds the
+// global data-flow graph, replays it and reports; fits the cost model's corrections (src/trace/,
+// docs/trace.md).
 //
 // Exit codes: 0 a replay (or calibration) that ran, partial results included (their notes say
 // what was left out); 2 for bad flags or traces that cannot be read (the message names the file
@@ -15,6 +16,7 @@
 
 #include "base/json_util.h"
 #include "cli/cli_common.h"
+#include "cli/replay_report.h"
 #include "plan/plan_json.h"
 #include "sim/simulator.h"
 #include "trace/analyze.h"
@@ -25,8 +27,11 @@ namespace {
 
 struct ReplayFlags {
   std::vector<std::string> inputs;
+  std::vector<std::string> plans;
   std::vector<std::string> what_if;
   std::string json;
+  std::string report;
+  int64_t report_iteration = -1;
   int top = 10;
   bool median = false;
 };
@@ -57,30 +62,82 @@ StatusOr<trace::WhatIf> ParseWhatIf(const std::string& text) {
 
 Status RunReplay(const ReplayFlags& f) {
   if (!f.json.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--json", f.json));
+  if (!f.report.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--report", f.report));
   trace::ReplayOptions what_if;
   for (const std::string& w : f.what_if) {
     SLUICE_ASSIGN_OR_RETURN(trace::WhatIf parsed, ParseWhatIf(w));
     what_if.what_if.push_back(parsed);
   }
   SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
-  SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult measured,
-                          trace::Replay(a.graph, a.set, trace::ReplayOptions{}));
-  trace::ReplayOptions median_options;
-  median_options.durations = f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean;
-  SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult median,
-                          trace::Replay(a.graph, a.set, median_options));
-  fmt::print("{}", trace::FormatReplayReport(a, measured, median, f.top));
+  SLUICE_ASSIGN_OR_RETURN(
+      trace::Replays replays,
+      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean));
+  std::vector<trace::OpCorrection> departures;
+  if (!f.plans.empty()) {
+    // Ties every op of the trace to its plan's instruction (an error names the event of a trace
+    // of another plan) and compares the measured costs with the plan's durations.
+    for (const trace::RankTrace& r : a.set.ranks) {
+      if (r.format != trace::TraceFormat::kSluice) {
+        return InvalidArgumentError(fmt::format(
+            "--plan: {} is a {} trace; plans are tied to sluice's runtime traces (sluice train "
+            "--plan ... --trace-dir)",
+            r.source, trace::TraceFormatName(r.format)));
+      }
+    }
+    std::vector<ExecutionPlan> plans;
+    for (const std::string& p : f.plans) {
+      SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(p));
+      plans.push_back(std::move(plan));
+    }
+    trace::FitOptions fit;
+    fit.fit_link = false;
+    SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, fit));
+    for (const trace::OpCorrection& o : c.ops) {
+      if (o.stage >= 0) departures.push_back(o);
+    }
+    std::stable_sort(departures.begin(), departures.end(), [](const auto& x, const auto& y) {
+      return x.mean_abs_error_before > y.mean_abs_error_before;
+    });
+    fmt::print("tied to {} plan(s): every rank's ops are its program's instructions\n",
+               plans.size());
+    fmt::print("op classes against the plan's durations (largest mean |error| first):\n");
+    fmt::print("  stage  op                samples  plan's mean |error|   scale  offset us\n");
+    for (size_t i = 0; i < departures.size() && static_cast<int>(i) < f.top; ++i) {
+      const trace::OpCorrection& o = departures[i];
+      fmt::print("  {:>5}  {:<16}  {:>7}  {:>18.1f}%  {:>6.3f}  {:>9.1f}\n", o.stage, o.op,
+                 o.samples, 100 * o.mean_abs_error_before, o.scale, o.offset_us);
+    }
+  }
+  fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
   if (!what_if.what_if.empty()) {
-    what_if.durations = median_options.durations;
+    what_if.comm = trace::CommModel::kWaitedElseFitted;
     SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult w, trace::Replay(a.graph, a.set, what_if));
     std::string list;
     for (const std::string& s : f.what_if) list += (list.empty() ? "" : ", ") + s;
-    fmt::print("what-if {}: mean iteration {:.3f} ms (class replay {:.3f} ms, {:+.1f}%)\n", list,
-               w.mean_iteration_replayed_ns * 1e-6, median.mean_iteration_replayed_ns * 1e-6,
-               100 * (w.mean_iteration_replayed_ns / std::max(1.0, median.mean_iteration_replayed_ns) - 1));
+    const double base = std::max(1.0, replays.whole_run.mean_iteration_replayed_ns);
+    fmt::print("what-if {}: mean iteration {:.3f} ms (whole-run replay {:.3f} ms, {:+.1f}%)\n",
+               list, w.mean_iteration_replayed_ns * 1e-6, base * 1e-6,
+               100 * (w.mean_iteration_replayed_ns / base - 1));
   }
   if (!f.json.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, measured, median)));
+    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, replays)));
+  }
+  if (!f.report.empty()) {
+    const auto& its = replays.whole_run.iterations;
+    if (f.report_iteration >= 0 &&
+        std::none_of(its.begin(), its.end(), [&](const trace::IterationTime& it) {
+          return it.iteration == f.report_iteration;
+        })) {
+      return InvalidArgumentError(fmt::format(
+          "--report-iteration {}: not an iteration with ops on every rank (allowed: {})",
+          f.report_iteration,
+          its.empty() ? std::string("none")
+                      : fmt::format("{}..{}", its.front().iteration, its.back().iteration)));
+    }
+    SLUICE_RETURN_IF_ERROR(report::WriteHtmlReport(
+        BuildReplayReport(a, replays, f.report_iteration, f.plans.empty() ? nullptr : &departures),
+        f.report));
+    fmt::print("report written to {}\n", f.report);
   }
   return Status::Ok();
 }
@@ -170,8 +227,7 @@ Status RunCalibrate(const CalibrateFlags& f) {
   for (const trace::OpCorrection& o : c.ops) {
     fmt::print("  {:>5}  {:<16} {:>6.3f} {:>10.1f} {:>8}  {:>11.1f}% {:>5.1f}%\n",
                o.stage < 0 ? std::string("any") : std::to_string(o.stage), o.op, o.scale,
-               o.offset_us, o.samples, 100 * o.mean_abs_error_before,
-               100 * o.mean_abs_error_after);
+               o.offset_us, o.samples, 100 * o.mean_abs_error_before, 100 * o.mean_abs_error_after);
   }
   if (c.link.fitted) {
     fmt::print("  link: latency {:.1f} us, bandwidth {:.3f} GB/s (plan bytes) from {} transfers\n",
@@ -194,8 +250,7 @@ Status RunCalibrate(const CalibrateFlags& f) {
     const double eb = (static_cast<double>(before) - m) / m;
     const double ea = (static_cast<double>(after) - m) / m;
     fmt::print("{:>9}  {:>6}  {:>11.3f}  {:>12.3f}  {:>13.3f}  {:>+11.1f}% {:>+5.1f}%\n", k,
-               fitted[k] ? "yes" : "no", m * 1e-6, before * 1e-6, after * 1e-6, 100 * eb,
-               100 * ea);
+               fitted[k] ? "yes" : "no", m * 1e-6, before * 1e-6, after * 1e-6, 100 * eb, 100 * ea);
     err[fitted[k]][0] += std::abs(eb);
     err[fitted[k]][1] += std::abs(ea);
     ++count[fitted[k]];
@@ -210,13 +265,13 @@ Status RunCalibrate(const CalibrateFlags& f) {
   return Status::Ok();
 }
 
-void RegisterCalibrateCommand(CLI::App* t, RunState* state) {
+void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
   auto f = std::make_shared<CalibrateFlags>();
-  CLI::App* c = t->add_subcommand(
+  CLI::App* c = app->add_subcommand(
       "calibrate",
       "Fit per-stage, per-op corrections (scale, offset) and a link (latency, bandwidth) to the "
-      "cost model from traces of sluice train --plan runs; write them for simulate "
-      "--calibration; print simulated vs measured iteration time before and after");
+      "cost model from traces of sluice train --plan runs; write them for --calibration (plan, "
+      "simulate, compare, train); print simulated vs measured iteration time before and after");
   c->add_option("traces", f->inputs, "sluice train --trace-dir folders or trace files")
       ->required()
       ->type_name("DIR|FILE...");
@@ -238,32 +293,43 @@ void RegisterCalibrateCommand(CLI::App* t, RunState* state) {
 }  // namespace
 
 void RegisterTraceCommands(CLI::App* app, RunState* state) {
-  CLI::App* t = app->add_subcommand(
-      "trace", "Read what a run did (sluice train --trace-dir, torch.profiler traces): replay, "
-               "diagnose, calibrate the simulator");
-  t->require_subcommand(1);
   auto rf = std::make_shared<ReplayFlags>();
-  CLI::App* r = t->add_subcommand(
+  CLI::App* r = app->add_subcommand(
       "replay",
-      "Align the ranks' clocks, build the global data-flow graph and replay it: replayed vs "
-      "measured iteration time, where each rank's time went, the critical path");
+      "Read what a run did (sluice train --trace-dir, torch.profiler traces), align the ranks' "
+      "clocks, build the global data-flow graph and replay it: replayed vs measured iteration "
+      "time, where each rank's time went, the critical path, what-ifs");
   r->add_option("traces", rf->inputs,
                 "Trace files or folders (a folder: its trace-rank-*.json, else every *.json): "
                 "sluice runtime traces, torch 1.13 export_chrome_trace files, Kineto JSON")
       ->required()
       ->type_name("DIR|FILE...");
+  r->add_option("--plan", rf->plans,
+                "The plan files a sluice train --plan run executed, in order: ties every op to "
+                "its instruction (a trace of another plan is an error) and lists the op classes "
+                "whose measured cost departs most from the plan's")
+      ->type_name("FILE ...");
   r->add_option("--what-if", rf->what_if,
                 "Replay again with WHAT's times x FACTOR: compute, comm, gap, optimizer or a text "
                 "the op's name or annotation contains (repeatable)")
       ->type_name("WHAT=FACTOR");
   r->add_flag("--median", rf->median,
-             "Class replay with each class's median instead of its mean (dPRO's avg)");
-  r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/1)")
+              "Class replay with each class's median instead of its mean (dPRO's avg)");
+  r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/2)")
       ->type_name("FILE");
-  r->add_option("--top", rf->top, "Longest critical-path steps to list")
+  r->add_option("--report", rf->report,
+                "Write an HTML report: measured and replayed timelines of one iteration, the "
+                "critical path, the error table")
+      ->type_name("FILE");
+  r->add_option("--report-iteration", rf->report_iteration,
+                "The iteration the report draws (default: the one with the median measured "
+                "time)")
+      ->check(NumberCheck(0, false, 1e9, "an integer >= 0"))
+      ->type_name("N");
+  r->add_option("--top", rf->top, "Longest critical-path steps (and op classes) to list")
       ->check(NumberCheck(0, false, 1000, "an integer in 0..1000"));
   SetHandler(r, state, [rf] { return RunReplay(*rf); });
-  RegisterCalibrateCommand(t, state);
+  RegisterCalibrateCommand(app, state);
 }
 
 }  // namespace sluice::cli

@@ -535,6 +535,7 @@ class Comparison {
           *optimized = *optimized || opt.changed();
           plan.plan = std::move(opt.plan);
         }
+        if (options_.adjust_plan) options_.adjust_plan(&plan.plan);
         SLUICE_ASSIGN_OR_RETURN(SimResult s, Simulate(plan.plan, sim));
         if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
           rec.outcome = s.outcome == SimOutcome::kDeadlock ? BatchOutcome::kDeadlock

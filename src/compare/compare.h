@@ -56,6 +56,9 @@ struct CompareOptions {
   // (planner/optimizer.h) run on every batch's plan with this wall-clock budget; the run is added
   // to `own` as "METHOD (optimized)" when the optimizer changed at least one plan.
   double optimize_budget_ms = 0;
+  // Applied to each planned batch before it is simulated (e.g. `--calibration`: calibrated op
+  // durations and links); the configuration search does not see it. Empty: none.
+  std::function<void(ExecutionPlan*)> adjust_plan;
 };
 
 // How one method's global batch went.

@@ -10,6 +10,11 @@
 namespace sluice::trace {
 namespace {
 
+// What a send and its receive share: the key, and the instance when the trace gives one.
+std::string MatchKey(const CommOp& op) {
+  return op.instance.empty() ? op.key : op.key + ", " + op.instance;
+}
+
 int64_t Median(std::vector<int64_t> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
@@ -43,9 +48,9 @@ Matching MatchComms(const TraceSet& set) {
       } else if (op.peer < 0 || op.peer >= n || op.peer == r.rank) {
         ++bad_peer;
       } else if (op.kind == CommKind::kSend) {
-        sends[{r.rank, op.peer, op.key}].push_back(c);
+        sends[{r.rank, op.peer, MatchKey(op)}].push_back(c);
       } else {
-        recvs[{op.peer, r.rank, op.key}].push_back(c);
+        recvs[{op.peer, r.rank, MatchKey(op)}].push_back(c);
       }
     }
     for (auto& [key, list] : mine) colls[key].push_back({r.rank, std::move(list)});
@@ -65,17 +70,18 @@ Matching MatchComms(const TraceSet& set) {
     }
     if (s.size() != r.size()) {
       m.unmatched += static_cast<int64_t>(std::max(s.size(), r.size()) - both);
-      m.notes.push_back(fmt::format("rank {} sends {} message(s){} to rank {}, which receives {}",
-                                    std::get<0>(k), s.size(),
-                                    std::get<2>(k).empty() ? "" : " (" + std::get<2>(k) + ")",
-                                    std::get<1>(k), r.size()));
+      m.notes.push_back(fmt::format(
+          "rank {} sends {} message(s){} to rank {}, which receives {}", std::get<0>(k), s.size(),
+          std::get<2>(k).empty() ? "" : " (" + std::get<2>(k) + ")", std::get<1>(k), r.size()));
     }
   }
   for (auto& [k, r] : recvs) {
     if (!sends.contains(k) && !r.empty()) {
       m.unmatched += static_cast<int64_t>(r.size());
-      m.notes.push_back(fmt::format("rank {} receives {} message(s) from rank {}, which sends none",
-                                    std::get<1>(k), r.size(), std::get<0>(k)));
+      m.notes.push_back(
+          fmt::format("rank {} receives {} message(s){} from rank {}, which sends none; left out",
+                      std::get<1>(k), r.size(),
+                      std::get<2>(k).empty() ? "" : " (" + std::get<2>(k) + ")", std::get<0>(k)));
     }
   }
   for (auto& [key, members] : colls) {
@@ -94,9 +100,9 @@ Matching MatchComms(const TraceSet& set) {
       int64_t extra = 0;
       for (const auto& [rank, list] : members) extra += static_cast<int64_t>(list.size() - count);
       m.unmatched += extra;
-      m.notes.push_back(fmt::format(
-          "collectives{}: ranks run between {} and {}; the first {} are matched", 
-          key.empty() ? "" : " '" + key + "'", count, most, count));
+      m.notes.push_back(
+          fmt::format("collectives{}: ranks run between {} and {}; the first {} are matched",
+                      key.empty() ? "" : " '" + key + "'", count, most, count));
     }
   }
   return m;

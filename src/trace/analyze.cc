@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,18 @@ StatusOr<Analysis> Analyze(TraceSet set) {
   Analysis a;
   a.matching = MatchComms(set);
   a.clocks = AlignClocks(&set, a.matching);
+  // sluice train writes the ranks of one host on one clock: a rank that causality had to move
+  // ran elsewhere, or its trace is of another run.
+  for (size_t r = 0; r < set.ranks.size(); ++r) {
+    if (set.ranks[r].format == TraceFormat::kSluice &&
+        std::abs(a.clocks.offset_ns[r]) > 1'000'000) {
+      set.notes.push_back(fmt::format(
+          "{}: rank {}'s receives end before their sends were posted unless its clock moves by "
+          "{:+.3f} ms; sluice train writes the ranks of one host on one clock, so this is another "
+          "host or a trace of another run or plan (replay --plan checks the plan)",
+          set.ranks[r].source, r, a.clocks.offset_ns[r] * 1e-6));
+    }
+  }
   SLUICE_ASSIGN_OR_RETURN(a.graph, BuildGraph(set, a.matching));
   a.set = std::move(set);
   return a;
@@ -29,8 +42,45 @@ StatusOr<Analysis> AnalyzeFiles(const std::vector<std::string>& paths, const Rea
   return Analyze(std::move(set));
 }
 
-std::string FormatReplayReport(const Analysis& a, const ReplayResult& measured,
-                               const ReplayResult& median, int top_steps) {
+StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat) {
+  Replays r;
+  r.class_stat = class_stat;
+  SLUICE_ASSIGN_OR_RETURN(r.exact, Replay(a.graph, a.set, ReplayOptions{}));
+  ReplayOptions o;
+  o.comm = CommModel::kWaitedElseFitted;
+  SLUICE_ASSIGN_OR_RETURN(r.whole_run, Replay(a.graph, a.set, o));
+  o.per_iteration = true;
+  o.critical_path = false;
+  SLUICE_ASSIGN_OR_RETURN(r.per_iteration, Replay(a.graph, a.set, o));
+  o.comm = CommModel::kFitted;
+  SLUICE_ASSIGN_OR_RETURN(r.model, Replay(a.graph, a.set, o));
+  ReplayOptions c;
+  c.durations = class_stat;
+  c.critical_path = false;
+  SLUICE_ASSIGN_OR_RETURN(r.by_class, Replay(a.graph, a.set, c));
+  return r;
+}
+
+namespace {
+
+double SignedError(int64_t replayed, int64_t measured) {
+  return measured > 0 ? (static_cast<double>(replayed) - static_cast<double>(measured)) /
+                            static_cast<double>(measured)
+                      : 0;
+}
+
+std::string Summary(const ReplayResult& r) {
+  return fmt::format(
+      "mean |error| {}, worst {}; mean iteration {:.3f} ms vs {:.3f} ms measured "
+      "({:+.1f}%)",
+      Pct(r.mean_abs_error), Pct(r.max_abs_error), Ms(r.mean_iteration_replayed_ns),
+      Ms(r.mean_iteration_measured_ns),
+      100 * (r.mean_iteration_replayed_ns / std::max(1.0, r.mean_iteration_measured_ns) - 1));
+}
+
+}  // namespace
+
+std::string FormatReplayReport(const Analysis& a, const Replays& rp, int top_steps) {
   std::string out;
   const TraceSet& s = a.set;
   out += fmt::format("traces: {} rank(s), {}\n", s.ranks.size(),
@@ -39,13 +89,13 @@ std::string FormatReplayReport(const Analysis& a, const ReplayResult& measured,
     out += fmt::format("  rank {}: {} ({} ops on {} stream(s), {} communications)\n", r.rank,
                        r.source, r.ops.size(), r.streams.size(), r.comms.size());
   }
-  out += fmt::format("matched: {} message(s), {} collective(s); {} op(s) unmatched\n",
-                     a.matching.messages.size(), a.matching.collectives.size(),
-                     a.matching.unmatched);
+  out +=
+      fmt::format("matched: {} message(s), {} collective(s); {} op(s) unmatched\n",
+                  a.matching.messages.size(), a.matching.collectives.size(), a.matching.unmatched);
   out += "clock offsets (added to each rank's times):\n";
   for (size_t r = 0; r < s.ranks.size(); ++r) {
-    out += fmt::format("  rank {}: {:+.3f} ms ({})\n", r, Ms(a.clocks.offset_ns[r]),
-                       a.clocks.how[r]);
+    out +=
+        fmt::format("  rank {}: {:+.3f} ms ({})\n", r, Ms(a.clocks.offset_ns[r]), a.clocks.how[r]);
   }
   out += fmt::format(
       "  {} send->receive bounds, {} still broken; {} receive(s) posted before their send "
@@ -53,49 +103,73 @@ std::string FormatReplayReport(const Analysis& a, const ReplayResult& measured,
       a.clocks.causality_bounds, a.clocks.violations, a.clocks.clipped_receives);
   const Graph& g = a.graph;
   out += fmt::format(
-      "graph: {} nodes, {} edges (stream {}, data {}, post {}, done {}, launch {})\n",
+      "graph: {} nodes, {} edges (stream {}, data {}, post {}, done {}, launch {}); {} "
+      "communication class(es)\n",
       g.nodes.size(), g.preds.size(), g.edges_by_kind[0], g.edges_by_kind[1], g.edges_by_kind[2],
-      g.edges_by_kind[3], g.edges_by_kind[4]);
+      g.edges_by_kind[3], g.edges_by_kind[4], g.comm_classes.size());
+  const ReplayResult& exact = rp.exact;
   out += fmt::format(
-      "replay with measured durations: span {:.3f} ms measured, {:.3f} ms replayed (ops end "
-      "within {:.3f} ms of their measured end)\n",
-      Ms(measured.measured_span_ns), Ms(measured.replayed_span_ns),
-      Ms(measured.max_deviation_ns));
-  out += "iterations (class replay: each op's class mean or median own time and gap):\n";
-  out += "  iteration  measured ms  replayed ms   error\n";
-  for (const IterationTime& it : median.iterations) {
-    const double err = it.measured_ns > 0 ? (static_cast<double>(it.replayed_ns) -
-                                             static_cast<double>(it.measured_ns)) /
-                                                static_cast<double>(it.measured_ns)
-                                          : 0;
-    out += fmt::format("  {:>9}  {:>11.3f}  {:>11.3f}  {:>+6.1f}%\n", it.iteration,
-                       Ms(it.measured_ns), Ms(it.replayed_ns), 100 * err);
-  }
-  if (!median.iterations.empty()) {
+      "exact replay (every op, gap and transfer as measured): span {:.3f} ms measured, {:.3f} ms "
+      "replayed (ops end within {:.3f} ms of their measured end)\n",
+      Ms(exact.measured_span_ns), Ms(exact.replayed_span_ns), Ms(exact.max_deviation_ns));
+  out += "communication models (fitted on the transfers and collectives some side waited for):\n";
+  out +=
+      "  class                          count  waited  latency us   us/KiB  measured ms  "
+      "modelled ms\n";
+  for (const CommFit& f : rp.model.comm_fits) {
     out += fmt::format(
-        "  mean       {:>11.3f}  {:>11.3f}   mean |error| {}, worst {}; mean iteration "
-        "error {}\n",
-        Ms(median.mean_iteration_measured_ns), Ms(median.mean_iteration_replayed_ns),
-        Pct(median.mean_abs_error), Pct(median.max_abs_error),
-        Pct(std::abs(median.mean_iteration_replayed_ns - median.mean_iteration_measured_ns) /
-            std::max(1.0, median.mean_iteration_measured_ns)));
+        "  {:<30} {:>5}  {:>6}  {:>10}  {:>7}  {:>11.3f}  {:>11.3f}\n", f.name.substr(0, 30),
+        f.hubs, f.waited,
+        f.fitted ? fmt::format("{:.1f}{}", f.latency_ns * 1e-3, f.pooled ? " (pooled)" : "")
+                 : std::string("measured"),
+        f.fitted ? fmt::format("{:.3f}", f.ns_per_byte * 1.024) : "-", Ms(f.measured_ns),
+        Ms(f.modelled_ns));
+  }
+  out += fmt::format(
+      "iterations: replay (dPRO: each op's measured own time and gap, each waited-for transfer "
+      "and collective its measured time, the others the model's within their measured bound; "
+      "waits recomputed from the dependencies; each iteration from its ranks' measured starts); "
+      "model (the same with every transfer and collective from the model); class (class {}s of "
+      "own times and gaps)\n",
+      rp.class_stat == ClassStat::kMedian ? "median" : "mean");
+  out += "  iteration  measured ms  replayed ms   error      model ms   error  class ms   error\n";
+  const size_t k = rp.per_iteration.iterations.size();
+  for (size_t i = 0; i < k; ++i) {
+    const IterationTime& p = rp.per_iteration.iterations[i];
+    const IterationTime* w = i < rp.model.iterations.size() ? &rp.model.iterations[i] : nullptr;
+    const IterationTime* c =
+        i < rp.by_class.iterations.size() ? &rp.by_class.iterations[i] : nullptr;
+    out += fmt::format(
+        "  {:>9}  {:>11.3f}  {:>11.3f}  {:>+6.1f}%  {:>12.3f}  {:>+6.1f}%  {:>8.3f}  "
+        "{:>+6.1f}%\n",
+        p.iteration, Ms(p.measured_ns), Ms(p.replayed_ns),
+        100 * SignedError(p.replayed_ns, p.measured_ns), w ? Ms(w->replayed_ns) : 0.0,
+        w ? 100 * SignedError(w->replayed_ns, w->measured_ns) : 0.0, c ? Ms(c->replayed_ns) : 0.0,
+        c ? 100 * SignedError(c->replayed_ns, c->measured_ns) : 0.0);
+  }
+  if (k > 0) {
+    out += "  replay:           " + Summary(rp.per_iteration) + "\n";
+    out += "  whole-run replay: " + Summary(rp.whole_run) + " (iterations chained)\n";
+    out += "  model replay:     " + Summary(rp.model) + "\n";
+    out += "  class replay:     " + Summary(rp.by_class) + "\n";
   } else {
     out += "  (no iteration has ops on every rank)\n";
   }
-  out += "where the time went (class replay, ms, each rank's busiest stream):\n";
+  const ReplayResult& c = rp.whole_run;
+  out += "where the time went (whole-run replay, ms, each rank's busiest stream):\n";
   out += "  rank  stream            compute     comm  waiting     gaps    other   bubble\n";
-  for (const RankBreakdown& b : median.ranks) {
+  for (const RankBreakdown& b : c.ranks) {
     out += fmt::format("  {:>4}  {:<14} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f}\n",
-                       b.rank, s.ranks[b.rank].streams[b.stream].substr(0, 14), Ms(b.compute_ns),
-                       Ms(b.comm_ns), Ms(b.waiting_ns), Ms(b.gaps_ns), Ms(b.other_ns),
-                       Ms(b.bubble_ns));
+                       b.rank, StreamName(s.ranks[b.rank], b.stream).substr(0, 14),
+                       Ms(b.compute_ns), Ms(b.comm_ns), Ms(b.waiting_ns), Ms(b.gaps_ns),
+                       Ms(b.other_ns), Ms(b.bubble_ns));
   }
-  const ReplayResult& c = median;
-  out += fmt::format("critical path: {} steps; own time on it (ms):", c.critical_path.size());
-  for (int k = 0; k < 7; ++k) {
-    if (c.critical_by_kind_ns[k] > 0) {
-      out += fmt::format(" {} {:.3f},", NodeKindName(static_cast<NodeKind>(k)),
-                         Ms(c.critical_by_kind_ns[k]));
+  out += fmt::format("critical path (whole-run replay): {} steps; own time on it (ms):",
+                     c.critical_path.size());
+  for (int kind = 0; kind < 7; ++kind) {
+    if (c.critical_by_kind_ns[kind] > 0) {
+      out += fmt::format(" {} {:.3f},", NodeKindName(static_cast<NodeKind>(kind)),
+                         Ms(c.critical_by_kind_ns[kind]));
     }
   }
   out += fmt::format(" gaps {:.3f}\n", Ms(c.critical_gaps_ns));
@@ -113,10 +187,11 @@ std::string FormatReplayReport(const Analysis& a, const ReplayResult& measured,
   return out;
 }
 
-std::string ReplayJson(const Analysis& a, const ReplayResult& measured,
-                       const ReplayResult& median) {
+std::string ReplayJson(const Analysis& a, const Replays& rp) {
+  const ReplayResult& measured = rp.exact;
+  const ReplayResult& median = rp.by_class;
   nlohmann::json j;
-  j["format"] = "sluice-replay/1";
+  j["format"] = "sluice-replay/2";
   j["trace_format"] = TraceFormatName(a.set.ranks.front().format);
   j["ranks"] = a.set.ranks.size();
   j["messages"] = a.matching.messages.size();
@@ -130,18 +205,27 @@ std::string ReplayJson(const Analysis& a, const ReplayResult& measured,
   j["edges"] = a.graph.preds.size();
   j["measured_replay_span_ms"] = Ms(measured.replayed_span_ns);
   j["measured_span_ms"] = Ms(measured.measured_span_ns);
-  j["iterations"] = nlohmann::json::array();
-  for (const IterationTime& it : median.iterations) {
-    j["iterations"].push_back(
-        {{"iteration", it.iteration}, {"measured_ms", Ms(it.measured_ns)},
-         {"replayed_ms", Ms(it.replayed_ns)}});
-  }
-  j["mean_iteration_measured_ms"] = Ms(median.mean_iteration_measured_ns);
-  j["mean_iteration_replayed_ms"] = Ms(median.mean_iteration_replayed_ns);
-  j["mean_abs_error"] = median.mean_abs_error;
-  j["max_abs_error"] = median.max_abs_error;
+  auto replay_json = [](const ReplayResult& r) {
+    nlohmann::json out;
+    out["iterations"] = nlohmann::json::array();
+    for (const IterationTime& it : r.iterations) {
+      out["iterations"].push_back({{"iteration", it.iteration},
+                                   {"measured_ms", Ms(it.measured_ns)},
+                                   {"replayed_ms", Ms(it.replayed_ns)}});
+    }
+    out["mean_iteration_measured_ms"] = Ms(r.mean_iteration_measured_ns);
+    out["mean_iteration_replayed_ms"] = Ms(r.mean_iteration_replayed_ns);
+    out["mean_abs_error"] = r.mean_abs_error;
+    out["max_abs_error"] = r.max_abs_error;
+    return out;
+  };
+  j["per_iteration"] = replay_json(rp.per_iteration);
+  j["whole_run"] = replay_json(rp.whole_run);
+  j["model"] = replay_json(rp.model);
+  j["class"] = replay_json(median);
+  j["class"]["stat"] = rp.class_stat == ClassStat::kMedian ? "median" : "mean";
   j["ranks_breakdown_ms"] = nlohmann::json::array();
-  for (const RankBreakdown& b : median.ranks) {
+  for (const RankBreakdown& b : rp.whole_run.ranks) {
     j["ranks_breakdown_ms"].push_back({{"rank", b.rank},
                                        {"compute", Ms(b.compute_ns)},
                                        {"comm", Ms(b.comm_ns)},

@@ -29,13 +29,25 @@ StatusOr<Analysis> Analyze(TraceSet set);
 StatusOr<Analysis> AnalyzeFiles(const std::vector<std::string>& paths,
                                 const ReadOptions& options = {});
 
-// The report: inputs, matching, clock offsets, graph size, the measured and median replays per
-// iteration with their errors, the per-rank breakdown and the critical path's top steps.
-std::string FormatReplayReport(const Analysis& a, const ReplayResult& measured,
-                               const ReplayResult& median, int top_steps);
+// The replays `sluice replay` reports (replay.h says what each tells).
+struct Replays {
+  ReplayResult exact;          // everything as measured: reproduces a consistent trace
+  ReplayResult per_iteration;  // dPRO: measured own times, gaps and waited-for transfers
+  ReplayResult whole_run;      // the same, iterations chained (what-ifs start here)
+  ReplayResult model;          // per-iteration with every transfer and collective modelled
+  ReplayResult by_class;       // class means (or medians) of own times and gaps
+  ClassStat class_stat = ClassStat::kMean;
+};
+
+// Runs the four replays of `a`.
+StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat);
+
+// The report: inputs, matching, clock offsets, graph size, the exact check, replayed vs measured
+// time per iteration (per-iteration, whole-run and class replays) with their errors, the per-rank
+// breakdown and the critical path's top steps (of the whole-run replay).
+std::string FormatReplayReport(const Analysis& a, const Replays& r, int top_steps);
 
 // The same figures as a JSON object (the format is in docs/formats.md, "Replay summary").
-std::string ReplayJson(const Analysis& a, const ReplayResult& measured,
-                       const ReplayResult& median);
+std::string ReplayJson(const Analysis& a, const Replays& r);
 
 }  // namespace sluice::trace

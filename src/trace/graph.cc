@@ -9,6 +9,9 @@
 namespace sluice::trace {
 namespace {
 
+// A wait that returns within this of its transfer's done time did not block on it.
+constexpr int64_t kBlockedNs = 20'000;
+
 NodeKind KindOfOp(TraceOpKind k) {
   switch (k) {
     case TraceOpKind::kCompute:
@@ -123,6 +126,7 @@ StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
   auto node_of = [&](int64_t rank, int32_t op) { return first_node[rank] + op; };
   // Hubs. A wait's own time excludes what its hubs explain.
   std::vector<int64_t> hub_end_before(g.nodes.size(), INT64_MIN);
+  std::map<std::string, int32_t> class_ids;
   auto add_hub = [&](NodeKind kind, int64_t rank, int32_t index,
                      const std::vector<std::pair<int64_t, const CommOp*>>& parts) {
     GraphNode h;
@@ -133,18 +137,46 @@ StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
     preds.emplace_back();
     const int32_t id = static_cast<int32_t>(g.nodes.size());
     int64_t first_post = INT64_MIN;
+    int64_t blocked_done = INT64_MAX;  // the earliest done time a side blocked on
     for (const auto& [r, c] : parts) {
       const int32_t post = node_of(r, c->post);
       start = std::max(start, g.nodes[post].measured_start_ns);
       if (first_post == INT64_MIN) first_post = g.nodes[post].measured_start_ns;
-      if (c->done_ns != kUnknownTime) done = std::min(done, c->done_ns);
       h.iteration = std::max(h.iteration, g.nodes[post].iteration);
+      if (c->done_ns == kUnknownTime) continue;
+      int64_t side_done = c->done_ns;
+      if (c->wait >= 0) {
+        // A wait that began less than kBlockedNs before this side's done time did not block:
+        // the transfer was done when it began. One that began earlier blocked until the done
+        // time, which is then the transfer's end seen by a waiting rank (a sample for the
+        // communication model).
+        const int64_t wait_start = g.nodes[node_of(r, c->wait)].measured_start_ns;
+        if (c->done_ns - wait_start > kBlockedNs) {
+          blocked_done = std::min(blocked_done, c->done_ns);
+        } else {
+          side_done = std::min(side_done, std::max(wait_start, g.nodes[post].measured_start_ns));
+        }
+      }
+      done = std::min(done, side_done);
     }
+    h.waited = blocked_done != INT64_MAX && blocked_done <= done;
     if (done == INT64_MAX) done = start;
     // A message done on some side before the receive was posted went eagerly (Gloo's small
     // sends): it waits for the send's post only. Otherwise every post gates it (rendezvous).
     const bool eager = kind == NodeKind::kTransfer && done < start;
     if (eager) start = first_post;
+    std::string cls = kind == NodeKind::kTransfer ? "transfer " : "collective ";
+    for (size_t i = 0; i < parts.size(); ++i) {
+      cls += (i == 0                        ? ""
+              : kind == NodeKind::kTransfer ? "->"
+                                            : ",") +
+             std::to_string(parts[i].first);
+      h.bytes = std::max(h.bytes, parts[i].second->bytes);
+    }
+    cls += " " + parts[0].second->key + (eager ? " eager" : "");
+    auto [it, added] = class_ids.try_emplace(cls, static_cast<int32_t>(g.comm_classes.size()));
+    if (added) g.comm_classes.push_back(cls);
+    h.comm_class = it->second;
     for (size_t i = 0; i < (eager ? 1 : parts.size()); ++i) {
       preds.back().push_back({node_of(parts[i].first, parts[i].second->post), EdgeKind::kPost});
     }
@@ -175,8 +207,8 @@ StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
   for (size_t i = 0; i < hub_end_before.size(); ++i) {
     if (hub_end_before[i] == INT64_MIN) continue;
     GraphNode& w = g.nodes[i];
-    w.own_ns = std::max<int64_t>(
-        0, w.measured_end_ns - std::max(w.measured_start_ns, hub_end_before[i]));
+    w.own_ns =
+        std::max<int64_t>(0, w.measured_end_ns - std::max(w.measured_start_ns, hub_end_before[i]));
   }
   // CSR and a topological order (Kahn).
   const size_t n = g.nodes.size();
@@ -226,8 +258,7 @@ std::string NodeText(const Graph& graph, const TraceSet& set, const Matching& ma
   const GraphNode& n = graph.nodes[node];
   if (n.kind == NodeKind::kTransfer) {
     const MessageMatch& m = matching.messages[n.op];
-    return fmt::format("transfer {}->{} '{}'", m.src, m.dst,
-                       set.ranks[m.src].comms[m.send].text);
+    return fmt::format("transfer {}->{} '{}'", m.src, m.dst, set.ranks[m.src].comms[m.send].text);
   }
   if (n.kind == NodeKind::kCollective) {
     const CollectiveMatch& c = matching.collectives[n.op];

@@ -12,13 +12,18 @@
 //   kLaunch  a host launch -> the GPU op it launched (Kineto).
 // Replay semantics (what makes a replay with measured values reproduce the trace):
 //   start(v) = max(end(stream pred) + gap(v), end(u) for its data and done preds u, start(u) for
-//              its post and launch preds u)   [release(v) without a stream pred: its measured start]
+//              its post and launch preds u)   [release(v) without a stream pred: its measured
+//              start]
 //   end(v)   = start(v) + own(v)
 // own(op) is its measured duration, except for a wait: end - max(start, its hubs' measured
 // ends) (its blocked part is explained by the hubs). A transfer's measured interval is from the
 // later of the two posts' starts to the earlier of the two sides' done times, or from the send's
 // post when it was done before the receive was posted (eager, as Gloo's small sends); a
-// collective's from the last member's post to the earliest member's done time.
+// collective's from the last member's post to the earliest member's done time. A side's done
+// time is its wait's end when the wait blocked (began more than 20 µs before it), else the
+// wait's start: a wait that returns at once proves only that the transfer was done before it
+// began. A hub some side blocked on is `waited`: its time is what the wire took, the samples
+// CommModel::kFitted (replay.h) fits; the others are bounded from above only.
 //
 // Thread safety: a Graph is a value; building is a pure function.
 #pragma once
@@ -33,7 +38,15 @@
 
 namespace sluice::trace {
 
-enum class NodeKind : uint8_t { kCompute, kPost, kWait, kOptimizer, kOther, kTransfer, kCollective };
+enum class NodeKind : uint8_t {
+  kCompute,
+  kPost,
+  kWait,
+  kOptimizer,
+  kOther,
+  kTransfer,
+  kCollective
+};
 std::string_view NodeKindName(NodeKind kind);
 
 enum class EdgeKind : uint8_t { kStream, kData, kPost, kDone, kLaunch };
@@ -53,6 +66,9 @@ struct GraphNode {
   int32_t first_pred = 0;  // preds[first_pred, first_pred + num_preds)
   int32_t num_preds = 0;
   int32_t stream_pred = -1;  // the stream predecessor, -1 none
+  int64_t bytes = 0;         // hubs: the payload (0 unknown)
+  int32_t comm_class = -1;   // hubs: (kind, ranks, key, eager) class, index into comm_classes
+  bool waited = false;       // hubs: a side blocked until it was done (its time is a sample)
 };
 
 struct GraphEdge {
@@ -65,7 +81,8 @@ struct Graph {
   std::vector<GraphEdge> preds;
   std::vector<int32_t> topo_order;  // every node after its preds
   int64_t edges_by_kind[5] = {0, 0, 0, 0, 0};
-  int64_t origin_ns = 0;  // earliest measured start
+  int64_t origin_ns = 0;                  // earliest measured start
+  std::vector<std::string> comm_classes;  // "transfer 0->1 act", "collective 0,1 pp0"
 };
 
 // Builds the graph of an aligned TraceSet. InvalidArgument naming a node when the dependencies

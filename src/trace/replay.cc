@@ -32,11 +32,104 @@ std::string ClassKey(const Graph& g, const TraceSet& set, const std::vector<int3
                        ClassKey(g, set, position, first.from));
   }
   const TraceOp& op = set.ranks[n.rank].ops[n.op];
-  return fmt::format("{}|{}|{}|{}|{}|{}", n.rank, n.stream, position[v],
-                     static_cast<int>(n.kind), op.name, op.label);
+  return fmt::format("{}|{}|{}|{}|{}|{}", n.rank, n.stream, position[v], static_cast<int>(n.kind),
+                     op.name, op.label);
 }
 
 }  // namespace
+
+namespace {
+
+// latency + slope x bytes over `samples` (hub nodes): Theil-Sen, robust to the long tail of
+// waits on a busy core: the slope the median of the pairwise slopes (over at most 256 samples
+// evenly spread by size), the latency the median of time - slope x bytes; the median time when
+// sizes do not vary. A negative slope counts as 0. Sorts `samples`.
+std::pair<int64_t, double> FitLine(const Graph& g, std::vector<int32_t>& samples) {
+  std::sort(samples.begin(), samples.end(),
+            [&](int32_t a, int32_t b) { return g.nodes[a].bytes < g.nodes[b].bytes; });
+  constexpr size_t kMaxSamples = 256;
+  std::vector<int32_t> some;
+  const size_t step = (samples.size() + kMaxSamples - 1) / kMaxSamples;
+  for (size_t i = 0; i < samples.size(); i += step) some.push_back(samples[i]);
+  std::vector<double> slopes;
+  for (size_t i = 0; i < some.size(); ++i) {
+    const GraphNode& a = g.nodes[some[i]];
+    for (size_t j = i + 1; j < some.size(); ++j) {
+      const GraphNode& b = g.nodes[some[j]];
+      if (b.bytes == a.bytes) continue;
+      slopes.push_back(static_cast<double>(b.own_ns - a.own_ns) /
+                       static_cast<double>(b.bytes - a.bytes));
+    }
+  }
+  double slope = 0;  // ns per byte
+  if (!slopes.empty()) {
+    std::nth_element(slopes.begin(), slopes.begin() + slopes.size() / 2, slopes.end());
+    slope = std::max(0.0, slopes[slopes.size() / 2]);
+  }
+  std::vector<int64_t> ys;
+  for (int32_t v : samples) {
+    ys.push_back(g.nodes[v].own_ns - std::llround(slope * static_cast<double>(g.nodes[v].bytes)));
+  }
+  return {std::max<int64_t>(0, Median(ys)), slope};
+}
+
+}  // namespace
+
+std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups, std::vector<CommFit>* fits) {
+  // Samples: the hubs some side waited for, per class and pooled per kind (transfer,
+  // collective) for classes without any.
+  std::vector<std::vector<int32_t>> samples(g.comm_classes.size());
+  std::vector<int32_t> pooled[2];
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const GraphNode& n = g.nodes[v];
+    if (n.comm_class < 0 || !n.waited) continue;
+    samples[n.comm_class].push_back(static_cast<int32_t>(v));
+    pooled[n.kind == NodeKind::kCollective].push_back(static_cast<int32_t>(v));
+  }
+  std::vector<std::pair<int64_t, double>> lines(samples.size());
+  std::vector<char> fitted(samples.size(), 0);
+  std::pair<int64_t, double> pooled_line[2];
+  for (int k = 0; k < 2; ++k) {
+    if (!pooled[k].empty()) pooled_line[k] = FitLine(g, pooled[k]);
+  }
+  for (size_t c = 0; c < samples.size(); ++c) {
+    if (samples[c].empty()) continue;
+    lines[c] = FitLine(g, samples[c]);
+    fitted[c] = 1;
+  }
+  std::vector<int64_t> own(g.nodes.size(), 0);
+  std::vector<char> used(samples.size(), 0);
+  std::vector<CommFit> out(samples.size());
+  for (size_t c = 0; c < samples.size(); ++c) {
+    out[c].name = g.comm_classes[c];
+    out[c].waited = static_cast<int64_t>(samples[c].size());
+  }
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const GraphNode& n = g.nodes[v];
+    if (n.comm_class < 0) continue;
+    const int k = n.kind == NodeKind::kCollective;
+    const std::pair<int64_t, double>* line = fitted[n.comm_class] ? &lines[n.comm_class]
+                                             : !pooled[k].empty() ? &pooled_line[k]
+                                                                  : nullptr;
+    CommFit& f = out[n.comm_class];
+    ++f.hubs;
+    f.measured_ns += n.own_ns;
+    if (line == nullptr) {
+      own[v] = n.own_ns;  // nothing was waited for: its measured bound
+    } else {
+      own[v] = line->first + std::llround(line->second * static_cast<double>(n.bytes));
+      used[n.comm_class] = 1;
+      f.fitted = true;
+      f.pooled = !fitted[n.comm_class];
+      f.latency_ns = line->first;
+      f.ns_per_byte = line->second;
+    }
+    f.modelled_ns += own[v];
+  }
+  if (fits != nullptr) *fits = std::move(out);
+  if (groups != nullptr) *groups = std::count(used.begin(), used.end(), 1);
+  return own;
+}
 
 StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayOptions& options) {
   const size_t n = g.nodes.size();
@@ -80,6 +173,19 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
       }
     }
   }
+  int64_t comm_models = 0;
+  std::vector<CommFit> comm_fits;
+  if (options.comm != CommModel::kMeasured) {
+    const std::vector<int64_t> fitted = FittedCommTimes(g, &comm_models, &comm_fits);
+    for (size_t v = 0; v < n; ++v) {
+      if (!IsHub(g.nodes[v])) continue;
+      if (options.comm == CommModel::kFitted) {
+        own[v] = fitted[v];
+      } else if (!g.nodes[v].waited) {
+        own[v] = std::min(own[v], fitted[v]);  // the trace proves it done by its measured end
+      }
+    }
+  }
   for (const WhatIf& w : options.what_if) {
     if (!(w.factor >= 0) || !std::isfinite(w.factor)) {
       return InvalidArgumentError(fmt::format(
@@ -107,16 +213,23 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     }
   }
   ReplayResult r;
+  r.comm_models = comm_models;
+  r.comm_fits = std::move(comm_fits);
   r.start_ns.assign(n, 0);
   r.end_ns.assign(n, 0);
-  std::vector<int32_t> via(n, -1);  // pred edge index that set the start; -1: stream / release
+  // The pred edge index that set the start; -1: the stream predecessor; -2: released at its
+  // measured start.
+  std::vector<int32_t> via(n, -1);
   std::vector<int64_t> stream_ready(n, 0);
   for (int32_t v : g.topo_order) {
     const GraphNode& node = g.nodes[v];
     int64_t start = INT64_MIN;
     if (!IsHub(node)) {
-      start = node.stream_pred >= 0 ? r.end_ns[node.stream_pred] + gap[v]
-                                    : node.release_ns - g.origin_ns;
+      const bool released =
+          node.stream_pred < 0 ||
+          (options.per_iteration && g.nodes[node.stream_pred].iteration != node.iteration);
+      start = released ? node.measured_start_ns - g.origin_ns : r.end_ns[node.stream_pred] + gap[v];
+      if (released) via[v] = -2;
     }
     stream_ready[v] = start;
     for (int32_t e = node.first_pred; e < node.first_pred + node.num_preds; ++e) {
@@ -146,8 +259,8 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     const GraphNode& node = g.nodes[v];
     if (IsHub(node)) continue;
     measured_end = std::max(measured_end, node.measured_end_ns - g.origin_ns);
-    r.max_deviation_ns = std::max(
-        r.max_deviation_ns, std::abs(r.end_ns[v] - (node.measured_end_ns - g.origin_ns)));
+    r.max_deviation_ns =
+        std::max(r.max_deviation_ns, std::abs(r.end_ns[v] - (node.measured_end_ns - g.origin_ns)));
     if (r.end_ns[v] > replayed_end) {
       replayed_end = r.end_ns[v];
       last = static_cast<int32_t>(v);
@@ -172,10 +285,11 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
   for (const IterationTime& it : r.iterations) {
     r.mean_iteration_measured_ns += static_cast<double>(it.measured_ns);
     r.mean_iteration_replayed_ns += static_cast<double>(it.replayed_ns);
-    const double err = it.measured_ns > 0 ? std::abs(static_cast<double>(it.replayed_ns) -
-                                                     static_cast<double>(it.measured_ns)) /
-                                                static_cast<double>(it.measured_ns)
-                                          : 0;
+    const double err =
+        it.measured_ns > 0
+            ? std::abs(static_cast<double>(it.replayed_ns) - static_cast<double>(it.measured_ns)) /
+                  static_cast<double>(it.measured_ns)
+            : 0;
     r.mean_abs_error += err;
     r.max_abs_error = std::max(r.max_abs_error, err);
   }
@@ -198,6 +312,7 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
         v = g.preds[e].from;
       } else {
         r.critical_path.push_back(step);
+        if (e == -2) break;
         if (node.stream_pred >= 0) r.critical_gaps_ns += gap[v];
         v = node.stream_pred;
       }
@@ -236,8 +351,8 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     }
   }
   for (RankBreakdown& b : r.ranks) {
-    b.bubble_ns = std::max<int64_t>(0, r.replayed_span_ns - b.compute_ns - b.comm_ns -
-                                           b.waiting_ns - b.gaps_ns - b.other_ns);
+    b.bubble_ns = std::max<int64_t>(
+        0, r.replayed_span_ns - b.compute_ns - b.comm_ns - b.waiting_ns - b.gaps_ns - b.other_ns);
   }
   return r;
 }

@@ -45,6 +45,11 @@ std::string_view CommKindName(CommKind kind) {
   return "?";
 }
 
+std::string StreamName(const RankTrace& rank, int32_t stream) {
+  return stream >= 0 && stream < static_cast<int32_t>(rank.streams.size()) ? rank.streams[stream]
+                                                                           : "-";
+}
+
 void SortOps(RankTrace* rank) {
   std::vector<TraceOp>& ops = rank->ops;
   std::vector<int32_t> order(ops.size());

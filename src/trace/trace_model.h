@@ -50,24 +50,26 @@ struct TraceOp {
   int32_t stream = 0;  // index into RankTrace::streams
   int64_t start_ns = 0;
   int64_t end_ns = 0;
-  int64_t iteration = -1;   // training step (-1: outside every step)
-  int64_t microbatch = -1;  // sluice: the plan's micro-batch; -1 unknown
-  int64_t stage = -1;       // sluice: virtual stage on this rank; -1 unknown
-  int64_t bytes = 0;        // moved or loaded (sluice), message size (Kineto)
-  int64_t event_index = -1; // index of the event in its file's traceEvents (for messages)
-  int32_t launched_by = -1; // Kineto: the op (index in ops) that launched this GPU op; -1 none
+  int64_t iteration = -1;    // training step (-1: outside every step)
+  int64_t microbatch = -1;   // sluice: the plan's micro-batch; -1 unknown
+  int64_t stage = -1;        // sluice: virtual stage on this rank; -1 unknown
+  int64_t bytes = 0;         // moved or loaded (sluice), message size (Kineto)
+  int64_t event_index = -1;  // index of the event in its file's traceEvents (for messages)
+  int32_t launched_by = -1;  // Kineto: the op (index in ops) that launched this GPU op; -1 none
 };
 
 struct CommOp {
   CommKind kind = CommKind::kSend;
-  int64_t peer = -1;   // send / recv: the other rank; -1 unknown (then unmatched)
-  std::string group;   // collective: member ranks "0,2,4" ("" = every rank of the set)
-  std::string key;     // matched only with the same key (sluice: "act" / "grad"; "" otherwise)
-  int64_t bytes = 0;   // payload, 0 unknown
-  int32_t post = -1;   // op index of the post
-  int32_t wait = -1;   // op index of the wait (several comms may share one wait)
+  int64_t peer = -1;     // send / recv: the other rank; -1 unknown (then unmatched)
+  std::string group;     // collective: member ranks "0,2,4" ("" = every rank of the set)
+  std::string key;       // matched only with the same key (sluice: "act" / "grad"; "" otherwise)
+  std::string instance;  // and the same instance when given (sluice: "iteration 2 mb 3": a
+                         // lost op then leaves its partner alone instead of shifting the order)
+  int64_t bytes = 0;     // payload, 0 unknown
+  int32_t post = -1;     // op index of the post
+  int32_t wait = -1;     // op index of the wait (several comms may share one wait)
   int64_t done_ns = kUnknownTime;  // latest instant the trace proves it complete (rank clock)
-  std::string text;      // for messages: "1SEND_F3", "send act mb=0 to=1"
+  std::string text;                // for messages: "1SEND_F3", "send act mb=0 to=1"
 };
 
 struct RankTrace {
@@ -83,6 +85,9 @@ struct TraceSet {
   std::vector<RankTrace> ranks;    // ascending rank, each rank once
   std::vector<std::string> notes;  // what the readers left out or guessed, for the report
 };
+
+// The name of `rank`'s stream `stream`, "-" when it has no such stream (a rank without ops).
+std::string StreamName(const RankTrace& rank, int32_t stream);
 
 // Sorts each rank's ops by (stream, start, end) and rewrites the op indices of its comms and
 // launches. Readers call it last.

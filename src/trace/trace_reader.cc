@@ -32,11 +32,11 @@ bool IsSluiceStreamName(std::string_view cat) {
 StatusOr<TraceFormat> DetectFormatOfDoc(const nlohmann::json& doc, std::string_view source) {
   if (doc.is_array()) return TraceFormat::kTorchCpu;
   if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
-    return InvalidArgumentError(fmt::format(
-        "{}: not a trace sluice reads: expected a JSON array of events (torch 1.13 "
-        "export_chrome_trace) or an object with a 'traceEvents' array (sluice train "
-        "--trace-dir, Kineto)",
-        source));
+    return InvalidArgumentError(
+        fmt::format("{}: not a trace sluice reads: expected a JSON array of events (torch 1.13 "
+                    "export_chrome_trace) or an object with a 'traceEvents' array (sluice train "
+                    "--trace-dir, Kineto)",
+                    source));
   }
   if (doc.contains("schemaVersion") || doc.contains("deviceProperties") ||
       doc.contains("distributedInfo") || doc.contains("baseTimeNanoseconds")) {
@@ -49,8 +49,8 @@ StatusOr<TraceFormat> DetectFormatOfDoc(const nlohmann::json& doc, std::string_v
     auto cat = e.find("cat");
     auto args = e.find("args");
     const bool sluice = cat != e.end() && cat->is_string() &&
-                        IsSluiceStreamName(cat->get_ref<const std::string&>()) &&
-                        args != e.end() && args->is_object() && args->contains("op");
+                        IsSluiceStreamName(cat->get_ref<const std::string&>()) && args != e.end() &&
+                        args->is_object() && args->contains("op");
     return sluice ? TraceFormat::kSluice : TraceFormat::kKineto;
   }
   return TraceFormat::kSluice;  // no complete event: an empty sluice trace reads as no ops
@@ -175,6 +175,9 @@ StatusOr<std::vector<trace::RankTrace>> ReadSluiceDocument(const nlohmann::json&
         return EventError(source, index, e.name, "a transfer without 'args.peer'");
       }
       c.key = op_name.find("-act-") != std::string::npos ? "act" : "grad";
+      if (c.kind != CommKind::kCollective) {
+        c.instance = fmt::format("iteration {} mb {}", t.iteration, t.microbatch);
+      }
       c.bytes = t.bytes;
       c.post = static_cast<int32_t>(s.trace.ops.size());
       c.text = t.name;
@@ -198,15 +201,13 @@ StatusOr<std::vector<trace::RankTrace>> ReadSluiceDocument(const nlohmann::json&
     std::vector<int32_t> pending_collectives;
     std::vector<int32_t> order(rt.ops.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return rt.ops[a].start_ns < rt.ops[b].start_ns;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return rt.ops[a].start_ns < rt.ops[b].start_ns; });
     std::map<int32_t, int32_t> comm_of_post;
     for (size_t c = 0; c < rt.comms.size(); ++c) comm_of_post[rt.comms[c].post] = c;
     for (int32_t i : order) {
       const TraceOp& op = rt.ops[i];
-      if (op.kind == TraceOpKind::kCommWait && op.name.size() > 5 &&
-          op.name.ends_with(".wait")) {
+      if (op.kind == TraceOpKind::kCommWait && op.name.size() > 5 && op.name.ends_with(".wait")) {
         auto it = by_name.find({op.iteration, op.name.substr(0, op.name.size() - 5)});
         if (it != by_name.end()) rt.comms[it->second].wait = i;
       } else if (op.kind == TraceOpKind::kCommPost &&
@@ -341,10 +342,10 @@ StatusOr<TraceSet> ReadTraces(const std::vector<std::string>& paths, const ReadO
   if (!missing.empty()) {
     std::string list;
     for (int64_t r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
-    return InvalidArgumentError(fmt::format(
-        "rank(s) {} missing: the traces give ranks up to {} (one file per rank, e.g. "
-        "trace-rank-N.json)",
-        list, last));
+    return InvalidArgumentError(
+        fmt::format("rank(s) {} missing: the traces give ranks up to {} (one file per rank, e.g. "
+                    "trace-rank-N.json)",
+                    list, last));
   }
   for (auto& [r, t] : by_rank) set.ranks.push_back(std::move(t));
   if (set.ranks.size() == 2) {

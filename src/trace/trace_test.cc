@@ -1,9 +1,9 @@
 // Tests of src/trace/: readers on small documents of each format, matching, clock alignment,
 // the graph, replay and calibration. Real traces (torch 1.13 runs of the shipped example, sluice
 // train runs) are read by tests/trace_cli_test.sh.
+#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fmt/core.h>
 
 #include <filesystem>
 #include <string>
@@ -40,15 +40,21 @@ std::string Doc(const std::vector<std::string>& events) {
 }
 
 // A two-stage pipeline, one micro-batch per iteration: rank 0 F, send; rank 1 recv, F, B, send
-// grad; rank 0 recv grad, B; both step. `shift_us` is added to every time of rank 1.
-std::vector<std::string> PipelineEvents(int iterations, double shift_us = 0) {
+// grad; rank 0 recv grad, B; both step. `shift_us` is added to every time of rank 1. In
+// iteration `slow_iteration` rank 0's forward takes `extra_us` longer: everything after it on
+// rank 0 and everything after the receive's wait on rank 1 is that much later (iterations are
+// 2,000 µs apart then).
+std::vector<std::string> PipelineEvents(int iterations, double shift_us = 0,
+                                        int slow_iteration = -1, double extra_us = 0) {
   std::vector<std::string> e;
   for (int it = 0; it < iterations; ++it) {
-    const double t = it * 1000.0;
-    const double s = t + shift_us;
+    const double x = it == slow_iteration ? extra_us : 0;
+    double t = it * (slow_iteration >= 0 ? 2000.0 : 1000.0);
+    double s = t + shift_us;
     // rank 0
     e.push_back(Ev(0, 0, "0LOAD0", "load-input", t + 0, 5, it, 0, 0));
-    e.push_back(Ev(0, 0, "0F0", "forward", t + 5, 100, it, 0, 0));
+    e.push_back(Ev(0, 0, "0F0", "forward", t + 5, 100 + x, it, 0, 0));
+    t += x;
     e.push_back(Ev(0, 0, "0SEND_F0", "send-act-start", t + 106, 4, it, 0, 0, 1, 4096));
     e.push_back(Ev(0, 1, "0SEND_F0", "send-act-start", t + 106, 30, it, 0, 0, 1, 4096));
     e.push_back(Ev(0, 0, "0SEND_F0.wait", "send-act-finish", t + 111, 25, it, 0, 0, 1));
@@ -60,8 +66,9 @@ std::vector<std::string> PipelineEvents(int iterations, double shift_us = 0) {
     // rank 1
     e.push_back(Ev(1, 0, "1LOAD0", "load-input", s + 0, 5, it, 0, 1));
     e.push_back(Ev(1, 0, "1RECV_F0", "recv-act-start", s + 6, 2, it, 0, 1, 0, 4096));
-    e.push_back(Ev(1, 2, "1RECV_F0", "recv-act-start", s + 6, 134, it, 0, 1, 0, 4096));
-    e.push_back(Ev(1, 0, "1RECV_F0.wait", "recv-act-finish", s + 9, 131, it, 0, 1, 0));
+    e.push_back(Ev(1, 2, "1RECV_F0", "recv-act-start", s + 6, 134 + x, it, 0, 1, 0, 4096));
+    e.push_back(Ev(1, 0, "1RECV_F0.wait", "recv-act-finish", s + 9, 131 + x, it, 0, 1, 0));
+    s += x;
     e.push_back(Ev(1, 0, "1F0", "forward", s + 141, 150, it, 0, 1));
     e.push_back(Ev(1, 0, "1B0", "backward", s + 292, 180, it, 0, 1));
     e.push_back(Ev(1, 0, "1SEND_B0", "send-grad-start", s + 473, 3, it, 0, 1, 0, 4096));
@@ -131,6 +138,77 @@ TEST(Replay, WhatIfFasterComputeShortensTheIteration) {
   EXPECT_FALSE(Replay(a->graph, a->set, bad).ok());
 }
 
+TEST(Replay, PerIterationReplayRecomputesWaitsFromFittedTransfers) {
+  // Four iterations; in iteration 2 rank 0's forward is 300 µs longer, and rank 1's receive of
+  // it waits 300 µs longer. The fitted transfer model (the median of the class) keeps the
+  // transfer at its usual time, so the replay must find the wait from the dependency alone.
+  std::vector<std::string> e = PipelineEvents(4);
+  auto a0 = AnalyzeText(Doc(e));
+  ASSERT_TRUE(a0.ok()) << a0.status().message();
+  ReplayOptions o;
+  o.comm = CommModel::kFitted;
+  o.per_iteration = true;
+  auto r = Replay(a0->graph, a0->set, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->iterations.size(), 4u);
+  EXPECT_GT(r->comm_models, 0);
+  for (const IterationTime& it : r->iterations) EXPECT_EQ(it.replayed_ns, it.measured_ns);
+  // Rank 0's forward of iteration 2 runs 300 µs longer, everything after it on both ranks later.
+  auto a = AnalyzeText(Doc(PipelineEvents(4, 0, 2, 300)));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto exact = Replay(a->graph, a->set, ReplayOptions{});
+  ASSERT_TRUE(exact.ok());
+  EXPECT_EQ(exact->max_deviation_ns, 0);
+  auto p = Replay(a->graph, a->set, o);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->iterations.size(), 4u);
+  EXPECT_EQ(p->iterations[2].measured_ns, p->iterations[0].measured_ns + 300'000);
+  for (const IterationTime& it : p->iterations) EXPECT_EQ(it.replayed_ns, it.measured_ns);
+  // A what-if on the fitted replay: transfers 10x slower lengthen every iteration.
+  ReplayOptions slow_comm = o;
+  slow_comm.what_if = {{"comm", 10}};
+  auto w = Replay(a->graph, a->set, slow_comm);
+  ASSERT_TRUE(w.ok());
+  // (the act and grad transfers, 30 and 25 µs, lie on the path: +9 x 55 µs)
+  EXPECT_EQ(w->mean_iteration_replayed_ns, p->mean_iteration_replayed_ns + 495'000);
+}
+
+TEST(Replay, FittedCommTimesFollowSize) {
+  // Transfers of 10,000..80,000 bytes taking 10 µs + 1 ns/byte, one of them 5 ms more (a wait on
+  // a busy core), that the receiver waits for; the sender's wait comes after they are done. The
+  // fit keeps the line.
+  std::vector<std::string> e;
+  for (int it = 0; it < 8; ++it) {
+    const double t = it * 10000.0;
+    const int bytes = 10000 * (it + 1);
+    const double wire = 10 + bytes / 1000.0 + (it == 5 ? 5000 : 0);
+    e.push_back(Ev(0, 0, "0F0", "forward", t, 100, it, 0, 0));
+    e.push_back(Ev(0, 0, "0SEND_F0", "send-act-start", t + 100, 1, it, 0, 0, 1, bytes));
+    e.push_back(Ev(0, 0, "0F1", "forward", t + 101, wire + 100, it, 1, 0));
+    e.push_back(Ev(0, 1, "0SEND_F0", "send-act-start", t + 100, wire + 103, it, 0, 0, 1, bytes));
+    e.push_back(Ev(0, 0, "0SEND_F0.wait", "send-act-finish", t + 201 + wire, 2, it, 0, 0, 1));
+    e.push_back(Ev(1, 0, "1RECV_F0", "recv-act-start", t + 50, 1, it, 0, 1, 0, bytes));
+    e.push_back(Ev(1, 2, "1RECV_F0", "recv-act-start", t + 50, 50 + wire, it, 0, 1, 0, bytes));
+    e.push_back(Ev(1, 0, "1RECV_F0.wait", "recv-act-finish", t + 51, 49 + wire, it, 0, 1, 0));
+    e.push_back(Ev(1, 0, "1F0", "forward", t + 100 + wire, 100, it, 0, 1));
+  }
+  auto a = AnalyzeText(Doc(e));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  int64_t groups = 0;
+  const std::vector<int64_t> own = FittedCommTimes(a->graph, &groups);
+  EXPECT_EQ(groups, 1);
+  int hubs = 0;
+  for (size_t v = 0; v < own.size(); ++v) {
+    const GraphNode& n = a->graph.nodes[v];
+    if (n.kind != NodeKind::kTransfer) continue;
+    ++hubs;
+    EXPECT_TRUE(n.waited);
+    EXPECT_NEAR(static_cast<double>(own[v]), 10'000 + static_cast<double>(n.bytes), 1000)
+        << n.bytes;
+  }
+  EXPECT_EQ(hubs, 8);
+}
+
 TEST(Align, CausalityRecoversAClockOffBySeconds) {
   // Rank 1's clock reads 3 s early: its receives would end before the sends were posted.
   auto a = AnalyzeText(Doc(PipelineEvents(2, -3e6)));
@@ -158,7 +236,9 @@ TEST(Matching, UnmatchedSendIsReportedNotFatal) {
   ASSERT_TRUE(a.ok()) << a.status().message();
   EXPECT_EQ(a->matching.unmatched, 1);
   ASSERT_FALSE(a->matching.notes.empty());
-  EXPECT_THAT(a->matching.notes[0], HasSubstr("rank 0 sends 2 message(s) (act) to rank 1"));
+  EXPECT_THAT(a->matching.notes[0],
+              HasSubstr("rank 0 sends 1 message(s) (act, iteration 0 mb 1) to rank 1, which "
+                        "receives 0"));
 }
 
 TEST(Readers, BadDocumentsNameFileEventAndField) {
@@ -290,8 +370,8 @@ TEST(TorchCpuReader, FlattensPairsAndMatchesByOrderAndAnnotation) {
 // stream, NCCL kernels with their args, an ac2g flow for one kernel.
 std::string KinetoDoc(int rank) {
   const double b = rank * 7.0;  // each rank's clock
-  std::string peer_args =
-      rank == 0 ? R"("Collective name":"send","Dst Rank":1)" : R"("Collective name":"recv","Src Rank":0)";
+  std::string peer_args = rank == 0 ? R"("Collective name":"send","Dst Rank":1)"
+                                    : R"("Collective name":"recv","Src Rank":0)";
   return fmt::format(R"({{
   "schemaVersion": 1, "distributedInfo": {{"backend": "nccl", "rank": {0}, "world_size": 2}},
   "deviceProperties": [], "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000,
@@ -371,7 +451,9 @@ TEST(Calibration, JsonRoundTripAndApply) {
   EXPECT_EQ(plan.ranks[0].instructions[2].duration, Duration::Micros(100));  // no entry: kept
   EXPECT_EQ(plan.cluster.intra_node.latency, Duration::Micros(100));
   EXPECT_DOUBLE_EQ(plan.cluster.intra_node.bandwidth, 2.5e9);
-  auto bad = CalibrationFromJson(R"({"format":"sluice-calibration/1","ops":[{"stage":0,"op":"send-act-start","scale":1,"offset_us":0}]})", "bad.json");
+  auto bad = CalibrationFromJson(
+      R"({"format":"sluice-calibration/1","ops":[{"stage":0,"op":"send-act-start","scale":1,"offset_us":0}]})",
+      "bad.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("bad.json: field 'ops[0].op'"));
 }
@@ -387,10 +469,10 @@ TEST(Replay, LargeSyntheticGraphIsFast) {
       for (int k = 0; k < 100; ++k, t += 10) {
         e.push_back(Ev(r, 0, fmt::format("{}F{}", r, k), "forward", t, 9, it, k, 0));
       }
-      e.push_back(Ev(r, 0, fmt::format("{}SEND_F{}", r, it), "send-act-start", t, 1, it, it, 0,
-                     next, 64));
-      e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}", r, it), "recv-act-start", t + 1, 1, it, it,
-                     0, prev, 64));
+      e.push_back(
+          Ev(r, 0, fmt::format("{}SEND_F{}", r, it), "send-act-start", t, 1, it, it, 0, next, 64));
+      e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}", r, it), "recv-act-start", t + 1, 1, it, it, 0,
+                     prev, 64));
       e.push_back(Ev(r, 0, fmt::format("{}RECV_F{}.wait", r, it), "recv-act-finish", t + 2, 5, it,
                      it, 0, prev));
       e.push_back(Ev(r, 0, fmt::format("{}SEND_F{}.wait", r, it), "send-act-finish", t + 7, 1, it,
