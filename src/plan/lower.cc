@@ -289,15 +289,17 @@ class RankAssembler {
   }
 
   // The MoE all-to-alls of the compute op just emitted (AllToAllsOf), each priced as the
-  // alpha-beta all-to-all of the buffer this rank sends.
+  // alpha-beta all-to-all of this rank's sends: (n-1) latencies + the bytes it sends to the
+  // other members over the slowest link of the group (the simulator's closed form).
   void EmitAllToAlls(OpKind op, int64_t mb, int64_t s) {
     const ExecutionPlan& plan = *c_.plan;
     const int64_t rank = plan.RankId(c_.dp_index, r_);
     for (Instruction& in : AllToAllsOf(plan, rank, op, mb, s)) {
       bool spans = false;
       for (int64_t g : in.group) spans = spans || plan.NodeOf(g) != plan.NodeOf(rank);
-      in.duration = c_.comm->Collective(CollectiveKind::kAllToAll, Fp16Bytes({in.shapes[0]}),
-                                        static_cast<int64_t>(in.group.size()), spans);
+      const int64_t n = static_cast<int64_t>(in.group.size());
+      in.duration = c_.comm->PointToPoint(in.bytes, spans) +
+                    c_.comm->PointToPoint(Bytes::Zero(), spans) * (n - 2);
       out_.push_back(std::move(in));
     }
   }

@@ -456,16 +456,15 @@ void Engine::TryStartAllToAll(int32_t gi) {
     a.start = g.prev_end;
     a.pred = g.prev_interval;
   }
-  const int64_t hidden = plan_.model.hidden;
   Duration latency;
   bool spans = false;
-  int64_t largest = 0;  // the largest member buffer (rows)
+  int64_t largest = 0;  // the most rows a member sends to the others
   for (int64_t i = 0; i < n; ++i) {
     const Instruction& in = ranks_[g.members[i]].program->instructions[a.instr[i]];
     int64_t rows = 0;
     for (int64_t j = 0; j < n; ++j) {
-      rows += in.send_splits[j];
       if (j == i) continue;
+      rows += in.send_splits[j];
       const bool inter = Inter(g.members[i], g.members[j]);
       spans = spans || inter;
       latency = std::max(latency, Link(inter).latency);
@@ -473,12 +472,15 @@ void Engine::TryStartAllToAll(int32_t gi) {
     largest = std::max(largest, rows);
   }
   if (options_.collectives == CollectiveMode::kClosedForm) {
-    const Duration d = comm_.Collective(CollectiveKind::kAllToAll,
-                                        Bytes::Of(2 * hidden * largest), n, spans);
+    // (n-1) latencies + the busiest member's remote bytes over the slowest link it uses: the
+    // α-β all-to-all (cost/comm_model.h) with unequal splits.
+    const Duration d =
+        comm_.PointToPoint(Bytes::Of(2 * plan_.model.hidden * largest), spans) +
+        comm_.PointToPoint(Bytes::Zero(), spans) * (n - 2);
     Push(a.start + d, EventType::kA2aDone, gi);
     return;
   }
-  Push(a.start + Duration::Nanos(latency.nanos() * (n - 1)), EventType::kA2aStart, gi);
+  Push(a.start + latency * (n - 1), EventType::kA2aStart, gi);
 }
 
 void Engine::OnAllToAllStart(int32_t gi, Duration now) {

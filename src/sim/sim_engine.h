@@ -14,8 +14,8 @@
 //    closed-form ones last AlphaBetaCommModel::Collective;
 //  - an MoE all-to-all blocks its rank's host from its post until it completes; it starts when
 //    every member of the expert-parallel group posted it and the group's previous one is done,
-//    pays (n-1) latencies, then moves one flow per ordered member pair (contention), or lasts
-//    AlphaBetaCommModel's all-to-all of the largest member buffer in the closed form.
+//    pays (n-1) latencies, then moves one flow per ordered member pair (contention), or in the
+//    closed form lasts (n-1) latencies + the busiest member's remote bytes / the slowest link.
 // Events (EventQueue, on (time, sequence)): a transfer's data phase, a flow's completion, a
 // collective's start, step latency and (closed form) end. The run reads the plan only through
 // its compiled form (sim_program.h). sim_engine_setup.cc checks and compiles the plan;

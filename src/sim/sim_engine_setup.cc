@@ -227,7 +227,9 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
       case OpKind::kAllToAllCombine: {
         // CheckInstructionIndices bounded the group and the splits; the engine pairs the
         // members' splits as they post.
-        if (rs.a2a_group < 0 || in.group != a2a_groups_[rs.a2a_group].members) {
+        if (rs.a2a_group < 0 ||
+            !std::equal(in.group.begin(), in.group.end(), a2a_groups_[rs.a2a_group].members.begin(),
+                        a2a_groups_[rs.a2a_group].members.end())) {
           return field("group",
                        fmt::format("[{}] is not the rank's expert-parallel group{}",
                                    fmt::join(in.group, ", "),
