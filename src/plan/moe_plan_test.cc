@@ -55,9 +55,8 @@ TEST(MoePlanTest, MoeLayersAndCapacity) {
 }
 
 TEST(MoePlanTest, LoweringEmitsDispatchAndCombineThatValidate) {
-  for (const auto& [dp, pp, ep] :
-       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{2, 1, 2}, {2, 2, 2}, {4, 2, 2},
-                                                          {4, 1, 4}}) {
+  for (const auto& [dp, pp, ep] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {2, 1, 2}, {2, 2, 2}, {4, 2, 2}, {4, 1, 4}}) {
     const PlanCase c = MoeCase(dp, pp, ep);
     SCOPED_TRACE(testing::Describe(c));
     const auto f = MakePlanFixture(c);
@@ -115,9 +114,8 @@ TEST(MoePlanTest, ForwardDispatchesThenCombinesAndBackwardReverses) {
   EXPECT_EQ(after[0]->send_splits, (std::vector<int64_t>{mine, mine}));
   EXPECT_EQ(after[0]->recv_splits, (std::vector<int64_t>{mine, theirs}));
   EXPECT_EQ(after[1]->send_splits, (std::vector<int64_t>{mine, theirs}));
-  EXPECT_EQ(after[0]->shapes,
-            (std::vector<TensorShape>{{2 * mine, plan.model.hidden},
-                                      {mine + theirs, plan.model.hidden}}));
+  EXPECT_EQ(after[0]->shapes, (std::vector<TensorShape>{{2 * mine, plan.model.hidden},
+                                                        {mine + theirs, plan.model.hidden}}));
   EXPECT_EQ(after[0]->bytes, Bytes::Of(mine * plan.model.hidden * 2));
   // The backward of the last MoE layer first: the combine's gradient, then the dispatch's.
   const int64_t bwd = testing::FindInstruction(
@@ -169,10 +167,16 @@ TEST(MoePlanTest, ValidatorCatchesBrokenAllToAlls) {
   };
   fails_with([](ExecutionPlan& p) { FirstAllToAll(p, 0)->send_splits[1] += 1; },
              "differs from the all-to-all");
-  fails_with([](ExecutionPlan& p) { FirstAllToAll(p, 0)->group = {0, 7}; },
-             "must list distinct ranks");
-  fails_with([](ExecutionPlan& p) { FirstAllToAll(p, 0)->group = {0, 1}; },
-             "is not this rank's expert-parallel group");
+  fails_with(
+      [](ExecutionPlan& p) {
+        FirstAllToAll(p, 0)->group = {0, 7};
+      },
+      "must list distinct ranks");
+  fails_with(
+      [](ExecutionPlan& p) {
+        FirstAllToAll(p, 0)->group = {0, 1};
+      },
+      "is not this rank's expert-parallel group");
   fails_with([](ExecutionPlan& p) { FirstAllToAll(p, 0)->recv_splits.pop_back(); },
              "one send and one receive split per group member");
   fails_with([](ExecutionPlan& p) { FirstAllToAll(p, 0)->layer = 0; },

@@ -153,7 +153,8 @@ TEST(MoeSimTest, AMissingAllToAllDeadlocksAndMismatchedSplitsStop) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->outcome, SimOutcome::kDeadlock);
   bool named = false;
-  for (const BlockedRank& b : r->blocked) named = named || b.text.find("does not pair") != b.text.npos;
+  for (const BlockedRank& b : r->blocked)
+    named = named || b.text.find("does not pair") != b.text.npos;
   EXPECT_TRUE(named);
 
   ExecutionPlan foreign = f->plan;
