@@ -32,7 +32,9 @@ std::string Engine::WaitReason(int32_t rank) const {
       const AllToAll& a = g.ops[r.a2a_posted - 1];
       std::string missing;
       for (size_t m = 0; m < g.members.size(); ++m) {
-        if (a.instr[m] < 0) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", g.members[m]);
+        if (a.instr[m] < 0) {
+          missing += fmt::format("{}{}", missing.empty() ? "" : ", ", g.members[m]);
+        }
       }
       return fmt::format("waits for all-to-all #{} of its expert-parallel group{}",
                          r.a2a_posted - 1,

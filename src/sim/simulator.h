@@ -13,9 +13,9 @@
 // stream: it starts once every member of the expert-parallel group posted it and the data is
 // there, pays (n-1) link latencies and then moves one flow per ordered pair of members, the
 // bytes its send splits give (contention as for transfers); in the fast mode one α-β interval:
-// (n-1) latencies + the busiest member's bytes to the others over the group's slowest link. Compute ops do
-// not block the issue (as a CUDA host does not wait for kernels): sends wait for the data they
-// read, collectives for the compute issued before them.
+// (n-1) latencies + the busiest member's bytes to the others over the group's slowest link.
+// Compute ops do not block the issue (as a CUDA host does not wait for kernels): sends wait for
+// the data they read, collectives for the compute issued before them.
 //
 // Communication times come from the cluster's links (ClusterSpec intra_node / inter_node; device
 // placement as in execution_plan.h). Transfers that share a link at the same time share its
