@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -240,6 +241,66 @@ py::dict SimDict(const SimResult& r, const ExecutionPlan& plan) {
   return d;
 }
 
+// One instruction as a dict with the plan file's field names (docs/formats.md), absent fields
+// left out, plus "text" (InstructionText: the name profiler ranges and grids use).
+py::dict InstructionDict(const Instruction& in) {
+  py::dict d;
+  d["op"] = std::string(OpKindName(in.op));
+  d["text"] = InstructionText(in);
+  if (in.microbatch >= 0) d["mb"] = in.microbatch;
+  if (in.stage >= 0) d["stage"] = in.stage;
+  if (in.peer >= 0) d["peer"] = in.peer;
+  if (in.tag >= 0) d["tag"] = in.tag;
+  if (in.bucket >= 0) d["bucket"] = in.bucket;
+  if (!in.shapes.empty()) d["shapes"] = in.shapes;
+  if (!in.inputs.empty()) d["in"] = in.inputs;
+  if (!in.outputs.empty()) d["out"] = in.outputs;
+  if (in.bytes.count() > 0) d["bytes"] = in.bytes.count();
+  if (in.recompute != Recompute::kNone) d["rc"] = std::string(RecomputeName(in.recompute));
+  if (in.duration.nanos() > 0) d["ns"] = in.duration.nanos();
+  return d;
+}
+
+int64_t CheckRank(const ExecutionPlan& plan, int64_t rank) {
+  if (rank < 0 || rank >= static_cast<int64_t>(plan.ranks.size())) {
+    Raise(InvalidArgumentError(fmt::format("rank: {} is not a rank of this plan (allowed: 0..{})",
+                                           rank, plan.ranks.size() - 1)));
+  }
+  return rank;
+}
+
+// A plan read back from PlanToMsgpack bytes, with the planner's figures that the file does not
+// hold (PlanningBatchSampler's rank-0 planning ships them beside the bytes).
+std::unique_ptr<PyPlan> PlanFromBytes(const py::bytes& data, double makespan_ms,
+                                      double given_order_makespan_ms, double bubble_fraction,
+                                      double planning_time_ms,
+                                      const std::vector<int64_t>& peak_memory_bytes,
+                                      const std::vector<std::pair<int64_t, int64_t>>& samples) {
+  const std::string_view view = data;
+  auto out = std::make_unique<PyPlan>();
+  {
+    py::gil_scoped_release release;
+    const auto* begin = reinterpret_cast<const uint8_t*>(view.data());
+    out->result.plan =
+        Take(PlanFromMsgpack(std::span<const uint8_t>(begin, view.size()), "shared plan"));
+  }
+  PlanResult& r = out->result;
+  r.outcome = PlanOutcome::kOk;
+  r.batch_plan.method = r.plan.method;
+  r.makespan = Duration::Nanos(static_cast<int64_t>(makespan_ms * 1e6));
+  r.given_order_makespan = Duration::Nanos(static_cast<int64_t>(given_order_makespan_ms * 1e6));
+  r.bubble_fraction = bubble_fraction;
+  r.planning_time = Duration::Nanos(static_cast<int64_t>(planning_time_ms * 1e6));
+  for (const int64_t b : peak_memory_bytes) r.peak_memory.push_back(Bytes::Of(b));
+  for (const auto& [id, len] : samples) {
+    Sample s;
+    s.id = id;
+    s.input_len = len;
+    out->samples.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace sluice
 
@@ -356,6 +417,10 @@ PYBIND11_MODULE(_sluice, m) {
           },
           py::arg("lengths"), py::arg("target_lengths"), py::arg("ids"));
 
+  m.def("_plan_from_msgpack", &PlanFromBytes, py::arg("data"), py::arg("makespan_ms"),
+        py::arg("given_order_makespan_ms"), py::arg("bubble_fraction"), py::arg("planning_time_ms"),
+        py::arg("peak_memory_bytes"), py::arg("samples"));
+
   py::class_<PyPlan>(m, "_Plan")
       .def_property_readonly("ok",
                              [](const PyPlan& p) { return p.result.outcome == PlanOutcome::kOk; })
@@ -415,17 +480,43 @@ PYBIND11_MODULE(_sluice, m) {
           "instructions",
           [](const PyPlan& p, int64_t rank) {
             const ExecutionPlan& plan = OkPlan(p);
-            if (rank < 0 || rank >= static_cast<int64_t>(plan.ranks.size())) {
-              Raise(InvalidArgumentError(
-                  fmt::format("rank: {} is not a rank of this plan (allowed: 0..{})", rank,
-                              plan.ranks.size() - 1)));
-            }
             std::vector<std::string> v;
-            for (const Instruction& in : plan.ranks[rank].instructions)
+            for (const Instruction& in : plan.ranks[CheckRank(plan, rank)].instructions)
               v.push_back(InstructionText(in));
             return v;
           },
           py::arg("rank"))
+      .def(
+          "program",
+          [](const PyPlan& p, int64_t rank) {
+            const ExecutionPlan& plan = OkPlan(p);
+            const RankProgram& prog = plan.ranks[CheckRank(plan, rank)];
+            py::dict d;
+            d["rank"] = prog.rank;
+            d["dp"] = prog.dp_index;
+            d["pp"] = prog.pp_index;
+            d["buffer_slots"] = prog.buffer_slots;
+            py::list list;
+            for (const Instruction& in : prog.instructions) list.append(InstructionDict(in));
+            d["instructions"] = list;
+            return d;
+          },
+          py::arg("rank"))
+      .def_property_readonly("vpp", [](const PyPlan& p) { return OkPlan(p).vpp(); })
+      .def_property_readonly("zero", [](const PyPlan& p) { return OkPlan(p).parallel.zero; })
+      .def_property_readonly("tp", [](const PyPlan& p) { return OkPlan(p).parallel.tp; })
+      .def_property_readonly("model", [](const PyPlan& p) { return OkPlan(p).model; })
+      .def_property_readonly("samples",
+                             [](const PyPlan& p) {
+                               std::vector<std::pair<int64_t, int64_t>> v;
+                               for (const Sample& s : p.samples) v.emplace_back(s.id, s.tokens());
+                               return v;
+                             })
+      .def("to_msgpack",
+           [](const PyPlan& p) {
+             const std::vector<uint8_t> bytes = PlanToMsgpack(OkPlan(p));
+             return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+           })
       .def(
           "to_json", [](const PyPlan& p, int indent) { return PlanToJsonText(OkPlan(p), indent); },
           py::arg("indent") = -1)

@@ -10,14 +10,16 @@
 # against ProcessGroupGloo.hpp, libopenblas0-openmp makes it 13-22x faster than the reference
 # BLAS) and chromium (the HTML report's browser test renders pages headless). The Python module
 # (python/, docs/python.md) needs pybind11 and pytest; its sluice.torch tests need python3-torch
-# (CPU, Gloo), which comes with the torch set.
+# (CPU, Gloo), which comes with the torch set; `pip install .` offline (the slow python_packaging
+# test) needs python3-venv, python3-pip, python3-setuptools and python3-wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake ninja-build g++ ccache pkg-config
       nlohmann-json3-dev libcli11-dev libfmt-dev
       libgtest-dev libgmock-dev libbenchmark-dev chromium
-      pybind11-dev python3-pybind11 python3-numpy python3-pytest)
+      pybind11-dev python3-pybind11 python3-numpy python3-pytest
+      python3-venv python3-pip python3-setuptools python3-wheel)
 torch=1
 for arg in "$@"; do
   case "$arg" in

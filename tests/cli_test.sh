@@ -102,6 +102,10 @@ expect plan-msgpack 0 "wrote" -- plan --iterations 1 --out "$tmp/plan.msgpack"
 expect plan-check-msgpack 0 "valid plan" -- plan check "$tmp/plan.msgpack"
 expect plan-bad-schedule 2 "1f1b" -- plan --schedule zigzag
 expect plan-gpipe-vpp 2 "vpp" -- plan --schedule gpipe --parallel dp=1,pp=4,vpp=2,zero=1
+# Context parallelism: planned (and checked) on dp x pp x tp x cp devices; decoder-only models.
+expect plan-cp 0 "1 planned" -- plan --parallel dp=1,pp=2,tp=2,cp=2,zero=1 --iterations 1 --show 0
+expect plan-cp-t5 2 "cp = 2 needs a decoder-only model" -- plan --model t5-11b --parallel pp=4,cp=2 --iterations 1
+expect plan-cp-devices 2 "dp\\*pp\\*tp\\*cp = 2\\*2\\*2\\*2 = 16 devices" -- plan --parallel dp=2,pp=2,tp=2,cp=2 --iterations 1
 printf '{"format": "sluice-plan/1"}' >"$tmp/empty-plan.json"
 expect plan-check-incomplete 2 "empty-plan.json" -- plan check "$tmp/empty-plan.json"
 expect plan-check-missing 2 "no-such-plan.json" -- plan check "$tmp/no-such-plan.json"

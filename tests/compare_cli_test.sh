@@ -28,6 +28,7 @@ expect bad-long 2 "--long: 'keep' is not allowed; allowed: clip, drop" -- compar
 expect iterations-zero 2 "--iterations: '0' is not a positive integer or 'all'" -- compare --iterations 0
 expect methods-twice 2 "^sluice: error: --methods: method 'packing' is listed twice" -- compare --methods packing,packing
 expect methods-empty 2 "--methods: unknown method ''" -- compare --methods packing,
+expect bad-cp 2 "--cp '1,x': 'x' is not allowed; allowed: comma-separated integers" -- compare --cp 1,x
 expect too-many-devices 2 "--parallel: .*16 devices, but the cluster has 8" -- compare --parallel dp=16 "${quick[@]}" --out "$tmp/x"
 expect too-many-devices-controlled 2 "--controlled: .*16 devices, but the cluster has 8" -- compare --controlled dp=16 "${quick[@]}" --out "$tmp/x"
 # --parallel fixes every method's configuration (as for every other command); --controlled only

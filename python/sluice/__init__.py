@@ -17,6 +17,12 @@ values) and whose ``code`` is sluice's status code name.
 import json as _json
 import os as _os
 
+# An installed package (pip install .) carries the data files (length presets, profiled cost
+# tables) in sluice/data/; the C++ side finds them through SLUICE_DATA_DIR unless it is set.
+_DATA = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "data")
+if not _os.environ.get("SLUICE_DATA_DIR") and _os.path.isdir(_os.path.join(_DATA, "profiles")):
+    _os.environ["SLUICE_DATA_DIR"] = _DATA
+
 from . import _sluice
 from ._sluice import Error, ModelSpec, ClusterSpec, ParallelConfig, model_presets, device_presets
 
@@ -172,6 +178,46 @@ class Plan:
     def instructions(self, rank):
         """The rank's instruction stream as text, one instruction per entry."""
         return self._impl.instructions(int(rank))
+
+    def program(self, rank):
+        """The rank's program as data: {rank, dp, pp, buffer_slots, instructions}, each
+        instruction a dict with the plan file's field names (op, mb, stage, peer, tag, bucket,
+        shapes, in, out, bytes, rc, ns; absent fields left out) plus ``text``, its short name
+        ('1F0', '0SEND_F3', 'ALLREDUCE(b2)'). What :class:`sluice.torch.PipelineExecutor`
+        runs."""
+        return self._impl.program(int(rank))
+
+    vpp = property(lambda self: self._impl.vpp)
+    tp = property(lambda self: self._impl.tp)
+    zero = property(lambda self: self._impl.zero)
+    model = property(lambda self: self._impl.model)
+    samples = property(lambda self: self._impl.samples)  # [(id, tokens)] the batch was planned from
+
+    def to_bytes(self):
+        """The plan as MessagePack bytes with the planner's figures, for :meth:`from_bytes` on
+        another process (PlanningBatchSampler's rank-0 planning sends plans this way)."""
+        head = _json.dumps({
+            "makespan_ms": self.makespan_ms,
+            "given_order_makespan_ms": self.given_order_makespan_ms,
+            "bubble_fraction": self.bubble_fraction, "planning_time_ms": self.planning_time_ms,
+            "peak_memory_bytes": self.peak_memory_bytes, "samples": self.samples}).encode()
+        return len(head).to_bytes(4, "little") + head + self._impl.to_msgpack()
+
+    @staticmethod
+    def from_bytes(data):
+        """The plan :meth:`to_bytes` wrote. Raises :class:`Error` on bytes that are not one."""
+        data = bytes(data)
+        n = int.from_bytes(data[:4], "little") if len(data) >= 4 else -1
+        try:
+            head = _json.loads(data[4:4 + n]) if 0 <= n <= len(data) - 4 else None
+        except ValueError:
+            head = None
+        if not isinstance(head, dict):
+            raise Error("Plan.from_bytes: not bytes written by Plan.to_bytes")
+        return Plan(_sluice._plan_from_msgpack(
+            data[4 + n:], head["makespan_ms"], head["given_order_makespan_ms"],
+            head["bubble_fraction"], head["planning_time_ms"], head["peak_memory_bytes"],
+            [tuple(s) for s in head["samples"]]))
 
     def to_json(self, indent=None):
         """The plan as sluice-plan/1 JSON text (what `sluice plan --out` writes)."""

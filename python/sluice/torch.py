@@ -8,6 +8,14 @@ PlanningBatchSampler
     Planning runs ahead of the training loop in a background thread (the C++ planner releases
     the GIL).
 
+    With ``share="store"`` rank 0 plans and the other ranks read its plans from the process
+    group's store.
+
+PipelineExecutor / PlanCollator (sluice/_pipeline.py)
+    Runs a plan's per-rank instruction stream (pipeline stages, point-to-point transfers, split
+    backward, bucketed data-parallel reduction) on the user's own stage modules;
+    ``sampler.plans()`` yields the plans with this replica's micro-batches.
+
 PackedCollator / PaddedCollator
     ``collate_fn``s: packed rows with ``cu_seqlens``, ``max_seqlen`` and per-document
     ``position_ids`` (the conventions of Hugging Face's DataCollatorWithFlattening and of
@@ -22,9 +30,11 @@ import time
 import torch
 import torch.utils.data
 
-from . import Error, Planner
+from . import Error, Plan, Planner
+from ._pipeline import PipelineExecutor, PlanCollator, PlannedBatch
 
-__all__ = ["PlanningBatchSampler", "PackedCollator", "PaddedCollator"]
+__all__ = ["PlanningBatchSampler", "PackedCollator", "PaddedCollator", "PipelineExecutor",
+           "PlanCollator", "PlannedBatch"]
 
 
 def _dist_rank_world():
@@ -86,6 +96,13 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
         global batch (``steps()`` then differs between replicas).
     prefetch: global batches planned ahead of the loop by the background thread (0: plan in the
         loop's thread).
+    share: 'seed' (every rank plans the same batches itself from the seed: no communication) or
+        'store' (rank 0 plans; every other rank reads rank 0's plans from ``store``: one planner
+        per job, and plans identical even where planning is not deterministic, e.g. a time
+        limit). Keys are ``sluice/<name>/<epoch>/<batch>``; the last reader deletes a key.
+    store: a ``torch.distributed.Store`` for share='store'; default: the default process
+        group's store (torch.distributed must be initialised). name: the key prefix's name, for
+        several samplers on one store.
 
     An out-of-memory plan is split in two (by order) and each half planned, recursively, so
     every sample of the epoch lands exactly once; a batch of dp samples that still cannot fit
@@ -93,7 +110,8 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
     """
 
     def __init__(self, lengths, planner, tokens_per_batch, *, rank=None, world_size=None, seed=0,
-                 shuffle=True, long="clip", drop_last=False, equalize=True, prefetch=2):
+                 shuffle=True, long="clip", drop_last=False, equalize=True, prefetch=2,
+                 share="seed", store=None, name="sampler"):
         if isinstance(planner, dict):
             planner = Planner(**planner)
         if not isinstance(planner, Planner):
@@ -126,6 +144,15 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
         self.drop_last, self.equalize = bool(drop_last), bool(equalize)
         self.prefetch = int(prefetch)
         self.long = long
+        if share not in ("seed", "store"):
+            raise Error(f"share: '{share}' is not allowed; allowed: seed, store")
+        self.share, self.name = share, str(name)
+        if share == "store" and store is None and world_size > 1:
+            if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+                raise Error("share: 'store' needs a store: pass store=..., or initialise "
+                            "torch.distributed first (its default group's store is used)")
+            store = torch.distributed.distributed_c10d._get_default_store()
+        self.store = store
 
         self.lengths = []
         self.dropped = []  # dataset indices left out (long='drop')
@@ -191,19 +218,47 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
         h = len(batch) // 2
         return self._plan(batch[:h]) + self._plan(batch[h:])
 
-    def _plan_global_batch(self, batch):
-        """One global batch -> [(micro-batch counts per replica, own micro-batches)]: one entry
-        per plan (more than one when the batch had to be split to fit memory)."""
+    def _shared_plans(self, epoch, index, batch):
+        """share='store': rank 0 plans `batch` and puts the plans (or its error) under the
+        batch's key; every other rank reads them. share='seed': plans `batch` here."""
+        if self.share == "seed" or self.world_size == 1:
+            return self._plan(batch)
+        key = f"sluice/{self.name}/{epoch}/{index}"
+        if self.rank == 0:
+            try:
+                plans = self._plan(batch)
+            except Error as e:
+                self.store.set(key, b"E" + str(e).encode())
+                raise
+            parts = [p.to_bytes() for p in plans]
+            self.store.set(key, b"P" + b"".join(len(x).to_bytes(8, "little") + x for x in parts))
+            return plans
+        data = bytes(self.store.get(key))
+        if self.store.add(key + "/read", 1) >= self.world_size - 1:
+            self.store.delete_key(key)
+            self.store.delete_key(key + "/read")
+        if data[:1] == b"E":
+            raise Error(f"rank 0 could not plan global batch {index}: {data[1:].decode()}")
+        plans, at = [], 1
+        while at < len(data):
+            n = int.from_bytes(data[at:at + 8], "little")
+            plans.append(Plan.from_bytes(data[at + 8:at + 8 + n]))
+            at += 8 + n
+        return plans
+
+    def _plan_global_batch(self, epoch, index, batch):
+        """One global batch -> [(micro-batch counts per replica, own micro-batches, plan)]: one
+        entry per plan (more than one when the batch had to be split to fit memory)."""
         t0 = time.perf_counter()
         out = []
-        for plan in self._plan(batch):
+        for plan in self._shared_plans(epoch, index, batch):
             per_replica = [[mb["rows"] for mb in plan.micro_batches(d)] for d in range(self.dp)]
             own = per_replica[self.replica]
             counts = [len(m) for m in per_replica]
             if self.equalize:
                 own = _equalize(own, max(counts))
                 counts = [max(counts)] * self.dp
-            out.append((counts, own))
+            out.append((counts, own, plan))
         self.stats["batches_planned"] += 1
         self.stats["planning_seconds"] += time.perf_counter() - t0
         return out
@@ -211,8 +266,8 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
     def _epoch_plans(self):
         if self._cache is None or self._cache[0] != self.epoch:
             plans = []
-            for b in self.global_batches():
-                plans.extend(self._plan_global_batch(b))
+            for i, b in enumerate(self.global_batches()):
+                plans.extend(self._plan_global_batch(self.epoch, i, b))
             self._cache = (self.epoch, plans)
         return self._cache[1]
 
@@ -221,7 +276,7 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
     def steps(self):
         """Micro-batches this replica yields per planned global batch, in order (the same on
         every rank with equalize). Plans the whole epoch (cached)."""
-        return [counts[self.replica] for counts, _ in self._epoch_plans()]
+        return [counts[self.replica] for counts, _, _ in self._epoch_plans()]
 
     def __len__(self):
         """Micro-batches this rank yields in the current epoch; equal on every rank with
@@ -232,20 +287,33 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
         return [i for row in mb for i in row]
 
     def __iter__(self):
+        for _, own, _ in self._entries():
+            for mb in own:
+                yield self._flat(mb)
+
+    def plans(self):
+        """The epoch's plans, for :class:`PipelineExecutor`: yields a :class:`PlannedBatch` per
+        plan (plan, replica, this replica's micro-batches in the plan's order), planned ahead
+        like ``__iter__``. The micro-batches are the plan's own (``equalize`` does not apply:
+        the executor runs the plan as it is). Call ``set_epoch`` first, as for ``__iter__``."""
+        for k, (_, _, plan) in enumerate(self._entries()):
+            yield PlannedBatch(plan, self.replica, k)
+
+    def _entries(self):
         if self._cache is not None and self._cache[0] == self.epoch:
-            for _, own in self._cache[1]:
-                for mb in own:
-                    yield self._flat(mb)
+            yield from self._cache[1]
             return
         batches = self.global_batches()
         epoch = self.epoch
         if self.prefetch <= 0:
             plans = []
-            for b in batches:
-                for entry in self._plan_global_batch(b):
+            for i, b in enumerate(batches):
+                t0 = time.perf_counter()
+                entries = self._plan_global_batch(epoch, i, b)
+                self.stats["wait_seconds"] += time.perf_counter() - t0  # the loop waited
+                for entry in entries:
                     plans.append(entry)
-                    for mb in entry[1]:
-                        yield self._flat(mb)
+                    yield entry
             self._cache = (epoch, plans)
             return
         yield from self._iter_ahead(batches, epoch)
@@ -266,8 +334,8 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
 
         def work():
             try:
-                for b in batches:
-                    if not put(self._plan_global_batch(b)):
+                for i, b in enumerate(batches):
+                    if not put(self._plan_global_batch(epoch, i, b)):
                         return
                 put(done)
             except BaseException as e:  # handed to the loop's thread
@@ -286,9 +354,7 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
                 if isinstance(item, BaseException):
                     raise item
                 plans.extend(item)
-                for _, own in item:
-                    for mb in own:
-                        yield self._flat(mb)
+                yield from item
             self._cache = (epoch, plans)
         finally:
             stop.set()

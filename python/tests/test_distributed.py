@@ -100,3 +100,53 @@ def test_distributed_gloo_training_loop(tmp_path):
     assert r0["losses"] > 0 and r1["losses"] > 0
     # the all-reduced gradients kept the replicas identical
     assert abs(r0["checksum"] - r1["checksum"]) < 1e-9 * max(1.0, abs(r0["checksum"]))
+
+
+def _store_worker(rank, world_size, port, out_path):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size)
+    data = _dataset()
+    lengths = [len(d["input_ids"]) for d in data]
+    planner = sluice.Planner(**PLANNER)
+    if rank != 0:  # only rank 0 may plan: the others read its plans from the store
+        def refuse(*args, **kwargs):
+            raise AssertionError(f"rank {rank} planned")
+        planner.plan = refuse
+    sampler = PlanningBatchSampler(lengths, planner, tokens_per_batch=2048, seed=5,
+                                   share="store")
+    seen, plans = [], []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        if epoch == 0:
+            n = len(sampler)  # plans the epoch up front (reads every key once)
+        mbs = list(sampler)
+        seen.append([i for mb in mbs for i in mb])
+        if epoch == 0:
+            assert len(mbs) == n
+        plans.append([(p.to_json(), p.micro_batches(sampler.replica) == p.micro_batches(
+            sampler.replica)) for p in (pb.plan for pb in sampler.plans())])
+    dist.barrier()
+    store = dist.distributed_c10d._get_default_store()
+    # delete_key is False for a key that is gone: the last reader deleted it.
+    left = [k for k in (f"sluice/sampler/{e}/{b}" for e in range(2) for b in range(3))
+            if rank == 0 and store.delete_key(k)]
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, {"seen": seen, "plans": [[j for j, _ in p] for p in plans],
+                                      "len": n, "left": left})
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(gathered, f)
+    dist.destroy_process_group()
+
+
+def test_distributed_sampler_rank0_plans_through_store(tmp_path):
+    out = tmp_path / "result.json"
+    mp.spawn(_store_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    r0, r1 = json.loads(out.read_text())
+    assert r0["plans"] == r1["plans"] and len(r0["plans"][0]) > 1  # rank 1 got rank 0's plans
+    assert r0["len"] == r1["len"] > 0
+    n = len(_dataset())
+    for epoch in range(2):
+        assert sorted(r0["seen"][epoch] + r1["seen"][epoch]) == list(range(n))
+    assert r0["left"] == [] and r1["left"] == []  # the last reader deleted every key

@@ -10,6 +10,7 @@
 #include "batching/dynapipe_batcher.h"
 #include "batching/hydraulis.h"
 #include "batching/karmarkar_karp.h"
+#include "batching/megatron_gbp.h"
 
 namespace sluice {
 namespace {
@@ -26,7 +27,7 @@ constexpr Entry kAssigners[] = {
     {"balanced", "LPT on each sample's estimated cost a*s^2 + b*s"},
     {"hydraulis", "Hydraulis stage 1: seeded randomised greedy min-max of sum f(s) + (pp-1) max f"},
     {"global", "DynaPipe: micro-batch the whole batch, then Karmarkar-Karp over replicas "
-               "(with dynapipe or token-budget only)"},
+               "(with dynapipe, token-budget or gbp only)"},
 };
 
 constexpr Entry kBatchers[] = {
@@ -37,6 +38,8 @@ constexpr Entry kBatchers[] = {
     {"multipack", "first-fit-decreasing into max_seqlen rows (varlen attention, decoder-only)"},
     {"dynapipe", "order samples, exact consecutive-split DP with t_max enumeration"},
     {"hydraulis", "Hydraulis stage 2: v balanced varlen micro-batches under a token cap"},
+    {"gbp", "Megatron-Core global batch packing: work-balanced THD packs of the whole batch "
+            "(with the global assigner)"},
 };
 
 constexpr Entry kMethods[] = {
@@ -47,6 +50,7 @@ constexpr Entry kMethods[] = {
     {"multipack", "contiguous+multipack"},
     {"dynapipe", "global+dynapipe"},
     {"hydraulis", "hydraulis+hydraulis"},
+    {"megatron-gbp", "global+gbp"},
 };
 
 template <size_t N>
@@ -106,6 +110,7 @@ StatusOr<std::unique_ptr<MicroBatcher>> MakeMicroBatcher(std::string_view name) 
   if (name == "multipack") return MakeMultipackBatcher();
   if (name == "dynapipe") return MakeDynaPipeBatcher();
   if (name == "hydraulis") return MakeHydraulisBatcher();
+  if (name == "gbp") return MakeGlobalBatchPackingBatcher();
   return InvalidArgumentError(fmt::format("--method: unknown micro-batcher '{}' (allowed: {})",
                                           name, JoinAllowed(Names(kBatchers))));
 }
@@ -119,10 +124,10 @@ StatusOr<BatchPlan> RunMethod(std::string_view method, std::span<const Sample> b
 
   BatchPlan plan;
   if (assigner_name == kGlobal) {
-    if (batcher_name != "dynapipe" && batcher_name != "token-budget") {
+    if (batcher_name != "dynapipe" && batcher_name != "token-budget" && batcher_name != "gbp") {
       return InvalidArgumentError(fmt::format(
           "--method '{}': the global assigner micro-batches the whole batch and splits the "
-          "micro-batches over replicas; it composes with dynapipe and token-budget only (the "
+          "micro-batches over replicas; it composes with dynapipe, token-budget and gbp only (the "
           "fixed-size baselines are per-replica configurations)",
           method));
     }

@@ -171,6 +171,7 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
   e.par_ = par;
   e.options_ = options;
   e.limit_ = par.MemoryLimit(cluster);
+  e.ring_ = CpRing{par.cp, CpRingLink(cluster, par)};
   e.chunk_layers_ = ChunkStageLayers(model, par.chunks());
   const std::vector<StageLayers>& chunks = e.chunk_layers_;
   e.stage_layers_.assign(static_cast<size_t>(par.pp), StageLayers{});
@@ -225,19 +226,20 @@ int64_t StageCostEvaluator::Pad(int64_t len) const {
 namespace {
 
 // Looks up the layer kinds the model uses at `shape`; false when one is infeasible.
-bool LookupKinds(const CostModel& cost, const LayerShape& shape, int64_t tp, Recompute rc,
-                 KindCosts* k) {
+// With cp > 1, per device of the cp group (cost/context_parallel.h).
+bool LookupKinds(const CostModel& cost, const LayerShape& shape, int64_t tp, const CpRing& ring,
+                 Recompute rc, KindCosts* k) {
   const bool encdec = cost.model().is_encoder_decoder();
   if (shape.mbs < 1 || shape.seqlen < 1 || (encdec && shape.dec_seqlen < 1)) return false;
-  k->encoder = cost.Layer(LayerKind::kEncoder, shape, tp, rc);
+  k->encoder = ContextParallelLayer(cost, LayerKind::kEncoder, shape, tp, rc, ring);
   if (!k->encoder.feasible) return false;
   if (encdec) {
-    k->decoder = cost.Layer(LayerKind::kDecoder, shape, tp, rc);
+    k->decoder = ContextParallelLayer(cost, LayerKind::kDecoder, shape, tp, rc, ring);
     if (!k->decoder.feasible) return false;
   }
-  k->embedding = cost.Layer(LayerKind::kEmbedding, shape, tp, rc);
+  k->embedding = ContextParallelLayer(cost, LayerKind::kEmbedding, shape, tp, rc, ring);
   if (!k->embedding.feasible) return false;
-  k->head = cost.Layer(LayerKind::kOutputHead, shape, tp, rc);
+  k->head = ContextParallelLayer(cost, LayerKind::kOutputHead, shape, tp, rc, ring);
   return k->head.feasible;
 }
 
@@ -247,7 +249,7 @@ bool StageCostEvaluator::EvaluateStages(const LayerShape& shape, Recompute rc,
                                         std::vector<ChunkCost>* out) const {
   out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
   KindCosts k;
-  if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return false;
+  if (!LookupKinds(*cost_, shape, par_.tp, ring_, rc, &k)) return false;
   for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
   return true;
 }
@@ -256,7 +258,7 @@ bool StageCostEvaluator::EvaluateChunks(const LayerShape& shape, Recompute rc,
                                         std::vector<ChunkCost>* out) const {
   out->assign(chunk_layers_.size(), ChunkCost{});
   KindCosts k;
-  if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return false;
+  if (!LookupKinds(*cost_, shape, par_.tp, ring_, rc, &k)) return false;
   for (size_t c = 0; c < chunk_layers_.size(); ++c) (*out)[c] = CombineStage(chunk_layers_[c], k);
   return true;
 }
@@ -264,7 +266,7 @@ bool StageCostEvaluator::EvaluateChunks(const LayerShape& shape, Recompute rc,
 CostSummary StageCostEvaluator::Summarize(const LayerShape& shape, Recompute rc,
                                           int64_t num_micro_batches) const {
   KindCosts k;
-  if (!LookupKinds(*cost_, shape, par_.tp, rc, &k)) return CostSummary{};
+  if (!LookupKinds(*cost_, shape, par_.tp, ring_, rc, &k)) return CostSummary{};
   SummaryBuilder b;
   for (int64_t s = 0; s < par_.pp; ++s) {
     b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s],
@@ -440,8 +442,8 @@ void AddScaled(const KindCosts& k, double w, KindCosts* acc) {
 // k sequences of length L give m* = k, T / k = L: the padded k x L shape itself, exactly.
 // False when a shape with a nonzero weight has no cost (a row longer than the model's positions,
 // beyond a profile table's range, or in one of its out-of-memory holes).
-bool LookupVarlen(const CostModel& cost, int64_t tp, std::span<const int64_t> lengths, Recompute rc,
-                  KindCosts* out) {
+bool LookupVarlen(const CostModel& cost, int64_t tp, const CpRing& ring,
+                  std::span<const int64_t> lengths, Recompute rc, KindCosts* out) {
   int64_t t = 0, q = 0;
   if (!VarlenMoments(lengths, cost.model().max_position, &t, &q)) return false;
   const int64_t t2 = t * t;
@@ -449,12 +451,12 @@ bool LookupVarlen(const CostModel& cost, int64_t tp, std::span<const int64_t> le
   // Weight of m_a + 1 rows: (Q_a - Q) / (Q_a - Q_b) = (m_a + 1) (T^2 - m_a Q) / T^2.
   const double w_b =
       static_cast<double>(m_a + 1) * static_cast<double>(t2 - m_a * q) / static_cast<double>(t2);
-  if (!LookupKinds(cost, LayerShape{m_a, (t + m_a / 2) / m_a, 0}, tp, rc, out)) return false;
+  if (!LookupKinds(cost, LayerShape{m_a, (t + m_a / 2) / m_a, 0}, tp, ring, rc, out)) return false;
   // m* a whole number of rows (uniform rows: the padded shape itself).
   if (w_b == 0) return true;
   const int64_t m_b = m_a + 1;  // <= n <= T: m* < n here
   KindCosts b;
-  if (!LookupKinds(cost, LayerShape{m_b, (t + m_b / 2) / m_b, 0}, tp, rc, &b)) return false;
+  if (!LookupKinds(cost, LayerShape{m_b, (t + m_b / 2) / m_b, 0}, tp, ring, rc, &b)) return false;
   KindCosts blend;
   AddScaled(*out, 1 - w_b, &blend);
   AddScaled(b, w_b, &blend);
@@ -469,7 +471,7 @@ bool StageCostEvaluator::EvaluateVarlenStages(std::span<const int64_t> lengths, 
   out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
   if (!varlen_supported_) return false;
   KindCosts k;
-  if (!LookupVarlen(*cost_, par_.tp, lengths, rc, &k)) return false;
+  if (!LookupVarlen(*cost_, par_.tp, ring_, lengths, rc, &k)) return false;
   for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
   return true;
 }
@@ -478,7 +480,7 @@ CostSummary StageCostEvaluator::SummarizeVarlen(std::span<const int64_t> lengths
                                                 int64_t num_micro_batches) const {
   if (!varlen_supported_) return CostSummary{};
   KindCosts k;
-  if (!LookupVarlen(*cost_, par_.tp, lengths, rc, &k)) return CostSummary{};
+  if (!LookupVarlen(*cost_, par_.tp, ring_, lengths, rc, &k)) return CostSummary{};
   // Buffers at one row of all the tokens (the packed rows' boundary tensors hold at least that).
   int64_t tokens = 0;
   for (int64_t len : lengths) tokens += len;

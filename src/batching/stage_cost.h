@@ -7,6 +7,12 @@
 // forward, backward (= input-gradient + weight-gradient) time, stored activation and transient
 // peak of one micro-batch, plus the model-state memory of the stage and so its activation budget.
 //
+// Context parallelism (par.cp > 1): every figure is per device of the cp group: each layer is
+// priced by ContextParallelLayer (cost/context_parallel.h: 1/cp of the tokens and of the causal
+// attention, the K/V ring on CpRingLink, memory of the local tokens). Boundary tensors and held
+// buffers stay those of the whole micro-batch (the plan's shapes), an overestimate of cp x for
+// the boundary traffic and buffers of a cp rank.
+//
 // Two shapes of micro-batch:
 //  - padded: mbs rows of one padded length (and a decoder length for encoder-decoder models),
 //    priced by the CostModel directly;
@@ -52,6 +58,7 @@
 #include "base/status.h"
 #include "base/units.h"
 #include "cost/chunk_cost.h"
+#include "cost/context_parallel.h"
 #include "cost/cost_model.h"
 #include "data/sample.h"
 #include "model/cluster_spec.h"
@@ -211,6 +218,7 @@ class StageCostEvaluator {
   ParallelConfig par_;
   StageCostOptions options_;
   Bytes limit_;
+  CpRing ring_;  // cp and its link; cp = 1: plain CostModel lookups
   std::vector<StageLayers> stage_layers_;
   std::vector<StageLayers> chunk_layers_;  // pp * vpp chunks in pipeline order
   std::vector<ModelStateMemory> stage_states_;

@@ -247,7 +247,7 @@ CLI::Option* AddClusterFlag(CLI::App* app, std::string* cluster) {
 
 CLI::Option* AddParallelFlag(CLI::App* app, std::string* parallel) {
   return app->add_option("--parallel", *parallel,
-                         "Parallelism: K=V,... with dp, pp, tp, ep, vpp, zero, memory_limit_mb "
+                         "Parallelism: K=V,... with dp, pp, tp, cp, ep, vpp, zero, memory_limit_mb "
                          "(a key left out of the value is 1, zero 0), or a JSON file")
       ->type_name("K=V,...|FILE");
 }

@@ -119,6 +119,7 @@ void RegisterPlanCommands(CLI::App* app, RunState* state);
 void RegisterCompareCommands(CLI::App* app, RunState* state);
 void RegisterSimulateCommands(CLI::App* app, RunState* state);
 void RegisterTraceCommands(CLI::App* app, RunState* state);  // cmd_trace.cc
+void RegisterOptimizeCommands(CLI::App* app, RunState* state);  // cmd_optimize.cc
 // Only in builds with libtorch (SLUICE_WITH_TORCH).
 void RegisterTrainCommands(CLI::App* app, RunState* state);
 void RegisterProfileCommands(CLI::App* app, RunState* state);  // cmd_profile.cc

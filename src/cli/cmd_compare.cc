@@ -44,6 +44,8 @@ struct CompareFlags {
   bool no_html = false;
   bool closed_form = false;  // deprecated --closed-form
   std::string collectives = "stepwise";
+  double optimize_budget_ms = 0;  // --optimize-budget-ms: > 0 adds the "(optimized)" rows
+  std::string cp = "1";  // --cp: context-parallel degrees searched
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
@@ -93,6 +95,30 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
     s->search.score_extremes = v.search.score_extremes;
   }
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
+  if (use("--cp")) {
+    std::vector<int64_t> cps;
+    if (f.cp != "all") {
+      size_t start = 0;
+      while (start <= f.cp.size()) {
+        size_t end = f.cp.find(',', start);
+        if (end == std::string::npos) end = f.cp.size();
+        const std::string item = f.cp.substr(start, end - start);
+        start = end + 1;
+        int64_t n = 0;
+        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+        if (ec != std::errc() || ptr != item.data() + item.size() || n < 1 || n > 1048576) {
+          return InvalidArgumentError(fmt::format(
+              "--cp '{}': '{}' is not allowed; allowed: comma-separated integers in 1..1048576 "
+              "(e.g. 1,2,4), or 'all'",
+              f.cp, item));
+        }
+        cps.push_back(n);
+      }
+      std::sort(cps.begin(), cps.end());
+      cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+    }
+    s->search.cp = cps;
+  }
   if (use("--collectives")) {
     if (f.collectives != "stepwise" && f.collectives != "closed-form") {
       return InvalidArgumentError(fmt::format(
@@ -130,6 +156,7 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
     SLUICE_ASSIGN_OR_RETURN(ParallelConfig par, ResolveParallel(f.parallel));
     s->search.tp = {par.tp};
     s->search.pp = {par.pp};
+    s->search.cp = {par.cp};
     s->search.zero = {par.zero};
     if (par.vpp > 1) s->search.vpp = {par.vpp};
     s->controlled = par;
@@ -147,8 +174,9 @@ FieldNamer CompareFieldNamer(const CompareFlags& f, const std::string& source) {
   return [&f, source](std::string_view field) {
     // --parallel sets the search lists and the controlled configuration (unless --controlled).
     const bool by_parallel =
-        (field == "search.tp" || field == "search.pp" || field == "search.zero" ||
-         field == "search.vpp" || (field == "controlled" && !Given(f, "--controlled")));
+        (field == "search.tp" || field == "search.pp" || field == "search.cp" ||
+         field == "search.zero" || field == "search.vpp" ||
+         (field == "controlled" && !Given(f, "--controlled")));
     if (by_parallel && Given(f, "--parallel")) return std::string("--parallel");
     const std::string_view flag = FlagForField(field);
     if (!flag.empty() && (source.empty() || Given(f, std::string(flag)))) {
@@ -208,6 +236,7 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   CompareOptions options;
   options.cancelled = [] { return Interrupted(); };
   options.field_name = CompareFieldNamer(f, source);
+  options.optimize_budget_ms = f.optimize_budget_ms;
   SLUICE_ASSIGN_OR_RETURN(CompareResult r, RunCompare(s, options, source));
   for (const std::string& w : r.warnings) fmt::print(stderr, "warning: {}\n", w);
   fmt::print("{}\n\n{}", r.description, FormatCompareTables(r));
@@ -391,7 +420,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
           ->capture_default_str();
   o["--parallel"] = AddParallelFlag(c, &f->parallel)
                         ->description(
-                            "Run every method under this configuration (dp, pp, tp, zero), "
+                            "Run every method under this configuration (dp, pp, tp, cp, zero), "
                             "without the search; the controlled comparison uses it too "
                             "(default: each method's best)");
   o["--controlled"] = c->add_option("--controlled", f->controlled,
@@ -412,6 +441,12 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
       c->add_flag("--no-score-extremes", f->no_score_extremes,
                   "Score candidates on the first --score-batches only (default: off)")
           ->excludes(o["--score-extremes"]);
+  o["--cp"] = c->add_option("--cp", f->cp,
+                            "Context-parallel degrees the configuration search tries (ring "
+                            "attention; decoder-only models): comma-separated, e.g. 1,2,4, or "
+                            "'all' (every power of two that fits)")
+                  ->type_name("N,...|all")
+                  ->capture_default_str();
   o["--simulate-top"] = c->add_option("--simulate-top", s.search.simulate_top,
                                       "Best estimates per method that are simulated")
                             ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))
@@ -427,6 +462,12 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                                    "Deprecated: --collectives closed-form")
                            ->group("");
   c->add_flag("--no-html", f->no_html, "Do not write report.html (default: off, it is written)");
+  c->add_option("--optimize-budget-ms", f->optimize_budget_ms,
+                "Also run each method's configuration with the plan optimizer (`sluice "
+                "optimize`) on every plan, this many ms per batch, as a 'METHOD (optimized)' row "
+                "where it changed a plan (0 = off)")
+      ->check(NumberCheck(0, false, 1e9, "a number of ms in [0, 1e9], 0 = off"))
+      ->capture_default_str();
   SetHandler(c, state, [f] { return RunCompareCommand(*f); });
 }
 

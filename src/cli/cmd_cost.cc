@@ -9,6 +9,7 @@
 
 #include "base/paths.h"
 #include "cli/cli_common.h"
+#include "cost/context_parallel.h"
 #include "cost/cost_factory.h"
 #include "cost/cost_fit.h"
 #include "cost/cost_model.h"
@@ -65,7 +66,7 @@ StatusOr<std::vector<Recompute>> RecomputeLevels(const std::string& name) {
 }
 
 void PrintPointTable(const CostModel& cost, const LayerShape& shape, int64_t tp,
-                     const std::vector<Recompute>& levels) {
+                     const CpRing& ring, const std::vector<Recompute>& levels) {
   const ModelSpec& m = cost.model();
   std::vector<LayerKind> kinds = {LayerKind::kEncoder};
   if (m.is_encoder_decoder()) kinds.push_back(LayerKind::kDecoder);
@@ -77,7 +78,7 @@ void PrintPointTable(const CostModel& cost, const LayerShape& shape, int64_t tp,
     for (Recompute rc : levels) {
       const bool has_rc = kind == LayerKind::kEncoder || kind == LayerKind::kDecoder;
       if (!has_rc && rc != levels.front()) continue;
-      const LayerCost c = cost.Layer(kind, shape, tp, rc);
+      const LayerCost c = ContextParallelLayer(cost, kind, shape, tp, rc, ring);
       fmt::print("{:<12} {:<10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}{}\n",
                  LayerKindName(kind), has_rc ? RecomputeName(rc) : "-", Ms(c, c.forward),
                  Ms(c, c.backward), Ms(c, c.backward_input), Ms(c, c.backward_weight),
@@ -87,7 +88,7 @@ void PrintPointTable(const CostModel& cost, const LayerShape& shape, int64_t tp,
   }
 }
 
-void PrintLengthTable(const CostModel& cost, int64_t mbs, int64_t tp,
+void PrintLengthTable(const CostModel& cost, int64_t mbs, int64_t tp, const CpRing& ring,
                       const std::vector<Recompute>& levels) {
   const ModelSpec& m = cost.model();
   fmt::print("{:>8} {:<10} {:>10} {:>10} {:>12} {:>12} {:>14}\n", "seqlen", "recompute",
@@ -95,7 +96,7 @@ void PrintLengthTable(const CostModel& cost, int64_t mbs, int64_t tp,
   for (int64_t len = 256; len <= std::min<int64_t>(m.max_position, 8192); len *= 2) {
     LayerShape shape{mbs, len, m.is_encoder_decoder() ? std::max<int64_t>(16, len / 4) : 0};
     for (Recompute rc : levels) {
-      const LayerCost c = cost.Layer(LayerKind::kEncoder, shape, tp, rc);
+      const LayerCost c = ContextParallelLayer(cost, LayerKind::kEncoder, shape, tp, rc, ring);
       const double tps =
           c.feasible ? static_cast<double>(mbs * len) / (c.forward + c.backward).seconds() : 0;
       fmt::print("{:>8} {:<10} {:>10} {:>10} {:>12} {:>12} {:>14}\n", len, RecomputeName(rc),
@@ -136,20 +137,25 @@ Status RunCostShow(const CostShowFlags& f) {
              model.is_encoder_decoder() ? fmt::format(" + {} decoder", model.decoder_layers) : "",
              model.hidden, model.heads);
   fmt::print("cost model: {}\n", cost->Describe());
-  fmt::print("device:     {} ({:.0f} TFLOP/s, {:.0f} MB), tp {}\n\n", cluster.device.name,
-             cluster.device.peak_flops / 1e12, cluster.device.memory.mb(), par.tp);
+  fmt::print("device:     {} ({:.0f} TFLOP/s, {:.0f} MB), tp {}{}\n\n", cluster.device.name,
+             cluster.device.peak_flops / 1e12, cluster.device.memory.mb(), par.tp,
+             par.cp > 1 ? fmt::format(", cp {} (per device of the cp group: ring attention, "
+                                      "cost/context_parallel.h)",
+                                      par.cp)
+                        : "");
+  const CpRing ring{par.cp, CpRingLink(cluster, par)};
   if (f.seqlen > 0) {
     const int64_t dec = model.is_encoder_decoder()
                             ? (f.dec_seqlen > 0 ? f.dec_seqlen : f.seqlen)
                             : 0;
     fmt::print("per layer, per tp rank, at micro-batch {} x seqlen {}{}:\n", f.mbs, f.seqlen,
                model.is_encoder_decoder() ? fmt::format(" x dec seqlen {}", dec) : "");
-    PrintPointTable(*cost, LayerShape{f.mbs, f.seqlen, dec}, par.tp, levels);
+    PrintPointTable(*cost, LayerShape{f.mbs, f.seqlen, dec}, par.tp, ring, levels);
   } else {
     fmt::print("cost-model table: one {} layer, micro-batch {}{}, per tp rank:\n",
                model.is_encoder_decoder() ? "encoder" : "transformer", f.mbs,
                model.is_encoder_decoder() ? ", decoder length = seqlen / 4" : "");
-    PrintLengthTable(*cost, f.mbs, par.tp, levels);
+    PrintLengthTable(*cost, f.mbs, par.tp, ring, levels);
   }
 
   // Model states of one device holding the whole model (pp = 1), under the dp and ZeRO given.

@@ -94,6 +94,11 @@ void PrintResult(const PlanResult& r, const GlobalBatch& batch, int64_t pp, bool
   for (const RankProgram& p : r.plan.ranks) instructions += p.instructions.size();
   fmt::print("  plan: {} rank programs, {} instructions, validated\n", r.plan.ranks.size(),
              instructions);
+  if (r.optimized) {
+    fmt::print("  optimized: simulated {} -> {} with {} passes in {:.1f} ms\n",
+               FormatDuration(r.optimized->before), FormatDuration(r.optimized->after),
+               r.optimized->passes.size(), r.optimized->wall.millis());
+  }
 }
 
 Status RunPlan(const PlanFlags& f) {
@@ -121,6 +126,8 @@ Status RunPlan(const PlanFlags& f) {
                         fmt::format("dp x pp = {}", par.dp * par.pp), 0, "");
   int64_t done = 0, ok = 0;
   double makespan_ms = 0, bubble = 0, plan_ms = 0;
+  double sim_before_ms = 0, sim_after_ms = 0, opt_ms = 0;  // --optimize-budget-ms, summed
+  int64_t opt_changed = 0, opt_budget_hit = 0;
   int64_t real_tokens = 0;
   const bool several = sc.iterations != 1;
   std::string first_written;  // the first plan file written (named in the summary)
@@ -139,6 +146,13 @@ Status RunPlan(const PlanFlags& f) {
       bubble += r.bubble_fraction;
       plan_ms += r.planning_time.millis();
       real_tokens += batch.tokens;
+      if (r.optimized) {
+        sim_before_ms += r.optimized->before.millis();
+        sim_after_ms += r.optimized->after.millis();
+        opt_ms += r.optimized->wall.millis();
+        opt_changed += r.optimized->passes.empty() ? 0 : 1;
+        opt_budget_hit += r.optimized->budget_hit ? 1 : 0;
+      }
       if (f.out_given) {
         const std::string path = OutPath(f.out, batch.index, several);
         SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", path, inputs));
@@ -161,6 +175,20 @@ Status RunPlan(const PlanFlags& f) {
                "mean planning time {:.2f} ms\n",
                makespan_ms / ok, 100.0 * bubble / ok,
                static_cast<double>(real_tokens) / (makespan_ms / 1e3), plan_ms / ok);
+  }
+  if (ok > 0 && sim_before_ms > 0) {
+    fmt::print("  optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), "
+               "{} of {} plans changed, mean optimizer time {:.1f} ms\n",
+               sim_before_ms / ok, sim_after_ms / ok,
+               100.0 * (sim_before_ms - sim_after_ms) / sim_before_ms, opt_changed, ok,
+               opt_ms / ok);
+    if (opt_budget_hit > 0) {
+      fmt::print("  optimizer: the time budget ended the search in {} of {} batches, so another "
+                 "run may return other plans; for reproducible plans give a budget the search "
+                 "does not reach (it stops after its step bound), or use `sluice optimize "
+                 "--steps N`\n",
+                 opt_budget_hit, ok);
+    }
   }
   if (f.out_given && ok > 0 && several) {
     fmt::print("  plans written to {}: one file per planned batch, <batch> = the batch's index "

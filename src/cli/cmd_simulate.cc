@@ -186,7 +186,9 @@ Status RunSimulate(const SimulateFlags& f) {
   for (const RankProgram& p : plan.ranks) instructions += p.instructions.size();
   fmt::print("{}: {} on {}, dp {} x pp {} x tp {}{}, {} ranks, {} instructions; collectives {}\n",
              f.file, plan.model.name, plan.cluster.name, plan.dp(), plan.pp(), plan.parallel.tp,
-             plan.vpp() > 1 ? fmt::format(" x vpp {}", plan.vpp()) : "", plan.ranks.size(),
+             (plan.parallel.cp > 1 ? fmt::format(" x cp {}", plan.parallel.cp) : "") +
+                 (plan.vpp() > 1 ? fmt::format(" x vpp {}", plan.vpp()) : ""),
+             plan.ranks.size(),
              instructions, f.collectives);
   fmt::print("{}", FormatSimSummary(plan, r));
   if (!f.trace.empty()) {

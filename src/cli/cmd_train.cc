@@ -56,7 +56,7 @@ Status RunTrain(const TrainFlags& f) {
   if (scenario_flags.cluster == "cpu") {
     // The default target: this host's cores, as many "devices" as the configuration's ranks.
     SLUICE_ASSIGN_OR_RETURN(ParallelConfig par, ResolveParallel(scenario_flags.parallel));
-    scenario_flags.cluster = fmt::format("cpu:{}", par.dp * par.pp * par.tp);
+    scenario_flags.cluster = fmt::format("cpu:{}", par.devices());
   }
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(scenario_flags));
   SLUICE_ASSIGN_OR_RETURN(const Planner planner,

@@ -95,6 +95,11 @@ std::string ConfigText(const MethodRun& m) {
   return fmt::format("{} (= {}'s choice)", m.config->Describe(), m.adopted_from);
 }
 
+// " x cp N" for context-parallel configurations, "" otherwise.
+std::string CpText(const ParallelConfig& p) {
+  return p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "";
+}
+
 report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& runs,
                         const std::string& title) {
   report::Table t;
@@ -103,6 +108,7 @@ report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& ru
               "tokens/s",
               fmt::format("vs {}", c.scenario.reference),
               "of ideal",
+              "of length-aware",
               "padding",
               "bubble",
               "exposed comm",
@@ -112,18 +118,20 @@ report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& ru
               "configuration"};
   for (const MethodRun& m : runs) {
     if (m.ok_batches == 0) {
-      t.rows.push_back({m.method, StateText(m), "-", "-", "-", "-", "-", "-", "-",
+      t.rows.push_back({m.method, StateText(m), "-", "-", "-", "-", "-", "-", "-", "-",
                         fmt::format("0/{}", m.batches.size()), m.reason});
       continue;
     }
     t.rows.push_back({m.method, TokensText(m),
                       m.ratio_to_reference > 0 ? fmt::format("{:.2f}x", m.ratio_to_reference) : "-",
-                      fmt::format("{:.2f}", m.fraction_of_ideal), Pct(m.padding), Pct(m.bubble),
+                      fmt::format("{:.2f}", m.fraction_of_ideal),
+                      fmt::format("{:.2f}", m.fraction_of_length_aware), Pct(m.padding),
+                      Pct(m.bubble),
                       Pct(m.comm), Thousands(m.peak_memory_mb),
                       fmt::format("{:.2f}", m.planning_ms),
                       fmt::format("{}/{}", m.ok_batches, m.batches.size()), ConfigText(m)});
   }
-  t.numeric = {false, true, true, true, true, true, true, true, true, true, false};
+  t.numeric = {false, true, true, true, true, true, true, true, true, true, true, false};
   t.wrap.assign(t.header.size(), false);
   t.wrap.back() = true;  // the configuration (or the reason) wraps so that the table fits
   return t;
@@ -215,6 +223,10 @@ std::string FormatCompareTables(const CompareResult& c) {
   out += fmt::format(
       "ideal bound: {} tokens/s ({} devices at {:.1f} TFLOP/s of useful work each: {})\n\n",
       Thousands(c.ideal_tokens_per_s), c.devices, c.rate.flops_per_s / 1e12, c.rate.where);
+  out += fmt::format(
+      "length-aware bound: {} tokens/s (each sample at the best rate a micro-batch of its length "
+      "reaches)\n\n",
+      Thousands(c.length_aware_tokens_per_s));
   out += TextTable(RunsTable(c, c.own, "Each method under its own best configuration"));
   if (const std::string note = FailedNote(c.own); !note.empty()) out += Wrap(note, 100);
   out += "\n";
@@ -222,8 +234,8 @@ std::string FormatCompareTables(const CompareResult& c) {
     const ParallelConfig& p = *c.controlled_config;
     out += TextTable(
         RunsTable(c, c.controlled,
-                  fmt::format("Controlled: every method on dp {} x pp {} x tp {}, ZeRO-{}", p.dp,
-                              p.pp, p.tp, p.zero)));
+                  fmt::format("Controlled: every method on dp {} x pp {} x tp {}{}, ZeRO-{}", p.dp,
+                              p.pp, p.tp, CpText(p), p.zero)));
     if (const std::string note = FailedNote(c.controlled); !note.empty()) out += Wrap(note, 100);
     out += "\n";
   }
@@ -261,8 +273,11 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
   summary.text = fmt::format(
       "Real (unpadded) tokens per second in simulation over {} global batches. The ideal bound "
       "({} tokens/s) is every device doing useful work at {:.1f} TFLOP/s, the best rate the cost "
-      "model reaches ({}), with no padding, bubbles or communication.",
-      c.batches, Thousands(c.ideal_tokens_per_s), c.rate.flops_per_s / 1e12, c.rate.where);
+      "model reaches ({}), with no padding, bubbles or communication. The length-aware bound "
+      "({} tokens/s) runs each sample at the best rate a micro-batch of sequences of its length "
+      "reaches on the cluster (any tp and cp); the tables give the fraction of both.",
+      c.batches, Thousands(c.ideal_tokens_per_s), c.rate.flops_per_s / 1e12, c.rate.where,
+      Thousands(c.length_aware_tokens_per_s));
   if (const std::string note = FailedNote(c.own); !note.empty()) {
     summary.text += "\n\nSome runs failed batches (a paler, dashed bar says k/n batches ran). " + note;
   }
@@ -285,13 +300,20 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
     bars.bars.push_back(std::move(b));
   }
   bars.bars.push_back({"ideal bound", c.ideal_tokens_per_s, "1.00 of ideal", false});
+  if (c.length_aware_tokens_per_s > 0 && c.ideal_tokens_per_s > 0) {
+    bars.bars.push_back(
+        {"length-aware bound", c.length_aware_tokens_per_s,
+         fmt::format("{:.2f} of ideal", c.length_aware_tokens_per_s / c.ideal_tokens_per_s),
+         false});
+  }
   summary.blocks.push_back(bars);
   summary.blocks.push_back(RunsTable(c, c.own, "Own best configuration"));
   if (c.controlled_config.has_value()) {
     const ParallelConfig& p = *c.controlled_config;
     summary.blocks.push_back(RunsTable(
         c, c.controlled,
-        fmt::format("Controlled: dp {} x pp {} x tp {}, ZeRO-{}", p.dp, p.pp, p.tp, p.zero)));
+        fmt::format("Controlled: dp {} x pp {} x tp {}{}, ZeRO-{}", p.dp, p.pp, p.tp, CpText(p),
+                    p.zero)));
   }
   r.sections.push_back(std::move(summary));
 

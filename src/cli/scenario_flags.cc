@@ -60,6 +60,7 @@ std::string_view FlagForField(std::string_view field) {
       {"search.score_batches", "--score-batches"},
       {"search.score_extremes", "--score-extremes"},
       {"search.simulate_top", "--simulate-top"},
+      {"search.cp", "--cp"},
   };
   for (const auto& [f, flag] : kFlags) {
     if (f == field) return flag;
@@ -134,6 +135,11 @@ void AddPlannerFlags(CLI::App* app, PlannerFlags* flags) {
   app->add_option("--recompute", flags->recompute,
                   "none, selective or full for every micro-batch (default: the method chooses)");
   app->add_flag("--no-search", flags->no_search, "Keep the batching order (no order search)");
+  app->add_option("--optimize-budget-ms", flags->optimize_budget_ms,
+                  "Run the plan optimizer (`sluice optimize`) on every batch's plan with this "
+                  "wall-clock budget in ms (0 = off)")
+      ->check(NumberCheck(0, false, 1e9, "a number of ms in [0, 1e9], 0 = off"))
+      ->capture_default_str();
 }
 
 StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioFlags& scenario_flags,
@@ -147,6 +153,11 @@ StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioF
   options.batching.max_seqlen = scenario.max_seqlen;
   if (!flags.recompute.empty()) {
     SLUICE_ASSIGN_OR_RETURN(options.batching.recompute, ParseRecompute(flags.recompute));
+  }
+  if (flags.optimize_budget_ms > 0) {
+    options.optimize = true;
+    options.optimizer.budget = Duration::Millis(flags.optimize_budget_ms);
+    options.optimizer.seed = scenario_flags.seed;
   }
   // The planner's evaluator sizes micro-batches for the in-flight count of the schedule.
   return MakePlanner(scenario, std::move(options));

@@ -9,6 +9,8 @@
 
 #include "base/progress.h"
 #include "data/global_batcher.h"
+#include "planner/optimizer.h"
+#include "planner/recompute_pricer.h"
 
 namespace sluice {
 namespace {
@@ -67,6 +69,7 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
 struct RunAccounts {
   std::vector<BatchAccount> account;
   std::vector<double> useful;
+  std::vector<double> length_aware;  // device-seconds of the placed samples at R(L)
 };
 
 // The runs of one comparison (own or controlled), one per method, with their accounts.
@@ -80,13 +83,14 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
   const std::vector<BatchAccount>& acc = accounts.account;
   const std::vector<double>& useful = accounts.useful;
   int64_t tokens = 0, padded = 0;
-  double time = 0, ideal = 0, bubble = 0, comm = 0, plan = 0;
+  double time = 0, ideal = 0, length_aware = 0, bubble = 0, comm = 0, plan = 0;
   BatchAccount total;
   run->ok_batches = 0;
   for (size_t i = 0; i < run->batches.size(); ++i) {
     BatchRecord& b = run->batches[i];
     if (b.outcome != BatchOutcome::kOk) continue;
     b.ideal_ms = rate > 0 ? 1e3 * useful[i] / (static_cast<double>(devices) * rate) : 0;
+    b.length_aware_ms = 1e3 * accounts.length_aware[i] / static_cast<double>(devices);
     b.breakdown = Finalize(acc[i], rate);
     total.Add(acc[i]);
     ++run->ok_batches;
@@ -94,6 +98,7 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
     padded += b.padded_tokens;
     time += b.iteration_ms;
     ideal += b.ideal_ms;
+    length_aware += b.length_aware_ms;
     bubble += b.bubble * b.iteration_ms;
     comm += b.comm * b.iteration_ms;
     plan += b.planning_ms;
@@ -111,6 +116,7 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
   run->charged_ms = 1e3 * tally.charged_seconds();
   run->ideal_tokens_per_s = ideal > 0 ? 1e3 * static_cast<double>(tokens) / ideal : 0;
   run->fraction_of_ideal = time > 0 ? ideal / (time + run->charged_ms) : 0;
+  run->fraction_of_length_aware = time > 0 ? length_aware / (time + run->charged_ms) : 0;
   run->padding =
       padded > 0 ? static_cast<double>(padded - tokens) / static_cast<double>(padded) : 0;
   run->bubble = time > 0 ? bubble / time : 0;
@@ -119,8 +125,22 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
   run->breakdown = Finalize(total, rate);
 }
 
+// The samples of `batch` that `plan`'s micro-batches hold.
+std::vector<Sample> PlacedSamples(const PlanResult& plan, const GlobalBatch& batch) {
+  const BatchIndex index(batch.samples);
+  std::vector<Sample> out;
+  for (const auto& replica : plan.batch_plan.replicas) {
+    for (const MicroBatch& mb : replica) {
+      for (const auto& row : mb.rows) {
+        for (int64_t id : row) out.push_back(index(id));
+      }
+    }
+  }
+  return out;
+}
+
 bool SameShared(const ParallelConfig& a, const ParallelConfig& b) {
-  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.zero == b.zero;
+  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.cp == b.cp && a.zero == b.zero;
 }
 
 // The search's counts and choice (or why there is none) into a run about to be made.
@@ -242,6 +262,22 @@ class Comparison {
     return out;
   }
 
+  // R(L) of the length-aware bound (ideal_bound.h) over the same tp degrees and every cp up to
+  // the devices (decoder-only models), capped at the sweep's R.
+  void SweepLengths(CompareResult* out) {
+    std::vector<int64_t> tps;
+    for (int64_t tp = 1; tp <= std::max<int64_t>(1, r_.sc.cluster.devices_per_node); tp *= 2) {
+      tps.push_back(tp);
+    }
+    std::vector<int64_t> cps = {1};
+    if (!r_.sc.model.is_encoder_decoder()) {
+      for (int64_t cp = 2; cp <= out->devices; cp *= 2) cps.push_back(cp);
+    }
+    length_rates_ = SweepLengthRates(*r_.sc.cost, flops_, r_.sc.cluster, tps, cps,
+                                     out->sweep_rate.flops_per_s);
+    out->length_rates = length_rates_;
+  }
+
   // Each method's configuration search over the parallel configurations that fit (and the fixed
   // controlled one).
   Status Search(CompareResult* out) {
@@ -296,7 +332,32 @@ class Comparison {
     }
     progress.Finish();
     Adopt(methods_, &own);
+    if (options_.optimize_budget_ms > 0) SLUICE_RETURN_IF_ERROR(RunOptimized(&own, out));
     return own;
+  }
+
+  // The "optimized" rows (CompareOptions::optimize_budget_ms): each run that ran, again with the
+  // optimizer; kept when it changed some plan.
+  Status RunOptimized(Runs* own, CompareResult* out) {
+    const size_t n = own->runs.size();
+    int64_t runs = 0;
+    for (size_t i = 0; i < n; ++i) runs += own->runs[i].config.has_value();
+    Progress progress("optimizing", runs * out->batches, options_.progress);
+    for (size_t i = 0; i < n; ++i) {
+      if (!own->runs[i].config.has_value() || own->runs[i].state != RunState::kOk) continue;
+      MethodRun run;
+      run.method = own->runs[i].method + " (optimized)";
+      run.config = own->runs[i].config;
+      RunAccounts accounts;
+      bool changed = false;
+      SLUICE_ASSIGN_OR_RETURN(bool complete, RunBatches(&run, &accounts, &progress, &changed));
+      if (!complete) out->partial = true;
+      if (!changed) continue;
+      own->runs.push_back(std::move(run));
+      own->accounts.push_back(std::move(accounts));
+    }
+    progress.Finish();
+    return Status::Ok();
   }
 
   // Every method on one (dp, pp, tp, ZeRO), its best schedule there: the fixed controlled
@@ -386,6 +447,14 @@ class Comparison {
                                 static_cast<double>(out->devices) * out->rate.flops_per_s /
                                 all_useful;
     }
+    double all_length_aware = 0;
+    for (const GlobalBatch& b : r_.batches) {
+      all_length_aware += LengthAwareDeviceSeconds(length_rates_, flops_, b.samples);
+    }
+    if (all_length_aware > 0) {
+      out->length_aware_tokens_per_s =
+          static_cast<double>(all_tokens) * static_cast<double>(out->devices) / all_length_aware;
+    }
     for (Runs* runs : {&own, &controlled}) {
       for (size_t i = 0; i < runs->runs.size(); ++i) {
         Summarize(&runs->runs[i], out->rate.flops_per_s, out->devices, runs->accounts[i]);
@@ -423,7 +492,10 @@ class Comparison {
 
   // Plans and simulates every batch under `run->config`; fills records, accounts and useful
   // FLOPs. Returns false when cancelled before the end.
-  StatusOr<bool> RunBatches(MethodRun* run, RunAccounts* accounts, Progress* progress) {
+  // With `optimized` set, every plan goes through the optimizer first and *optimized says
+  // whether it changed any.
+  StatusOr<bool> RunBatches(MethodRun* run, RunAccounts* accounts, Progress* progress,
+                            bool* optimized = nullptr) {
     SLUICE_ASSIGN_OR_RETURN(const Planner planner, scorer_.PlannerFor(*run->config));
     SimOptions sim = ScenarioSim(sc_);
     for (const GlobalBatch& batch : r_.batches) {
@@ -435,7 +507,7 @@ class Comparison {
       rec.batch = batch.index;
       rec.tokens = batch.tokens;
       BatchAccount account;
-      double placed_flops = 0;
+      double placed_flops = 0, length_aware = 0;
       SLUICE_ASSIGN_OR_RETURN(PlanResult plan, planner.Plan(batch.samples));
       rec.planning_ms = plan.planning_time.millis();
       if (plan.outcome != PlanOutcome::kOk) {
@@ -450,6 +522,19 @@ class Comparison {
           }
         }
         sim.samples = batch.samples;  // real tokens from the samples' own lengths
+        if (optimized != nullptr) {
+          OptimizerOptions o;
+          o.budget = Duration::Millis(options_.optimize_budget_ms);
+          o.seed = sc_.seed;
+          o.sim = sim;
+          o.pricer = std::make_shared<EvaluatorPricer>(planner.evaluator(), planner.cluster(),
+                                                       batch.samples,
+                                                       planner.options().lower.costs);
+          SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(plan.plan, o));
+          rec.planning_ms += opt.wall.millis();
+          *optimized = *optimized || opt.changed();
+          plan.plan = std::move(opt.plan);
+        }
         SLUICE_ASSIGN_OR_RETURN(SimResult s, Simulate(plan.plan, sim));
         if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
           rec.outcome = s.outcome == SimOutcome::kDeadlock ? BatchOutcome::kDeadlock
@@ -472,12 +557,14 @@ class Comparison {
           account = AccountBatch(plan, s, planner.evaluator(), batch.samples, flops_,
                                  r_.sc.cluster.num_devices());
           placed_flops = account.useful_flops;
+          length_aware = LengthAwareDeviceSeconds(length_rates_, flops_, PlacedSamples(plan, batch));
           if (example) run->example = ExampleRun{std::move(plan.plan), std::move(s)};
         }
       }
       run->batches.push_back(std::move(rec));
       accounts->account.push_back(account);
       accounts->useful.push_back(placed_flops);
+      accounts->length_aware.push_back(length_aware);
       if (progress != nullptr) progress->Add();
     }
     return true;
@@ -487,6 +574,7 @@ class Comparison {
   const CompareOptions& options_;
   const Resolved& r_;
   const FlopCounter flops_;
+  LengthRates length_rates_;  // by SweepLengths
   const std::vector<MethodSpec> methods_;
   const std::vector<GlobalBatch> score_batches_;  // the search's (PickScoreBatches)
   CandidateScorer scorer_;
@@ -550,6 +638,7 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
   SLUICE_ASSIGN_OR_RETURN(const Resolved r, Resolve(sc, field_name));
   Comparison comparison(sc, options, r);
   CompareResult out = comparison.Start();
+  comparison.SweepLengths(&out);
   SLUICE_RETURN_IF_ERROR(comparison.Search(&out));
   const auto run_start = Clock::now();
   SLUICE_ASSIGN_OR_RETURN(Runs own, comparison.RunOwnConfigs(&out));

@@ -52,6 +52,10 @@ struct CompareOptions {
   // Names a scenario field (compare_scenario.h) in errors; empty: "SOURCE: field 'F'" with the
   // `source` of RunCompare ("flags" when it is empty). The CLI maps fields to its flags.
   FieldNamer field_name;
+  // > 0: after each method's own run, the same configuration again with the plan optimizer
+  // (planner/optimizer.h) run on every batch's plan with this wall-clock budget; the run is added
+  // to `own` as "METHOD (optimized)" when the optimizer changed at least one plan.
+  double optimize_budget_ms = 0;
 };
 
 // How one method's global batch went.
@@ -85,6 +89,7 @@ struct BatchRecord {
   int64_t micro_batches = 0;
   double iteration_ms = 0;    // simulated
   double ideal_ms = 0;        // useful FLOPs of the placed samples / (devices x R)
+  double length_aware_ms = 0; // the placed samples at their length rates R(L) / devices
   double planning_ms = 0;     // Planner::Plan wall time
   double bubble = 0;          // mean over ranks of bubble / iteration time
   double comm = 0;            // mean over ranks of exposed communication / iteration time
@@ -125,6 +130,8 @@ struct MethodRun {
   double charged_ms = 0;           // time charged for the failed batches
   double ideal_tokens_per_s = 0;   // the trained tokens at the ideal times
   double fraction_of_ideal = 0;    // ideal time of the trained tokens / (time + charged_ms)
+  double fraction_of_length_aware = 0;  // length-aware time of the trained tokens / (time +
+                                        // charged_ms) (ideal_bound.h); >= fraction_of_ideal
   double ratio_to_reference = 0;   // tokens_per_s / the reference's; 0 when it did not run
   double padding = 0;             // padded - real over padded tokens
   double bubble = 0;              // time-weighted over batches
@@ -144,6 +151,7 @@ struct MethodRun {
            a.untrained_tokens == b.untrained_tokens && a.charged_ms == b.charged_ms &&
            a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
            a.fraction_of_ideal == b.fraction_of_ideal &&
+           a.fraction_of_length_aware == b.fraction_of_length_aware &&
            a.ratio_to_reference == b.ratio_to_reference && a.padding == b.padding &&
            a.bubble == b.bubble && a.comm == b.comm && a.peak_memory_mb == b.peak_memory_mb &&
            a.planning_ms == b.planning_ms && a.breakdown == b.breakdown;
@@ -165,6 +173,8 @@ struct CompareResult {
   AchievableRate sweep_rate;      // the sweep part of R
   AchievableRate rate;            // R itself (sweep, or a compared plan's op when higher)
   double ideal_tokens_per_s = 0;  // every batch's samples at the ideal times
+  LengthRates length_rates;       // R(L) of the length-aware bound (ideal_bound.h)
+  double length_aware_tokens_per_s = 0;  // every batch's samples at their length rates
   // dp, pp, tp, zero of the controlled comparison; absent when the controlled method found no
   // configuration (there is then no controlled comparison).
   std::optional<ParallelConfig> controlled_config;

@@ -57,6 +57,7 @@ nlohmann::json BatchToJson(const BatchRecord& b) {
           {"micro_batches", b.micro_batches},
           {"iteration_ms", b.iteration_ms},
           {"ideal_ms", b.ideal_ms},
+          {"length_aware_ms", b.length_aware_ms},
           {"planning_ms", b.planning_ms},
           {"bubble", b.bubble},
           {"comm", b.comm},
@@ -80,6 +81,7 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
   SLUICE_RETURN_IF_ERROR(r.Int("micro_batches", &b->micro_batches, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("iteration_ms", &b->iteration_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_ms", &b->ideal_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.OptionalDouble("length_aware_ms", &b->length_aware_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("planning_ms", &b->planning_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("bubble", &b->bubble, 0, 1));
   SLUICE_RETURN_IF_ERROR(r.Double("comm", &b->comm, 0, 1));
@@ -111,6 +113,7 @@ nlohmann::json RunToJson(const MethodRun& m) {
           {"charged_ms", m.charged_ms},
           {"ideal_tokens_per_s", m.ideal_tokens_per_s},
           {"fraction_of_ideal", m.fraction_of_ideal},
+          {"fraction_of_length_aware", m.fraction_of_length_aware},
           {"ratio_to_reference", m.ratio_to_reference},
           {"padding", m.padding},
           {"bubble", m.bubble},
@@ -165,6 +168,8 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
   SLUICE_RETURN_IF_ERROR(r.Double("charged_ms", &m->charged_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &m->ideal_tokens_per_s, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("fraction_of_ideal", &m->fraction_of_ideal, 0, 1));
+  SLUICE_RETURN_IF_ERROR(
+      r.OptionalDouble("fraction_of_length_aware", &m->fraction_of_length_aware, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("ratio_to_reference", &m->ratio_to_reference, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("padding", &m->padding, 0, 1));
   SLUICE_RETURN_IF_ERROR(r.Double("bubble", &m->bubble, 0, 1));
@@ -274,6 +279,9 @@ nlohmann::json CompareResultToJson(const CompareResult& c) {
           {"sweep_rate", RateToJson(c.sweep_rate)},
           {"rate", RateToJson(c.rate)},
           {"ideal_tokens_per_s", c.ideal_tokens_per_s},
+          {"length_aware_tokens_per_s", c.length_aware_tokens_per_s},
+          {"length_rates",
+           {{"lengths", c.length_rates.lengths}, {"flops_per_s", c.length_rates.flops_per_s}}},
           {"controlled_config", c.controlled_config.has_value()
                                     ? ParallelConfigToJson(*c.controlled_config)
                                     : nlohmann::json()},
@@ -311,6 +319,32 @@ StatusOr<CompareResult> CompareResultFromJson(const nlohmann::json& j, std::stri
   SLUICE_RETURN_IF_ERROR(RateFromJson(r, "sweep_rate", &c.sweep_rate));
   SLUICE_RETURN_IF_ERROR(RateFromJson(r, "rate", &c.rate));
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_tokens_per_s", &c.ideal_tokens_per_s, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(
+      r.OptionalDouble("length_aware_tokens_per_s", &c.length_aware_tokens_per_s, 0, kBig));
+  if (const nlohmann::json* lr = r.Child("length_rates")) {
+    JsonObjectReader q(*lr, std::string(source), "length_rates");
+    SLUICE_RETURN_IF_ERROR(q.status());
+    const nlohmann::json* lengths = q.Child("lengths");
+    const nlohmann::json* rates = q.Child("flops_per_s");
+    if (lengths == nullptr || rates == nullptr || !lengths->is_array() || !rates->is_array() ||
+        lengths->size() != rates->size()) {
+      return r.Error("length_rates",
+                     "must hold arrays 'lengths' (integers) and 'flops_per_s' (numbers) of one "
+                     "size");
+    }
+    for (size_t i = 0; i < lengths->size(); ++i) {
+      const nlohmann::json& l = (*lengths)[i];
+      const nlohmann::json& f = (*rates)[i];
+      if (!l.is_number_integer() || l.get<int64_t>() < 1 || !f.is_number() ||
+          !(f.get<double>() >= 0)) {
+        return r.Error("length_rates",
+                       "entries must be lengths >= 1 and rates >= 0 (FLOP/s per device)");
+      }
+      c.length_rates.lengths.push_back(l.get<int64_t>());
+      c.length_rates.flops_per_s.push_back(f.get<double>());
+    }
+    SLUICE_RETURN_IF_ERROR(q.Finish());
+  }
   const nlohmann::json* cfg = r.Child("controlled_config");
   if (cfg == nullptr) return r.Error("controlled_config", "is required (an object or null)");
   if (!cfg->is_null()) {

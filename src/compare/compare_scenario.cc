@@ -248,6 +248,7 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     SLUICE_RETURN_IF_ERROR(q.status());
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "tp", 1, kMaxDegree, &s.search.tp));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "pp", 1, kMaxDegree, &s.search.pp));
+    SLUICE_RETURN_IF_ERROR(ReadIntList(q, "cp", 1, kMaxDegree, &s.search.cp));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "zero", 0, 3, &s.search.zero));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "vpp", 2, kMaxDegree, &s.search.vpp));
     SLUICE_RETURN_IF_ERROR(q.OptionalBool("all_devices", &s.search.all_devices));
@@ -315,6 +316,8 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
                  {"all_devices", s.search.all_devices},
                  {"score_extremes", s.search.score_extremes},
                  {"simulate_top", s.search.simulate_top}};
+  // cp is written only when it is not the default {1}: older results keep their bytes.
+  if (s.search.cp != std::vector<int64_t>{1}) j["search"]["cp"] = s.search.cp;
   if (s.search.score_batches == 0) {
     j["search"]["score_batches"] = "all";
   } else {

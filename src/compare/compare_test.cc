@@ -53,6 +53,11 @@ void ExpectSound(const CompareResult& r) {
   EXPECT_GT(r.rate.flops_per_s, 0);
   EXPECT_GE(r.rate.flops_per_s, r.sweep_rate.flops_per_s);
   EXPECT_GT(r.ideal_tokens_per_s, 0);
+  // The length-aware bound: R(L) <= the sweep's R, so it is never above the ideal.
+  ASSERT_FALSE(r.length_rates.lengths.empty());
+  for (double rate : r.length_rates.flops_per_s) EXPECT_LE(rate, r.sweep_rate.flops_per_s);
+  EXPECT_GT(r.length_aware_tokens_per_s, 0);
+  EXPECT_LE(r.length_aware_tokens_per_s, r.ideal_tokens_per_s * (1 + 1e-9));
   for (const std::vector<MethodRun>* runs : {&r.own, &r.controlled}) {
     for (const MethodRun& m : *runs) {
       SCOPED_TRACE(m.method);
@@ -71,7 +76,9 @@ void ExpectSound(const CompareResult& r) {
         EXPECT_LE(b.real_tokens, b.padded_tokens);
         ExpectBreakdown(b.breakdown, m.method);
         EXPECT_NEAR(b.breakdown.useful, b.ideal_ms / b.iteration_ms, 1e-6);
+        EXPECT_GE(b.length_aware_ms, b.ideal_ms * (1 - 1e-9));
       }
+      EXPECT_GE(m.fraction_of_length_aware, m.fraction_of_ideal * (1 - 1e-9));
       EXPECT_GT(m.tokens_per_s, 0);
       EXPECT_LE(m.tokens_per_s, m.ideal_tokens_per_s);
       EXPECT_LE(m.fraction_of_ideal, 1.0);
@@ -137,6 +144,76 @@ TEST(CompareTest, SmallScenarioEndToEnd) {
   auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, *r);
+}
+
+// CompareOptions::optimize_budget_ms: a "METHOD (optimized)" row per method whose plans the
+// optimizer changed, under the same configuration, no batch slower than the method's own.
+TEST(CompareTest, OptimizedRows) {
+  CompareScenario s = SmallGpt();
+  s.search.pp = {4};
+  CompareOptions o = Quiet();
+  o.optimize_budget_ms = 20;
+  auto r = RunCompare(s, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  int64_t optimized = 0;
+  for (const MethodRun& m : r->own) {
+    const size_t cut = m.method.find(" (optimized)");
+    if (cut == std::string::npos) continue;
+    ++optimized;
+    const MethodRun* base = Find(r->own, m.method.substr(0, cut));
+    ASSERT_NE(base, nullptr) << m.method;
+    EXPECT_EQ(m.config, base->config);
+    ASSERT_EQ(m.batches.size(), base->batches.size());
+    for (size_t i = 0; i < m.batches.size(); ++i) {
+      if (base->batches[i].outcome != BatchOutcome::kOk) continue;
+      EXPECT_EQ(m.batches[i].outcome, BatchOutcome::kOk);
+      EXPECT_LE(m.batches[i].iteration_ms, base->batches[i].iteration_ms) << m.method << " " << i;
+    }
+  }
+  EXPECT_GT(optimized, 0);
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+}
+
+TEST(CompareTest, ContextParallelSearchAndMegatronGbp) {
+  CompareScenario s = SmallGpt();
+  s.methods = {*MethodSpecFor("packing", "test"), *MethodSpecFor("megatron-gbp", "test"),
+               *MethodSpecFor("sluice", "test")};
+  s.search.cp = {1, 2};
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  const MethodRun* gbp = Find(r->own, "megatron-gbp");
+  ASSERT_NE(gbp, nullptr);
+  EXPECT_EQ(gbp->state, RunState::kOk) << gbp->reason;
+  ASSERT_TRUE(gbp->config.has_value());
+  EXPECT_EQ(gbp->config->batching, "megatron-gbp");
+  // cp doubles the search space of this scenario (every cp 1 configuration has a cp 2 twin with
+  // half the dp, where dp is even).
+  CompareScenario plain = SmallGpt();
+  plain.methods = s.methods;
+  auto p = RunCompare(plain, Quiet());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_GT(r->candidates_scored, p->candidates_scored);
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+  EXPECT_EQ(back->scenario.search.cp, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(LengthRatesTest, RateOfTakesTheHigherOfTheSweptLengthsAround) {
+  LengthRates rates;
+  rates.lengths = {64, 128, 256};
+  rates.flops_per_s = {1.0, 3.0, 2.0};
+  EXPECT_EQ(rates.RateOf(64), 1.0);
+  EXPECT_EQ(rates.RateOf(10), 1.0);
+  EXPECT_EQ(rates.RateOf(100), 3.0);
+  EXPECT_EQ(rates.RateOf(200), 3.0);
+  EXPECT_EQ(rates.RateOf(256), 2.0);
+  EXPECT_EQ(rates.RateOf(9999), 2.0);
+  EXPECT_EQ(LengthRates{}.RateOf(100), 0.0);
 }
 
 TEST(CompareTest, UnsupportedAndOutOfMemoryMethodsAreShownNotDropped) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cost/context_parallel.h"
 #include "cost/layer_work.h"
 
 namespace sluice {
@@ -135,6 +136,75 @@ AchievableRate SweepAchievableRate(const CostModel& cost, const FlopCounter& flo
   return best;
 }
 
+double LengthRates::RateOf(int64_t length) const {
+  if (lengths.empty()) return 0;
+  const auto it = std::lower_bound(lengths.begin(), lengths.end(), length);
+  if (it == lengths.end()) return flops_per_s.back();
+  const size_t hi = static_cast<size_t>(it - lengths.begin());
+  if (*it == length || hi == 0) return flops_per_s[hi];
+  return std::max(flops_per_s[hi - 1], flops_per_s[hi]);
+}
+
+LengthRates SweepLengthRates(const CostModel& cost, const FlopCounter& flops,
+                             const ClusterSpec& cluster, std::span<const int64_t> tps,
+                             std::span<const int64_t> cps, double max_rate) {
+  const ModelSpec& model = flops.model();
+  constexpr int64_t kMaxTokens = int64_t{1} << 16;
+  LengthRates out;
+  std::vector<LayerKind> kinds = {LayerKind::kEncoder, LayerKind::kOutputHead};
+  if (model.is_encoder_decoder()) kinds.push_back(LayerKind::kDecoder);
+  for (int64_t len = 64; len <= model.max_position; len *= 2) {
+    double best = 0;
+    for (int64_t tp : tps) {
+      if (!cost.SupportsTp(tp)) continue;
+      for (int64_t cp : cps) {
+        if (cp > 1 && model.is_encoder_decoder()) continue;
+        if (cp > len) continue;
+        ParallelConfig group;
+        group.tp = tp;
+        group.cp = cp;
+        const CpRing ring{cp, CpRingLink(cluster, group)};
+        for (int64_t mbs = 1; mbs == 1 || mbs * len <= kMaxTokens; mbs *= 2) {
+          // A whole layer stack's rate: the sum of its kinds' FLOPs over the sum of their
+          // times, each kind weighted by its layer count (the head once).
+          double useful = 0, seconds = 0;
+          bool ok = true;
+          for (LayerKind kind : kinds) {
+            const LayerShape shape{mbs, len, model.is_encoder_decoder() ? len : 0};
+            const LayerCost c = ContextParallelLayer(cost, kind, shape, tp, Recompute::kNone, ring);
+            if (!c.feasible) {
+              ok = false;
+              break;
+            }
+            const double n = kind == LayerKind::kOutputHead ? 1.0
+                             : kind == LayerKind::kDecoder
+                                 ? static_cast<double>(model.decoder_layers)
+                                 : static_cast<double>(model.layers);
+            useful += n * flops.Layer(kind, shape);
+            seconds += n * static_cast<double>(tp * cp) * (c.forward + c.backward).seconds();
+          }
+          if (ok && seconds > 0) best = std::max(best, useful / seconds);
+        }
+      }
+    }
+    out.lengths.push_back(len);
+    out.flops_per_s.push_back(std::min(best, max_rate));
+  }
+  return out;
+}
+
+double LengthAwareDeviceSeconds(const LengthRates& rates, const FlopCounter& flops,
+                                std::span<const Sample> samples) {
+  double seconds = 0;
+  for (const Sample& s : samples) {
+    const int64_t len = flops.model().is_encoder_decoder() ? std::max(s.input_len, s.target_len)
+                                                           : s.input_len + s.target_len;
+    const double rate = rates.RateOf(len);
+    if (rate > 0) seconds += flops.SampleTotal(s) / rate;
+  }
+  return seconds;
+}
+
 void BatchAccount::Add(const BatchAccount& o) {
   useful_flops += o.useful_flops;
   device_seconds += o.device_seconds;
@@ -151,7 +221,8 @@ BatchAccount AccountBatch(const PlanResult& plan, const SimResult& sim,
                           const StageCostEvaluator& eval, std::span<const Sample> batch,
                           const FlopCounter& flops, int64_t cluster_devices) {
   BatchAccount a;
-  const double tp = static_cast<double>(eval.parallel().tp);
+  // Devices per plan rank: tp, times cp with context parallelism (per-device op times).
+  const double tp = static_cast<double>(eval.parallel().devices_per_rank());
   const BatchIndex index(batch);
   const std::vector<StageLayers>& stages = eval.stage_layers();
   for (const std::vector<MicroBatch>& replica : plan.batch_plan.replicas) {

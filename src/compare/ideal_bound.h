@@ -22,12 +22,26 @@
 // that run below R), exposed communication, imbalance (a rank idle while the busiest rank still
 // computes, capped by its idle time) and the remaining pipeline bubble. The parts sum to 1.
 //
+// Length-aware bound (beside the ideal above): each sample's useful FLOPs at the best rate a
+// micro-batch of sequences of ITS length reaches on the cluster, R(L) = max over tensor-parallel
+// degrees, context-parallel degrees (cost/context_parallel.h on the cluster's ring link) and
+// micro-batch sizes (up to 2^16 tokens per micro-batch, at least one row) of useful FLOPs /
+// (tp x cp x (forward + backward)), at no recomputation, one layer at a time (memory checked per
+// layer, as in the sweep). Lengths are swept at powers of two; a sample between two of them gets
+// the higher of the two rates (optimistic, so the bound stays low). The length-aware time of a
+// batch is the sum over its placed samples of useful / R(L), over the devices: a short sequence
+// cannot run at the rate only long ones reach. R(L) <= the sweep's R, so the length-aware time is
+// never below the ideal time. Not a proof: a packed micro-batch that mixes lengths can run a
+// short sample's work faster than R(L) (it shares kernels with long ones), so a method may in
+// principle exceed it; the report prints the fraction as it comes.
+//
 // Thread safety: immutable value types and pure functions.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "batching/micro_batch.h"
 #include "batching/stage_cost.h"
@@ -70,6 +84,28 @@ struct AchievableRate {
 // The sweep part of R over tensor-parallel degrees `tps` (those the cost model supports).
 AchievableRate SweepAchievableRate(const CostModel& cost, const FlopCounter& flops,
                                    std::span<const int64_t> tps);
+
+// R(L) at the swept lengths (ascending powers of two from 64 to the model's max_position).
+struct LengthRates {
+  std::vector<int64_t> lengths;
+  std::vector<double> flops_per_s;  // useful FLOP/s per device, 0 where nothing was feasible
+
+  friend bool operator==(const LengthRates&, const LengthRates&) = default;
+
+  // R of a sequence of `length` tokens: the higher rate of the swept lengths around it (the
+  // nearest one beyond either end); 0 when none is feasible.
+  double RateOf(int64_t length) const;
+};
+// The sweep over `tps` (those the cost model supports) and `cps` (cp > 1 only for decoder-only
+// models, its ring on CpRingLink of `cluster`), each rate capped at `max_rate` (the sweep's R,
+// so that R(L) <= R).
+LengthRates SweepLengthRates(const CostModel& cost, const FlopCounter& flops,
+                             const ClusterSpec& cluster, std::span<const int64_t> tps,
+                             std::span<const int64_t> cps, double max_rate);
+// Device-seconds of `samples` at their length rates: sum of useful / R(L) (samples whose rate is
+// 0 count 0).
+double LengthAwareDeviceSeconds(const LengthRates& rates, const FlopCounter& flops,
+                                std::span<const Sample> samples);
 
 // Device-seconds of one simulated batch (or a sum of them), before R is known.
 struct BatchAccount {

@@ -77,7 +77,9 @@ ModelStateMemory CostModel::ModelStates(const StageLayers& stage, const Parallel
       stage.encoder_layers * AnalyticExpertParams(spec, LayerKind::kEncoder, par.tp) +
       stage.decoder_layers * AnalyticExpertParams(spec, LayerKind::kDecoder, par.tp);
   const int64_t dense = std::max<int64_t>(0, params - experts);
-  ModelStateMemory states = ModelStatesFromParams(dense, par.dp, par.zero);
+  // The cp ranks of a position hold the same parameters: ZeRO shards over dp * cp (Megatron-Core's
+  // distributed optimizer over the dp x cp group).
+  ModelStateMemory states = ModelStatesFromParams(dense, par.dp * par.cp, par.zero);
   if (experts > 0) {
     states = states + ModelStatesFromParams(CeilDiv(experts, par.ep),
                                             std::max<int64_t>(1, par.dp / par.ep), par.zero);

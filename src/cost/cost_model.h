@@ -123,7 +123,7 @@ class CostModel {
 
   // Model states of one device holding `stage` under `par` (tp, dp, ep, zero). Stage parameters
   // are layers x LayerParams plus embedding/head; MoE expert parameters (an analytic count) are
-  // divided over ep and ZeRO-sharded over max(1, dp / ep) ranks, the rest over dp.
+  // divided over ep and ZeRO-sharded over max(1, dp / ep) ranks, the rest over dp * cp.
   // REQUIRES: par.tp, par.dp, par.ep >= 1 and 0 <= par.zero <= 3.
   ModelStateMemory ModelStates(const StageLayers& stage, const ParallelConfig& par) const;
 };

@@ -23,19 +23,22 @@ using model_internal::Divisors;
 using model_internal::FieldError;
 using model_internal::JoinInts;
 
-// Degrees up to 2^20 keep dp*pp*tp (< 2^60) and pp*vpp inside int64.
+// Degrees up to 2^20 keep dp*pp*tp (< 2^60) and pp*vpp inside int64; dp*pp*tp*cp is checked
+// against kMaxDevices.
 constexpr int64_t kMaxDegree = int64_t{1} << 20;
 constexpr int64_t kMaxZero = 3;
+constexpr int64_t kMaxDevices = int64_t{1} << 60;
 constexpr double kMaxMemoryLimitMb = 1e9;  // 10^9 MB = 1 PB
 
 constexpr std::string_view kKeys[] = {
-    "dp", "pp", "tp", "ep", "vpp", "zero", "memory_limit_mb", "memory_reserve_mb"};
+    "dp", "pp", "tp", "cp", "ep", "vpp", "zero", "memory_limit_mb", "memory_reserve_mb"};
 
 // The degree field called `key`, or nullptr for "zero" and the memory keys.
 int64_t* Degree(ParallelConfig& config, std::string_view key) {
   if (key == "dp") return &config.dp;
   if (key == "pp") return &config.pp;
   if (key == "tp") return &config.tp;
+  if (key == "cp") return &config.cp;
   if (key == "ep") return &config.ep;
   if (key == "vpp") return &config.vpp;
   return nullptr;
@@ -109,12 +112,26 @@ Status CheckEp(const ParallelConfig& config, const ModelSpec& model, std::string
       JoinInts(Divisors(std::gcd(model.moe->experts, dp_tp)))));
 }
 
+Status CheckCp(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {
+  if (config.cp == 1 || !model.is_encoder_decoder()) return Status::Ok();
+  return InvalidArgumentError(fmt::format(
+      "{}: model '{}': cp = {} needs a decoder-only model; context parallelism of "
+      "encoder-decoder models is not supported (allowed cp: 1)",
+      source, model.name, config.cp));
+}
+
 Status CheckCluster(const ParallelConfig& config, const ClusterSpec& cluster,
                     std::string_view source) {
   if (config.devices() > cluster.num_devices()) {
+    if (config.cp == 1) {
+      return InvalidArgumentError(fmt::format(
+          "{}: cluster '{}': dp*pp*tp = {}*{}*{} = {} devices, but the cluster has {}", source,
+          cluster.name, config.dp, config.pp, config.tp, config.devices(), cluster.num_devices()));
+    }
     return InvalidArgumentError(fmt::format(
-        "{}: cluster '{}': dp*pp*tp = {}*{}*{} = {} devices, but the cluster has {}", source,
-        cluster.name, config.dp, config.pp, config.tp, config.devices(), cluster.num_devices()));
+        "{}: cluster '{}': dp*pp*tp*cp = {}*{}*{}*{} = {} devices, but the cluster has {}", source,
+        cluster.name, config.dp, config.pp, config.tp, config.cp, config.devices(),
+        cluster.num_devices()));
   }
   if (config.memory_limit.has_value() && *config.memory_limit > cluster.device.memory) {
     return FieldError(source, "memory_limit_mb",
@@ -166,10 +183,15 @@ Status ValidateParallelConfig(const ParallelConfig& config, std::string_view sou
   const std::pair<std::string_view, int64_t> degrees[] = {{"dp", config.dp},
                                                           {"pp", config.pp},
                                                           {"tp", config.tp},
+                                                          {"cp", config.cp},
                                                           {"ep", config.ep},
                                                           {"vpp", config.vpp}};
   for (const auto& [key, degree] : degrees) {
     SLUICE_RETURN_IF_ERROR(CheckIntRange(source, key, degree, 1, kMaxDegree));
+  }
+  if (config.dp * config.pp * config.tp > kMaxDevices / config.cp) {
+    return FieldError(source, "cp",
+                      fmt::format("dp*pp*tp*cp exceeds 2^60 devices (cp = {})", config.cp));
   }
   SLUICE_RETURN_IF_ERROR(CheckIntRange(source, "zero", config.zero, 0, kMaxZero));
   if (config.memory_limit.has_value()) {
@@ -193,6 +215,7 @@ Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
   SLUICE_RETURN_IF_ERROR(CheckChunks(config, model, source));
   SLUICE_RETURN_IF_ERROR(CheckTp(config, model, source));
   SLUICE_RETURN_IF_ERROR(CheckEp(config, model, source));
+  SLUICE_RETURN_IF_ERROR(CheckCp(config, model, source));
   if (cluster == nullptr) return Status::Ok();
   SLUICE_RETURN_IF_ERROR(ValidateClusterSpec(*cluster, fmt::format("cluster '{}'", cluster->name)));
   return CheckCluster(config, *cluster, source);
@@ -225,6 +248,7 @@ StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::st
 nlohmann::json ParallelConfigToJson(const ParallelConfig& config) {
   nlohmann::json j = {{"dp", config.dp}, {"pp", config.pp},   {"tp", config.tp},
                       {"ep", config.ep}, {"vpp", config.vpp}, {"zero", config.zero}};
+  if (config.cp != 1) j["cp"] = config.cp;
   if (config.memory_limit.has_value()) {
     j["memory_limit_mb"] = model_internal::NumberJson(config.memory_limit->mb());
   }

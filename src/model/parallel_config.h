@@ -1,6 +1,10 @@
 // ParallelConfig: how one training job splits the model and the data over devices.
 //
-// dp data-parallel replicas x pp pipeline stages x tp tensor-parallel ranks = devices used.
+// dp data-parallel replicas x pp pipeline stages x tp tensor-parallel ranks x cp context-parallel
+// ranks = devices used. cp splits every micro-batch's sequences over cp devices (ring attention
+// with load-balanced causal chunks, cost/context_parallel.h); decoder-only models only. One
+// pipeline position (a plan rank) holds tp * cp devices: [rank * tp * cp, (rank + 1) * tp * cp),
+// tp innermost (Megatron-Core's tp-cp-dp-pp order).
 // ep (expert parallelism) groups ranks that hold different experts of an MoE layer and must
 // divide dp * tp. vpp is the number of virtual (interleaved) stages per device. zero is the
 // ZeRO stage (0: replicated states, 1: optimizer states sharded over dp, 2: + gradients,
@@ -34,11 +38,14 @@ struct ParallelConfig {
   int64_t tp = 1;
   int64_t ep = 1;
   int64_t vpp = 1;                       // virtual stages per device (interleaved schedules)
+  int64_t cp = 1;                        // context-parallel ranks per micro-batch (ring attention)
   int64_t zero = 0;                      // ZeRO stage 0..3
   std::optional<Bytes> memory_limit;     // per-device budget; absent = device memory - reserve
   std::optional<Bytes> memory_reserve;   // without memory_limit; absent = DefaultMemoryReserve
 
-  int64_t devices() const { return dp * pp * tp; }
+  int64_t devices() const { return dp * pp * tp * cp; }
+  // Devices of one pipeline position (one plan rank): tp * cp.
+  int64_t devices_per_rank() const { return tp * cp; }
   // Pipeline chunks the layers are cut into: pp * vpp.
   int64_t chunks() const { return pp * vpp; }
   // The budget planners, the validator and the simulator respect (MemoryBudget).
@@ -70,7 +77,8 @@ Status ValidateParallelConfig(const ParallelConfig& config, std::string_view sou
 //   - tp divides heads and ffn_hidden (and moe->expert_ffn_hidden), and kv_heads % tp == 0 or
 //     tp % kv_heads == 0;
 //   - ep > 1 only for MoE models, and ep divides moe->experts and dp*tp;
-//   - with a cluster: dp*pp*tp <= devices, memory_limit <= the device's memory, memory_reserve
+//   - cp > 1 only for decoder-only models;
+//   - with a cluster: dp*pp*tp*cp <= devices, memory_limit <= the device's memory, memory_reserve
 //     < the device's memory.
 // Messages name `source`, the model or cluster, and list the allowed values. `cluster` may be
 // null when the devices are not known yet.
@@ -78,12 +86,14 @@ Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
                          const ClusterSpec* cluster, std::string_view source);
 
 // JSON form: {"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":1,"memory_limit_mb":36000}; every key is
-// optional (degrees default to 1, zero to 0, no memory limit, the default reserve);
+// optional (degrees default to 1, zero to 0, no memory limit, the default reserve); "cp" is
+// written only when it is not 1, so files of configurations without context parallelism are
+// unchanged;
 // memory_limit_mb and memory_reserve_mb are MB (10^6 bytes, as in the profile tables) and may be
 // fractional. FromJson(ToJson(config)) == config for every valid config.
 StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ParallelConfigToJson(const ParallelConfig& config);
-// `--parallel K=V,...|FILE`: keys dp, pp, tp, ep, vpp, zero, memory_limit_mb, memory_reserve_mb
+// `--parallel K=V,...|FILE`: keys dp, pp, tp, cp, ep, vpp, zero, memory_limit_mb, memory_reserve_mb
 // with plain decimal
 // integer values; unspecified = 1 (zero = 0, no memory limit). An unknown key is an error listing
 // the allowed keys; a key given twice, a value that is not an integer or is out of range is an

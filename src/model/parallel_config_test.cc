@@ -97,7 +97,7 @@ TEST(ParallelFlagTest, UnknownKeyListsAllowedKeys) {
   EXPECT_THAT(
       FlagError("dp=2,pipeline=4"),
       AllOf(HasSubstr("--parallel 'dp=2,pipeline=4'"), HasSubstr("field 'pipeline': unknown key"),
-            HasSubstr("'dp', 'pp', 'tp', 'ep', 'vpp', 'zero', 'memory_limit_mb' or "
+            HasSubstr("'dp', 'pp', 'tp', 'cp', 'ep', 'vpp', 'zero', 'memory_limit_mb' or "
                       "'memory_reserve_mb'")));
   EXPECT_THAT(FlagError("DP=2"), HasSubstr("field 'DP': unknown key"));
 }
@@ -147,6 +147,7 @@ TEST(ParallelConfigTest, JsonRoundTrip) {
   full.tp = 2;
   full.ep = 2;
   full.vpp = 7;
+  full.cp = 4;
   full.zero = 2;
   full.memory_limit = Bytes::MB(36000.5);
   ParallelConfig odd_bytes;
@@ -279,6 +280,29 @@ TEST(ParallelFitsTest, ClusterDevicesAndMemory) {
               AllOf(HasSubstr("field 'memory_limit_mb': 50000 MB exceeds the 42950 MB"),
                     HasSubstr("a100-40g")));
   EXPECT_TRUE(Fits("dp=16,memory_limit_mb=50000", gpt, nullptr));
+}
+
+TEST(ParallelFitsTest, ContextParallelCountsDevicesAndNeedsADecoderOnlyModel) {
+  const ParallelConfig c = Parse("dp=2,tp=2,cp=2");
+  EXPECT_EQ(c.cp, 2);
+  EXPECT_EQ(c.devices(), 8);
+  EXPECT_EQ(c.devices_per_rank(), 4);
+  EXPECT_EQ(Parse("dp=2").cp, 1);
+  EXPECT_THAT(FlagError("cp=0"), HasSubstr("field 'cp'"));
+  const ModelSpec gpt = *ModelPreset("gpt-6.7b");
+  const ClusterSpec eight = *ClusterPreset("a100-40g", 8);
+  EXPECT_TRUE(Fits("dp=2,tp=2,cp=2", gpt, &eight));
+  EXPECT_THAT(FitError("dp=2,tp=2,cp=4", gpt, &eight),
+              HasSubstr("dp*pp*tp*cp = 2*1*2*4 = 16 devices, but the cluster has 8"));
+  EXPECT_THAT(FitError("cp=2", *ModelPreset("t5-11b")),
+              AllOf(HasSubstr("cp = 2 needs a decoder-only model"), HasSubstr("allowed cp: 1")));
+  // cp = 1 is not written, so files without context parallelism keep their bytes; cp > 1 is.
+  EXPECT_FALSE(ParallelConfigToJson(Parse("dp=2")).contains("cp"));
+  EXPECT_EQ(ParallelConfigToJson(c)["cp"], 2);
+  // The product of the degrees stays inside int64.
+  ParallelConfig huge;
+  huge.dp = huge.pp = huge.tp = huge.cp = int64_t{1} << 20;
+  EXPECT_THAT(ValidateParallelConfig(huge, "p").message(), HasSubstr("field 'cp'"));
 }
 
 TEST(ParallelFitsTest, RejectsBrokenInputs) {

@@ -14,7 +14,12 @@
 // Invariants of a valid plan are the checks of ValidatePlan (validate.h). Plans are plain values:
 // compared with ==, copied, serialised exactly by plan_json.h.
 //
-// Device placement (for link choice and collectives): device = rank * tp + tp_index, nodes are
+// Context parallelism: the cp ranks of a position run its program too, each on 1/cp of every
+// sequence (its per-stage costs are per device, batching/stage_cost.h); the K/V ring exchanges
+// are part of Forward/Backward, like the tp all-reduces. Shapes stay the whole micro-batch's.
+//
+// Device placement (for link choice and collectives): device = rank * tp * cp + cp_index * tp +
+// tp_index, nodes are
 // runs of devices_per_node devices (NodeOfRank, model/cluster_spec.h), so a data-parallel group
 // of one pipeline rank spans nodes when its devices do.
 //
@@ -89,7 +94,9 @@ struct ExecutionPlan {
   // Pipeline rank of virtual stage s.
   int64_t PipelineRankOf(int64_t stage) const { return stage % pp(); }
   // The node of rank `rank` (model/cluster_spec.h's placement rule).
-  int64_t NodeOf(int64_t rank) const { return NodeOfRank(cluster, rank, parallel.tp); }
+  int64_t NodeOf(int64_t rank) const {
+    return NodeOfRank(cluster, rank, parallel.devices_per_rank());
+  }
   // The per-device memory limit the plan must respect (parallel.MemoryLimit(cluster)).
   Bytes memory_limit() const { return parallel.MemoryLimit(cluster); }
 

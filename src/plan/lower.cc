@@ -83,7 +83,7 @@ std::vector<std::vector<Event>> Events(const ReplicaContext& c) {
       }
     }
   }
-  if (c.plan->dp() > 1) {
+  if (c.plan->dp() * c.plan->parallel.cp > 1) {
     // Reductions in decreasing stage order, each once its stage's last backward is done.
     std::vector<Duration> stage_done(c.S);
     for (int64_t r = 0; r < c.pp; ++r) {
@@ -198,7 +198,9 @@ class RankAssembler {
   void EmitReduction(int64_t s) {
     const bool zero2 = c_.plan->parallel.zero >= 2;
     const int64_t dp = c_.plan->dp();
-    bool spans = false;
+    // The gradients of a position's cp ranks are reduced with the replicas': a ring of dp * cp.
+    const int64_t group = dp * c_.plan->parallel.cp;
+    bool spans = c_.plan->parallel.devices_per_rank() > c_.plan->cluster.devices_per_node;
     for (int64_t d = 1; d < dp; ++d) {
       spans = spans || c_.plan->NodeOf(c_.plan->RankId(0, r_)) !=
                            c_.plan->NodeOf(c_.plan->RankId(d, r_));
@@ -210,11 +212,11 @@ class RankAssembler {
       in.bucket = next_bucket_++;
       in.bytes = bytes;
       in.duration = c_.comm->Collective(
-          zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, bytes, dp, spans);
+          zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, bytes, group, spans);
       out_.push_back(in);
       if (zero2) {
         in.op = OpKind::kAllGatherParams;
-        in.duration = c_.comm->Collective(CollectiveKind::kAllGather, bytes, dp, spans);
+        in.duration = c_.comm->Collective(CollectiveKind::kAllGather, bytes, group, spans);
         gathers_.push_back(in);
       }
     }

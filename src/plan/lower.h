@@ -22,7 +22,9 @@
 //     backward (B or W) is done, in decreasing stage order on every rank so that all replicas
 //     post the same collectives in the same order: all-reduce for ZeRO 0/1, reduce-scatter for
 //     ZeRO >= 2 followed, after OptimizerStep, by an all-gather of the updated parameters (the
-//     per-layer gathers of ZeRO-3 belong to the compute ops, see docs/formats.md). dp = 1 has no
+//     per-layer gathers of ZeRO-3 belong to the compute ops, see docs/formats.md). With context
+//     parallelism the group is dp x cp (a position's cp ranks hold the same parameters); the
+//     collectives are posted by the dp ranks of the plan. dp * cp = 1 has no
 //     collectives. OptimizerStep ends every program.
 //
 // The lowering does not validate the result; run ValidatePlan (validate.h) on it.

@@ -162,10 +162,8 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
     return want_counts(0, 1);
   }
   if (IsCompute(in.op)) {
-    if (in.op != OpKind::kBackwardWeight && in.recompute != mb.recompute) {
-      return fmt::format("recompute '{}' differs from micro-batch {}'s '{}'",
-                         RecomputeName(in.recompute), in.microbatch, RecomputeName(mb.recompute));
-    }
+    // Recompute is per (micro-batch, stage): the micro-batch's level unless a pass changed it
+    // there (passes/recompute.h); the ordered check makes B and I follow their F's.
     // The boundary tensors it produces: F's output, B's and I's input gradient.
     const int64_t b = in.op == OpKind::kForward ? in.stage : in.stage - 1;
     const bool produces = in.op != OpKind::kBackwardWeight && b >= 0 && b < last;
@@ -208,6 +206,7 @@ class OrderChecker {
         m_(static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())),
         S_(plan.num_stages()),
         state_(m_ * S_, 0),
+        forward_rc_(m_ * S_, Recompute::kNone),
         holder_(3 * m_ * S_, -1),
         open_(2 * m_ * S_, -1),
         slots_(static_cast<size_t>(program.buffer_slots)),
@@ -316,6 +315,13 @@ class OrderChecker {
       return forward ? fmt::format("micro-batch {} runs F on stage {} twice", mb, s)
                      : fmt::format("{} of micro-batch {} on stage {} {}", OpKindName(in.op), mb, s,
                                    state == kNone ? "precedes its F" : "runs twice");
+    }
+    Recompute& rc = forward_rc_[mb * S_ + s];
+    if (forward) {
+      rc = in.recompute;
+    } else if (in.recompute != rc) {
+      return fmt::format("recompute '{}' differs from its F's '{}' (micro-batch {}, stage {})",
+                         RecomputeName(in.recompute), RecomputeName(rc), mb, s);
     }
     // What it must read and write, in order (at most 4 and 1 buffers).
     std::array<int64_t, 4> reads{};
@@ -459,7 +465,7 @@ class OrderChecker {
                                  state_[mb * S_ + s] == kNone ? "F" : "backward", s);
             }
           }
-          if (plan_.dp() > 1 && !reduced_[s]) {
+          if (plan_.dp() * plan_.parallel.cp > 1 && !reduced_[s]) {
             return fmt::format(
                 "steps before reducing stage {}'s gradients across the {} "
                 "data-parallel replicas",
@@ -479,6 +485,7 @@ class OrderChecker {
   const RankProgram& program_;
   const int64_t m_, S_;
   std::vector<int64_t> state_;   // [mb * S + stage]: State
+  std::vector<Recompute> forward_rc_;  // [mb * S + stage]: the recompute level of its F
   std::vector<int64_t> holder_;  // [content key]: slot holding it, -1
   std::vector<int64_t> open_;    // [tag]: unfinished Start, -1
   std::vector<Slot> slots_;      // [slot id]: dense, buffer_slots entries

@@ -19,7 +19,7 @@
 //     buffers it needs and they hold the right tensors (received ones finished); every Start has
 //     one later Finish; every slot is allocated before use, not overwritten while live, freed
 //     once (not while a transfer uses it) and free at the end; reductions follow the stage's last
-//     backward, and with dp > 1 every stage is reduced before OptimizerStep, which comes once,
+//     backward, and with dp * cp > 1 every stage is reduced before OptimizerStep, which comes once,
 //     after all compute, followed only by all-gathers that match the reduce-scatters.
 //  6. Deadlock: the static replay of all ranks' communication finishes (comm_replay.h).
 //  7. Memory: on every rank, the plan's memory rule (plan/memory_rule.h) never exceeds the memory

@@ -253,7 +253,14 @@ TEST(ValidatePlanTest, WrongPeerTagAndRecomputeAreCaught) {
   auto h = Fixture();
   const int64_t fw = FindInstruction(h->plan, 4, Is(OpKind::kForward, 0));
   h->plan.ranks[4].instructions[fw].recompute = Recompute::kFull;
-  EXPECT_THAT(Check(h->plan), AllOf(Names(4, fw), HasSubstr("recompute")));
+  // Recompute is per (micro-batch, stage): the B of that F is the one that disagrees.
+  const int64_t bw = FindInstruction(h->plan, 4, [&](const Instruction& in) {
+    return (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) &&
+           in.microbatch == h->plan.ranks[4].instructions[fw].microbatch &&
+           in.stage == h->plan.ranks[4].instructions[fw].stage;
+  });
+  ASSERT_GT(bw, fw);
+  EXPECT_THAT(Check(h->plan), AllOf(Names(4, bw), HasSubstr("differs from its F's 'full'")));
 }
 
 TEST(ValidatePlanTest, ReceiveUsedBeforeItFinishesIsCaught) {

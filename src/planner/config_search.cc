@@ -42,13 +42,17 @@ bool RankBefore(const CandidateScore& a, const CandidateScore& b) {
 
 std::string Candidate::Describe() const {
   std::string vpp = parallel.vpp > 1 ? fmt::format(" x vpp {}", parallel.vpp) : "";
-  return fmt::format("dp {} x pp {} x tp {}{}, ZeRO-{}, {}, {}", parallel.dp, parallel.pp,
-                     parallel.tp, vpp, parallel.zero, ScheduleKindName(schedule), batching);
+  std::string cp = parallel.cp > 1 ? fmt::format(" x cp {}", parallel.cp) : "";
+  return fmt::format("dp {} x pp {} x tp {}{}{}, ZeRO-{}, {}, {}", parallel.dp, parallel.pp,
+                     parallel.tp, cp, vpp, parallel.zero, ScheduleKindName(schedule), batching);
 }
 
 std::string Candidate::Key() const {
-  return fmt::format("{:06d}/{:06d}/{:06d}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp, parallel.tp,
-                     parallel.vpp, parallel.zero, ScheduleKindName(schedule), batching);
+  // cp = 1 keeps the key it had before context parallelism (keys order ties, run_tally.h).
+  const std::string cp = parallel.cp > 1 ? fmt::format("/cp{:04d}", parallel.cp) : "";
+  return fmt::format("{:06d}/{:06d}/{:06d}{}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp,
+                     parallel.tp, cp, parallel.vpp, parallel.zero, ScheduleKindName(schedule),
+                     batching);
 }
 
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -63,34 +67,46 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
       tps.push_back(tp);
     }
   }
+  // cp: the listed degrees; empty: powers of two up to the devices (decoder-only models).
+  std::vector<int64_t> cps = space.cp;
+  if (cps.empty()) {
+    cps.push_back(1);
+    if (!model.is_encoder_decoder()) {
+      for (int64_t cp = 2; cp <= devices; cp *= 2) cps.push_back(cp);
+    }
+  }
   for (int64_t tp : tps) {
     if (!cost.SupportsTp(tp)) {
       out.skipped.push_back(
           fmt::format("tp {}: the cost model ({}) has no figures for it", tp, cost.Describe()));
       continue;
     }
-    for (int64_t pp : space.pp.empty() ? Divisors(devices) : space.pp) {
-      for (int64_t dp = 1; dp * pp * tp <= devices; ++dp) {
-        if (space.all_devices && dp * pp * tp != devices) continue;
-        for (size_t zi = 0; zi < space.zero.size(); ++zi) {
-          // ZeRO shards over dp: with dp = 1 every stage is the same configuration.
-          if (dp == 1 && zi > 0) break;
-          ParallelConfig par;
-          par.dp = dp;
-          par.pp = pp;
-          par.tp = tp;
-          par.zero = space.zero[zi];
-          par.memory_limit = memory_limit;
-          par.memory_reserve = memory_reserve;
-          Status fits = CheckParallelFits(par, model, &cluster, "search");
-          if (!fits.ok()) {
-            if (zi == 0) {
-              out.skipped.push_back(
-                  fmt::format("dp {} x pp {} x tp {}: {}", dp, pp, tp, fits.message()));
+    for (int64_t cp : cps) {
+      for (int64_t pp : space.pp.empty() ? Divisors(devices) : space.pp) {
+        for (int64_t dp = 1; dp * pp * tp * cp <= devices; ++dp) {
+          if (space.all_devices && dp * pp * tp * cp != devices) continue;
+          for (size_t zi = 0; zi < space.zero.size(); ++zi) {
+            // ZeRO shards over dp * cp: with dp * cp = 1 every stage is the same configuration.
+            if (dp * cp == 1 && zi > 0) break;
+            ParallelConfig par;
+            par.dp = dp;
+            par.pp = pp;
+            par.tp = tp;
+            par.cp = cp;
+            par.zero = space.zero[zi];
+            par.memory_limit = memory_limit;
+            par.memory_reserve = memory_reserve;
+            Status fits = CheckParallelFits(par, model, &cluster, "search");
+            if (!fits.ok()) {
+              if (zi == 0) {
+                const std::string cp_text = cp > 1 ? fmt::format(" x cp {}", cp) : "";
+                out.skipped.push_back(fmt::format("dp {} x pp {} x tp {}{}: {}", dp, pp, tp,
+                                                  cp_text, fits.message()));
+              }
+              break;
             }
-            break;
+            out.configs.push_back(par);
           }
-          out.configs.push_back(par);
         }
       }
     }
@@ -164,19 +180,22 @@ std::vector<size_t> PickScoreBatches(std::span<const GlobalBatch> batches, int64
 
 Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec& cluster) {
   const ParallelConfig& par = eval.parallel();
-  if (par.dp <= 1) return Duration::Zero();
+  const int64_t group = par.dp * par.cp;  // the cp ranks reduce with the replicas
+  if (group <= 1) return Duration::Zero();
   const AlphaBetaCommModel comm(cluster);
   // The data-parallel group of pipeline rank 0 (ranks 0, pp, ..., (dp - 1) * pp) spans nodes.
-  const bool spans = NodeOfRank(cluster, (par.dp - 1) * par.pp, par.tp) != NodeOfRank(cluster, 0, par.tp);
+  const bool spans = par.devices_per_rank() > cluster.devices_per_node ||
+                     NodeOfRank(cluster, (par.dp - 1) * par.pp, par.devices_per_rank()) !=
+                     NodeOfRank(cluster, 0, par.devices_per_rank());
   Duration worst;
   for (const ModelStateMemory& states : eval.stage_states()) {
     const Bytes grads = Bytes::Of(states.params * 2);
     Duration t;
     if (par.zero >= 2) {
-      t = comm.Collective(CollectiveKind::kReduceScatter, grads, par.dp, spans) +
-          comm.Collective(CollectiveKind::kAllGather, grads, par.dp, spans);
+      t = comm.Collective(CollectiveKind::kReduceScatter, grads, group, spans) +
+          comm.Collective(CollectiveKind::kAllGather, grads, group, spans);
     } else {
-      t = comm.Collective(CollectiveKind::kAllReduce, grads, par.dp, spans);
+      t = comm.Collective(CollectiveKind::kAllReduce, grads, group, spans);
     }
     worst = std::max(worst, t);
   }
@@ -190,7 +209,7 @@ CandidateScorer::CandidateScorer(const CostModel& cost, const ClusterSpec& clust
 
 StatusOr<std::shared_ptr<const StageCostEvaluator>> CandidateScorer::Evaluator(
     const ParallelConfig& par, ScheduleKind schedule) {
-  const EvalKey key{par.dp,  par.pp,   par.tp,
+  const EvalKey key{par.dp,  par.pp,   par.tp, par.cp,
                     par.vpp, par.zero, InFlightPolicyFor(schedule, par.vpp)};
   auto it = evaluators_.find(key);
   if (it == evaluators_.end()) {
@@ -361,8 +380,9 @@ StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& 
   out.unsupported = !batchings.empty() && unsupported == batchings;
   const CandidateScore* closest = nullptr;
   auto shard = [](const CandidateScore& x) {
-    return std::make_tuple(x.candidate.parallel.pp * x.candidate.parallel.tp,
-                           x.candidate.parallel.zero);
+    return std::make_tuple(
+        x.candidate.parallel.pp * x.candidate.parallel.tp * x.candidate.parallel.cp,
+        x.candidate.parallel.zero);
   };
   for (const CandidateScore& s : out.ranked) {
     const bool usable = !unsupported.contains(s.candidate.batching);

@@ -134,7 +134,7 @@ class CandidateScorer {
 
  private:
   struct EvalKey {
-    int64_t dp, pp, tp, vpp, zero;
+    int64_t dp, pp, tp, cp, vpp, zero;
     InFlightPolicy policy;
     auto operator<=>(const EvalKey&) const = default;
   };

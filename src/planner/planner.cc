@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "plan/validate.h"
+#include "planner/recompute_pricer.h"
 #include "schedule/schedule_costs.h"
 
 namespace sluice {
@@ -147,6 +148,19 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
         p->instruction >= 0 ? InstructionText(rank.instructions[p->instruction]) : "start",
         p->message);
     result.plan = ExecutionPlan{};
+    return finish(std::move(result));
+  }
+  if (options_.optimize) {
+    OptimizerOptions o = options_.optimizer;
+    o.sim.samples.assign(batch.begin(), batch.end());
+    if (o.pricer == nullptr) {
+      o.pricer = std::make_shared<EvaluatorPricer>(*eval_, cluster_, o.sim.samples,
+                                                   options_.lower.costs);
+    }
+    SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(result.plan, o));
+    result.optimized = PlanOptimization{opt.before, opt.after, opt.wall, std::move(opt.applied),
+                                        opt.budget_hit};
+    result.plan = std::move(opt.plan);
   }
   return finish(std::move(result));
 }

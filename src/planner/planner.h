@@ -12,7 +12,8 @@
 // check 7, so it never runs out of memory in the simulator (docs/simulator.md, "Memory"); the
 // batching and schedule budgets keep room for buffers, so that check rarely rejects.
 //
-// The simulator and the plan-rewriting passes join this chain with their own issues.
+// With PlannerOptions::optimize the validated plan then goes through the plan optimizer
+// (optimizer.h: passes/ rewrites scored by the simulator).
 //
 // A Planner prices micro-batches with a StageCostEvaluator whose in-flight rule is the one its
 // schedule runs (InFlightPolicyFor, schedule/in_flight.h): Create builds that evaluator, or takes
@@ -25,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +42,7 @@
 #include "model/parallel_config.h"
 #include "plan/execution_plan.h"
 #include "plan/lower.h"
+#include "planner/optimizer.h"
 #include "schedule/estimator.h"
 #include "schedule/generators.h"
 #include "schedule/in_flight.h"
@@ -58,6 +61,19 @@ struct PlannerOptions {
   OrderSearchOptions search{.shuffles = 0};
   ScheduleOptions schedule_options;              // used when the search is off
   LowerOptions lower;                            // gradient buckets, W memory share
+  // Run the plan optimizer (optimizer.h) on every plan that fits; `optimizer.sim.samples` is set
+  // to the batch. Off by default: the plan is the lowered one.
+  bool optimize = false;
+  OptimizerOptions optimizer;
+};
+
+// What the optimizer did to a plan (PlannerOptions::optimize).
+struct PlanOptimization {
+  Duration before;  // simulated iteration time of the lowered plan
+  Duration after;   // of the returned plan (<= before)
+  Duration wall;    // time the optimizer took
+  std::vector<passes::PassRecord> passes;  // kept passes, in order (empty: plan unchanged)
+  bool budget_hit = false;  // the wall-clock budget ended the search: not reproducible
 };
 
 struct PlanResult {
@@ -72,7 +88,8 @@ struct PlanResult {
   // plan's rule, with every buffer and the model states: PredictPeakMemory(plan)).
   std::vector<Bytes> peak_memory;
   Duration given_order_makespan;         // slowest replica before the order search
-  Duration planning_time;                // wall time of Plan()
+  Duration planning_time;                // wall time of Plan() (the optimizer's included)
+  std::optional<PlanOptimization> optimized;  // set when the optimizer ran
 };
 
 // The evaluator a planner of `schedule` prices micro-batches with: `options` with the in-flight

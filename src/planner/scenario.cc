@@ -158,7 +158,9 @@ std::string Scenario::Describe(const ScenarioDescribeOptions& options) const {
     s += fmt::format(
         "cluster:  {} ({} devices), dp {} x pp {} x tp {}{}, ZeRO-{}, memory limit {:.0f} MB{}\n",
         cluster.name, cluster.num_devices(), p.dp, p.pp, p.tp,
-        p.vpp > 1 ? fmt::format(" x vpp {}", p.vpp) : "", p.zero, MemoryLimit().mb(), reserve);
+        (p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "") +
+            (p.vpp > 1 ? fmt::format(" x vpp {}", p.vpp) : ""),
+        p.zero, MemoryLimit().mb(), reserve);
   } else {
     s += fmt::format("cluster:  {} ({} devices), memory limit {:.0f} MB per device{}\n",
                      cluster.name, cluster.num_devices(), MemoryLimit().mb(), reserve);

@@ -26,8 +26,8 @@ bool IsBatchingName(std::string_view name) {
 }
 
 std::vector<std::string> KnownMethodNames() {
-  return {"packing",   "token-budget", "multipack", "dynapipe",
-          "hydraulis", "sluice",       "padding",   "sorted"};
+  return {"packing",   "token-budget", "multipack", "dynapipe",    "hydraulis",
+          "sluice",    "padding",      "sorted",    "megatron-gbp"};
 }
 
 std::vector<MethodSpec> DefaultMethods() {
@@ -43,7 +43,7 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
   MethodSpec spec;
   spec.name = std::string(name);
   if (name == "padding" || name == "sorted" || name == "token-budget" || name == "packing" ||
-      name == "multipack") {
+      name == "multipack" || name == "megatron-gbp") {
     spec.batching = {std::string(name)};
     spec.schedules = MegatronSchedules();
   } else if (name == "dynapipe") {

@@ -5,7 +5,7 @@
 // batching/method.h) and the pipeline schedules it may run; the search picks the best
 // (batching, schedule, parallel configuration) among them. The single names carry the
 // schedules their systems offer (docs/compare.md): the Megatron-style baselines (padding,
-// sorted, token-budget, packing, multipack) gpipe, 1f1b and interleaved; dynapipe 1f1b and
+// sorted, token-budget, packing, multipack, megatron-gbp) gpipe, 1f1b and interleaved; dynapipe 1f1b and
 // adaptive; hydraulis 1f1b; `sluice` (sluice's best combination) every schedule with the batching
 // methods dynapipe, hydraulis, hydraulis+dynapipe, multipack, token-budget and packing, so it is
 // at least as fast as any of those methods' own best. Any other RunMethod name (e.g.
@@ -37,6 +37,9 @@ struct SearchSpace {
   std::vector<int64_t> tp;             // tensor-parallel degrees (default: powers of two up to
                                        // the devices of one node that the cost model supports)
   std::vector<int64_t> pp;             // pipeline degrees (default: every divisor that fits)
+  std::vector<int64_t> cp = {1};       // context-parallel degrees (ring attention); {1} keeps
+                                       // searches as they were; empty: powers of two that fit
+                                       // (decoder-only models)
   std::vector<int64_t> zero = {1, 2};  // ZeRO stages (ZeRO-3's per-layer gathers are not
                                        // modelled by the plan, so it is not searched by default)
   std::vector<int64_t> vpp = {2};      // virtual stages tried with the interleaved schedule
@@ -52,7 +55,8 @@ struct SearchSpace {
 };
 
 // The names MethodSpecFor accepts as shorthands, in the default order, and the default list:
-// packing, token-budget, multipack, dynapipe, hydraulis, sluice.
+// packing, token-budget, multipack, dynapipe, hydraulis, sluice (megatron-gbp is named, not
+// default).
 std::vector<std::string> KnownMethodNames();
 std::vector<MethodSpec> DefaultMethods();
 // The spec of a shorthand or of any RunMethod name (single or ASSIGNER+BATCHER). Errors list the

@@ -492,6 +492,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   if (par.tp != 1 || par.ep != 1) {
     return InvalidArgumentError("the runtime supports tp = 1 and ep = 1 only");
   }
+  if (par.cp != 1) {
+    return InvalidArgumentError(fmt::format(
+        "the runtime supports cp = 1 only (got cp = {}); context parallelism is planned and "
+        "simulated but not executed",
+        par.cp));
+  }
   if (env.world_size != par.dp * par.pp) {
     return InvalidArgumentError(fmt::format(
         "--parallel dp={} x pp={} needs {} processes, but WORLD_SIZE is {}", par.dp, par.pp,

@@ -157,6 +157,12 @@ class Trainer {
           "tensor and expert parallelism are planned and simulated but not executed",
           par.tp, par.ep));
     }
+    if (par.cp != 1) {
+      return InvalidArgumentError(fmt::format(
+          "--parallel: the runtime implements cp = 1 only (got cp = {}); context parallelism "
+          "(ring attention) is planned and simulated but not executed",
+          par.cp));
+    }
     if (par.zero >= 2) {
       return InvalidArgumentError(fmt::format(
           "--parallel: zero = {} is not supported by the runtime (Gloo has no reduce-scatter); "

@@ -24,11 +24,12 @@ StatusOr<ScheduleCosts> BuildScheduleCosts(std::span<const MicroBatch> micro_bat
         fmt::format("schedule cost options: w_stored_fraction must be in [0, 1], got {}",
                     options.w_stored_fraction));
   }
-  const int64_t first = options.replica * pp * par.tp;
-  if (options.replica < 0 || first + pp * par.tp > cluster.num_devices()) {
+  const int64_t per_rank = par.devices_per_rank();
+  const int64_t first = options.replica * pp * per_rank;
+  if (options.replica < 0 || first + pp * per_rank > cluster.num_devices()) {
     return InvalidArgumentError(
         fmt::format("schedule cost options: replica {} needs devices {}..{}, the cluster has {}",
-                    options.replica, first, first + pp * par.tp - 1, cluster.num_devices()));
+                    options.replica, first, first + pp * per_rank - 1, cluster.num_devices()));
   }
   const AlphaBetaCommModel comm(cluster);
   ScheduleCosts out;
@@ -67,7 +68,7 @@ StatusOr<ScheduleCosts> BuildScheduleCosts(std::span<const MicroBatch> micro_bat
                 ? Duration::Zero()
                 : comm.PointToPoint(eval.ChunkBoundaryBytes(mb.shape, c),
                                     RanksCrossNodes(cluster, options.replica * pp + d,
-                                                    options.replica * pp + dst, par.tp));
+                                                    options.replica * pp + dst, per_rank));
       }
     }
   }

@@ -354,7 +354,7 @@ void Engine::TryStartCollective(int32_t gi) {
     c.start = g.prev_end;
     c.pred = g.prev_interval;
   }
-  const int64_t n = static_cast<int64_t>(g.members.size());
+  const int64_t n = g.ring;
   const CollectiveKind kind = c.op == OpKind::kAllReduceGrad       ? CollectiveKind::kAllReduce
                               : c.op == OpKind::kReduceScatterGrad ? CollectiveKind::kReduceScatter
                                                                    : CollectiveKind::kAllGather;

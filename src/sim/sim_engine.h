@@ -197,7 +197,8 @@ struct Group {
   bool spans_nodes = false;
   std::vector<int32_t> ports;  // ring: egress and ingress of every hop
   Duration step_latency;       // slowest hop's latency
-  double min_bandwidth = 0;    // slowest hop's bandwidth, bytes/s (dp > 1)
+  double min_bandwidth = 0;    // slowest hop's bandwidth, bytes/s (dp * cp > 1)
+  int64_t ring = 1;            // ring size: dp * cp (the cp ranks of each member reduce with it)
   Duration prev_end;
   int32_t prev_interval = kNoInterval;
 };

@@ -171,7 +171,7 @@ Status Engine::Run(SimResult* result) {
         Group& g = groups_[e.a];
         Collective& c = g.colls[g.next];
         net_.SetBytes(c.flow, now,
-                      static_cast<double>(c.bytes.count()) / static_cast<double>(g.members.size()));
+                      static_cast<double>(c.bytes.count()) / static_cast<double>(g.ring));
         DrainChanged();
         break;
       }

@@ -35,7 +35,7 @@ Status Engine::Prepare() {
                     plan_.replicas.size(), plan_.model_states.size(), par.dp, par.pp));
   }
   if (par.devices() > plan_.cluster.num_devices() || plan_.cluster.devices_per_node < 1) {
-    return PlanError(fmt::format("needs {} devices (dp x pp x tp); cluster '{}' has {}",
+    return PlanError(fmt::format("needs {} devices (dp x pp x tp x cp); cluster '{}' has {}",
                                  par.devices(), plan_.cluster.name, plan_.cluster.num_devices()));
   }
   ranks_.resize(n);
@@ -215,8 +215,8 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
       case OpKind::kReduceScatterGrad:
       case OpKind::kAllGatherParams:
         ++collectives;
-        if (g.members.size() > 1) {
-          const double steps = 2.0 * static_cast<double>(g.members.size());
+        if (g.ring > 1) {
+          const double steps = 2.0 * static_cast<double>(g.ring);
           work += 2 * bytes / g.min_bandwidth * 1e9 +
                   steps * static_cast<double>(g.step_latency.nanos());
         }
@@ -324,6 +324,16 @@ Status Engine::BuildGroups() {
     Group& g = groups_[p];
     for (int64_t d = 0; d < par.dp; ++d) g.members.push_back(static_cast<int32_t>(d * par.pp + p));
     const int64_t m = par.dp;
+    g.ring = par.dp * par.cp;
+    if (m == 1 && par.cp > 1) {
+      // Only the cp ranks of one position: their ring stays on the position's own links.
+      const bool inter = par.devices_per_rank() > plan_.cluster.devices_per_node;
+      g.spans_nodes = inter;
+      g.ports.push_back(Port(g.members[0], inter, false));
+      g.ports.push_back(Port(g.members[0], inter, true));
+      g.step_latency = Link(inter).latency;
+      g.min_bandwidth = Link(inter).bandwidth;
+    }
     for (int64_t i = 0; m > 1 && i < m; ++i) {
       const int32_t a = g.members[i], b = g.members[(i + 1) % m];
       const bool inter = Inter(a, b);

@@ -203,7 +203,9 @@ report::HtmlReport BuildSimulationReport(const ExecutionPlan& plan, const SimRes
   const std::string schedule = plan.replicas.empty() ? "-" : plan.replicas[0].schedule;
   out.subtitle = fmt::format(
       "dp {} x pp {} x tp {}{}, ZeRO-{}, method {}, schedule {}; cost model: {}", plan.dp(),
-      plan.pp(), plan.parallel.tp, plan.vpp() > 1 ? fmt::format(" x vpp {}", plan.vpp()) : "",
+      plan.pp(), plan.parallel.tp,
+      (plan.parallel.cp > 1 ? fmt::format(" x cp {}", plan.parallel.cp) : "") +
+          (plan.vpp() > 1 ? fmt::format(" x vpp {}", plan.vpp()) : ""),
       plan.parallel.zero, plan.method, schedule, plan.cost_model);
   if (r.outcome != SimOutcome::kOk || r.memory_exceeded) {
     report::Section problem;

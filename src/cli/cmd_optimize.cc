@@ -1,0 +1,178 @@
+// `sluice optimize PLAN --out FILE`: rewrites a plan with the plan passes where the simulator says
+// it is shorter (planner/optimizer.h), prints before/after and what changed, and writes the
+// result (also when nothing changed: then it is the input plan).
+//
+// With --data (the lengths the plan was made from) the search also lowers recompute levels, priced
+// by the plan's cost model rebuilt from its model and cluster (planner/recompute_pricer.h).
+//
+// Exit codes: 0 when the optimized plan was written; 2 for bad flags, an unreadable plan, one that
+// fails `sluice plan check`, or an --out that is the input or cannot be written (checked before
+// the search).
+#include <fmt/core.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/cli_common.h"
+#include "cost/cost_factory.h"
+#include "data/data_source.h"
+#include "plan/plan_json.h"
+#include "planner/optimizer.h"
+#include "planner/planner.h"
+#include "planner/recompute_pricer.h"
+#include "schedule/generators.h"
+
+namespace sluice::cli {
+namespace {
+
+struct OptimizeFlags {
+  std::string file;
+  std::string out;
+  double budget_ms = 50;
+  int64_t steps = 200;
+  uint64_t seed = 0;
+  std::string search = "greedy";
+  std::string collectives = "closed-form";
+  std::string data;  // the lengths the plan was made from: enables recompute moves
+  int64_t samples = 0;
+  uint64_t data_seed = 0;
+};
+
+// The recompute pricer for a plan file (passes/recompute.h): the plan's cost model rebuilt from
+// its model and cluster (it must describe itself as the plan's `cost_model` does) and the samples
+// of --data. Owns what the pricer refers to.
+struct FilePricer {
+  std::unique_ptr<CostModel> cost;
+  std::shared_ptr<const StageCostEvaluator> eval;
+  std::shared_ptr<const passes::RecomputePricer> pricer;
+};
+
+StatusOr<FilePricer> MakeFilePricer(const OptimizeFlags& f, const ExecutionPlan& plan) {
+  FilePricer out;
+  for (bool flash : {false, true}) {
+    CostModelOptions co;
+    co.flash_attention = flash;
+    StatusOr<std::unique_ptr<CostModel>> cost = MakeCostModel(plan.model, plan.cluster, co);
+    if (cost.ok() && (*cost)->Describe() == plan.cost_model) {
+      out.cost = std::move(cost).value();
+      break;
+    }
+  }
+  if (out.cost == nullptr) {
+    return InvalidArgumentError(fmt::format(
+        "--data: recompute moves need the cost model {} was planned with ('{}'), and this build's "
+        "default cost model for its model and cluster is another; optimize without --data",
+        f.file, plan.cost_model));
+  }
+  StatusOr<ScheduleKind> kind = ParseScheduleKind(plan.replicas.front().schedule);
+  if (!kind.ok()) return kind.status().WithPrefix(f.file);
+  StatusOr<std::shared_ptr<const StageCostEvaluator>> eval =
+      MakePlannerEvaluator(*out.cost, plan.parallel, plan.cluster, *kind);
+  if (!eval.ok()) return eval.status().WithPrefix(f.file);
+  out.eval = *eval;
+  DataOptions data;
+  data.seed = f.data_seed;
+  data.num_samples = f.samples;
+  StatusOr<Dataset> dataset = LoadData(f.data, data);
+  if (!dataset.ok()) return dataset.status().WithPrefix("--data");
+  out.pricer = std::make_shared<EvaluatorPricer>(*out.eval, plan.cluster, dataset->samples());
+  return out;
+}
+
+Status RunOptimize(const OptimizeFlags& f) {
+  SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
+  SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, {{"the plan file", f.file}}));
+  OptimizerOptions options;
+  if (f.search == "mcmc") {
+    options.search = OptimizerSearch::kMcmc;
+  } else if (f.search == "greedy") {
+    options.search = OptimizerSearch::kGreedy;
+  } else {
+    return InvalidArgumentError(
+        fmt::format("--search '{}': allowed values are mcmc, greedy", f.search));
+  }
+  if (f.collectives == "stepwise") {
+    options.sim.collectives = CollectiveMode::kStepwise;
+  } else if (f.collectives == "closed-form") {
+    options.sim.collectives = CollectiveMode::kClosedForm;
+  } else {
+    return InvalidArgumentError(
+        fmt::format("--collectives '{}': allowed values are stepwise, closed-form", f.collectives));
+  }
+  options.budget = Duration::Millis(f.budget_ms);
+  options.max_steps = f.steps;
+  options.seed = f.seed;
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
+  FilePricer pricer;
+  if (!f.data.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(pricer, MakeFilePricer(f, plan));
+    options.pricer = pricer.pricer;
+  }
+  StatusOr<OptimizeResult> run = OptimizePlan(plan, options);
+  if (!run.ok()) return InvalidArgumentError(fmt::format("{}: {}", f.file, run.status().message()));
+  const OptimizeResult& r = *run;
+  const double gain = r.before.nanos() > 0
+                          ? 100.0 * static_cast<double>((r.before - r.after).nanos()) /
+                                static_cast<double>(r.before.nanos())
+                          : 0.0;
+  fmt::print("{}: simulated iteration {} -> {} ({:.2f}% shorter; collectives {})\n", f.file,
+             FormatDuration(r.before), FormatDuration(r.after), gain, f.collectives);
+  fmt::print(
+      "search {} seed {}: {} simulations, {} candidates refused by the plan check, {} "
+      "accepted, {} passes kept, {:.1f} ms{}\n",
+      f.search, f.seed, r.simulations, r.invalid, r.accepted, r.applied.size(), r.wall.millis(),
+      r.budget_hit ? " (budget reached: not reproducible)" : "");
+  for (const passes::PassRecord& p : r.applied) {
+    for (const std::string& c : p.changes) fmt::print("  {}: {}\n", p.pass, c);
+  }
+  SLUICE_RETURN_IF_ERROR(WritePlanFile(r.plan, f.out).WithPrefix("--out"));
+  fmt::print("wrote {}\n", f.out);
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
+  auto flags = std::make_shared<OptimizeFlags>();
+  CLI::App* o = app->add_subcommand(
+      "optimize",
+      "Rewrite a plan with the plan passes (W placement, micro-batch order, transfer priority, "
+      "gradient buckets) where the simulator says it is shorter");
+  o->add_option("plan", flags->file, "Plan file (sluice-plan/1 JSON or MessagePack)")
+      ->required()
+      ->type_name("PLAN.json|PLAN.msgpack");
+  o->add_option("--out", flags->out, "Write the optimized plan (.json, or .msgpack)")
+      ->required()
+      ->type_name("FILE")
+      ->check(PathCheck());
+  o->add_option("--budget-ms", flags->budget_ms, "Wall-clock budget of the search in ms")
+      ->check(NumberCheck(0, true, 1e9, "a number of ms in (0, 1e9]"))
+      ->capture_default_str();
+  o->add_option("--steps", flags->steps, "Simulations of candidates at most")
+      ->check(IntegerCheck(0, 1000000))
+      ->capture_default_str();
+  AddSeedFlag(o, &flags->seed)->description("Seed of the search's draws");
+  o->add_option("--search", flags->search,
+                "greedy (only shorter plans) or mcmc (dPRO's Metropolis rule)")
+      ->type_name("greedy|mcmc")
+      ->capture_default_str();
+  o->add_option("--collectives", flags->collectives,
+                "How the simulator scores: stepwise or closed-form collectives")
+      ->type_name("stepwise|closed-form")
+      ->capture_default_str();
+  AddDataFlag(o, &flags->data)
+      ->description(
+          "The lengths the plan was made from (as for `sluice simulate`): enables recompute "
+          "moves, priced with the plan's cost model (without it: reorders and buckets only)");
+  o->add_option("--samples", flags->samples, "With --data: how many samples it holds (0 = all)")
+      ->check(IntegerCheck(0, kMaxSamples, kSamplesAllowed))
+      ->capture_default_str();
+  o->add_option("--data-seed", flags->data_seed, "With a generator --data preset: its seed")
+      ->check(IntegerCheck(0, kNoMaxInteger))
+      ->capture_default_str();
+  SetHandler(o, state, [flags] { return RunOptimize(*flags); });
+}
+
+}  // namespace sluice::cli

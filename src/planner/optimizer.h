@@ -1,0 +1,99 @@
+// The plan optimizer: dPRO's search (MLSys'22, its optimizer over a replayable graph) on sluice's
+// IR. It rewrites a valid plan with the passes of passes/ and keeps what the simulator says is
+// shorter.
+//
+// With a pricer, the first candidate is the whole-plan recompute placement
+// (passes/recompute.h, RecomputePlacementPass), kept when the simulation says it is shorter.
+// Then each step:
+//  1. Candidates from the simulated critical path of the current plan (SimResult::critical_path):
+//     for a compute op on the path, moving it one place earlier or later on its rank, and moving
+//     the rank's next W (zero-bubble weight gradient) to just before it; for a transfer on the
+//     path, posting its Start (on both ranks) earlier: one instruction, or before the nearest
+//     blocking Finish; for a collective on the path, halving or doubling the gradient buckets;
+//     for an F, B or I on the path that recomputes (and a pricer is given), a lower recompute
+//     level for that (micro-batch, stage) (none, or selective after full).
+//     The candidate list is rebuilt after every accepted step (dPRO rebuilds its candidate space
+//     from the new critical path after each accept).
+//  2. One candidate, drawn uniformly (seeded) from those not yet tried on the current plan, is
+//     applied to a copy; a pass that would break the plan (ValidatePlan, memory included) leaves
+//     it unchanged and the candidate is dropped without a simulation.
+//  3. The copy is simulated; search kMcmc accepts it with dPRO's rule
+//     p = exp(beta * ln(step + 1) * (C_cur - C_new) / C_cur * 100)  (C: simulated iteration time;
+//     always when shorter), search kGreedy only when shorter. The best plan seen is kept.
+// The search ends after max_steps simulations, when no untried candidate is left (greedy: a
+// local optimum), or when the wall-clock budget is spent.
+//
+// Guarantees: the returned plan passes ValidatePlan and its simulated iteration time (with
+// `sim`) is at most the input's; the input is returned unchanged when nothing was shorter.
+// Deterministic: the same plan, options and seed give the same plan, unless the wall-clock budget
+// stopped the search (OptimizeResult::budget_hit says so; give a larger budget or fewer
+// max_steps for a reproducible result). The whole plan is re-simulated per step (no partial
+// replay yet: a 65,536-token batch simulates in about a millisecond, docs/passes.md).
+//
+// Thread safety: pure function.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "passes/pass.h"
+#include "passes/recompute.h"
+#include "plan/execution_plan.h"
+#include "sim/simulator.h"
+
+namespace sluice {
+
+enum class OptimizerSearch : uint8_t {
+  kMcmc,    // dPRO's Metropolis rule (may accept a longer plan to leave a local optimum)
+  kGreedy,  // first improvement: accept only a shorter plan
+};
+std::string_view OptimizerSearchName(OptimizerSearch search);  // "mcmc", "greedy"
+
+// The simulator options the optimizer scores with by default: closed-form collectives (the fast
+// mode; within 1% of the stepwise one on an uncontended collective, sim/simulator.h).
+inline SimOptions ScoringSimOptions() {
+  SimOptions o;
+  o.collectives = CollectiveMode::kClosedForm;
+  return o;
+}
+
+struct OptimizerOptions {
+  // Greedy by default: as good as kMcmc on the DynaPipe grid and faster (docs/benchmarks.md).
+  OptimizerSearch search = OptimizerSearch::kGreedy;
+  int64_t max_steps = 200;                 // simulations of candidates at most (>= 0)
+  Duration budget = Duration::Millis(50);  // wall-clock cap (> 0)
+  uint64_t seed = 0;                       // the draws of candidates and of acceptance
+  double beta = 10.0;                      // kMcmc: dPRO's mcmc_beta (> 0), per percent
+  // Scoring: the simulator's options. The timeline is always recorded (the critical path);
+  // memory is not (validation checks it).
+  SimOptions sim = ScoringSimOptions();
+  // Prices other recompute levels (passes/recompute.h); null: no recompute candidates. The
+  // planner passes its EvaluatorPricer (recompute_pricer.h).
+  std::shared_ptr<const passes::RecomputePricer> pricer;
+};
+
+struct OptimizeResult {
+  ExecutionPlan plan;  // the best plan found (the input when nothing was shorter)
+  Duration before;     // simulated iteration time of the input
+  Duration after;      // of `plan` (<= before)
+  std::vector<passes::PassRecord> applied;  // the passes that lead from the input to `plan`
+  int64_t simulations = 0;                  // candidates simulated
+  int64_t invalid = 0;                      // candidates a pass refused (they would break the plan)
+  int64_t accepted = 0;                     // steps accepted (kMcmc: worse ones included)
+  bool budget_hit = false;                  // the wall-clock budget ended the search
+  Duration wall;                            // time the search took
+  bool changed() const { return !applied.empty(); }
+};
+
+// Optimizes `plan`. Errors: options out of range (InvalidArgument naming the field), the plan
+// fails ValidatePlan (InvalidArgument with the validator's message), or the simulator's errors.
+// A plan whose simulation does not end ok (deadlock, out of memory) is returned unchanged.
+StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan,
+                                      const OptimizerOptions& options = {});
+
+}  // namespace sluice
