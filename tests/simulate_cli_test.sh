@@ -96,6 +96,23 @@ expect report-is-folder 2 "--report '$tmp': is a folder" -- simulate "$tmp/plan.
 expect json-unwritable 2 "--json '/proc/sluice.json': cannot write there" -- simulate "$tmp/plan.json" --json /proc/sluice.json
 check no-file-left test ! -e "$tmp/no" -a ! -e /proc/sluice.json
 
+# Expert parallelism: a dp 2 x ep 2 plan of the tiny MoE model has all-to-alls, which the plan
+# check accepts and the simulator runs on the all-to-all stream (summary line, JSON, trace).
+"$sluice" plan --model gpt-tiny-moe --cluster a100-40g:2 --parallel dp=2,ep=2 --samples 2000 \
+  --tokens-per-batch 16384 --max-seqlen 1024 --method packing --iterations 1 --show 0 \
+  --out "$tmp/moe.json" >/dev/null 2>&1
+check moe-plan-has-all-to-alls grep -q '"all-to-all-dispatch"' "$tmp/moe.json"
+expect moe-plan-check 0 "valid plan of gpt-tiny-moe" -- plan check "$tmp/moe.json"
+expect moe-simulate 0 "all-to-all \(MoE dispatch and combine\): [0-9.]+ ms per rank" -- simulate "$tmp/moe.json" --trace "$tmp/moe-t.json" --json "$tmp/moe-r.json"
+check moe-json-and-trace "$python" -c "
+import json
+r = json.load(open('$tmp/moe-r.json'))
+assert all(x['all_to_all_ns'] > 0 and 0 <= x['exposed_all_to_all_ns'] <= x['all_to_all_ns'] for x in r['ranks']), r['ranks']
+t = json.load(open('$tmp/moe-t.json'))['traceEvents']
+assert any(e['ph'] == 'M' and e['name'] == 'thread_name' and e['args']['name'] == 'all-to-all' for e in t)
+"
+expect moe-simulate-closed-form 0 "all-to-all \(MoE dispatch and combine\)" -- simulate "$tmp/moe.json" --collectives closed-form
+
 # Ctrl-C (SIGINT from `timeout -s INT 4`) while the plan is still being read from a pipe that is
 # written after 6 s: exit 1 with one message, no files written. The writer gives up after 30 s
 # (a sluice that died before opening the pipe would otherwise leave it blocked forever, and

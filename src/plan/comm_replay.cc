@@ -127,10 +127,13 @@ class Matcher {
   const std::vector<int64_t> empty_;
 };
 
+// [group] -> the rank's collectives in that group, as op indices in posting order.
+using GroupPosts = std::map<int64_t, std::vector<int64_t>>;
+
 std::optional<CommProblem> MatchCollectives(const std::vector<std::vector<CommOp>>& ranks,
                                             const std::vector<std::vector<int64_t>>& groups,
                                             const Text& text,
-                                            std::vector<std::vector<int64_t>>* posts) {
+                                            std::vector<GroupPosts>* posts) {
   posts->assign(ranks.size(), {});
   for (size_t r = 0; r < ranks.size(); ++r) {
     for (size_t i = 0; i < ranks[r].size(); ++i) {
@@ -141,15 +144,21 @@ std::optional<CommProblem> MatchCollectives(const std::vector<std::vector<CommOp
                            fmt::format("rank {} instruction {} ({}): no collective group {}", r, i,
                                        text(r, i), op.group)};
       }
-      if (op.kind == Kind::kCollective) (*posts)[r].push_back(static_cast<int64_t>(i));
+      if (op.kind == Kind::kCollective) (*posts)[r][op.group].push_back(static_cast<int64_t>(i));
     }
   }
-  for (const std::vector<int64_t>& members : groups) {
+  const std::vector<int64_t> none;
+  auto posts_of = [&](int64_t r, int64_t g) -> const std::vector<int64_t>& {
+    const auto it = (*posts)[r].find(g);
+    return it == (*posts)[r].end() ? none : it->second;
+  };
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const std::vector<int64_t>& members = groups[gi];
     if (members.empty()) continue;
     const int64_t first = members[0];
     for (int64_t m : members) {
-      const std::vector<int64_t>& a = (*posts)[first];
-      const std::vector<int64_t>& b = (*posts)[m];
+      const std::vector<int64_t>& a = posts_of(first, static_cast<int64_t>(gi));
+      const std::vector<int64_t>& b = posts_of(m, static_cast<int64_t>(gi));
       for (size_t k = 0; k < std::max(a.size(), b.size()); ++k) {
         if (k < a.size() && k < b.size() &&
             ranks[first][a[k]].collective == ranks[m][b[k]].collective) {
@@ -193,7 +202,7 @@ std::optional<CommProblem> CheckComms(const std::vector<std::vector<CommOp>>& ra
                                       const Text& text) {
   Matcher matcher(ranks, text);
   if (auto p = matcher.Run()) return p;
-  std::vector<std::vector<int64_t>> posts;
+  std::vector<GroupPosts> posts;
   if (auto p = MatchCollectives(ranks, groups, text, &posts)) return p;
   const int64_t n = static_cast<int64_t>(ranks.size());
   for (int64_t r = 0; r < n; ++r) {
@@ -208,16 +217,24 @@ std::optional<CommProblem> CheckComms(const std::vector<std::vector<CommOp>>& ra
       }
     }
   }
-  std::vector<int64_t> pc(n, 0), collectives(n, 0);
+  std::vector<int64_t> pc(n, 0);
+  std::vector<std::map<int64_t, int64_t>> collectives(n);  // [rank][group]: posted
+  std::vector<bool> posted(n, false);  // the blocking collective at pc is counted already
   auto can_run = [&](int64_t r) {
     const CommOp& op = ranks[r][pc[r]];
     if (op.kind == Kind::kWait) {
       const Where& w = matcher.partner(r, op.wait_for);
       return pc[w.rank] > w.index;
     }
-    if (op.kind == Kind::kWaitCollectives) {
+    const bool blocking = op.kind == Kind::kCollective && op.blocking;
+    if (blocking && !posted[r]) {
+      posted[r] = true;
+      ++collectives[r][op.group];
+    }
+    if (op.kind == Kind::kWaitCollectives || blocking) {
+      const int64_t mine = collectives[r][op.group];
       for (int64_t m : groups[op.group]) {
-        if (collectives[m] < collectives[r]) return false;
+        if (collectives[m][op.group] < mine) return false;
       }
     }
     return true;
@@ -226,7 +243,9 @@ std::optional<CommProblem> CheckComms(const std::vector<std::vector<CommOp>>& ra
     bool progress = false, finished = true;
     for (int64_t r = 0; r < n; ++r) {
       while (pc[r] < static_cast<int64_t>(ranks[r].size()) && can_run(r)) {
-        if (ranks[r][pc[r]].kind == Kind::kCollective) ++collectives[r];
+        const CommOp& op = ranks[r][pc[r]];
+        if (op.kind == Kind::kCollective && !op.blocking) ++collectives[r][op.group];
+        posted[r] = false;
         ++pc[r];
         progress = true;
       }
@@ -251,6 +270,8 @@ std::optional<CommProblem> CheckComms(const std::vector<std::vector<CommOp>>& ra
       const Where& w = matcher.partner(r, op.wait_for);
       what = fmt::format("waits for rank {} to post instruction {} ({})", w.rank, w.index,
                          text(w.rank, w.index));
+    } else if (op.kind == Kind::kCollective) {
+      what = "waits for every member of its group to post it";
     } else {
       what = "waits for its group's collectives";
     }

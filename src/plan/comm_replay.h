@@ -6,8 +6,11 @@
 // back: complementary (send/receive), the same tag and the same shapes (NCCL matches p2p ops
 // between a pair in posting order). kWait blocks until the message posted by an earlier kPost of
 // the same rank has been posted by its peer too. kCollective posts a collective of a group; every
-// member must post the same collectives in the same order. kWaitCollectives blocks until every
-// member of its group has posted all the collectives this rank has posted. Other ops never block.
+// member must post the same collectives in the same order (a rank may be in several groups: each
+// group's collectives are matched and counted apart). A blocking kCollective (an all-to-all)
+// posts, then blocks until every member has posted it. kWaitCollectives blocks until every
+// member of its group has posted all the collectives this rank has posted in that group. Other
+// ops never block.
 //
 // CheckComms first matches the messages of every pair and the collectives of every group, then
 // replays all ranks until each finishes or none can move (a deadlock), and reports the first
@@ -37,6 +40,7 @@ struct CommOp {
   int64_t wait_for = -1;                   // kWait: index of the kPost on this rank it waits for
   int64_t group = -1;                      // kCollective, kWaitCollectives: index into the groups
   std::array<int64_t, 3> collective = {};  // kCollective: identity compared across members
+  bool blocking = false;                   // kCollective: waits for every member to post it
 };
 
 struct CommProblem {

@@ -1,5 +1,6 @@
 #include "plan/execution_plan.h"
 
+#include <cmath>
 #include <limits>
 
 #include "model/chunk_cut.h"
@@ -78,5 +79,98 @@ Bytes SaturatingBytes(const std::vector<TensorShape>& shapes, int64_t element_by
 Bytes Fp16Bytes(const std::vector<TensorShape>& shapes) { return SaturatingBytes(shapes, 2); }
 
 Bytes TokenBytes(const std::vector<TensorShape>& shapes) { return SaturatingBytes(shapes, 8); }
+
+std::vector<int64_t> MoeLayersOfStage(const ModelSpec& model, int64_t stage, int64_t num_stages) {
+  std::vector<int64_t> out;
+  if (!model.moe.has_value()) return out;
+  const ChunkCut cut = CutIntoChunks(model, num_stages)[static_cast<size_t>(stage)];
+  for (int64_t i = cut.first_encoder_layer; i < cut.first_encoder_layer + cut.encoder_layers;
+       ++i) {
+    if (model.IsMoeLayer(i)) out.push_back(i);
+  }
+  for (int64_t j = cut.first_decoder_layer; j < cut.first_decoder_layer + cut.decoder_layers;
+       ++j) {
+    if (model.IsMoeLayer(j)) out.push_back(model.layers + j);
+  }
+  return out;
+}
+
+int64_t ExpertCapacity(const ModelSpec& model, const LayerShape& shape, int64_t layer) {
+  SLUICE_CHECK(model.moe.has_value());
+  const bool decoder = model.is_encoder_decoder() && layer >= model.layers;
+  const double tokens =
+      static_cast<double>(shape.mbs) * static_cast<double>(decoder ? shape.dec_seqlen
+                                                                   : shape.seqlen);
+  const double c = model.moe->capacity_factor * tokens * static_cast<double>(model.moe->top_k) /
+                   static_cast<double>(model.moe->experts);
+  return static_cast<int64_t>(std::ceil(c - 1e-9));
+}
+
+std::vector<int64_t> EpGroupOf(const ExecutionPlan& plan, int64_t rank) {
+  const int64_t ep = plan.parallel.ep;
+  SLUICE_CHECK(ep >= 1 && plan.dp() % ep == 0);
+  const RankProgram& p = plan.ranks[static_cast<size_t>(rank)];
+  const int64_t first = p.dp_index / ep * ep;
+  std::vector<int64_t> out;
+  for (int64_t j = 0; j < ep; ++j) out.push_back(plan.RankId(first + j, p.pp_index));
+  return out;
+}
+
+std::vector<Instruction> AllToAllsOf(const ExecutionPlan& plan, int64_t rank, OpKind op,
+                                     int64_t mb, int64_t stage) {
+  std::vector<Instruction> out;
+  const int64_t ep = plan.parallel.ep;
+  if (ep <= 1 || !plan.model.moe.has_value() || op == OpKind::kBackwardWeight ||
+      !IsCompute(op)) {
+    return out;
+  }
+  const std::vector<int64_t> layers = MoeLayersOfStage(plan.model, stage, plan.num_stages());
+  if (layers.empty()) return out;
+  const std::vector<int64_t> group = EpGroupOf(plan, rank);
+  const int64_t local = plan.model.moe->experts / ep;
+  const int64_t hidden = plan.model.hidden;
+  int64_t me = 0;
+  std::vector<const PlanMicroBatch*> member_mb;
+  for (size_t j = 0; j < group.size(); ++j) {
+    const RankProgram& p = plan.ranks[static_cast<size_t>(group[j])];
+    if (group[j] == rank) me = static_cast<int64_t>(j);
+    member_mb.push_back(&plan.replicas[static_cast<size_t>(p.dp_index)].micro_batches[mb]);
+  }
+  auto make = [&](OpKind kind, int64_t layer, bool to_experts) {
+    // to_experts: this rank sends its own capacity-padded tokens to every member (a forward
+    // dispatch, the gradient of a forward combine).
+    Instruction in;
+    in.op = kind;
+    in.microbatch = mb;
+    in.stage = stage;
+    in.layer = layer;
+    in.group = group;
+    const int64_t mine = local * ExpertCapacity(plan.model, member_mb[me]->shape, layer);
+    int64_t sent = 0, received = 0, remote = 0;
+    for (size_t j = 0; j < group.size(); ++j) {
+      const int64_t theirs = local * ExpertCapacity(plan.model, member_mb[j]->shape, layer);
+      in.send_splits.push_back(to_experts ? mine : theirs);
+      in.recv_splits.push_back(to_experts ? theirs : mine);
+      sent += in.send_splits.back();
+      received += in.recv_splits.back();
+      if (static_cast<int64_t>(j) != me) remote += in.send_splits.back();
+    }
+    in.shapes = {{sent, hidden}, {received, hidden}};
+    in.bytes = Fp16Bytes({{remote, hidden}});
+    out.push_back(std::move(in));
+  };
+  if (op == OpKind::kForward) {
+    for (int64_t layer : layers) {
+      make(OpKind::kAllToAllDispatch, layer, true);
+      make(OpKind::kAllToAllCombine, layer, false);
+    }
+  } else {
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      make(OpKind::kAllToAllCombine, *it, true);
+      make(OpKind::kAllToAllDispatch, *it, false);
+    }
+  }
+  return out;
+}
 
 }  // namespace sluice

@@ -141,4 +141,28 @@ std::vector<TensorShape> LoadShapes(const ModelSpec& model, const LayerShape& sh
 Bytes Fp16Bytes(const std::vector<TensorShape>& shapes);
 Bytes TokenBytes(const std::vector<TensorShape>& shapes);
 
+// Expert parallelism (instruction.h, "MoE all-to-all"). An expert-parallel group is ep
+// consecutive data-parallel replicas at one pipeline rank: replicas g*ep .. g*ep+ep-1, so plans
+// with ep > 1 need ep to divide dp (tensor-parallel ranks of a position run its program as they
+// do everything else).
+//
+// The MoE layers of virtual stage `stage`, ascending, as indices in the stack [encoder; decoder]
+// (decoder-only: the layer index; an encoder-decoder's decoder layer j is layers + j), by
+// model/chunk_cut.h's cut. Empty for dense models. REQUIRES: ChunksFit(model, num_stages).
+std::vector<int64_t> MoeLayersOfStage(const ModelSpec& model, int64_t stage, int64_t num_stages);
+// Expert capacity of one MoE layer for a micro-batch of `shape`: ceil(capacity_factor * T *
+// top_k / experts) tokens, T = mbs * seqlen (mbs * dec_seqlen for an encoder-decoder's decoder
+// layers; `layer` as in MoeLayersOfStage). REQUIRES: model.moe.
+int64_t ExpertCapacity(const ModelSpec& model, const LayerShape& shape, int64_t layer);
+// Ranks of `rank`'s expert-parallel group in group order (this rank included).
+// REQUIRES: plan.parallel.ep divides plan.dp().
+std::vector<int64_t> EpGroupOf(const ExecutionPlan& plan, int64_t rank);
+// The all-to-all instructions that compute op `op` (Forward, Backward or BackwardInput) of
+// micro-batch `mb` on virtual stage `stage` of `rank` performs, in order, with every field but
+// `duration` (the lowering prices them); empty when ep == 1, for BackwardWeight and for stages
+// without MoE layers. The lowering emits exactly these and the validator compares with them.
+// REQUIRES: ep divides dp, and every replica of the group holds micro-batch `mb`.
+std::vector<Instruction> AllToAllsOf(const ExecutionPlan& plan, int64_t rank, OpKind op,
+                                     int64_t mb, int64_t stage);
+
 }  // namespace sluice

@@ -14,7 +14,7 @@ constexpr std::array<std::string_view, kNumOpKinds> kOpNames = {
     "backward-weight",   "send-act-start",  "send-act-finish",  "recv-act-start",
     "recv-act-finish",   "send-grad-start", "send-grad-finish", "recv-grad-start",
     "recv-grad-finish",  "free-buffer",     "all-reduce-grad",  "reduce-scatter-grad",
-    "all-gather-params", "optimizer-step",
+    "all-gather-params", "optimizer-step",  "all-to-all-dispatch", "all-to-all-combine",
 };
 
 // PyTorch's names of the point-to-point actions.
@@ -70,6 +70,10 @@ bool IsCollective(OpKind op) {
          op == OpKind::kAllGatherParams;
 }
 
+bool IsAllToAll(OpKind op) {
+  return op == OpKind::kAllToAllDispatch || op == OpKind::kAllToAllCombine;
+}
+
 // Each Finish follows its Start in the enum.
 OpKind StartOf(OpKind finish) {
   SLUICE_CHECK(IsCommFinish(finish));
@@ -111,6 +115,10 @@ std::string InstructionText(const Instruction& in) {
       return fmt::format("ALLGATHER(b{})", in.bucket);
     case OpKind::kOptimizerStep:
       return "STEP";
+    case OpKind::kAllToAllDispatch:
+      return fmt::format("{}A2A_D{}(L{})", in.stage, in.microbatch, in.layer);
+    case OpKind::kAllToAllCombine:
+      return fmt::format("{}A2A_C{}(L{})", in.stage, in.microbatch, in.layer);
     default:
       break;
   }

@@ -46,13 +46,16 @@ enum class OpKind : uint8_t {
   kReduceScatterGrad,  // reduce-scatter one gradient bucket across the group (ZeRO >= 2)
   kAllGatherParams,    // all-gather one bucket of updated parameters after the step (ZeRO >= 2)
   kOptimizerStep,      // wait for the rank's reductions, then update the parameters
+  kAllToAllDispatch,   // expert parallelism: tokens from their owners to the experts' ranks
+  kAllToAllCombine,    // expert parallelism: expert outputs back to the tokens' owners
 };
-inline constexpr int kNumOpKinds = 18;
+inline constexpr int kNumOpKinds = 20;
 
 // JSON names: "load-input", "forward", "backward", "backward-input", "backward-weight",
 // "send-act-start", "send-act-finish", "recv-act-start", "recv-act-finish", "send-grad-start",
 // "send-grad-finish", "recv-grad-start", "recv-grad-finish", "free-buffer", "all-reduce-grad",
-// "reduce-scatter-grad", "all-gather-params", "optimizer-step".
+// "reduce-scatter-grad", "all-gather-params", "optimizer-step", "all-to-all-dispatch",
+// "all-to-all-combine".
 std::string_view OpKindName(OpKind op);
 // The inverse of OpKindName; nullopt for any other text.
 std::optional<OpKind> OpKindFromName(std::string_view name);
@@ -62,6 +65,7 @@ bool IsCommStart(OpKind op);   // the four *Start ops
 bool IsCommFinish(OpKind op);  // the four *Finish ops
 bool IsSend(OpKind op);        // SendAct*, SendGrad*
 bool IsCollective(OpKind op);  // AllReduceGrad, ReduceScatterGrad, AllGatherParams
+bool IsAllToAll(OpKind op);    // AllToAllDispatch, AllToAllCombine
 // The Start op a Finish op waits for, and back. REQUIRES: IsCommFinish / IsCommStart.
 OpKind StartOf(OpKind finish);
 OpKind FinishOf(OpKind start);
@@ -86,14 +90,31 @@ struct Instruction {
   int64_t bucket = -1;              // collectives: gradient bucket id of this rank; -1: none
   Recompute recompute = Recompute::kNone;  // Forward / Backward / BackwardInput
   Duration duration;                       // predicted time of the op (0: not predicted)
+  // All-to-all (expert parallelism, see "MoE all-to-all" below); empty / -1 for other ops.
+  int64_t layer = -1;                // the MoE layer: index in the stack [encoder; decoder]
+  std::vector<int64_t> group;        // ranks of the expert-parallel group, this one included
+  std::vector<int64_t> send_splits;  // rows (tokens of `hidden` fp16 values) sent to group[j]
+  std::vector<int64_t> recv_splits;  // rows received from group[j]
 
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
 
+// MoE all-to-all. An AllToAllDispatch / AllToAllCombine instruction belongs to the compute op
+// (Forward, Backward or BackwardInput) of the same micro-batch and stage that precedes it in the
+// program (only FreeBuffers and other all-to-alls of that op lie between): that op performs it at
+// MoE layer `layer`, in order. A forward runs, per MoE layer, the dispatch then the combine; a
+// backward runs them in reverse (the combine's gradient, then the dispatch's), each moving
+// gradients opposite to its forward direction, so its splits are the forward's swapped. Expert
+// capacity makes the splits static: with E experts, ep ranks per group and a rank's micro-batch
+// of T tokens, capacity C = ceil(capacity_factor * T * top_k / E) and a forward dispatch sends
+// (E / ep) * C rows to every member (padded to capacity, GShard style) and receives
+// (E / ep) * C_j from member j. shapes: {{sum(send_splits), hidden}, {sum(recv_splits), hidden}};
+// bytes: the fp16 bytes sent to other members.
+
 // Short text for grids and messages, PyTorch pipelining style where one exists:
 // "2F0", "2B0", "2I0", "2W0", "0LOAD3", "1SEND_F3", "1SEND_F3.wait", "2RECV_F3", "2RECV_F3.wait",
 // "2SEND_B3", "1RECV_B3", "FREE(s4)", "ALLREDUCE(b2)", "REDUCE_SCATTER(b2)", "ALLGATHER(b2)",
-// "STEP".
+// "STEP", "2A2A_D3(L1)", "2A2A_C3(L1)".
 std::string InstructionText(const Instruction& instruction);
 
 // The tag of a point-to-point message of micro-batch `microbatch` across the boundary between

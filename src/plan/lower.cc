@@ -264,6 +264,7 @@ class RankAssembler {
       }
       in.duration = cost.forward;
       out_.push_back(std::move(in));
+      EmitAllToAlls(OpKind::kForward, mb, s);
       return;
     }
     for (Instruction& f : pending_grad_sends_) out_.push_back(std::move(f));
@@ -284,7 +285,25 @@ class RankAssembler {
     }
     in.duration = a.kind == ActionKind::kBackward ? cost.backward_input + cost.backward_weight
                                                   : cost.backward_input;
+    const OpKind op = in.op;
     out_.push_back(std::move(in));
+    EmitAllToAlls(op, mb, s);
+  }
+
+  // The MoE all-to-alls of the compute op just emitted (AllToAllsOf), each priced as the
+  // alpha-beta all-to-all of this rank's sends: (n-1) latencies + the bytes it sends to the
+  // other members over the slowest link of the group (the simulator's closed form).
+  void EmitAllToAlls(OpKind op, int64_t mb, int64_t s) {
+    const ExecutionPlan& plan = *c_.plan;
+    const int64_t rank = plan.RankId(c_.dp_index, r_);
+    for (Instruction& in : AllToAllsOf(plan, rank, op, mb, s)) {
+      bool spans = false;
+      for (int64_t g : in.group) spans = spans || plan.NodeOf(g) != plan.NodeOf(rank);
+      const int64_t n = static_cast<int64_t>(in.group.size());
+      in.duration = c_.comm->PointToPoint(in.bytes, spans) +
+                    c_.comm->PointToPoint(Bytes::Zero(), spans) * (n - 2);
+      out_.push_back(std::move(in));
+    }
   }
 
   // Inserts a FreeBuffer after each logical buffer's last use and maps buffers to slots.
@@ -389,6 +408,30 @@ Status CheckInputs(const BatchPlan& bp, std::span<const Schedule> schedules,
   return Status::Ok();
 }
 
+// Expert parallelism: the all-to-alls of a group's members must pair up one by one, so the
+// replicas of an ep group run the same actions in the same order on every pipeline rank.
+Status CheckExpertGroups(std::span<const Schedule> schedules, const ParallelConfig& par) {
+  if (par.ep <= 1) return Status::Ok();
+  if (par.dp % par.ep != 0) {
+    return InvalidArgumentError(fmt::format(
+        "lowering: ep = {} must divide dp = {} (expert-parallel groups are ep consecutive "
+        "data-parallel replicas; groups inside tensor-parallel ranks are not lowered)",
+        par.ep, par.dp));
+  }
+  for (int64_t d = 0; d < par.dp; ++d) {
+    const int64_t first = d / par.ep * par.ep;
+    if (d == first || schedules[d].ranks == schedules[first].ranks) continue;
+    return InvalidArgumentError(fmt::format(
+        "lowering: replicas {} and {} form an expert-parallel group (ep = {}) but their "
+        "schedules ('{}' with {} micro-batches, '{}' with {}) differ; the replicas of a group "
+        "need the same number of micro-batches and the same action order on every pipeline rank "
+        "so that their all-to-alls pair up",
+        first, d, par.ep, schedules[first].name, schedules[first].num_microbatches,
+        schedules[d].name, schedules[d].num_microbatches));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const Sample> batch,
@@ -397,6 +440,7 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
                                   const LowerOptions& options) {
   const ParallelConfig& par = eval.parallel();
   SLUICE_RETURN_IF_ERROR(CheckInputs(batch_plan, schedules, par));
+  SLUICE_RETURN_IF_ERROR(CheckExpertGroups(schedules, par));
   if (options.bucket_bytes.count() <= 0) {
     return InvalidArgumentError("lowering: bucket_bytes must be positive");
   }
@@ -428,6 +472,14 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
   const AlphaBetaCommModel comm(cluster);
   const std::vector<std::vector<Bytes>> buckets = MakeBuckets(eval, options.bucket_bytes);
   plan.ranks.resize(static_cast<size_t>(par.dp * par.pp));
+  for (int64_t d = 0; d < par.dp; ++d) {  // placement first: all-to-alls name their group
+    for (int64_t r = 0; r < par.pp; ++r) {
+      RankProgram& p = plan.ranks[plan.RankId(d, r)];
+      p.rank = plan.RankId(d, r);
+      p.dp_index = d;
+      p.pp_index = r;
+    }
+  }
   for (int64_t d = 0; d < par.dp; ++d) {
     ReplicaContext c;
     c.plan = &plan;

@@ -42,6 +42,10 @@ json InstructionToJson(const Instruction& in) {
   if (in.bytes.count() != 0) j["bytes"] = in.bytes.count();
   if (in.recompute != Recompute::kNone) j["rc"] = RecomputeName(in.recompute);
   if (in.duration.nanos() != 0) j["ns"] = in.duration.nanos();
+  opt("layer", in.layer);
+  if (!in.group.empty()) j["group"] = in.group;
+  if (!in.send_splits.empty()) j["send"] = in.send_splits;
+  if (!in.recv_splits.empty()) j["recv"] = in.recv_splits;
   return j;
 }
 
@@ -192,10 +196,18 @@ Status ReadInstruction(const Errors& e, const json& j, const std::string& list_p
       int64_t ns = 0;
       SLUICE_RETURN_IF_ERROR(e.Int(v, p, 0, kMaxAmount, &ns));
       in->duration = Duration::Nanos(ns);
+    } else if (key == "layer") {
+      SLUICE_RETURN_IF_ERROR(e.Int(v, p, 0, kMaxLen, &in->layer));
+    } else if (key == "group") {
+      SLUICE_RETURN_IF_ERROR(e.Ints(v, p, 0, kMaxLen, &in->group));
+    } else if (key == "send") {
+      SLUICE_RETURN_IF_ERROR(e.Ints(v, p, 0, kMaxAmount, &in->send_splits));
+    } else if (key == "recv") {
+      SLUICE_RETURN_IF_ERROR(e.Ints(v, p, 0, kMaxAmount, &in->recv_splits));
     } else {
       return e.At(p(),
                   "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
-                  "'shapes', 'in', 'out', 'bytes', 'rc', 'ns'");
+                  "'shapes', 'in', 'out', 'bytes', 'rc', 'ns', 'layer', 'group', 'send', 'recv'");
     }
   }
   if (!has_op) return e.At(path("op"), "is required (an op name)");

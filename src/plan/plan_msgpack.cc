@@ -21,7 +21,9 @@ void WriteInstruction(MsgpackWriter& w, const Instruction& in) {
   const size_t n = 1 + (in.microbatch >= 0) + (in.stage >= 0) + (in.peer >= 0) + (in.tag >= 0) +
                    (in.bucket >= 0) + !in.shapes.empty() + !in.inputs.empty() +
                    !in.outputs.empty() + (in.bytes.count() != 0) +
-                   (in.recompute != Recompute::kNone) + (in.duration.nanos() != 0);
+                   (in.recompute != Recompute::kNone) + (in.duration.nanos() != 0) +
+                   (in.layer >= 0) + !in.group.empty() + !in.send_splits.empty() +
+                   !in.recv_splits.empty();
   w.Map(n);
   w.Str("op");
   w.Str(OpKindName(in.op));
@@ -59,6 +61,15 @@ void WriteInstruction(MsgpackWriter& w, const Instruction& in) {
   if (in.duration.nanos() != 0) {
     w.Str("ns");
     w.Int(in.duration.nanos());
+  }
+  opt("layer", in.layer);
+  for (const auto& [key, list] : {std::pair<std::string_view, const std::vector<int64_t>*>{
+                                      "group", &in.group},
+                                  {"send", &in.send_splits},
+                                  {"recv", &in.recv_splits}}) {
+    if (list->empty()) continue;
+    w.Str(key);
+    w.Ints(*list);
   }
 }
 
@@ -201,10 +212,19 @@ Status ReadInstruction(Reader& r, const std::string& list_path, size_t index, In
       int64_t ns = 0;
       SLUICE_RETURN_IF_ERROR(ReadInt(r, p, 0, kPlanMaxAmount, &ns));
       in->duration = Duration::Nanos(ns);
+    } else if (key == "layer") {
+      SLUICE_RETURN_IF_ERROR(ReadInt(r, p, 0, kPlanMaxIndex, &in->layer));
+    } else if (key == "group") {
+      SLUICE_RETURN_IF_ERROR(ReadInts(r, p, 0, kPlanMaxIndex, &in->group));
+    } else if (key == "send") {
+      SLUICE_RETURN_IF_ERROR(ReadInts(r, p, 0, kPlanMaxAmount, &in->send_splits));
+    } else if (key == "recv") {
+      SLUICE_RETURN_IF_ERROR(ReadInts(r, p, 0, kPlanMaxAmount, &in->recv_splits));
     } else {
       return r.Error(p(),
                      "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
-                     "'shapes', 'in', 'out', 'bytes', 'rc', 'ns'");
+                     "'shapes', 'in', 'out', 'bytes', 'rc', 'ns', 'layer', 'group', 'send', "
+                     "'recv'");
     }
   }
   if (!has_op) return r.Error(base() + ".op", "is required (an op name)");

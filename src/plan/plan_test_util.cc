@@ -63,19 +63,26 @@ ModelSpec TestT5Model() {
 }
 
 std::string Describe(const PlanCase& c) {
-  return fmt::format("{} dp{} pp{} vpp{} zero{} {} m{} seed{}", c.encoder_decoder ? "t5" : "gpt",
-                     c.dp, c.pp, c.vpp, c.zero, ScheduleKindName(c.kind), c.microbatches, c.seed);
+  return fmt::format("{}{} dp{} pp{} vpp{} zero{} {} m{} seed{}{}",
+                     c.encoder_decoder ? "t5" : "gpt", c.moe ? "-moe" : "", c.dp, c.pp, c.vpp,
+                     c.zero, ScheduleKindName(c.kind), c.microbatches, c.seed,
+                     c.ep > 1 ? fmt::format(" ep{}", c.ep) : "");
 }
 
 std::unique_ptr<PlanFixture> MakePlanFixture(const PlanCase& c) {
   auto f = std::make_unique<PlanFixture>();
-  const ModelSpec model = c.encoder_decoder ? TestT5Model() : TestGptModel();
+  ModelSpec model = c.encoder_decoder ? TestT5Model() : TestGptModel();
+  if (c.moe) {
+    model.moe = MoeSpec{
+        .experts = 4, .top_k = 2, .capacity_factor = 1.25, .layer_interval = 2};
+  }
   const int64_t devices = c.dp * c.pp;
   f->setup = std::make_unique<TestSetup>();
   f->setup->cluster =
       Unwrap(ClusterPreset("a100-40g", devices <= 8 ? 8 : (devices + 7) / 8 * 8), "cluster");
   f->setup->cost = Unwrap(AnalyticCostModel::Create(model, f->setup->cluster.device), "cost");
   f->setup->parallel = TestParallel(c.dp, c.pp, 1, c.memory_limit_mb, c.zero, c.vpp);
+  f->setup->parallel.ep = c.ep;
   f->setup->eval.emplace(
       Unwrap(StageCostEvaluator::Create(*f->setup->cost, f->setup->parallel, f->setup->cluster),
              "evaluator"));

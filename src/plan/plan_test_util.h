@@ -38,6 +38,10 @@ struct PlanCase {
   bool fixed_shapes = false;   // micro-batch i has 1 + i % 3 rows of 64 * (1 + i % 4) tokens
   double memory_limit_mb = 0;  // 0: the device's memory
   LowerOptions lower;
+  // MoE: every 2nd layer of the model has 4 experts, top-2, capacity factor 1.25; ep experts
+  // groups (ep > 1 needs moe).
+  bool moe = false;
+  int64_t ep = 1;
 };
 
 struct PlanFixture {

@@ -1,6 +1,7 @@
 #include "plan/program_check.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -50,6 +51,67 @@ std::string CountsProblem(const Instruction& in, size_t inputs, size_t outputs) 
                               static_cast<int64_t>(plan.ranks.size()) - 1)};
 }
 
+// An all-to-all's group: this rank among distinct ranks of the plan, one send and one receive
+// split per member, no slots.
+[[gnu::cold, gnu::noinline]] std::optional<InstructionProblem> AllToAllIndexProblem(
+    const ExecutionPlan& plan, const RankProgram& program, const Instruction& in) {
+  const int64_t n = static_cast<int64_t>(plan.ranks.size());
+  std::vector<int64_t> sorted = in.group;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.empty() || sorted.front() < 0 || sorted.back() >= n ||
+      std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() ||
+      !std::binary_search(sorted.begin(), sorted.end(), program.rank)) {
+    return InstructionProblem{
+        "group", fmt::format("group [{}] must list distinct ranks of the plan (0..{}), this rank "
+                             "({}) among them",
+                             fmt::join(in.group, ", "), n - 1, program.rank)};
+  }
+  if (in.send_splits.size() != in.group.size() || in.recv_splits.size() != in.group.size()) {
+    return InstructionProblem{
+        in.send_splits.size() != in.group.size() ? "send" : "recv",
+        fmt::format("needs one send and one receive split per group member ({}), has {} and {}",
+                    in.group.size(), in.send_splits.size(), in.recv_splits.size())};
+  }
+  if (!in.inputs.empty() || !in.outputs.empty()) return CountsProblemOf(in, 0, 0);
+  return std::nullopt;
+}
+
+// An all-to-all's own fields: the plan has expert parallelism that the lowering's group rule
+// covers (an MoE model, ep > 1 dividing dp), the group is this rank's, every member holds the
+// micro-batch, and the layer is an MoE layer of the stage. What it moves is compared with
+// AllToAllsOf by the order check, which knows the compute op it belongs to.
+std::optional<std::string> AllToAllFieldProblem(const ExecutionPlan& plan,
+                                                const RankProgram& program,
+                                                const Instruction& in) {
+  const int64_t ep = plan.parallel.ep;
+  if (ep <= 1 || plan.dp() % ep != 0 || !plan.model.moe.has_value()) {
+    return fmt::format(
+        "all-to-alls need an MoE model and an expert-parallel degree ep > 1 that divides dp; "
+        "the plan has ep = {}, dp = {}{}",
+        ep, plan.dp(), plan.model.moe.has_value() ? "" : " and a dense model");
+  }
+  const std::vector<int64_t> group = EpGroupOf(plan, program.rank);
+  if (in.group != group) {
+    return fmt::format("group [{}] is not this rank's expert-parallel group [{}]",
+                       fmt::join(in.group, ", "), fmt::join(group, ", "));
+  }
+  for (int64_t member : group) {
+    const auto& mbs = plan.replicas[plan.ranks[member].dp_index].micro_batches;
+    if (in.microbatch >= static_cast<int64_t>(mbs.size())) {
+      return fmt::format("micro-batch {} is not in group member rank {}'s replica ({} "
+                         "micro-batches): an expert-parallel group's replicas run the same "
+                         "micro-batches",
+                         in.microbatch, member, mbs.size());
+    }
+  }
+  const std::vector<int64_t> layers = MoeLayersOfStage(plan.model, in.stage, plan.num_stages());
+  if (std::find(layers.begin(), layers.end(), in.layer) == layers.end()) {
+    return fmt::format("layer {} is not an MoE layer of stage {} (its MoE layers: [{}])",
+                       in.layer, in.stage, fmt::join(layers, ", "));
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankProgram& program,
                                         const Instruction& in) {
   if (auto p = CheckInstructionIndices(plan, program, in)) return std::move(p->message);
@@ -79,6 +141,7 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
   if (in.microbatch < 0 || in.microbatch >= static_cast<int64_t>(mbs.size())) {
     return fmt::format("micro-batch {} is not in [0, {})", in.microbatch, mbs.size());
   }
+  if (IsAllToAll(in.op)) return AllToAllFieldProblem(plan, program, in);
   const PlanMicroBatch& mb = mbs[in.microbatch];
   auto want_shapes = [&](const std::vector<TensorShape>& shapes) -> std::optional<std::string> {
     if (in.shapes == shapes) return std::nullopt;
@@ -170,6 +233,10 @@ class OrderChecker {
         return ProgramProblem{index_, fmt::format("instruction {} ({}) is never finished", open_[t],
                                                   InstructionText(list[open_[t]]))};
       }
+    }
+    if (next_a2a_ < a2a_.size()) {
+      return ProgramProblem{index_, fmt::format("the program ends before {}",
+                                                InstructionText(a2a_[next_a2a_]))};
     }
     if (!stepped_) return ProgramProblem{index_, "the program has no optimizer-step"};
     if (gathered_ != scattered_) {
@@ -323,7 +390,40 @@ class OrderChecker {
     return std::nullopt;
   }
 
+  // The all-to-alls a compute op performs follow it, separated only by FreeBuffers.
+  std::optional<std::string> AllToAllOrder(const Instruction& in) {
+    if (IsAllToAll(in.op)) {
+      if (next_a2a_ >= a2a_.size()) {
+        return "an all-to-all that no preceding compute op performs (each follows the forward "
+               "or backward of its micro-batch and stage; docs/formats.md)";
+      }
+      Instruction want = a2a_[next_a2a_++];
+      want.duration = in.duration;
+      if (in == want) return std::nullopt;
+      return fmt::format(
+          "differs from the all-to-all the compute op before it performs here: want {} group "
+          "[{}] send [{}] recv [{}] shapes {} bytes {}; has {} group [{}] send [{}] recv [{}] "
+          "shapes {} bytes {}",
+          InstructionText(want), fmt::join(want.group, ", "), fmt::join(want.send_splits, ", "),
+          fmt::join(want.recv_splits, ", "), ShapesText(want.shapes), want.bytes.count(),
+          InstructionText(in), fmt::join(in.group, ", "), fmt::join(in.send_splits, ", "),
+          fmt::join(in.recv_splits, ", "), ShapesText(in.shapes), in.bytes.count());
+    }
+    if (in.op == OpKind::kFreeBuffer) return std::nullopt;
+    if (next_a2a_ < a2a_.size()) {
+      return fmt::format("comes before {} that the compute op before it performs",
+                         InstructionText(a2a_[next_a2a_]));
+    }
+    if (IsCompute(in.op) && plan_.parallel.ep > 1) {
+      a2a_ = AllToAllsOf(plan_, program_.rank, in.op, in.microbatch, in.stage);
+      next_a2a_ = 0;
+    }
+    return std::nullopt;
+  }
+
   std::optional<std::string> Step(const Instruction& in) {
+    if (auto p = AllToAllOrder(in)) return p;
+    if (IsAllToAll(in.op)) return std::nullopt;
     if (stepped_ && in.op != OpKind::kAllGatherParams) {
       return "only all-gathers may follow the optimizer step";
     }
@@ -393,6 +493,8 @@ class OrderChecker {
   std::vector<std::pair<int64_t, Bytes>> scattered_, gathered_;  // (bucket, bytes) in order
   int64_t index_ = 0;
   bool stepped_ = false;
+  std::vector<Instruction> a2a_;  // the all-to-alls of the last compute op
+  size_t next_a2a_ = 0;           // the first of them not seen yet
 };
 
 }  // namespace
@@ -426,6 +528,18 @@ std::optional<InstructionProblem> CheckInstructionIndices(const ExecutionPlan& p
         return MicroBatchProblem(plan, program, in);
       }
       return std::nullopt;
+    case OpKind::kAllToAllDispatch:
+    case OpKind::kAllToAllCombine:
+      if (in.stage < 0 || in.stage >= plan.num_stages() ||
+          plan.PipelineRankOf(in.stage) != program.pp_index) {
+        return InstructionProblem{"stage", StageProblem(plan, program, in.stage)};
+      }
+      if (in.microbatch < 0 ||
+          in.microbatch >=
+              static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())) {
+        return MicroBatchProblem(plan, program, in);
+      }
+      return AllToAllIndexProblem(plan, program, in);
     case OpKind::kSendActStart:
     case OpKind::kSendActFinish:
     case OpKind::kSendGradStart:

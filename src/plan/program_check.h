@@ -25,14 +25,18 @@ struct ProgramProblem {
 };
 
 struct InstructionProblem {
-  std::string_view field;  // the instruction's JSON field: "in", "out", "stage", "mb", "peer"
+  std::string_view field;  // the instruction's JSON field: "in", "out", "stage", "mb", "peer",
+                           // "group", "send", "recv"
   std::string message;
 };
 
 // The fields of `in` that index something: every slot id in [0, buffer_slots); free-buffer
 // releases one slot and writes none, a receive start writes one slot and reads none; a compute op
 // (F, B, I, W) runs a stage of this pipeline rank for a micro-batch of the replica; a
-// point-to-point op's peer is another rank of the plan. Returns the first problem.
+// point-to-point op's peer is another rank of the plan; an all-to-all runs a stage of this rank
+// for a micro-batch of the replica, its group lists distinct ranks of the plan including this
+// one, with one send and one receive split per member, and it has no slots. Returns the first
+// problem.
 // REQUIRES: program.dp_index names one of plan.replicas.
 std::optional<InstructionProblem> CheckInstructionIndices(const ExecutionPlan& plan,
                                                           const RankProgram& program,

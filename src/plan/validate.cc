@@ -180,6 +180,13 @@ std::vector<std::vector<CommOp>> CommOps(const ExecutionPlan& plan, bool with_wa
         op.kind = CommOp::Kind::kCollective;
         op.group = program.pp_index;
         op.collective = {static_cast<int64_t>(in.op), in.bucket, in.bytes.count()};
+      } else if (IsAllToAll(in.op)) {
+        // The group's index after the pp data-parallel groups (EpGroups' order).
+        op.kind = CommOp::Kind::kCollective;
+        op.group = plan.pp() + program.pp_index * (plan.dp() / plan.parallel.ep) +
+                   program.dp_index / plan.parallel.ep;
+        op.collective = {static_cast<int64_t>(in.op), in.layer, in.microbatch};
+        op.blocking = with_waits;
       } else if (in.op == OpKind::kOptimizerStep && with_waits) {
         op.kind = CommOp::Kind::kWaitCollectives;
         op.group = program.pp_index;
@@ -273,7 +280,15 @@ Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options) {
       return Fail(plan, program.rank, p->index, p->message, options, false);
     }
   }
-  const std::vector<std::vector<int64_t>> groups = DpGroups(plan);
+  std::vector<std::vector<int64_t>> groups = DpGroups(plan);
+  if (plan.parallel.ep > 1 && plan.dp() % plan.parallel.ep == 0) {
+    // Expert-parallel groups (CommOps numbers them after the data-parallel ones).
+    for (int64_t p = 0; p < plan.pp(); ++p) {
+      for (int64_t first = 0; first < plan.dp(); first += plan.parallel.ep) {
+        groups.push_back(EpGroupOf(plan, plan.RankId(first, p)));
+      }
+    }
+  }
   auto text = [&](int64_t r, int64_t i) { return InstructionText(plan.ranks[r].instructions[i]); };
   if (auto p = CheckComms(CommOps(plan, false), groups, text)) {
     return Fail(plan, p->rank, p->index, p->message, options, true);

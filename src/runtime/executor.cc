@@ -152,6 +152,11 @@ class IterationRun {
         return InvalidArgumentError(
             "ZeRO-2/3 reductions are not supported by the runtime (use zero = 0 or 1)");
       case OpKind::kOptimizerStep: return Step();
+      case OpKind::kAllToAllDispatch:
+      case OpKind::kAllToAllCombine:
+        return InvalidArgumentError(
+            "the runtime does not execute MoE all-to-all instructions (expert parallelism, "
+            "ep > 1, is not supported by the runtime yet; docs/moe.md)");
     }
     return InternalError("unknown op");
   }

@@ -14,7 +14,15 @@
 
 namespace sluice::sim_internal {
 
-enum class EventType : uint8_t { kTransferData, kFlowDone, kCollStart, kCollLatency, kCollDone };
+enum class EventType : uint8_t {
+  kTransferData,
+  kFlowDone,
+  kCollStart,
+  kCollLatency,
+  kCollDone,
+  kA2aStart,  // an all-to-all's latency has passed: its flows start (a = its group)
+  kA2aDone,   // closed form: an all-to-all ends (a = its group)
+};
 
 struct Event {
   int64_t time = 0;  // ns

@@ -3,8 +3,10 @@
 #include "sim/sim_engine.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 
 namespace sluice::sim_internal {
 
@@ -222,7 +224,7 @@ void Engine::TryStartTransfer(int32_t sender, int send_stream) {
 void Engine::OnTransferData(int32_t t, Duration now) {
   const int32_t flow = net_.Open(transfers_[t].ports, now);
   if (static_cast<size_t>(flow) >= owners_.size()) owners_.resize(flow + 1);
-  owners_[flow] = {false, t};
+  owners_[flow] = {FlowOwner::Kind::kTransfer, t};
   net_.SetBytes(flow, now, transfers_[t].bytes);
   DrainChanged();
 }
@@ -238,10 +240,17 @@ void Engine::DrainChanged() {
 void Engine::OnFlowDone(int32_t flow, uint32_t version, Duration now) {
   if (!net_.moving(flow) || net_.version(flow) != version) return;  // stale
   const FlowOwner owner = owners_[flow];
-  if (!owner.collective) {
+  if (owner.kind == FlowOwner::Kind::kTransfer) {
     net_.Close(flow, now);
     DrainChanged();
     CompleteTransfer(owner.id, now);
+    return;
+  }
+  if (owner.kind == FlowOwner::Kind::kAllToAll) {
+    net_.Close(flow, now);
+    DrainChanged();
+    A2aGroup& ag = a2a_groups_[owner.id];
+    if (--ag.ops[ag.next].flows_left == 0) CompleteAllToAll(owner.id, now);
     return;
   }
   Group& g = groups_[owner.id];
@@ -362,7 +371,7 @@ void Engine::OnCollStart(int32_t gi, Duration now) {
   Collective& c = g.colls[g.next];
   c.flow = net_.Open(g.ports, now);
   if (static_cast<size_t>(c.flow) >= owners_.size()) owners_.resize(c.flow + 1);
-  owners_[c.flow] = {true, gi};
+  owners_[c.flow] = {FlowOwner::Kind::kCollective, gi};
   DrainChanged();
   Push(now + g.step_latency, EventType::kCollLatency, gi);
 }
@@ -391,6 +400,137 @@ void Engine::CompleteCollective(int32_t gi, Duration now) {
   TryStartCollective(gi);
 }
 
+void Engine::PostAllToAll(int32_t rank) {
+  RankState& r = ranks_[rank];
+  A2aGroup& g = a2a_groups_[r.a2a_group];
+  const Instruction& in = r.program->instructions[r.pc];
+  const size_t k = static_cast<size_t>(r.a2a_posted++);
+  if (k >= g.ops.size()) {
+    AllToAll a;
+    a.instr.assign(g.members.size(), -1);
+    g.ops.push_back(std::move(a));
+  }
+  AllToAll& a = g.ops[k];
+  // Every member's k-th all-to-all must be the same one, and the splits must pair up.
+  for (size_t m = 0; m < g.members.size(); ++m) {
+    if (a.instr[m] < 0) continue;
+    const Instruction& other = ranks_[g.members[m]].program->instructions[a.instr[m]];
+    const size_t me = static_cast<size_t>(r.a2a_member);
+    if (other.op != in.op || other.layer != in.layer || other.microbatch != in.microbatch ||
+        other.send_splits[me] != in.recv_splits[m] || other.recv_splits[me] != in.send_splits[m]) {
+      --r.a2a_posted;
+      return Stop(rank, fmt::format("its all-to-all #{} ({}, send [{}] recv [{}]) does not pair "
+                                    "with rank {}'s #{} ({}, send [{}] recv [{}]) in their "
+                                    "expert-parallel group",
+                                    k, InstructionText(in), fmt::join(in.send_splits, ", "),
+                                    fmt::join(in.recv_splits, ", "), g.members[m], k,
+                                    InstructionText(other), fmt::join(other.send_splits, ", "),
+                                    fmt::join(other.recv_splits, ", ")));
+    }
+  }
+  a.instr[r.a2a_member] = static_cast<int32_t>(r.pc);
+  ++a.posted;
+  // The data is there once the compute issued before the post has run.
+  const bool by_stream = r.tail >= r.host && r.tail_interval != kNoInterval;
+  const Duration ready = std::max(r.tail, r.host);
+  if (a.posted == 1 || ready > a.ready) {
+    a.ready = ready;
+    a.ready_pred = by_stream ? r.tail_interval : r.host_pred;
+  }
+  r.wait = Wait::kAllToAll;
+  r.blocked_at = r.host;
+  r.blocked_tail = r.tail;
+  TryStartAllToAll(r.a2a_group);
+}
+
+void Engine::TryStartAllToAll(int32_t gi) {
+  A2aGroup& g = a2a_groups_[gi];
+  if (g.started || g.next >= g.ops.size()) return;
+  AllToAll& a = g.ops[g.next];
+  const int64_t n = static_cast<int64_t>(g.members.size());
+  if (a.posted < n) return;
+  g.started = true;
+  a.start = a.ready;
+  a.pred = a.ready_pred;
+  if (g.prev_end > a.start) {
+    a.start = g.prev_end;
+    a.pred = g.prev_interval;
+  }
+  Duration latency;
+  bool spans = false;
+  int64_t largest = 0;  // the most rows a member sends to the others
+  for (int64_t i = 0; i < n; ++i) {
+    const Instruction& in = ranks_[g.members[i]].program->instructions[a.instr[i]];
+    int64_t rows = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      rows += in.send_splits[j];
+      const bool inter = Inter(g.members[i], g.members[j]);
+      spans = spans || inter;
+      latency = std::max(latency, Link(inter).latency);
+    }
+    largest = std::max(largest, rows);
+  }
+  if (options_.collectives == CollectiveMode::kClosedForm) {
+    // (n-1) latencies + the busiest member's remote bytes over the slowest link it uses: the
+    // α-β all-to-all (cost/comm_model.h) with unequal splits.
+    const Duration d =
+        comm_.PointToPoint(Bytes::Of(2 * plan_.model.hidden * largest), spans) +
+        comm_.PointToPoint(Bytes::Zero(), spans) * (n - 2);
+    Push(a.start + d, EventType::kA2aDone, gi);
+    return;
+  }
+  Push(a.start + latency * (n - 1), EventType::kA2aStart, gi);
+}
+
+void Engine::OnAllToAllStart(int32_t gi, Duration now) {
+  A2aGroup& g = a2a_groups_[gi];
+  AllToAll& a = g.ops[g.next];
+  const int64_t n = static_cast<int64_t>(g.members.size());
+  const double row_bytes = 2.0 * static_cast<double>(plan_.model.hidden);
+  for (int64_t i = 0; i < n; ++i) {
+    const Instruction& in = ranks_[g.members[i]].program->instructions[a.instr[i]];
+    for (int64_t j = 0; j < n; ++j) {
+      if (j == i || in.send_splits[j] == 0) continue;
+      const bool inter = Inter(g.members[i], g.members[j]);
+      const std::array<int32_t, 2> ports = {Port(g.members[i], inter, false),
+                                            Port(g.members[j], inter, true)};
+      const int32_t flow = net_.Open(ports, now);
+      if (static_cast<size_t>(flow) >= owners_.size()) owners_.resize(flow + 1);
+      owners_[flow] = {FlowOwner::Kind::kAllToAll, gi};
+      net_.SetBytes(flow, now, static_cast<double>(in.send_splits[j]) * row_bytes);
+      ++a.flows_left;
+    }
+  }
+  if (a.flows_left == 0) return CompleteAllToAll(gi, now);
+  DrainChanged();
+}
+
+void Engine::CompleteAllToAll(int32_t gi, Duration now) {
+  A2aGroup& g = a2a_groups_[gi];
+  AllToAll& a = g.ops[g.next];
+  a.done = true;
+  std::vector<int32_t> ids(g.members.size(), kNoInterval);
+  for (size_t m = 0; m < g.members.size(); ++m) {
+    RankState& r = ranks_[g.members[m]];
+    ids[m] = AddInterval(g.members[m], a.instr[m], StreamKind::kAllToAll, a.start, now, a.pred);
+    r.comm += now - a.start;
+    r.a2a += now - a.start;
+    r.comm_spans.push_back({a.start, now});
+  }
+  g.prev_end = now;
+  g.prev_interval = ids[0];
+  ++g.next;
+  g.started = false;
+  for (size_t m = 0; m < g.members.size(); ++m) {
+    const RankState& r = ranks_[g.members[m]];
+    if (r.wait == Wait::kAllToAll && r.pc == static_cast<size_t>(a.instr[m])) {
+      Resume(g.members[m], now, ids[m]);
+    }
+  }
+  TryStartAllToAll(gi);
+}
+
 void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
   RankState& r = ranks_[rank];
   // Exposed communication: the compute stream idles from max(block, tail) to now while the
@@ -400,6 +540,15 @@ void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
     const Post& p = r.p2p[r.wait_stream].posts[r.wait_post];
     const Duration from = std::max(idle_from, transfers_[p.transfer].start);
     if (now > from) r.exposed += now - from;
+  } else if (r.wait == Wait::kAllToAll) {
+    // Exposed from when both the compute stream idled and the all-to-all started (waiting for
+    // members that have not posted yet is imbalance, not communication).
+    const A2aGroup& g = a2a_groups_[r.a2a_group];
+    const Duration from = std::max(idle_from, g.ops[r.a2a_posted - 1].start);
+    if (now > from) {
+      r.exposed += now - from;
+      r.a2a_exposed += now - from;
+    }
   } else {
     std::vector<std::pair<Duration, Duration>> recent;
     for (auto it = r.coll_spans.rbegin(); it != r.coll_spans.rend() && it->second > idle_from;
@@ -408,7 +557,8 @@ void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
     }
     r.exposed += UnionWithin(recent, idle_from, now);
   }
-  if (r.wait == Wait::kPost) {  // the Finish is done; OptimizerStep runs again and proceeds
+  if (r.wait == Wait::kPost || r.wait == Wait::kAllToAll) {
+    // The Finish or the all-to-all is done; OptimizerStep runs again and proceeds.
     ++r.pc;
     ++executed_;
   }
@@ -497,6 +647,15 @@ void Engine::RunHost(int32_t rank, Duration now) {
       case OpKind::kAllGatherParams:
         PostCollective(rank, in);
         if (r.wait == Wait::kStopped) return;
+        break;
+      case OpKind::kAllToAllDispatch:
+      case OpKind::kAllToAllCombine:
+        PostAllToAll(rank);
+        if (r.wait == Wait::kStopped) return;
+        if (r.wait == Wait::kAllToAll) {
+          __builtin_prefetch(r.ops + r.pc + 1);
+          return;
+        }
         break;
       case OpKind::kOptimizerStep:
         if (r.coll_pending > 0) {

@@ -11,7 +11,11 @@
 //    then move their bytes as a FlowNetwork flow (contention);
 //  - collectives of a data-parallel group start when every member posted them and the group's
 //    previous collective is done; stepwise ones hold the ring's ports and run their steps,
-//    closed-form ones last AlphaBetaCommModel::Collective.
+//    closed-form ones last AlphaBetaCommModel::Collective;
+//  - an MoE all-to-all blocks its rank's host from its post until it completes; it starts when
+//    every member of the expert-parallel group posted it and the group's previous one is done,
+//    pays (n-1) latencies, then moves one flow per ordered member pair (contention), or in the
+//    closed form lasts (n-1) latencies + the busiest member's remote bytes / the slowest link.
 // Events (EventQueue, on (time, sequence)): a transfer's data phase, a flow's completion, a
 // collective's start, step latency and (closed form) end. The run reads the plan only through
 // its compiled form (sim_program.h). sim_engine_setup.cc checks and compiles the plan;
@@ -118,7 +122,7 @@ struct Slot {
 
 // kStopped: the rank cannot go on (a Finish without its Start, a slot read before it was written,
 // collectives that do not match); `stop_reason` says why.
-enum class Wait : uint8_t { kRunning, kPost, kCollectives, kStopped, kDone };
+enum class Wait : uint8_t { kRunning, kPost, kCollectives, kAllToAll, kStopped, kDone };
 
 struct alignas(64) RankState {
   // What the host reads for every op first (the first two cache lines).
@@ -146,6 +150,10 @@ struct alignas(64) RankState {
   std::array<P2pStream, 4> p2p;
   std::vector<OpenPost> open;
   int64_t coll_posted = 0, coll_pending = 0;
+  int32_t a2a_group = -1;    // its expert-parallel group in a2a_groups_ (-1: none)
+  int32_t a2a_member = 0;    // its index in that group
+  int64_t a2a_posted = 0;    // all-to-alls posted
+  Duration a2a, a2a_exposed;  // all-to-all busy time, and the part the compute stream idled
   double compute_factor = 1.0;
   // Figures.
   Duration comm, exposed, host_end;
@@ -195,9 +203,34 @@ struct Group {
   int32_t prev_interval = kNoInterval;
 };
 
+// One all-to-all of an expert-parallel group, the k-th the group runs (every member posts the
+// same k-th; their instructions' splits say what moves).
+struct AllToAll {
+  int64_t posted = 0;
+  Duration ready;  // every member's data is there (the compute issued before each post)
+  int32_t ready_pred = kNoInterval;
+  std::vector<int32_t> instr;  // [member] its instruction index, -1 until posted
+  Duration start;
+  int32_t pred = kNoInterval;
+  int64_t flows_left = 0;
+  bool done = false;
+};
+
+// An expert-parallel group: its members run their all-to-alls one at a time, in order, on
+// their all-to-all streams.
+struct A2aGroup {
+  std::vector<int32_t> members;  // rank ids in group order (ExecutionPlan's EpGroupOf)
+  std::vector<AllToAll> ops;
+  size_t next = 0;  // first all-to-all not done
+  bool started = false;
+  Duration prev_end;
+  int32_t prev_interval = kNoInterval;
+};
+
 struct FlowOwner {
-  bool collective = false;
-  int32_t id = 0;
+  enum class Kind : uint8_t { kTransfer, kCollective, kAllToAll };
+  Kind kind = Kind::kTransfer;
+  int32_t id = 0;  // the transfer, data-parallel group or expert-parallel group
 };
 
 class Engine {
@@ -278,6 +311,14 @@ class Engine {
   }
   void PostP2p(int32_t rank, const SimOp& in);
   void PostCollective(int32_t rank, const SimOp& in);
+  // Posts the rank's next all-to-all and blocks its host until the all-to-all completes (the
+  // rest of its compute op needs what it brings).
+  void PostAllToAll(int32_t rank);
+  void TryStartAllToAll(int32_t group);
+  void OnAllToAllStart(int32_t group, Duration now);
+  void CompleteAllToAll(int32_t group, Duration now);
+  // Prepare's part for the expert-parallel groups (ep > 1 dividing dp).
+  void BuildA2aGroups();
   void TryStartTransfer(int32_t sender, int send_stream);
   void TryStartCollective(int32_t group);
   void OnTransferData(int32_t t, Duration now);
@@ -304,6 +345,7 @@ class Engine {
   std::vector<RankState> ranks_;
   std::vector<Transfer> transfers_;
   std::vector<Group> groups_;
+  std::vector<A2aGroup> a2a_groups_;
   std::vector<FlowOwner> owners_;
   FlowNetwork net_;
   EventQueue events_;

@@ -27,6 +27,20 @@ std::string Engine::WaitReason(int32_t rank) const {
           "waits for its {} collective(s); the group's next one{}", r.coll_pending,
           missing.empty() ? " never completes" : " is not posted by rank(s) " + missing);
     }
+    case Wait::kAllToAll: {
+      const A2aGroup& g = a2a_groups_[r.a2a_group];
+      const AllToAll& a = g.ops[r.a2a_posted - 1];
+      std::string missing;
+      for (size_t m = 0; m < g.members.size(); ++m) {
+        if (a.instr[m] < 0) {
+          missing += fmt::format("{}{}", missing.empty() ? "" : ", ", g.members[m]);
+        }
+      }
+      return fmt::format("waits for all-to-all #{} of its expert-parallel group{}",
+                         r.a2a_posted - 1,
+                         missing.empty() ? ", which never completes"
+                                         : ", which rank(s) " + missing + " never post");
+    }
     case Wait::kPost: {
       const Post& p = r.p2p[r.wait_stream].posts[r.wait_post];
       const bool send = r.wait_stream == kSendNext || r.wait_stream == kSendPrev;
@@ -91,6 +105,8 @@ void Engine::Finish(SimResult* result) {
       r.exposed += UnionWithin(r.comm_spans, std::max(r.host_end, r.tail), finish);
     }
     s.exposed_comm = r.exposed;
+    s.all_to_all = r.a2a;
+    s.exposed_all_to_all = r.a2a_exposed;
     iteration = std::max(iteration, finish);
   }
   out.iteration_time = iteration;
@@ -161,6 +177,12 @@ Status Engine::Run(SimResult* result) {
       }
       case EventType::kCollDone:
         CompleteCollective(e.a, now);
+        break;
+      case EventType::kA2aStart:
+        OnAllToAllStart(e.a, now);
+        break;
+      case EventType::kA2aDone:
+        CompleteAllToAll(e.a, now);
         break;
     }
   }

@@ -2,6 +2,7 @@
 // program (SimOp), the ranks' state, the ports and the data-parallel groups, with the bounds on
 // the plan's total work and memory.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <limits>
@@ -64,6 +65,7 @@ Status Engine::Prepare() {
   for (int64_t r = 0; r < n; ++r) node_[r] = plan_.NodeOf(r);
   // Groups first (the work of a collective needs its ring), their errors after the programs'.
   const Status groups = BuildGroups();
+  BuildA2aGroups();
   size_t total = 0;
   for (const RankProgram& p : plan_.ranks) total += p.instructions.size();
   ops_ = std::make_unique_for_overwrite<SimOp[]>(total + 1);
@@ -221,6 +223,39 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
         break;
       case OpKind::kFreeBuffer:
         break;
+      case OpKind::kAllToAllDispatch:
+      case OpKind::kAllToAllCombine: {
+        // CheckInstructionIndices bounded the group and the splits; the engine pairs the
+        // members' splits as they post.
+        if (rs.a2a_group < 0 ||
+            !std::equal(in.group.begin(), in.group.end(), a2a_groups_[rs.a2a_group].members.begin(),
+                        a2a_groups_[rs.a2a_group].members.end())) {
+          return field("group",
+                       fmt::format("[{}] is not the rank's expert-parallel group{}",
+                                   fmt::join(in.group, ", "),
+                                   rs.a2a_group < 0
+                                       ? " (the plan has none: ep must be > 1 and divide dp)"
+                                       : fmt::format(" [{}]", fmt::join(
+                                                                  a2a_groups_[rs.a2a_group].members,
+                                                                  ", "))));
+        }
+        for (size_t j = 0; j < in.group.size(); ++j) {
+          if (in.send_splits[j] < 0 || in.recv_splits[j] < 0) {
+            return field("send", "negative split");
+          }
+          const double bytes_j = 2.0 * static_cast<double>(in.send_splits[j]) *
+                                 static_cast<double>(plan_.model.hidden);
+          const LinkSpec& link = Link(Inter(r, in.group[j]));
+          if (in.group[j] == r || in.send_splits[j] == 0) continue;
+          if (link.bandwidth <= 0) {
+            return field("group", fmt::format("rank {} is reached over a link without "
+                                              "bandwidth in cluster '{}'",
+                                              in.group[j], plan_.cluster.name));
+          }
+          work += static_cast<double>(link.latency.nanos()) + bytes_j / link.bandwidth * 1e9;
+        }
+        break;
+      }
       default: {  // point-to-point
         const bool inter = Inter(r, in.peer);
         const LinkSpec& link = Link(inter);
@@ -255,6 +290,24 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
   if (p.dp_index == 0) groups_[p.pp_index].colls.reserve(collectives);
   *sends += posts[kSendNext] + posts[kSendPrev];
   return Status::Ok();
+}
+
+void Engine::BuildA2aGroups() {
+  const ParallelConfig& par = plan_.parallel;
+  if (par.ep <= 1 || par.dp % par.ep != 0) return;
+  // Group pp_index * (dp / ep) + dp_index / ep: ep consecutive replicas (EpGroupOf's order).
+  for (int64_t p = 0; p < par.pp; ++p) {
+    for (int64_t first = 0; first < par.dp; first += par.ep) {
+      A2aGroup g;
+      for (int64_t j = 0; j < par.ep; ++j) {
+        const int64_t rank = (first + j) * par.pp + p;
+        ranks_[rank].a2a_group = static_cast<int32_t>(a2a_groups_.size());
+        ranks_[rank].a2a_member = static_cast<int32_t>(j);
+        g.members.push_back(static_cast<int32_t>(rank));
+      }
+      a2a_groups_.push_back(std::move(g));
+    }
+  }
 }
 
 Status Engine::BuildGroups() {

@@ -250,6 +250,9 @@ std::string TimelineCategory(OpKind op) {
       return "reduce-scatter";
     case OpKind::kAllGatherParams:
       return "all-gather";
+    case OpKind::kAllToAllDispatch:
+    case OpKind::kAllToAllCombine:
+      return "all-to-all";
     default:
       if (IsSend(op)) return "send";
       return IsCommStart(op) || IsCommFinish(op) ? "recv" : "other";

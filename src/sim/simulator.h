@@ -8,9 +8,14 @@
 // a transfer that runs on its communication stream once both sides have posted it (NCCL pairs
 // point-to-point ops in posting order) and its link is free; a *Finish blocks the rank's issue
 // until that transfer has completed; collectives run on the collective stream once every member
-// of the group has posted them; OptimizerStep waits for the rank's collectives. Compute ops do
-// not block the issue (as a CUDA host does not wait for kernels): sends wait for the data they
-// read, collectives for the compute issued before them.
+// of the group has posted them; OptimizerStep waits for the rank's collectives. An MoE all-to-all
+// (dispatch or combine) blocks its rank from its post until it completes on the all-to-all
+// stream: it starts once every member of the expert-parallel group posted it and the data is
+// there, pays (n-1) link latencies and then moves one flow per ordered pair of members, the
+// bytes its send splits give (contention as for transfers); in the fast mode one α-β interval:
+// (n-1) latencies + the busiest member's bytes to the others over the group's slowest link.
+// Compute ops do not block the issue (as a CUDA host does not wait for kernels): sends wait for
+// the data they read, collectives for the compute issued before them.
 //
 // Communication times come from the cluster's links (ClusterSpec intra_node / inter_node; device
 // placement as in execution_plan.h). Transfers that share a link at the same time share its
@@ -60,8 +65,7 @@ enum class StreamKind : uint8_t {
   kRecvPrev,    // receives from the previous stage's rank (activations)
   kRecvNext,    // receives from the next stage's rank (gradients)
   kCollective,  // data-parallel gradient / parameter collectives
-  kAllToAll,    // expert-parallel all-to-all (no plan op uses it yet: MoE all-to-alls are
-                // inside Forward/Backward in sluice-plan/1)
+  kAllToAll,    // expert-parallel all-to-all (MoE dispatch and combine instructions)
 };
 inline constexpr int kNumStreamKinds = 7;
 std::string_view StreamKindName(StreamKind kind);  // "compute", "send-next", ...
@@ -131,6 +135,8 @@ struct RankSimStats {
                           // compute idle (a Finish or OptimizerStep waiting, and the end of
                           // the iteration waiting for trailing transfers / collectives)
   Duration comm;          // total busy time of the communication streams (overlapped or not)
+  Duration all_to_all;          // busy time of the all-to-all stream (MoE dispatch / combine)
+  Duration exposed_all_to_all;  // the part of exposed_comm spent in all-to-alls
   Bytes peak_memory;
   int64_t peak_instruction = -1;  // the instruction during which the peak was reached
 

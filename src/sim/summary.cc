@@ -140,6 +140,17 @@ std::string FormatSimSummary(const ExecutionPlan& plan, const SimResult& r) {
         fmt::format("time of all ranks: compute {:.1f}%, exposed communication {:.1f}%, bubble "
                     "{:.1f}%",
                     Pct(compute, total), Pct(exposed, total), Pct(bubble, total)));
+    Duration a2a, a2a_exposed;
+    for (const RankSimStats& s : r.ranks) {
+      a2a += s.all_to_all;
+      a2a_exposed += s.exposed_all_to_all;
+    }
+    if (a2a > Duration::Zero()) {
+      line(fmt::format(
+          "all-to-all (MoE dispatch and combine): {:.3f} ms per rank, {:.3f} ms of it exposed "
+          "({:.1f}% of the iteration)",
+          a2a.millis() / n, a2a_exposed.millis() / n, Pct(a2a_exposed, total)));
+    }
   }
   if (!note.empty()) line(note);
   return out;
@@ -174,7 +185,13 @@ nlohmann::json SimResultToJson(const ExecutionPlan& plan, const SimResult& r) {
   json ranks = json::array();
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     const RankSimStats& s = r.ranks[i];
-    ranks.push_back({{"rank", static_cast<int64_t>(i)},
+    if (plan.parallel.ep > 1) {  // all-to-all figures only where expert parallelism can have any
+      ranks.push_back({{"all_to_all_ns", s.all_to_all.nanos()},
+                       {"exposed_all_to_all_ns", s.exposed_all_to_all.nanos()}});
+    } else {
+      ranks.push_back(json::object());
+    }
+    ranks.back().update(json{{"rank", static_cast<int64_t>(i)},
                      {"dp", plan.ranks[i].dp_index},
                      {"pp", plan.ranks[i].pp_index},
                      {"finish_ns", s.finish.nanos()},
