@@ -155,7 +155,9 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
       if (!key.empty()) classes[std::move(key)].push_back(static_cast<int32_t>(v));
     }
     std::vector<int64_t> values;
-    for (auto& [key, members] : classes) {
+    for (auto& entry : classes) {
+      // Not a structured binding: clang 14 (the fuzz build) cannot capture one in the lambda.
+      const std::vector<int32_t>& members = entry.second;
       if (members.size() < 2) continue;
       auto stat = [&](auto field) {
         values.clear();
