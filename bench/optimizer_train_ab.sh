@@ -82,7 +82,8 @@ for r in $(seq 1 "$REPEATS"); do
     if [[ $v == a ]]; then plans=("${A_PLANS[@]}"); else plans=("${B_PLANS[@]}"); fi
     dump=()
     [[ $r == 1 ]] && dump=(--dump-dir "$OUT/dump-$v")
-    MASTER_PORT=$((PORT + r * 2 + (v == b))) \
+    [[ $v == a ]] && port=$((PORT + 2 * r)) || port=$((PORT + 2 * r + 1))
+    MASTER_PORT=$port \
       "$SLUICE" train "${TRAIN[@]}" --run-id "ab-$v-$r" --plan "${plans[@]}" \
       --metrics "$OUT/$v-$r.jsonl" "${dump[@]}" > "$OUT/train-$v-$r.txt"
     echo "run $r $v: $(tail -1 "$OUT/train-$v-$r.txt" | grep -o 'trained.*tokens/s' || true)"
