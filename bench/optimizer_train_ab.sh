@@ -18,7 +18,9 @@
 # Usage, from the repository root (timings: run it under the build lock on a shared machine):
 #   flock /tmp/sluice-build.lock bench/optimizer_train_ab.sh
 # Knobs (environment, defaults below): SLUICE OUT MODEL PP ITERS REPEATS SCHEDULE RECOMPUTE
-# MEMORY (--memory-limit in MB, empty = the cluster's) BUDGET_MS TOKENS MAXLEN PORT.
+# MEMORY (--memory-limit in MB, empty = the cluster's) COST (--cost of the plans, e.g.
+# profiled:TABLE from `sluice profile`; empty = the cluster's analytic model) BUDGET_MS TOKENS
+# MAXLEN PORT.
 # Exit status 1 when the losses or gradients differ by more than TOL (1e-5), or when the optimizer
 # changed no plan (then nothing was compared).
 set -euo pipefail
@@ -32,6 +34,7 @@ REPEATS=${REPEATS:-3}
 SCHEDULE=${SCHEDULE:-1f1b}
 RECOMPUTE=${RECOMPUTE:-full}
 MEMORY=${MEMORY:-}
+COST=${COST:-}
 BUDGET_MS=${BUDGET_MS:-10000}
 TOKENS=${TOKENS:-4096}
 MAXLEN=${MAXLEN:-512}
@@ -55,6 +58,7 @@ COMMON=(--model "$MODEL" --cluster cpu --parallel "pp=$PP" --tokens-per-batch "$
         --max-seqlen "$MAXLEN" --schedule "$SCHEDULE")
 [[ -n "$RECOMPUTE" ]] && COMMON+=(--recompute "$RECOMPUTE")
 [[ -n "$MEMORY" ]] && COMMON+=(--memory-limit "$MEMORY")
+[[ -n "$COST" ]] && COMMON+=(--cost "$COST")
 
 "$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --out "$OUT/a/plan.json" > "$OUT/plan-a.txt"
 "$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --optimize-budget-ms "$BUDGET_MS" \
