@@ -359,15 +359,15 @@ class Trainer {
     const OptimizerTotals t = service_->optimizer_totals();
     if (t.plans == 0) return;
     const double n = static_cast<double>(t.plans);
-    fmt::print("optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), {} of "
-               "{} plan{} changed, mean optimizer time {:.1f} ms{}\n",
-               t.before_ms / n, t.after_ms / n,
-               t.before_ms > 0 ? 100.0 * (t.before_ms - t.after_ms) / t.before_ms : 0.0,
-               t.changed, t.plans, t.plans == 1 ? "" : "s", t.wall_ms / n,
-               t.budget_hit > 0
-                   ? fmt::format("; the time budget ended {} search{} (not reproducible)",
-                                 t.budget_hit, t.budget_hit == 1 ? "" : "es")
-                   : std::string());
+    fmt::print(
+        "optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), {} of "
+        "{} plan{} changed, mean optimizer time {:.1f} ms{}\n",
+        t.before_ms / n, t.after_ms / n,
+        t.before_ms > 0 ? 100.0 * (t.before_ms - t.after_ms) / t.before_ms : 0.0, t.changed,
+        t.plans, t.plans == 1 ? "" : "s", t.wall_ms / n,
+        t.budget_hit > 0 ? fmt::format("; the time budget ended {} search{} (not reproducible)",
+                                       t.budget_hit, t.budget_hit == 1 ? "" : "es")
+                         : std::string());
   }
 
   // Rank 0: collects every rank's figures of an iteration and prints its line.
@@ -413,10 +413,11 @@ class Trainer {
                             info.optimized->before_ms, info.optimized->after_ms,
                             info.optimized->changes, info.optimized->changes == 1 ? "" : "s")
               : std::string();
-      fmt::print("iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
-                 "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}\n",
-                 info.iteration, info.batch_index, loss, info.micro_batches, info.tokens,
-                 seconds, tps, tensor_text, static_cast<double>(peak) / 1e6, peak_rank, opt_text);
+      fmt::print(
+          "iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
+          "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}\n",
+          info.iteration, info.batch_index, loss, info.micro_batches, info.tokens, seconds, tps,
+          tensor_text, static_cast<double>(peak) / 1e6, peak_rank, opt_text);
       std::fflush(stdout);
       progress_->Add();
     }
