@@ -50,6 +50,20 @@ std::vector<std::string> PlanService::TakeNotes() {
   return std::exchange(notes_, {});
 }
 
+std::optional<IterationOptimization> PlanService::TakeOptimization(int64_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = optimizations_.find(i);
+  if (it == optimizations_.end()) return std::nullopt;
+  IterationOptimization o = it->second;
+  optimizations_.erase(it);
+  return o;
+}
+
+OptimizerTotals PlanService::optimizer_totals() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return totals_;
+}
+
 void PlanService::Loop() {
   const Planner* planner = o_.plan_files.empty() ? o_.planner : nullptr;
   for (int64_t i = 0;; ++i) {
@@ -126,6 +140,19 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
       continue;
     }
     ++planned_;
+    if (r->optimized) {
+      const PlanOptimization& opt = *r->optimized;
+      const IterationOptimization io{opt.before.millis(), opt.after.millis(), opt.wall.millis(),
+                                     static_cast<int64_t>(opt.passes.size()), opt.budget_hit};
+      std::lock_guard<std::mutex> lock(mu_);
+      optimizations_[i] = io;
+      ++totals_.plans;
+      totals_.changed += io.changes > 0 ? 1 : 0;
+      totals_.budget_hit += io.budget_hit ? 1 : 0;
+      totals_.before_ms += io.before_ms;
+      totals_.after_ms += io.after_ms;
+      totals_.wall_ms += io.wall_ms;
+    }
     p.batch_index = batch.index;
     p.samples = batch.samples;
     p.plan = std::move(r->plan);

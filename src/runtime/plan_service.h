@@ -9,6 +9,10 @@
 // travel as packages of their kind. Every rank reads, verifies and
 // acknowledges (ReadKey) the packages in Trainer::Fetch (trainer.cc).
 //
+// With the planner's optimizer on (`--optimize-budget-ms`), the service records what it did to
+// each iteration's plan (TakeOptimization) and keeps running totals (OptimizerTotals), which rank
+// 0 prints per iteration and in the final summary. --plan files are never optimized.
+//
 // Thread safety: Started and TakeNotes may be called from the main thread while the planning
 // thread runs; the destructor stops and joins it.
 #pragma once
@@ -17,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -41,6 +46,21 @@ std::string ReadKey(int64_t i);
 // The hash every rank compares: FNV-1a 64 of the package bytes, as 16 hex digits.
 std::string HashText(std::span<const uint8_t> bytes);
 
+// What the optimizer did to one iteration's plan (planner/planner.h, PlanOptimization).
+struct IterationOptimization {
+  double before_ms = 0;  // simulated iteration time of the lowered plan
+  double after_ms = 0;   // of the plan published (<= before_ms)
+  double wall_ms = 0;    // time the optimizer took
+  int64_t changes = 0;   // kept passes (0: the plan is the lowered one)
+  bool budget_hit = false;
+};
+
+// Sums over every plan the optimizer ran on.
+struct OptimizerTotals {
+  int64_t plans = 0, changed = 0, budget_hit = 0;
+  double before_ms = 0, after_ms = 0, wall_ms = 0;
+};
+
 class PlanService {
  public:
   // REQUIRES: `o` outlives the service.
@@ -55,6 +75,10 @@ class PlanService {
   void Started(int64_t i);
   // Notes about skipped batches, taken by the caller for printing.
   std::vector<std::string> TakeNotes();
+  // What the optimizer did to iteration `i`'s plan, removed from the service; nullopt when it
+  // did not run on it (optimizer off, --plan files, or not planned yet).
+  std::optional<IterationOptimization> TakeOptimization(int64_t i);
+  OptimizerTotals optimizer_totals();
 
  private:
   void Loop();
@@ -70,6 +94,8 @@ class PlanService {
   int64_t started_ = -1;            // guarded by mu_
   bool stop_ = false;               // guarded by mu_
   std::vector<std::string> notes_;  // guarded by mu_
+  std::unordered_map<int64_t, IterationOptimization> optimizations_;  // guarded by mu_
+  OptimizerTotals totals_;                                            // guarded by mu_
   // The planning thread's own counts.
   int64_t considered_ = 0, skipped_ = 0, planned_ = 0;
   std::string first_skip_;  // "batch 3: out-of-memory: ..."

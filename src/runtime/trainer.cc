@@ -113,6 +113,7 @@ StatusOr<RankStats> StatsFromText(const std::string& text) {
 // What rank 0 knows about an iteration until every rank's figures are in.
 struct IterationInfo {
   int64_t iteration = 0, batch_index = 0, tokens = 0, micro_batches = 0;
+  std::optional<IterationOptimization> optimized;  // --optimize-budget-ms: what it did
 };
 
 class Trainer {
@@ -330,7 +331,8 @@ class Trainer {
                       r.waiting.nanos(), memory_ ? memory_->peak().count() : -1};
       SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
       if (env_.rank == 0) {
-        IterationInfo info{i, p.batch_index, 0, 0};
+        IterationInfo info{i, p.batch_index, 0, 0, std::nullopt};
+        if (service_) info.optimized = service_->TakeOptimization(i);
         for (const PlanReplica& rep : p.plan.replicas) {
           info.micro_batches += static_cast<int64_t>(rep.micro_batches.size());
           for (const PlanMicroBatch& mb : rep.micro_batches) {
@@ -355,6 +357,23 @@ class Trainer {
       progress_->Clear();
       fmt::print("{}\n", note);
     }
+  }
+
+  // Rank 0, --optimize-budget-ms: what the optimizer did over every plan it ran on.
+  void PrintOptimizerSummary() {
+    if (!service_) return;
+    const OptimizerTotals t = service_->optimizer_totals();
+    if (t.plans == 0) return;
+    const double n = static_cast<double>(t.plans);
+    fmt::print(
+        "optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), {} of "
+        "{} plan{} changed, mean optimizer time {:.1f} ms{}\n",
+        t.before_ms / n, t.after_ms / n,
+        t.before_ms > 0 ? 100.0 * (t.before_ms - t.after_ms) / t.before_ms : 0.0, t.changed,
+        t.plans, t.plans == 1 ? "" : "s", t.wall_ms / n,
+        t.budget_hit > 0 ? fmt::format("; the time budget ended {} search{} (not reproducible)",
+                                       t.budget_hit, t.budget_hit == 1 ? "" : "es")
+                         : std::string());
   }
 
   // Rank 0: collects every rank's figures of an iteration and prints its line.
@@ -394,10 +413,17 @@ class Trainer {
           tensors >= 0 ? fmt::format("peak tensors {:.1f} MB (rank {}), ",
                                      static_cast<double>(tensors) / 1e6, tensors_rank)
                        : std::string();
-      fmt::print("iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
-                 "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {})\n",
-                 info.iteration, info.batch_index, loss, info.micro_batches, info.tokens,
-                 seconds, tps, tensor_text, static_cast<double>(peak) / 1e6, peak_rank);
+      const std::string opt_text =
+          info.optimized
+              ? fmt::format(" | optimizer: simulated {:.1f} -> {:.1f} ms, {} change{}",
+                            info.optimized->before_ms, info.optimized->after_ms,
+                            info.optimized->changes, info.optimized->changes == 1 ? "" : "s")
+              : std::string();
+      fmt::print(
+          "iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
+          "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}\n",
+          info.iteration, info.batch_index, loss, info.micro_batches, info.tokens, seconds, tps,
+          tensor_text, static_cast<double>(peak) / 1e6, peak_rank, opt_text);
       std::fflush(stdout);
       progress_->Add();
     }
@@ -414,6 +440,11 @@ class Trainer {
       if (tensors >= 0) {
         line["peak_tensor_bytes"] = tensors;
         line["peak_tensor_rank"] = tensors_rank;
+      }
+      if (info.optimized) {
+        line["sim_before_ms"] = info.optimized->before_ms;
+        line["sim_after_ms"] = info.optimized->after_ms;
+        line["optimizer_changes"] = info.optimized->changes;
       }
       SLUICE_RETURN_IF_ERROR(metrics_->Append(line.dump() + "\n"));
     }
@@ -495,6 +526,7 @@ class Trainer {
                    seconds > 0 ? static_cast<double>(total_tokens_) / seconds : 0.0, first_loss_,
                    losses_.back(), tokens_->ConditionalEntropy());
       }
+      PrintOptimizerSummary();
       if (!merged_path.empty()) {
         fmt::print("traces: {}/trace-rank-*.json, merged {}\n", o_.trace_dir, merged_path);
       }

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# optimizer_train_ab.sh: the plan optimizer trained for real (issue #17, "For real"): the same
+# global batches planned without and with the optimizer, executed by `sluice train --plan` on PP
+# local CPU processes, runs interleaved A/B/A/B, against the simulator's prediction.
+#
+#   1. `sluice plan` plans ITERS batches twice with the same flags and seed: A without the
+#      optimizer, B with `--optimize-budget-ms BUDGET_MS` (a budget the 200-step bound ends first,
+#      so B is reproducible). The optimizer runs after the lowering, so A and B hold the same
+#      samples in the same micro-batches; only what the passes rewrite differs.
+#   2. `sluice simulate` predicts every plan (closed-form collectives, as the optimizer scores).
+#   3. `sluice train --plan` runs A and B alternately REPEATS times each (--metrics; the first
+#      repeat of each also --dump-dir: every rank's gradients before the optimizer step).
+#   4. Prints per iteration the predicted and the measured time (median over the repeats) of A
+#      and B; the predicted gain 1 - sum(B)/sum(A) and the measured one over the same
+#      iterations (iteration 0 is warm-up, not counted); the largest loss difference between A
+#      and B over every repeat; the largest gradient difference between A and B.
+#
+# Usage, from the repository root (timings: run it under the build lock on a shared machine):
+#   flock /tmp/sluice-build.lock bench/optimizer_train_ab.sh
+# Knobs (environment, defaults below): SLUICE OUT MODEL PP ITERS REPEATS SCHEDULE RECOMPUTE
+# MEMORY (--memory-limit in MB, empty = the cluster's) COST (--cost of the plans, e.g.
+# profiled:TABLE from `sluice profile`; empty = the cluster's analytic model) BUDGET_MS TOKENS
+# MAXLEN PORT.
+# Exit status 1 when the losses or gradients differ by more than TOL (1e-5), or when the optimizer
+# changed no plan (then nothing was compared).
+set -euo pipefail
+
+SLUICE=${SLUICE:-build/sluice}
+OUT=${OUT:-/tmp/sluice-optimizer-ab}
+MODEL=${MODEL:-gpt-tiny}
+PP=${PP:-2}
+ITERS=${ITERS:-6}
+REPEATS=${REPEATS:-3}
+SCHEDULE=${SCHEDULE:-1f1b}
+RECOMPUTE=${RECOMPUTE:-full}
+MEMORY=${MEMORY:-}
+COST=${COST:-}
+BUDGET_MS=${BUDGET_MS:-10000}
+TOKENS=${TOKENS:-4096}
+MAXLEN=${MAXLEN:-512}
+PORT=${PORT:-29760}
+TOL=${TOL:-1e-5}
+PY=${PY:-/usr/bin/python3}
+
+if [[ ! -x "$SLUICE" ]]; then
+  echo "optimizer_train_ab: SLUICE=$SLUICE is not an executable; build sluice with libtorch" \
+    "(cmake --build build --target sluice) or set SLUICE to its path" >&2
+  exit 2
+fi
+if ! "$SLUICE" train --help 2>/dev/null | grep -q -- '--plan'; then
+  echo "optimizer_train_ab: $SLUICE has no 'train' command (a build without libtorch)" >&2
+  exit 2
+fi
+
+rm -rf "$OUT"
+mkdir -p "$OUT/a" "$OUT/b"
+COMMON=(--model "$MODEL" --cluster cpu --parallel "pp=$PP" --tokens-per-batch "$TOKENS"
+        --max-seqlen "$MAXLEN" --schedule "$SCHEDULE")
+[[ -n "$RECOMPUTE" ]] && COMMON+=(--recompute "$RECOMPUTE")
+[[ -n "$MEMORY" ]] && COMMON+=(--memory-limit "$MEMORY")
+[[ -n "$COST" ]] && COMMON+=(--cost "$COST")
+
+"$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --out "$OUT/a/plan.json" > "$OUT/plan-a.txt"
+"$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --optimize-budget-ms "$BUDGET_MS" \
+  --out "$OUT/b/plan.json" > "$OUT/plan-b.txt"
+grep -E '^  optimizer:' "$OUT/plan-b.txt" || true
+
+# Plan files in batch order (a batch the planner skipped has no file in either run).
+mapfile -t A_PLANS < <(ls "$OUT"/a/plan-*.json | sort -t- -k2 -n)
+B_PLANS=()
+for f in "${A_PLANS[@]}"; do
+  b="$OUT/b/$(basename "$f")"
+  [[ -f "$b" ]] || { echo "optimizer_train_ab: $b missing (A and B planned different batches)" >&2; exit 2; }
+  B_PLANS+=("$b")
+done
+for v in a b; do
+  for f in "$OUT/$v"/plan-*.json; do
+    "$SLUICE" simulate "$f" --collectives closed-form | sed -n 's/^iteration \([0-9.]*\) ms.*/\1/p' \
+      > "${f%.json}.sim"
+  done
+done
+
+TRAIN=(--model "$MODEL" --parallel "pp=$PP" --max-seqlen "$MAXLEN" --nproc "$PP")
+for r in $(seq 1 "$REPEATS"); do
+  for v in a b; do
+    if [[ $v == a ]]; then plans=("${A_PLANS[@]}"); else plans=("${B_PLANS[@]}"); fi
+    dump=()
+    [[ $r == 1 ]] && dump=(--dump-dir "$OUT/dump-$v")
+    [[ $v == a ]] && port=$((PORT + 2 * r)) || port=$((PORT + 2 * r + 1))
+    MASTER_PORT=$port \
+      "$SLUICE" train "${TRAIN[@]}" --run-id "ab-$v-$r" --plan "${plans[@]}" \
+      --metrics "$OUT/$v-$r.jsonl" "${dump[@]}" > "$OUT/train-$v-$r.txt"
+    echo "run $r $v: $(tail -1 "$OUT/train-$v-$r.txt" | grep -o 'trained.*tokens/s' || true)"
+  done
+done
+
+"$PY" - "$OUT" "$REPEATS" "$PP" "$TOL" <<'EOF'
+import glob, json, os, statistics, struct, sys
+
+out, repeats, pp, tol = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+
+def metrics(v):
+    runs = []
+    for r in range(1, repeats + 1):
+        with open(f"{out}/{v}-{r}.jsonl") as f:
+            runs.append([json.loads(line) for line in f if line.strip()])
+    return runs
+
+def sims(v):
+    files = sorted(glob.glob(f"{out}/{v}/plan-*.sim"),
+                   key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+    return [float(open(p).read().strip()) for p in files]
+
+def grads(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"SLGD", path
+    (count,), pos = struct.unpack_from("<q", data, 4), 12
+    values = {}
+    for _ in range(count):
+        (n,) = struct.unpack_from("<q", data, pos); pos += 8
+        name = data[pos:pos + n].decode(); pos += n
+        (k,) = struct.unpack_from("<q", data, pos); pos += 8
+        values[name] = struct.unpack_from(f"<{k}f", data, pos); pos += 4 * k
+    return values
+
+def plan_files(v):
+    return sorted(glob.glob(f"{out}/{v}/plan-*.json"),
+                  key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+
+changed = sum(open(a, "rb").read() != open(b, "rb").read()
+              for a, b in zip(plan_files("a"), plan_files("b")))
+print(f"plans the optimizer changed: {changed} of {len(plan_files('a'))}")
+ma, mb = metrics("a"), metrics("b")
+sa, sb = sims("a"), sims("b")
+iters = len(ma[0])
+assert all(len(x) == iters for x in ma + mb) and len(sa) == len(sb) == iters
+med = lambda runs, i: statistics.median(run[i]["time_s"] for run in runs)
+print(f"\n{'iter':>4} {'pred A ms':>10} {'pred B ms':>10} {'pred gain':>10} "
+      f"{'meas A ms':>10} {'meas B ms':>10} {'meas gain':>10}")
+for i in range(iters):
+    a, b = med(ma, i) * 1e3, med(mb, i) * 1e3
+    print(f"{i:>4} {sa[i]:>10.1f} {sb[i]:>10.1f} {100 * (1 - sb[i] / sa[i]):>9.2f}% "
+          f"{a:>10.1f} {b:>10.1f} {100 * (1 - b / a):>9.2f}%" + ("  (warm-up)" if i == 0 else ""))
+counted = range(1, iters) if iters > 1 else range(iters)
+pa, pb = sum(sa[i] for i in counted), sum(sb[i] for i in counted)
+xa, xb = sum(med(ma, i) for i in counted) * 1e3, sum(med(mb, i) for i in counted) * 1e3
+pred, meas = 100 * (1 - pb / pa), 100 * (1 - xb / xa)
+print(f"\npredicted: A {pa / len(counted):.1f} ms, B {pb / len(counted):.1f} ms per iteration: "
+      f"gain {pred:.2f}%")
+print(f"measured:  A {xa / len(counted):.1f} ms, B {xb / len(counted):.1f} ms per iteration "
+      f"(median of {repeats}): gain {meas:.2f}%")
+print(f"measured - predicted gain: {meas - pred:+.2f} percentage points")
+loss_diff = max(abs(x["loss"] - y["loss"]) for ra in ma for rb in mb for x, y in zip(ra, rb))
+print(f"loss max |A - B| over {iters} iterations x {repeats}x{repeats} runs: {loss_diff:.3g}")
+grad_diff, tensors = 0.0, 0
+for i in range(iters):
+    for r in range(pp):
+        ga = grads(f"{out}/dump-a/grads-iter-{i}-rank-{r}.bin")
+        gb = grads(f"{out}/dump-b/grads-iter-{i}-rank-{r}.bin")
+        assert ga.keys() == gb.keys(), (i, r)
+        for name in ga:
+            tensors += 1
+            grad_diff = max(grad_diff, max((abs(x - y) for x, y in zip(ga[name], gb[name])),
+                                           default=0.0))
+print(f"gradient max |A - B| over {tensors} tensors ({iters} iterations x {pp} ranks): "
+      f"{grad_diff:.3g}")
+if changed == 0:
+    print("FAIL: the optimizer changed no plan: A and B ran the same plans (pick a configuration "
+          "where it changes them, e.g. RECOMPUTE=full)")
+    sys.exit(1)
+if loss_diff > tol or grad_diff > tol:
+    print(f"FAIL: A and B differ by more than {tol:g}")
+    sys.exit(1)
+EOF
