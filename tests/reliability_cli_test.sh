@@ -166,6 +166,8 @@ expect max-position-simulate 2 "long.json: plan check: replica 0 micro-batch 0: 
 if "$sluice" --help | grep -Eq "^  train "; then  # a build with libtorch
   expect max-position-train 2 "long.json: plan check: replica 0 micro-batch 0: seqlen [0-9]+ is longer than the model's max_position 64" -- \
     train --model gpt-tiny "${scenario[@]}" --nproc 2 --plan "$tmp/long.json" --timeout 30
+  expect train-plan-with-optimizer 2 "^sluice: error: --optimize-budget-ms with --plan: the plan files run as they are" -- \
+    train --model gpt-tiny "${scenario[@]}" --nproc 2 --plan "$tmp/p.json" --optimize-budget-ms 10
   # Output paths are checked before anything is planned or launched.
   expect train-metrics-no-folder 2 "^sluice: error: --metrics '/nonexistent-sluice/m.jsonl': the folder '/nonexistent-sluice' does not exist" -- \
     train --model gpt-tiny --nproc 2 --metrics /nonexistent-sluice/m.jsonl

@@ -275,7 +275,7 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
   s->add_flag("--no-check", flags->no_check,
               "Skip the plan check before simulating (default: off)");
   s->add_option("--calibration", flags->calibration,
-                "Correct the plan's op durations and links with a calibration file (sluice trace "
+                "Correct the plan's op durations and links with a calibration file (sluice "
                 "calibrate --out)")
       ->type_name("FILE");
   SetHandler(s, state, [flags] { return RunSimulate(*flags); });

@@ -271,7 +271,7 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
       "calibrate",
       "Fit per-stage, per-op corrections (scale, offset) and a link (latency, bandwidth) to the "
       "cost model from traces of sluice train --plan runs; write them for --calibration (plan, "
-      "simulate, compare, train); print simulated vs measured iteration time before and after");
+      "simulate, compare); print simulated vs measured iteration time before and after");
   c->add_option("traces", f->inputs, "sluice train --trace-dir folders or trace files")
       ->required()
       ->type_name("DIR|FILE...");

@@ -36,6 +36,11 @@ struct TrainFlags {
 
 Status RunTrain(const TrainFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
+  if (!f.plans.empty() && f.planner.optimize_budget_ms > 0) {
+    return InvalidArgumentError(
+        "--optimize-budget-ms with --plan: the plan files run as they are (train plans nothing); "
+        "optimize them first with `sluice optimize PLAN --out FILE`, or leave out --plan");
+  }
   // Outputs are checked before anything is planned or launched (and by every rank before the
   // rendezvous): rank 0 (or the launcher) writes the metrics, every rank its trace and dumps.
   if (!f.metrics.empty() && env.rank == 0) {

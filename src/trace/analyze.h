@@ -1,5 +1,5 @@
 // One call from trace files to a replayable graph: read, match, align, build (docs/trace.md), and
-// the text report `sluice trace replay` prints.
+// the text report `sluice replay` prints.
 //
 // Thread safety: pure functions.
 #pragma once
