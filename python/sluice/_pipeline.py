@@ -16,6 +16,7 @@ Not thread safe: one executor per process, used from one thread.
 """
 
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -349,6 +350,8 @@ class PipelineExecutor:
 class _State:
     """One iteration's buffers, pending transfers and reductions (PipelineExecutor.run)."""
 
+    warned_selective = False  # the 'selective' warning is given once per process
+
     def __init__(self, ex, plan, program, micro_batches, loss_scale):
         self.ex, self.plan, self.batches, self.loss_scale = ex, plan, micro_batches, loss_scale
         self.slots = [None] * int(program["buffer_slots"])
@@ -465,6 +468,13 @@ class _State:
         run.inputs = tensors if stage == 0 else \
             [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
         run.replay = ins.get("rc") == "full"
+        if ins.get("rc") == "selective" and not _State.warned_selective:
+            _State.warned_selective = True
+            warnings.warn("sluice.torch.PipelineExecutor: the plan recomputes some micro-batches "
+                          "'selective'; the executor cannot recompute inside your modules, so "
+                          "they keep every activation (memory above the plan's; the math is the "
+                          "same). Plan with recompute 'none' or 'full' to match the plan.",
+                          RuntimeWarning, stacklevel=2)
         run.split = (mb, stage) in self.split
         b = self.batch(mb)
         if run.replay:  # recompute 'full': no graph now, the backward replays the forward
