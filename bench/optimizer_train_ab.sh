@@ -47,7 +47,10 @@ if [[ ! -x "$SLUICE" ]]; then
     "(cmake --build build --target sluice) or set SLUICE to its path" >&2
   exit 2
 fi
-if ! "$SLUICE" train --help 2>/dev/null | grep -q -- '--plan'; then
+# The help text is read whole first: `grep -q` would stop reading early and, under pipefail, the
+# writer's SIGPIPE would fail the pipeline.
+train_help="$("$SLUICE" train --help 2>/dev/null || true)"
+if ! grep -q -- '--plan' <<<"$train_help"; then
   echo "optimizer_train_ab: $SLUICE has no 'train' command (a build without libtorch)" >&2
   exit 2
 fi
