@@ -149,6 +149,7 @@ struct CalibrateFlags {
   std::string fit_iterations;
   std::string out;
   bool no_link = false;
+  bool no_iteration_offset = false;
   std::string fit = "features";
 };
 
@@ -227,6 +228,7 @@ Status RunCalibrate(const CalibrateFlags& f) {
   options.iterations = fit_on;
   options.fit_link = !f.no_link;
   options.fit_features = f.fit == "features";
+  options.fit_iteration = !f.no_iteration_offset;
   SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, options));
   SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.out, trace::CalibrationToJson(c)));
   fmt::print("calibration from {}\n", c.source);
@@ -305,6 +307,8 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
       ->required()
       ->type_name("FILE");
   c->add_flag("--no-link", f->no_link, "Keep the plan's links; fit compute only");
+  c->add_flag("--no-iteration-offset", f->no_iteration_offset,
+              "Fit no per-iteration offset (what the simulator leaves out per iteration)");
   SetHandler(c, state, [f] { return RunCalibrate(*f); });
 }
 

@@ -27,10 +27,7 @@ int64_t StageKey(const Instruction& in, const RankProgram& program) {
   return in.stage >= 0 && in.op != OpKind::kOptimizerStep ? in.stage : program.pp_index;
 }
 
-struct Point {
-  OpFeatures f;
-  double measured_ns;
-};
+using Point = OpSample;
 
 constexpr int kNumFeatures = 5;  // constant, predicted, tokens, attention, rows
 
@@ -50,7 +47,7 @@ bool SolveSubset(const std::vector<Point>& pts, const std::vector<double>& w, un
   const size_t k = cols.size();
   std::array<double, kNumFeatures> norm{};
   for (size_t i = 0; i < pts.size(); ++i) {
-    const auto x = Row(pts[i].f);
+    const auto x = Row(pts[i].features);
     for (size_t a = 0; a < k; ++a) norm[a] += x[cols[a]] * x[cols[a]];
   }
   for (size_t a = 0; a < k; ++a) {
@@ -59,7 +56,7 @@ bool SolveSubset(const std::vector<Point>& pts, const std::vector<double>& w, un
   }
   std::array<std::array<double, kNumFeatures + 1>, kNumFeatures> m{};  // normal equations
   for (size_t i = 0; i < pts.size(); ++i) {
-    const auto x = Row(pts[i].f);
+    const auto x = Row(pts[i].features);
     for (size_t a = 0; a < k; ++a) {
       const double xa = x[cols[a]] / norm[a];
       for (size_t b = 0; b < k; ++b) m[a][b] += w[i] * xa * x[cols[b]] / norm[b];
@@ -127,7 +124,7 @@ std::array<double, kNumFeatures> RobustFit(const std::vector<Point>& pts, unsign
       if (!positive) continue;
       double sse = 0, sw = 0;
       for (size_t i = 0; i < n; ++i) {
-        const double r = pts[i].measured_ns - Dot(c, pts[i].f);
+        const double r = pts[i].measured_ns - Dot(c, pts[i].features);
         sse += w[i] * r * r;
         sw += w[i];
       }
@@ -141,7 +138,7 @@ std::array<double, kNumFeatures> RobustFit(const std::vector<Point>& pts, unsign
     if (!std::isfinite(best_score)) break;  // nothing positive fits: keep the last
     best = chosen;
     std::vector<double> abs_r(n);
-    for (size_t i = 0; i < n; ++i) abs_r[i] = std::abs(pts[i].measured_ns - Dot(best, pts[i].f));
+    for (size_t i = 0; i < n; ++i) abs_r[i] = std::abs(pts[i].measured_ns - Dot(best, pts[i].features));
     const double sigma = 1.4826 * MedianOf(abs_r);
     if (sigma <= 0) break;
     std::vector<double> next(n);
@@ -163,10 +160,10 @@ std::array<double, kNumFeatures> ScaleFit(const std::vector<Point>& pts) {
   const double n = static_cast<double>(pts.size());
   double sd = 0, sm = 0, sdd = 0, sdm = 0;
   for (const Point& p : pts) {
-    sd += p.f.predicted_ns;
+    sd += p.features.predicted_ns;
     sm += p.measured_ns;
-    sdd += p.f.predicted_ns * p.f.predicted_ns;
-    sdm += p.f.predicted_ns * p.measured_ns;
+    sdd += p.features.predicted_ns * p.features.predicted_ns;
+    sdm += p.features.predicted_ns * p.measured_ns;
   }
   std::array<double, kNumFeatures> c{};
   if (sd <= 0) {  // nothing predicted: the op's measured mean becomes its offset
@@ -190,9 +187,13 @@ std::array<double, kNumFeatures> ScaleFit(const std::vector<Point>& pts) {
   return c;
 }
 
-// Fits one (stage, op) class; `allowed` as in RobustFit, 0: the "/1" scale line.
-OpCorrection Fit(const std::vector<Point>& pts, unsigned allowed) {
-  const std::array<double, kNumFeatures> c = allowed == 0 ? ScaleFit(pts) : RobustFit(pts, allowed);
+}  // namespace
+
+OpCorrection FitOpLine(const std::vector<OpSample>& pts, OpLine line) {
+  const std::array<double, kNumFeatures> c =
+      line == OpLine::kScale
+          ? ScaleFit(pts)
+          : RobustFit(pts, line == OpLine::kFeatures ? (1u << kNumFeatures) - 1 : 0b11u);
   OpCorrection o;
   o.samples = static_cast<int64_t>(pts.size());
   o.offset_us = c[0] * 1e-3;
@@ -203,15 +204,13 @@ OpCorrection Fit(const std::vector<Point>& pts, unsigned allowed) {
   const double n = static_cast<double>(pts.size());
   for (const Point& p : pts) {
     const double m = std::max(1.0, p.measured_ns);
-    o.mean_abs_error_before += std::abs(p.f.predicted_ns - p.measured_ns) / m;
-    o.mean_abs_error_after += std::abs(o.Predict(p.f) - p.measured_ns) / m;
+    o.mean_abs_error_before += std::abs(p.features.predicted_ns - p.measured_ns) / m;
+    o.mean_abs_error_after += std::abs(o.Predict(p.features) - p.measured_ns) / m;
   }
   o.mean_abs_error_before /= n;
   o.mean_abs_error_after /= n;
   return o;
 }
-
-}  // namespace
 
 OpFeatures FeaturesOf(const ExecutionPlan& plan, const RankProgram& program,
                       const Instruction& in) {
@@ -380,16 +379,16 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
   c.source = fmt::format("{} (iterations {})", set.ranks.front().source, its);
   // Per stage: every feature; all stages together: a constant and the prediction (the stages'
   // own shapes live in the prediction only).
-  const unsigned per_stage = options.fit_features ? (1u << kNumFeatures) - 1 : 0;
-  const unsigned all_stages = options.fit_features ? 0b11u : 0;
+  const OpLine per_stage = options.fit_features ? OpLine::kFeatures : OpLine::kScale;
+  const OpLine all_stages = options.fit_features ? OpLine::kPredictionOnly : OpLine::kScale;
   for (const auto& [key, pts] : points) {
-    OpCorrection o = Fit(pts, per_stage);
+    OpCorrection o = FitOpLine(pts, per_stage);
     o.stage = key.first;
     o.op = key.second;
     c.ops.push_back(o);
   }
   for (const auto& [op, pts] : any_stage) {
-    OpCorrection o = Fit(pts, all_stages);
+    OpCorrection o = FitOpLine(pts, all_stages);
     o.op = op;
     c.ops.push_back(o);
   }

@@ -76,6 +76,22 @@ struct OpCorrection {
   friend bool operator==(const OpCorrection&, const OpCorrection&) = default;
 };
 
+// One fitted instruction: its features and its measured cost.
+struct OpSample {
+  OpFeatures features;
+  double measured_ns = 0;
+};
+
+enum class OpLine {
+  kFeatures,        // robust non-negative fit on every feature, the subset chosen by BIC
+  kPredictionOnly,  // the same on the constant and the prediction (the all-stage entries)
+  kScale,           // "/1": scale x predicted + offset by plain least squares
+};
+
+// The per-(stage, op) fit FitCalibration makes (see the top of this file), with its errors
+// before and after. REQUIRES: !samples.empty().
+OpCorrection FitOpLine(const std::vector<OpSample>& samples, OpLine line);
+
 // What the simulator leaves out per iteration after the op and link corrections.
 struct IterationCorrection {
   double offset_us = 0;  // median measured - simulated iteration time (may be negative)
