@@ -243,9 +243,10 @@ Status RunCalibrate(const CalibrateFlags& f) {
                c.link.latency_us, c.link.bandwidth_gb_per_s, c.link.samples);
   }
   if (c.iteration.samples > 0) {
-    fmt::print("  iteration: {:+.1f} us left out by the simulator (median over {} iterations; "
-               "charged to every rank's optimizer step)\n",
-               c.iteration.offset_us, c.iteration.samples);
+    fmt::print(
+        "  iteration: {:+.1f} us left out by the simulator (median over {} iterations; "
+        "charged to every rank's optimizer step)\n",
+        c.iteration.offset_us, c.iteration.samples);
   }
   // Simulated iteration time before and after, against the measured one.
   const std::vector<int64_t> measured = trace::MeasuredIterationTimes(a);

@@ -135,9 +135,10 @@ Status RunTrain(const TrainFlags& f) {
                f.plans.empty() ? (f.planner.no_search ? "" : ", micro-batch order searched")
                                : fmt::format(", {} plan files", f.plans.size()));
     if (!f.calibration.empty()) {
-      fmt::print("calibration: {} (each plan's simulated time and peak memory, calibrated, "
-                 "beside the measured ones)\n",
-                 f.calibration);
+      fmt::print(
+          "calibration: {} (each plan's simulated time and peak memory, calibrated, "
+          "beside the measured ones)\n",
+          f.calibration);
     }
     std::fflush(stdout);
   }

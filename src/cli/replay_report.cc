@@ -261,8 +261,7 @@ report::HtmlReport BuildReplayReport(const trace::Analysis& a, const trace::Repl
     for (const trace::OpCorrection& o : *departures) {
       t.rows.push_back({o.stage < 0 ? "any" : std::to_string(o.stage), o.op,
                         std::to_string(o.samples),
-                        fmt::format("{:.1f}%", 100 * o.mean_abs_error_before),
-                        o.Describe()});
+                        fmt::format("{:.1f}%", 100 * o.mean_abs_error_before), o.Describe()});
     }
     d.blocks.push_back(std::move(t));
     h.sections.push_back(std::move(d));

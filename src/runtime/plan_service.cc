@@ -6,9 +6,9 @@
 
 #include "plan/plan_json.h"
 #include "plan/validate.h"
-#include "sim/simulator.h"
 #include "runtime/comm.h"
 #include "runtime/layout.h"
+#include "sim/simulator.h"
 
 namespace sluice::runtime {
 
@@ -104,9 +104,9 @@ void PlanService::Predict(int64_t i, ExecutionPlan* plan) {
   StatusOr<SimResult> r = sim.Run();
   std::lock_guard<std::mutex> lock(mu_);
   if (!r.ok() || r->outcome != SimOutcome::kOk) {
-    notes_.push_back(fmt::format(
-        "iteration {}: no prediction: the calibrated plan does not simulate: {}", i,
-        r.ok() ? r->problem : r.status().message()));
+    notes_.push_back(
+        fmt::format("iteration {}: no prediction: the calibrated plan does not simulate: {}", i,
+                    r.ok() ? r->problem : r.status().message()));
     return;
   }
   IterationPrediction p;

@@ -393,9 +393,9 @@ class Trainer {
             ? 100 * (predictions_.predicted_ms / predictions_.measured_ms - 1)
             : 0.0,
         predictions_.memory_n > 0
-            ? fmt::format("; peak tensor memory per rank mean |error| {:.1f}%",
-                          100 * predictions_.memory_abs_error /
-                              static_cast<double>(predictions_.memory_n))
+            ? fmt::format(
+                  "; peak tensor memory per rank mean |error| {:.1f}%",
+                  100 * predictions_.memory_abs_error / static_cast<double>(predictions_.memory_n))
             : std::string());
   }
 
@@ -452,14 +452,13 @@ class Trainer {
               std::abs(static_cast<double>(pr.peak_bytes[r]) / tensors_by_rank[r] - 1);
         }
       }
-      predicted_text = fmt::format(" | predicted {:.3f} s ({:+.1f}%){}", pr.iteration_ms * 1e-3,
-                                   100 * error,
-                                   peak_meas > 0 ? fmt::format(", peak {:.1f} MB ({:+.1f}%)",
-                                                               static_cast<double>(peak_pred) / 1e6,
-                                                               100.0 * (static_cast<double>(peak_pred) /
-                                                                            static_cast<double>(peak_meas) -
-                                                                        1))
-                                                 : std::string());
+      predicted_text = fmt::format(
+          " | predicted {:.3f} s ({:+.1f}%){}", pr.iteration_ms * 1e-3, 100 * error,
+          peak_meas > 0
+              ? fmt::format(
+                    ", peak {:.1f} MB ({:+.1f}%)", static_cast<double>(peak_pred) / 1e6,
+                    100.0 * (static_cast<double>(peak_pred) / static_cast<double>(peak_meas) - 1))
+              : std::string());
     }
     if (o_.print) {
       progress_->Clear();

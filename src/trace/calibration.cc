@@ -114,7 +114,9 @@ std::array<double, kNumFeatures> RobustFit(const std::vector<Point>& pts, unsign
     for (unsigned mask = 1; mask < (1u << kNumFeatures); ++mask) {
       if ((mask & ~allowed) != 0) continue;
       const int k = std::popcount(mask);
-      if (static_cast<size_t>(k) + 1 > n) continue;  // at least one residual degree of freedom
+      // At least one residual degree of freedom, except that one feature may fit one or two
+      // instructions (an optimizer step fitted on one iteration).
+      if (static_cast<size_t>(k) > std::max<size_t>(1, n - 1)) continue;
       std::array<double, kNumFeatures> c{};
       if (!SolveSubset(pts, w, mask, &c)) continue;
       bool positive = true;
@@ -138,7 +140,8 @@ std::array<double, kNumFeatures> RobustFit(const std::vector<Point>& pts, unsign
     if (!std::isfinite(best_score)) break;  // nothing positive fits: keep the last
     best = chosen;
     std::vector<double> abs_r(n);
-    for (size_t i = 0; i < n; ++i) abs_r[i] = std::abs(pts[i].measured_ns - Dot(best, pts[i].features));
+    for (size_t i = 0; i < n; ++i)
+      abs_r[i] = std::abs(pts[i].measured_ns - Dot(best, pts[i].features));
     const double sigma = 1.4826 * MedianOf(abs_r);
     if (sigma <= 0) break;
     std::vector<double> next(n);
@@ -439,8 +442,7 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
     if (!residual.empty()) {
       std::sort(residual.begin(), residual.end());
       const size_t m = residual.size();
-      const double median =
-          m % 2 ? residual[m / 2] : 0.5 * (residual[m / 2 - 1] + residual[m / 2]);
+      const double median = m % 2 ? residual[m / 2] : 0.5 * (residual[m / 2 - 1] + residual[m / 2]);
       c.iteration = {median * 1e-3, static_cast<int64_t>(m)};
     }
   }
@@ -457,15 +459,16 @@ void ApplyCalibration(const Calibration& c, ExecutionPlan* plan) {
       auto it = table.find({StageKey(in, program), op});
       if (it == table.end()) it = table.find({-1, op});
       if (it == table.end()) continue;
-      in.duration = Duration::Nanos(std::llround(it->second->Predict(FeaturesOf(*plan, program, in))));
+      in.duration =
+          Duration::Nanos(std::llround(it->second->Predict(FeaturesOf(*plan, program, in))));
     }
   }
   if (c.iteration.offset_us != 0) {
     for (RankProgram& program : plan->ranks) {
       for (Instruction& in : program.instructions) {
         if (in.op != OpKind::kOptimizerStep) continue;
-        in.duration = Duration::Nanos(std::max<int64_t>(
-            0, in.duration.nanos() + std::llround(c.iteration.offset_us * 1e3)));
+        in.duration = Duration::Nanos(
+            std::max<int64_t>(0, in.duration.nanos() + std::llround(c.iteration.offset_us * 1e3)));
       }
     }
   }

@@ -1,5 +1,7 @@
 // Tests of the calibration's fit (FitOpLine), its file format ("/2", and "/1" still read) and how
 // ApplyCalibration prices a plan. The end-to-end fit on real traces is tests/trace_cli_test.sh.
+#include "trace/calibration.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,8 +9,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "trace/calibration.h"
 
 namespace sluice::trace {
 namespace {
@@ -85,6 +85,16 @@ TEST(CalibrationFit, CoefficientsNeverNegative) {
     EXPECT_GE(v, 0);
   }
   EXPECT_NEAR(c.offset_us, 9.945, 0.1);
+}
+
+TEST(CalibrationFit, OneInstructionIsFittedExactly) {
+  // An optimizer step fitted on one iteration: no features but the constant.
+  OpSample s;
+  s.measured_ns = 12345;
+  for (OpLine line : {OpLine::kFeatures, OpLine::kPredictionOnly}) {
+    const OpCorrection c = FitOpLine({s}, line);
+    EXPECT_NEAR(c.Predict(s.features), 12345, 1e-6) << c.Describe();
+  }
 }
 
 ExecutionPlan OneStagePlan() {
