@@ -78,6 +78,9 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   result.estimates.resize(static_cast<size_t>(dp));
   result.peak_memory.assign(static_cast<size_t>(eval_->pp()), Bytes::Zero());
   ScheduleCostOptions cost_options = options_.lower.costs;
+  const InterleavedRounds rounds =
+      eval_->parallel().ep > 1 ? InterleavedRounds::kPadded : options_.interleaved_rounds;
+  std::vector<ScheduleCosts> replica_costs(static_cast<size_t>(dp));  // in the final order
   for (int64_t d = 0; d < dp; ++d) {
     std::vector<MicroBatch>& mbs = result.batch_plan.replicas[d];
     cost_options.replica = d;
@@ -88,6 +91,7 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     if (options_.search_order) {
       OrderSearchOptions search = options_.search;
       search.seed = options_.batching.seed + static_cast<uint64_t>(d);
+      search.schedule.rounds = rounds;
       SLUICE_ASSIGN_OR_RETURN(OrderSearchResult found,
                               SearchMicroBatchOrder(options_.schedule, costs, search));
       if (found.outcome != PlanOutcome::kOk) {
@@ -103,9 +107,13 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
       mbs = std::move(reordered);
       chosen = std::move(found.result);
       given = found.given_makespan;
+      PermuteMicroBatches(costs, found.order, &replica_costs[d]);
     } else {
-      SLUICE_ASSIGN_OR_RETURN(chosen, GenerateSchedule(options_.schedule, costs,
-                                                       options_.schedule_options));
+      ScheduleOptions schedule_options = options_.schedule_options;
+      schedule_options.rounds = rounds;
+      SLUICE_ASSIGN_OR_RETURN(chosen,
+                              GenerateSchedule(options_.schedule, costs, schedule_options));
+      replica_costs[d] = std::move(costs);
       if (chosen.outcome != PlanOutcome::kOk) {
         result.outcome = chosen.outcome;
         result.infeasible_reason = fmt::format("schedule {} on replica {}: {}",
@@ -139,7 +147,45 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   }
   // The one memory rule (check 7) on the lowered plan, whose buffers are known only now. The
   // budgets above keep room for them, so this rarely rejects.
-  if (std::optional<MemoryProblem> p = CheckPlanMemory(result.plan)) {
+  std::optional<MemoryProblem> problem = CheckPlanMemory(result.plan);
+  if (problem && rounds == InterleavedRounds::kAuto) {
+    // Flexible rounds hold more chunks than the padded ones: fall back to padded rounds (same
+    // micro-batch order) for the replicas that run them, and check again.
+    bool any = false;
+    ScheduleOptions padded = options_.schedule_options;
+    padded.rounds = InterleavedRounds::kPadded;
+    for (int64_t d = 0; d < dp; ++d) {
+      if (schedules[d].name != kInterleavedFlexName) continue;
+      SLUICE_ASSIGN_OR_RETURN(ScheduleResult again,
+                              GenerateSchedule(options_.schedule, replica_costs[d], padded));
+      if (again.outcome != PlanOutcome::kOk) continue;
+      schedules[d] = std::move(again.schedule);
+      result.estimates[d] = std::move(again.estimate);
+      any = true;
+    }
+    if (any) {
+      result.makespan = Duration::Zero();
+      result.peak_memory.assign(static_cast<size_t>(eval_->pp()), Bytes::Zero());
+      for (const ScheduleEstimate& est : result.estimates) {
+        if (est.makespan >= result.makespan) {
+          result.makespan = est.makespan;
+          result.bubble_fraction = est.bubble_fraction;
+        }
+        for (size_t r = 0; r < est.peak_memory.size() && r < result.peak_memory.size(); ++r) {
+          result.peak_memory[r] = std::max(result.peak_memory[r], est.peak_memory[r]);
+        }
+      }
+      SLUICE_ASSIGN_OR_RETURN(result.plan, LowerPlan(result.batch_plan, batch, schedules, *eval_,
+                                                     cluster_, options_.lower));
+      valid = ValidatePlan(result.plan, without_memory);
+      if (!valid.ok()) {
+        return InternalError(fmt::format("the planned execution plan failed validation: {}",
+                                         valid.message()));
+      }
+      problem = CheckPlanMemory(result.plan);
+    }
+  }
+  if (std::optional<MemoryProblem> p = problem) {
     const RankProgram& rank = result.plan.ranks[p->rank];
     result.outcome = PlanOutcome::kOutOfMemory;
     result.infeasible_reason = fmt::format(
