@@ -134,17 +134,17 @@ StatusOr<InterleavedRounds> ParseInterleavedRounds(std::string_view name) {
        {InterleavedRounds::kPadded, InterleavedRounds::kFlexible, InterleavedRounds::kAuto}) {
     if (name == InterleavedRoundsName(r)) return r;
   }
-  return InvalidArgumentError(fmt::format(
-      "unknown interleaved rounds '{}'; allowed: padded, flexible, auto", name));
+  return InvalidArgumentError(
+      fmt::format("unknown interleaved rounds '{}'; allowed: padded, flexible, auto", name));
 }
 
 StatusOr<ScheduleKind> ParsePlanScheduleName(std::string_view name) {
   if (name == kInterleavedFlexName) return ScheduleKind::kInterleaved;
   StatusOr<ScheduleKind> kind = ParseScheduleKind(name);
   if (!kind.ok()) {
-    return InvalidArgumentError(fmt::format(
-        "unknown schedule '{}'; allowed: gpipe, 1f1b, interleaved, {}, zb-h1, adaptive", name,
-        kInterleavedFlexName));
+    return InvalidArgumentError(
+        fmt::format("unknown schedule '{}'; allowed: gpipe, 1f1b, interleaved, {}, zb-h1, adaptive",
+                    name, kInterleavedFlexName));
   }
   return kind;
 }
@@ -262,10 +262,10 @@ Schedule InterleavedOrder(int64_t pp, int64_t vpp, int64_t m, InterleavedRounds 
   //    round runs at least min(m, pp) real micro-batches and keeps the ranks busy through a chunk
   //    switch, for (vpp - 1)(round - pp) more forwards in the warm-up.
   const int64_t round = InterleavedRoundSize(pp, m, rounds);
-  Schedule s = EmptySchedule(round == pp ? "interleaved" : std::string(kInterleavedFlexName), pp,
-                             vpp, m);
-  const int64_t count = rounds == InterleavedRounds::kPadded ? (m + pp - 1) / pp
-                                                              : std::max<int64_t>(1, m / pp);
+  Schedule s =
+      EmptySchedule(round == pp ? "interleaved" : std::string(kInterleavedFlexName), pp, vpp, m);
+  const int64_t count =
+      rounds == InterleavedRounds::kPadded ? (m + pp - 1) / pp : std::max<int64_t>(1, m / pp);
   const int64_t padded = count * round;  // slots
   // ids[slot] = the micro-batch in that slot of the rounds, -1 for a phantom.
   std::vector<int64_t> ids;
@@ -344,9 +344,9 @@ StatusOr<ScheduleResult> Interleaved(const ScheduleCosts& costs, const ScheduleO
   SLUICE_ASSIGN_OR_RETURN(
       ScheduleResult flexible,
       Finish(InterleavedOrder(pp, costs.vpp, m, InterleavedRounds::kFlexible), costs, ""));
-  const bool take = flexible.outcome == PlanOutcome::kOk &&
-                    (padded.outcome != PlanOutcome::kOk ||
-                     flexible.estimate.makespan < padded.estimate.makespan);
+  const bool take =
+      flexible.outcome == PlanOutcome::kOk &&
+      (padded.outcome != PlanOutcome::kOk || flexible.estimate.makespan < padded.estimate.makespan);
   return take ? std::move(flexible) : std::move(padded);
 }
 

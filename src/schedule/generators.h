@@ -51,11 +51,11 @@ bool SupportsVpp(ScheduleKind kind, int64_t vpp);
 // How interleaved 1F1B (vpp > 1) groups micro-batches into rounds, each run chunk by chunk. The
 // two orders differ only when pp does not divide m (docs/schedules.md, "interleaved").
 enum class InterleavedRounds {
-  kPadded,    // Megatron's rounds of pp; the last one padded with phantom micro-batches
+  kPadded,  // Megatron's rounds of pp; the last one padded with phantom micro-batches
   // max(1, m / pp) rounds of ceil(m / rounds) slots, the last ones with one phantom each, so
   // that every round runs >= min(m, pp) micro-batches (PyTorch's rule, for any m)
   kFlexible,
-  kAuto,      // both: the flexible order when it fits the budget and is strictly shorter
+  kAuto,  // both: the flexible order when it fits the budget and is strictly shorter
 };
 // "padded" | "flexible" | "auto".
 std::string_view InterleavedRoundsName(InterleavedRounds rounds);

@@ -132,7 +132,8 @@ TEST(InterleavedRoundsTest, ChunksInFlightFollowTheWarmUp) {
   for (int64_t pp : {2, 4, 8}) {
     for (int64_t vpp : {2, 4}) {
       for (int64_t m = 1; m <= 3 * pp + 1; ++m) {
-        for (InterleavedRounds rounds : {InterleavedRounds::kPadded, InterleavedRounds::kFlexible}) {
+        for (InterleavedRounds rounds :
+             {InterleavedRounds::kPadded, InterleavedRounds::kFlexible}) {
           const int64_t round = InterleavedRoundSize(pp, m, rounds);
           const std::vector<int64_t> got = ChunksInFlight(InterleavedOrder(pp, vpp, m, rounds));
           for (int64_t r = 0; r < pp; ++r) {
@@ -165,8 +166,8 @@ TEST(InterleavedRoundsTest, PropertyValidOverASweep) {
         for (InterleavedRounds rounds :
              {InterleavedRounds::kPadded, InterleavedRounds::kFlexible, InterleavedRounds::kAuto}) {
           const ScheduleResult r = Must(costs, rounds);
-          const std::string what = What(pp, vpp, m) + " " +
-                                   std::string(InterleavedRoundsName(rounds));
+          const std::string what =
+              What(pp, vpp, m) + " " + std::string(InterleavedRoundsName(rounds));
           ++cases;
           EXPECT_TRUE(CheckScheduleComplete(r.schedule).ok())
               << what << CheckScheduleComplete(r.schedule).ToString();
