@@ -65,7 +65,10 @@ struct PlannerOptions {
   // estimated shorter. Overrides schedule_options.rounds and search.schedule.rounds. A plan whose
   // flexible rounds fail the lowered plan's memory check is lowered again in padded rounds; with
   // ep > 1 every replica runs padded rounds (an expert group's replicas run one action order).
-  // The plan records the choice: replica schedule "interleaved-flex".
+  // With `optimize`, a plan with flexible rounds is also lowered with those replicas in padded
+  // rounds, both are simulated, and the shorter goes on to the optimizer (a kept switch is the
+  // optimization's first PassRecord, "interleaved-rounds(padded)"). The plan records the
+  // choice: replica schedule "interleaved-flex".
   InterleavedRounds interleaved_rounds = InterleavedRounds::kAuto;
   LowerOptions lower;                            // gradient buckets, W memory share
   // Run the plan optimizer (optimizer.h) on every plan that fits; `optimizer.sim.samples` is set
