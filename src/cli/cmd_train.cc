@@ -4,6 +4,7 @@
 // Compiled only when the build has libtorch (SLUICE_WITH_TORCH); runtime/trainer.h is torch-free.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -113,6 +114,12 @@ Status RunTrain(const TrainFlags& f) {
     }
   }
   o.iterations = sc.iterations;
+  if (!f.plans.empty()) {
+    // One iteration per plan file, at most --iterations of them: the count the progress line
+    // shows and the run stops at (not --iterations alone, 20 by default).
+    const auto files = static_cast<int64_t>(f.plans.size());
+    o.iterations = sc.iterations > 0 ? std::min(sc.iterations, files) : files;
+  }
   o.max_seqlen = sc.max_seqlen;
   o.allow_partial = f.allow_partial;
   o.lookahead = f.lookahead;
