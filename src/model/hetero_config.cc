@@ -34,21 +34,26 @@ std::vector<int64_t> HeteroConfig::DeviceOffsets() const {
 
 namespace {
 
-std::string DescribeGroup(const ParallelConfig& g) {
+std::string DescribeGroup(const ParallelConfig& g, bool limit) {
   std::string s = fmt::format("{} x tp {}", g.dp, g.tp);
   if (g.pp > 1) s += fmt::format(" x pp {}", g.pp);
   if (g.cp > 1) s += fmt::format(" x cp {}", g.cp);
-  if (g.memory_limit.has_value()) s += fmt::format(" ({:.0f} MB)", g.memory_limit->mb());
+  if (limit && g.memory_limit.has_value()) s += fmt::format(" ({:.0f} MB)", g.memory_limit->mb());
   return s;
 }
 
 }  // namespace
 
 std::string DescribeHetero(const HeteroConfig& config) {
+  // Memory limits are shown when the groups' differ.
+  bool differ = false;
+  for (const ParallelConfig& g : config.groups) {
+    differ = differ || g.memory_limit != config.groups[0].memory_limit;
+  }
   std::string s;
   for (size_t i = 0; i < config.groups.size(); ++i) {
     if (i > 0) s += " + ";
-    s += DescribeGroup(config.groups[i]);
+    s += DescribeGroup(config.groups[i], differ);
   }
   if (!config.groups.empty() && config.groups[0].zero > 0) {
     s += fmt::format(", ZeRO-{}", config.groups[0].zero);

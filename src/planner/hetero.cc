@@ -140,7 +140,8 @@ StatusOr<HeteroPlanner> HeteroPlanner::Create(const CostModel& cost, const Heter
   return h;
 }
 
-HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch) const {
+HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch,
+                                       std::span<const double> scale) const {
   HeteroDispatch d;
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t groups = static_cast<int64_t>(config_.groups.size());
@@ -155,6 +156,14 @@ HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch) const {
   std::vector<std::vector<int64_t>> cost;  // [group][sequence]
   for (int64_t g = 0; g < groups; ++g) {
     cost.push_back(EstimateSampleCosts(batch, planners_[g].evaluator(), options_.planner.batching));
+  }
+  std::vector<std::vector<int64_t>> scaled = cost;  // [group][sequence]
+  if (!scale.empty()) {
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t& c : scaled[g]) {
+        c = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(c) * scale[g]));
+      }
+    }
   }
   const StageCostEvaluator& eval0 = planners_[0].evaluator();
   std::vector<int64_t> fits(static_cast<size_t>(n), 0);
@@ -197,7 +206,7 @@ HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch) const {
       for (int64_t r = 0; r < replicas; ++r) {
         const int64_t g = group_of_replica[r];
         if (!holds[i][g]) continue;
-        const int64_t c = cost[g][i];
+        const int64_t c = scaled[g][i];
         const int64_t t = sum[r] + c + (pp_of_replica[r] - 1) * std::max(mx[r], c);
         const std::tuple<int64_t, bool, int64_t> key{std::max(global, t), count[r] > 0, t};
         if (best < 0 || key < best_key) {
@@ -206,8 +215,8 @@ HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch) const {
         }
       }
       const int64_t g = group_of_replica[best];
-      sum[best] += cost[g][i];
-      mx[best] = std::max(mx[best], cost[g][i]);
+      sum[best] += scaled[g][i];
+      mx[best] = std::max(mx[best], scaled[g][i]);
       ++count[best];
       global = std::get<0>(best_key);
       replica_of[i] = best;
@@ -222,24 +231,60 @@ HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch) const {
   }
   d.group_of.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) d.group_of[i] = group_of_replica[d.replica_of[i]];
+  std::vector<int64_t> sum(replicas, 0), mx(replicas, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = d.replica_of[i];
+    sum[r] += cost[group_of_replica[r]][i];
+    mx[r] = std::max(mx[r], cost[group_of_replica[r]][i]);
+  }
+  d.group_time.assign(static_cast<size_t>(groups), 0);
+  for (int64_t r = 0; r < replicas; ++r) {
+    const int64_t g = group_of_replica[r];
+    d.group_time[g] = std::max(d.group_time[g], sum[r] + (pp_of_replica[r] - 1) * mx[r]);
+  }
   return d;
 }
 
 StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) const {
   const auto start = Clock::now();
+  const int64_t groups = static_cast<int64_t>(config_.groups.size());
+  std::optional<HeteroPlanResult> best;
+  std::vector<double> scale(static_cast<size_t>(groups), 1.0);
+  for (int64_t round = 0; round <= std::max<int64_t>(0, options_.refine_rounds); ++round) {
+    SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale));
+    const bool better = !best.has_value() ||
+                        (r.outcome == PlanOutcome::kOk &&
+                         (best->outcome != PlanOutcome::kOk || r.makespan < best->makespan));
+    bool refine = r.outcome == PlanOutcome::kOk && groups > 1;
+    if (refine) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t predicted = r.dispatch.group_time[g];
+        if (predicted <= 0) {
+          refine = false;
+          break;
+        }
+        scale[g] = static_cast<double>(r.groups[g].makespan.nanos()) /
+                   static_cast<double>(predicted);
+      }
+    }
+    if (better) best = std::move(r);
+    if (!refine) break;
+  }
+  best->planning_time = Duration::Nanos(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  return std::move(*best);
+}
+
+StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batch,
+                                                    std::span<const double> scale) const {
   HeteroPlanResult out;
   out.reductions = reductions_;
   out.cross_sync = cross_sync_;
-  out.dispatch = Dispatch(batch);
+  out.dispatch = Dispatch(batch, scale);
   const int64_t groups = static_cast<int64_t>(config_.groups.size());
-  auto finish = [&]() {
-    out.planning_time = Duration::Nanos(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  };
   if (!out.dispatch.ok) {
     out.outcome = PlanOutcome::kOutOfMemory;
     out.infeasible_reason = out.dispatch.reason;
-    finish();
     return out;
   }
   out.samples.resize(static_cast<size_t>(groups));
@@ -252,7 +297,6 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
           fmt::format("{} got {} sequences for its {} replicas", GroupName(config_, g),
                       out.samples[g].size(), config_.groups[g].dp);
       out.groups.clear();
-      finish();
       return out;
     }
     SLUICE_ASSIGN_OR_RETURN(PlanResult r, planners_[g].Plan(out.samples[g]));
@@ -260,14 +304,12 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
       out.outcome = r.outcome;
       out.infeasible_reason = fmt::format("{}: {}", GroupName(config_, g), r.infeasible_reason);
       out.groups.clear();
-      finish();
       return out;
     }
     slowest = std::max(slowest, r.makespan + group_sync_[g]);
     out.groups.push_back(std::move(r));
   }
   out.makespan = slowest + cross_sync_;
-  finish();
   return out;
 }
 

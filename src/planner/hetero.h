@@ -14,6 +14,10 @@
 // that holds it and minimises the resulting max_r T_r (ties: an empty replica, then the smaller
 // T_r, then the lower index). The shuffle kept has the smallest (some replica empty, max T_r).
 // A sequence that fits no group makes the batch kOutOfMemory, naming it and the capacities.
+// f is an estimate whose error differs between shapes (it leaves out the per-micro-batch cost,
+// and the fit is off near the knee), so Plan refines it (HeteroPlannerOptions::refine_rounds):
+// after each round, group g's costs are scaled by its planner's estimated makespan over stage
+// 1's predicted time for it, and stage 1 runs again; the best round is kept.
 //
 // Each group then plans the union of its replicas' sequences with its own Planner (dp = the
 // group's replicas; the method re-spreads them over those identical replicas, e.g. hydraulis'
@@ -89,6 +93,10 @@ Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
 struct HeteroPlannerOptions {
   PlannerOptions planner;  // each group's (method, schedule, batching seed and max_seqlen, ...)
   int64_t shuffles = 16;   // stage 1 shuffles across shapes
+  // Rounds of stage 1 after the first, each with group g's costs f_g scaled by what its planner
+  // estimated over what stage 1 predicted for it (max over its replicas of T_r) in the round
+  // before; the round with the smallest estimated makespan is kept. 0: stage 1 once.
+  int64_t refine_rounds = 2;
 };
 
 // Stage 1 across shapes.
@@ -97,8 +105,9 @@ struct HeteroDispatch {
   std::string reason;         // why not
   std::vector<int64_t> replica_of;  // per sequence position; replicas numbered group by group
   std::vector<int64_t> group_of;    // per sequence position
-  int64_t max_time = 0;       // max_r T_r (ns)
+  int64_t max_time = 0;       // max_r T_r (ns, scaled costs)
   bool all_nonempty = false;
+  std::vector<int64_t> group_time;  // [group] max over its replicas of T_r (ns, unscaled costs)
 };
 
 struct HeteroPlanResult {
@@ -129,7 +138,8 @@ class HeteroPlanner {
   const std::vector<ReductionGroup>& reductions() const { return reductions_; }
   const Planner& group_planner(int64_t g) const { return planners_[g]; }
 
-  HeteroDispatch Dispatch(std::span<const Sample> batch) const;
+  // Stage 1 with f_g multiplied by scale[g] (empty: 1 for every group).
+  HeteroDispatch Dispatch(std::span<const Sample> batch, std::span<const double> scale = {}) const;
   // Plans one global batch. Infeasible (a sequence no group holds, a group left with fewer
   // sequences than replicas, a group's plan out of memory) is the outcome; errors are bugs or
   // Planner::Plan's.
@@ -137,6 +147,9 @@ class HeteroPlanner {
 
  private:
   HeteroPlanner() = default;
+  // One round of Plan: stage 1 with `scale`, then every group's planner.
+  StatusOr<HeteroPlanResult> PlanRound(std::span<const Sample> batch,
+                                       std::span<const double> scale) const;
   HeteroConfig config_;
   ClusterSpec cluster_;
   HeteroPlannerOptions options_;

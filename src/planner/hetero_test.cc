@@ -232,6 +232,15 @@ TEST(HeteroPlannerTest, SweepOfMixesPlansValidAndSimulates) {
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ASSERT_EQ(r->outcome, PlanOutcome::kOk) << DescribeHetero(h) << ": " << r->infeasible_reason;
       for (const PlanResult& g : r->groups) EXPECT_TRUE(ValidatePlan(g.plan).ok());
+      // The refinement rounds keep the best round: never worse than stage 1 once.
+      HeteroPlannerOptions once = Options(method);
+      once.refine_rounds = 0;
+      StatusOr<HeteroPlanner> single =
+          HeteroPlanner::Create(*setup->cost, h, setup->cluster, once);
+      ASSERT_TRUE(single.ok());
+      StatusOr<HeteroPlanResult> r0 = single->Plan(batch);
+      ASSERT_TRUE(r0.ok());
+      if (r0->outcome == PlanOutcome::kOk) EXPECT_LE(r->makespan, r0->makespan);
       StatusOr<HeteroSimResult> sim = SimulateHetero(*r, SimOptions{});
       ASSERT_TRUE(sim.ok()) << sim.status().ToString();
       EXPECT_EQ(sim->outcome, SimOutcome::kOk) << DescribeHetero(h) << ": " << sim->problem;
