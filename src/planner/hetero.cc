@@ -92,24 +92,27 @@ Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
   if (config.groups.size() <= 1) return Duration::Zero();
   const std::vector<int64_t> offsets = config.DeviceOffsets();
   const AlphaBetaCommModel comm(cluster);
-  int64_t min_tp = std::numeric_limits<int64_t>::max();
+  int64_t cross = 0;
   std::set<int64_t> nodes;
-  Duration fan_out;
+  Duration gather;
   for (const ReductionMember& m : group.members) {
     const ParallelConfig& p = config.groups[m.group];
-    min_tp = std::min(min_tp, p.tp);
+    const int64_t copies = p.cp * p.dp;  // devices holding each tp shard of the range
+    cross = std::max(cross, 2 * group.params / (p.tp * copies));
     nodes.insert(cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)));
-    if (p.dp > 1) {
-      const bool spans =
-          cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)) !=
-          cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, p.dp - 1, m.stage));
-      fan_out = std::max(fan_out, comm.PointToPoint(Bytes::Of(2 * group.params / p.tp), spans));
+    if (copies > 1) {
+      const int64_t last = DeviceOf(config, offsets, m.group, p.dp - 1, m.stage) +
+                           p.devices_per_rank() - 1;
+      const bool spans = cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)) !=
+                         cluster.NodeOfDevice(last);
+      gather = std::max(gather, comm.Collective(CollectiveKind::kAllGather,
+                                                Bytes::Of(2 * group.params / p.tp), copies,
+                                                spans));
     }
   }
-  const Bytes shard = Bytes::Of(2 * group.params / min_tp);
-  return comm.Collective(CollectiveKind::kAllReduce, shard,
+  return comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(cross),
                          static_cast<int64_t>(group.members.size()), nodes.size() > 1) +
-         fan_out;
+         gather;
 }
 
 StatusOr<HeteroPlanner> HeteroPlanner::Create(const CostModel& cost, const HeteroConfig& config,

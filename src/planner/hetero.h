@@ -27,11 +27,12 @@
 // decoder layers into ranges; for each range, one member per group: the pipeline stage holding
 // it (the embedding rides with the range holding layer 0, the output head with the last). Inside
 // a group the plan's own data-parallel reduction (dp x cp, plan/lower.h) sums its replicas'
-// gradients; across groups each range is then all-reduced among the groups' leading replicas and
-// passed on to the group's other replicas (PriceReduction): an all-reduce of the range's fp16
-// gradients per device (the group with the smallest tp holds the largest shard) over the groups,
-// on the inter-node link when the groups' first devices lie on different nodes, plus, when some
-// group has dp > 1, one point-to-point transfer of its shard (a pipelined broadcast). The ranges
+// gradients, so afterwards each of the group's cp x dp copies of a tp shard holds the group's
+// sum; across groups each range is then reduced hierarchically (PriceReduction): every copy takes
+// 1/(cp x dp) of its shard into an all-reduce over the groups (the bytes per device are the
+// largest over the groups, 2 x params / (tp x cp x dp)), on the inter-node link when the groups'
+// stages lie on different nodes, and each group then all-gathers its shard over its cp x dp
+// copies (the slowest group's gather counts). The ranges
 // are priced one after another after the slowest group's iteration, as if fully exposed: the
 // simulated iteration (SimulateHetero) is max over groups of the group plan's simulated time plus
 // that cross-group time (the groups' plans end with their optimizer step, which really waits for
