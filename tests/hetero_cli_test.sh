@@ -19,7 +19,8 @@ expect hetero-search 0 "best mix: .* \+ " -- hetero --search --iterations 1 --to
 # Bad specs.
 expect hetero-not-covering 2 "--replicas: the replica groups use 6 devices .* has 8; .*allowed: groups summing to 8" -- hetero --replicas 'dp=1,tp=4,zero=1;dp=1,tp=2,zero=1' --iterations 1
 expect hetero-bad-key 2 "--replicas: group 2 'dp=2,tq=2': field 'tq'.*allowed keys" -- hetero --replicas 'dp=1,tp=4;dp=2,tq=2' --iterations 1
-expect hetero-bad-zero 2 "group 2: field 'zero' is 2.*allowed: 0, 1" -- hetero --replicas 'dp=1,tp=4,zero=1;dp=2,tp=2,zero=2' --iterations 1
+expect hetero-bad-zero 2 "group 2: field 'zero' is 2 but group 1's is 1.*allowed: 1" -- hetero --replicas 'dp=1,tp=4,zero=1;dp=2,tp=2,zero=2' --iterations 1
+expect hetero-zero3 2 "group 1: field 'zero' is 3.*allowed: 0, 1, 2" -- hetero --replicas 'dp=1,tp=4,zero=3;dp=2,tp=2,zero=3' --iterations 1
 expect hetero-bad-tp 2 "group 1.*tp = 3" -- hetero --replicas 'dp=1,tp=3;dp=5,tp=1' --iterations 1
 expect hetero-no-file 2 "--replicas 'nofile': expected replica groups .* no such file" -- hetero --replicas nofile
 expect hetero-states 2 "--replicas: group 2 \(2 x tp 2\).*model states" -- hetero --replicas 'dp=1,tp=4;dp=2,tp=2' --iterations 1

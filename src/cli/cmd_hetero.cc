@@ -150,9 +150,12 @@ Status RunHetero(const HeteroFlags& f) {
     config = *given;
     ApplyScenarioMemory(r.sc, &config);
   } else {
-    const std::vector<HeteroConfig> mixes =
-        EnumerateHeteroMixes(r.sc.model, r.sc.cluster, /*zero=*/1, r.sc.memory_limit,
-                             r.sc.memory_reserve);
+    std::vector<HeteroConfig> mixes;
+    for (int64_t zero : {1, 2}) {
+      std::vector<HeteroConfig> some = EnumerateHeteroMixes(r.sc.model, r.sc.cluster, zero,
+                                                            r.sc.memory_limit, r.sc.memory_reserve);
+      mixes.insert(mixes.end(), some.begin(), some.end());
+    }
     std::vector<GlobalBatch> score;
     for (size_t i : PickScoreBatches(r.batches, r.cs.search.score_batches,
                                      r.cs.search.score_extremes)) {
@@ -268,10 +271,11 @@ void RegisterHeteroCommands(CLI::App* app, RunState* state) {
   c->add_option("--replicas", f->replicas,
                 "Replica groups separated by ';', each K=V pairs of --parallel with dp = the "
                 "replicas of that shape, e.g. 'dp=4,tp=2;dp=1,tp=8'; or a JSON file "
-                "{\"replicas\": [...]}. Groups cover every device; vpp 1, ep 1, zero 0 or 1")
+                "{\"replicas\": [...]}. Groups cover every device; vpp 1, ep 1, one zero of 0-2")
       ->type_name("SPEC|FILE");
   c->add_flag("--search", f->search,
-              "Search 2-shape mixes (narrow tp 1-2 + wide tp 4-8 or cp 2-4) and run the best");
+              "Search 2-shape mixes (narrow: tp 1-2, cp 1-2, pp 1-4; wide: tp x cp 4-16, pp 1-2; ZeRO-1 "
+              "and 2) and run the best");
   c->add_option("--iterations", f->iterations,
                 "Global batches to plan and simulate (default: the scenario's)")
       ->check(IntegerCheck(1, kNoMaxInteger));

@@ -87,11 +87,17 @@ Status CheckHeteroFits(const HeteroConfig& config, const ModelSpec& model,
       return InvalidArgumentError(fmt::format(
           "{}: field 'ep' is {}; heterogeneous replicas run ep = 1 (allowed: 1)", where, g.ep));
     }
-    if (g.zero > 1) {
+    if (g.zero > 2) {
       return InvalidArgumentError(fmt::format(
-          "{}: field 'zero' is {}; the cross-group gradient all-reduce needs whole gradients "
-          "(allowed: 0, 1)",
+          "{}: field 'zero' is {}; ZeRO-3's per-layer gathers are not planned across groups "
+          "(allowed: 0, 1, 2)",
           where, g.zero));
+    }
+    if (g.zero != config.groups[0].zero) {
+      return InvalidArgumentError(fmt::format(
+          "{}: field 'zero' is {} but group 1's is {}; the groups share one ZeRO stage "
+          "(allowed: {})",
+          where, g.zero, config.groups[0].zero, config.groups[0].zero));
     }
     SLUICE_RETURN_IF_ERROR(CheckParallelFits(g, model, &cluster, where));
     sum += fmt::format("{}{} replicas x {} devices", i > 0 ? " + " : "", g.dp,

@@ -8,9 +8,9 @@
 // group devices follow ParallelConfig's placement rule. The groups together use exactly the
 // cluster's devices.
 //
-// The slice supported (CheckHeteroFits): decoder-only models, vpp = 1, ep = 1 and ZeRO 0 or 1 in
-// every group (the cross-group gradient all-reduce of planner/hetero.h reduces whole fp16
-// gradients; sharded gradients of differently cut groups are not modelled).
+// The slice supported (CheckHeteroFits): decoder-only models, vpp = 1, ep = 1 and one ZeRO stage
+// 0, 1 or 2 shared by every group (ZeRO-3's per-layer parameter gathers are not planned across
+// groups).
 //
 // Text form (`--replicas`): groups separated by ';', each the K=V form of `--parallel`
 // (model/parallel_config.h), e.g. "dp=4,tp=1,pp=2;dp=1,tp=8" (four tp 1 x pp 2 replicas and one
@@ -48,7 +48,8 @@ struct HeteroConfig {
 std::string DescribeHetero(const HeteroConfig& config);
 
 // Whether `config` can run `model` on `cluster`: at least one group; each group passes
-// CheckParallelFits with vpp = 1, ep = 1, zero <= 1; a decoder-only model; and the groups' devices
+// CheckParallelFits with vpp = 1, ep = 1, zero <= 2 and group 1's zero; a decoder-only model; and
+// the groups' devices
 // sum to exactly the cluster's devices. Messages start with `source` (e.g. "--replicas") and name
 // the group, the field and the allowed values.
 Status CheckHeteroFits(const HeteroConfig& config, const ModelSpec& model,

@@ -100,7 +100,7 @@ Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
     const int64_t copies = p.cp * p.dp;  // devices holding each tp shard of the range
     cross = std::max(cross, 2 * group.params / (p.tp * copies));
     nodes.insert(cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)));
-    if (copies > 1) {
+    if (copies > 1 && p.zero < 2) {
       const int64_t last = DeviceOf(config, offsets, m.group, p.dp - 1, m.stage) +
                            p.devices_per_rank() - 1;
       const bool spans = cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)) !=
@@ -348,12 +348,15 @@ std::vector<HeteroConfig> EnumerateHeteroMixes(const ModelSpec& model, const Clu
   };
   std::vector<Shape> narrow, wide;
   for (int64_t tp : {1, 2}) {
-    for (int64_t pp : {1, 2, 4}) narrow.push_back({tp, pp, 1});
+    for (int64_t cp : {1, 2}) {
+      for (int64_t pp : {1, 2, 4}) narrow.push_back({tp, pp, cp});
+    }
   }
   for (int64_t pp : {1, 2}) {
-    for (int64_t tp : {4, 8}) wide.push_back({tp, pp, 1});
-    for (int64_t tp : {1, 2}) {
-      for (int64_t cp : {2, 4}) wide.push_back({tp, pp, cp});
+    for (int64_t tp : {1, 2, 4, 8}) {
+      for (int64_t cp : {1, 2, 4, 8}) {
+        if (tp * cp >= 4 && tp * cp <= 16) wide.push_back({tp, pp, cp});
+      }
     }
   }
   const int64_t devices = cluster.num_devices();

@@ -32,7 +32,9 @@
 // 1/(cp x dp) of its shard into an all-reduce over the groups (the bytes per device are the
 // largest over the groups, 2 x params / (tp x cp x dp)), on the inter-node link when the groups'
 // stages lie on different nodes, and each group then all-gathers its shard over its cp x dp
-// copies (the slowest group's gather counts). The ranges
+// copies (the slowest group's gather counts). With ZeRO-2 each copy keeps its reduced part
+// (the group plan's reduce-scatter), so there is no gather: the group plan's own all-gather of
+// the updated parameters after the step distributes them. The ranges
 // are priced one after another after the slowest group's iteration, as if fully exposed: the
 // simulated iteration (SimulateHetero) is max over groups of the group plan's simulated time plus
 // that cross-group time (the groups' plans end with their optimizer step, which really waits for
@@ -177,12 +179,12 @@ StatusOr<HeteroSimResult> SimulateHetero(const HeteroPlanResult& plan, SimOption
 
 // ---- Search over 2-shape mixes ----
 
-// Every mix of two shapes that covers the cluster: a narrow shape (tp 1 or 2, cp 1, pp 1, 2 or 4)
-// for short sequences and a wide one (tp 4 or 8, or tp 1-2 with cp 2 or 4; pp 1 or 2; more
-// devices per replica than the narrow one) for long ones, with n_wide >= 1 wide replicas first
-// and n_narrow >= 1 narrow ones after them, dp x pp x tp x cp summing to the devices; ZeRO
-// `zero` and the memory limit and reserve given on every group; only mixes CheckHeteroFits
-// accepts. Deterministic order.
+// Every mix of two shapes that covers the cluster: a narrow shape (tp 1 or 2, cp 1 or 2, pp 1, 2
+// or 4) for short sequences and a wide one (tp x cp from 4 to 16 with tp 1-8 and cp 1-8, pp 1 or
+// 2, more devices per pipeline position than the narrow one) for long ones, with n_wide >= 1 wide
+// replicas first and n_narrow >= 1 narrow ones after them, dp x pp x tp x cp summing to the
+// devices; ZeRO `zero` and the memory limit and reserve given on every group; only mixes
+// CheckHeteroFits accepts. Deterministic order.
 std::vector<HeteroConfig> EnumerateHeteroMixes(const ModelSpec& model, const ClusterSpec& cluster,
                                                int64_t zero, std::optional<Bytes> memory_limit,
                                                std::optional<Bytes> memory_reserve);

@@ -31,6 +31,11 @@ ParallelConfig Group(int64_t dp, int64_t tp, int64_t pp = 1, int64_t cp = 1,
   return p;
 }
 
+ParallelConfig Zero2(ParallelConfig p) {
+  p.zero = 2;
+  return p;
+}
+
 // gpt-6.7b on 16 a100-40g (two nodes), analytic costs.
 std::unique_ptr<testing::TestSetup> Setup16() {
   return MakeTestSetup("gpt-6.7b", TestParallel(2, 8, 1, 36000), TestCost::kAnalytic);
@@ -82,7 +87,10 @@ TEST(HeteroConfigTest, BadSpecsNameTheGroupFieldAndAllowedValues) {
   ParallelConfig zero2 = Group(4, 2);
   zero2.zero = 2;
   EXPECT_THAT(fits(HeteroConfig{.groups = {Group(1, 8), zero2}}),
-              HasSubstr("group 2: field 'zero' is 2"));
+              HasSubstr("group 2: field 'zero' is 2 but group 1's is 1"));
+  ParallelConfig zero3 = zero2;
+  zero3.zero = 3;
+  EXPECT_THAT(fits(HeteroConfig{.groups = {zero3, zero3}}), HasSubstr("allowed: 0, 1, 2"));
   EXPECT_THAT(fits(HeteroConfig{.groups = {Group(1, 3), Group(13, 1)}}), HasSubstr("group 1"));
   EXPECT_THAT(fits(HeteroConfig{}), HasSubstr("no replica group"));
   EXPECT_TRUE(CheckHeteroFits(HeteroConfig{.groups = {Group(4, 2), Group(1, 8)}}, model,
@@ -158,6 +166,23 @@ TEST(ReductionGroupsTest, PriceIsTheAllReduceOfTheLargestShard) {
   }
 }
 
+// With copies of a shard (cp x dp > 1) each copy carries its share across groups; ZeRO-1 then
+// gathers the shard in the group, ZeRO-2 leaves that to the plan's parameter all-gather.
+TEST(ReductionGroupsTest, CopiesShareTheCrossTrafficAndZero1Gathers) {
+  auto setup = Setup16();
+  const ModelSpec& model = setup->cost->model();
+  const HeteroConfig z1{.groups = {Group(1, 2, 1, 4), Group(4, 2)}};  // 8 + 8 devices
+  const HeteroConfig z2{.groups = {Zero2(Group(1, 2, 1, 4)), Zero2(Group(4, 2))}};
+  const ReductionGroup r = ReductionGroupsOf(model, z1)[0];
+  const AlphaBetaCommModel comm(setup->cluster);
+  const Duration cross = comm.Collective(CollectiveKind::kAllReduce,
+                                         Bytes::Of(2 * r.params / (2 * 4)), 2, true);
+  EXPECT_EQ(PriceReduction(r, z2, setup->cluster), cross);
+  const Duration gather = comm.Collective(CollectiveKind::kAllGather, Bytes::Of(2 * r.params / 2),
+                                          4, /*spans_nodes=*/false);
+  EXPECT_EQ(PriceReduction(r, z1, setup->cluster), cross + gather);
+}
+
 std::vector<Sample> MixedBatch(int64_t long_len, int64_t longs) {
   std::vector<Sample> batch = RandomTokenBatch(7, 24000, 2048, false);
   for (int64_t i = 0; i < longs; ++i) {
@@ -221,6 +246,7 @@ TEST(HeteroPlannerTest, SweepOfMixesPlansValidAndSimulates) {
       {.groups = {Group(1, 4, 2), Group(2, 2, 2)}},
       {.groups = {Group(1, 2, 1, 4), Group(2, 4)}},
       {.groups = {Group(1, 8), Group(1, 4), Group(2, 2)}},
+      {.groups = {Zero2(Group(1, 2, 1, 4)), Zero2(Group(4, 1, 1, 2))}},
   };
   const std::vector<Sample> batch = MixedBatch(4096, 2);
   for (const std::string method : {"hydraulis", "dynapipe"}) {
