@@ -157,17 +157,17 @@ Status RunHetero(const HeteroFlags& f) {
       mixes.insert(mixes.end(), some.begin(), some.end());
     }
     std::vector<GlobalBatch> score;
-    for (size_t i : PickScoreBatches(r.batches, r.cs.search.score_batches,
-                                     r.cs.search.score_extremes)) {
+    for (size_t i :
+         PickScoreBatches(r.batches, r.cs.search.score_batches, r.cs.search.score_extremes)) {
       score.push_back(r.batches[i]);
     }
-    SLUICE_ASSIGN_OR_RETURN(HeteroSearch s, SearchHetero(*r.sc.cost, r.sc.cluster, mixes, score,
-                                                         options, sim, f.top));
+    SLUICE_ASSIGN_OR_RETURN(
+        HeteroSearch s, SearchHetero(*r.sc.cost, r.sc.cluster, mixes, score, options, sim, f.top));
     int64_t feasible = 0;
     for (const HeteroCandidate& c : s.ranked) feasible += c.feasible ? 1 : 0;
-    fmt::print("search: {} 2-shape mixes, {} feasible on {} score batches, {} simulated, {:.1f} s\n",
-               s.ranked.size(), feasible, score.size(), std::min<int64_t>(f.top, feasible),
-               s.seconds);
+    fmt::print(
+        "search: {} 2-shape mixes, {} feasible on {} score batches, {} simulated, {:.1f} s\n",
+        s.ranked.size(), feasible, score.size(), std::min<int64_t>(f.top, feasible), s.seconds);
     for (size_t i = 0; i < s.ranked.size() && i < 10; ++i) {
       const HeteroCandidate& c = s.ranked[i];
       if (!c.feasible && !c.simulated) break;
@@ -185,12 +185,12 @@ Status RunHetero(const HeteroFlags& f) {
     config = s.best->config;
     fmt::print("best mix: {}\n", DescribeHetero(config));
   }
-  SLUICE_ASSIGN_OR_RETURN(HeteroPlanner planner,
-                          HeteroPlanner::Create(*r.sc.cost, config, r.sc.cluster, options,
-                                                "--replicas"));
+  SLUICE_ASSIGN_OR_RETURN(
+      HeteroPlanner planner,
+      HeteroPlanner::Create(*r.sc.cost, config, r.sc.cluster, options, "--replicas"));
   SLUICE_RETURN_IF_ERROR(CheckHoldsLongest(planner, r.batches));
-  fmt::print("replicas: {} ({} replicas on {} devices); longest sequence per group:", DescribeHetero(config),
-             config.replicas(), config.devices());
+  fmt::print("replicas: {} ({} replicas on {} devices); longest sequence per group:",
+             DescribeHetero(config), config.replicas(), config.devices());
   for (size_t g = 0; g < config.groups.size(); ++g) {
     fmt::print(" {}{}", g ? "/ " : "", planner.capacities()[g]);
   }
@@ -202,8 +202,8 @@ Status RunHetero(const HeteroFlags& f) {
     }
     fmt::print("  layers {:>3}-{:<3}{}{} {:>6.1f} M params  {}  {:.2f} ms\n", rg.first_layer,
                rg.first_layer + rg.layers - 1, rg.embedding ? " +emb" : "     ",
-               rg.output_head ? " +head" : "      ", static_cast<double>(rg.params) / 1e6,
-               stages, PriceReduction(rg, config, r.sc.cluster).millis());
+               rg.output_head ? " +head" : "      ", static_cast<double>(rg.params) / 1e6, stages,
+               PriceReduction(rg, config, r.sc.cluster).millis());
   }
   int64_t ok = 0, shown = 0, tokens = 0;
   double iter_ms = 0, plan_ms = 0, max_plan_ms = 0, cross_ms = 0;
@@ -227,28 +227,33 @@ Status RunHetero(const HeteroFlags& f) {
     tokens += s.real_tokens;
     iter_ms += s.iteration_time.millis();
     cross_ms += s.cross_sync.millis();
-    fmt::print("batch {}: {} samples, {} tokens: iteration {:.1f} ms (slowest group {:.1f} + "
-               "cross-group {:.1f}), planned in {:.2f} ms\n",
-               b.index, b.samples.size(), b.tokens, s.iteration_time.millis(),
-               s.slowest_group.millis(), s.cross_sync.millis(), p.planning_time.millis());
+    fmt::print(
+        "batch {}: {} samples, {} tokens: iteration {:.1f} ms (slowest group {:.1f} + "
+        "cross-group {:.1f}), planned in {:.2f} ms\n",
+        b.index, b.samples.size(), b.tokens, s.iteration_time.millis(), s.slowest_group.millis(),
+        s.cross_sync.millis(), p.planning_time.millis());
     if (!show) continue;
     for (size_t g = 0; g < p.groups.size(); ++g) {
       int64_t mbs = 0, longest = 0;
-      for (const auto& rep : p.groups[g].batch_plan.replicas) mbs += static_cast<int64_t>(rep.size());
-      for (const Sample& smp : p.samples[g]) longest = std::max(longest, smp.input_len + smp.target_len);
+      for (const auto& rep : p.groups[g].batch_plan.replicas)
+        mbs += static_cast<int64_t>(rep.size());
+      for (const Sample& smp : p.samples[g])
+        longest = std::max(longest, smp.input_len + smp.target_len);
       HeteroConfig one{.groups = {config.groups[g]}};
-      fmt::print("  group {} ({}): {} samples (longest {}), {} micro-batches, estimated {:.1f} "
-                 "ms, simulated {:.1f} ms\n",
-                 g + 1, DescribeHetero(one), p.samples[g].size(), longest, mbs,
-                 p.groups[g].makespan.millis(), s.groups[g].iteration_time.millis());
+      fmt::print(
+          "  group {} ({}): {} samples (longest {}), {} micro-batches, estimated {:.1f} "
+          "ms, simulated {:.1f} ms\n",
+          g + 1, DescribeHetero(one), p.samples[g].size(), longest, mbs,
+          p.groups[g].makespan.millis(), s.groups[g].iteration_time.millis());
     }
   }
-  fmt::print("\nsummary: {} of {} batches ran; sluice-hetero {:.0f} real tokens/s (simulated), "
-             "mean iteration {:.1f} ms (cross-group {:.1f} ms), planning {:.2f} ms per batch "
-             "(max {:.2f})\n",
-             ok, r.batches.size(), iter_ms > 0 ? static_cast<double>(tokens) / (iter_ms / 1e3) : 0,
-             ok ? iter_ms / ok : 0, ok ? cross_ms / ok : 0,
-             plan_ms / static_cast<double>(r.batches.size()), max_plan_ms);
+  fmt::print(
+      "\nsummary: {} of {} batches ran; sluice-hetero {:.0f} real tokens/s (simulated), "
+      "mean iteration {:.1f} ms (cross-group {:.1f} ms), planning {:.2f} ms per batch "
+      "(max {:.2f})\n",
+      ok, r.batches.size(), iter_ms > 0 ? static_cast<double>(tokens) / (iter_ms / 1e3) : 0,
+      ok ? iter_ms / ok : 0, ok ? cross_ms / ok : 0,
+      plan_ms / static_cast<double>(r.batches.size()), max_plan_ms);
   if (ok == 0) {
     return FailedPreconditionError(
         fmt::format("no batch ran within memory on {}", DescribeHetero(config)));
@@ -273,15 +278,17 @@ void RegisterHeteroCommands(CLI::App* app, RunState* state) {
                 "replicas of that shape, e.g. 'dp=4,tp=2;dp=1,tp=8'; or a JSON file "
                 "{\"replicas\": [...]}. Groups cover every device; vpp 1, ep 1, one zero of 0-2")
       ->type_name("SPEC|FILE");
-  c->add_flag("--search", f->search,
-              "Search 2-shape mixes (narrow: tp 1-2, cp 1-2, pp 1-4; wide: tp x cp 4-16, pp 1-2; ZeRO-1 "
-              "and 2) and run the best");
+  c->add_flag(
+      "--search", f->search,
+      "Search 2-shape mixes (narrow: tp 1-2, cp 1-2, pp 1-4; wide: tp x cp 4-16, pp 1-2; ZeRO-1 "
+      "and 2) and run the best");
   c->add_option("--iterations", f->iterations,
                 "Global batches to plan and simulate (default: the scenario's)")
       ->check(IntegerCheck(1, kNoMaxInteger));
   c->add_option("--method", f->method, "Batching method of each group's planner")
       ->capture_default_str();
-  c->add_option("--schedule", f->schedule, "Pipeline schedule of each group")->capture_default_str();
+  c->add_option("--schedule", f->schedule, "Pipeline schedule of each group")
+      ->capture_default_str();
   c->add_option("--shuffles", f->shuffles, "Shuffles of stage 1 across shapes")
       ->check(IntegerCheck(1, 100000))
       ->capture_default_str();

@@ -69,19 +69,18 @@ Status CheckHeteroFits(const HeteroConfig& config, const ModelSpec& model,
         source));
   }
   if (model.is_encoder_decoder()) {
-    return InvalidArgumentError(fmt::format(
-        "{}: heterogeneous replicas support decoder-only models; model '{}' is an "
-        "encoder-decoder (allowed: a decoder-only model such as gpt-6.7b or llama-7b)",
-        source, model.name));
+    return InvalidArgumentError(
+        fmt::format("{}: heterogeneous replicas support decoder-only models; model '{}' is an "
+                    "encoder-decoder (allowed: a decoder-only model such as gpt-6.7b or llama-7b)",
+                    source, model.name));
   }
   std::string sum;
   for (size_t i = 0; i < config.groups.size(); ++i) {
     const ParallelConfig& g = config.groups[i];
     const std::string where = fmt::format("{}: group {}", source, i + 1);
     if (g.vpp != 1) {
-      return InvalidArgumentError(
-          fmt::format("{}: field 'vpp' is {}; heterogeneous replicas run vpp = 1 (allowed: 1)",
-                      where, g.vpp));
+      return InvalidArgumentError(fmt::format(
+          "{}: field 'vpp' is {}; heterogeneous replicas run vpp = 1 (allowed: 1)", where, g.vpp));
     }
     if (g.ep != 1) {
       return InvalidArgumentError(fmt::format(
@@ -94,10 +93,10 @@ Status CheckHeteroFits(const HeteroConfig& config, const ModelSpec& model,
           where, g.zero));
     }
     if (g.zero != config.groups[0].zero) {
-      return InvalidArgumentError(fmt::format(
-          "{}: field 'zero' is {} but group 1's is {}; the groups share one ZeRO stage "
-          "(allowed: {})",
-          where, g.zero, config.groups[0].zero, config.groups[0].zero));
+      return InvalidArgumentError(
+          fmt::format("{}: field 'zero' is {} but group 1's is {}; the groups share one ZeRO stage "
+                      "(allowed: {})",
+                      where, g.zero, config.groups[0].zero, config.groups[0].zero));
     }
     SLUICE_RETURN_IF_ERROR(CheckParallelFits(g, model, &cluster, where));
     sum += fmt::format("{}{} replicas x {} devices", i > 0 ? " + " : "", g.dp,
@@ -107,18 +106,17 @@ Status CheckHeteroFits(const HeteroConfig& config, const ModelSpec& model,
     return InvalidArgumentError(fmt::format(
         "{}: the replica groups use {} devices ({}; dp x pp x tp x cp per group) but cluster "
         "'{}' has {}; the groups must cover every device exactly (allowed: groups summing to {})",
-        source, config.devices(), sum, cluster.name, cluster.num_devices(),
-        cluster.num_devices()));
+        source, config.devices(), sum, cluster.name, cluster.num_devices(), cluster.num_devices()));
   }
   return Status::Ok();
 }
 
 StatusOr<HeteroConfig> HeteroConfigFromJson(const nlohmann::json& j, std::string_view source) {
   if (!j.is_object() || !j.contains("replicas") || !j["replicas"].is_array()) {
-    return InvalidArgumentError(fmt::format(
-        "{}: expected an object {{\"replicas\": [ParallelConfig objects]}}, e.g. "
-        "{{\"replicas\": [{{\"dp\": 4, \"pp\": 2}}, {{\"dp\": 1, \"tp\": 8}}]}}",
-        source));
+    return InvalidArgumentError(
+        fmt::format("{}: expected an object {{\"replicas\": [ParallelConfig objects]}}, e.g. "
+                    "{{\"replicas\": [{{\"dp\": 4, \"pp\": 2}}, {{\"dp\": 1, \"tp\": 8}}]}}",
+                    source));
   }
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() != "replicas") {
@@ -129,8 +127,9 @@ StatusOr<HeteroConfig> HeteroConfigFromJson(const nlohmann::json& j, std::string
   HeteroConfig config;
   const nlohmann::json& list = j["replicas"];
   for (size_t i = 0; i < list.size(); ++i) {
-    SLUICE_ASSIGN_OR_RETURN(ParallelConfig g, ParallelConfigFromJson(
-                                                  list[i], fmt::format("{}: replicas[{}]", source, i)));
+    SLUICE_ASSIGN_OR_RETURN(
+        ParallelConfig g,
+        ParallelConfigFromJson(list[i], fmt::format("{}: replicas[{}]", source, i)));
     config.groups.push_back(g);
   }
   return config;

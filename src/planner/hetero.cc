@@ -101,13 +101,12 @@ Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
     cross = std::max(cross, 2 * group.params / (p.tp * copies));
     nodes.insert(cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)));
     if (copies > 1 && p.zero < 2) {
-      const int64_t last = DeviceOf(config, offsets, m.group, p.dp - 1, m.stage) +
-                           p.devices_per_rank() - 1;
+      const int64_t last =
+          DeviceOf(config, offsets, m.group, p.dp - 1, m.stage) + p.devices_per_rank() - 1;
       const bool spans = cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)) !=
                          cluster.NodeOfDevice(last);
       gather = std::max(gather, comm.Collective(CollectiveKind::kAllGather,
-                                                Bytes::Of(2 * group.params / p.tp), copies,
-                                                spans));
+                                                Bytes::Of(2 * group.params / p.tp), copies, spans));
     }
   }
   return comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(cross),
@@ -126,8 +125,8 @@ StatusOr<HeteroPlanner> HeteroPlanner::Create(const CostModel& cost, const Heter
   h.options_ = std::move(options);
   const Recompute saving = h.options_.planner.batching.recompute.value_or(Recompute::kFull);
   for (size_t g = 0; g < config.groups.size(); ++g) {
-    StatusOr<std::shared_ptr<const StageCostEvaluator>> eval = MakePlannerEvaluator(
-        cost, config.groups[g], cluster, h.options_.planner.schedule);
+    StatusOr<std::shared_ptr<const StageCostEvaluator>> eval =
+        MakePlannerEvaluator(cost, config.groups[g], cluster, h.options_.planner.schedule);
     if (!eval.ok()) {
       return InvalidArgumentError(fmt::format("{}: {}: {}", source,
                                               GroupName(config, static_cast<int64_t>(g)),
@@ -180,8 +179,8 @@ HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch,
     if (fits[i] == 0) {
       std::string caps;
       for (int64_t g = 0; g < groups; ++g) {
-        caps += fmt::format("{}{}: {} tokens", g ? ", " : "", GroupName(config_, g),
-                            capacities_[g]);
+        caps +=
+            fmt::format("{}{}: {} tokens", g ? ", " : "", GroupName(config_, g), capacities_[g]);
       }
       d.reason = fmt::format(
           "sample {} of {} tokens fits no replica group (longest sequence each holds: {})",
@@ -255,9 +254,9 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
   std::vector<double> scale(static_cast<size_t>(groups), 1.0);
   for (int64_t round = 0; round <= std::max<int64_t>(0, options_.refine_rounds); ++round) {
     SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale));
-    const bool better = !best.has_value() ||
-                        (r.outcome == PlanOutcome::kOk &&
-                         (best->outcome != PlanOutcome::kOk || r.makespan < best->makespan));
+    const bool better =
+        !best.has_value() || (r.outcome == PlanOutcome::kOk &&
+                              (best->outcome != PlanOutcome::kOk || r.makespan < best->makespan));
     bool refine = r.outcome == PlanOutcome::kOk && groups > 1;
     if (refine) {
       for (int64_t g = 0; g < groups; ++g) {
@@ -266,8 +265,8 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
           refine = false;
           break;
         }
-        scale[g] = static_cast<double>(r.groups[g].makespan.nanos()) /
-                   static_cast<double>(predicted);
+        scale[g] =
+            static_cast<double>(r.groups[g].makespan.nanos()) / static_cast<double>(predicted);
       }
     }
     if (better) best = std::move(r);
@@ -291,7 +290,8 @@ StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batc
     return out;
   }
   out.samples.resize(static_cast<size_t>(groups));
-  for (size_t i = 0; i < batch.size(); ++i) out.samples[out.dispatch.group_of[i]].push_back(batch[i]);
+  for (size_t i = 0; i < batch.size(); ++i)
+    out.samples[out.dispatch.group_of[i]].push_back(batch[i]);
   Duration slowest;
   for (int64_t g = 0; g < groups; ++g) {
     if (static_cast<int64_t>(out.samples[g].size()) < config_.groups[g].dp) {

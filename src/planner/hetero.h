@@ -104,11 +104,11 @@ struct HeteroPlannerOptions {
 
 // Stage 1 across shapes.
 struct HeteroDispatch {
-  bool ok = false;            // every sequence fits some group
-  std::string reason;         // why not
+  bool ok = false;                  // every sequence fits some group
+  std::string reason;               // why not
   std::vector<int64_t> replica_of;  // per sequence position; replicas numbered group by group
   std::vector<int64_t> group_of;    // per sequence position
-  int64_t max_time = 0;       // max_r T_r (ns, scaled costs)
+  int64_t max_time = 0;             // max_r T_r (ns, scaled costs)
   bool all_nonempty = false;
   std::vector<int64_t> group_time;  // [group] max over its replicas of T_r (ns, unscaled costs)
 };
@@ -191,8 +191,8 @@ std::vector<HeteroConfig> EnumerateHeteroMixes(const ModelSpec& model, const Clu
 
 struct HeteroCandidate {
   HeteroConfig config;
-  bool feasible = false;        // every score batch planned (and, when simulated, ran)
-  std::string reason;           // why not feasible
+  bool feasible = false;              // every score batch planned (and, when simulated, ran)
+  std::string reason;                 // why not feasible
   double estimated_tokens_per_s = 0;  // real tokens / sum of HeteroPlanResult::makespan
   bool simulated = false;
   double simulated_tokens_per_s = 0;  // real tokens / sum of simulated iterations

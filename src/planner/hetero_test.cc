@@ -175,8 +175,8 @@ TEST(ReductionGroupsTest, CopiesShareTheCrossTrafficAndZero1Gathers) {
   const HeteroConfig z2{.groups = {Zero2(Group(1, 2, 1, 4)), Zero2(Group(4, 2))}};
   const ReductionGroup r = ReductionGroupsOf(model, z1)[0];
   const AlphaBetaCommModel comm(setup->cluster);
-  const Duration cross = comm.Collective(CollectiveKind::kAllReduce,
-                                         Bytes::Of(2 * r.params / (2 * 4)), 2, true);
+  const Duration cross =
+      comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(2 * r.params / (2 * 4)), 2, true);
   EXPECT_EQ(PriceReduction(r, z2, setup->cluster), cross);
   const Duration gather = comm.Collective(CollectiveKind::kAllGather, Bytes::Of(2 * r.params / 2),
                                           4, /*spans_nodes=*/false);
@@ -261,8 +261,7 @@ TEST(HeteroPlannerTest, SweepOfMixesPlansValidAndSimulates) {
       // The refinement rounds keep the best round: never worse than stage 1 once.
       HeteroPlannerOptions once = Options(method);
       once.refine_rounds = 0;
-      StatusOr<HeteroPlanner> single =
-          HeteroPlanner::Create(*setup->cost, h, setup->cluster, once);
+      StatusOr<HeteroPlanner> single = HeteroPlanner::Create(*setup->cost, h, setup->cluster, once);
       ASSERT_TRUE(single.ok());
       StatusOr<HeteroPlanResult> r0 = single->Plan(batch);
       ASSERT_TRUE(r0.ok());
