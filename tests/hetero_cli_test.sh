@@ -14,6 +14,17 @@ expect hetero-mix 0 "summary: 1 of 1 batches ran; sluice-hetero [0-9]+ real toke
 expect hetero-reduction-groups 0 "layers +0-31 +\+emb \+head .* g1:s0 g2:s0" -- hetero --replicas "$mix" --iterations 1
 echo '{"replicas": [{"dp": 1, "tp": 4, "zero": 1}, {"dp": 1, "tp": 2, "pp": 2, "zero": 1}]}' >"$tmp/mix.json"
 expect hetero-json 0 "layers +16-31 .* g1:s0 g2:s1" -- hetero --replicas "$tmp/mix.json" --iterations 1
+expect hetero-out 0 "wrote $tmp/h.json" -- hetero --replicas "$tmp/mix.json" --iterations 1 --out "$tmp/h.json"
+check hetero-out-groups /usr/bin/python3 -c "
+import json, sys
+h = json.load(open('$tmp/h.json'))
+assert h['format'] == 'sluice-hetero-plan/1' and len(h['groups']) == 2, h.keys()
+assert [r['first_layer'] for r in h['reductions']] == [0, 16]
+assert [[m['stage'] for m in r['members']] for r in h['reductions']] == [[0, 0], [0, 1]]
+for i, g in enumerate(h['groups']):
+    json.dump(g, open('$tmp/g%d.json' % i, 'w'))
+"
+check hetero-out-groups-valid "$sluice" plan check "$tmp/g0.json" "$tmp/g1.json"
 expect hetero-search 0 "best mix: .* \+ " -- hetero --search --iterations 1 --top 1 --scenario "$(dirname "$0")/../examples/compare-small.json"
 
 # Bad specs.

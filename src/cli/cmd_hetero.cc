@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "base/json_util.h"
 #include "cli/cli_common.h"
 #include "compare/compare_scenario.h"
@@ -38,6 +39,7 @@ struct HeteroFlags {
   int64_t shuffles = 16;
   int64_t top = 3;
   int64_t show = 1;
+  std::string out;  // --out: the first planned batch's heterogeneous plan (JSON)
 };
 
 struct Resolved {
@@ -122,6 +124,7 @@ Status RunHetero(const HeteroFlags& f) {
         "--replicas / --search: give exactly one (--replicas 'dp=4,tp=2;dp=1,tp=8' runs that mix, "
         "--search finds the best 2-shape mix)");
   }
+  if (!f.out.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
   if (!IsBatchingName(f.method)) {
     SLUICE_RETURN_IF_ERROR(MethodSpecFor(f.method, "--method").status());
   }
@@ -206,6 +209,7 @@ Status RunHetero(const HeteroFlags& f) {
                PriceReduction(rg, config, r.sc.cluster).millis());
   }
   int64_t ok = 0, shown = 0, tokens = 0;
+  bool written = false;
   double iter_ms = 0, plan_ms = 0, max_plan_ms = 0, cross_ms = 0;
   for (const GlobalBatch& b : r.batches) {
     SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult p, planner.Plan(b.samples));
@@ -216,6 +220,13 @@ Status RunHetero(const HeteroFlags& f) {
       fmt::print("batch {}: {} samples, {} tokens: out-of-memory: {}\n", b.index, b.samples.size(),
                  b.tokens, p.infeasible_reason);
       continue;
+    }
+    if (!f.out.empty() && !written) {
+      SLUICE_RETURN_IF_ERROR(
+          WriteStringToFile(f.out, HeteroPlanToJson(p, config, r.sc.cluster).dump() + "\n")
+              .WithPrefix("--out"));
+      written = true;
+      fmt::print("wrote {} (global batch {})\n", f.out, b.index);
     }
     SLUICE_ASSIGN_OR_RETURN(HeteroSimResult s, SimulateHetero(p, sim));
     if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
@@ -295,6 +306,11 @@ void RegisterHeteroCommands(CLI::App* app, RunState* state) {
   c->add_option("--top", f->top, "Searched mixes simulated after the estimate")
       ->check(IntegerCheck(1, 1000))
       ->capture_default_str();
+  c->add_option("--out", f->out,
+                "Write the first planned batch's heterogeneous plan: replica groups, reduction "
+                "groups and each group's plan (JSON, sluice-hetero-plan/1)")
+      ->type_name("FILE")
+      ->check(PathCheck());
   c->add_option("--show", f->show, "Print per-group details of this many first batches")
       ->check(IntegerCheck(0, kNoMaxInteger))
       ->capture_default_str();

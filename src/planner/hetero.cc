@@ -316,6 +316,32 @@ StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batc
   return out;
 }
 
+nlohmann::json HeteroPlanToJson(const HeteroPlanResult& plan, const HeteroConfig& config,
+                                const ClusterSpec& cluster) {
+  nlohmann::json reductions = nlohmann::json::array();
+  for (const ReductionGroup& r : plan.reductions) {
+    nlohmann::json members = nlohmann::json::array();
+    for (const ReductionMember& m : r.members) {
+      members.push_back({{"group", m.group}, {"stage", m.stage}});
+    }
+    reductions.push_back({{"first_layer", r.first_layer},
+                          {"layers", r.layers},
+                          {"embedding", r.embedding},
+                          {"output_head", r.output_head},
+                          {"params", r.params},
+                          {"members", members},
+                          {"cross_group_ms", PriceReduction(r, config, cluster).millis()}});
+  }
+  nlohmann::json groups = nlohmann::json::array();
+  for (const PlanResult& g : plan.groups) groups.push_back(PlanToJson(g.plan));
+  return {{"format", "sluice-hetero-plan/1"},
+          {"replicas", HeteroConfigToJson(config)},
+          {"device_offsets", config.DeviceOffsets()},
+          {"reductions", reductions},
+          {"cross_group_ms", plan.cross_sync.millis()},
+          {"groups", groups}};
+}
+
 StatusOr<HeteroSimResult> SimulateHetero(const HeteroPlanResult& plan, SimOptions options) {
   HeteroSimResult out;
   out.cross_sync = plan.cross_sync;

@@ -61,6 +61,7 @@
 #include "data/sample.h"
 #include "model/cluster_spec.h"
 #include "model/hetero_config.h"
+#include "plan/plan_json.h"
 #include "planner/planner.h"
 #include "sim/simulator.h"
 
@@ -162,6 +163,14 @@ class HeteroPlanner {
   std::vector<ReductionGroup> reductions_;
   Duration cross_sync_;
 };
+
+// The heterogeneous plan as JSON ("sluice-hetero-plan/1", docs/formats.md has the homogeneous
+// plan): {"format", "replicas": HeteroConfigToJson, "device_offsets": [per group],
+// "reductions": [{"first_layer", "layers", "embedding", "output_head", "params", "members":
+// [{"group", "stage"}], "cross_group_ms"}], "cross_group_ms", "groups": [the group's plan as
+// PlanToJson (plan/plan_json.h)]}. REQUIRES: plan.outcome == kOk, `config` the plan's.
+nlohmann::json HeteroPlanToJson(const HeteroPlanResult& plan, const HeteroConfig& config,
+                                const ClusterSpec& cluster);
 
 struct HeteroSimResult {
   SimOutcome outcome = SimOutcome::kOk;

@@ -265,7 +265,9 @@ TEST(HeteroPlannerTest, SweepOfMixesPlansValidAndSimulates) {
       ASSERT_TRUE(single.ok());
       StatusOr<HeteroPlanResult> r0 = single->Plan(batch);
       ASSERT_TRUE(r0.ok());
-      if (r0->outcome == PlanOutcome::kOk) EXPECT_LE(r->makespan, r0->makespan);
+      if (r0->outcome == PlanOutcome::kOk) {
+        EXPECT_LE(r->makespan, r0->makespan);
+      }
       StatusOr<HeteroSimResult> sim = SimulateHetero(*r, SimOptions{});
       ASSERT_TRUE(sim.ok()) << sim.status().ToString();
       EXPECT_EQ(sim->outcome, SimOutcome::kOk) << DescribeHetero(h) << ": " << sim->problem;
