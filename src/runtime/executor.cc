@@ -417,6 +417,11 @@ class IterationRun {
                                          .tag = in.tag});
     e.op = std::string(OpKindName(StartOf(in.op)));
     e.bytes = it->second.bytes;
+    if (const auto* d = dynamic_cast<const DelayedSend*>(it->second.handle.get())) {
+      // Under --link-delay-ms: when the helper thread handed the send to c10d.
+      e.handed_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(d->handed_at() - epoch_).count();
+    }
     trace_.Add(std::move(e));
     transfers_.erase(it);
     return Status::Ok();
