@@ -278,11 +278,12 @@ void RegisterTraceCommands(CLI::App* app, RunState* state) {
                 "whose measured cost departs most from the plan's")
       ->type_name("FILE ...");
   r->add_option("--what-if", rf->what_if,
-                "Replay again with WHAT's times x FACTOR, or + DURATION (ns, us, ms, s): "
-                "compute, comm, link, gap, optimizer or a text the op's name or annotation "
-                "contains; link+=D starts each transfer D after its send was posted (as train "
-                "--link-delay-ms); prints predicted iteration times (repeatable)")
-      ->type_name("WHAT=FACTOR|WHAT+=D");
+                "WHAT=FACTOR or WHAT+=DURATION (ns, us, ms, s): replay again with WHAT's times "
+                "scaled or lengthened and print the predicted iteration times; WHAT: compute, "
+                "comm, link, gap, optimizer or a text the op's name or annotation contains; "
+                "link+=D starts each transfer D after its send was posted, as train "
+                "--link-delay-ms does (repeatable)")
+      ->type_name("SPEC");
   r->add_flag("--median", rf->median,
               "Class replay with each class's median instead of its mean (dPRO's avg)");
   r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/2)")
