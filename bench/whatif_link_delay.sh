@@ -13,7 +13,9 @@
 #   3. Prints per iteration the medians over the repeats of A measured, B predicted (the
 #      per-iteration replay: each iteration from its measured start; and the whole-run replay,
 #      iterations chained) and B measured, with the prediction's error; then the mean over the
-#      iterations (iteration 0, warm-up, is left out of the means).
+#      iterations (iteration 0, warm-up, is left out of the means); then what the prediction
+#      cannot know: B's compute time against A's per run, and how late the link-delay thread
+#      handed the sends over.
 #
 # Usage, from the repository root (timings: run it under the build lock on a shared machine):
 #   flock /tmp/sluice-build.lock bench/whatif_link_delay.sh
@@ -117,6 +119,29 @@ print(f"  mean over iterations 1..: A {sums[0] / n:.1f} ms, B predicted {sums[1]
       f"worst {max(werrs):.1f}%)")
 print(f"  the delay's measured effect: {100 * (sums[3] / sums[0] - 1):+.1f}%, predicted "
       f"{100 * (sums[1] / sums[0] - 1):+.1f}%")
+# What the prediction cannot know: how fast B computed (the same ops; on a shared machine the
+# ranks' compute speed changes from run to run, and a rank that waits more leaves the cores to
+# the other) and how late the link-delay thread woke (B's handed_ts against each send's post).
+import glob
+def compute_ms(trace_dir):
+    s = 0
+    for f in glob.glob(f"{trace_dir}/trace-rank-*.json"):
+        for e in json.load(open(f))["traceEvents"]:
+            if (e.get("ph") == "X" and e["tid"] == 0 and e["args"]["iteration"] >= 1 and
+                    e["args"]["op"] in ("forward", "backward", "backward-input", "backward-weight")):
+                s += e["dur"] / 1e3
+    return s
+ratios = [compute_ms(f"{out}/b{r}") / compute_ms(f"{out}/a{r}") for r in range(repeats)]
+late = []
+for f in glob.glob(f"{out}/b*/trace-rank-*.json"):
+    for e in json.load(open(f))["traceEvents"]:
+        if e.get("ph") == "X" and "handed_ts" in e.get("args", {}):
+            late.append((e["args"]["handed_ts"] - e["ts"]) / 1e3 - float(delay))
+late.sort()
+print("  compute (forward/backward own time, iterations 1..) of B / A per run: " +
+      ", ".join(f"{x:.3f}" for x in ratios))
+print(f"  sends handed to c10d later than the delay by: median {statistics.median(late):.2f} ms, "
+      f"p90 {late[int(0.9 * len(late))]:.2f} ms, max {late[-1]:.2f} ms ({len(late)} sends)")
 if tol and statistics.mean(errs) > float(tol):
     print(f"whatif_link_delay: mean |error| {statistics.mean(errs):.1f}% is above TOL={tol}%")
     sys.exit(1)
