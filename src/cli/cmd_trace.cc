@@ -47,8 +47,7 @@ Status RunReplay(const ReplayFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
   SLUICE_ASSIGN_OR_RETURN(
       trace::Replays replays,
-      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean,
-                       what_if));
+      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean, what_if));
   std::vector<trace::OpCorrection> departures;
   if (!f.plans.empty()) {
     // Ties every op of the trace to its plan's instruction (an error names the event of a trace

@@ -100,7 +100,8 @@ std::string FormatWhatIfReport(const Replays& r) {
       Ms(r.per_iteration.mean_iteration_replayed_ns),
       Ms(r.what_if_per_iteration.mean_iteration_replayed_ns),
       100 * (r.what_if_per_iteration.mean_iteration_replayed_ns / b - 1),
-      Ms(r.whole_run.mean_iteration_replayed_ns), Ms(r.what_if_whole_run.mean_iteration_replayed_ns));
+      Ms(r.whole_run.mean_iteration_replayed_ns),
+      Ms(r.what_if_whole_run.mean_iteration_replayed_ns));
   return out;
 }
 

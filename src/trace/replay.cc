@@ -261,9 +261,7 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
       if (w.factor == 1.0) continue;
     }
     const int64_t add = w.match == "link" ? 0 : w.add_ns;
-    auto change = [&](int64_t x) {
-      return std::llround(static_cast<double>(x) * w.factor) + add;
-    };
+    auto change = [&](int64_t x) { return std::llround(static_cast<double>(x) * w.factor) + add; };
     for (size_t v = 0; v < n; ++v) {
       const GraphNode& node = g.nodes[v];
       if (w.match == "gap") {

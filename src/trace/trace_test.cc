@@ -162,9 +162,9 @@ TEST(WhatIf, ParsesFactorsAndDurations) {
   }
   EXPECT_EQ(WhatIfText(*ParseWhatIf("link+=1500us")), "link+=1500us");
   EXPECT_EQ(ParseWhatIf("forward=1.2")->match, "forward");
-  for (const char* bad : {"link+=2", "=2", "+=2ms", "comm=", "comm", "comm=-1", "link+=-1ms",
-                          "link+=ms", "link+=2 ms", "comm=nan", "comm=inf", "comm=1x",
-                          "link+=2msx", "link+=1e300s"}) {
+  for (const char* bad :
+       {"link+=2", "=2", "+=2ms", "comm=", "comm", "comm=-1", "link+=-1ms", "link+=ms",
+        "link+=2 ms", "comm=nan", "comm=inf", "comm=1x", "link+=2msx", "link+=1e300s"}) {
     auto b = ParseWhatIf(bad);
     ASSERT_FALSE(b.ok()) << bad;
     EXPECT_THAT(b.status().message(), HasSubstr("WHAT+=DURATION")) << bad;
