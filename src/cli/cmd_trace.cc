@@ -36,42 +36,18 @@ struct ReplayFlags {
   bool median = false;
 };
 
-// "KIND=FACTOR" -> WhatIf.
-StatusOr<trace::WhatIf> ParseWhatIf(const std::string& text) {
-  const size_t eq = text.rfind('=');
-  trace::WhatIf w;
-  bool ok = eq != std::string::npos && eq > 0 && eq + 1 < text.size();
-  if (ok) {
-    w.match = text.substr(0, eq);
-    try {
-      size_t used = 0;
-      w.factor = std::stod(text.substr(eq + 1), &used);
-      ok = used == text.size() - eq - 1;
-    } catch (const std::exception&) {
-      ok = false;
-    }
-  }
-  if (!ok) {
-    return InvalidArgumentError(fmt::format(
-        "--what-if '{}': expected WHAT=FACTOR, WHAT one of compute, comm, gap, optimizer or a text "
-        "the op's name or annotation contains (e.g. comm=0.5, 'forward=1.2')",
-        text));
-  }
-  return w;
-}
-
 Status RunReplay(const ReplayFlags& f) {
   if (!f.json.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--json", f.json));
   if (!f.report.empty()) SLUICE_RETURN_IF_ERROR(CheckOutputFile("--report", f.report));
-  trace::ReplayOptions what_if;
+  std::vector<trace::WhatIf> what_if;
   for (const std::string& w : f.what_if) {
-    SLUICE_ASSIGN_OR_RETURN(trace::WhatIf parsed, ParseWhatIf(w));
-    what_if.what_if.push_back(parsed);
+    SLUICE_ASSIGN_OR_RETURN(trace::WhatIf parsed, trace::ParseWhatIf(w));
+    what_if.push_back(parsed);
   }
   SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
   SLUICE_ASSIGN_OR_RETURN(
       trace::Replays replays,
-      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean));
+      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean, what_if));
   std::vector<trace::OpCorrection> departures;
   if (!f.plans.empty()) {
     // Ties every op of the trace to its plan's instruction (an error names the event of a trace
@@ -110,16 +86,7 @@ Status RunReplay(const ReplayFlags& f) {
     }
   }
   fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
-  if (!what_if.what_if.empty()) {
-    what_if.comm = trace::CommModel::kWaitedElseFitted;
-    SLUICE_ASSIGN_OR_RETURN(trace::ReplayResult w, trace::Replay(a.graph, a.set, what_if));
-    std::string list;
-    for (const std::string& s : f.what_if) list += (list.empty() ? "" : ", ") + s;
-    const double base = std::max(1.0, replays.whole_run.mean_iteration_replayed_ns);
-    fmt::print("what-if {}: mean iteration {:.3f} ms (whole-run replay {:.3f} ms, {:+.1f}%)\n",
-               list, w.mean_iteration_replayed_ns * 1e-6, base * 1e-6,
-               100 * (w.mean_iteration_replayed_ns / base - 1));
-  }
+  fmt::print("{}", trace::FormatWhatIfReport(replays));
   if (!f.json.empty()) {
     SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, replays)));
   }
@@ -333,9 +300,12 @@ void RegisterTraceCommands(CLI::App* app, RunState* state) {
                 "whose measured cost departs most from the plan's")
       ->type_name("FILE ...");
   r->add_option("--what-if", rf->what_if,
-                "Replay again with WHAT's times x FACTOR: compute, comm, gap, optimizer or a text "
-                "the op's name or annotation contains (repeatable)")
-      ->type_name("WHAT=FACTOR");
+                "WHAT=FACTOR or WHAT+=DURATION (ns, us, ms, s): replay again with WHAT's times "
+                "scaled or lengthened and print the predicted iteration times; WHAT: compute, "
+                "comm, link, gap, optimizer or a text the op's name or annotation contains; "
+                "link+=D starts each transfer D after its send was posted, as train "
+                "--link-delay-ms does (repeatable)")
+      ->type_name("SPEC");
   r->add_flag("--median", rf->median,
               "Class replay with each class's median instead of its mean (dPRO's avg)");
   r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/2)")

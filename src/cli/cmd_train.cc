@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 
@@ -31,6 +32,7 @@ struct TrainFlags {
   int64_t lookahead = 2;
   std::string backend = "gloo";
   std::string fault;
+  double link_delay_ms = 0;
   bool allow_partial = false;
   std::string run_id;
   std::string bind;
@@ -79,6 +81,12 @@ Status RunTrain(const TrainFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(const Planner planner,
                           MakePlannerFromFlags(sc, scenario_flags, f.planner));
   runtime::TrainOptions o;
+  if (f.link_delay_ms * 1e-3 >= static_cast<double>(f.timeout_s)) {
+    return InvalidArgumentError(fmt::format(
+        "--link-delay-ms {}: must be below --timeout ({} s), else every transfer times out",
+        f.link_delay_ms, f.timeout_s));
+  }
+  o.link_delay = std::chrono::nanoseconds(std::llround(f.link_delay_ms * 1e6));
   if (!f.fault.empty()) {
     SLUICE_ASSIGN_OR_RETURN(o.fault, runtime::ParseFault(f.fault));
   }
@@ -226,6 +234,12 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--fault", flags->fault,
                 "Testing aid: RANK:ITERATION:KIND injects a failure (exit, kill, stop, hang)")
       ->type_name("R:I:KIND");
+  t->add_option("--link-delay-ms", flags->link_delay_ms,
+                "Testing aid: every point-to-point send leaves MS later (a helper thread posts "
+                "it; the sender computes on), as on a slower link; sluice replay --what-if "
+                "link+=MSms predicts it")
+      ->type_name("MS")
+      ->check(NumberCheck(0, false, 10000, "a number of milliseconds in [0, 10000]"));
   t->add_flag("--allow-partial", flags->allow_partial,
               "Train plans that leave samples of their batch out (otherwise an error)");
   t->add_option("--run-id", flags->run_id,

@@ -8,6 +8,8 @@
 
 #include <charconv>
 #include <cstdio>
+#include <deque>
+#include <stdexcept>
 
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -588,9 +590,128 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   return c;
 }
 
+// ---- Link delay ----
+
+bool DelayedSend::wait(std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<c10d::Work> inner;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+      cv_.wait(lock, [&] { return handed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return handed_; })) {
+      TORCH_CHECK(false, "delayed send: not handed to c10d within the timeout");
+    }
+    if (error_) std::rethrow_exception(error_);
+    inner = inner_;
+  }
+  return inner->wait(timeout);
+}
+
+bool DelayedSend::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return handed_ && (error_ != nullptr || inner_->isCompleted());
+}
+
+void DelayedSend::Handed(c10::intrusive_ptr<c10d::Work> inner, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inner_ = std::move(inner);
+    error_ = error;
+    handed_at_ = std::chrono::steady_clock::now();
+    handed_ = true;
+  }
+  cv_.notify_all();
+}
+
+// The helper thread of SetLinkDelay: posts each queued send on `group` once its time has come,
+// in queue order (every send waits the same delay, so that is also the order of their times).
+class LinkDelay {
+ public:
+  LinkDelay(c10::intrusive_ptr<c10d::ProcessGroup> group, std::mutex* group_mu)
+      : group_(std::move(group)), group_mu_(group_mu), thread_([this] { Loop(); }) {}
+  ~LinkDelay() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void Post(std::chrono::steady_clock::time_point due, at::Tensor t, int64_t peer, int64_t tag,
+            c10::intrusive_ptr<DelayedSend> work) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({due, std::move(t), peer, tag, std::move(work)});
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Entry {
+    std::chrono::steady_clock::time_point due;
+    at::Tensor tensor;
+    int64_t peer, tag;
+    c10::intrusive_ptr<DelayedSend> work;
+  };
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      const auto due = queue_.front().due;
+      if (cv_.wait_until(lock, due, [&] { return stop_; })) {
+        // Closing with sends queued (a failed run): they fail (their waits rethrow).
+        for (Entry& e : queue_) {
+          e.work->Handed({}, std::make_exception_ptr(std::runtime_error(
+                                 "the communicator closed before the delayed send was posted")));
+        }
+        return;
+      }
+      Entry e = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      c10::intrusive_ptr<c10d::Work> inner;
+      std::exception_ptr error;
+      try {
+        std::vector<at::Tensor> v{e.tensor};
+        std::lock_guard<std::mutex> group_lock(*group_mu_);
+        inner = group_->send(v, static_cast<int>(e.peer), static_cast<int>(e.tag));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      e.work->Handed(std::move(inner), error);
+      lock.lock();
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::mutex* group_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Entry> queue_;  // guarded by mu_
+  bool stop_ = false;        // guarded by mu_
+  std::thread thread_;
+};
+
+Communicator::~Communicator() = default;
+
+void Communicator::SetLinkDelay(std::chrono::nanoseconds delay) {
+  link_delay_ = delay;
+  delay_.reset();
+  if (delay.count() > 0) delay_ = std::make_unique<LinkDelay>(world_, &world_mu_);
+}
+
 StatusOr<Communicator::Handle> Communicator::Send(const at::Tensor& t, int64_t peer, int64_t tag) {
   try {
+    if (delay_) {
+      auto work = c10::make_intrusive<DelayedSend>();
+      delay_->Post(std::chrono::steady_clock::now() + link_delay_, t, peer, tag, work);
+      return Handle(work);
+    }
     std::vector<at::Tensor> v{t};
+    std::lock_guard<std::mutex> lock(world_mu_);
     return world_->send(v, static_cast<int>(peer), static_cast<int>(tag));
   } catch (const std::exception& e) {
     return FailedPreconditionError(fmt::format("send to rank {} failed: {}", peer, e.what()));
@@ -600,6 +721,7 @@ StatusOr<Communicator::Handle> Communicator::Send(const at::Tensor& t, int64_t p
 StatusOr<Communicator::Handle> Communicator::Recv(const at::Tensor& t, int64_t peer, int64_t tag) {
   try {
     std::vector<at::Tensor> v{t};
+    std::lock_guard<std::mutex> lock(world_mu_);
     return world_->recv(v, static_cast<int>(peer), static_cast<int>(tag));
   } catch (const std::exception& e) {
     return FailedPreconditionError(fmt::format("receive from rank {} failed: {}", peer, e.what()));

@@ -28,8 +28,16 @@
 // p2p waits carry no timeout of their own (a timed-out Gloo pair aborts the process), so the
 // watchdog owns every timeout.
 //
-// Thread safety: a Communicator and the StoreClient it hands out belong to the main thread;
-// Watchdog methods may be called from any thread.
+// Link delay (a testing aid, `sluice train --link-delay-ms`): with SetLinkDelay(d) > 0 every
+// point-to-point send is handed to c10d by a helper thread d after Send() was called, in the
+// order the sends were posted (so c10d pairs them as before); Send() returns at once with a
+// DelayedSend handle whose wait() waits for the hand-over, then for the send. The sender's compute
+// goes on; the message leaves (and the receive completes) d later, as on a link with d more
+// latency. Collectives are not delayed.
+//
+// Thread safety: a Communicator and the StoreClient it hands out belong to the main thread (the
+// link-delay helper thread posts sends under the Communicator's own lock); Watchdog methods may
+// be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -157,6 +165,29 @@ class Watchdog {
 
 enum class Backend { kGloo, kNccl };
 
+class LinkDelay;
+
+// The handle of a send posted under a link delay: done once the helper thread handed it to c10d
+// (handed_at()) and c10d's send completed. wait() rethrows a failed hand-over.
+class DelayedSend : public c10d::Work {
+ public:
+  DelayedSend() : c10d::Work(-1, c10d::OpType::SEND) {}
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  bool isCompleted() override;
+  // When the helper thread handed the send to c10d. REQUIRES: wait() returned.
+  std::chrono::steady_clock::time_point handed_at() const { return handed_at_; }
+
+ private:
+  friend class LinkDelay;
+  // Called by the helper thread once: the posted send (or the error posting it).
+  void Handed(c10::intrusive_ptr<c10d::Work> inner, std::exception_ptr error);
+
+  c10::intrusive_ptr<c10d::Work> inner_;  // guarded by mutex_ until handed_
+  std::exception_ptr error_;              // guarded by mutex_
+  bool handed_ = false;                   // guarded by mutex_
+  std::chrono::steady_clock::time_point handed_at_;
+};
+
 class Communicator {
  public:
   using Handle = c10::intrusive_ptr<c10d::Work>;
@@ -186,6 +217,14 @@ class Communicator {
   StatusOr<Handle> AllReduceEmbedding(const at::Tensor& t);
   // Blocks until `h` completes; the error carries c10d's message.
   Status Wait(const Handle& h);
+  // Delays every later Send by `delay` (see the file comment); 0 = none. Call once, before the
+  // first Send. REQUIRES: delay >= 0.
+  void SetLinkDelay(std::chrono::nanoseconds delay);
+  std::chrono::nanoseconds link_delay() const { return link_delay_; }
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
  private:
   Communicator() = default;
@@ -196,6 +235,9 @@ class Communicator {
   std::unique_ptr<StoreClient> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_;
   std::vector<int64_t> dp_peers_, emb_peers_;
+  std::mutex world_mu_;  // serialises posts on world_ (main thread and the link-delay thread)
+  std::chrono::nanoseconds link_delay_{0};
+  std::unique_ptr<LinkDelay> delay_;
 };
 
 }  // namespace sluice::runtime

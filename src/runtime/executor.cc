@@ -364,8 +364,9 @@ class IterationRun {
       for (const at::Tensor& x : tensors) flat.push_back(x.detach().reshape({-1}));
       t.flat = torch::cat(flat);
     }
+    const int64_t posted = Now();
     SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Send(t.flat, in.peer, in.tag));
-    return Post(in, std::move(t));
+    return Post(in, std::move(t), posted);
   }
 
   Status RecvStart(const Instruction& in) {
@@ -380,12 +381,14 @@ class IterationRun {
       offset += NumElements(s);
     }
     SLUICE_RETURN_IF_ERROR(Write(in, std::move(views)));
+    const int64_t posted = Now();
     SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Recv(t.flat, in.peer, in.tag));
-    return Post(in, std::move(t));
+    return Post(in, std::move(t), posted);
   }
 
-  Status Post(const Instruction& in, Transfer t) {
-    t.posted_ns = Now();
+  // `posted_ns`: just before the transfer was handed to the communicator.
+  Status Post(const Instruction& in, Transfer t, int64_t posted_ns) {
+    t.posted_ns = posted_ns;
     t.bytes = t.flat.numel() * t.flat.element_size();
     t.peer = in.peer;
     last_bytes_ = t.bytes;
@@ -417,6 +420,11 @@ class IterationRun {
                                          .tag = in.tag});
     e.op = std::string(OpKindName(StartOf(in.op)));
     e.bytes = it->second.bytes;
+    if (const auto* d = dynamic_cast<const DelayedSend*>(it->second.handle.get())) {
+      // Under --link-delay-ms: when the helper thread handed the send to c10d.
+      e.handed_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(d->handed_at() - epoch_).count();
+    }
     trace_.Add(std::move(e));
     transfers_.erase(it);
     return Status::Ok();

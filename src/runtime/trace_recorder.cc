@@ -35,6 +35,7 @@ std::string TraceRecorder::ToChromeJson() const {
     if (e.stage >= 0) args["stage"] = e.stage;
     if (e.peer >= 0) args["peer"] = e.peer;
     if (e.bytes > 0) args["bytes"] = e.bytes;
+    if (e.handed_ns >= 0) args["handed_ts"] = static_cast<double>(e.handed_ns) / 1e3;
     events.push_back({{"name", e.name},
                       {"cat", kStreamNames[static_cast<int>(e.stream)]},
                       {"ph", "X"},

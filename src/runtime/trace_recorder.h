@@ -7,7 +7,8 @@
 // (a gradient bucket's all-reduce from posting until the optimizer step found it done). Times are
 // microseconds since the job's epoch (rank 0's steady clock at rendezvous; CLOCK_MONOTONIC is
 // shared by the processes of one host). `args` carry the op name, iteration, micro-batch, stage,
-// peer and the bytes actually moved (fp32 on CPU: twice the plan's fp16 bytes). The format is
+// peer and the bytes actually moved (fp32 on CPU: twice the plan's fp16 bytes); a send under
+// `--link-delay-ms` also `handed_ts`, when the link-delay thread handed it to c10d. The format is
 // listed in docs/formats.md ("Runtime trace").
 //
 // Thread safety: one thread records; not thread-safe.
@@ -35,6 +36,7 @@ struct TraceEvent {
   int64_t start_ns = 0;  // since the job's epoch
   int64_t end_ns = 0;
   int64_t bytes = 0;
+  int64_t handed_ns = -1;  // a send under a link delay (comm.h): when c10d got it; -1 none
 };
 
 class TraceRecorder {

@@ -207,6 +207,7 @@ class Trainer {
     SLUICE_ASSIGN_OR_RETURN(
         comm_, Communicator::Create(env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp),
                                     backend, o_.timeout));
+    comm_->SetLinkDelay(o_.link_delay);
     // A common time origin for the traces: rank 0's steady clock (shared on one host).
     if (env_.rank == 0) {
       epoch_ = Clock::now();
@@ -228,12 +229,16 @@ class Trainer {
       service_ = std::make_unique<PlanService>(o_, env_);
       SLUICE_RETURN_IF_ERROR(service_->Start());
       if (o_.print) {
-        fmt::print("runtime:  {} ranks (dp {} x pp {}{}), {} on {}, {} thread{} per rank, "
-                   "{} parameters on rank 0\n",
-                   env_.world_size, par.dp, par.pp,
-                   par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "", o_.backend,
-                   backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads,
-                   threads == 1 ? "" : "s", shard_->NumParameters());
+        fmt::print(
+            "runtime:  {} ranks (dp {} x pp {}{}), {} on {}, {} thread{} per rank, "
+            "{} parameters on rank 0{}\n",
+            env_.world_size, par.dp, par.pp, par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
+            o_.backend, backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads,
+            threads == 1 ? "" : "s", shard_->NumParameters(),
+            o_.link_delay.count() > 0
+                ? fmt::format(", sends delayed {:.3f} ms (--link-delay-ms)",
+                              static_cast<double>(o_.link_delay.count()) * 1e-6)
+                : "");
         std::fflush(stdout);
       }
       if (!o_.metrics_path.empty()) {

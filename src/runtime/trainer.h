@@ -81,6 +81,9 @@ struct TrainOptions {
   std::string metrics_path;   // "" = none
   std::string dump_dir;       // "" = no dumps
   FaultSpec fault;
+  // Testing aid (--link-delay-ms): every point-to-point send is handed to c10d this much later
+  // (comm.h, Communicator::SetLinkDelay); 0 = none.
+  std::chrono::nanoseconds link_delay{0};
   bool print = true;          // rank 0 prints lines and the summary
   // Rank 0 (--calibration): applied to every plan before it is published (planned or read from
   // --plan; it rewrites durations and links, which the executor does not read, so what runs is

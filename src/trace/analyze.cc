@@ -42,7 +42,8 @@ StatusOr<Analysis> AnalyzeFiles(const std::vector<std::string>& paths, const Rea
   return Analyze(std::move(set));
 }
 
-StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat) {
+StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat,
+                            const std::vector<WhatIf>& what_if) {
   Replays r;
   r.class_stat = class_stat;
   SLUICE_ASSIGN_OR_RETURN(r.exact, Replay(a.graph, a.set, ReplayOptions{}));
@@ -58,7 +59,50 @@ StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat) {
   c.durations = class_stat;
   c.critical_path = false;
   SLUICE_ASSIGN_OR_RETURN(r.by_class, Replay(a.graph, a.set, c));
+  if (!what_if.empty()) {
+    r.what_if = what_if;
+    ReplayOptions w;
+    w.comm = CommModel::kWaitedElseFitted;
+    w.what_if = what_if;
+    SLUICE_ASSIGN_OR_RETURN(r.what_if_whole_run, Replay(a.graph, a.set, w));
+    w.per_iteration = true;
+    w.critical_path = false;
+    SLUICE_ASSIGN_OR_RETURN(r.what_if_per_iteration, Replay(a.graph, a.set, w));
+  }
   return r;
+}
+
+std::string FormatWhatIfReport(const Replays& r) {
+  if (r.what_if.empty()) return "";
+  std::string list;
+  for (const WhatIf& w : r.what_if) list += (list.empty() ? "" : ", ") + WhatIfText(w);
+  std::string out = fmt::format(
+      "what-if {}: iteration times predicted from this trace (per-iteration replay: each "
+      "iteration from its measured start; whole-run: chained)\n",
+      list);
+  out += "  iteration  measured ms  replayed ms  what-if ms  change   whole-run what-if ms\n";
+  const std::vector<IterationTime>& base = r.per_iteration.iterations;
+  const std::vector<IterationTime>& w = r.what_if_per_iteration.iterations;
+  const std::vector<IterationTime>& ww = r.what_if_whole_run.iterations;
+  for (size_t i = 0; i < base.size() && i < w.size(); ++i) {
+    const double change = 100 * (static_cast<double>(w[i].replayed_ns) /
+                                     std::max(1.0, static_cast<double>(base[i].replayed_ns)) -
+                                 1);
+    out += fmt::format("  {:>9}  {:>11.3f}  {:>11.3f}  {:>10.3f}  {:>+6.1f}%  {:>20}\n",
+                       base[i].iteration, Ms(base[i].measured_ns), Ms(base[i].replayed_ns),
+                       Ms(w[i].replayed_ns), change,
+                       i < ww.size() ? fmt::format("{:.3f}", Ms(ww[i].replayed_ns)) : "-");
+  }
+  const double b = std::max(1.0, r.per_iteration.mean_iteration_replayed_ns);
+  out += fmt::format(
+      "  mean: {:.3f} ms replayed -> {:.3f} ms with the what-if ({:+.1f}%); whole-run {:.3f} -> "
+      "{:.3f} ms\n",
+      Ms(r.per_iteration.mean_iteration_replayed_ns),
+      Ms(r.what_if_per_iteration.mean_iteration_replayed_ns),
+      100 * (r.what_if_per_iteration.mean_iteration_replayed_ns / b - 1),
+      Ms(r.whole_run.mean_iteration_replayed_ns),
+      Ms(r.what_if_whole_run.mean_iteration_replayed_ns));
+  return out;
 }
 
 namespace {
@@ -224,6 +268,14 @@ std::string ReplayJson(const Analysis& a, const Replays& rp) {
   j["model"] = replay_json(rp.model);
   j["class"] = replay_json(median);
   j["class"]["stat"] = rp.class_stat == ClassStat::kMedian ? "median" : "mean";
+  if (!rp.what_if.empty()) {
+    nlohmann::json w;
+    w["what_if"] = nlohmann::json::array();
+    for (const WhatIf& x : rp.what_if) w["what_if"].push_back(WhatIfText(x));
+    w["per_iteration"] = replay_json(rp.what_if_per_iteration);
+    w["whole_run"] = replay_json(rp.what_if_whole_run);
+    j["what_if"] = std::move(w);
+  }
   j["ranks_breakdown_ms"] = nlohmann::json::array();
   for (const RankBreakdown& b : rp.whole_run.ranks) {
     j["ranks_breakdown_ms"].push_back({{"rank", b.rank},

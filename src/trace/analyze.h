@@ -37,10 +37,18 @@ struct Replays {
   ReplayResult model;          // per-iteration with every transfer and collective modelled
   ReplayResult by_class;       // class means (or medians) of own times and gaps
   ClassStat class_stat = ClassStat::kMean;
+  // With what-ifs: per_iteration and whole_run again with them applied (the prediction).
+  std::vector<WhatIf> what_if;
+  ReplayResult what_if_per_iteration;
+  ReplayResult what_if_whole_run;
 };
 
-// Runs the four replays of `a`.
-StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat);
+// Runs the four replays of `a`, and the two what-if replays when `what_if` is not empty.
+StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat,
+                            const std::vector<WhatIf>& what_if = {});
+
+// The what-if replays against the replays without them, per iteration: "" without what-ifs.
+std::string FormatWhatIfReport(const Replays& r);
 
 // The report: inputs, matching, clock offsets, graph size, the exact check, replayed vs measured
 // time per iteration (per-iteration, whole-run and class replays) with their errors, the per-rank

@@ -131,6 +131,66 @@ std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups, std::vecto
   return own;
 }
 
+StatusOr<WhatIf> ParseWhatIf(std::string_view text) {
+  auto bad = [&] {
+    return InvalidArgumentError(fmt::format(
+        "--what-if '{}': expected WHAT=FACTOR (a number >= 0) or WHAT+=DURATION (a number >= 0 "
+        "with ns, us, ms or s), WHAT one of compute, comm, link, gap, optimizer or a text the "
+        "op's name or annotation contains (e.g. comm=0.5, link+=2ms, 'forward=1.2')",
+        text));
+  };
+  const size_t eq = text.rfind('=');
+  if (eq == std::string_view::npos || eq + 1 >= text.size()) return bad();
+  const bool add = eq > 0 && text[eq - 1] == '+';
+  const size_t what_end = add ? eq - 1 : eq;
+  if (what_end == 0) return bad();
+  WhatIf w;
+  w.match = std::string(text.substr(0, what_end));
+  std::string value(text.substr(eq + 1));
+  double unit = 1;  // ns per unit of the value
+  if (add) {
+    static constexpr std::pair<std::string_view, double> kUnits[] = {
+        {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+    bool found = false;
+    for (const auto& [suffix, ns] : kUnits) {
+      if (value.size() > suffix.size() && value.ends_with(suffix)) {
+        value.resize(value.size() - suffix.size());
+        unit = ns;
+        found = true;
+        break;
+      }
+    }
+    if (!found) return bad();
+  }
+  double x = 0;
+  try {
+    size_t used = 0;
+    x = std::stod(value, &used);
+    if (used != value.size()) return bad();
+  } catch (const std::exception&) {
+    return bad();
+  }
+  if (!(x >= 0) || !std::isfinite(x) || (add && x * unit > 1e15)) return bad();
+  if (add) {
+    w.add_ns = std::llround(x * unit);
+  } else {
+    w.factor = x;
+  }
+  return w;
+}
+
+std::string WhatIfText(const WhatIf& w) {
+  std::string out = w.match;
+  if (w.factor != 1.0 || w.add_ns == 0) out += fmt::format("={}", w.factor);
+  if (w.add_ns != 0) {
+    const int64_t a = w.add_ns;
+    out += a % 1'000'000 == 0 ? fmt::format("+={}ms", a / 1'000'000)
+           : a % 1000 == 0    ? fmt::format("+={}us", a / 1000)
+                              : fmt::format("+={}ns", a);
+  }
+  return out;
+}
+
 StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayOptions& options) {
   const size_t n = g.nodes.size();
   std::vector<int64_t> own(n), gap(n);
@@ -188,15 +248,24 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
       }
     }
   }
+  int64_t link_delay = 0;  // "link+=D": the send post -> transfer edges
   for (const WhatIf& w : options.what_if) {
-    if (!(w.factor >= 0) || !std::isfinite(w.factor)) {
-      return InvalidArgumentError(fmt::format(
-          "what-if '{}={}': the factor must be a finite number >= 0", w.match, w.factor));
+    if (!(w.factor >= 0) || !std::isfinite(w.factor) || w.add_ns < 0) {
+      return InvalidArgumentError(
+          fmt::format("what-if '{}': the factor must be a finite number >= 0 and the addition "
+                      ">= 0",
+                      WhatIfText(w)));
     }
+    if (w.match == "link" && w.add_ns > 0) {
+      link_delay += w.add_ns;
+      if (w.factor == 1.0) continue;
+    }
+    const int64_t add = w.match == "link" ? 0 : w.add_ns;
+    auto change = [&](int64_t x) { return std::llround(static_cast<double>(x) * w.factor) + add; };
     for (size_t v = 0; v < n; ++v) {
       const GraphNode& node = g.nodes[v];
       if (w.match == "gap") {
-        gap[v] = std::llround(static_cast<double>(gap[v]) * w.factor);
+        if (node.stream_pred >= 0) gap[v] = change(gap[v]);
         continue;
       }
       bool hit = false;
@@ -204,6 +273,8 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
         hit = node.kind == NodeKind::kCompute || node.kind == NodeKind::kOptimizer;
       } else if (w.match == "comm") {
         hit = IsHub(node);
+      } else if (w.match == "link") {
+        hit = node.kind == NodeKind::kTransfer;
       } else if (w.match == "optimizer") {
         hit = node.kind == NodeKind::kOptimizer;
       } else if (!IsHub(node)) {
@@ -211,7 +282,7 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
         hit = op.name.find(w.match) != std::string::npos ||
               op.label.find(w.match) != std::string::npos;
       }
-      if (hit) own[v] = std::llround(static_cast<double>(own[v]) * w.factor);
+      if (hit) own[v] = change(own[v]);
     }
   }
   ReplayResult r;
@@ -237,9 +308,14 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     for (int32_t e = node.first_pred; e < node.first_pred + node.num_preds; ++e) {
       const GraphEdge& edge = g.preds[e];
       if (edge.kind == EdgeKind::kStream) continue;
-      const int64_t ready = edge.kind == EdgeKind::kLaunch || edge.kind == EdgeKind::kPost
-                                ? r.start_ns[edge.from]
-                                : r.end_ns[edge.from];
+      int64_t ready = edge.kind == EdgeKind::kLaunch || edge.kind == EdgeKind::kPost
+                          ? r.start_ns[edge.from]
+                          : r.end_ns[edge.from];
+      // A transfer lies on its receiver: the post of another rank is its send's.
+      if (link_delay > 0 && edge.kind == EdgeKind::kPost && node.kind == NodeKind::kTransfer &&
+          g.nodes[edge.from].rank != node.rank) {
+        ready += link_delay;
+      }
       if (ready > start) {
         start = ready;
         via[v] = e;

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -28,11 +29,25 @@
 
 namespace sluice::trace {
 
+// A change to the replayed run. `match` picks what changes: "compute" (compute and optimizer
+// ops), "comm" (transfers and collectives), "link" (point-to-point transfers only), "gap" (the
+// gaps between ops), "optimizer", or else the ops whose name or label contains the text. Their own
+// times (gaps for "gap") become own x factor + add_ns, except for "link" with add_ns: a transfer
+// then starts add_ns after its send was posted at the earliest (the send's post -> transfer edge
+// is delayed, as `sluice train --link-delay-ms` hands each send to c10d that much later; the
+// receive's post still gates it and the sender's compute goes on).
 struct WhatIf {
-  std::string match;    // a node kind ("compute", "comm", "gap", "optimizer") or a text that
-                        // the op's name or label contains
-  double factor = 1.0;  // its own times (gaps for "gap") x factor (>= 0)
+  std::string match;
+  double factor = 1.0;  // >= 0, finite
+  int64_t add_ns = 0;   // >= 0
 };
+
+// "WHAT=FACTOR" (e.g. "comm=0.5") or "WHAT+=DURATION" with DURATION a number >= 0 and a unit
+// ns, us, ms or s (e.g. "link+=2ms", "forward+=150us"). InvalidArgument naming the text and
+// the forms allowed.
+StatusOr<WhatIf> ParseWhatIf(std::string_view text);
+// The form ParseWhatIf reads: "comm=0.5", "link+=2ms" (exact to the ns: "link+=1500us").
+std::string WhatIfText(const WhatIf& w);
 
 // What each op's own time and gap are in a replay.
 enum class ClassStat : uint8_t {
@@ -124,7 +139,8 @@ struct ReplayResult {
 std::vector<int64_t> FittedCommTimes(const Graph& graph, int64_t* groups = nullptr,
                                      std::vector<CommFit>* fits = nullptr);
 
-// REQUIRES: `graph` was built from `set`. InvalidArgument for a negative what-if factor.
+// REQUIRES: `graph` was built from `set`. InvalidArgument for a negative or non-finite what-if
+// factor or a negative addition.
 StatusOr<ReplayResult> Replay(const Graph& graph, const TraceSet& set,
                               const ReplayOptions& options);
 

@@ -138,6 +138,114 @@ TEST(Replay, WhatIfFasterComputeShortensTheIteration) {
   EXPECT_FALSE(Replay(a->graph, a->set, bad).ok());
 }
 
+TEST(WhatIf, ParsesFactorsAndDurations) {
+  auto w = ParseWhatIf("comm=0.5");
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->match, "comm");
+  EXPECT_EQ(w->factor, 0.5);
+  EXPECT_EQ(w->add_ns, 0);
+  EXPECT_EQ(WhatIfText(*w), "comm=0.5");
+  w = ParseWhatIf("link+=2ms");
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->match, "link");
+  EXPECT_EQ(w->factor, 1.0);
+  EXPECT_EQ(w->add_ns, 2'000'000);
+  EXPECT_EQ(WhatIfText(*w), "link+=2ms");
+  const std::pair<const char*, int64_t> adds[] = {
+      {"forward+=150us", 150'000}, {"gap+=1.5us", 1'500}, {"x+=2s", 2'000'000'000},
+      {"send-act+=7ns", 7},        {"link+=0ms", 0},      {"link+=1500us", 1'500'000}};
+  for (const auto& [text, ns] : adds) {
+    auto a = ParseWhatIf(text);
+    ASSERT_TRUE(a.ok()) << text << ": " << a.status().message();
+    EXPECT_EQ(a->add_ns, ns) << text;
+    EXPECT_EQ(a->factor, 1.0) << text;
+  }
+  EXPECT_EQ(WhatIfText(*ParseWhatIf("link+=1500us")), "link+=1500us");
+  EXPECT_EQ(ParseWhatIf("forward=1.2")->match, "forward");
+  for (const char* bad :
+       {"link+=2", "=2", "+=2ms", "comm=", "comm", "comm=-1", "link+=-1ms", "link+=ms",
+        "link+=2 ms", "comm=nan", "comm=inf", "comm=1x", "link+=2msx", "link+=1e300s"}) {
+    auto b = ParseWhatIf(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_THAT(b.status().message(), HasSubstr("WHAT+=DURATION")) << bad;
+    EXPECT_THAT(b.status().message(), HasSubstr(bad)) << bad;
+  }
+}
+
+TEST(Replay, LinkDelayStartsEachTransferLaterThanItsSendsPost) {
+  // The act transfer (rank 0 -> 1) is posted by both sides before it starts at rank 0's send
+  // post (t + 106 µs); the grad transfer at rank 1's send post. With link+=1ms each starts 1 ms
+  // later: rank 1 waits 1 ms longer for its input and rank 0 1 ms longer for its gradient (the
+  // delay lies on the path twice per iteration), while rank 0's compute up to its send is not
+  // delayed (the sender computes on).
+  auto a = AnalyzeText(Doc(PipelineEvents(2)));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto base = Replay(a->graph, a->set, ReplayOptions{});
+  ReplayOptions o;
+  o.what_if = {*ParseWhatIf("link+=1ms")};
+  auto w = Replay(a->graph, a->set, o);
+  ASSERT_TRUE(base.ok() && w.ok());
+  ASSERT_EQ(w->iterations.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(w->iterations[i].replayed_ns, base->iterations[i].replayed_ns + 2'000'000);
+  }
+  int checked = 0;
+  for (size_t v = 0; v < a->graph.nodes.size(); ++v) {
+    const GraphNode& n = a->graph.nodes[v];
+    if (n.kind == NodeKind::kTransfer || n.kind == NodeKind::kCollective) continue;
+    const TraceOp& op = a->set.ranks[n.rank].ops[n.op];
+    if (n.rank != 0 || op.iteration != 0) continue;
+    const int64_t shift = w->end_ns[v] - base->end_ns[v];
+    int64_t expected = -1;
+    if (op.name == "0F0" || op.name == "0SEND_F0") expected = 0;
+    if (op.name == "0SEND_F0.wait") expected = 1'000'000;
+    if (op.name == "0B0") expected = 2'000'000;
+    if (expected < 0) continue;
+    EXPECT_EQ(shift, expected) << op.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+  // The same delay as a factor-free scale of the transfers changes nothing; link=FACTOR scales
+  // point-to-point transfers (30 and 25 µs on the path: x3 adds 110 µs), not collectives.
+  o.what_if = {*ParseWhatIf("link=3")};
+  auto s = Replay(a->graph, a->set, o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->iterations[0].replayed_ns, base->iterations[0].replayed_ns + 110'000);
+  // Additions to ops: every forward 50 µs longer (one per rank on the path).
+  o.what_if = {*ParseWhatIf("forward+=50us")};
+  auto f = Replay(a->graph, a->set, o);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->iterations[0].replayed_ns, base->iterations[0].replayed_ns + 100'000);
+  o.what_if = {WhatIf{"link", 1.0, -5}};
+  EXPECT_FALSE(Replay(a->graph, a->set, o).ok());
+}
+
+TEST(Replay, ReplayAllPredictsWithWhatIfsAndWritesThemToJson) {
+  auto a = AnalyzeText(Doc(PipelineEvents(3)));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto r = ReplayAll(*a, ClassStat::kMean, {*ParseWhatIf("link+=1ms")});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->what_if_per_iteration.iterations.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r->what_if_per_iteration.iterations[i].replayed_ns,
+              r->per_iteration.iterations[i].replayed_ns + 2'000'000);
+  }
+  EXPECT_GT(r->what_if_whole_run.mean_iteration_replayed_ns,
+            r->whole_run.mean_iteration_replayed_ns + 1.9e6);
+  const std::string text = FormatWhatIfReport(*r);
+  EXPECT_THAT(text, HasSubstr("what-if link+=1ms"));
+  EXPECT_THAT(text, HasSubstr("whole-run what-if ms"));
+  auto j = ParseJson(ReplayJson(*a, *r), "replay.json");
+  ASSERT_TRUE(j.ok());
+  ASSERT_TRUE(j->contains("what_if"));
+  EXPECT_EQ((*j)["what_if"]["what_if"][0], "link+=1ms");
+  EXPECT_EQ((*j)["what_if"]["per_iteration"]["iterations"].size(), 3u);
+  auto none = ReplayAll(*a, ClassStat::kMean);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(FormatWhatIfReport(*none), "");
+  EXPECT_FALSE(ParseJson(ReplayJson(*a, *none), "replay.json")->contains("what_if"));
+}
+
 TEST(Replay, PerIterationReplayRecomputesWaitsFromFittedTransfers) {
   // Four iterations; in iteration 2 rank 0's forward is 300 µs longer, and rank 1's receive of
   // it waits 300 µs longer. The fitted transfer model (the median of the class) keeps the
