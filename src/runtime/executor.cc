@@ -5,9 +5,9 @@
 
 #include <functional>
 #include <map>
-#include <stdexcept>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include "plan/instruction.h"
 #include "runtime/layout.h"
@@ -24,6 +24,9 @@ struct StageRun {
   at::Tensor labels;     // last stage
   Tensors outputs;       // graph-connected outputs (or the loss on the last stage)
   at::Tensor aux_loss;   // MoE load-balancing loss of the chunk (undefined when none)
+  // recompute "full" at ep > 1: the forward's all-to-alls and what they received, for the replay.
+  const std::vector<const Instruction*>* a2a_forward = nullptr;
+  std::vector<at::Tensor> a2a_received;
   bool replay = false;   // recompute "full": outputs carry no graph until replayed
   Tensors grad_outputs;  // the gradients of `outputs` (backward-input reads them)
   // Split backward (backward-input, then backward-weight): the ops the forward recorded and,
@@ -58,7 +61,10 @@ class PlanExchange final : public ExpertExchange {
  public:
   PlanExchange(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
                std::function<int64_t()> now, int64_t iteration)
-      : comm_(comm), watchdog_(watchdog), trace_(trace), now_(std::move(now)),
+      : comm_(comm),
+        watchdog_(watchdog),
+        trace_(trace),
+        now_(std::move(now)),
         iteration_(iteration) {}
 
   // The all-to-alls the compute op about to run performs, in order.
@@ -66,10 +72,23 @@ class PlanExchange final : public ExpertExchange {
     list_ = list;
     next_ = 0;
   }
+  // A forward that the backward replays (recompute "full"): also keep what each all-to-all
+  // received in `cache`.
+  void Record(std::vector<at::Tensor>* cache) { record_ = cache; }
+  // The replay of such a forward: the same all-to-alls (`list`, the forward's) answered from
+  // `cache` without communicating: the members' rows are the ones they sent in the forward, and
+  // the plan lists no all-to-all for a replay.
+  void BeginReplay(const std::vector<const Instruction*>* list,
+                   const std::vector<at::Tensor>* cache) {
+    Begin(list);
+    replay_ = cache;
+  }
   // How many of them ran; none may be left.
   Status End(std::string_view what) {
     const size_t want = list_ != nullptr ? list_->size() : 0;
     list_ = nullptr;
+    record_ = nullptr;
+    replay_ = nullptr;
     if (next_ != want) {
       return InvalidArgumentError(fmt::format(
           "the {} performed {} of the plan's {} all-to-alls (does the plan's model match?)", what,
@@ -95,6 +114,13 @@ class PlanExchange final : public ExpertExchange {
     }
     int64_t total = 0;
     for (const int64_t r : recv) total += r;
+    if (replay_ != nullptr) {
+      if (next_ >= replay_->size() || (*replay_)[next_].size(0) != total) {
+        throw std::runtime_error(fmt::format(
+            "{}: the replayed forward's all-to-all has no recorded result", InstructionText(in)));
+      }
+      return (*replay_)[next_++].clone();
+    }
     at::Tensor out = torch::empty({total, rows.size(1)}, rows.options());
     const int64_t start = now_();
     StatusOr<Communicator::Handle> h = comm_.AllToAllEp(out, rows, recv, send);
@@ -127,6 +153,7 @@ class PlanExchange final : public ExpertExchange {
     nanos_ += end - start;
     performed_.insert(&in);
     ++next_;
+    if (record_ != nullptr) record_->push_back(out);
     return out;
   }
 
@@ -139,9 +166,10 @@ class PlanExchange final : public ExpertExchange {
     }
     const Instruction& in = *(*list_)[next_];
     if (in.op != kind || in.layer != layer) {
-      throw std::runtime_error(fmt::format("the MoE layer {} runs {} next, the plan's next "
-                                           "all-to-all is {}",
-                                           layer, OpKindName(kind), InstructionText(in)));
+      throw std::runtime_error(
+          fmt::format("the MoE layer {} runs {} next, the plan's next "
+                      "all-to-all is {}",
+                      layer, OpKindName(kind), InstructionText(in)));
     }
     return in;
   }
@@ -153,6 +181,8 @@ class PlanExchange final : public ExpertExchange {
   const int64_t iteration_;
   const std::vector<const Instruction*>* list_ = nullptr;
   size_t next_ = 0;
+  std::vector<at::Tensor>* record_ = nullptr;
+  const std::vector<at::Tensor>* replay_ = nullptr;
   std::set<const Instruction*> performed_;
   int64_t nanos_ = 0;
 };
@@ -163,11 +193,22 @@ class IterationRun {
                Watchdog* watchdog, TraceRecorder* trace, const TokenSource* tokens,
                Clock::time_point epoch, const ExecutionPlan& plan, const SampleTable& samples,
                int64_t iteration)
-      : shard_(*shard), comm_(*comm), optimizer_(*optimizer), watchdog_(*watchdog),
-        trace_(*trace), tokens_(*tokens), epoch_(epoch), plan_(plan), samples_(samples),
-        iteration_(iteration), rank_(comm->rank()), program_(plan.ranks[comm->rank()]),
-        replica_(plan.replicas[program_.dp_index]), num_stages_(plan.num_stages()),
-        exchange_(*comm, *watchdog, *trace, [this] { return Now(); }, iteration) {}
+      : shard_(*shard),
+        comm_(*comm),
+        optimizer_(*optimizer),
+        watchdog_(*watchdog),
+        trace_(*trace),
+        tokens_(*tokens),
+        epoch_(epoch),
+        plan_(plan),
+        samples_(samples),
+        iteration_(iteration),
+        rank_(comm->rank()),
+        program_(plan.ranks[comm->rank()]),
+        replica_(plan.replicas[program_.dp_index]),
+        num_stages_(plan.num_stages()),
+        exchange_(
+            *comm, *watchdog, *trace, [this] { return Now(); }, iteration) {}
 
   StatusOr<IterationResult> Run(const Executor::BeforeStep& before_step) {
     IterationResult result;
@@ -288,21 +329,14 @@ class IterationRun {
       if (IsAllToAll(in.op)) {
         const Instruction* c = owner >= 0 ? &program_.instructions[owner] : nullptr;
         if (c == nullptr || c->microbatch != in.microbatch || c->stage != in.stage) {
-          return InvalidArgumentError(fmt::format(
-              "instruction {} ({}) follows no compute op of micro-batch {} on stage {}", i,
-              InstructionText(in), in.microbatch, in.stage));
+          return InvalidArgumentError(
+              fmt::format("instruction {} ({}) follows no compute op of micro-batch {} on stage {}",
+                          i, InstructionText(in), in.microbatch, in.stage));
         }
         if (comm_.ep_group() != in.group) {
           return InvalidArgumentError(fmt::format(
               "instruction {} ({}): group [{}], but this rank's expert-parallel group is [{}]", i,
               InstructionText(in), fmt::join(in.group, ", "), fmt::join(comm_.ep_group(), ", ")));
-        }
-        if (c->op == OpKind::kForward && c->recompute == Recompute::kFull) {
-          return InvalidArgumentError(fmt::format(
-              "instruction {} ({}): the runtime does not recompute (recompute \"full\") a stage "
-              "with MoE all-to-alls: its replay would repeat them; plan with --recompute none "
-              "or selective",
-              owner, InstructionText(*c)));
         }
         a2a_of_[owner].push_back(&in);
       } else if (IsCompute(in.op) && in.op != OpKind::kBackwardWeight) {
@@ -426,6 +460,8 @@ class IterationRun {
     MoeContext* moe_ptr = chunk->has_moe() ? &moe : nullptr;
     exchange_.Begin(AllToAllsOfCurrent());
     if (run.replay) {
+      run.a2a_forward = AllToAllsOfCurrent();
+      exchange_.Record(&run.a2a_received);
       torch::NoGradGuard no_grad;
       outputs = chunk->Forward(run.inputs, run.labels, *mb, false, nullptr, moe_ptr);
     } else {
@@ -464,10 +500,13 @@ class IterationRun {
     const bool last = in.stage == num_stages_ - 1;
     if (run.replay) {  // recompute "full": replay the forward with a graph
       SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
-      // (ep = 1 only: PrepareAllToAlls refuses replays with all-to-alls.)
       MoeContext moe;
+      moe.exchange = &exchange_;
+      exchange_.BeginReplay(run.a2a_forward, &run.a2a_received);
       run.outputs = chunk->Forward(run.inputs, run.labels, *mb, false, run.tape.get(),
                                    chunk->has_moe() ? &moe : nullptr);
+      SLUICE_RETURN_IF_ERROR(exchange_.End("replayed forward"));
+      run.a2a_received.clear();
       run.aux_loss = moe.aux_loss;
       run.replay = false;
     }
@@ -735,9 +774,8 @@ class IterationRun {
     const at::Tensor flat = torch::cat(parts);
     const int64_t start = Now();
     SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h, comm_.AllReduceExpertDp(flat));
-    const std::string what =
-        fmt::format("the expert-gradient sum over the expert data-parallel group (iteration {})",
-                    iteration_);
+    const std::string what = fmt::format(
+        "the expert-gradient sum over the expert data-parallel group (iteration {})", iteration_);
     watchdog_.BeginWait(what, comm_.expert_dp_peers());
     Status s = comm_.Wait(h);
     watchdog_.EndWait();
@@ -797,7 +835,7 @@ class IterationRun {
   std::map<int64_t, StageGrad> stage_grads_;
   std::vector<Collective> collectives_;
   PlanExchange exchange_;
-  int64_t pc_ = -1;  // the instruction being executed
+  int64_t pc_ = -1;                                            // the instruction being executed
   std::map<int64_t, std::vector<const Instruction*>> a2a_of_;  // compute op -> its all-to-alls
   double aux_loss_ = 0;
   int64_t moe_assignments_ = 0, moe_dropped_ = 0;

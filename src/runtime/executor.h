@@ -25,8 +25,9 @@
 //                    all-to-all"): the MoE layer asks the executor's ExpertExchange (model.h)
 //                    for the plan's next all-to-all, which checks kind, layer and splits and
 //                    runs alltoall_base on the ep group; the instruction itself then only checks
-//                    that it was performed. A forward at recompute "full" of a stage with
-//                    all-to-alls is refused (its replay would repeat them).
+//                    that it was performed. A forward at recompute "full" keeps what its
+//                    all-to-alls received; its replay in the backward reads that instead of
+//                    communicating (the plan lists no all-to-all for a replay).
 // MoE: the chunk's load-balancing loss (moe.h) is differentiated with its outputs.
 // Reduce-scatter / all-gather (ZeRO >= 2) are rejected. Tensors are fp32 (the plan prices fp16).
 // Every instruction is recorded in the TraceRecorder; every blocking wait is announced to the

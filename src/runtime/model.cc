@@ -15,8 +15,15 @@ namespace sluice::runtime {
 namespace {
 
 // Parameter groups, each seeded separately so that init never depends on the cut.
-enum class Group : uint64_t { kWordEmbedding = 1, kPositions, kDecPositions, kEncoderLayer,
-                              kDecoderLayer, kHead, kExpert };
+enum class Group : uint64_t {
+  kWordEmbedding = 1,
+  kPositions,
+  kDecPositions,
+  kEncoderLayer,
+  kDecoderLayer,
+  kHead,
+  kExpert
+};
 constexpr double kInitStd = 0.02;
 
 at::Generator GroupGenerator(uint64_t seed, Group g, int64_t index) {
@@ -502,8 +509,8 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
       const int64_t index = spec.first_decoder_layer + i;
       at::Generator gen = GroupGenerator(seed, Group::kDecoderLayer, index);
       chunk->decoder_.push_back(MakeBlock(m, true, fmt::format("decoder.{}", index), gen, &reg,
-                                          &owned, m.IsMoeLayer(index) ? m.layers + index : -1,
-                                          seed, experts, expert_owner));
+                                          &owned, m.IsMoeLayer(index) ? m.layers + index : -1, seed,
+                                          experts, expert_owner));
     }
     if (spec.layers.output_head) {
       chunk->final_ln_ = reg.AddNorm("final_ln", m.hidden, &owned);

@@ -185,8 +185,7 @@ class Chunk {
   // moe->aux_loss to what it differentiates.
   std::vector<at::Tensor> Forward(const std::vector<at::Tensor>& inputs, const at::Tensor& labels,
                                   const MicroBatchInputs& mb, bool selective,
-                                  WeightGradTape* tape = nullptr,
-                                  MoeContext* moe = nullptr) const;
+                                  WeightGradTape* tape = nullptr, MoeContext* moe = nullptr) const;
   // Whether any layer of the chunk is an MoE layer.
   bool has_moe() const;
   // This chunk's parameters (the shared word embedding included when it uses it).
@@ -216,8 +215,8 @@ class ModelShard {
   // MoE layer. Errors: a cut CheckParallelFits would reject; ep > 1 for a dense model or an ep
   // that does not divide the experts.
   static StatusOr<std::unique_ptr<ModelShard>> Create(const ModelSpec& model, int64_t pp,
-                                                      int64_t vpp, int64_t pp_index,
-                                                      uint64_t seed, ExpertShard experts = {});
+                                                      int64_t vpp, int64_t pp_index, uint64_t seed,
+                                                      ExpertShard experts = {});
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;
 

@@ -101,8 +101,8 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
   // One backward.
   std::vector<at::Tensor> x1 = leaves();
   MoeContext moe1, moe2;
-  std::vector<at::Tensor> out1 = chunk.Forward(x1, mb.labels, mb, c.selective, nullptr,
-                                               chunk.has_moe() ? &moe1 : nullptr);
+  std::vector<at::Tensor> out1 =
+      chunk.Forward(x1, mb.labels, mb, c.selective, nullptr, chunk.has_moe() ? &moe1 : nullptr);
   if (last) grad_outputs = {torch::ones_like(out1[0])};
   EXPECT_EQ(chunk.has_moe(), c.model.moe.has_value());
   if (moe1.aux_loss.defined()) {
@@ -118,8 +118,8 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
   // along), then the recorded layers' weights from the tape.
   WeightGradTape tape;
   std::vector<at::Tensor> x2 = leaves();
-  std::vector<at::Tensor> out2 = chunk.Forward(x2, mb.labels, mb, c.selective, &tape,
-                                               chunk.has_moe() ? &moe2 : nullptr);
+  std::vector<at::Tensor> out2 =
+      chunk.Forward(x2, mb.labels, mb, c.selective, &tape, chunk.has_moe() ? &moe2 : nullptr);
   if (moe2.aux_loss.defined()) out2.push_back(moe2.aux_loss);
   EXPECT_EQ(moe1.dropped, moe2.dropped);
   const std::vector<at::Tensor> untaped = tape.Untaped(chunk.parameters());
@@ -161,11 +161,16 @@ std::vector<Case> Cases() {
   return {{"gpt_moe_first", gpt_moe, 3, 0, false},
           {"gpt_moe_head", gpt_moe, 3, 2, false},
           {"t5_moe_spanning", t5_moe, 3, 1, false},
-          {"gpt_first", gpt, 3, 0, false},     {"gpt_middle", gpt, 3, 1, false},
-          {"gpt_head_tied", gpt, 3, 2, false}, {"gpt_head_untied", untied, 3, 2, false},
-          {"gpt_selective", gpt, 3, 1, true},  {"gpt_swiglu", swiglu, 3, 1, false},
-          {"gpt_whole", gpt, 1, 0, false},     {"t5_first", t5, 3, 0, false},
-          {"t5_spanning", t5, 3, 1, false},    {"t5_decoder_head", t5, 3, 2, false},
+          {"gpt_first", gpt, 3, 0, false},
+          {"gpt_middle", gpt, 3, 1, false},
+          {"gpt_head_tied", gpt, 3, 2, false},
+          {"gpt_head_untied", untied, 3, 2, false},
+          {"gpt_selective", gpt, 3, 1, true},
+          {"gpt_swiglu", swiglu, 3, 1, false},
+          {"gpt_whole", gpt, 1, 0, false},
+          {"t5_first", t5, 3, 0, false},
+          {"t5_spanning", t5, 3, 1, false},
+          {"t5_decoder_head", t5, 3, 2, false},
           {"t5_whole", t5, 1, 0, true}};
 }
 

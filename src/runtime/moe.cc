@@ -53,8 +53,8 @@ struct AllToAllFunction : torch::autograd::Function<AllToAllFunction> {
 
 at::Tensor AllToAll(ExpertExchange* ex, OpKind kind, int64_t layer, const at::Tensor& rows,
                     const std::vector<int64_t>& send, const std::vector<int64_t>& recv) {
-  return AllToAllFunction::apply(rows, reinterpret_cast<int64_t>(ex),
-                                 static_cast<int64_t>(kind), layer, send, recv);
+  return AllToAllFunction::apply(rows, reinterpret_cast<int64_t>(ex), static_cast<int64_t>(kind),
+                                 layer, send, recv);
 }
 
 at::Tensor ApplyLinear(const Linear& l, const at::Tensor& x, WeightGradTape* tape) {
@@ -66,15 +66,13 @@ at::Tensor ApplyLinear(const Linear& l, const at::Tensor& x, WeightGradTape* tap
 at::Tensor ExpertMlp(const ModelSpec& m, const Expert& e, const at::Tensor& x,
                      WeightGradTape* tape) {
   if (m.mlp == MlpKind::kSwiGlu) {
-    return ApplyLinear(
-        e.fc2, at::silu(ApplyLinear(e.gate, x, tape)) * ApplyLinear(e.fc1, x, tape), tape);
+    return ApplyLinear(e.fc2, at::silu(ApplyLinear(e.gate, x, tape)) * ApplyLinear(e.fc1, x, tape),
+                       tape);
   }
   return ApplyLinear(e.fc2, at::gelu(ApplyLinear(e.fc1, x, tape)), tape);
 }
 
-at::Tensor IndexTensor(const std::vector<int64_t>& v) {
-  return torch::tensor(v, torch::kInt64);
-}
+at::Tensor IndexTensor(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); }
 
 }  // namespace
 
@@ -93,7 +91,7 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
 
   const at::Tensor xf = x.reshape({n, hidden});
   const at::Tensor probs = at::softmax(at::linear(xf, moe.router.weight), -1);  // [n, E]
-  const auto [top_p, top_e] = probs.topk(top_k, -1);                           // [n, k]
+  const auto [top_p, top_e] = probs.topk(top_k, -1);                            // [n, k]
 
   // Slots: choice by choice, then by position (see moe.h). No graph.
   std::vector<int64_t> token_of, slot_of, gate_of;  // per kept assignment
@@ -135,9 +133,10 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
   } else {
     recv = ctx->exchange->NextRecvSplits(OpKind::kAllToAllDispatch, moe.layer);
     if (static_cast<int64_t>(recv.size()) != shard.ep) {
-      throw std::runtime_error(fmt::format("MoE layer {}: the plan's dispatch has {} members, the "
-                                           "model's expert group {}",
-                                           moe.layer, recv.size(), shard.ep));
+      throw std::runtime_error(
+          fmt::format("MoE layer {}: the plan's dispatch has {} members, the "
+                      "model's expert group {}",
+                      moe.layer, recv.size(), shard.ep));
     }
     for (const int64_t r : recv) {
       if (r % local != 0) {
@@ -166,8 +165,8 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
       in.push_back(rows.narrow(0, offsets[j] + l * cj, cj));
       sizes.push_back(cj);
     }
-    const at::Tensor out = ExpertMlp(model, moe.experts[l], in.size() == 1 ? in[0] : at::cat(in),
-                                     tape);
+    const at::Tensor out =
+        ExpertMlp(model, moe.experts[l], in.size() == 1 ? in[0] : at::cat(in), tape);
     const auto parts = out.split_with_sizes(sizes, 0);
     for (size_t j = 0; j < recv.size(); ++j) pieces[j].push_back(parts[j]);
   }
@@ -188,8 +187,9 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
   }
   // Combine: each kept assignment's expert output times its router probability.
   const at::Tensor gates = top_p.reshape({n * top_k}).index_select(0, IndexTensor(gate_of));
-  const at::Tensor y = torch::zeros({n, hidden}).index_add(
-      0, tokens, expert_out.index_select(0, slots) * gates.unsqueeze(1));
+  const at::Tensor y =
+      torch::zeros({n, hidden})
+          .index_add(0, tokens, expert_out.index_select(0, slots) * gates.unsqueeze(1));
 
   if (real_tokens > 0) {
     const at::Tensor mask = real.reshape({n, 1}).to(torch::kFloat32);

@@ -82,9 +82,9 @@ void AppendGrads(const ModelShard& shard, std::vector<NamedValues>* out) {
 
 }  // namespace
 
-StatusOr<ReferenceResult> RunMicroBatchReference(
-    const ModelSpec& model, uint64_t seed, double lr,
-    std::span<const MicroBatchReferenceBatch> batches, int64_t grad_batch) {
+StatusOr<ReferenceResult> RunMicroBatchReference(const ModelSpec& model, uint64_t seed, double lr,
+                                                 std::span<const MicroBatchReferenceBatch> batches,
+                                                 int64_t grad_batch) {
   SLUICE_ASSIGN_OR_RETURN(std::unique_ptr<ModelShard> shard,
                           ModelShard::Create(model, 1, 1, 0, seed));
   torch::optim::AdamW optimizer(

@@ -43,8 +43,8 @@ struct MicroBatchReferenceBatch {
   std::vector<Sample> samples;
   std::vector<PlanMicroBatch> micro_batches;
 };
-StatusOr<ReferenceResult> RunMicroBatchReference(
-    const ModelSpec& model, uint64_t seed, double lr,
-    std::span<const MicroBatchReferenceBatch> batches, int64_t grad_batch);
+StatusOr<ReferenceResult> RunMicroBatchReference(const ModelSpec& model, uint64_t seed, double lr,
+                                                 std::span<const MicroBatchReferenceBatch> batches,
+                                                 int64_t grad_batch);
 
 }  // namespace sluice::runtime

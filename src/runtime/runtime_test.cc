@@ -394,6 +394,7 @@ struct MoeCase {
   std::string schedule = "1f1b";
   int64_t tokens_per_replica = 600;
   std::string memory_limit = "55";  // MB
+  std::string recompute = "none";
 };
 
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
@@ -409,6 +410,9 @@ std::vector<MoeCase> MoeCases() {
       {"gpt_moe_dp2_ep2_pp2_1f1b", "gpt-tiny-moe", 2, 2, 2, 4},
       {"gpt_moe_dp2_ep2_pp2_zbh1", "gpt-tiny-moe", 2, 2, 2, 4, "zb-h1"},
       {"gpt_moe_dp4_ep2", "gpt-tiny-moe", 4, 1, 2, 5},
+      // Recompute "full": the backward replays the forward from the all-to-alls' recorded rows.
+      {"gpt_moe_dp2_ep2_full", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "full"},
+      {"gpt_moe_dp2_ep2_pp2_zbh1_full", "gpt-tiny-moe", 2, 2, 2, 4, "zb-h1", 600, "55", "full"},
       {"t5_moe_dp2_ep2", "t5-tiny-moe", 2, 1, 2, 1},
   };
 }
@@ -419,19 +423,34 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
   const MoeCase& c = GetParam();
   const std::string dir = MakeDir(c.name);
   constexpr int64_t kIterations = 2;
-  const std::vector<std::string> args = {
-      "train", "--nproc", std::to_string(c.dp * c.pp), "--model", ModelArg(c.model, dir),
-      "--parallel", fmt::format("dp={},pp={},ep={}", c.dp, c.pp, c.ep), "--schedule",
-      c.schedule, "--method", "padding", "--recompute", "none", "--data", "mixture-4task",
-      "--tokens-per-batch", std::to_string(c.tokens_per_replica * c.dp), "--max-seqlen", "96",
-      "--memory-limit", c.memory_limit, "--iterations", std::to_string(kIterations), "--seed",
-      std::to_string(c.seed), "--lr", "0.001", "--threads", "1", "--timeout", "60",
-      "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"};
+  std::vector<std::string> args = {"train", "--nproc", std::to_string(c.dp * c.pp)};
+  const std::vector<std::pair<std::string, std::string>> flags = {
+      {"--model", ModelArg(c.model, dir)},
+      {"--parallel", fmt::format("dp={},pp={},ep={}", c.dp, c.pp, c.ep)},
+      {"--schedule", c.schedule},
+      {"--method", "padding"},
+      {"--recompute", c.recompute},
+      {"--data", "mixture-4task"},
+      {"--tokens-per-batch", std::to_string(c.tokens_per_replica * c.dp)},
+      {"--max-seqlen", "96"},
+      {"--memory-limit", c.memory_limit},
+      {"--iterations", std::to_string(kIterations)},
+      {"--seed", std::to_string(c.seed)},
+      {"--lr", "0.001"},
+      {"--threads", "1"},
+      {"--timeout", "60"},
+      {"--dump-dir", dir},
+      {"--metrics", dir + "/metrics.jsonl"},
+  };
+  for (const auto& [flag, value] : flags) {
+    args.push_back(flag);
+    args.push_back(value);
+  }
   const Outcome run = RunSluice(args, dir);
   ASSERT_EQ(run.status, 0) << run.output;
 
   std::vector<MicroBatchReferenceBatch> batches;
-  int64_t all_to_alls = 0, split_backwards = 0;
+  int64_t all_to_alls = 0, split_backwards = 0, recomputed = 0;
   for (int64_t i = 0; i < kIterations; ++i) {
     StatusOr<std::string> bytes = ReadFileToString(dir + "/" + PackageDumpName(i));
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -447,6 +466,9 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
       EXPECT_GE(rep.micro_batches.size(), 2u) << "iteration " << i;
       b.micro_batches.insert(b.micro_batches.end(), rep.micro_batches.begin(),
                              rep.micro_batches.end());
+      for (const PlanMicroBatch& mb : rep.micro_batches) {
+        recomputed += mb.recompute == Recompute::kFull ? 1 : 0;
+      }
     }
     for (const RankProgram& prog : p->plan.ranks) {
       for (const Instruction& in : prog.instructions) {
@@ -457,6 +479,7 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
     batches.push_back(std::move(b));
   }
   if (c.ep > 1) EXPECT_GT(all_to_alls, 0);
+  if (c.recompute == "full") EXPECT_GT(recomputed, 0);
   if (c.schedule == "zb-h1") EXPECT_GT(split_backwards, 0);
 
   StatusOr<ReferenceResult> ref =
@@ -503,12 +526,13 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
     }
   }
   EXPECT_EQ(seen.size(), expected.size()) << "some parameters are on no rank";
-  std::printf("largest relative error: loss %.2e, aux loss %.2e, gradient %.2e; dropped %lld of "
-              "%lld assignments (iteration 0); %lld all-to-all instructions\n",
-              std::abs(lines[0].at("loss").get<double>() / ref->losses[0] - 1),
-              std::abs(lines[0].at("moe_aux_loss").get<double>() / ref->aux_losses[0] - 1), worst,
-              static_cast<long long>(ref->dropped[0]),
-              static_cast<long long>(ref->assignments[0]), static_cast<long long>(all_to_alls));
+  std::printf(
+      "largest relative error: loss %.2e, aux loss %.2e, gradient %.2e; dropped %lld of "
+      "%lld assignments (iteration 0); %lld all-to-all instructions\n",
+      std::abs(lines[0].at("loss").get<double>() / ref->losses[0] - 1),
+      std::abs(lines[0].at("moe_aux_loss").get<double>() / ref->aux_losses[0] - 1), worst,
+      static_cast<long long>(ref->dropped[0]), static_cast<long long>(ref->assignments[0]),
+      static_cast<long long>(all_to_alls));
   fs::remove_all(dir);
 }
 

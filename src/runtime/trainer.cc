@@ -91,11 +91,16 @@ struct RankStats {
 };
 
 std::string StatsToText(const RankStats& s) {
-  return nlohmann::json{{"loss", s.loss},          {"start_ns", s.start_ns},
-                        {"end_ns", s.end_ns},      {"peak_rss", s.peak_rss},
-                        {"compute_ns", s.compute_ns}, {"wait_ns", s.wait_ns},
-                        {"peak_tensors", s.peak_tensors}, {"moe_aux_loss", s.moe_aux_loss},
-                        {"moe_assignments", s.moe_assignments}, {"moe_dropped", s.moe_dropped},
+  return nlohmann::json{{"loss", s.loss},
+                        {"start_ns", s.start_ns},
+                        {"end_ns", s.end_ns},
+                        {"peak_rss", s.peak_rss},
+                        {"compute_ns", s.compute_ns},
+                        {"wait_ns", s.wait_ns},
+                        {"peak_tensors", s.peak_tensors},
+                        {"moe_aux_loss", s.moe_aux_loss},
+                        {"moe_assignments", s.moe_assignments},
+                        {"moe_dropped", s.moe_dropped},
                         {"all_to_all_ns", s.all_to_all_ns}}
       .dump();
 }
@@ -243,13 +248,13 @@ class Trainer {
       service_ = std::make_unique<PlanService>(o_, env_);
       SLUICE_RETURN_IF_ERROR(service_->Start());
       if (o_.print) {
-        fmt::print("runtime:  {} ranks (dp {} x pp {}{}{}), {} on {}, {} thread{} per rank, "
-                   "{} parameters on rank 0\n",
-                   env_.world_size, par.dp, par.pp,
-                   par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
-                   par.ep > 1 ? fmt::format(", ep {}", par.ep) : "", o_.backend,
-                   backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads,
-                   threads == 1 ? "" : "s", shard_->NumParameters());
+        fmt::print(
+            "runtime:  {} ranks (dp {} x pp {}{}{}), {} on {}, {} thread{} per rank, "
+            "{} parameters on rank 0\n",
+            env_.world_size, par.dp, par.pp, par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
+            par.ep > 1 ? fmt::format(", ep {}", par.ep) : "", o_.backend,
+            backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads, threads == 1 ? "" : "s",
+            shard_->NumParameters());
         std::fflush(stdout);
       }
       if (!o_.metrics_path.empty()) {
@@ -452,12 +457,11 @@ class Trainer {
               : std::string();
       const std::string moe_text =
           o_.model.moe.has_value()
-              ? fmt::format(" | moe: aux loss {:.5f}, dropped {} of {} assignments{}", aux,
-                            dropped, assignments,
-                            o_.parallel.ep > 1
-                                ? fmt::format(", all-to-all {:.3f} s",
-                                              static_cast<double>(a2a_max_ns) * 1e-9)
-                                : std::string())
+              ? fmt::format(" | moe: aux loss {:.5f}, dropped {} of {} assignments{}", aux, dropped,
+                            assignments,
+                            o_.parallel.ep > 1 ? fmt::format(", all-to-all {:.3f} s",
+                                                             static_cast<double>(a2a_max_ns) * 1e-9)
+                                               : std::string())
               : std::string();
       fmt::print(
           "iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
