@@ -491,8 +491,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
         "--backend gloo or build against a CUDA libtorch");
   }
 #endif
-  if (par.tp != 1 || par.ep != 1) {
-    return InvalidArgumentError("the runtime supports tp = 1 and ep = 1 only");
+  if (par.tp != 1) return InvalidArgumentError("the runtime supports tp = 1 only");
+  if (par.ep < 1 || par.dp % par.ep != 0) {
+    return InvalidArgumentError(fmt::format(
+        "--parallel: ep = {} must divide dp = {} (an expert-parallel group is ep data-parallel "
+        "replicas)",
+        par.ep, par.dp));
   }
   if (par.cp != 1) {
     return InvalidArgumentError(fmt::format(
@@ -572,6 +576,19 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
                          pg_timeout);
       for (int64_t k = 0; k < par.dp; ++k) {
         if (k != d) c->dp_peers_.push_back(k * par.pp + p);
+      }
+    }
+    if (par.ep > 1) {
+      const int64_t g = d / par.ep, k = d % par.ep;
+      c->ep_ = MakeGroup(store, fmt::format("ep{}_{}", p, g), k, par.ep, backend, env.gloo_iface,
+                         address, pg_timeout);
+      for (int64_t j = 0; j < par.ep; ++j) c->ep_group_.push_back((g * par.ep + j) * par.pp + p);
+      if (par.dp > par.ep) {
+        c->edp_ = MakeGroup(store, fmt::format("edp{}_{}", p, k), g, par.dp / par.ep, backend,
+                            env.gloo_iface, address, pg_timeout);
+        for (int64_t q = 0; q < par.dp / par.ep; ++q) {
+          if (q != g) c->edp_peers_.push_back((q * par.ep + k) * par.pp + p);
+        }
       }
     }
     const auto it = std::find(embedding_ranks.begin(), embedding_ranks.end(), p);
@@ -745,6 +762,30 @@ StatusOr<Communicator::Handle> Communicator::AllReduceEmbedding(const at::Tensor
     return emb_->allreduce(v);
   } catch (const std::exception& e) {
     return FailedPreconditionError(fmt::format("embedding all-reduce failed: {}", e.what()));
+  }
+}
+
+StatusOr<Communicator::Handle> Communicator::AllToAllEp(const at::Tensor& recv,
+                                                        const at::Tensor& send,
+                                                        std::vector<int64_t> recv_splits,
+                                                        std::vector<int64_t> send_splits) {
+  if (!ep_) return InternalError("no expert-parallel group (ep = 1)");
+  try {
+    at::Tensor out = recv, in = send;
+    return ep_->alltoall_base(out, in, recv_splits, send_splits);
+  } catch (const std::exception& e) {
+    return FailedPreconditionError(fmt::format("expert-parallel all-to-all failed: {}", e.what()));
+  }
+}
+
+StatusOr<Communicator::Handle> Communicator::AllReduceExpertDp(const at::Tensor& t) {
+  if (!edp_) return InternalError("no expert data-parallel group");
+  try {
+    std::vector<at::Tensor> v{t};
+    return edp_->allreduce(v);
+  } catch (const std::exception& e) {
+    return FailedPreconditionError(
+        fmt::format("expert data-parallel all-reduce failed: {}", e.what()));
   }
 }
 

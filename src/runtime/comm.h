@@ -14,8 +14,13 @@
 //     tags are the plan's MessageTag values);
 //   - "dp<p>": the data-parallel replicas of pipeline rank p (dp > 1), for gradient buckets;
 //   - "emb<d>": the pipeline ranks of replica d that hold a copy of the word embedding, when
-//     more than one does (layout.h), for summing its gradient before the step.
-// Only tp = ep = 1 is supported (the caller rejects other plans).
+//     more than one does (layout.h), for summing its gradient before the step;
+//   - "ep<p>_<g>" (ep > 1): expert-parallel group g of pipeline rank p, the replicas
+//     g*ep .. g*ep+ep-1 (the plan's EpGroupOf), for the MoE all-to-alls (alltoall_base with the
+//     plan's split sizes);
+//   - "edp<p>_<k>" (ep > 1, dp > ep): the replicas d with d % ep == k of pipeline rank p, which
+//     hold the same experts, for summing the expert gradients (dense gradients use "dp<p>").
+// Only tp = 1 is supported (the caller rejects other plans).
 //
 // Failure handling (Watchdog): every rank runs a thread with its own store connections that
 // beats a heartbeat counter, watches the other ranks' counters and an abort key, and watches the
@@ -192,7 +197,7 @@ class Communicator {
  public:
   using Handle = c10::intrusive_ptr<c10d::Work>;
 
-  // Joins the rendezvous and builds the process groups for `par` (tp = ep = 1) with the word
+  // Joins the rendezvous and builds the process groups for `par` (tp = 1) with the word
   // embedding held by the pipeline ranks `embedding_ranks` (WordEmbeddingRanks).
   static StatusOr<std::unique_ptr<Communicator>> Create(const DistEnv& env,
                                                         const ParallelConfig& par,
@@ -209,12 +214,24 @@ class Communicator {
   // Global ranks of this rank's data-parallel and embedding groups (itself excluded).
   const std::vector<int64_t>& dp_peers() const { return dp_peers_; }
   const std::vector<int64_t>& embedding_peers() const { return emb_peers_; }
+  // Expert parallelism: this rank's index in its ep group, the group's global ranks (itself
+  // included, group order), and the peers holding the same experts (itself excluded).
+  int64_t ep_index() const { return dp_index() % par_.ep; }
+  const std::vector<int64_t>& ep_group() const { return ep_group_; }
+  const std::vector<int64_t>& expert_dp_peers() const { return edp_peers_; }
+  bool has_expert_dp_group() const { return edp_ != nullptr; }
 
   // Post a transfer or a sum over a group; the tensor must stay alive until Wait returns.
   StatusOr<Handle> Send(const at::Tensor& t, int64_t peer, int64_t tag);
   StatusOr<Handle> Recv(const at::Tensor& t, int64_t peer, int64_t tag);
   StatusOr<Handle> AllReduceDp(const at::Tensor& t);
   StatusOr<Handle> AllReduceEmbedding(const at::Tensor& t);
+  // All-to-all over the ep group: `send` rows [sum(send_splits), ...] go send_splits[j] to
+  // member j; `recv` [sum(recv_splits), ...] gets recv_splits[j] from member j. REQUIRES ep > 1.
+  StatusOr<Handle> AllToAllEp(const at::Tensor& recv, const at::Tensor& send,
+                              std::vector<int64_t> recv_splits, std::vector<int64_t> send_splits);
+  // Sum over the replicas holding the same experts. REQUIRES: has_expert_dp_group().
+  StatusOr<Handle> AllReduceExpertDp(const at::Tensor& t);
   // Blocks until `h` completes; the error carries c10d's message.
   Status Wait(const Handle& h);
   // Delays every later Send by `delay` (see the file comment); 0 = none. Call once, before the
@@ -233,8 +250,8 @@ class Communicator {
   ParallelConfig par_;
   std::unique_ptr<StoreServer> server_;  // rank 0
   std::unique_ptr<StoreClient> store_;
-  c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_;
-  std::vector<int64_t> dp_peers_, emb_peers_;
+  c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_, ep_, edp_;
+  std::vector<int64_t> dp_peers_, emb_peers_, ep_group_, edp_peers_;
   std::mutex world_mu_;  // serialises posts on world_ (main thread and the link-delay thread)
   std::chrono::nanoseconds link_delay_{0};
   std::unique_ptr<LinkDelay> delay_;

@@ -3,9 +3,11 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include "plan/instruction.h"
 #include "runtime/layout.h"
@@ -21,6 +23,10 @@ struct StageRun {
   Tensors inputs;        // autograd leaves (stage > 0) or token tensors (stage 0)
   at::Tensor labels;     // last stage
   Tensors outputs;       // graph-connected outputs (or the loss on the last stage)
+  at::Tensor aux_loss;   // MoE load-balancing loss of the chunk (undefined when none)
+  // recompute "full" at ep > 1: the forward's all-to-alls and what they received, for the replay.
+  const std::vector<const Instruction*>* a2a_forward = nullptr;
+  std::vector<at::Tensor> a2a_received;
   bool replay = false;   // recompute "full": outputs carry no graph until replayed
   Tensors grad_outputs;  // the gradients of `outputs` (backward-input reads them)
   // Split backward (backward-input, then backward-weight): the ops the forward recorded and,
@@ -49,16 +55,160 @@ struct StageGrad {
   std::vector<int64_t> bucket_ids;
 };
 
+// The executor's side of expert parallelism: serves the all-to-alls of the running compute op
+// from the plan's instructions (model.h ExpertExchange).
+class PlanExchange final : public ExpertExchange {
+ public:
+  PlanExchange(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
+               std::function<int64_t()> now, int64_t iteration)
+      : comm_(comm),
+        watchdog_(watchdog),
+        trace_(trace),
+        now_(std::move(now)),
+        iteration_(iteration) {}
+
+  // The all-to-alls the compute op about to run performs, in order.
+  void Begin(const std::vector<const Instruction*>* list) {
+    list_ = list;
+    next_ = 0;
+  }
+  // A forward that the backward replays (recompute "full"): also keep what each all-to-all
+  // received in `cache`.
+  void Record(std::vector<at::Tensor>* cache) { record_ = cache; }
+  // The replay of such a forward: the same all-to-alls (`list`, the forward's) answered from
+  // `cache` without communicating: the members' rows are the ones they sent in the forward, and
+  // the plan lists no all-to-all for a replay.
+  void BeginReplay(const std::vector<const Instruction*>* list,
+                   const std::vector<at::Tensor>* cache) {
+    Begin(list);
+    replay_ = cache;
+  }
+  // How many of them ran; none may be left.
+  Status End(std::string_view what) {
+    const size_t want = list_ != nullptr ? list_->size() : 0;
+    list_ = nullptr;
+    record_ = nullptr;
+    replay_ = nullptr;
+    if (next_ != want) {
+      return InvalidArgumentError(fmt::format(
+          "the {} performed {} of the plan's {} all-to-alls (does the plan's model match?)", what,
+          next_, want));
+    }
+    return Status::Ok();
+  }
+  bool Performed(const Instruction* in) const { return performed_.count(in) > 0; }
+  int64_t nanos() const { return nanos_; }
+
+  std::vector<int64_t> NextRecvSplits(OpKind kind, int64_t layer) override {
+    return Expect(kind, layer).recv_splits;
+  }
+
+  at::Tensor Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
+                      const std::vector<int64_t>& send, const std::vector<int64_t>& recv) override {
+    const Instruction& in = Expect(kind, layer);
+    if (send != in.send_splits || recv != in.recv_splits) {
+      throw std::runtime_error(fmt::format(
+          "{}: the MoE layer sends [{}] and receives [{}] rows, the plan says [{}] and [{}]",
+          InstructionText(in), fmt::join(send, ", "), fmt::join(recv, ", "),
+          fmt::join(in.send_splits, ", "), fmt::join(in.recv_splits, ", ")));
+    }
+    int64_t total = 0;
+    for (const int64_t r : recv) total += r;
+    if (replay_ != nullptr) {
+      if (next_ >= replay_->size() || (*replay_)[next_].size(0) != total) {
+        throw std::runtime_error(fmt::format(
+            "{}: the replayed forward's all-to-all has no recorded result", InstructionText(in)));
+      }
+      return (*replay_)[next_++].clone();
+    }
+    at::Tensor out = torch::empty({total, rows.size(1)}, rows.options());
+    const int64_t start = now_();
+    StatusOr<Communicator::Handle> h = comm_.AllToAllEp(out, rows, recv, send);
+    if (!h.ok()) throw std::runtime_error(std::string(h.status().message()));
+    std::vector<int64_t> peers;
+    for (const int64_t r : in.group) {
+      if (r != comm_.rank()) peers.push_back(r);
+    }
+    const std::string what = fmt::format("{} (iteration {})", InstructionText(in), iteration_);
+    watchdog_.BeginWait(what, peers);
+    Status s = comm_.Wait(*h);
+    watchdog_.EndWait();
+    if (!s.ok()) {
+      const std::string blame = watchdog_.Blame(peers, what);
+      throw std::runtime_error(fmt::format("{} failed{}: {}", what,
+                                           blame.empty() ? "" : " (" + blame + ")", s.message()));
+    }
+    const int64_t end = now_();
+    TraceEvent e;
+    e.name = InstructionText(in);
+    e.op = std::string(OpKindName(in.op));
+    e.stream = TraceStream::kCollective;
+    e.iteration = iteration_;
+    e.microbatch = in.microbatch;
+    e.stage = in.stage;
+    e.start_ns = start;
+    e.end_ns = end;
+    e.bytes = in.bytes.count();
+    trace_.Add(std::move(e));
+    nanos_ += end - start;
+    performed_.insert(&in);
+    ++next_;
+    if (record_ != nullptr) record_->push_back(out);
+    return out;
+  }
+
+ private:
+  const Instruction& Expect(OpKind kind, int64_t layer) const {
+    if (list_ == nullptr || next_ >= list_->size()) {
+      throw std::runtime_error(fmt::format(
+          "the MoE layer {} needs an all-to-all ({}) that the plan does not give this compute op",
+          layer, OpKindName(kind)));
+    }
+    const Instruction& in = *(*list_)[next_];
+    if (in.op != kind || in.layer != layer) {
+      throw std::runtime_error(
+          fmt::format("the MoE layer {} runs {} next, the plan's next "
+                      "all-to-all is {}",
+                      layer, OpKindName(kind), InstructionText(in)));
+    }
+    return in;
+  }
+
+  Communicator& comm_;
+  Watchdog& watchdog_;
+  TraceRecorder& trace_;
+  std::function<int64_t()> now_;
+  const int64_t iteration_;
+  const std::vector<const Instruction*>* list_ = nullptr;
+  size_t next_ = 0;
+  std::vector<at::Tensor>* record_ = nullptr;
+  const std::vector<at::Tensor>* replay_ = nullptr;
+  std::set<const Instruction*> performed_;
+  int64_t nanos_ = 0;
+};
+
 class IterationRun {
  public:
   IterationRun(ModelShard* shard, Communicator* comm, torch::optim::Optimizer* optimizer,
                Watchdog* watchdog, TraceRecorder* trace, const TokenSource* tokens,
                Clock::time_point epoch, const ExecutionPlan& plan, const SampleTable& samples,
                int64_t iteration)
-      : shard_(*shard), comm_(*comm), optimizer_(*optimizer), watchdog_(*watchdog),
-        trace_(*trace), tokens_(*tokens), epoch_(epoch), plan_(plan), samples_(samples),
-        iteration_(iteration), rank_(comm->rank()), program_(plan.ranks[comm->rank()]),
-        replica_(plan.replicas[program_.dp_index]), num_stages_(plan.num_stages()) {}
+      : shard_(*shard),
+        comm_(*comm),
+        optimizer_(*optimizer),
+        watchdog_(*watchdog),
+        trace_(*trace),
+        tokens_(*tokens),
+        epoch_(epoch),
+        plan_(plan),
+        samples_(samples),
+        iteration_(iteration),
+        rank_(comm->rank()),
+        program_(plan.ranks[comm->rank()]),
+        replica_(plan.replicas[program_.dp_index]),
+        num_stages_(plan.num_stages()),
+        exchange_(
+            *comm, *watchdog, *trace, [this] { return Now(); }, iteration) {}
 
   StatusOr<IterationResult> Run(const Executor::BeforeStep& before_step) {
     IterationResult result;
@@ -70,9 +220,11 @@ class IterationRun {
     for (const Instruction& in : program_.instructions) {
       if (in.op == OpKind::kBackwardInput) split_.insert(Key(in));
     }
+    SLUICE_RETURN_IF_ERROR(PrepareAllToAlls());
     slots_.assign(static_cast<size_t>(program_.buffer_slots), Tensors{});
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& in = program_.instructions[i];
+      pc_ = static_cast<int64_t>(i);
       watchdog_.SetProgress(iteration_, static_cast<int64_t>(i));
       const int64_t start = Now();
       Status s;
@@ -105,6 +257,10 @@ class IterationRun {
     result.end_ns = Now();
     result.compute = Duration::Nanos(compute_ns_);
     result.waiting = Duration::Nanos(wait_ns_);
+    result.moe_aux_loss = aux_loss_;
+    result.moe_assignments = moe_assignments_;
+    result.moe_dropped = moe_dropped_;
+    result.all_to_all = Duration::Nanos(exchange_.nanos());
     return result;
   }
 
@@ -154,11 +310,48 @@ class IterationRun {
       case OpKind::kOptimizerStep: return Step();
       case OpKind::kAllToAllDispatch:
       case OpKind::kAllToAllCombine:
-        return InvalidArgumentError(
-            "the runtime does not execute MoE all-to-all instructions (expert parallelism, "
-            "ep > 1, is not supported by the runtime yet; docs/moe.md)");
+        if (!exchange_.Performed(&in)) {
+          return InvalidArgumentError(
+              "this all-to-all was not performed by the compute op it belongs to (the op before "
+              "it of the same micro-batch and stage; plan/instruction.h \"MoE all-to-all\")");
+        }
+        return Status::Ok();
     }
     return InternalError("unknown op");
+  }
+
+  // Attaches every all-to-all to the compute op it belongs to (the last Forward, Backward or
+  // BackwardInput before it, only FreeBuffers and all-to-alls between).
+  Status PrepareAllToAlls() {
+    int64_t owner = -1;
+    for (size_t i = 0; i < program_.instructions.size(); ++i) {
+      const Instruction& in = program_.instructions[i];
+      if (IsAllToAll(in.op)) {
+        const Instruction* c = owner >= 0 ? &program_.instructions[owner] : nullptr;
+        if (c == nullptr || c->microbatch != in.microbatch || c->stage != in.stage) {
+          return InvalidArgumentError(
+              fmt::format("instruction {} ({}) follows no compute op of micro-batch {} on stage {}",
+                          i, InstructionText(in), in.microbatch, in.stage));
+        }
+        if (comm_.ep_group() != in.group) {
+          return InvalidArgumentError(fmt::format(
+              "instruction {} ({}): group [{}], but this rank's expert-parallel group is [{}]", i,
+              InstructionText(in), fmt::join(in.group, ", "), fmt::join(comm_.ep_group(), ", ")));
+        }
+        a2a_of_[owner].push_back(&in);
+      } else if (IsCompute(in.op) && in.op != OpKind::kBackwardWeight) {
+        owner = static_cast<int64_t>(i);
+      } else if (in.op != OpKind::kFreeBuffer) {
+        owner = -1;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The all-to-alls of the instruction being executed (null when it has none).
+  const std::vector<const Instruction*>* AllToAllsOfCurrent() const {
+    const auto it = a2a_of_.find(pc_);
+    return it == a2a_of_.end() ? nullptr : &it->second;
   }
 
   Status CheckSlot(int64_t slot) const {
@@ -262,13 +455,26 @@ class IterationRun {
     run.replay = in.recompute == Recompute::kFull;
     if (split_.count(Key(in)) > 0) run.tape = std::make_unique<WeightGradTape>();
     Tensors outputs;
+    MoeContext moe;
+    moe.exchange = &exchange_;
+    MoeContext* moe_ptr = chunk->has_moe() ? &moe : nullptr;
+    exchange_.Begin(AllToAllsOfCurrent());
     if (run.replay) {
+      run.a2a_forward = AllToAllsOfCurrent();
+      exchange_.Record(&run.a2a_received);
       torch::NoGradGuard no_grad;
-      outputs = chunk->Forward(run.inputs, run.labels, *mb, false);
+      outputs = chunk->Forward(run.inputs, run.labels, *mb, false, nullptr, moe_ptr);
     } else {
       outputs = chunk->Forward(run.inputs, run.labels, *mb, in.recompute == Recompute::kSelective,
-                               run.tape.get());
+                               run.tape.get(), moe_ptr);
     }
+    SLUICE_RETURN_IF_ERROR(exchange_.End("forward"));
+    if (moe.aux_loss.defined()) {
+      aux_loss_ += moe.aux_loss.item<double>();
+      run.aux_loss = moe.aux_loss;
+    }
+    moe_assignments_ += moe.assignments;
+    moe_dropped_ += moe.dropped;
     if (last) {
       loss_ += outputs.at(0).item<double>();
     } else {
@@ -294,7 +500,14 @@ class IterationRun {
     const bool last = in.stage == num_stages_ - 1;
     if (run.replay) {  // recompute "full": replay the forward with a graph
       SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
-      run.outputs = chunk->Forward(run.inputs, run.labels, *mb, false, run.tape.get());
+      MoeContext moe;
+      moe.exchange = &exchange_;
+      exchange_.BeginReplay(run.a2a_forward, &run.a2a_received);
+      run.outputs = chunk->Forward(run.inputs, run.labels, *mb, false, run.tape.get(),
+                                   chunk->has_moe() ? &moe : nullptr);
+      SLUICE_RETURN_IF_ERROR(exchange_.End("replayed forward"));
+      run.a2a_received.clear();
+      run.aux_loss = moe.aux_loss;
       run.replay = false;
     }
     if (last) {
@@ -309,19 +522,28 @@ class IterationRun {
                       "output gradients"));
     }
     const Tensors leaves = in.stage == 0 ? Tensors{} : run.inputs;
+    // The MoE load-balancing loss is part of the objective: differentiated with the outputs.
+    Tensors outputs = run.outputs, grad_outputs = run.grad_outputs;
+    if (run.aux_loss.defined() && run.aux_loss.requires_grad()) {
+      outputs.push_back(run.aux_loss);
+      grad_outputs.push_back(torch::ones_like(run.aux_loss));
+    }
+    run.aux_loss = at::Tensor();
     Tensors input_grads;
+    exchange_.Begin(AllToAllsOfCurrent());
     if (in.op == OpKind::kBackward) {
       Tensors targets = leaves;
       for (const at::Tensor& p : chunk->parameters()) targets.push_back(p);
-      torch::autograd::backward(run.outputs, run.grad_outputs, /*retain_graph=*/false,
+      torch::autograd::backward(outputs, grad_outputs, /*retain_graph=*/false,
                                 /*create_graph=*/false, targets);
+      SLUICE_RETURN_IF_ERROR(exchange_.End("backward"));
       for (const at::Tensor& x : leaves) input_grads.push_back(x.grad());
     } else {
       // One pass: input gradients, the recorded linear layers' output gradients (their weights
       // wait for backward-weight) and the other parameters' gradients (model.h, WeightGradTape).
       if (!run.tape) return InternalError("backward-input without a recorded forward");
-      input_grads =
-          run.tape->InputGradients(run.outputs, run.grad_outputs, leaves, chunk->parameters());
+      input_grads = run.tape->InputGradients(outputs, grad_outputs, leaves, chunk->parameters());
+      SLUICE_RETURN_IF_ERROR(exchange_.End("backward-input"));
       // The graph is gone: keep only what backward-weight reads.
       run.outputs.clear();
       run.grad_outputs.clear();
@@ -522,6 +744,7 @@ class IterationRun {
       }
       g.flat = at::Tensor();
     }
+    SLUICE_RETURN_IF_ERROR(ReduceExpertGrads());
     const at::Tensor& wte = shard_.word_embedding();
     if (comm_.has_embedding_group() && wte.defined()) {
       if (!wte.grad().defined()) wte.mutable_grad() = torch::zeros_like(wte);
@@ -542,6 +765,52 @@ class IterationRun {
     optimizer_.step();
     for (const at::Tensor& p : shard_.Parameters()) {
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+    }
+    return Status::Ok();
+  }
+
+  // ep > 1, dp > ep: sums the expert gradients over the replicas that hold the same experts (the
+  // ep group's all-to-alls already brought every replica's tokens of the group to them).
+  Status ReduceExpertGrads() {
+    const std::vector<at::Tensor>& params = shard_.ExpertParameters();
+    if (!comm_.has_expert_dp_group() || params.empty()) return Status::Ok();
+    Tensors parts;
+    for (const at::Tensor& p : params) {
+      parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
+                                         : torch::zeros({p.numel()}, torch::kFloat32));
+    }
+    const at::Tensor flat = torch::cat(parts);
+    const int64_t start = Now();
+    SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h, comm_.AllReduceExpertDp(flat));
+    const std::string what = fmt::format(
+        "the expert-gradient sum over the expert data-parallel group (iteration {})", iteration_);
+    watchdog_.BeginWait(what, comm_.expert_dp_peers());
+    Status s = comm_.Wait(h);
+    watchdog_.EndWait();
+    if (!s.ok()) {
+      const std::string blame = watchdog_.Blame(comm_.expert_dp_peers(), what);
+      return FailedPreconditionError(fmt::format(
+          "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
+    }
+    TraceEvent e;
+    e.name = "ALLREDUCE(experts)";
+    e.op = std::string(OpKindName(OpKind::kAllReduceGrad));
+    e.stream = TraceStream::kCollective;
+    e.iteration = iteration_;
+    e.start_ns = start;
+    e.end_ns = Now();
+    e.bytes = flat.numel() * flat.element_size();
+    trace_.Add(std::move(e));
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (const at::Tensor& p : params) {
+      const at::Tensor reduced = flat.narrow(0, offset, p.numel()).view_as(p);
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(reduced);
+      } else {
+        p.mutable_grad() = reduced.clone();
+      }
+      offset += p.numel();
     }
     return Status::Ok();
   }
@@ -573,6 +842,11 @@ class IterationRun {
   std::map<std::pair<bool, int64_t>, Transfer> transfers_;
   std::map<int64_t, StageGrad> stage_grads_;
   std::vector<Collective> collectives_;
+  PlanExchange exchange_;
+  int64_t pc_ = -1;                                            // the instruction being executed
+  std::map<int64_t, std::vector<const Instruction*>> a2a_of_;  // compute op -> its all-to-alls
+  double aux_loss_ = 0;
+  int64_t moe_assignments_ = 0, moe_dropped_ = 0;
 };
 
 }  // namespace

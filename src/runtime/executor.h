@@ -19,7 +19,16 @@
 //   all-reduce-grad  post a sum over the data-parallel group of the bucket's slice of its stage's
 //                    flattened gradient (BucketRanges cuts the plan's buckets onto parameters)
 //   optimizer-step   wait for the buckets, write them back, sum the word embedding over its
-//                    group (layout.h), then AdamW
+//                    group (layout.h) and, at ep > 1 with dp > ep, the expert gradients over the
+//                    replicas holding the same experts (comm.h "edp"), then AdamW
+//   all-to-all-*     performed inside the compute op they belong to (plan/instruction.h "MoE
+//                    all-to-all"): the MoE layer asks the executor's ExpertExchange (model.h)
+//                    for the plan's next all-to-all, which checks kind, layer and splits and
+//                    runs alltoall_base on the ep group; the instruction itself then only checks
+//                    that it was performed. A forward at recompute "full" keeps what its
+//                    all-to-alls received; its replay in the backward reads that instead of
+//                    communicating (the plan lists no all-to-all for a replay).
+// MoE: the chunk's load-balancing loss (moe.h) is differentiated with its outputs.
 // Reduce-scatter / all-gather (ZeRO >= 2) are rejected. Tensors are fp32 (the plan prices fp16).
 // Every instruction is recorded in the TraceRecorder; every blocking wait is announced to the
 // Watchdog so a hang becomes an error naming the awaited rank.
@@ -50,6 +59,12 @@ struct IterationResult {
   int64_t end_ns = 0;
   Duration compute;          // forward and backward ops
   Duration waiting;          // Finish ops and the step's waits for collectives
+  // MoE (moe.h), over this rank's forwards: the load-balancing loss added to the objective,
+  // (real token, choice) assignments, those dropped over capacity, and the time spent in
+  // all-to-alls (all of it exposed: they block the compute op).
+  double moe_aux_loss = 0;
+  int64_t moe_assignments = 0, moe_dropped = 0;
+  Duration all_to_all;
 };
 
 class Executor {

@@ -9,13 +9,21 @@
 
 #include "base/rng.h"
 #include "model/chunk_cut.h"
+#include "runtime/moe.h"
 
 namespace sluice::runtime {
 namespace {
 
 // Parameter groups, each seeded separately so that init never depends on the cut.
-enum class Group : uint64_t { kWordEmbedding = 1, kPositions, kDecPositions, kEncoderLayer,
-                              kDecoderLayer, kHead };
+enum class Group : uint64_t {
+  kWordEmbedding = 1,
+  kPositions,
+  kDecPositions,
+  kEncoderLayer,
+  kDecoderLayer,
+  kHead,
+  kExpert
+};
 constexpr double kInitStd = 0.02;
 
 at::Generator GroupGenerator(uint64_t seed, Group g, int64_t index) {
@@ -55,8 +63,42 @@ class Registry {
   std::vector<std::pair<std::string, at::Tensor>>* named_;
 };
 
+// The MLP of an MoE layer: the router from the layer's generator, each expert from its own
+// (seeded by layer and expert), so that any expert sharding starts from the same weights.
+MoeMlp MakeMoe(const ModelSpec& m, int64_t layer, const std::string& prefix, uint64_t seed,
+               const ExpertShard& shard, at::Generator& gen, Registry* reg,
+               std::vector<at::Tensor>* owner, std::vector<at::Tensor>* expert_owner) {
+  const int64_t h = m.hidden;
+  const int64_t ffn = m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden;
+  const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(m.TotalLayers()));
+  MoeMlp moe;
+  moe.layer = layer;
+  moe.router =
+      reg->AddLinear(prefix + ".moe.router", m.moe->experts, h, kInitStd, false, gen, owner);
+  const int64_t local = m.moe->experts / shard.ep;
+  for (int64_t e = shard.index * local; e < (shard.index + 1) * local; ++e) {
+    at::Generator eg = GroupGenerator(seed, Group::kExpert, layer * 65537 + e);
+    const std::string name = fmt::format("{}.moe.experts.{}", prefix, e);
+    Expert x;
+    x.index = e;
+    if (m.mlp == MlpKind::kSwiGlu) {
+      x.gate = reg->AddLinear(name + ".gate", ffn, h, kInitStd, false, eg, expert_owner);
+      x.fc1 = reg->AddLinear(name + ".up", ffn, h, kInitStd, false, eg, expert_owner);
+      x.fc2 = reg->AddLinear(name + ".down", h, ffn, out_std, false, eg, expert_owner);
+    } else {
+      x.fc1 = reg->AddLinear(name + ".fc1", ffn, h, kInitStd, true, eg, expert_owner);
+      x.fc2 = reg->AddLinear(name + ".fc2", h, ffn, out_std, true, eg, expert_owner);
+    }
+    moe.experts.push_back(std::move(x));
+  }
+  return moe;
+}
+
+// `moe_layer`: the layer's id in the stack [encoder; decoder] when it is an MoE layer, else -1.
+// Expert parameters go to `expert_owner` (the same list as `owner` at ep = 1).
 Block MakeBlock(const ModelSpec& m, bool decoder, const std::string& prefix, at::Generator& gen,
-                Registry* reg, std::vector<at::Tensor>* owner) {
+                Registry* reg, std::vector<at::Tensor>* owner, int64_t moe_layer, uint64_t seed,
+                const ExpertShard& shard, std::vector<at::Tensor>* expert_owner) {
   const int64_t h = m.hidden, hd = m.HeadDim(), q = m.heads * hd, kv = m.kv_heads * hd;
   const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(m.TotalLayers()));
   Block b;
@@ -71,7 +113,9 @@ Block MakeBlock(const ModelSpec& m, bool decoder, const std::string& prefix, at:
     b.cross_proj = reg->AddLinear(prefix + ".cross.proj", h, q, out_std, true, gen, owner);
     b.ln3 = reg->AddNorm(prefix + ".ln3", h, owner);
   }
-  if (m.mlp == MlpKind::kSwiGlu) {
+  if (moe_layer >= 0) {
+    b.moe = MakeMoe(m, moe_layer, prefix, seed, shard, gen, reg, owner, expert_owner);
+  } else if (m.mlp == MlpKind::kSwiGlu) {
     b.gate = reg->AddLinear(prefix + ".mlp.gate", m.ffn_hidden, h, kInitStd, false, gen, owner);
     b.fc1 = reg->AddLinear(prefix + ".mlp.up", m.ffn_hidden, h, kInitStd, false, gen, owner);
     b.fc2 = reg->AddLinear(prefix + ".mlp.down", h, m.ffn_hidden, out_std, false, gen, owner);
@@ -214,6 +258,7 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
   in.tokens = FromVector(tok, b, t);
   in.positions = FromVector(pos, b, t);
   const at::Tensor seg_t = FromVector(seg, b, t);
+  in.real = seg_t.ge(0);
   if (!enc_dec) {
     in.labels = FromVector(lab, b, t);
     in.self_mask = MakeMask(seg_t, seg_t, /*causal=*/true);
@@ -223,6 +268,7 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
   in.dec_tokens = FromVector(dtok, b, d);
   in.dec_positions = FromVector(dpos, b, d);
   const at::Tensor dseg_t = FromVector(dseg, b, d);
+  in.dec_real = dseg_t.ge(0);
   in.self_mask = MakeMask(seg_t, seg_t, /*causal=*/false);
   in.dec_self_mask = MakeMask(dseg_t, dseg_t, /*causal=*/true);
   in.cross_mask = MakeMask(dseg_t, seg_t, /*causal=*/false);
@@ -231,7 +277,8 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
 
 at::Tensor Chunk::RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
                            const at::Tensor& enc_out, const at::Tensor& cross_mask,
-                           bool selective, WeightGradTape* tape) const {
+                           const at::Tensor& real, double loss_scale, bool selective,
+                           WeightGradTape* tape, MoeContext* moe) const {
   const ModelSpec& m = *model_;
   const int64_t q = m.heads * m.HeadDim(), kv = m.kv_heads * m.HeadDim();
   const at::Tensor qkv = Apply(b.qkv, Apply(b.ln1, x), tape);
@@ -242,14 +289,28 @@ at::Tensor Chunk::RunBlock(const Block& b, const at::Tensor& x, const at::Tensor
     const at::Tensor cq = Apply(b.cross_q, Apply(b.ln2, h), tape);
     const auto ckv = Apply(b.cross_kv, enc_out, tape).split_with_sizes({kv, kv}, -1);
     h = h + Apply(b.cross_proj, Attend(m, cq, ckv[0], ckv[1], cross_mask, selective), tape);
-    return h + Mlp(m, b, Apply(b.ln3, h), tape);
   }
-  return h + Mlp(m, b, Apply(b.ln2, h), tape);
+  const at::Tensor y = Apply(b.decoder ? b.ln3 : b.ln2, h);
+  if (b.moe.has_value()) {
+    SLUICE_CHECK(moe != nullptr);
+    return h + MoeForward(m, *b.moe, experts_, y, real, loss_scale, tape, moe);
+  }
+  return h + Mlp(m, b, y, tape);
+}
+
+bool Chunk::has_moe() const {
+  for (const auto* stack : {&encoder_, &decoder_}) {
+    for (const Block& b : *stack) {
+      if (b.moe.has_value()) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
                                        const at::Tensor& labels, const MicroBatchInputs& mb,
-                                       bool selective, WeightGradTape* tape) const {
+                                       bool selective, WeightGradTape* tape,
+                                       MoeContext* moe) const {
   const ModelSpec& m = *model_;
   const bool enc_dec = m.is_encoder_decoder();
   at::Tensor h, enc_out, dec;
@@ -265,7 +326,9 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
     in_decoder = true;
     enc_out_is_input = true;
   }
-  for (const Block& b : encoder_) h = RunBlock(b, h, mb.self_mask, {}, {}, selective, tape);
+  for (const Block& b : encoder_) {
+    h = RunBlock(b, h, mb.self_mask, {}, {}, mb.real, mb.loss_scale, selective, tape, moe);
+  }
   if (spec_.ends_encoder) {
     enc_out = Apply(enc_ln_, h);
     // Chunk 0 of a one-chunk model got the decoder tokens from LoadInput; the last encoder chunk
@@ -276,7 +339,8 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
     in_decoder = true;
   }
   for (const Block& b : decoder_) {
-    dec = RunBlock(b, dec, mb.dec_self_mask, enc_out, mb.cross_mask, selective, tape);
+    dec = RunBlock(b, dec, mb.dec_self_mask, enc_out, mb.cross_mask, mb.dec_real, mb.loss_scale,
+                   selective, tape, moe);
   }
   if (spec_.layers.output_head) {
     const at::Tensor y = Apply(final_ln_, in_decoder ? dec : h);
@@ -363,12 +427,22 @@ std::vector<at::Tensor> WeightGradTape::Untaped(const std::vector<at::Tensor>& p
 
 StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model, int64_t pp,
                                                          int64_t vpp, int64_t pp_index,
-                                                         uint64_t seed) {
-  if (model.moe.has_value()) {
+                                                         uint64_t seed, ExpertShard experts) {
+  if (experts.ep < 1 || experts.index < 0 || experts.index >= experts.ep) {
+    return InvalidArgumentError(
+        fmt::format("model shard: expert group {} of ep {}", experts.index, experts.ep));
+  }
+  if (experts.ep > 1 && !model.moe.has_value()) {
     return InvalidArgumentError(fmt::format(
-        "model '{}': the runtime does not implement MoE layers (experts, routing, all-to-all); "
-        "train a dense model",
-        model.name));
+        "--parallel: ep = {} needs an MoE model, but model '{}' is dense (no 'moe' field)",
+        experts.ep, model.name));
+  }
+  if (model.moe.has_value() && model.moe->experts % experts.ep != 0) {
+    return InvalidArgumentError(fmt::format(
+        "--parallel: ep = {} does not divide model '{}''s {} experts (moe.experts); the runtime "
+        "gives every rank of an expert-parallel group the same number of experts (allowed ep: "
+        "divisors of {})",
+        experts.ep, model.name, model.moe->experts, model.moe->experts));
   }
   const int64_t chunks = pp * vpp;
   const bool enc_dec = model.is_encoder_decoder();
@@ -385,6 +459,7 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
   std::unique_ptr<ModelShard> shard(new ModelShard());
   shard->model_ = model;
   shard->pp_ = pp;
+  shard->experts_ = experts;
   const ModelSpec& m = shard->model_;
   Registry reg(&shard->named_);
   std::vector<ChunkSpec> layout = ChunkLayout(m, chunks);
@@ -394,7 +469,11 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
     auto chunk = std::unique_ptr<Chunk>(new Chunk());
     chunk->model_ = &shard->model_;
     chunk->spec_ = spec;
+    chunk->experts_ = experts;
     std::vector<at::Tensor> owned;  // parameters whose reductions this stage carries
+    // Expert parameters: reduced with the stage's at ep = 1, over their own group at ep > 1.
+    std::vector<at::Tensor> expert_owned;
+    std::vector<at::Tensor>* expert_owner = experts.ep > 1 ? &expert_owned : &owned;
     if (ChunkNeedsWordEmbedding(m, spec)) {
       if (!shard->wte_.defined()) {
         at::Generator gen = GroupGenerator(seed, Group::kWordEmbedding, 0);
@@ -416,7 +495,9 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
       at::Generator gen = GroupGenerator(seed, Group::kEncoderLayer, index);
       const std::string prefix =
           decoder_only ? fmt::format("layers.{}", index) : fmt::format("encoder.{}", index);
-      chunk->encoder_.push_back(MakeBlock(m, false, prefix, gen, &reg, &owned));
+      chunk->encoder_.push_back(MakeBlock(m, false, prefix, gen, &reg, &owned,
+                                          m.IsMoeLayer(index) ? index : -1, seed, experts,
+                                          expert_owner));
     }
     if (spec.ends_encoder) {
       chunk->enc_ln_ = reg.AddNorm("encoder.final_ln", m.hidden, &owned);
@@ -427,8 +508,9 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
     for (int64_t i = 0; i < spec.layers.decoder_layers; ++i) {
       const int64_t index = spec.first_decoder_layer + i;
       at::Generator gen = GroupGenerator(seed, Group::kDecoderLayer, index);
-      chunk->decoder_.push_back(
-          MakeBlock(m, true, fmt::format("decoder.{}", index), gen, &reg, &owned));
+      chunk->decoder_.push_back(MakeBlock(m, true, fmt::format("decoder.{}", index), gen, &reg,
+                                          &owned, m.IsMoeLayer(index) ? m.layers + index : -1, seed,
+                                          experts, expert_owner));
     }
     if (spec.layers.output_head) {
       chunk->final_ln_ = reg.AddNorm("final_ln", m.hidden, &owned);
@@ -439,6 +521,10 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
     }
     for (const at::Tensor& t : owned) {
       if (!t.is_same(shard->wte_)) chunk->params_.push_back(t);
+    }
+    for (const at::Tensor& t : expert_owned) {
+      chunk->params_.push_back(t);
+      shard->expert_params_.push_back(t);
     }
     shard->stage_params_.push_back(std::move(owned));
     shard->chunks_.push_back(std::move(chunk));

@@ -7,7 +7,8 @@
 // learned positions; the decoder has its own position table). Attention is masked per
 // micro-batch: causal for decoders, per-sample spans for rows that pack several samples, padding
 // keys never attended. The loss is the summed token cross-entropy times MicroBatchInputs::
-// loss_scale. MoE models are not supported (Create says so).
+// loss_scale. MoE models replace the MLP of every MoE layer (ModelSpec::IsMoeLayer) by a router
+// and experts (moe.h: routing, capacity, dropping order, auxiliary loss, expert parallelism).
 //
 // Initialisation is a function of (seed, parameter group, global layer index) only, so a model
 // cut into any number of chunks starts from exactly the weights of the uncut model. Parameter
@@ -21,12 +22,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/status.h"
 #include "model/model_spec.h"
+#include "plan/instruction.h"
 #include "runtime/batch_layout.h"
 #include "runtime/layout.h"
 #include "runtime/token_source.h"
@@ -48,6 +51,8 @@ struct MicroBatchInputs {
   at::Tensor self_mask;      // [mbs, 1, seqlen, seqlen] bool, true = may not attend
   at::Tensor dec_self_mask;  // [mbs, 1, dec_seqlen, dec_seqlen]
   at::Tensor cross_mask;     // [mbs, 1, dec_seqlen, seqlen]
+  at::Tensor real;           // [mbs, seqlen] bool, true = a sample's token (MoE routes only these)
+  at::Tensor dec_real;       // [mbs, dec_seqlen] bool (encoder-decoder)
   double loss_scale = 1.0;   // 1 / labels of the global batch
 };
 
@@ -62,12 +67,59 @@ struct Linear {
 struct Norm {
   at::Tensor weight, bias;  // [hidden]
 };
+// One expert of an MoE layer: an MLP of width expert_ffn_hidden (or ffn_hidden), of the model's
+// MLP kind.
+struct Expert {
+  int64_t index = 0;      // global expert index in [0, experts)
+  Linear fc1, fc2, gate;  // as Block's MLP
+};
+// The MLP of an MoE layer: a router and the experts this rank holds (all of them at ep = 1;
+// experts [ep_index * E / ep, (ep_index + 1) * E / ep) otherwise).
+struct MoeMlp {
+  int64_t layer = -1;           // MoE layer id in the stack [encoder; decoder] (plan's `layer`)
+  Linear router;                // [experts, hidden], no bias
+  std::vector<Expert> experts;  // this rank's experts, ascending index
+};
 struct Block {
   bool decoder = false;  // has cross-attention (T5 decoder layer)
   Norm ln1, ln2, ln3;    // ln3: decoder layers only (before the MLP)
   Linear qkv, proj;      // self-attention
   Linear cross_q, cross_kv, cross_proj;
   Linear fc1, fc2, gate;  // MLP: GELU uses fc1/fc2; SwiGLU uses gate, fc1 (up), fc2 (down)
+  std::optional<MoeMlp> moe;  // MoE layers: replaces the MLP (fc1, fc2, gate undefined)
+};
+
+// Expert parallelism of a shard: the experts are cut into `ep` equal groups; this rank holds
+// group `index`.
+struct ExpertShard {
+  int64_t ep = 1;
+  int64_t index = 0;
+};
+
+// The all-to-alls of expert parallelism as the model sees them (the executor implements it from
+// the plan's all-to-all instructions, moe.h).
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  // The receive splits (rows from each member of the group) of the next all-to-all of the
+  // running compute op, which must be `kind` at MoE layer `layer`. Throws std::runtime_error
+  // (with the reason) when the plan's next all-to-all is another one.
+  virtual std::vector<int64_t> NextRecvSplits(OpKind kind, int64_t layer) = 0;
+  // Performs that all-to-all: sends rows [sum(send), hidden] (send[j] rows to member j, in
+  // member order) and returns the rows received [sum(recv), hidden]. Throws std::runtime_error
+  // when the splits differ from the plan's or the transfer fails.
+  virtual at::Tensor Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
+                              const std::vector<int64_t>& send,
+                              const std::vector<int64_t>& recv) = 0;
+};
+
+// What the MoE layers of one chunk's forward need and report.
+struct MoeContext {
+  ExpertExchange* exchange = nullptr;  // required when the shard's ep > 1
+  at::Tensor aux_loss;      // out: the scaled load-balancing losses of the chunk's MoE layers,
+                            // summed, part of the graph (undefined when it has none)
+  int64_t assignments = 0;  // out: (real token, choice) pairs the routers assigned
+  int64_t dropped = 0;      // out: of those, the pairs dropped over expert capacity
 };
 
 // Zero-bubble weight gradients (ZB-H1's W) without a second pass over the graph. While a chunk's
@@ -129,19 +181,25 @@ class Chunk {
   // loss. `selective`: recompute the attention core (scores, softmax) in the backward instead of
   // storing it (Megatron's selective recomputation).
   // `tape`: record for a split backward (WeightGradTape); null for a whole backward.
+  // `moe`: REQUIRES non-null when the chunk has MoE layers (has_moe()); the caller adds
+  // moe->aux_loss to what it differentiates.
   std::vector<at::Tensor> Forward(const std::vector<at::Tensor>& inputs, const at::Tensor& labels,
                                   const MicroBatchInputs& mb, bool selective,
-                                  WeightGradTape* tape = nullptr) const;
+                                  WeightGradTape* tape = nullptr, MoeContext* moe = nullptr) const;
+  // Whether any layer of the chunk is an MoE layer.
+  bool has_moe() const;
   // This chunk's parameters (the shared word embedding included when it uses it).
   const std::vector<at::Tensor>& parameters() const { return params_; }
 
  private:
   friend class ModelShard;
   at::Tensor RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
-                      const at::Tensor& enc_out, const at::Tensor& cross_mask, bool selective,
-                      WeightGradTape* tape) const;
+                      const at::Tensor& enc_out, const at::Tensor& cross_mask,
+                      const at::Tensor& real, double loss_scale, bool selective,
+                      WeightGradTape* tape, MoeContext* moe) const;
 
   const ModelSpec* model_ = nullptr;
+  ExpertShard experts_;
   ChunkSpec spec_;
   at::Tensor wte_, wpe_, dec_wpe_;  // as used by this chunk (undefined otherwise)
   std::vector<Block> encoder_, decoder_;
@@ -153,11 +211,12 @@ class Chunk {
 // The chunks one pipeline rank holds, sharing one word-embedding parameter.
 class ModelShard {
  public:
-  // Chunks c with c % pp == pp_index of a pp * vpp cut. Errors: MoE models, a cut
-  // CheckParallelFits would reject.
+  // Chunks c with c % pp == pp_index of a pp * vpp cut, holding expert group `experts` of every
+  // MoE layer. Errors: a cut CheckParallelFits would reject; ep > 1 for a dense model or an ep
+  // that does not divide the experts.
   static StatusOr<std::unique_ptr<ModelShard>> Create(const ModelSpec& model, int64_t pp,
-                                                      int64_t vpp, int64_t pp_index,
-                                                      uint64_t seed);
+                                                      int64_t vpp, int64_t pp_index, uint64_t seed,
+                                                      ExpertShard experts = {});
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;
 
@@ -167,8 +226,13 @@ class ModelShard {
   const Chunk& chunk(int64_t stage) const;
   // Parameters whose gradients the reductions of `stage` carry: the chunk's own, and the shared
   // word embedding on the lowest stage of this rank that uses it (its last backward, so its
-  // reduction, comes last). REQUIRES: HasChunk(stage).
+  // reduction, comes last); at ep > 1 without the experts' (ExpertParameters).
+  // REQUIRES: HasChunk(stage).
   const std::vector<at::Tensor>& StageParameters(int64_t stage) const;
+  // ep > 1: every expert parameter of this rank, in creation order (reduced over the replicas
+  // that hold the same experts, not over the data-parallel group); empty at ep = 1.
+  const std::vector<at::Tensor>& ExpertParameters() const { return expert_params_; }
+  const ExpertShard& experts() const { return experts_; }
   // Every parameter once, with its global name, in creation order.
   const std::vector<std::pair<std::string, at::Tensor>>& NamedParameters() const { return named_; }
   std::vector<at::Tensor> Parameters() const;
@@ -184,6 +248,8 @@ class ModelShard {
   std::vector<std::unique_ptr<Chunk>> chunks_;  // [stage / pp] this rank's chunks, ascending
   std::vector<std::vector<at::Tensor>> stage_params_;
   std::vector<std::pair<std::string, at::Tensor>> named_;
+  std::vector<at::Tensor> expert_params_;
+  ExpertShard experts_;
   at::Tensor wte_;
 };
 

@@ -1,6 +1,8 @@
 // The split backward (WeightGradTape): input gradients and then weight gradients from the
 // recorded op inputs equal one autograd backward, on every kind of chunk: the embedding chunk,
-// middle chunks, a T5 chunk holding the encoder's end and the decoder's start, the head chunk.
+// middle chunks, a T5 chunk holding the encoder's end and the decoder's start, the head chunk,
+// and MoE chunks (the load-balancing loss differentiated with the outputs). The MoE layer
+// (moe.h) against a per-token loop that follows its documented routing and dropping order.
 #include "runtime/model.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 
 #include "model/chunk_cut.h"
 #include "plan/execution_plan.h"
+#include "runtime/moe.h"
 
 namespace sluice::runtime {
 namespace {
@@ -97,8 +100,15 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
 
   // One backward.
   std::vector<at::Tensor> x1 = leaves();
-  std::vector<at::Tensor> out1 = chunk.Forward(x1, mb.labels, mb, c.selective);
+  MoeContext moe1, moe2;
+  std::vector<at::Tensor> out1 =
+      chunk.Forward(x1, mb.labels, mb, c.selective, nullptr, chunk.has_moe() ? &moe1 : nullptr);
   if (last) grad_outputs = {torch::ones_like(out1[0])};
+  EXPECT_EQ(chunk.has_moe(), c.model.moe.has_value());
+  if (moe1.aux_loss.defined()) {
+    out1.push_back(moe1.aux_loss);
+    grad_outputs.push_back(torch::ones_like(moe1.aux_loss));
+  }
   std::vector<at::Tensor> targets = c.chunk == 0 ? std::vector<at::Tensor>{} : x1;
   for (const at::Tensor& p : chunk.parameters()) targets.push_back(p);
   torch::autograd::backward(out1, grad_outputs, false, false, targets);
@@ -108,7 +118,10 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
   // along), then the recorded layers' weights from the tape.
   WeightGradTape tape;
   std::vector<at::Tensor> x2 = leaves();
-  std::vector<at::Tensor> out2 = chunk.Forward(x2, mb.labels, mb, c.selective, &tape);
+  std::vector<at::Tensor> out2 =
+      chunk.Forward(x2, mb.labels, mb, c.selective, &tape, chunk.has_moe() ? &moe2 : nullptr);
+  if (moe2.aux_loss.defined()) out2.push_back(moe2.aux_loss);
+  EXPECT_EQ(moe1.dropped, moe2.dropped);
   const std::vector<at::Tensor> untaped = tape.Untaped(chunk.parameters());
   size_t taped = 0;
   for (const WeightGradTape::Entry& e : tape.entries()) taped += e.bias.defined() ? 2 : 1;
@@ -142,16 +155,99 @@ std::vector<Case> Cases() {
   untied.tied_embeddings = false;
   ModelSpec swiglu = gpt;
   swiglu.mlp = MlpKind::kSwiGlu;
-  return {{"gpt_first", gpt, 3, 0, false},     {"gpt_middle", gpt, 3, 1, false},
-          {"gpt_head_tied", gpt, 3, 2, false}, {"gpt_head_untied", untied, 3, 2, false},
-          {"gpt_selective", gpt, 3, 1, true},  {"gpt_swiglu", swiglu, 3, 1, false},
-          {"gpt_whole", gpt, 1, 0, false},     {"t5_first", t5, 3, 0, false},
-          {"t5_spanning", t5, 3, 1, false},    {"t5_decoder_head", t5, 3, 2, false},
+  const ModelSpec gpt_moe = Model("gpt-tiny-moe", 6);
+  ModelSpec t5_moe = t5;
+  t5_moe.moe = MoeSpec{.experts = 4, .top_k = 1, .capacity_factor = 1.0, .layer_interval = 1};
+  return {{"gpt_moe_first", gpt_moe, 3, 0, false},
+          {"gpt_moe_head", gpt_moe, 3, 2, false},
+          {"t5_moe_spanning", t5_moe, 3, 1, false},
+          {"gpt_first", gpt, 3, 0, false},
+          {"gpt_middle", gpt, 3, 1, false},
+          {"gpt_head_tied", gpt, 3, 2, false},
+          {"gpt_head_untied", untied, 3, 2, false},
+          {"gpt_selective", gpt, 3, 1, true},
+          {"gpt_swiglu", swiglu, 3, 1, false},
+          {"gpt_whole", gpt, 1, 0, false},
+          {"t5_first", t5, 3, 0, false},
+          {"t5_spanning", t5, 3, 1, false},
+          {"t5_decoder_head", t5, 3, 2, false},
           {"t5_whole", t5, 1, 0, true}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Chunks, WeightGradTapeTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
+
+// The MoE layer (ep = 1) against a per-token loop over moe.h's rules: slots choice by choice,
+// then by position; dropped assignments add nothing; the output is the router probability times
+// the expert's MLP; padding is not routed; Switch's auxiliary loss.
+TEST(MoeLayerTest, MatchesAPerTokenLoopOfTheDocumentedRules) {
+  ModelSpec m = *ModelPreset("gpt-tiny-moe");
+  m.moe->top_k = 2;
+  m.moe->capacity_factor = 0.6;  // C = ceil(0.6 * 12 * 2 / 4) = 4 of 2 x 10 real assignments
+  const int64_t experts = m.moe->experts, k = m.moe->top_k, h = m.hidden, ffn = m.ffn_hidden;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kSeed);
+  auto normal = [&](std::vector<int64_t> shape, double std) {
+    return torch::empty(shape, torch::kFloat32).normal_(0, std, gen);
+  };
+  MoeMlp moe;
+  moe.layer = 0;
+  moe.router.weight = normal({experts, h}, 0.5);
+  for (int64_t e = 0; e < experts; ++e) {
+    Expert x;
+    x.index = e;
+    x.fc1 = {normal({ffn, h}, 0.05), normal({ffn}, 0.05)};
+    x.fc2 = {normal({h, ffn}, 0.05), normal({h}, 0.05)};
+    moe.experts.push_back(x);
+  }
+  const int64_t b = 2, t = 6, n = b * t;
+  const at::Tensor x = normal({b, t, h}, 1.0);
+  at::Tensor real = torch::ones({b, t}, torch::kBool);
+  real[1][4] = false;  // two padding positions
+  real[1][5] = false;
+  const double scale = 0.25;
+  MoeContext ctx;
+  const at::Tensor y = MoeForward(m, moe, ExpertShard{}, x, real, scale, nullptr, &ctx);
+
+  const int64_t capacity = 4;
+  const at::Tensor xf = x.reshape({n, h});
+  const at::Tensor p = at::softmax(at::linear(xf, moe.router.weight), -1);
+  at::Tensor want = torch::zeros({n, h});
+  std::vector<int64_t> used(experts, 0), assigned(experts, 0);
+  int64_t dropped = 0, real_tokens = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!real.reshape({n})[i].item<bool>()) continue;
+      real_tokens += c == 0 ? 1 : 0;
+      const int64_t e = p[i].argsort(0, /*descending=*/true)[c].item<int64_t>();
+      ++assigned[e];
+      if (used[e]++ >= capacity) {
+        ++dropped;
+        continue;
+      }
+      const Expert& ex = moe.experts[e];
+      const at::Tensor out = at::linear(at::gelu(at::linear(xf[i], ex.fc1.weight, ex.fc1.bias)),
+                                        ex.fc2.weight, ex.fc2.bias);
+      want[i] += p[i][e] * out;
+    }
+  }
+  EXPECT_EQ(ctx.assignments, 2 * 10);
+  EXPECT_EQ(ctx.dropped, dropped);
+  EXPECT_GT(dropped, 0);
+  EXPECT_LE(RelativeError(y.reshape({n, h}), want), 1e-5);
+  EXPECT_EQ(y[1][4].abs().max().item<float>(), 0.0f) << "a padding token was routed";
+  double aux = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    double mean_p = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (real.reshape({n})[i].item<bool>()) mean_p += p[i][e].item<double>();
+    }
+    mean_p /= static_cast<double>(real_tokens);
+    aux += static_cast<double>(assigned[e]) / static_cast<double>(real_tokens * k) * mean_p;
+  }
+  aux *= kMoeAuxLossCoef * static_cast<double>(experts) * static_cast<double>(real_tokens) * scale;
+  ASSERT_TRUE(ctx.aux_loss.defined());
+  EXPECT_NEAR(ctx.aux_loss.item<double>(), aux, 1e-6 * aux);
+}
 
 }  // namespace
 }  // namespace sluice::runtime

@@ -86,13 +86,22 @@ struct RankStats {
   double loss = 0;
   int64_t start_ns = 0, end_ns = 0, peak_rss = 0, compute_ns = 0, wait_ns = 0;
   int64_t peak_tensors = -1;  // peak CPU tensor bytes (CpuMemoryCounter); -1: not counted
+  double moe_aux_loss = 0;    // MoE (executor.h IterationResult)
+  int64_t moe_assignments = 0, moe_dropped = 0, all_to_all_ns = 0;
 };
 
 std::string StatsToText(const RankStats& s) {
-  return nlohmann::json{{"loss", s.loss},          {"start_ns", s.start_ns},
-                        {"end_ns", s.end_ns},      {"peak_rss", s.peak_rss},
-                        {"compute_ns", s.compute_ns}, {"wait_ns", s.wait_ns},
-                        {"peak_tensors", s.peak_tensors}}
+  return nlohmann::json{{"loss", s.loss},
+                        {"start_ns", s.start_ns},
+                        {"end_ns", s.end_ns},
+                        {"peak_rss", s.peak_rss},
+                        {"compute_ns", s.compute_ns},
+                        {"wait_ns", s.wait_ns},
+                        {"peak_tensors", s.peak_tensors},
+                        {"moe_aux_loss", s.moe_aux_loss},
+                        {"moe_assignments", s.moe_assignments},
+                        {"moe_dropped", s.moe_dropped},
+                        {"all_to_all_ns", s.all_to_all_ns}}
       .dump();
 }
 
@@ -107,6 +116,10 @@ StatusOr<RankStats> StatsFromText(const std::string& text) {
   s.compute_ns = j.value("compute_ns", int64_t{0});
   s.wait_ns = j.value("wait_ns", int64_t{0});
   s.peak_tensors = j.value("peak_tensors", int64_t{-1});
+  s.moe_aux_loss = j.value("moe_aux_loss", 0.0);
+  s.moe_assignments = j.value("moe_assignments", int64_t{0});
+  s.moe_dropped = j.value("moe_dropped", int64_t{0});
+  s.all_to_all_ns = j.value("all_to_all_ns", int64_t{0});
   return s;
 }
 
@@ -153,11 +166,17 @@ class Trainer {
  private:
   Status Setup() {
     const ParallelConfig& par = o_.parallel;
-    if (par.tp != 1 || par.ep != 1) {
+    if (par.tp != 1) {
       return InvalidArgumentError(fmt::format(
-          "--parallel: the runtime implements tp = 1 and ep = 1 only (got tp = {}, ep = {}); "
-          "tensor and expert parallelism are planned and simulated but not executed",
-          par.tp, par.ep));
+          "--parallel: the runtime implements tp = 1 only (got tp = {}); tensor parallelism is "
+          "planned and simulated but not executed",
+          par.tp));
+    }
+    if (par.ep > 1 && (par.ep < 1 || par.dp % par.ep != 0)) {
+      return InvalidArgumentError(fmt::format(
+          "--parallel: ep = {} must divide dp = {} (an expert-parallel group is ep data-parallel "
+          "replicas; allowed ep: divisors of dp that divide the model's experts)",
+          par.ep, par.dp));
     }
     if (par.cp != 1) {
       return InvalidArgumentError(fmt::format(
@@ -196,8 +215,10 @@ class Trainer {
                  counter.status().message());
     }
     // Validate the model before the rendezvous so that bad input fails fast on every rank.
-    SLUICE_ASSIGN_OR_RETURN(shard_, ModelShard::Create(o_.model, par.pp, par.vpp,
-                                                       env_.rank % par.pp, o_.seed));
+    const int64_t dp_index = env_.rank / par.pp;
+    SLUICE_ASSIGN_OR_RETURN(
+        shard_, ModelShard::Create(o_.model, par.pp, par.vpp, env_.rank % par.pp, o_.seed,
+                                   ExpertShard{.ep = par.ep, .index = dp_index % par.ep}));
     int64_t threads = o_.threads;
     if (threads <= 0) {
       const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -230,11 +251,12 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(service_->Start());
       if (o_.print) {
         fmt::print(
-            "runtime:  {} ranks (dp {} x pp {}{}), {} on {}, {} thread{} per rank, "
+            "runtime:  {} ranks (dp {} x pp {}{}{}), {} on {}, {} thread{} per rank, "
             "{} parameters on rank 0{}\n",
             env_.world_size, par.dp, par.pp, par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
-            o_.backend, backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads,
-            threads == 1 ? "" : "s", shard_->NumParameters(),
+            par.ep > 1 ? fmt::format(", ep {}", par.ep) : "", o_.backend,
+            backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads, threads == 1 ? "" : "s",
+            shard_->NumParameters(),
             o_.link_delay.count() > 0
                 ? fmt::format(", sends delayed {:.3f} ms (--link-delay-ms)",
                               static_cast<double>(o_.link_delay.count()) * 1e-6)
@@ -333,8 +355,17 @@ class Trainer {
       Executor::BeforeStep dump;
       if (!o_.dump_dir.empty()) dump = [this, i] { return DumpGrads(i); };
       SLUICE_ASSIGN_OR_RETURN(IterationResult r, executor_->Run(p.plan, samples, i, dump));
-      RankStats stats{r.loss, r.start_ns, r.end_ns, PeakRss(), r.compute.nanos(),
-                      r.waiting.nanos(), memory_ ? memory_->peak().count() : -1};
+      RankStats stats{r.loss,
+                      r.start_ns,
+                      r.end_ns,
+                      PeakRss(),
+                      r.compute.nanos(),
+                      r.waiting.nanos(),
+                      memory_ ? memory_->peak().count() : -1,
+                      r.moe_aux_loss,
+                      r.moe_assignments,
+                      r.moe_dropped,
+                      r.all_to_all.nanos()};
       SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
       if (env_.rank == 0) {
         IterationInfo info{i, p.batch_index, 0, 0, std::nullopt, std::nullopt};
@@ -406,7 +437,8 @@ class Trainer {
 
   // Rank 0: collects every rank's figures of an iteration and prints its line.
   Status Report(const IterationInfo& info) {
-    double loss = 0;
+    double loss = 0, aux = 0;
+    int64_t assignments = 0, dropped = 0, a2a_max_ns = 0;
     int64_t start = INT64_MAX, end = 0, peak = 0, peak_rank = 0;
     int64_t tensors = -1, tensors_rank = 0;
     std::vector<int64_t> tensors_by_rank;
@@ -418,6 +450,10 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(comm_->store().Delete(StatsKey(info.iteration, r)));
       SLUICE_ASSIGN_OR_RETURN(RankStats s, StatsFromText(*text));
       loss += s.loss;
+      aux += s.moe_aux_loss;
+      assignments += s.moe_assignments;
+      dropped += s.moe_dropped;
+      a2a_max_ns = std::max(a2a_max_ns, s.all_to_all_ns);
       start = std::min(start, s.start_ns);
       end = std::max(end, s.end_ns);
       if (s.peak_rss > peak) {
@@ -477,11 +513,20 @@ class Trainer {
                             info.optimized->before_ms, info.optimized->after_ms,
                             info.optimized->changes, info.optimized->changes == 1 ? "" : "s")
               : std::string();
+      const std::string moe_text =
+          o_.model.moe.has_value()
+              ? fmt::format(" | moe: aux loss {:.5f}, dropped {} of {} assignments{}", aux, dropped,
+                            assignments,
+                            o_.parallel.ep > 1 ? fmt::format(", all-to-all {:.3f} s",
+                                                             static_cast<double>(a2a_max_ns) * 1e-9)
+                                               : std::string())
+              : std::string();
       fmt::print(
           "iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
-          "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}{}\n",
+          "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}{}{}\n",
           info.iteration, info.batch_index, loss, info.micro_batches, info.tokens, seconds, tps,
-          tensor_text, static_cast<double>(peak) / 1e6, peak_rank, opt_text, predicted_text);
+          tensor_text, static_cast<double>(peak) / 1e6, peak_rank, moe_text, opt_text,
+          predicted_text);
       std::fflush(stdout);
       progress_->Add();
     }
@@ -503,6 +548,12 @@ class Trainer {
       if (info.predicted) {
         line["predicted_time_s"] = info.predicted->iteration_ms * 1e-3;
         line["predicted_peak_bytes_by_rank"] = info.predicted->peak_bytes;
+      }
+      if (o_.model.moe.has_value()) {
+        line["moe_aux_loss"] = aux;
+        line["moe_assignments"] = assignments;
+        line["moe_dropped"] = dropped;
+        line["all_to_all_s"] = static_cast<double>(a2a_max_ns) * 1e-9;
       }
       if (info.optimized) {
         line["sim_before_ms"] = info.optimized->before_ms;

@@ -1,0 +1,50 @@
+// MoE layers of the runtime's models (model.h): router, expert capacity, token dropping,
+// combine, load-balancing loss, and expert parallelism through an ExpertExchange.
+//
+// One MoE layer on a micro-batch x [B, T, hidden] with real-token mask [B, T] (padding is never
+// routed and never takes a slot):
+//   router    p = softmax(x W_r^T) over E experts; each real token picks its top_k experts
+//             (choice 0 = the highest probability; torch::topk)
+//   capacity  C = ceil(capacity_factor * B * T * top_k / E) slots per expert (the plan's
+//             ExpertCapacity: T counts padding, so the all-to-all sizes are the plan's)
+//   dropping  slots are given choice by choice, and within a choice by the token's position in
+//             the micro-batch (row-major over [B, T]): every token's first choice before any
+//             token's second. An assignment whose expert is full is dropped: that choice adds
+//             nothing; a token whose every choice is dropped passes through the residual only
+//   dispatch  a buffer [E * C, hidden], expert e's slots at rows e*C .. e*C+C-1, empty slots zero
+//   experts   expert e runs its MLP on its C rows (at ep > 1 on the rows of every group member)
+//   combine   y[t] = sum over t's kept choices c of p[t, e_c] * expert_e_c(x[t]) (the router's
+//             probability, not renormalised over the top_k)
+//   aux loss  Switch Transformer's: E * sum_i f_i * P_i over the micro-batch's real tokens N,
+//             f_i = assignments to expert i (before dropping) / (N * top_k), P_i = mean p[., i];
+//             added to the objective as kMoeAuxLossCoef * (that) * N * loss_scale, i.e. the
+//             token-weighted sum over micro-batches normalised like the token loss
+// Expert parallelism (ep > 1): the rank holds experts [index*E/ep, (index+1)*E/ep); dispatch
+// sends member j the slots of j's experts ((E/ep) * C rows, padded: capacity makes the splits
+// static) and receives (E/ep) * C_j rows from member j (C_j from j's micro-batch shape, given by
+// the plan); the rank runs each of its experts on the rows of all members, and combine returns
+// them. Both are one ExpertExchange::Exchange each in the forward and, reversed with swapped
+// splits, in the backward (an autograd function), so the gradients equal those of the ep = 1
+// layer up to summation order.
+//
+// Thread safety: as model.h.
+#pragma once
+
+#include <cstdint>
+
+#include "model/model_spec.h"
+#include "runtime/model.h"
+
+namespace sluice::runtime {
+
+// The load-balancing loss coefficient (Switch Transformer's alpha; ModelSpec has no field).
+inline constexpr double kMoeAuxLossCoef = 0.01;
+
+// One MoE layer's MLP on x [B, T, hidden] (the LayerNorm already applied); returns [B, T,
+// hidden]. `real`: [B, T] bool. Adds its auxiliary loss and counts to `ctx`. `tape`: records
+// the experts' linear layers (model.h). REQUIRES: ctx; ctx->exchange when shard.ep > 1.
+at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertShard& shard,
+                      const at::Tensor& x, const at::Tensor& real, double loss_scale,
+                      WeightGradTape* tape, MoeContext* ctx);
+
+}  // namespace sluice::runtime
