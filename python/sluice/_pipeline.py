@@ -388,7 +388,7 @@ class PipelineExecutor:
                                 f"{type(name).__name__}: {type(q).__name__}")
         self.tied, self.tied_group, self.tied_members = {}, None, []
         first, last = 0, self.num_stages - 1
-        ends = [s for s in (first, last) if s in self.stages]
+        ends = [s for s in sorted({first, last}) if s in self.stages]
         if tied and not ends:
             raise Error(f"tied_parameters: {sorted(tied)} on pipeline rank {self.pp_index}, "
                         f"which runs neither the first stage nor the last; allowed: only the "
