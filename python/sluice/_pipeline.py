@@ -100,6 +100,10 @@ class PlanCollator:
     def __call__(self, micro_batch):
         rows, mbs, seqlen = micro_batch["rows"], int(micro_batch["mbs"]), int(micro_batch["seqlen"])
         varlen = bool(micro_batch.get("varlen", False))
+        if micro_batch.get("dec_seqlen", 0):
+            raise Error(f"micro_batch: encoder-decoder (dec_seqlen {micro_batch['dec_seqlen']}); "
+                        f"PlanCollator builds decoder-only rows; allowed: a decoder-only plan's "
+                        f"micro-batch (use PackedSeq2SeqCollator for encoder-decoder samples)")
         if len(rows) != mbs:
             raise Error(f"micro_batch: {len(rows)} rows for mbs {mbs}; allowed: one row per mbs")
         shape = (mbs, seqlen)
@@ -303,7 +307,14 @@ class PipelineExecutor:
             raise Error(f"plan: dp={plan.dp} pp={plan.pp} vpp={plan.vpp}, but the executor was "
                         f"made for dp={self.dp} pp={self.pp} vpp={self.vpp}")
         program = plan.program(self.plan_rank)
-        count = len(plan.micro_batches(self.dp_index))
+        mbs = plan.micro_batches(self.dp_index)
+        if any(mb.get("dec_seqlen", 0) for mb in mbs):
+            raise Error("plan: an encoder-decoder plan (its micro-batches have a dec_seqlen); "
+                        "PipelineExecutor runs decoder-only plans (stage 0 loads one input "
+                        "tensor, PlanCollator builds decoder-only rows). Train encoder-decoder "
+                        "models with PlanningBatchSampler(target_lengths=...) and "
+                        "PackedSeq2SeqCollator in your own loop")
+        count = len(mbs)
         if len(micro_batches) != count:
             raise Error(f"micro_batches: {len(micro_batches)} given, replica {self.dp_index} of "
                         f"the plan has {count}; allowed: one batch per plan micro-batch, in the "
