@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import contextlib
 import random
 import socket
 import sys
@@ -224,6 +225,73 @@ def steps(sampler, args):
         epoch += 1
 
 
+# --- measuring activation memory (--saved-bytes) ----------------------------------------------
+
+
+class SavedBytes:
+    """Peak bytes of the activations autograd keeps for the backward, while active: the tensors
+    saved for backward (torch.autograd.graph.saved_tensors_hooks; parameters left out), once
+    per storage while any saved tensor refers to it, plus the inputs a checkpointed submodule
+    keeps instead of what it would save (selective recompute), for as long as its graph lives.
+    """
+
+    def __init__(self, params):
+        self.params = {q.data_ptr() for q in params}
+        self.refs, self.size, self.now, self.peak = {}, {}, 0, 0
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+    def hold(self, x):
+        s = x.storage()
+        key = s.data_ptr()
+        if key in self.params:
+            return None
+        if self.refs.get(key, 0) == 0:
+            self.size[key] = s.nbytes()
+            self.now += self.size[key]
+            self.peak = max(self.peak, self.now)
+        self.refs[key] = self.refs.get(key, 0) + 1
+        return _Held(self, key)
+
+    def release(self, key):
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            self.now -= self.size.pop(key)
+
+    def pack(self, x):
+        return (x, self.hold(x))
+
+    @staticmethod
+    def unpack(packed):
+        return packed[0]
+
+    def checkpoint(self, real):
+        def counting(fn, *args, **kwargs):
+            held = [self.hold(a) for a in args if torch.is_tensor(a)]
+            out = real(fn, *args, **kwargs)
+            if torch.is_tensor(out) and out.grad_fn is not None:
+                out.grad_fn.register_hook(lambda *_, held=held: None)  # lives with the graph
+            return out
+        return counting
+
+    def __enter__(self):
+        self.real = torch.utils.checkpoint.checkpoint
+        torch.utils.checkpoint.checkpoint = self.checkpoint(self.real)
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)
+        torch.utils.checkpoint.checkpoint = self.real
+
+
+class _Held:
+    def __init__(self, counter, key):
+        self.counter, self.key = counter, key
+
+    def __del__(self):
+        self.counter.release(self.key)
+
+
 # --- the two runs -----------------------------------------------------------------------------
 
 
@@ -257,10 +325,12 @@ def train_rank(rank, args):
                                       schedule=torch.profiler.schedule(
                                           wait=0, warmup=args.warmup, active=args.steps))
         prof.start()
+    counter = SavedBytes(stage.parameters()) if args.saved_bytes else None
     for k, planned in enumerate(steps(sampler, args)):
         batches = [to_device(collate(mb), device) for mb in planned.micro_batches]
         t0 = time.perf_counter()
-        r = executor.run(planned.plan, batches, loss_scale=1.0 / planned.num_label_tokens())
+        with counter or contextlib.nullcontext():
+            r = executor.run(planned.plan, batches, loss_scale=1.0 / planned.num_label_tokens())
         if args.grads:
             if k == 0:
                 save_grads(gpt, stage, f"{args.grads}-rank-{rank}.pt")
@@ -279,7 +349,9 @@ def train_rank(rank, args):
         if rank == 1 and args.verbose:
                 print(f"step {k}: loss {loss:.6f} ({len(batches)} micro-batches, "
                       f"{r['seconds'] * 1e3:.0f} ms)", flush=True)
-    dist.barrier()
+    saved = torch.zeros(world, dtype=torch.float64)  # every rank's peak saved-tensor bytes
+    saved[rank] = counter.peak if counter else 0
+    dist.all_reduce(saved)
     if prof is not None:
         prof.stop()
         os.makedirs(args.profile, exist_ok=True)
@@ -289,10 +361,14 @@ def train_rank(rank, args):
             json.dump({"losses": losses, "tokens": tokens, "seconds": seconds,
                        "tokens_per_second": tokens / seconds if seconds else 0.0,
                        "wait_seconds": executor.stats["wait_seconds"],
-                       "sampler_wait_seconds": sampler.stats["wait_seconds"]}, f)
+                       "sampler_wait_seconds": sampler.stats["wait_seconds"],
+                       "peak_saved_bytes": saved.tolist()}, f)
     if rank == 1:
         print(f"pipeline ({args.method}): {len(losses)} steps, {tokens / max(seconds, 1e-9):,.0f} "
               f"tokens/s after {args.warmup} warm-up steps", flush=True)
+        if counter:
+            print("peak saved activations per rank: "
+                  + ", ".join(f"{x / 2**20:.2f} MiB" for x in saved.tolist()), flush=True)
     dist.destroy_process_group()
 
 
@@ -354,6 +430,8 @@ def parse_args(argv=None):
                         "says (same plans, other memory)")
     p.add_argument("--untied", action="store_true",
                    help="an untied head (default: tied to the token embedding, as GPT)")
+    p.add_argument("--saved-bytes", action="store_true",
+                   help="measure each rank's peak saved activations (saved_tensors_hooks)")
     p.add_argument("--grads", default="", help="write the first step's gradients to "
                                                "PREFIX-rank-R.pt / PREFIX-reference.pt")
     p.add_argument("--cluster", default="",

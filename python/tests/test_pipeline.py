@@ -94,12 +94,16 @@ def test_pipeline_distributed_recompute_selective(tmp_path, schedule):
     # The plans recompute 'selective': the executor checkpoints the example's CoreAttention.
     # Against the one-process reference (1e-5) and against the same plans run without
     # recompute (--exec-recompute none): losses and gradients within 1e-6.
-    sel = _compare(tmp_path, "--schedule", schedule, "--recompute", "selective", grads=True)
+    # --saved-bytes: every rank's peak activation bytes kept for the backward are less.
+    sel = _compare(tmp_path, "--schedule", schedule, "--recompute", "selective", "--saved-bytes",
+                   grads=True)
     sel_grads = _grads(tmp_path / "g", range(2))
     keep = _example(tmp_path, "keep", "--schedule", schedule, "--recompute", "selective",
-                    "--exec-recompute", "none", "--grads", str(tmp_path / "k"))
+                    "--exec-recompute", "none", "--grads", str(tmp_path / "k"), "--saved-bytes")
     for a, b in zip(sel["losses"], keep["losses"]):
         assert abs(a - b) <= 1e-6, (sel["losses"], keep["losses"])
+    for a, b in zip(sel["peak_saved_bytes"], keep["peak_saved_bytes"]):
+        assert 0 < a < b, (sel["peak_saved_bytes"], keep["peak_saved_bytes"])
     for r, (a, b) in enumerate(zip(sel_grads, _grads(tmp_path / "k", range(2)))):
         assert a.keys() == b.keys()
         _same_grads(a, b, 1e-6, f"rank {r}")
