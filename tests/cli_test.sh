@@ -98,6 +98,15 @@ for s in gpipe zb-h1 adaptive; do
   expect "plan-$s" 0 "1 planned" -- plan --schedule "$s" --iterations 1 --parallel dp=1,pp=8,zero=1 --show 0
 done
 expect plan-interleaved 0 "1 planned" -- plan --schedule interleaved --parallel dp=1,pp=4,vpp=2,zero=1 --memory-limit 40000 --iterations 1 --show 0
+# Interleaved rounds: 19 micro-batches per replica (not a multiple of pp = 4) run in flexible
+# rounds, recorded in the plan, which checks, simulates and optimizes like any other.
+expect plan-interleaved-flexible 0 "replica 0 \(interleaved-flex schedule" -- plan --schedule interleaved --parallel dp=2,pp=4,vpp=2,zero=1 --memory-limit 40000 --iterations 1 --interleaved-rounds flexible --show 1 --out "$tmp/flex.json"
+check plan-flexible-recorded grep -q '"schedule": *"interleaved-flex"' "$tmp/flex.json"
+expect plan-flexible-check 0 "valid plan" -- plan check "$tmp/flex.json"
+expect plan-flexible-simulate 0 "^iteration" -- simulate "$tmp/flex.json"
+expect plan-flexible-optimize 0 "wrote" -- optimize "$tmp/flex.json" --out "$tmp/flex-o.json" --data mixture-4task --steps 5 --budget-ms 100000
+expect plan-padded-rounds 0 "replica 0 \(interleaved schedule" -- plan --schedule interleaved --parallel dp=2,pp=4,vpp=2,zero=1 --memory-limit 40000 --iterations 1 --interleaved-rounds padded --show 1
+expect plan-bad-rounds 2 "--interleaved-rounds.*allowed: padded, flexible, auto" -- plan --schedule interleaved --interleaved-rounds flex
 expect plan-msgpack 0 "wrote" -- plan --iterations 1 --out "$tmp/plan.msgpack"
 expect plan-check-msgpack 0 "valid plan" -- plan check "$tmp/plan.msgpack"
 expect plan-bad-schedule 2 "1f1b" -- plan --schedule zigzag

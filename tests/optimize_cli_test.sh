@@ -25,6 +25,11 @@ after="$("$sluice" simulate "$tmp/o.json" --collectives closed-form | sed -n 's/
 check optimize-not-longer awk -v a="$after" -v b="$before" 'BEGIN { exit !(a != "" && a <= b) }'
 expect optimize-greedy-msgpack 0 "search greedy" -- optimize "$tmp/plan.json" --out "$tmp/o.msgpack" --search greedy --steps 10 --budget-ms 100000
 expect optimize-recompute 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o3.json" --data mixture-4task --steps 10 --budget-ms 100000
+# --data is clipped at --max-seqlen (default 2048, as the plan's); a plan longer than it was made
+# with a larger one.
+expect optimize-max-seqlen 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o4.json" --data mixture-4task --max-seqlen 2048 --steps 10 --budget-ms 100000
+expect optimize-max-seqlen-short 2 "made with a larger --max-seqlen" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --data mixture-4task --max-seqlen 256
+expect optimize-max-seqlen-bad 2 "--max-seqlen" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --data mixture-4task --max-seqlen 0
 
 # Bad usage and input: exit 2, one message naming the flag or file.
 expect optimize-no-out 2 "--out is required" -- optimize "$tmp/plan.json"

@@ -168,6 +168,10 @@ if "$sluice" --help | grep -Eq "^  train "; then  # a build with libtorch
     train --model gpt-tiny "${scenario[@]}" --nproc 2 --plan "$tmp/long.json" --timeout 30
   expect train-plan-with-optimizer 2 "^sluice: error: --optimize-budget-ms with --plan: the plan files run as they are" -- \
     train --model gpt-tiny "${scenario[@]}" --nproc 2 --plan "$tmp/p.json" --optimize-budget-ms 10
+  # With --plan the run (and its progress line) counts the plan files, not --iterations.
+  expect train-plan-progress-total 0 "^training .* 2/2 " -- \
+    train --model gpt-tiny --cluster a100-40g:2 --parallel pp=2 --tokens-per-batch 4096 \
+    --max-seqlen 512 --iterations 20 --nproc 2 --plan "$tmp/p.json" "$tmp/p.json" --timeout 60
   # Output paths are checked before anything is planned or launched.
   expect train-metrics-no-folder 2 "^sluice: error: --metrics '/nonexistent-sluice/m.jsonl': the folder '/nonexistent-sluice' does not exist" -- \
     train --model gpt-tiny --nproc 2 --metrics /nonexistent-sluice/m.jsonl

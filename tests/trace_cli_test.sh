@@ -128,7 +128,28 @@ PY
   expect "calibrate on 1-3, held out 4-5" 0 \
     "held-out iterations \(3\): mean \|error\| [0-9.]+% before, [0-9.]+% after" -- \
     calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --out "$tmp/cal.json"
-  check "calibration file" grep -q '"format": "sluice-calibration/1"' "$tmp/cal.json"
+  check "calibration file" grep -q '"format": "sluice-calibration/2"' "$tmp/cal.json"
+  check "calibration has the iteration offset" grep -q '"iteration"' "$tmp/cal.json"
+  expect "calibrate --fit scale (the /1 line)" 0 "held-out iterations \(3\)" -- \
+    calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --fit scale --out "$tmp/cals.json"
+  expect "calibrate --fit names its values" 2 "--fit 'x': not a fit \(allowed: features, scale\)" \
+    -- calibrate "$tmp/t" --plan "${plans[@]}" --fit x --out "$tmp/calx.json"
+  # train --calibration: each plan's calibrated prediction beside the measured time, a summary,
+  # and the figures in --metrics; what runs is the same plans.
+  port=$((29750 + RANDOM % 100))
+  MASTER_PORT=$port expect "train --calibration: prediction summary" 0 \
+    "calibrated prediction over 2 iterations: mean \|error\| [0-9.]+% per iteration, total [0-9.]+ s predicted vs [0-9.]+ s measured \([-+][0-9.]+%\); peak tensor memory per rank mean \|error\| [0-9.]+%" \
+    -- train --nproc 2 "${common[@]}" --threads 1 --plan "${plans[@]:4:2}" \
+    --calibration "$tmp/cal.json" --metrics "$tmp/cal-train.jsonl"
+  check "train --calibration: a prediction per iteration in the metrics" test \
+    "$(grep -c '"predicted_time_s"' "$tmp/cal-train.jsonl")" -eq 2
+  check "train --calibration metrics: per-rank peaks" grep -q \
+    '"peak_tensor_bytes_by_rank":\[[0-9]*,[0-9]*\],.*"predicted_peak_bytes_by_rank":\[[0-9]*,[0-9]*\]' \
+    "$tmp/cal-train.jsonl"
+  printf '{"format": "sluice-calibration/2", "ops": [{"op": 3}]}' > "$tmp/badcal3.json"
+  expect "train: bad calibration names file and field" 2 \
+    "--calibration: .*badcal3.json: field 'ops\[0\]\.stage'" -- train --nproc 2 "${common[@]}" \
+    --plan "${plans[4]}" --calibration "$tmp/badcal3.json"
   expect "simulate with the calibration" 0 "outcome: ok" -- simulate "${plans[4]}" \
     --calibration "$tmp/cal.json"
   expect "calibration against another plan is refused" 2 "a trace of another plan" -- \

@@ -120,6 +120,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state);
 void RegisterSimulateCommands(CLI::App* app, RunState* state);
 void RegisterTraceCommands(CLI::App* app, RunState* state);  // cmd_trace.cc
 void RegisterOptimizeCommands(CLI::App* app, RunState* state);  // cmd_optimize.cc
+void RegisterHeteroCommands(CLI::App* app, RunState* state);    // cmd_hetero.cc
 // Only in builds with libtorch (SLUICE_WITH_TORCH).
 void RegisterTrainCommands(CLI::App* app, RunState* state);
 void RegisterProfileCommands(CLI::App* app, RunState* state);  // cmd_profile.cc

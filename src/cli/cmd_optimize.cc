@@ -3,13 +3,17 @@
 // result (also when nothing changed: then it is the input plan).
 //
 // With --data (the lengths the plan was made from) the search also lowers recompute levels, priced
-// by the plan's cost model rebuilt from its model and cluster (planner/recompute_pricer.h).
+// by the plan's cost model rebuilt from its model and cluster (planner/recompute_pricer.h). The
+// samples are clipped at --max-seqlen as the plan's batches were (plan, compare and train clip at
+// their --max-seqlen, default 2048): unclipped lengths give other shapes than the plan's, and the
+// pricer refuses such micro-batches, so their recompute moves would be lost.
 //
 // Exit codes: 0 when the optimized plan was written; 2 for bad flags, an unreadable plan, one that
 // fails `sluice plan check`, or an --out that is the input or cannot be written (checked before
 // the search).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +22,7 @@
 #include "cli/cli_common.h"
 #include "cost/cost_factory.h"
 #include "data/data_source.h"
+#include "data/global_batcher.h"
 #include "plan/plan_json.h"
 #include "planner/optimizer.h"
 #include "planner/planner.h"
@@ -38,6 +43,7 @@ struct OptimizeFlags {
   std::string data;  // the lengths the plan was made from: enables recompute moves
   int64_t samples = 0;
   uint64_t data_seed = 0;
+  int64_t max_seqlen = 2048;  // with --data: the clip the plan was made with
 };
 
 // The recompute pricer for a plan file (passes/recompute.h): the plan's cost model rebuilt from
@@ -66,7 +72,20 @@ StatusOr<FilePricer> MakeFilePricer(const OptimizeFlags& f, const ExecutionPlan&
         "default cost model for its model and cluster is another; optimize without --data",
         f.file, plan.cost_model));
   }
-  StatusOr<ScheduleKind> kind = ParseScheduleKind(plan.replicas.front().schedule);
+  for (size_t d = 0; d < plan.replicas.size(); ++d) {
+    const std::vector<PlanMicroBatch>& mbs = plan.replicas[d].micro_batches;
+    for (size_t k = 0; k < mbs.size(); ++k) {
+      const int64_t len = std::max(mbs[k].shape.seqlen, mbs[k].shape.dec_seqlen);
+      if (len > f.max_seqlen) {
+        return InvalidArgumentError(fmt::format(
+            "{}: micro-batch {} of replica {} is {} tokens long, but --data is clipped at "
+            "--max-seqlen {}: the plan was made with a larger --max-seqlen (at least {}); give "
+            "the --max-seqlen it was planned with",
+            f.file, k, d, len, f.max_seqlen, len));
+      }
+    }
+  }
+  StatusOr<ScheduleKind> kind = ParsePlanScheduleName(plan.replicas.front().schedule);
   if (!kind.ok()) return kind.status().WithPrefix(f.file);
   StatusOr<std::shared_ptr<const StageCostEvaluator>> eval =
       MakePlannerEvaluator(*out.cost, plan.parallel, plan.cluster, *kind);
@@ -77,7 +96,16 @@ StatusOr<FilePricer> MakeFilePricer(const OptimizeFlags& f, const ExecutionPlan&
   data.num_samples = f.samples;
   StatusOr<Dataset> dataset = LoadData(f.data, data);
   if (!dataset.ok()) return dataset.status().WithPrefix("--data");
-  out.pricer = std::make_shared<EvaluatorPricer>(*out.eval, plan.cluster, dataset->samples());
+  // Clipped as the batcher clipped them (data/global_batcher.h): a decoder-only model sees prompt
+  // and response as one sequence.
+  const SeqlenLimit limit =
+      plan.model.is_encoder_decoder() ? SeqlenLimit::kEachSide : SeqlenLimit::kTotal;
+  std::vector<Sample> samples;
+  samples.reserve(dataset->samples().size());
+  for (const Sample& s : dataset->samples()) {
+    samples.push_back(ClipSample(s, f.max_seqlen, limit));
+  }
+  out.pricer = std::make_shared<EvaluatorPricer>(*out.eval, plan.cluster, std::move(samples));
   return out;
 }
 
@@ -172,6 +200,10 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
   o->add_option("--data-seed", flags->data_seed, "With a generator --data preset: its seed")
       ->check(IntegerCheck(0, kNoMaxInteger))
       ->capture_default_str();
+  AddMaxSeqlenFlag(o, &flags->max_seqlen)
+      ->description(
+          "With --data: samples longer than this are clipped as the plan's batches were (give the "
+          "plan's --max-seqlen)");
   SetHandler(o, state, [flags] { return RunOptimize(*flags); });
 }
 

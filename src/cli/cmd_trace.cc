@@ -91,6 +91,7 @@ Status RunReplay(const ReplayFlags& f) {
     }
     trace::FitOptions fit;
     fit.fit_link = false;
+    fit.fit_iteration = false;
     SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, fit));
     for (const trace::OpCorrection& o : c.ops) {
       if (o.stage >= 0) departures.push_back(o);
@@ -101,11 +102,11 @@ Status RunReplay(const ReplayFlags& f) {
     fmt::print("tied to {} plan(s): every rank's ops are its program's instructions\n",
                plans.size());
     fmt::print("op classes against the plan's durations (largest mean |error| first):\n");
-    fmt::print("  stage  op                samples  plan's mean |error|   scale  offset us\n");
+    fmt::print("  stage  op                samples  plan's mean |error|  fitted line\n");
     for (size_t i = 0; i < departures.size() && static_cast<int>(i) < f.top; ++i) {
       const trace::OpCorrection& o = departures[i];
-      fmt::print("  {:>5}  {:<16}  {:>7}  {:>18.1f}%  {:>6.3f}  {:>9.1f}\n", o.stage, o.op,
-                 o.samples, 100 * o.mean_abs_error_before, o.scale, o.offset_us);
+      fmt::print("  {:>5}  {:<16}  {:>7}  {:>18.1f}%  {}\n", o.stage, o.op, o.samples,
+                 100 * o.mean_abs_error_before, o.Describe());
     }
   }
   fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
@@ -148,6 +149,8 @@ struct CalibrateFlags {
   std::string fit_iterations;
   std::string out;
   bool no_link = false;
+  bool no_iteration_offset = false;
+  std::string fit = "features";
 };
 
 // "1-8" or "0,2,5" -> iterations.
@@ -201,6 +204,10 @@ StatusOr<int64_t> SimulatedNs(const ExecutionPlan& plan, const std::string& file
 }
 
 Status RunCalibrate(const CalibrateFlags& f) {
+  if (f.fit != "features" && f.fit != "scale") {
+    return InvalidArgumentError(
+        fmt::format("--fit '{}': not a fit (allowed: features, scale)", f.fit));
+  }
   SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
   SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> fit_on, ParseIterations(f.fit_iterations));
   SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
@@ -220,18 +227,26 @@ Status RunCalibrate(const CalibrateFlags& f) {
   trace::FitOptions options;
   options.iterations = fit_on;
   options.fit_link = !f.no_link;
+  options.fit_features = f.fit == "features";
+  options.fit_iteration = !f.no_iteration_offset;
   SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, options));
   SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.out, trace::CalibrationToJson(c)));
   fmt::print("calibration from {}\n", c.source);
-  fmt::print("  stage  op                scale  offset us  samples  error before  after\n");
+  fmt::print("  stage  op                samples  error before  after  fitted line (ns)\n");
   for (const trace::OpCorrection& o : c.ops) {
-    fmt::print("  {:>5}  {:<16} {:>6.3f} {:>10.1f} {:>8}  {:>11.1f}% {:>5.1f}%\n",
-               o.stage < 0 ? std::string("any") : std::to_string(o.stage), o.op, o.scale,
-               o.offset_us, o.samples, 100 * o.mean_abs_error_before, 100 * o.mean_abs_error_after);
+    fmt::print("  {:>5}  {:<16} {:>8}  {:>11.1f}% {:>5.1f}%  {}\n",
+               o.stage < 0 ? std::string("any") : std::to_string(o.stage), o.op, o.samples,
+               100 * o.mean_abs_error_before, 100 * o.mean_abs_error_after, o.Describe());
   }
   if (c.link.fitted) {
     fmt::print("  link: latency {:.1f} us, bandwidth {:.3f} GB/s (plan bytes) from {} transfers\n",
                c.link.latency_us, c.link.bandwidth_gb_per_s, c.link.samples);
+  }
+  if (c.iteration.samples > 0) {
+    fmt::print(
+        "  iteration: {:+.1f} us left out by the simulator (median over {} iterations; "
+        "charged to every rank's optimizer step)\n",
+        c.iteration.offset_us, c.iteration.samples);
   }
   // Simulated iteration time before and after, against the measured one.
   const std::vector<int64_t> measured = trace::MeasuredIterationTimes(a);
@@ -269,9 +284,11 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
   auto f = std::make_shared<CalibrateFlags>();
   CLI::App* c = app->add_subcommand(
       "calibrate",
-      "Fit per-stage, per-op corrections (scale, offset) and a link (latency, bandwidth) to the "
-      "cost model from traces of sluice train --plan runs; write them for --calibration (plan, "
-      "simulate, compare); print simulated vs measured iteration time before and after");
+      "Fit per-stage, per-op corrections to the cost model (a robust line on the plan's "
+      "features: duration, tokens, attention work, rows, a constant), a link (latency, "
+      "bandwidth) and a per-iteration offset from traces of sluice train --plan runs; write "
+      "them for --calibration (plan, simulate, compare, train); print simulated vs measured "
+      "iteration time before and after");
   c->add_option("traces", f->inputs, "sluice train --trace-dir folders or trace files")
       ->required()
       ->type_name("DIR|FILE...");
@@ -283,10 +300,16 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
                 "Fit on these iterations only (FIRST-LAST or a list); the others are held out "
                 "(default: all)")
       ->type_name("RANGE");
-  c->add_option("--out", f->out, "Calibration file to write (sluice-calibration/1 JSON)")
+  c->add_option("--fit", f->fit,
+                "The per-op line: features (robust, non-negative, chosen by BIC) or scale "
+                "(scale x predicted + offset by least squares, what sluice-calibration/1 fitted)")
+      ->capture_default_str();
+  c->add_option("--out", f->out, "Calibration file to write (sluice-calibration/2 JSON)")
       ->required()
       ->type_name("FILE");
   c->add_flag("--no-link", f->no_link, "Keep the plan's links; fit compute only");
+  c->add_flag("--no-iteration-offset", f->no_iteration_offset,
+              "Fit no per-iteration offset (what the simulator leaves out per iteration)");
   SetHandler(c, state, [f] { return RunCalibrate(*f); });
 }
 

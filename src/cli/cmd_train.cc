@@ -4,12 +4,15 @@
 // Compiled only when the build has libtorch (SLUICE_WITH_TORCH); runtime/trainer.h is torch-free.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "cli/cli_common.h"
 #include "cli/scenario_flags.h"
 #include "runtime/launcher.h"
 #include "runtime/trainer.h"
+#include "trace/calibration.h"
 
 namespace sluice::cli {
 namespace {
@@ -32,6 +35,7 @@ struct TrainFlags {
   std::string run_id;
   std::string bind;
   std::string iface;
+  std::string calibration;  // --calibration FILE
 };
 
 Status RunTrain(const TrainFlags& f) {
@@ -55,6 +59,14 @@ Status RunTrain(const TrainFlags& f) {
   if (!f.iface.empty()) env.gloo_iface = f.iface;
   env.bind_addr = f.bind;
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
+  // Read by the launcher and by every rank, so that a bad file fails before anything runs; rank
+  // 0 applies it.
+  std::optional<trace::Calibration> calibration;
+  if (!f.calibration.empty()) {
+    StatusOr<trace::Calibration> c = trace::ReadCalibrationFile(f.calibration);
+    if (!c.ok()) return c.status().WithPrefix("--calibration");
+    calibration = std::move(*c);
+  }
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario and
   // builds the same planner (rank 0 plans with it).
   ScenarioFlags scenario_flags = f.scenario;
@@ -102,6 +114,12 @@ Status RunTrain(const TrainFlags& f) {
     }
   }
   o.iterations = sc.iterations;
+  if (!f.plans.empty()) {
+    // One iteration per plan file, at most --iterations of them: the count the progress line
+    // shows and the run stops at (not --iterations alone, 20 by default).
+    const auto files = static_cast<int64_t>(f.plans.size());
+    o.iterations = sc.iterations > 0 ? std::min(sc.iterations, files) : files;
+  }
   o.max_seqlen = sc.max_seqlen;
   o.allow_partial = f.allow_partial;
   o.lookahead = f.lookahead;
@@ -113,11 +131,22 @@ Status RunTrain(const TrainFlags& f) {
   o.trace_dir = f.trace_dir;
   o.metrics_path = f.metrics;
   o.dump_dir = f.dump_dir;
+  if (calibration.has_value()) {
+    o.adjust_plan = [c = std::move(*calibration)](ExecutionPlan* plan) {
+      trace::ApplyCalibration(c, plan);
+    };
+  }
   if (env.rank == 0) {
     fmt::print("{}\n", sc.Describe());
     fmt::print("method:   {}, schedule {}{}\n", f.planner.method, f.planner.schedule,
                f.plans.empty() ? (f.planner.no_search ? "" : ", micro-batch order searched")
                                : fmt::format(", {} plan files", f.plans.size()));
+    if (!f.calibration.empty()) {
+      fmt::print(
+          "calibration: {} (each plan's simulated time and peak memory, calibrated, "
+          "beside the measured ones)\n",
+          f.calibration);
+    }
     std::fflush(stdout);
   }
   return runtime::Train(o, env);
@@ -151,6 +180,11 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
           "The planner's per-device budget in MB (10^6 bytes) on the --cluster target, used as "
           "given (not a limit on these processes); default: the device's memory less "
           "--memory-reserve");
+  t->add_option("--calibration", flags->calibration,
+                "Price every plan with a calibration file (sluice calibrate --out) and print its "
+                "simulated iteration time and peak memory beside the measured ones (what runs, "
+                "and the planner's choices, are unchanged)")
+      ->type_name("FILE");
   t->add_option("--nproc", flags->nproc,
                 "Start N local ranks (otherwise read torchrun's RANK, WORLD_SIZE, MASTER_ADDR, "
                 "MASTER_PORT; default port 29500)")

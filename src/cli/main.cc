@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   sluice::cli::RegisterSimulateCommands(&app, &state);
   sluice::cli::RegisterTraceCommands(&app, &state);
   sluice::cli::RegisterOptimizeCommands(&app, &state);
+  sluice::cli::RegisterHeteroCommands(&app, &state);
 #ifdef SLUICE_WITH_TORCH
   sluice::cli::RegisterTrainCommands(&app, &state);  // cmd_train.cc, only with libtorch
   sluice::cli::RegisterProfileCommands(&app, &state);  // cmd_profile.cc, only with libtorch

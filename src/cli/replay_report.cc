@@ -253,16 +253,15 @@ report::HtmlReport BuildReplayReport(const trace::Analysis& a, const trace::Repl
     d.heading = "Measured vs the plan's cost model";
     d.text =
         "Per (virtual stage, op): the mean |error| of the plan's durations against the "
-        "measured costs, the largest first, and the line measured = scale x predicted + "
-        "offset that sluice calibrate would fit.";
+        "measured costs, the largest first, and the line on the plan's features (its "
+        "duration, tokens, attention work, rows, a constant) that sluice calibrate would fit.";
     report::Table t;
     t.title = "Op classes against the plan";
-    t.header = {"stage", "op", "samples", "plan's mean |error|", "scale", "offset us"};
+    t.header = {"stage", "op", "samples", "plan's mean |error|", "fitted line"};
     for (const trace::OpCorrection& o : *departures) {
       t.rows.push_back({o.stage < 0 ? "any" : std::to_string(o.stage), o.op,
                         std::to_string(o.samples),
-                        fmt::format("{:.1f}%", 100 * o.mean_abs_error_before),
-                        fmt::format("{:.3f}", o.scale), fmt::format("{:.1f}", o.offset_us)});
+                        fmt::format("{:.1f}%", 100 * o.mean_abs_error_before), o.Describe()});
     }
     d.blocks.push_back(std::move(t));
     h.sections.push_back(std::move(d));

@@ -132,6 +132,12 @@ void AddPlannerFlags(CLI::App* app, PlannerFlags* flags) {
       ->capture_default_str();
   app->add_option("--schedule", flags->schedule, "gpipe, 1f1b, interleaved, zb-h1 or adaptive")
       ->capture_default_str();
+  app->add_option("--interleaved-rounds", flags->interleaved_rounds,
+                  "interleaved with vpp > 1 when pp does not divide the micro-batch count: padded "
+                  "(Megatron's rounds of pp), flexible (PyTorch's rounds of >= pp, more chunks in "
+                  "flight) or auto (flexible where it fits memory and is shorter)")
+      ->type_name("auto|padded|flexible")
+      ->capture_default_str();
   app->add_option("--recompute", flags->recompute,
                   "none, selective or full for every micro-batch (default: the method chooses)");
   app->add_flag("--no-search", flags->no_search, "Keep the batching order (no order search)");
@@ -149,6 +155,9 @@ StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioF
   options.method = flags.method;
   options.schedule = kind;
   options.search_order = !flags.no_search;
+  StatusOr<InterleavedRounds> rounds = ParseInterleavedRounds(flags.interleaved_rounds);
+  if (!rounds.ok()) return rounds.status().WithPrefix("--interleaved-rounds");
+  options.interleaved_rounds = *rounds;
   options.batching.seed = scenario_flags.seed;
   options.batching.max_seqlen = scenario.max_seqlen;
   if (!flags.recompute.empty()) {

@@ -79,10 +79,12 @@ struct PlannerFlags {
   std::string schedule = "1f1b";
   std::string recompute;  // "" = the method chooses
   bool no_search = false;
+  std::string interleaved_rounds = "auto";  // padded | flexible | auto
   double optimize_budget_ms = 0;  // > 0: run the plan optimizer per batch with this budget
 };
 
-// Adds --method, --schedule, --recompute, --no-search and --optimize-budget-ms.
+// Adds --method, --schedule, --interleaved-rounds, --recompute, --no-search and
+// --optimize-budget-ms.
 void AddPlannerFlags(CLI::App* app, PlannerFlags* flags);
 
 // MakePlanner with the options `flags` say (seed from the scenario flags, max_seqlen from the

@@ -34,6 +34,13 @@ Sample Clip(Sample s, const BatcherOptions& o) {
 
 }  // namespace
 
+Sample ClipSample(Sample sample, int64_t max_seqlen, SeqlenLimit limit) {
+  BatcherOptions o;
+  o.max_seqlen = max_seqlen;
+  o.limit = limit;
+  return IsLong(sample, o) ? Clip(std::move(sample), o) : sample;
+}
+
 std::string_view LongSamplePolicyName(LongSamplePolicy policy) {
   return kPolicyNames[static_cast<size_t>(policy)];
 }

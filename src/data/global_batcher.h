@@ -64,6 +64,12 @@ struct BatcherOptions {
   bool drop_last = false;
 };
 
+// `sample` as the batcher keeps it under `max_seqlen` and `limit` (long_samples kClip): unchanged
+// when it fits or max_seqlen is 0, else truncated (kEachSide: each side to max_seqlen; kTotal:
+// the target first, then the input). Commands that read a plan's samples back from the data
+// (`sluice optimize --data`) clip them with it, as the plan's batches were clipped.
+Sample ClipSample(Sample sample, int64_t max_seqlen, SeqlenLimit limit);
+
 struct GlobalBatch {
   int64_t index = 0;  // 0, 1, 2, ... across epochs
   int64_t epoch = 0;

@@ -91,6 +91,17 @@ TEST(GlobalBatcherTest, ClipTotalCutsTargetFirst) {
   EXPECT_EQ(b.report().clipped.size(), 2u);
 }
 
+// ClipSample is the batcher's clip: the same lengths as the batches above, unchanged under the
+// limit or with max_seqlen 0.
+TEST(GlobalBatcherTest, ClipSampleIsTheBatchersClip) {
+  EXPECT_EQ(ClipSample({0, 3000, 3000, 1}, 2048, SeqlenLimit::kEachSide),
+            (Sample{0, 2048, 2048, 1}));
+  EXPECT_EQ(ClipSample({0, 1500, 1000, 0}, 2048, SeqlenLimit::kTotal), (Sample{0, 1500, 548, 0}));
+  EXPECT_EQ(ClipSample({1, 3000, 100, 0}, 2048, SeqlenLimit::kTotal), (Sample{1, 2048, 0, 0}));
+  EXPECT_EQ(ClipSample({2, 100, 10, 0}, 2048, SeqlenLimit::kTotal), (Sample{2, 100, 10, 0}));
+  EXPECT_EQ(ClipSample({3, 9000, 0, 0}, 0, SeqlenLimit::kTotal), (Sample{3, 9000, 0, 0}));
+}
+
 TEST(GlobalBatcherTest, DropPolicyAndOversizedSamplesAreReportedWithReasons) {
   const Dataset ds = Small({{10, 0}, {3000, 0}, {20, 2100}, {30, 0}});
   BatcherOptions o;

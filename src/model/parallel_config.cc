@@ -13,6 +13,7 @@
 #include "base/json_util.h"
 #include "base/paths.h"
 #include "model/chunk_cut.h"
+#include "model/hetero_config.h"
 #include "model/spec_util.h"
 
 namespace sluice {
@@ -260,7 +261,6 @@ nlohmann::json ParallelConfigToJson(const ParallelConfig& config) {
 
 StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file) {
   const std::string source = fmt::format("--parallel '{}'", spec_or_file);
-  const std::string allowed = JoinAllowed(kKeys);
   if (spec_or_file.find('=') == std::string_view::npos) {
     const std::string path(spec_or_file);
     if (!spec_or_file.empty() && FileExists(path)) {
@@ -270,8 +270,14 @@ StatusOr<ParallelConfig> ResolveParallel(std::string_view spec_or_file) {
     return InvalidArgumentError(fmt::format(
         "{}: expected K=V pairs separated by commas (keys {}; e.g. dp=2,pp=4) or a JSON file; "
         "no such file",
-        source, allowed));
+        source, JoinAllowed(kKeys)));
   }
+  return ParseParallelPairs(spec_or_file, source);
+}
+
+StatusOr<ParallelConfig> ParseParallelPairs(std::string_view spec_or_file,
+                                            std::string_view source) {
+  const std::string allowed = JoinAllowed(kKeys);
   ParallelConfig config;
   std::set<std::string, std::less<>> seen;
   size_t start = 0;

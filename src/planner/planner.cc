@@ -9,6 +9,7 @@
 #include "plan/validate.h"
 #include "planner/recompute_pricer.h"
 #include "schedule/schedule_costs.h"
+#include "sim/simulator.h"
 
 namespace sluice {
 
@@ -78,6 +79,9 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   result.estimates.resize(static_cast<size_t>(dp));
   result.peak_memory.assign(static_cast<size_t>(eval_->pp()), Bytes::Zero());
   ScheduleCostOptions cost_options = options_.lower.costs;
+  const InterleavedRounds rounds =
+      eval_->parallel().ep > 1 ? InterleavedRounds::kPadded : options_.interleaved_rounds;
+  std::vector<ScheduleCosts> replica_costs(static_cast<size_t>(dp));  // in the final order
   for (int64_t d = 0; d < dp; ++d) {
     std::vector<MicroBatch>& mbs = result.batch_plan.replicas[d];
     cost_options.replica = d;
@@ -88,6 +92,7 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     if (options_.search_order) {
       OrderSearchOptions search = options_.search;
       search.seed = options_.batching.seed + static_cast<uint64_t>(d);
+      search.schedule.rounds = rounds;
       SLUICE_ASSIGN_OR_RETURN(OrderSearchResult found,
                               SearchMicroBatchOrder(options_.schedule, costs, search));
       if (found.outcome != PlanOutcome::kOk) {
@@ -103,9 +108,13 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
       mbs = std::move(reordered);
       chosen = std::move(found.result);
       given = found.given_makespan;
+      PermuteMicroBatches(costs, found.order, &replica_costs[d]);
     } else {
-      SLUICE_ASSIGN_OR_RETURN(chosen, GenerateSchedule(options_.schedule, costs,
-                                                       options_.schedule_options));
+      ScheduleOptions schedule_options = options_.schedule_options;
+      schedule_options.rounds = rounds;
+      SLUICE_ASSIGN_OR_RETURN(chosen,
+                              GenerateSchedule(options_.schedule, costs, schedule_options));
+      replica_costs[d] = std::move(costs);
       if (chosen.outcome != PlanOutcome::kOk) {
         result.outcome = chosen.outcome;
         result.infeasible_reason = fmt::format("schedule {} on replica {}: {}",
@@ -128,18 +137,67 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     schedules[d] = std::move(chosen.schedule);
   }
 
-  SLUICE_ASSIGN_OR_RETURN(result.plan, LowerPlan(result.batch_plan, batch, schedules, *eval_,
-                                                 cluster_, options_.lower));
+  // Lowers `s` and checks the result (the plan's memory rule apart).
   ValidateOptions without_memory;
   without_memory.check_memory = false;
-  Status valid = ValidatePlan(result.plan, without_memory);
-  if (!valid.ok()) {
-    return InternalError(fmt::format("the planned execution plan failed validation: {}",
-                                     valid.message()));
-  }
+  auto lower = [&](const std::vector<Schedule>& s) -> StatusOr<ExecutionPlan> {
+    SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, LowerPlan(result.batch_plan, batch, s, *eval_,
+                                                          cluster_, options_.lower));
+    Status valid = ValidatePlan(plan, without_memory);
+    if (!valid.ok()) {
+      return InternalError(fmt::format("the planned execution plan failed validation: {}",
+                                       valid.message()));
+    }
+    return plan;
+  };
+  // The replicas in flexible interleaved rounds moved to padded ones (same micro-batch order) in
+  // `s` and `est`; returns which.
+  auto to_padded = [&](std::vector<Schedule>* s,
+                       std::vector<ScheduleEstimate>* est) -> StatusOr<std::vector<int64_t>> {
+    std::vector<int64_t> moved;
+    ScheduleOptions padded = options_.schedule_options;
+    padded.rounds = InterleavedRounds::kPadded;
+    for (int64_t d = 0; d < dp; ++d) {
+      if ((*s)[d].name != kInterleavedFlexName) continue;
+      SLUICE_ASSIGN_OR_RETURN(ScheduleResult again,
+                              GenerateSchedule(options_.schedule, replica_costs[d], padded));
+      if (again.outcome != PlanOutcome::kOk) continue;
+      (*s)[d] = std::move(again.schedule);
+      (*est)[d] = std::move(again.estimate);
+      moved.push_back(d);
+    }
+    return moved;
+  };
+  // result's makespan, bubble and peaks from its estimates.
+  auto summarize = [&] {
+    result.makespan = Duration::Zero();
+    result.peak_memory.assign(static_cast<size_t>(eval_->pp()), Bytes::Zero());
+    for (const ScheduleEstimate& est : result.estimates) {
+      if (est.makespan >= result.makespan) {
+        result.makespan = est.makespan;
+        result.bubble_fraction = est.bubble_fraction;
+      }
+      for (size_t r = 0; r < est.peak_memory.size() && r < result.peak_memory.size(); ++r) {
+        result.peak_memory[r] = std::max(result.peak_memory[r], est.peak_memory[r]);
+      }
+    }
+  };
+
+  SLUICE_ASSIGN_OR_RETURN(result.plan, lower(schedules));
   // The one memory rule (check 7) on the lowered plan, whose buffers are known only now. The
   // budgets above keep room for them, so this rarely rejects.
-  if (std::optional<MemoryProblem> p = CheckPlanMemory(result.plan)) {
+  std::optional<MemoryProblem> problem = CheckPlanMemory(result.plan);
+  if (problem && rounds == InterleavedRounds::kAuto) {
+    // Flexible rounds hold more chunks than the padded ones: fall back to padded rounds for the
+    // replicas that run them, and check again.
+    SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> moved, to_padded(&schedules, &result.estimates));
+    if (!moved.empty()) {
+      summarize();
+      SLUICE_ASSIGN_OR_RETURN(result.plan, lower(schedules));
+      problem = CheckPlanMemory(result.plan);
+    }
+  }
+  if (std::optional<MemoryProblem> p = problem) {
     const RankProgram& rank = result.plan.ranks[p->rank];
     result.outcome = PlanOutcome::kOutOfMemory;
     result.infeasible_reason = fmt::format(
@@ -151,15 +209,60 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     return finish(std::move(result));
   }
   if (options_.optimize) {
+    const auto opt_start = std::chrono::steady_clock::now();
     OptimizerOptions o = options_.optimizer;
     o.sim.samples.assign(batch.begin(), batch.end());
     if (o.pricer == nullptr) {
       o.pricer = std::make_shared<EvaluatorPricer>(*eval_, cluster_, o.sim.samples,
                                                    options_.lower.costs);
     }
+    // The rounds by simulation: the estimator chose flexible rounds for some replicas; the plan
+    // with those replicas in padded rounds is lowered and simulated too, and the shorter kept (no
+    // passes/ rewrite can switch rounds: it reorders every rank's messages at once).
+    std::optional<passes::PassRecord> rounds_record;
+    std::optional<Duration> lowered_time;
+    if (rounds == InterleavedRounds::kAuto) {
+      std::vector<Schedule> alt = schedules;
+      std::vector<ScheduleEstimate> alt_estimates = result.estimates;
+      SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> moved, to_padded(&alt, &alt_estimates));
+      if (!moved.empty()) {
+        SLUICE_ASSIGN_OR_RETURN(ExecutionPlan alt_plan, lower(alt));
+        if (!CheckPlanMemory(alt_plan)) {
+          SimOptions so = o.sim;
+          so.record_timeline = false;
+          so.record_memory = false;
+          SLUICE_ASSIGN_OR_RETURN(SimResult flex_sim, Simulate(result.plan, so));
+          SLUICE_ASSIGN_OR_RETURN(SimResult pad_sim, Simulate(alt_plan, so));
+          const bool both_ok =
+              flex_sim.outcome == SimOutcome::kOk && pad_sim.outcome == SimOutcome::kOk;
+          if (both_ok) lowered_time = flex_sim.iteration_time;
+          if (both_ok && pad_sim.iteration_time < flex_sim.iteration_time) {
+            passes::PassRecord record;
+            record.pass = "interleaved-rounds(padded)";
+            record.changed = true;
+            for (int64_t d : moved) {
+              record.changes.push_back(fmt::format(
+                  "replica {}: flexible -> padded rounds (simulated {} -> {})", d,
+                  FormatDuration(flex_sim.iteration_time), FormatDuration(pad_sim.iteration_time)));
+            }
+            rounds_record = std::move(record);
+            schedules = std::move(alt);
+            result.estimates = std::move(alt_estimates);
+            summarize();
+            result.plan = std::move(alt_plan);
+          }
+        }
+      }
+    }
     SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(result.plan, o));
-    result.optimized = PlanOptimization{opt.before, opt.after, opt.wall, std::move(opt.applied),
-                                        opt.budget_hit};
+    std::vector<passes::PassRecord> applied;
+    if (rounds_record) applied.push_back(std::move(*rounds_record));
+    for (passes::PassRecord& p : opt.applied) applied.push_back(std::move(p));
+    const Duration wall = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - opt_start)
+                                              .count());
+    result.optimized = PlanOptimization{lowered_time.value_or(opt.before), opt.after, wall,
+                                        std::move(applied), opt.budget_hit};
     result.plan = std::move(opt.plan);
   }
   return finish(std::move(result));

@@ -60,6 +60,16 @@ struct PlannerOptions {
   // batches but double the search time (docs/benchmarks.md).
   OrderSearchOptions search{.shuffles = 0};
   ScheduleOptions schedule_options;              // used when the search is off
+  // Interleaved 1F1B with vpp > 1 and m not a multiple of pp: padded rounds, flexible rounds, or
+  // (kAuto) the flexible ones for a replica whose flexible order fits its memory budget and is
+  // estimated shorter. Overrides schedule_options.rounds and search.schedule.rounds. A plan whose
+  // flexible rounds fail the lowered plan's memory check is lowered again in padded rounds; with
+  // ep > 1 every replica runs padded rounds (an expert group's replicas run one action order).
+  // With `optimize`, a plan with flexible rounds is also lowered with those replicas in padded
+  // rounds, both are simulated, and the shorter goes on to the optimizer (a kept switch is the
+  // optimization's first PassRecord, "interleaved-rounds(padded)"). The plan records the
+  // choice: replica schedule "interleaved-flex".
+  InterleavedRounds interleaved_rounds = InterleavedRounds::kAuto;
   LowerOptions lower;                            // gradient buckets, W memory share
   // Run the plan optimizer (optimizer.h) on every plan that fits; `optimizer.sim.samples` is set
   // to the batch. Off by default: the plan is the lowered one.

@@ -8,6 +8,7 @@
 
 #include "batching/test_util.h"
 #include "plan/validate.h"
+#include "sim/simulator.h"
 
 namespace sluice {
 namespace {
@@ -165,6 +166,93 @@ TEST(PlannerErrorsTest, SharedEvaluatorMustHaveTheSchedulesInFlightRule) {
   StatusOr<Planner> planner = Planner::Create(*eval, setup->cluster, gpipe);
   ASSERT_FALSE(planner.ok());
   EXPECT_THAT(planner.status().message(), HasSubstr("in-flight rule"));
+}
+
+// Interleaved with vpp = 2: where a replica's micro-batch count is not a multiple of pp, kAuto
+// runs flexible rounds if they fit the budget and the estimate is shorter; the plan says so
+// ("interleaved-flex"), validates and fits memory, and its estimate is never longer than the
+// padded plan's (same candidate orders, each scored at its better rounds).
+TEST(PlannerRoundsTest, FlexibleRoundsWhereTheyFit) {
+  auto setup = MakeTestSetup("gpt-6.7b", TestParallel(2, 4, 1, 36000, 1, 2));
+  int64_t flexible = 0, uneven = 0;
+  for (uint64_t seed : {1u, 2u, 3u, 4u}) {
+    const std::vector<Sample> batch = RandomTokenBatch(seed, 32768, 1024, false);
+    std::vector<PlanResult> results;
+    for (InterleavedRounds rounds : {InterleavedRounds::kPadded, InterleavedRounds::kAuto}) {
+      PlannerOptions options;
+      options.schedule = ScheduleKind::kInterleaved;
+      options.batching.max_seqlen = 1024;
+      options.batching.seed = seed;
+      options.interleaved_rounds = rounds;
+      StatusOr<Planner> planner =
+          Planner::Create(*setup->cost, setup->parallel, setup->cluster, options);
+      ASSERT_TRUE(planner.ok()) << planner.status().ToString();
+      StatusOr<PlanResult> r = planner->Plan(batch);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
+      EXPECT_TRUE(ValidatePlan(r->plan).ok()) << ValidatePlan(r->plan).ToString();
+      for (Bytes peak : PredictPeakMemory(r->plan)) EXPECT_LE(peak, r->plan.memory_limit());
+      results.push_back(std::move(r).value());
+    }
+    const PlanResult& padded = results[0];
+    const PlanResult& automatic = results[1];
+    EXPECT_LE(automatic.makespan, padded.makespan) << "seed " << seed;
+    for (size_t d = 0; d < automatic.plan.replicas.size(); ++d) {
+      const PlanReplica& rep = automatic.plan.replicas[d];
+      const int64_t m = static_cast<int64_t>(rep.micro_batches.size());
+      EXPECT_EQ(padded.plan.replicas[d].schedule, "interleaved");
+      if (m % 4 != 0) ++uneven;
+      if (rep.schedule == kInterleavedFlexName) {
+        ++flexible;
+        EXPECT_NE(m % 4, 0) << "seed " << seed << " replica " << d;
+      } else {
+        EXPECT_EQ(rep.schedule, "interleaved");
+      }
+    }
+  }
+  EXPECT_GT(uneven, 0);
+  EXPECT_GT(flexible, 0);
+}
+
+// With the optimizer on, flexible rounds are checked against padded ones by simulation: the plan
+// stays valid and never longer than the lowered one, and a switch back to padded rounds is the
+// first recorded pass and shows in the replica's schedule.
+TEST(PlannerRoundsTest, TheOptimizerSimulatesBothRounds) {
+  auto setup = MakeTestSetup("gpt-6.7b", TestParallel(2, 4, 1, 36000, 1, 2));
+  int64_t runs = 0;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const std::vector<Sample> batch = RandomTokenBatch(seed, 32768, 1024, false);
+    PlannerOptions options;
+    options.schedule = ScheduleKind::kInterleaved;
+    options.batching.max_seqlen = 1024;
+    options.batching.seed = seed;
+    options.optimize = true;
+    options.optimizer.max_steps = 5;
+    options.optimizer.budget = Duration::Millis(100000);
+    StatusOr<Planner> planner =
+        Planner::Create(*setup->cost, setup->parallel, setup->cluster, options);
+    ASSERT_TRUE(planner.ok()) << planner.status().ToString();
+    StatusOr<PlanResult> r = planner->Plan(batch);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
+    ASSERT_TRUE(r->optimized.has_value());
+    ++runs;
+    EXPECT_TRUE(ValidatePlan(r->plan).ok()) << ValidatePlan(r->plan).ToString();
+    EXPECT_LE(r->optimized->after, r->optimized->before);
+    StatusOr<SimResult> sim = Simulate(r->plan, ScoringSimOptions());
+    ASSERT_TRUE(sim.ok());
+    EXPECT_EQ(sim->iteration_time, r->optimized->after);
+    for (size_t k = 0; k < r->optimized->passes.size(); ++k) {
+      const passes::PassRecord& p = r->optimized->passes[k];
+      if (p.pass != "interleaved-rounds(padded)") continue;
+      EXPECT_EQ(k, 0u);
+      for (const std::string& change : p.changes) {
+        const size_t d = std::stoul(change.substr(std::string("replica ").size()));
+        EXPECT_EQ(r->plan.replicas[d].schedule, "interleaved") << change;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 3);
 }
 
 TEST(InFlightPolicyForTest, OneRulePerSchedule) {

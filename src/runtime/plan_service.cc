@@ -8,6 +8,7 @@
 #include "plan/validate.h"
 #include "runtime/comm.h"
 #include "runtime/layout.h"
+#include "sim/simulator.h"
 
 namespace sluice::runtime {
 
@@ -59,6 +60,15 @@ std::optional<IterationOptimization> PlanService::TakeOptimization(int64_t i) {
   return o;
 }
 
+std::optional<IterationPrediction> PlanService::TakePrediction(int64_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = predictions_.find(i);
+  if (it == predictions_.end()) return std::nullopt;
+  IterationPrediction p = std::move(it->second);
+  predictions_.erase(it);
+  return p;
+}
+
 OptimizerTotals PlanService::optimizer_totals() {
   std::lock_guard<std::mutex> lock(mu_);
   return totals_;
@@ -74,6 +84,7 @@ void PlanService::Loop() {
     }
     PlanPackage p = Next(i, planner);
     p.iteration = i;
+    if (p.kind == PackageKind::kPlan && o_.adjust_plan) Predict(i, &p.plan);
     const std::vector<uint8_t> bytes = EncodePackage(p);
     // The hash goes first: whoever sees the plan key also finds its hash.
     if (!store_->SetString(HashKey(i), HashText(bytes)).ok() ||
@@ -82,6 +93,26 @@ void PlanService::Loop() {
     }
     if (p.kind != PackageKind::kPlan) return;
   }
+}
+
+void PlanService::Predict(int64_t i, ExecutionPlan* plan) {
+  o_.adjust_plan(plan);
+  SimOptions so;
+  so.record_timeline = false;
+  so.record_memory = false;
+  Simulator sim(*plan, so);
+  StatusOr<SimResult> r = sim.Run();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!r.ok() || r->outcome != SimOutcome::kOk) {
+    notes_.push_back(
+        fmt::format("iteration {}: no prediction: the calibrated plan does not simulate: {}", i,
+                    r.ok() ? r->problem : r.status().message()));
+    return;
+  }
+  IterationPrediction p;
+  p.iteration_ms = r->iteration_time.millis();
+  for (const RankSimStats& rank : r->ranks) p.peak_bytes.push_back(rank.peak_memory.count());
+  predictions_[i] = std::move(p);
 }
 
 PlanPackage PlanService::Next(int64_t i, const Planner* planner) {

@@ -55,6 +55,12 @@ struct IterationOptimization {
   bool budget_hit = false;
 };
 
+// The simulation of one iteration's plan after TrainOptions::adjust_plan.
+struct IterationPrediction {
+  double iteration_ms = 0;
+  std::vector<int64_t> peak_bytes;  // [rank] simulated peak memory
+};
+
 // Sums over every plan the optimizer ran on.
 struct OptimizerTotals {
   int64_t plans = 0, changed = 0, budget_hit = 0;
@@ -79,10 +85,15 @@ class PlanService {
   // did not run on it (optimizer off, --plan files, or not planned yet).
   std::optional<IterationOptimization> TakeOptimization(int64_t i);
   OptimizerTotals optimizer_totals();
+  // The prediction for iteration `i`'s plan, removed from the service; nullopt without
+  // TrainOptions::adjust_plan (or when the simulation failed: a note says why).
+  std::optional<IterationPrediction> TakePrediction(int64_t i);
 
  private:
   void Loop();
   PlanPackage Next(int64_t i, const Planner* planner);
+  // TrainOptions::adjust_plan on `plan`, then its simulation into predictions_.
+  void Predict(int64_t i, ExecutionPlan* plan);
   Status ReadPlanFileInto(const std::string& path, PlanPackage* p);
 
   const TrainOptions& o_;
@@ -96,6 +107,7 @@ class PlanService {
   std::vector<std::string> notes_;  // guarded by mu_
   std::unordered_map<int64_t, IterationOptimization> optimizations_;  // guarded by mu_
   OptimizerTotals totals_;                                            // guarded by mu_
+  std::unordered_map<int64_t, IterationPrediction> predictions_;      // guarded by mu_
   // The planning thread's own counts.
   int64_t considered_ = 0, skipped_ = 0, planned_ = 0;
   std::string first_skip_;  // "batch 3: out-of-memory: ..."

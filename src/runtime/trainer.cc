@@ -114,6 +114,7 @@ StatusOr<RankStats> StatsFromText(const std::string& text) {
 struct IterationInfo {
   int64_t iteration = 0, batch_index = 0, tokens = 0, micro_batches = 0;
   std::optional<IterationOptimization> optimized;  // --optimize-budget-ms: what it did
+  std::optional<IterationPrediction> predicted;    // --calibration: the simulated plan
 };
 
 class Trainer {
@@ -331,8 +332,11 @@ class Trainer {
                       r.waiting.nanos(), memory_ ? memory_->peak().count() : -1};
       SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
       if (env_.rank == 0) {
-        IterationInfo info{i, p.batch_index, 0, 0, std::nullopt};
-        if (service_) info.optimized = service_->TakeOptimization(i);
+        IterationInfo info{i, p.batch_index, 0, 0, std::nullopt, std::nullopt};
+        if (service_) {
+          info.optimized = service_->TakeOptimization(i);
+          info.predicted = service_->TakePrediction(i);
+        }
         for (const PlanReplica& rep : p.plan.replicas) {
           info.micro_batches += static_cast<int64_t>(rep.micro_batches.size());
           for (const PlanMicroBatch& mb : rep.micro_batches) {
@@ -376,11 +380,31 @@ class Trainer {
                          : std::string());
   }
 
+  // Rank 0, --calibration: the calibrated simulator against what ran.
+  void PrintPredictionSummary() {
+    if (predictions_.n == 0) return;
+    const double n = static_cast<double>(predictions_.n);
+    fmt::print(
+        "calibrated prediction over {} iteration{}: mean |error| {:.1f}% per iteration, total "
+        "{:.2f} s predicted vs {:.2f} s measured ({:+.1f}%){}\n",
+        predictions_.n, predictions_.n == 1 ? "" : "s", 100 * predictions_.abs_error / n,
+        predictions_.predicted_ms * 1e-3, predictions_.measured_ms * 1e-3,
+        predictions_.measured_ms > 0
+            ? 100 * (predictions_.predicted_ms / predictions_.measured_ms - 1)
+            : 0.0,
+        predictions_.memory_n > 0
+            ? fmt::format(
+                  "; peak tensor memory per rank mean |error| {:.1f}%",
+                  100 * predictions_.memory_abs_error / static_cast<double>(predictions_.memory_n))
+            : std::string());
+  }
+
   // Rank 0: collects every rank's figures of an iteration and prints its line.
   Status Report(const IterationInfo& info) {
     double loss = 0;
     int64_t start = INT64_MAX, end = 0, peak = 0, peak_rank = 0;
     int64_t tensors = -1, tensors_rank = 0;
+    std::vector<int64_t> tensors_by_rank;
     for (int64_t r = 0; r < env_.world_size; ++r) {
       watchdog_->BeginWait(fmt::format("the figures of iteration {}", info.iteration), r);
       StatusOr<std::string> text = comm_->store().GetString(StatsKey(info.iteration, r));
@@ -399,6 +423,7 @@ class Trainer {
         tensors = s.peak_tensors;
         tensors_rank = r;
       }
+      tensors_by_rank.push_back(s.peak_tensors);
     }
     const double seconds = static_cast<double>(end - start) * 1e-9;
     const double tps = seconds > 0 ? static_cast<double>(info.tokens) / seconds : 0;
@@ -407,6 +432,34 @@ class Trainer {
     total_tokens_ += info.tokens;
     if (losses_.empty()) first_loss_ = loss;
     losses_.push_back(loss);
+    std::string predicted_text;
+    if (info.predicted) {
+      const IterationPrediction& pr = *info.predicted;
+      const double measured_ms = seconds * 1e3;
+      const double error = measured_ms > 0 ? pr.iteration_ms / measured_ms - 1 : 0;
+      predictions_.n += 1;
+      predictions_.abs_error += std::abs(error);
+      predictions_.predicted_ms += pr.iteration_ms;
+      predictions_.measured_ms += measured_ms;
+      int64_t peak_pred = 0, peak_meas = 0;
+      for (size_t r = 0; r < pr.peak_bytes.size() && r < tensors_by_rank.size(); ++r) {
+        if (tensors_by_rank[r] < 0) continue;
+        peak_pred = std::max(peak_pred, pr.peak_bytes[r]);
+        peak_meas = std::max(peak_meas, tensors_by_rank[r]);
+        if (tensors_by_rank[r] > 0) {
+          predictions_.memory_n += 1;
+          predictions_.memory_abs_error +=
+              std::abs(static_cast<double>(pr.peak_bytes[r]) / tensors_by_rank[r] - 1);
+        }
+      }
+      predicted_text = fmt::format(
+          " | predicted {:.3f} s ({:+.1f}%){}", pr.iteration_ms * 1e-3, 100 * error,
+          peak_meas > 0
+              ? fmt::format(
+                    ", peak {:.1f} MB ({:+.1f}%)", static_cast<double>(peak_pred) / 1e6,
+                    100.0 * (static_cast<double>(peak_pred) / static_cast<double>(peak_meas) - 1))
+              : std::string());
+    }
     if (o_.print) {
       progress_->Clear();
       const std::string tensor_text =
@@ -421,9 +474,9 @@ class Trainer {
               : std::string();
       fmt::print(
           "iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
-          "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}\n",
+          "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}{}\n",
           info.iteration, info.batch_index, loss, info.micro_batches, info.tokens, seconds, tps,
-          tensor_text, static_cast<double>(peak) / 1e6, peak_rank, opt_text);
+          tensor_text, static_cast<double>(peak) / 1e6, peak_rank, opt_text, predicted_text);
       std::fflush(stdout);
       progress_->Add();
     }
@@ -440,6 +493,11 @@ class Trainer {
       if (tensors >= 0) {
         line["peak_tensor_bytes"] = tensors;
         line["peak_tensor_rank"] = tensors_rank;
+        line["peak_tensor_bytes_by_rank"] = tensors_by_rank;
+      }
+      if (info.predicted) {
+        line["predicted_time_s"] = info.predicted->iteration_ms * 1e-3;
+        line["predicted_peak_bytes_by_rank"] = info.predicted->peak_bytes;
       }
       if (info.optimized) {
         line["sim_before_ms"] = info.optimized->before_ms;
@@ -527,6 +585,7 @@ class Trainer {
                    losses_.back(), tokens_->ConditionalEntropy());
       }
       PrintOptimizerSummary();
+      PrintPredictionSummary();
       if (!merged_path.empty()) {
         fmt::print("traces: {}/trace-rank-*.json, merged {}\n", o_.trace_dir, merged_path);
       }
@@ -551,6 +610,10 @@ class Trainer {
   Clock::time_point epoch_;
   std::optional<IterationInfo> pending_;
   int64_t iterations_ = 0, total_tokens_ = 0;
+  struct {
+    int64_t n = 0, memory_n = 0;
+    double abs_error = 0, predicted_ms = 0, measured_ms = 0, memory_abs_error = 0;
+  } predictions_;  // rank 0, --calibration
   int64_t first_start_ns_ = -1, last_end_ns_ = 0;
   double first_loss_ = 0;
   std::vector<double> losses_;

@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,12 @@ struct TrainOptions {
   std::string dump_dir;       // "" = no dumps
   FaultSpec fault;
   bool print = true;          // rank 0 prints lines and the summary
+  // Rank 0 (--calibration): applied to every plan before it is published (planned or read from
+  // --plan; it rewrites durations and links, which the executor does not read, so what runs is
+  // unchanged), and the plan then simulated: its iteration time and per-rank peak memory are
+  // printed beside the measured ones, with a summary of the errors, and written to --metrics.
+  // The planner's choices (batching, order search, optimizer) keep the cost model.
+  std::function<void(ExecutionPlan*)> adjust_plan;
 };
 
 // Runs this process's rank of the job `env` describes. Errors: bad options (InvalidArgument:

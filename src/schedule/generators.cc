@@ -117,6 +117,38 @@ StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name) {
       "unknown schedule '{}'; allowed: gpipe, 1f1b, interleaved, zb-h1, adaptive", name));
 }
 
+std::string_view InterleavedRoundsName(InterleavedRounds rounds) {
+  switch (rounds) {
+    case InterleavedRounds::kPadded:
+      return "padded";
+    case InterleavedRounds::kFlexible:
+      return "flexible";
+    case InterleavedRounds::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+StatusOr<InterleavedRounds> ParseInterleavedRounds(std::string_view name) {
+  for (InterleavedRounds r :
+       {InterleavedRounds::kPadded, InterleavedRounds::kFlexible, InterleavedRounds::kAuto}) {
+    if (name == InterleavedRoundsName(r)) return r;
+  }
+  return InvalidArgumentError(
+      fmt::format("unknown interleaved rounds '{}'; allowed: padded, flexible, auto", name));
+}
+
+StatusOr<ScheduleKind> ParsePlanScheduleName(std::string_view name) {
+  if (name == kInterleavedFlexName) return ScheduleKind::kInterleaved;
+  StatusOr<ScheduleKind> kind = ParseScheduleKind(name);
+  if (!kind.ok()) {
+    return InvalidArgumentError(
+        fmt::format("unknown schedule '{}'; allowed: gpipe, 1f1b, interleaved, {}, zb-h1, adaptive",
+                    name, kInterleavedFlexName));
+  }
+  return kind;
+}
+
 std::vector<ScheduleKind> AllScheduleKinds() { return {std::begin(kKinds), std::end(kKinds)}; }
 
 bool SupportsVpp(ScheduleKind kind, int64_t vpp) {
@@ -202,37 +234,70 @@ Schedule OneFOneBOrder(int64_t pp, int64_t m) {
   return s;
 }
 
-Schedule InterleavedOrder(int64_t pp, int64_t vpp, int64_t m) {
+int64_t InterleavedRoundSize(int64_t pp, int64_t m, InterleavedRounds rounds) {
+  SLUICE_CHECK_MSG(pp >= 1 && m >= 1 && rounds != InterleavedRounds::kAuto,
+                   "InterleavedRoundSize: pp, m >= 1 and padded or flexible rounds");
+  if (rounds == InterleavedRounds::kPadded) return pp;
+  const int64_t count = std::max<int64_t>(1, m / pp);
+  return (m + count - 1) / count;
+}
+
+Schedule InterleavedOrder(int64_t pp, int64_t vpp, int64_t m, InterleavedRounds rounds) {
   if (vpp == 1) {
     Schedule s = OneFOneBOrder(pp, m);
     s.name = "interleaved";
     return s;
   }
-  Schedule s = EmptySchedule("interleaved", pp, vpp, m);
-  // Megatron's schedule table over groups of pp micro-batches, each group run chunk by chunk;
-  // backward k is table entry k with the chunk mirrored. When pp does not divide m, the last
-  // group is padded to pp with phantom micro-batches whose actions are then left out: dropping
-  // whole micro-batches from a deadlock-free order keeps it deadlock-free (the padded order's
-  // execution, restricted to the real micro-batches, is still one), which Megatron's table with
-  // a short last group is not (its warm-up assumes full groups).
-  const int64_t padded = (m + pp - 1) / pp * pp;
-  std::vector<std::pair<int64_t, int64_t>> table;  // (micro-batch, chunk)
-  for (int64_t g = 0; g < padded; g += pp) {
+  // Megatron's schedule table over rounds of `round` slots, each round run chunk by chunk;
+  // backward k is table entry k with the chunk mirrored; rank r warms up with
+  // 2 (pp - r - 1) + (vpp - 1) round forwards. Slots the micro-batches do not fill hold phantom
+  // micro-batches whose actions are left out: dropping whole micro-batches from a deadlock-free
+  // order keeps it deadlock-free (the full order's execution, restricted to the real
+  // micro-batches, is still one), which Megatron's table with a short last round is not (its
+  // warm-up assumes full rounds).
+  //  - padded: rounds of pp, up to pp - 1 phantoms, all in the last round, whose chunk switches
+  //    then wait for the wrap around the pipeline (idle slots on every rank);
+  //  - flexible (PyTorch's ScheduleInterleaved1F1B when its rounds divide m): max(1, m / pp)
+  //    rounds of ceil(m / rounds) slots; the last rounds end with one phantom each, so every
+  //    round runs at least min(m, pp) real micro-batches and keeps the ranks busy through a chunk
+  //    switch, for (vpp - 1)(round - pp) more forwards in the warm-up.
+  const int64_t round = InterleavedRoundSize(pp, m, rounds);
+  Schedule s =
+      EmptySchedule(round == pp ? "interleaved" : std::string(kInterleavedFlexName), pp, vpp, m);
+  const int64_t count =
+      rounds == InterleavedRounds::kPadded ? (m + pp - 1) / pp : std::max<int64_t>(1, m / pp);
+  const int64_t padded = count * round;  // slots
+  // ids[slot] = the micro-batch in that slot of the rounds, -1 for a phantom.
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(padded));
+  if (rounds == InterleavedRounds::kPadded) {
+    for (int64_t k = 0; k < padded; ++k) ids.push_back(k < m ? k : -1);
+  } else {
+    const int64_t short_rounds = padded - m;  // < count: one phantom each, at the end
+    int64_t next = 0;
+    for (int64_t g = 0; g < count; ++g) {
+      const int64_t size = g < count - short_rounds ? round : round - 1;
+      for (int64_t j = 0; j < round; ++j) ids.push_back(j < size ? next++ : -1);
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> table;  // (micro-batch or -1, chunk)
+  table.reserve(static_cast<size_t>(padded * vpp));
+  for (int64_t g = 0; g < padded; g += round) {
     for (int64_t c = 0; c < vpp; ++c) {
-      for (int64_t mb = g; mb < g + pp; ++mb) table.emplace_back(mb, c);
+      for (int64_t k = g; k < g + round; ++k) table.emplace_back(ids[k], c);
     }
   }
   const int64_t total = padded * vpp;
   for (int64_t r = 0; r < pp; ++r) {
     std::vector<Action>& list = s.ranks[r];
     auto fwd = [&](int64_t k) {
-      if (table[k].first < m) list.push_back(F(table[k].second * pp + r, table[k].first));
+      if (table[k].first >= 0) list.push_back(F(table[k].second * pp + r, table[k].first));
     };
     auto bwd = [&](int64_t k) {
-      if (table[k].first < m)
+      if (table[k].first >= 0)
         list.push_back(B((vpp - 1 - table[k].second) * pp + r, table[k].first));
     };
-    const int64_t warmup = std::min((pp - r - 1) * 2 + (vpp - 1) * pp, total);
+    const int64_t warmup = std::min((pp - r - 1) * 2 + (vpp - 1) * round, total);
     for (int64_t k = 0; k < warmup; ++k) fwd(k);
     for (int64_t k = 0; k < total - warmup; ++k) {
       fwd(warmup + k);
@@ -242,6 +307,50 @@ Schedule InterleavedOrder(int64_t pp, int64_t vpp, int64_t m) {
   }
   return s;
 }
+
+std::vector<int64_t> ChunksInFlight(const Schedule& schedule) {
+  std::vector<int64_t> out;
+  out.reserve(schedule.ranks.size());
+  for (const std::vector<Action>& list : schedule.ranks) {
+    int64_t now = 0, most = 0;
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::kForward) {
+        most = std::max(most, ++now);
+      } else if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) {
+        --now;
+      }
+    }
+    out.push_back(most);
+  }
+  return out;
+}
+
+namespace {
+
+// Interleaved 1F1B in `options.rounds`; kAuto estimates both orders (when they differ) and keeps
+// the padded one unless the flexible one fits and is strictly shorter.
+StatusOr<ScheduleResult> Interleaved(const ScheduleCosts& costs, const ScheduleOptions& options) {
+  const int64_t pp = costs.pp;
+  const int64_t m = costs.num_microbatches();
+  if (options.rounds != InterleavedRounds::kAuto || costs.vpp == 1 || m % pp == 0) {
+    const InterleavedRounds rounds = options.rounds == InterleavedRounds::kFlexible
+                                         ? InterleavedRounds::kFlexible
+                                         : InterleavedRounds::kPadded;
+    return Finish(InterleavedOrder(pp, costs.vpp, m, rounds), costs, "");
+  }
+  SLUICE_ASSIGN_OR_RETURN(
+      ScheduleResult padded,
+      Finish(InterleavedOrder(pp, costs.vpp, m, InterleavedRounds::kPadded), costs, ""));
+  SLUICE_ASSIGN_OR_RETURN(
+      ScheduleResult flexible,
+      Finish(InterleavedOrder(pp, costs.vpp, m, InterleavedRounds::kFlexible), costs, ""));
+  const bool take =
+      flexible.outcome == PlanOutcome::kOk &&
+      (padded.outcome != PlanOutcome::kOk || flexible.estimate.makespan < padded.estimate.makespan);
+  return take ? std::move(flexible) : std::move(padded);
+}
+
+}  // namespace
 
 StatusOr<ScheduleResult> GenerateSchedule(ScheduleKind kind, const ScheduleCosts& costs,
                                           const ScheduleOptions& options) {
@@ -265,7 +374,7 @@ StatusOr<ScheduleResult> GenerateSchedule(ScheduleKind kind, const ScheduleCosts
     case ScheduleKind::k1F1B:
       return Finish(OneFOneBOrder(pp, m), costs, "");
     case ScheduleKind::kInterleaved:
-      return Finish(InterleavedOrder(pp, costs.vpp, m), costs, "");
+      return Interleaved(costs, options);
     case ScheduleKind::kZbH1: {
       // The 1F1B bound: the pipeline's 1F1B peak, capped by each rank's budget.
       std::vector<Bytes> bound(static_cast<size_t>(pp), OneFOneBPeak(costs));

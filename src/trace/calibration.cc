@@ -3,13 +3,17 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "base/json_util.h"
 #include "plan/instruction.h"
+#include "sim/simulator.h"
 
 namespace sluice::trace {
 namespace {
@@ -23,58 +27,231 @@ int64_t StageKey(const Instruction& in, const RankProgram& program) {
   return in.stage >= 0 && in.op != OpKind::kOptimizerStep ? in.stage : program.pp_index;
 }
 
-struct Point {
-  double predicted_ns;
-  double measured_ns;
-};
+using Point = OpSample;
 
-// measured = scale * predicted + offset, see calibration.h.
-OpCorrection Fit(const std::vector<Point>& pts) {
-  OpCorrection c;
-  c.samples = static_cast<int64_t>(pts.size());
+constexpr int kNumFeatures = 5;  // constant, predicted, tokens, attention, rows
+
+std::array<double, kNumFeatures> Row(const OpFeatures& f) {
+  return {1.0, f.predicted_ns, f.tokens, f.attention, f.rows};
+}
+
+// Weighted least squares on the features in `mask`; false when the system is singular. The
+// columns are scaled to unit mean square first so that their sizes (1 vs token pairs) do not
+// decide the pivots.
+bool SolveSubset(const std::vector<Point>& pts, const std::vector<double>& w, unsigned mask,
+                 std::array<double, kNumFeatures>* coef) {
+  std::vector<int> cols;
+  for (int j = 0; j < kNumFeatures; ++j) {
+    if (mask & (1u << j)) cols.push_back(j);
+  }
+  const size_t k = cols.size();
+  std::array<double, kNumFeatures> norm{};
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const auto x = Row(pts[i].features);
+    for (size_t a = 0; a < k; ++a) norm[a] += x[cols[a]] * x[cols[a]];
+  }
+  for (size_t a = 0; a < k; ++a) {
+    if (norm[a] <= 0) return false;
+    norm[a] = std::sqrt(norm[a] / static_cast<double>(pts.size()));
+  }
+  std::array<std::array<double, kNumFeatures + 1>, kNumFeatures> m{};  // normal equations
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const auto x = Row(pts[i].features);
+    for (size_t a = 0; a < k; ++a) {
+      const double xa = x[cols[a]] / norm[a];
+      for (size_t b = 0; b < k; ++b) m[a][b] += w[i] * xa * x[cols[b]] / norm[b];
+      m[a][k] += w[i] * xa * pts[i].measured_ns;
+    }
+  }
+  // Gaussian elimination with partial pivoting; a pivot below 1e-9 of the diagonal's scale is a
+  // (near) collinear subset: refused, a smaller subset explains the same.
+  double scale = 0;
+  for (size_t a = 0; a < k; ++a) scale = std::max(scale, std::abs(m[a][a]));
+  for (size_t c = 0; c < k; ++c) {
+    size_t p = c;
+    for (size_t r = c + 1; r < k; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[p][c])) p = r;
+    }
+    if (std::abs(m[p][c]) <= 1e-9 * scale) return false;
+    std::swap(m[p], m[c]);
+    for (size_t r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (size_t q = c; q <= k; ++q) m[r][q] -= f * m[c][q];
+    }
+  }
+  coef->fill(0);
+  for (size_t a = 0; a < k; ++a) (*coef)[cols[a]] = m[a][k] / m[a][a] / norm[a];
+  return true;
+}
+
+double Dot(const std::array<double, kNumFeatures>& c, const OpFeatures& f) {
+  const auto x = Row(f);
+  double y = 0;
+  for (int j = 0; j < kNumFeatures; ++j) y += c[j] * x[j];
+  return y;
+}
+
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// The robust non-negative fit of calibration.h over the features `allowed` (a bit mask of Row's
+// columns): for each subset, least squares with every coefficient > 0 (a subset with a
+// negative one is not a candidate: its smaller subsets are tried too, which is the NNLS optimum
+// over the allowed features), scored by BIC; Huber weights (k = 1.345 robust sigmas, sigma from
+// the median absolute residual) are re-derived from the best candidate and the search re-run,
+// at most 10 rounds.
+std::array<double, kNumFeatures> RobustFit(const std::vector<Point>& pts, unsigned allowed) {
+  const size_t n = pts.size();
+  std::vector<double> w(n, 1.0);
+  std::array<double, kNumFeatures> best{};
+  for (int round = 0; round < 10; ++round) {
+    double best_score = std::numeric_limits<double>::infinity();
+    std::array<double, kNumFeatures> chosen{};
+    for (unsigned mask = 1; mask < (1u << kNumFeatures); ++mask) {
+      if ((mask & ~allowed) != 0) continue;
+      const int k = std::popcount(mask);
+      // At least one residual degree of freedom, except that one feature may fit one or two
+      // instructions (an optimizer step fitted on one iteration).
+      if (static_cast<size_t>(k) > std::max<size_t>(1, n - 1)) continue;
+      std::array<double, kNumFeatures> c{};
+      if (!SolveSubset(pts, w, mask, &c)) continue;
+      bool positive = true;
+      for (int j = 0; j < kNumFeatures; ++j) {
+        if ((mask & (1u << j)) && !(c[j] > 0)) positive = false;
+      }
+      if (!positive) continue;
+      double sse = 0, sw = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const double r = pts[i].measured_ns - Dot(c, pts[i].features);
+        sse += w[i] * r * r;
+        sw += w[i];
+      }
+      const double score =
+          sw * std::log(std::max(sse / sw, 1e-12)) + k * std::log(static_cast<double>(n));
+      if (score < best_score) {
+        best_score = score;
+        chosen = c;
+      }
+    }
+    if (!std::isfinite(best_score)) break;  // nothing positive fits: keep the last
+    best = chosen;
+    std::vector<double> abs_r(n);
+    for (size_t i = 0; i < n; ++i)
+      abs_r[i] = std::abs(pts[i].measured_ns - Dot(best, pts[i].features));
+    const double sigma = 1.4826 * MedianOf(abs_r);
+    if (sigma <= 0) break;
+    std::vector<double> next(n);
+    double change = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double u = abs_r[i] / (1.345 * sigma);
+      next[i] = u <= 1 ? 1.0 : 1.0 / u;
+      change = std::max(change, std::abs(next[i] - w[i]));
+    }
+    w = std::move(next);
+    if (change < 1e-3) break;
+  }
+  return best;
+}
+
+// The "/1" line, measured = scale * predicted + offset by least squares (scale only, offset 0,
+// when the predictions hardly vary or the line would have a negative offset or scale).
+std::array<double, kNumFeatures> ScaleFit(const std::vector<Point>& pts) {
   const double n = static_cast<double>(pts.size());
   double sd = 0, sm = 0, sdd = 0, sdm = 0;
   for (const Point& p : pts) {
-    sd += p.predicted_ns;
+    sd += p.features.predicted_ns;
     sm += p.measured_ns;
-    sdd += p.predicted_ns * p.predicted_ns;
-    sdm += p.predicted_ns * p.measured_ns;
+    sdd += p.features.predicted_ns * p.features.predicted_ns;
+    sdm += p.features.predicted_ns * p.measured_ns;
   }
+  std::array<double, kNumFeatures> c{};
   if (sd <= 0) {  // nothing predicted: the op's measured mean becomes its offset
-    c.offset_us = sm / n * 1e-3;
-    c.scale = 1.0;
-  } else {
-    const double mean_d = sd / n, mean_m = sm / n;
-    const double var = sdd / n - mean_d * mean_d;
-    const double cv = var > 0 ? std::sqrt(var) / mean_d : 0;
-    bool line = pts.size() >= 3 && cv >= 0.05;
-    if (line) {
-      const double a = (sdm / n - mean_d * mean_m) / var;
-      const double b = mean_m - a * mean_d;
-      if (a > 0 && b >= 0) {
-        c.scale = a;
-        c.offset_us = b * 1e-3;
-      } else {
-        line = false;
-      }
-    }
-    if (!line) {
-      c.scale = sdm / sdd;
-      c.offset_us = 0;
+    c[0] = sm / n;
+    c[1] = 1.0;
+    return c;
+  }
+  const double mean_d = sd / n, mean_m = sm / n;
+  const double var = sdd / n - mean_d * mean_d;
+  const double cv = var > 0 ? std::sqrt(var) / mean_d : 0;
+  if (pts.size() >= 3 && cv >= 0.05) {
+    const double a = (sdm / n - mean_d * mean_m) / var;
+    const double b = mean_m - a * mean_d;
+    if (a > 0 && b >= 0) {
+      c[0] = b;
+      c[1] = a;
+      return c;
     }
   }
-  for (const Point& p : pts) {
-    const double m = std::max(1.0, p.measured_ns);
-    c.mean_abs_error_before += std::abs(p.predicted_ns - p.measured_ns) / m;
-    c.mean_abs_error_after +=
-        std::abs(c.scale * p.predicted_ns + c.offset_us * 1e3 - p.measured_ns) / m;
-  }
-  c.mean_abs_error_before /= n;
-  c.mean_abs_error_after /= n;
+  c[1] = sdm / sdd;
   return c;
 }
 
 }  // namespace
+
+OpCorrection FitOpLine(const std::vector<OpSample>& pts, OpLine line) {
+  const std::array<double, kNumFeatures> c =
+      line == OpLine::kScale
+          ? ScaleFit(pts)
+          : RobustFit(pts, line == OpLine::kFeatures ? (1u << kNumFeatures) - 1 : 0b11u);
+  OpCorrection o;
+  o.samples = static_cast<int64_t>(pts.size());
+  o.offset_us = c[0] * 1e-3;
+  o.scale = c[1];
+  o.per_token_ns = c[2];
+  o.per_attention_ns = c[3];
+  o.per_row_us = c[4] * 1e-3;
+  const double n = static_cast<double>(pts.size());
+  for (const Point& p : pts) {
+    const double m = std::max(1.0, p.measured_ns);
+    o.mean_abs_error_before += std::abs(p.features.predicted_ns - p.measured_ns) / m;
+    o.mean_abs_error_after += std::abs(o.Predict(p.features) - p.measured_ns) / m;
+  }
+  o.mean_abs_error_before /= n;
+  o.mean_abs_error_after /= n;
+  return o;
+}
+
+OpFeatures FeaturesOf(const ExecutionPlan& plan, const RankProgram& program,
+                      const Instruction& in) {
+  OpFeatures f;
+  f.predicted_ns = static_cast<double>(in.duration.nanos());
+  if (in.microbatch < 0 || program.dp_index < 0 ||
+      program.dp_index >= static_cast<int64_t>(plan.replicas.size())) {
+    return f;
+  }
+  const std::vector<PlanMicroBatch>& mbs = plan.replicas[program.dp_index].micro_batches;
+  if (in.microbatch >= static_cast<int64_t>(mbs.size())) return f;
+  const LayerShape& s = mbs[in.microbatch].shape;
+  const double rows = static_cast<double>(s.mbs);
+  const double e = static_cast<double>(s.seqlen), d = static_cast<double>(s.dec_seqlen);
+  f.rows = rows;
+  f.tokens = rows * (e + d);
+  f.attention = rows * (e * e + d * d + e * d);
+  return f;
+}
+
+double OpCorrection::Predict(const OpFeatures& f) const {
+  return std::max(0.0, offset_us * 1e3 + scale * f.predicted_ns + per_token_ns * f.tokens +
+                           per_attention_ns * f.attention + per_row_us * 1e3 * f.rows);
+}
+
+std::string OpCorrection::Describe() const {
+  std::string out;
+  auto term = [&](double v, const std::string& text) {
+    if (v == 0) return;
+    out += (out.empty() ? "" : " + ") + text;
+  };
+  term(scale, fmt::format("{:.3g} x plan", scale));
+  term(offset_us, fmt::format("{:.1f} us", offset_us));
+  term(per_token_ns, fmt::format("{:.3g} ns/token", per_token_ns));
+  term(per_attention_ns, fmt::format("{:.3g} ns/token pair", per_attention_ns));
+  term(per_row_us, fmt::format("{:.3g} us/row", per_row_us));
+  return out.empty() ? "0" : out;
+}
 
 std::vector<int64_t> MeasuredIterationTimes(const Analysis& a) {
   std::map<int64_t, std::pair<int64_t, int64_t>> span;
@@ -191,7 +368,7 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
           }
         }
         if (!IsFitted(in.op)) continue;
-        const Point p{static_cast<double>(in.duration.nanos()), pending};
+        const Point p{FeaturesOf(plan, program, in), pending};
         points[{StageKey(in, program), std::string(OpKindName(in.op))}].push_back(p);
         any_stage[std::string(OpKindName(in.op))].push_back(p);
         pending = 0;
@@ -203,14 +380,18 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
   std::string its;
   for (int64_t k : wanted) its += (its.empty() ? "" : ",") + std::to_string(k);
   c.source = fmt::format("{} (iterations {})", set.ranks.front().source, its);
+  // Per stage: every feature; all stages together: a constant and the prediction (the stages'
+  // own shapes live in the prediction only).
+  const OpLine per_stage = options.fit_features ? OpLine::kFeatures : OpLine::kScale;
+  const OpLine all_stages = options.fit_features ? OpLine::kPredictionOnly : OpLine::kScale;
   for (const auto& [key, pts] : points) {
-    OpCorrection o = Fit(pts);
+    OpCorrection o = FitOpLine(pts, per_stage);
     o.stage = key.first;
     o.op = key.second;
     c.ops.push_back(o);
   }
   for (const auto& [op, pts] : any_stage) {
-    OpCorrection o = Fit(pts);
+    OpCorrection o = FitOpLine(pts, all_stages);
     o.op = op;
     c.ops.push_back(o);
   }
@@ -238,6 +419,33 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
     c.link = {true, alpha * 1e-3, slope > 0 ? 1.0 / slope : 1e6,
               static_cast<int64_t>(wires.size())};
   }
+  if (options.fit_iteration) {
+    // What the simulator still leaves out per iteration, with the corrections above.
+    const std::vector<int64_t> measured = MeasuredIterationTimes(a);
+    std::vector<double> residual;
+    for (int64_t k : wanted) {
+      if (k >= static_cast<int64_t>(measured.size()) || measured[k] <= 0) continue;
+      ExecutionPlan plan = plans[k];
+      ApplyCalibration(c, &plan);
+      SimOptions o;
+      o.record_timeline = false;
+      o.record_memory = false;
+      Simulator sim(plan, o);
+      StatusOr<SimResult> r = sim.Run();
+      if (!r.ok()) return r.status().WithPrefix(fmt::format("the plan of iteration {}", k));
+      if (r->outcome == SimOutcome::kDeadlock) {
+        return FailedPreconditionError(
+            fmt::format("the plan of iteration {} deadlocks in the simulator", k));
+      }
+      residual.push_back(static_cast<double>(measured[k] - r->iteration_time.nanos()));
+    }
+    if (!residual.empty()) {
+      std::sort(residual.begin(), residual.end());
+      const size_t m = residual.size();
+      const double median = m % 2 ? residual[m / 2] : 0.5 * (residual[m / 2 - 1] + residual[m / 2]);
+      c.iteration = {median * 1e-3, static_cast<int64_t>(m)};
+    }
+  }
   return c;
 }
 
@@ -251,9 +459,17 @@ void ApplyCalibration(const Calibration& c, ExecutionPlan* plan) {
       auto it = table.find({StageKey(in, program), op});
       if (it == table.end()) it = table.find({-1, op});
       if (it == table.end()) continue;
-      const OpCorrection& o = *it->second;
-      in.duration = Duration::Nanos(std::max<int64_t>(
-          0, std::llround(static_cast<double>(in.duration.nanos()) * o.scale + o.offset_us * 1e3)));
+      in.duration =
+          Duration::Nanos(std::llround(it->second->Predict(FeaturesOf(*plan, program, in))));
+    }
+  }
+  if (c.iteration.offset_us != 0) {
+    for (RankProgram& program : plan->ranks) {
+      for (Instruction& in : program.instructions) {
+        if (in.op != OpKind::kOptimizerStep) continue;
+        in.duration = Duration::Nanos(
+            std::max<int64_t>(0, in.duration.nanos() + std::llround(c.iteration.offset_us * 1e3)));
+      }
     }
   }
   if (c.link.fitted) {
@@ -266,7 +482,7 @@ void ApplyCalibration(const Calibration& c, ExecutionPlan* plan) {
 
 std::string CalibrationToJson(const Calibration& c) {
   nlohmann::json j;
-  j["format"] = "sluice-calibration/1";
+  j["format"] = "sluice-calibration/2";
   j["source"] = c.source;
   j["ops"] = nlohmann::json::array();
   for (const OpCorrection& o : c.ops) {
@@ -274,6 +490,9 @@ std::string CalibrationToJson(const Calibration& c) {
                         {"op", o.op},
                         {"scale", o.scale},
                         {"offset_us", o.offset_us},
+                        {"per_token_ns", o.per_token_ns},
+                        {"per_attention_ns", o.per_attention_ns},
+                        {"per_row_us", o.per_row_us},
                         {"samples", o.samples},
                         {"error_before", o.mean_abs_error_before},
                         {"error_after", o.mean_abs_error_after}});
@@ -283,6 +502,9 @@ std::string CalibrationToJson(const Calibration& c) {
                  {"bandwidth_gb_per_s", c.link.bandwidth_gb_per_s},
                  {"samples", c.link.samples}};
   }
+  if (c.iteration.samples > 0) {
+    j["iteration"] = {{"offset_us", c.iteration.offset_us}, {"samples", c.iteration.samples}};
+  }
   return j.dump(1) + "\n";
 }
 
@@ -291,9 +513,10 @@ StatusOr<Calibration> CalibrationFromJson(std::string_view text, std::string_vie
   JsonObjectReader r(j, std::string(source));
   SLUICE_RETURN_IF_ERROR(r.status());
   Calibration c;
-  static constexpr std::string_view kFormats[] = {"sluice-calibration/1"};
+  static constexpr std::string_view kFormats[] = {"sluice-calibration/2", "sluice-calibration/1"};
   std::string format;
   SLUICE_RETURN_IF_ERROR(r.Enum("format", &format, kFormats));
+  const bool v2 = format == kFormats[0];
   SLUICE_RETURN_IF_ERROR(r.OptionalString("source", &c.source));
   const nlohmann::json* ops = r.Child("ops");
   if (ops == nullptr || !ops->is_array()) return r.Error("ops", "expected an array");
@@ -311,6 +534,11 @@ StatusOr<Calibration> CalibrationFromJson(std::string_view text, std::string_vie
     SLUICE_RETURN_IF_ERROR(o.Enum("op", &oc.op, fitted));
     SLUICE_RETURN_IF_ERROR(o.Double("scale", &oc.scale, 0, 1e6));
     SLUICE_RETURN_IF_ERROR(o.Double("offset_us", &oc.offset_us, 0, 1e12));
+    if (v2) {  // "/1" has the scale and the offset only: the other fields are unknown there
+      SLUICE_RETURN_IF_ERROR(o.OptionalDouble("per_token_ns", &oc.per_token_ns, 0, 1e12));
+      SLUICE_RETURN_IF_ERROR(o.OptionalDouble("per_attention_ns", &oc.per_attention_ns, 0, 1e12));
+      SLUICE_RETURN_IF_ERROR(o.OptionalDouble("per_row_us", &oc.per_row_us, 0, 1e12));
+    }
     SLUICE_RETURN_IF_ERROR(o.OptionalInt("samples", &oc.samples, 0, INT64_MAX));
     SLUICE_RETURN_IF_ERROR(o.OptionalDouble("error_before", &oc.mean_abs_error_before, 0, 1e12));
     SLUICE_RETURN_IF_ERROR(o.OptionalDouble("error_after", &oc.mean_abs_error_after, 0, 1e12));
@@ -324,6 +552,13 @@ StatusOr<Calibration> CalibrationFromJson(std::string_view text, std::string_vie
     SLUICE_RETURN_IF_ERROR(l.Double("latency_us", &c.link.latency_us, 0, 1e9));
     SLUICE_RETURN_IF_ERROR(l.Double("bandwidth_gb_per_s", &c.link.bandwidth_gb_per_s, 1e-9, 1e9));
     SLUICE_RETURN_IF_ERROR(l.OptionalInt("samples", &c.link.samples, 0, INT64_MAX));
+    SLUICE_RETURN_IF_ERROR(l.Finish());
+  }
+  if (const nlohmann::json* it = v2 ? r.Child("iteration") : nullptr) {
+    JsonObjectReader l(*it, std::string(source), "iteration");
+    SLUICE_RETURN_IF_ERROR(l.status());
+    SLUICE_RETURN_IF_ERROR(l.Double("offset_us", &c.iteration.offset_us, -1e12, 1e12));
+    SLUICE_RETURN_IF_ERROR(l.Int("samples", &c.iteration.samples, 1, INT64_MAX));
     SLUICE_RETURN_IF_ERROR(l.Finish());
   }
   SLUICE_RETURN_IF_ERROR(r.Finish());

@@ -1,0 +1,494 @@
+#include "planner/hetero.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "base/rng.h"
+#include "batching/assigners.h"
+#include "cost/comm_model.h"
+#include "cost/layer_work.h"
+#include "model/chunk_cut.h"
+#include "planner/config_search.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Whether one sequence of `len` tokens fits a replica of `eval` alone with pp micro-batches in
+// flight at `rc`.
+bool SequenceFits(const StageCostEvaluator& eval, int64_t len, Recompute rc) {
+  const int64_t in_flight = eval.pp();
+  if (eval.varlen_supported()) {
+    const int64_t lengths[] = {len};
+    return eval.SummarizeVarlen(lengths, rc, in_flight).feasible;
+  }
+  return eval.Summarize(LayerShape{.mbs = 1, .seqlen = eval.Pad(len)}, rc, in_flight).feasible;
+}
+
+// The longest sequence a replica of `eval` holds alone (0: none), by bisection.
+int64_t Capacity(const StageCostEvaluator& eval, Recompute rc) {
+  const int64_t top = std::max<int64_t>(1, eval.model().max_position);
+  if (SequenceFits(eval, top, rc)) return top;
+  if (!SequenceFits(eval, 1, rc)) return 0;
+  int64_t good = 1, bad = top;
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (SequenceFits(eval, mid, rc) ? good : bad) = mid;
+  }
+  return good;
+}
+
+// The device of pipeline rank `stage` of replica `replica` in group `g`.
+int64_t DeviceOf(const HeteroConfig& config, const std::vector<int64_t>& offsets, int64_t g,
+                 int64_t replica, int64_t stage) {
+  const ParallelConfig& p = config.groups[g];
+  return offsets[g] + (replica * p.pp + stage) * p.devices_per_rank();
+}
+
+std::string GroupName(const HeteroConfig& config, int64_t g) {
+  HeteroConfig one{.groups = {config.groups[g]}};
+  return fmt::format("group {} ({})", g + 1, DescribeHetero(one));
+}
+
+}  // namespace
+
+std::vector<ReductionGroup> ReductionGroupsOf(const ModelSpec& model, const HeteroConfig& config) {
+  const int64_t layers = model.layers;
+  std::set<int64_t> cuts = {0, layers};
+  for (const ParallelConfig& g : config.groups) {
+    const int64_t per = layers / g.pp;
+    for (int64_t s = 1; s < g.pp; ++s) cuts.insert(s * per);
+  }
+  const int64_t layer_params = AnalyticLayerParams(model, LayerKind::kEncoder, 1);
+  std::vector<ReductionGroup> out;
+  for (auto it = cuts.begin(); std::next(it) != cuts.end(); ++it) {
+    ReductionGroup r;
+    r.first_layer = *it;
+    r.layers = *std::next(it) - *it;
+    r.embedding = r.first_layer == 0;
+    r.output_head = *std::next(it) == layers;
+    r.params = r.layers * layer_params;
+    if (r.embedding) r.params += AnalyticLayerParams(model, LayerKind::kEmbedding, 1);
+    if (r.output_head) r.params += AnalyticLayerParams(model, LayerKind::kOutputHead, 1);
+    for (size_t g = 0; g < config.groups.size(); ++g) {
+      const int64_t per = layers / config.groups[g].pp;
+      r.members.push_back({static_cast<int64_t>(g), per > 0 ? r.first_layer / per : 0});
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
+                        const ClusterSpec& cluster) {
+  if (config.groups.size() <= 1) return Duration::Zero();
+  const std::vector<int64_t> offsets = config.DeviceOffsets();
+  const AlphaBetaCommModel comm(cluster);
+  int64_t cross = 0;
+  std::set<int64_t> nodes;
+  Duration gather;
+  for (const ReductionMember& m : group.members) {
+    const ParallelConfig& p = config.groups[m.group];
+    const int64_t copies = p.cp * p.dp;  // devices holding each tp shard of the range
+    cross = std::max(cross, 2 * group.params / (p.tp * copies));
+    nodes.insert(cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)));
+    if (copies > 1 && p.zero < 2) {
+      const int64_t last =
+          DeviceOf(config, offsets, m.group, p.dp - 1, m.stage) + p.devices_per_rank() - 1;
+      const bool spans = cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)) !=
+                         cluster.NodeOfDevice(last);
+      gather = std::max(gather, comm.Collective(CollectiveKind::kAllGather,
+                                                Bytes::Of(2 * group.params / p.tp), copies, spans));
+    }
+  }
+  return comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(cross),
+                         static_cast<int64_t>(group.members.size()), nodes.size() > 1) +
+         gather;
+}
+
+StatusOr<HeteroPlanner> HeteroPlanner::Create(const CostModel& cost, const HeteroConfig& config,
+                                              const ClusterSpec& cluster,
+                                              HeteroPlannerOptions options,
+                                              std::string_view source) {
+  SLUICE_RETURN_IF_ERROR(CheckHeteroFits(config, cost.model(), cluster, source));
+  HeteroPlanner h;
+  h.config_ = config;
+  h.cluster_ = cluster;
+  h.options_ = std::move(options);
+  const Recompute saving = h.options_.planner.batching.recompute.value_or(Recompute::kFull);
+  for (size_t g = 0; g < config.groups.size(); ++g) {
+    StatusOr<std::shared_ptr<const StageCostEvaluator>> eval =
+        MakePlannerEvaluator(cost, config.groups[g], cluster, h.options_.planner.schedule);
+    if (!eval.ok()) {
+      return InvalidArgumentError(fmt::format("{}: {}: {}", source,
+                                              GroupName(config, static_cast<int64_t>(g)),
+                                              eval.status().message()));
+    }
+    h.capacities_.push_back(Capacity(**eval, saving));
+    h.group_sync_.push_back(EstimateGradientSync(**eval, cluster));
+    SLUICE_ASSIGN_OR_RETURN(Planner p, Planner::Create(*eval, cluster, h.options_.planner));
+    h.planners_.push_back(std::move(p));
+  }
+  h.reductions_ = ReductionGroupsOf(cost.model(), config);
+  for (const ReductionGroup& r : h.reductions_) h.cross_sync_ += PriceReduction(r, config, cluster);
+  return h;
+}
+
+HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch,
+                                       std::span<const double> scale) const {
+  HeteroDispatch d;
+  const int64_t n = static_cast<int64_t>(batch.size());
+  const int64_t groups = static_cast<int64_t>(config_.groups.size());
+  std::vector<int64_t> group_of_replica, pp_of_replica;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t k = 0; k < config_.groups[g].dp; ++k) {
+      group_of_replica.push_back(g);
+      pp_of_replica.push_back(config_.groups[g].pp);
+    }
+  }
+  const int64_t replicas = static_cast<int64_t>(group_of_replica.size());
+  std::vector<std::vector<int64_t>> cost;  // [group][sequence]
+  for (int64_t g = 0; g < groups; ++g) {
+    cost.push_back(EstimateSampleCosts(batch, planners_[g].evaluator(), options_.planner.batching));
+  }
+  std::vector<std::vector<int64_t>> scaled = cost;  // [group][sequence]
+  if (!scale.empty()) {
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t& c : scaled[g]) {
+        c = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(c) * scale[g]));
+      }
+    }
+  }
+  const StageCostEvaluator& eval0 = planners_[0].evaluator();
+  std::vector<int64_t> fits(static_cast<size_t>(n), 0);
+  std::vector<std::vector<bool>> holds(static_cast<size_t>(n), std::vector<bool>(groups, false));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = eval0.SeqLen(batch[i]);
+    for (int64_t g = 0; g < groups; ++g) {
+      holds[i][g] = len <= capacities_[g];
+      fits[i] += holds[i][g] ? 1 : 0;
+    }
+    if (fits[i] == 0) {
+      std::string caps;
+      for (int64_t g = 0; g < groups; ++g) {
+        caps +=
+            fmt::format("{}{}: {} tokens", g ? ", " : "", GroupName(config_, g), capacities_[g]);
+      }
+      d.reason = fmt::format(
+          "sample {} of {} tokens fits no replica group (longest sequence each holds: {})",
+          batch[i].id, len, caps);
+      return d;
+    }
+  }
+  d.ok = true;
+  bool have = false;
+  std::vector<int64_t> base(static_cast<size_t>(n));
+  std::iota(base.begin(), base.end(), 0);
+  const Rng root(options_.planner.batching.seed);
+  for (int64_t k = 0; k < std::max<int64_t>(1, options_.shuffles); ++k) {
+    std::vector<int64_t> order = base;
+    Rng rng = root.Fork(static_cast<uint64_t>(k));
+    for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng.UniformInt(0, i)]);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return fits[x] < fits[y]; });
+    std::vector<int64_t> sum(replicas, 0), mx(replicas, 0), count(replicas, 0);
+    std::vector<int64_t> replica_of(static_cast<size_t>(n), 0);
+    int64_t global = 0;
+    for (int64_t i : order) {
+      int64_t best = -1;
+      std::tuple<int64_t, bool, int64_t> best_key;
+      for (int64_t r = 0; r < replicas; ++r) {
+        const int64_t g = group_of_replica[r];
+        if (!holds[i][g]) continue;
+        const int64_t c = scaled[g][i];
+        const int64_t t = sum[r] + c + (pp_of_replica[r] - 1) * std::max(mx[r], c);
+        const std::tuple<int64_t, bool, int64_t> key{std::max(global, t), count[r] > 0, t};
+        if (best < 0 || key < best_key) {
+          best = r;
+          best_key = key;
+        }
+      }
+      const int64_t g = group_of_replica[best];
+      sum[best] += scaled[g][i];
+      mx[best] = std::max(mx[best], scaled[g][i]);
+      ++count[best];
+      global = std::get<0>(best_key);
+      replica_of[i] = best;
+    }
+    const bool nonempty = std::all_of(count.begin(), count.end(), [](int64_t c) { return c > 0; });
+    if (!have || std::make_pair(!nonempty, global) < std::make_pair(!d.all_nonempty, d.max_time)) {
+      have = true;
+      d.all_nonempty = nonempty;
+      d.max_time = global;
+      d.replica_of = std::move(replica_of);
+    }
+  }
+  d.group_of.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) d.group_of[i] = group_of_replica[d.replica_of[i]];
+  std::vector<int64_t> sum(replicas, 0), mx(replicas, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = d.replica_of[i];
+    sum[r] += cost[group_of_replica[r]][i];
+    mx[r] = std::max(mx[r], cost[group_of_replica[r]][i]);
+  }
+  d.group_time.assign(static_cast<size_t>(groups), 0);
+  for (int64_t r = 0; r < replicas; ++r) {
+    const int64_t g = group_of_replica[r];
+    d.group_time[g] = std::max(d.group_time[g], sum[r] + (pp_of_replica[r] - 1) * mx[r]);
+  }
+  return d;
+}
+
+StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) const {
+  const auto start = Clock::now();
+  const int64_t groups = static_cast<int64_t>(config_.groups.size());
+  std::optional<HeteroPlanResult> best;
+  std::vector<double> scale(static_cast<size_t>(groups), 1.0);
+  for (int64_t round = 0; round <= std::max<int64_t>(0, options_.refine_rounds); ++round) {
+    SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale));
+    const bool better =
+        !best.has_value() || (r.outcome == PlanOutcome::kOk &&
+                              (best->outcome != PlanOutcome::kOk || r.makespan < best->makespan));
+    bool refine = r.outcome == PlanOutcome::kOk && groups > 1;
+    if (refine) {
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t predicted = r.dispatch.group_time[g];
+        if (predicted <= 0) {
+          refine = false;
+          break;
+        }
+        scale[g] =
+            static_cast<double>(r.groups[g].makespan.nanos()) / static_cast<double>(predicted);
+      }
+    }
+    if (better) best = std::move(r);
+    if (!refine) break;
+  }
+  best->planning_time = Duration::Nanos(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  return std::move(*best);
+}
+
+StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batch,
+                                                    std::span<const double> scale) const {
+  HeteroPlanResult out;
+  out.reductions = reductions_;
+  out.cross_sync = cross_sync_;
+  out.dispatch = Dispatch(batch, scale);
+  const int64_t groups = static_cast<int64_t>(config_.groups.size());
+  if (!out.dispatch.ok) {
+    out.outcome = PlanOutcome::kOutOfMemory;
+    out.infeasible_reason = out.dispatch.reason;
+    return out;
+  }
+  out.samples.resize(static_cast<size_t>(groups));
+  for (size_t i = 0; i < batch.size(); ++i)
+    out.samples[out.dispatch.group_of[i]].push_back(batch[i]);
+  Duration slowest;
+  for (int64_t g = 0; g < groups; ++g) {
+    if (static_cast<int64_t>(out.samples[g].size()) < config_.groups[g].dp) {
+      out.outcome = PlanOutcome::kOutOfMemory;
+      out.infeasible_reason =
+          fmt::format("{} got {} sequences for its {} replicas", GroupName(config_, g),
+                      out.samples[g].size(), config_.groups[g].dp);
+      out.groups.clear();
+      return out;
+    }
+    SLUICE_ASSIGN_OR_RETURN(PlanResult r, planners_[g].Plan(out.samples[g]));
+    if (r.outcome != PlanOutcome::kOk) {
+      out.outcome = r.outcome;
+      out.infeasible_reason = fmt::format("{}: {}", GroupName(config_, g), r.infeasible_reason);
+      out.groups.clear();
+      return out;
+    }
+    slowest = std::max(slowest, r.makespan + group_sync_[g]);
+    out.groups.push_back(std::move(r));
+  }
+  out.makespan = slowest + cross_sync_;
+  return out;
+}
+
+nlohmann::json HeteroPlanToJson(const HeteroPlanResult& plan, const HeteroConfig& config,
+                                const ClusterSpec& cluster) {
+  nlohmann::json reductions = nlohmann::json::array();
+  for (const ReductionGroup& r : plan.reductions) {
+    nlohmann::json members = nlohmann::json::array();
+    for (const ReductionMember& m : r.members) {
+      members.push_back({{"group", m.group}, {"stage", m.stage}});
+    }
+    reductions.push_back({{"first_layer", r.first_layer},
+                          {"layers", r.layers},
+                          {"embedding", r.embedding},
+                          {"output_head", r.output_head},
+                          {"params", r.params},
+                          {"members", members},
+                          {"cross_group_ms", PriceReduction(r, config, cluster).millis()}});
+  }
+  nlohmann::json groups = nlohmann::json::array();
+  for (const PlanResult& g : plan.groups) groups.push_back(PlanToJson(g.plan));
+  return {{"format", "sluice-hetero-plan/1"},
+          {"replicas", HeteroConfigToJson(config)},
+          {"device_offsets", config.DeviceOffsets()},
+          {"reductions", reductions},
+          {"cross_group_ms", plan.cross_sync.millis()},
+          {"groups", groups}};
+}
+
+StatusOr<HeteroSimResult> SimulateHetero(const HeteroPlanResult& plan, SimOptions options) {
+  HeteroSimResult out;
+  out.cross_sync = plan.cross_sync;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    options.samples = plan.samples[g];
+    SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(plan.groups[g].plan, options));
+    if (out.outcome == SimOutcome::kOk && !out.memory_exceeded &&
+        (r.outcome != SimOutcome::kOk || r.memory_exceeded)) {
+      out.outcome = r.outcome;
+      out.memory_exceeded = r.memory_exceeded;
+      out.problem = fmt::format("group {}: {}", g + 1,
+                                r.memory_exceeded && r.problem.empty()
+                                    ? fmt::format("rank {} exceeds the memory limit", r.oom_rank)
+                                    : r.problem);
+    }
+    out.slowest_group = std::max(out.slowest_group, r.iteration_time);
+    out.real_tokens += r.real_tokens;
+    out.groups.push_back(std::move(r));
+  }
+  out.iteration_time = out.slowest_group + out.cross_sync;
+  return out;
+}
+
+std::vector<HeteroConfig> EnumerateHeteroMixes(const ModelSpec& model, const ClusterSpec& cluster,
+                                               int64_t zero, std::optional<Bytes> memory_limit,
+                                               std::optional<Bytes> memory_reserve) {
+  struct Shape {
+    int64_t tp, pp, cp;
+    int64_t width() const { return tp * pp * cp; }
+  };
+  std::vector<Shape> narrow, wide;
+  for (int64_t tp : {1, 2}) {
+    for (int64_t cp : {1, 2}) {
+      for (int64_t pp : {1, 2, 4}) narrow.push_back({tp, pp, cp});
+    }
+  }
+  for (int64_t pp : {1, 2}) {
+    for (int64_t tp : {1, 2, 4, 8}) {
+      for (int64_t cp : {1, 2, 4, 8}) {
+        if (tp * cp >= 4 && tp * cp <= 16) wide.push_back({tp, pp, cp});
+      }
+    }
+  }
+  const int64_t devices = cluster.num_devices();
+  std::vector<HeteroConfig> out;
+  for (const Shape& w : wide) {
+    for (const Shape& a : narrow) {
+      if (w.tp * w.cp <= a.tp * a.cp) continue;
+      for (int64_t nw = 1; nw * w.width() < devices; ++nw) {
+        const int64_t rest = devices - nw * w.width();
+        if (rest % a.width() != 0) continue;
+        auto group = [&](const Shape& s, int64_t dp) {
+          ParallelConfig p;
+          p.dp = dp;
+          p.tp = s.tp;
+          p.pp = s.pp;
+          p.cp = s.cp;
+          p.zero = zero;
+          p.memory_limit = memory_limit;
+          p.memory_reserve = memory_limit.has_value() ? std::nullopt : memory_reserve;
+          return p;
+        };
+        HeteroConfig h{.groups = {group(w, nw), group(a, rest / a.width())}};
+        if (CheckHeteroFits(h, model, cluster, "mix").ok()) out.push_back(std::move(h));
+      }
+    }
+  }
+  return out;
+}
+
+StatusOr<HeteroSearch> SearchHetero(const CostModel& cost, const ClusterSpec& cluster,
+                                    std::span<const HeteroConfig> mixes,
+                                    std::span<const GlobalBatch> score,
+                                    const HeteroPlannerOptions& options, const SimOptions& sim,
+                                    int64_t simulate_top) {
+  const auto start = Clock::now();
+  HeteroSearch out;
+  std::vector<std::optional<HeteroPlanner>> planners;
+  for (const HeteroConfig& mix : mixes) {
+    HeteroCandidate c;
+    c.config = mix;
+    StatusOr<HeteroPlanner> planner = HeteroPlanner::Create(cost, mix, cluster, options, "mix");
+    if (!planner.ok()) {
+      c.reason = planner.status().message();
+      out.ranked.push_back(std::move(c));
+      planners.emplace_back();
+      continue;
+    }
+    int64_t tokens = 0;
+    Duration time;
+    c.feasible = true;
+    for (const GlobalBatch& b : score) {
+      SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, planner->Plan(b.samples));
+      if (r.outcome != PlanOutcome::kOk) {
+        c.feasible = false;
+        c.reason = r.infeasible_reason;
+        break;
+      }
+      tokens += b.tokens;
+      time += r.makespan;
+    }
+    if (c.feasible && time > Duration::Zero()) {
+      c.estimated_tokens_per_s = static_cast<double>(tokens) / time.seconds();
+    }
+    out.ranked.push_back(std::move(c));
+    planners.push_back(std::move(*planner));
+  }
+  std::vector<size_t> order(out.ranked.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    const HeteroCandidate& a = out.ranked[x];
+    const HeteroCandidate& b = out.ranked[y];
+    if (a.feasible != b.feasible) return a.feasible;
+    return a.estimated_tokens_per_s > b.estimated_tokens_per_s;
+  });
+  std::vector<HeteroCandidate> ranked;
+  int64_t simulated = 0;
+  for (size_t idx : order) {
+    HeteroCandidate c = out.ranked[idx];
+    if (c.feasible && simulated < simulate_top) {
+      ++simulated;
+      c.simulated = true;
+      int64_t tokens = 0;
+      Duration time;
+      for (const GlobalBatch& b : score) {
+        SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, planners[idx]->Plan(b.samples));
+        SLUICE_ASSIGN_OR_RETURN(HeteroSimResult s, SimulateHetero(r, sim));
+        if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
+          c.feasible = false;
+          c.reason = s.problem;
+          break;
+        }
+        tokens += s.real_tokens;
+        time += s.iteration_time;
+      }
+      if (c.feasible && time > Duration::Zero()) {
+        c.simulated_tokens_per_s = static_cast<double>(tokens) / time.seconds();
+        if (!out.best.has_value() || c.simulated_tokens_per_s > out.best->simulated_tokens_per_s) {
+          out.best = c;
+        }
+      }
+    }
+    ranked.push_back(std::move(c));
+  }
+  out.ranked = std::move(ranked);
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,222 @@
+// Heterogeneous replicas (Hydraulis, issue 16), planned and simulated: one iteration's devices
+// split into replica groups of different shapes (model/hetero_config.h), the global batch spread
+// over the replicas by Hydraulis' stage 1 across shapes, each group planned by a homogeneous
+// Planner on its own samples, and the gradients synchronised across groups whose layers are cut
+// differently by per-layer-range reduction groups.
+//
+// Stage 1 across shapes (HeteroPlanner::Dispatch): each group g has a capacity S_g, the longest
+// sequence one of its replicas holds alone under the memory rule with pp micro-batches in flight
+// at the most memory-saving recompute level, and per-sequence costs f_g(s) (EstimateSampleCosts
+// on g's evaluator: Hydraulis' a s^2 + b s on the bottleneck stage). Replica r of group g has
+// T_r = sum f_g(s_i) + (pp_g - 1) max f_g(s_i). For each of `shuffles` seeded shuffles the
+// sequences are visited with those that fit the fewest groups first (the reference pins
+// sequences only the widest replica holds), the rest in shuffled order; each goes to the replica
+// that holds it and minimises the resulting max_r T_r (ties: an empty replica, then the smaller
+// T_r, then the lower index). The shuffle kept has the smallest (some replica empty, max T_r).
+// A sequence that fits no group makes the batch kOutOfMemory, naming it and the capacities.
+// f is an estimate whose error differs between shapes (it leaves out the per-micro-batch cost,
+// and the fit is off near the knee), so Plan refines it (HeteroPlannerOptions::refine_rounds):
+// after each round, group g's costs are scaled by its planner's estimated makespan over stage
+// 1's predicted time for it, and stage 1 runs again; the best round is kept.
+//
+// Each group then plans the union of its replicas' sequences with its own Planner (dp = the
+// group's replicas; the method re-spreads them over those identical replicas, e.g. hydraulis'
+// own stage 1), producing an ordinary validated ExecutionPlan on the group's ranks.
+//
+// Gradient synchronisation (ReductionGroupsOf): the union of every group's stage cuts splits the
+// decoder layers into ranges; for each range, one member per group: the pipeline stage holding
+// it (the embedding rides with the range holding layer 0, the output head with the last). Inside
+// a group the plan's own data-parallel reduction (dp x cp, plan/lower.h) sums its replicas'
+// gradients, so afterwards each of the group's cp x dp copies of a tp shard holds the group's
+// sum; across groups each range is then reduced hierarchically (PriceReduction): every copy takes
+// 1/(cp x dp) of its shard into an all-reduce over the groups (the bytes per device are the
+// largest over the groups, 2 x params / (tp x cp x dp)), on the inter-node link when the groups'
+// stages lie on different nodes, and each group then all-gathers its shard over its cp x dp
+// copies (the slowest group's gather counts). With ZeRO-2 each copy keeps its reduced part
+// (the group plan's reduce-scatter), so there is no gather: the group plan's own all-gather of
+// the updated parameters after the step distributes them. The ranges
+// are priced one after another after the slowest group's iteration, as if fully exposed: the
+// simulated iteration (SimulateHetero) is max over groups of the group plan's simulated time plus
+// that cross-group time (the groups' plans end with their optimizer step, which really waits for
+// the cross-group reduction; a step costs no time in the plans, so the sum is the same).
+//
+// Device placement: each group's plan is simulated on the whole cluster from device 0 (its ranks'
+// node boundaries as if it started at device 0); the groups run on disjoint devices and share no
+// link in the model.
+//
+// Thread safety: a HeteroPlanner is immutable after Create; Plan() may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/units.h"
+#include "cost/cost_model.h"
+#include "data/global_batcher.h"
+#include "data/sample.h"
+#include "model/cluster_spec.h"
+#include "model/hetero_config.h"
+#include "plan/plan_json.h"
+#include "planner/planner.h"
+#include "sim/simulator.h"
+
+namespace sluice {
+
+// One stage of one replica group that holds a reduction group's layers.
+struct ReductionMember {
+  int64_t group = 0;  // index into HeteroConfig::groups
+  int64_t stage = 0;  // pipeline rank of the group's replicas that holds the range
+
+  friend bool operator==(const ReductionMember&, const ReductionMember&) = default;
+};
+
+// A range of decoder layers cut identically in every group (no group's stage boundary inside it).
+struct ReductionGroup {
+  int64_t first_layer = 0;
+  int64_t layers = 0;
+  bool embedding = false;    // the range holding layer 0 also reduces the input embedding
+  bool output_head = false;  // the last range also reduces the final LayerNorm and output head
+  int64_t params = 0;        // parameters of the range, unsharded (tp 1)
+  std::vector<ReductionMember> members;  // one per group, in group order
+
+  friend bool operator==(const ReductionGroup&, const ReductionGroup&) = default;
+};
+
+// The reduction groups of `config` for `model`, in layer order; they partition [0, layers).
+// REQUIRES: CheckHeteroFits(config, model, ...) is ok.
+std::vector<ReductionGroup> ReductionGroupsOf(const ModelSpec& model, const HeteroConfig& config);
+// Cross-group time of one reduction group (see the header); zero with a single group.
+Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
+                        const ClusterSpec& cluster);
+
+struct HeteroPlannerOptions {
+  PlannerOptions planner;  // each group's (method, schedule, batching seed and max_seqlen, ...)
+  int64_t shuffles = 16;   // stage 1 shuffles across shapes
+  // Rounds of stage 1 after the first, each with group g's costs f_g scaled by what its planner
+  // estimated over what stage 1 predicted for it (max over its replicas of T_r) in the round
+  // before; the round with the smallest estimated makespan is kept. 0: stage 1 once.
+  int64_t refine_rounds = 2;
+};
+
+// Stage 1 across shapes.
+struct HeteroDispatch {
+  bool ok = false;                  // every sequence fits some group
+  std::string reason;               // why not
+  std::vector<int64_t> replica_of;  // per sequence position; replicas numbered group by group
+  std::vector<int64_t> group_of;    // per sequence position
+  int64_t max_time = 0;             // max_r T_r (ns, scaled costs)
+  bool all_nonempty = false;
+  std::vector<int64_t> group_time;  // [group] max over its replicas of T_r (ns, unscaled costs)
+};
+
+struct HeteroPlanResult {
+  PlanOutcome outcome = PlanOutcome::kOk;
+  std::string infeasible_reason;
+  HeteroDispatch dispatch;
+  std::vector<std::vector<Sample>> samples;  // [group] the group's sequences, in batch order
+  std::vector<PlanResult> groups;            // [group] (empty unless outcome == kOk)
+  std::vector<ReductionGroup> reductions;
+  Duration cross_sync;  // sum of PriceReduction over the reductions
+  // Estimate: max over groups of (makespan + the group's own gradient sync, EstimateGradientSync)
+  // plus cross_sync.
+  Duration makespan;
+  Duration planning_time;  // wall time of Plan()
+};
+
+class HeteroPlanner {
+ public:
+  // REQUIRES: `cost` outlives the planner. Errors: CheckHeteroFits' (with `source`), a group
+  // whose model states alone exceed its memory limit (InvalidArgument naming the group).
+  static StatusOr<HeteroPlanner> Create(const CostModel& cost, const HeteroConfig& config,
+                                        const ClusterSpec& cluster, HeteroPlannerOptions options,
+                                        std::string_view source = "replicas");
+
+  const HeteroConfig& config() const { return config_; }
+  // [group] the longest sequence one replica of the group holds (tokens; 0: none).
+  const std::vector<int64_t>& capacities() const { return capacities_; }
+  const std::vector<ReductionGroup>& reductions() const { return reductions_; }
+  const Planner& group_planner(int64_t g) const { return planners_[g]; }
+
+  // Stage 1 with f_g multiplied by scale[g] (empty: 1 for every group).
+  HeteroDispatch Dispatch(std::span<const Sample> batch, std::span<const double> scale = {}) const;
+  // Plans one global batch. Infeasible (a sequence no group holds, a group left with fewer
+  // sequences than replicas, a group's plan out of memory) is the outcome; errors are bugs or
+  // Planner::Plan's.
+  StatusOr<HeteroPlanResult> Plan(std::span<const Sample> batch) const;
+
+ private:
+  HeteroPlanner() = default;
+  // One round of Plan: stage 1 with `scale`, then every group's planner.
+  StatusOr<HeteroPlanResult> PlanRound(std::span<const Sample> batch,
+                                       std::span<const double> scale) const;
+  HeteroConfig config_;
+  ClusterSpec cluster_;
+  HeteroPlannerOptions options_;
+  std::vector<Planner> planners_;
+  std::vector<int64_t> capacities_;
+  std::vector<Duration> group_sync_;  // [group] EstimateGradientSync
+  std::vector<ReductionGroup> reductions_;
+  Duration cross_sync_;
+};
+
+// The heterogeneous plan as JSON ("sluice-hetero-plan/1", docs/formats.md has the homogeneous
+// plan): {"format", "replicas": HeteroConfigToJson, "device_offsets": [per group],
+// "reductions": [{"first_layer", "layers", "embedding", "output_head", "params", "members":
+// [{"group", "stage"}], "cross_group_ms"}], "cross_group_ms", "groups": [the group's plan as
+// PlanToJson (plan/plan_json.h)]}. REQUIRES: plan.outcome == kOk, `config` the plan's.
+nlohmann::json HeteroPlanToJson(const HeteroPlanResult& plan, const HeteroConfig& config,
+                                const ClusterSpec& cluster);
+
+struct HeteroSimResult {
+  SimOutcome outcome = SimOutcome::kOk;
+  std::string problem;
+  bool memory_exceeded = false;
+  Duration iteration_time;  // max over groups + cross_sync
+  Duration slowest_group;   // max over groups of the simulated iteration
+  Duration cross_sync;
+  int64_t real_tokens = 0;
+  std::vector<SimResult> groups;
+};
+// Simulates every group's plan (options.samples set to the group's sequences) and adds the
+// cross-group synchronisation. REQUIRES: plan.outcome == kOk.
+StatusOr<HeteroSimResult> SimulateHetero(const HeteroPlanResult& plan, SimOptions options);
+
+// ---- Search over 2-shape mixes ----
+
+// Every mix of two shapes that covers the cluster: a narrow shape (tp 1 or 2, cp 1 or 2, pp 1, 2
+// or 4) for short sequences and a wide one (tp x cp from 4 to 16 with tp 1-8 and cp 1-8, pp 1 or
+// 2, more devices per pipeline position than the narrow one) for long ones, with n_wide >= 1 wide
+// replicas first and n_narrow >= 1 narrow ones after them, dp x pp x tp x cp summing to the
+// devices; ZeRO `zero` and the memory limit and reserve given on every group; only mixes
+// CheckHeteroFits accepts. Deterministic order.
+std::vector<HeteroConfig> EnumerateHeteroMixes(const ModelSpec& model, const ClusterSpec& cluster,
+                                               int64_t zero, std::optional<Bytes> memory_limit,
+                                               std::optional<Bytes> memory_reserve);
+
+struct HeteroCandidate {
+  HeteroConfig config;
+  bool feasible = false;              // every score batch planned (and, when simulated, ran)
+  std::string reason;                 // why not feasible
+  double estimated_tokens_per_s = 0;  // real tokens / sum of HeteroPlanResult::makespan
+  bool simulated = false;
+  double simulated_tokens_per_s = 0;  // real tokens / sum of simulated iterations
+};
+struct HeteroSearch {
+  std::vector<HeteroCandidate> ranked;  // feasible by estimate first, best first
+  std::optional<HeteroCandidate> best;  // best simulated feasible candidate
+  double seconds = 0;
+};
+// Plans every mix on `score` batches, ranks them by the estimate, simulates the `simulate_top`
+// best and keeps the fastest simulated one. Errors: bugs only.
+StatusOr<HeteroSearch> SearchHetero(const CostModel& cost, const ClusterSpec& cluster,
+                                    std::span<const HeteroConfig> mixes,
+                                    std::span<const GlobalBatch> score,
+                                    const HeteroPlannerOptions& options, const SimOptions& sim,
+                                    int64_t simulate_top);
+
+}  // namespace sluice
