@@ -2,10 +2,15 @@
 """A small GPT in plain torch.nn, cut by hand into 2 pipeline stages and trained with sluice.
 
 The model (token + position embedding, pre-LayerNorm blocks of causal self-attention and a GELU
-MLP, final LayerNorm, untied head) is written here, in plain torch.nn. The user splits it into
-two stage modules: `Stage0` (embeddings and the first half of the blocks) and `Stage1` (the other
-blocks and the head). sluice plans every global batch of variable-length samples for that same
-model shape (a ModelSpec dict below) on two pipeline stages; `PlanningBatchSampler.plans()`
+MLP, final LayerNorm, a head tied to the token embedding as in GPT) is written here, in plain
+torch.nn. The user splits it into two stage modules: `Stage0` (embeddings and the first half of
+the blocks) and `Stage1` (the other blocks and the head). The tied weight then lives on both
+ranks; `PipelineExecutor(tied_parameters=...)` sums its two gradients every step (Megatron's
+embedding group). The attention core (`CoreAttention`) is marked `sluice_recompute = True`, so
+a plan recomputing 'selective' (`--recompute selective`) checkpoints it.
+
+sluice plans every global batch of variable-length samples for that same model shape (a
+ModelSpec dict below) on two pipeline stages; `PlanningBatchSampler.plans()`
 yields the plans, `PlanCollator` builds each micro-batch in the plan's padded shape, and
 `PipelineExecutor` runs each rank's instruction stream (1F1B here) with torch.distributed
 point-to-point transfers on 2 Gloo processes.
@@ -15,6 +20,7 @@ point-to-point transfers on 2 Gloo processes.
     /usr/bin/python3 examples/python/train_pipeline.py --method packing    # packed micro-batches
     /usr/bin/python3 examples/python/train_pipeline.py --device cuda --backend nccl   # 2 GPUs
     /usr/bin/python3 examples/python/train_pipeline.py --dp 2 --schedule zb-h1   # 4 processes
+    /usr/bin/python3 examples/python/train_pipeline.py --recompute selective     # attention core
 
 With --dp D the job is D data-parallel replicas of the 2-stage pipeline (2 D processes; the
 executor all-reduces each stage's gradients by the plan's buckets), and the reference sums the
@@ -22,12 +28,14 @@ micro-batches of every replica.
 
 Needs `import sluice` (PYTHONPATH=build/python, or `pip install .`). Prints one line per step
 (the batch's mean token loss) and the tokens/s of the loop. `--out FILE` writes the losses and
-timings as JSON (the test reads them).
+timings as JSON (the test reads them); `--grads PREFIX` writes the first step's gradients
+(PREFIX-rank-R.pt, PREFIX-reference.pt: {parameter name: gradient}).
 """
 import argparse
 import json
 import math
 import os
+import contextlib
 import random
 import socket
 import sys
@@ -45,21 +53,33 @@ from sluice.torch import PipelineExecutor, PlanCollator, PlanningBatchSampler
 # --- the model, in plain torch.nn -------------------------------------------------------------
 
 
+class CoreAttention(nn.Module):
+    """softmax(q k^T / sqrt(d), masked) v: the part whose activations grow with seqlen^2, which
+    Megatron's selective recompute recomputes. `sluice_recompute = True` marks it for
+    PipelineExecutor: a micro-batch the plan recomputes 'selective' runs it under
+    torch.utils.checkpoint."""
+    sluice_recompute = True
+
+    def forward(self, q, k, v, mask):  # (b, heads, t, head_dim), mask (b, 1, t, t)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        return scores.softmax(-1) @ v
+
+
 class Block(nn.Module):
     def __init__(self, hidden, heads, ffn):
         super().__init__()
         self.heads = heads
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.core = CoreAttention()
         self.fc1, self.fc2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
 
     def forward(self, x, mask):
         b, t, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, h // self.heads).unbind(2)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (b, heads, t, head_dim)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(h // self.heads)
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, h)
+        att = self.core(q, k, v, mask).transpose(1, 2).reshape(b, t, h)
         x = x + self.proj(att)
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
@@ -81,11 +101,14 @@ def attention_mask(batch):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, hidden, heads, layers, ffn, max_position):
+    def __init__(self, vocab, hidden, heads, layers, ffn, max_position, tied=True):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, hidden), nn.Embedding(max_position, hidden)
         self.blocks = nn.ModuleList(Block(hidden, heads, ffn) for _ in range(layers))
         self.ln, self.head = nn.LayerNorm(hidden), nn.Linear(hidden, vocab, bias=False)
+        if tied:  # GPT's tied embeddings: the head's weight is the token embedding
+            self.head.weight = self.tok.weight
+            nn.init.normal_(self.tok.weight, std=hidden ** -0.5)  # N(0, 1) makes huge logits
 
     def forward(self, batch):
         mask = attention_mask(batch)
@@ -149,7 +172,7 @@ def model_spec(args):
     heads, vocabulary), so the plan's boundary shapes [mbs, seqlen, hidden] are this model's."""
     return {"name": "example-gpt", "layers": args.layers, "hidden": args.hidden,
             "heads": args.heads, "ffn_hidden": 4 * args.hidden, "vocab": args.vocab,
-            "max_position": args.max_seqlen, "tied_embeddings": False}
+            "max_position": args.max_seqlen, "tied_embeddings": not args.untied}
 
 
 def cpu_cluster(args):
@@ -173,7 +196,16 @@ def make_sampler(args, rank, world_size, share=None):
 
 def build_model(args):
     torch.manual_seed(args.seed)  # every process builds the same initial weights
-    return GPT(args.vocab, args.hidden, args.heads, args.layers, 4 * args.hidden, args.max_seqlen)
+    return GPT(args.vocab, args.hidden, args.heads, args.layers, 4 * args.hidden, args.max_seqlen,
+               tied=not args.untied)
+
+
+def save_grads(gpt, module, path):
+    """{parameter name in `gpt` (a tied weight: its first name): gradient} of the parameters
+    `module` (the GPT or a stage made from it) holds."""
+    names = {id(q): n for n, q in gpt.named_parameters()}
+    torch.save({names[id(q)]: q.grad.detach().cpu().clone() for q in module.parameters()
+                if q.grad is not None}, path)
 
 
 def to_device(batch, device):
@@ -191,6 +223,73 @@ def steps(sampler, args):
             yield planned
             n += 1
         epoch += 1
+
+
+# --- measuring activation memory (--saved-bytes) ----------------------------------------------
+
+
+class SavedBytes:
+    """Peak bytes of the activations autograd keeps for the backward, while active: the tensors
+    saved for backward (torch.autograd.graph.saved_tensors_hooks; parameters left out), once
+    per storage while any saved tensor refers to it, plus the inputs a checkpointed submodule
+    keeps instead of what it would save (selective recompute), for as long as its graph lives.
+    """
+
+    def __init__(self, params):
+        self.params = {q.data_ptr() for q in params}
+        self.refs, self.size, self.now, self.peak = {}, {}, 0, 0
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+    def hold(self, x):
+        s = x.storage()
+        key = s.data_ptr()
+        if key in self.params:
+            return None
+        if self.refs.get(key, 0) == 0:
+            self.size[key] = s.nbytes()
+            self.now += self.size[key]
+            self.peak = max(self.peak, self.now)
+        self.refs[key] = self.refs.get(key, 0) + 1
+        return _Held(self, key)
+
+    def release(self, key):
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            self.now -= self.size.pop(key)
+
+    def pack(self, x):
+        return (x, self.hold(x))
+
+    @staticmethod
+    def unpack(packed):
+        return packed[0]
+
+    def checkpoint(self, real):
+        def counting(fn, *args, **kwargs):
+            held = [self.hold(a) for a in args if torch.is_tensor(a)]
+            out = real(fn, *args, **kwargs)
+            if torch.is_tensor(out) and out.grad_fn is not None:
+                out.grad_fn.register_hook(lambda *_, held=held: None)  # lives with the graph
+            return out
+        return counting
+
+    def __enter__(self):
+        self.real = torch.utils.checkpoint.checkpoint
+        torch.utils.checkpoint.checkpoint = self.checkpoint(self.real)
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)
+        torch.utils.checkpoint.checkpoint = self.real
+
+
+class _Held:
+    def __init__(self, counter, key):
+        self.counter, self.key = counter, key
+
+    def __del__(self):
+        self.counter.release(self.key)
 
 
 # --- the two runs -----------------------------------------------------------------------------
@@ -211,7 +310,14 @@ def train_rank(rank, args):
     opt = torch.optim.AdamW(stage.parameters(), lr=args.lr)
     planner, sampler = make_sampler(args, rank, world)
     collate = PlanCollator(args.dataset, planner.max_seqlen)
-    executor = PipelineExecutor(stage, loss_fn, opt, parallel=planner.parallel)
+    # The tied weight: the token embedding on the first stage, the head on the last. The
+    # executor sums their gradients between the two ranks after every backward.
+    tied = None if args.untied else \
+        {"word_embeddings": stage.tok.weight if rank % 2 == 0 else stage.head.weight}
+    # With --grads the loop steps the optimizer itself (after saving the first gradients).
+    executor = PipelineExecutor(stage, loss_fn, None if args.grads else opt,
+                                parallel=planner.parallel, tied_parameters=tied,
+                                recompute=args.exec_recompute)
     losses, tokens, seconds = [], 0, 0.0
     prof = None
     if args.profile:  # torch.profiler over the steps after the warm-up; ranges = plan names
@@ -219,10 +325,17 @@ def train_rank(rank, args):
                                       schedule=torch.profiler.schedule(
                                           wait=0, warmup=args.warmup, active=args.steps))
         prof.start()
+    counter = SavedBytes(stage.parameters()) if args.saved_bytes else None
     for k, planned in enumerate(steps(sampler, args)):
         batches = [to_device(collate(mb), device) for mb in planned.micro_batches]
         t0 = time.perf_counter()
-        r = executor.run(planned.plan, batches, loss_scale=1.0 / planned.num_label_tokens())
+        with counter or contextlib.nullcontext():
+            r = executor.run(planned.plan, batches, loss_scale=1.0 / planned.num_label_tokens())
+        if args.grads:
+            if k == 0:
+                save_grads(gpt, stage, f"{args.grads}-rank-{rank}.pt")
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         if prof is not None:
             prof.step()
         if k >= args.warmup:  # tokens/s over the steps after the warm-up
@@ -236,7 +349,9 @@ def train_rank(rank, args):
         if rank == 1 and args.verbose:
                 print(f"step {k}: loss {loss:.6f} ({len(batches)} micro-batches, "
                       f"{r['seconds'] * 1e3:.0f} ms)", flush=True)
-    dist.barrier()
+    saved = torch.zeros(world, dtype=torch.float64)  # every rank's peak saved-tensor bytes
+    saved[rank] = counter.peak if counter else 0
+    dist.all_reduce(saved)
     if prof is not None:
         prof.stop()
         os.makedirs(args.profile, exist_ok=True)
@@ -246,10 +361,14 @@ def train_rank(rank, args):
             json.dump({"losses": losses, "tokens": tokens, "seconds": seconds,
                        "tokens_per_second": tokens / seconds if seconds else 0.0,
                        "wait_seconds": executor.stats["wait_seconds"],
-                       "sampler_wait_seconds": sampler.stats["wait_seconds"]}, f)
+                       "sampler_wait_seconds": sampler.stats["wait_seconds"],
+                       "peak_saved_bytes": saved.tolist()}, f)
     if rank == 1:
         print(f"pipeline ({args.method}): {len(losses)} steps, {tokens / max(seconds, 1e-9):,.0f} "
               f"tokens/s after {args.warmup} warm-up steps", flush=True)
+        if counter:
+            print("peak saved activations per rank: "
+                  + ", ".join(f"{x / 2**20:.2f} MiB" for x in saved.tolist()), flush=True)
     dist.destroy_process_group()
 
 
@@ -270,6 +389,8 @@ def train_reference(args):
             loss = loss_fn(model(batch), batch) * scale
             loss.backward()
             total += loss.item()
+        if args.grads and k == 0:
+            save_grads(model, model, f"{args.grads}-reference.pt")
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(total)
@@ -304,6 +425,15 @@ def parse_args(argv=None):
     p.add_argument("--schedule", default="1f1b", help="1f1b, gpipe, zb-h1 (split backward)...")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas (2 dp processes)")
     p.add_argument("--recompute", default=None, help="none, selective, full (planner's)")
+    p.add_argument("--exec-recompute", default=None, choices=["none", "selective", "full"],
+                   help="the executor recomputes so for every micro-batch, whatever the plan "
+                        "says (same plans, other memory)")
+    p.add_argument("--untied", action="store_true",
+                   help="an untied head (default: tied to the token embedding, as GPT)")
+    p.add_argument("--saved-bytes", action="store_true",
+                   help="measure each rank's peak saved activations (saved_tensors_hooks)")
+    p.add_argument("--grads", default="", help="write the first step's gradients to "
+                                               "PREFIX-rank-R.pt / PREFIX-reference.pt")
     p.add_argument("--cluster", default="",
                    help="cluster preset or JSON file; default: 2 dp CPU cores (cpu_cluster)")
     p.add_argument("--share", default="seed", choices=["seed", "store"],

@@ -15,10 +15,13 @@ live on the stage modules' device and take their dtype.
 Not thread safe: one executor per process, used from one thread.
 """
 
+import fnmatch
+import pickle
 import time
 import warnings
 
 import torch
+import torch.utils.checkpoint
 import torch.distributed as dist
 from torch.profiler import record_function
 
@@ -97,6 +100,10 @@ class PlanCollator:
     def __call__(self, micro_batch):
         rows, mbs, seqlen = micro_batch["rows"], int(micro_batch["mbs"]), int(micro_batch["seqlen"])
         varlen = bool(micro_batch.get("varlen", False))
+        if micro_batch.get("dec_seqlen", 0):
+            raise Error(f"micro_batch: encoder-decoder (dec_seqlen {micro_batch['dec_seqlen']}); "
+                        f"PlanCollator builds decoder-only rows; allowed: a decoder-only plan's "
+                        f"micro-batch (use PackedSeq2SeqCollator for encoder-decoder samples)")
         if len(rows) != mbs:
             raise Error(f"micro_batch: {len(rows)} rows for mbs {mbs}; allowed: one row per mbs")
         shape = (mbs, seqlen)
@@ -186,13 +193,33 @@ class PipelineExecutor:
     device, dtype: of received buffers; default: the stage modules' first parameter's.
     input_key: the batch key stage 0 reads (``batch[input_key]``), checked against the plan's
         load-input shape.
+    recompute: None (default: each micro-batch as the plan says, its 'rc') or 'none',
+        'selective', 'full' for every micro-batch (memory then differs from the plan's; the math
+        does not).
+    recompute_modules: the submodules a 'selective' micro-batch recomputes (Megatron's selective
+        recompute: the attention core, whose activations grow with seqlen^2). Each marked
+        submodule's forward runs under ``torch.utils.checkpoint`` (non-reentrant), so what it
+        saves for backward is dropped and recomputed in the backward. None (default): the
+        submodules with a true attribute ``sluice_recompute`` (e.g. a class attribute of your
+        attention-core module); a list of names or fnmatch patterns of ``named_modules()``
+        (``["blocks.*.core"]``); or a callable ``(stage index, stage module) -> submodules``.
+        A stage that marks nothing recomputes its 'selective' micro-batches 'full' (a
+        RuntimeWarning says so once).
+    tied_parameters: {name: parameter} of this rank's end of parameters tied across stages
+        (Megatron's embedding group: the first stage's input embedding is the last stage's
+        output projection). The rank running stage 0 and the rank running the last stage give
+        the same names and shapes; other ranks give none. The constructor copies the first
+        stage's values to the last stage's, and every step all-reduces (sums) the tied
+        gradients between the two ranks of each replica after the data-parallel reduction, so
+        both copies step identically.
 
     Creating an executor creates the data-parallel process groups (a collective call: every
     rank creates its executor at the same point of the program).
     """
 
     def __init__(self, stages, loss_fn, optimizer=None, *, parallel, ranks=None,
-                 grad_reduction="sum", device=None, dtype=None, input_key="input_ids"):
+                 grad_reduction="sum", device=None, dtype=None, input_key="input_ids",
+                 recompute=None, recompute_modules=None, tied_parameters=None):
         from . import parallel as _parallel
         if not (dist.is_available() and dist.is_initialized()):
             raise Error("PipelineExecutor: torch.distributed is not initialised; call "
@@ -206,6 +233,14 @@ class PipelineExecutor:
                         f"gradients; ZeRO-2/3 reduce-scatter and all-gather are not supported)")
         if grad_reduction not in ("sum", "mean"):
             raise Error(f"grad_reduction: '{grad_reduction}' is not allowed; allowed: sum, mean")
+        if recompute not in (None, "none", "selective", "full"):
+            raise Error(f"recompute: '{recompute}' is not allowed; allowed: None (the plan's), "
+                        f"none, selective, full")
+        if not (recompute_modules is None or callable(recompute_modules) or
+                (isinstance(recompute_modules, (list, tuple)) and
+                 all(isinstance(x, str) for x in recompute_modules))):
+            raise TypeError("recompute_modules: expected None, a list of module names or "
+                            "patterns, or a callable (stage, module) -> submodules")
         self.dp, self.pp, self.vpp = p.dp, p.pp, p.vpp
         n = self.dp * self.pp
         world = dist.get_world_size()
@@ -253,7 +288,9 @@ class PipelineExecutor:
                 g = dist.new_group([ranks[d * self.pp + q] for d in range(self.dp)])
                 if q == self.pp_index:
                     self.dp_group = g
-        self._tape_cache = {}
+        self.recompute, self.recompute_modules = recompute, recompute_modules
+        self._tape_cache, self._marked_cache, self._warned_unmarked = {}, {}, set()
+        self._init_tied(tied_parameters)
         self.iteration = 0
         self.stats = {"iterations": 0, "seconds": 0.0, "compute_seconds": 0.0,
                       "wait_seconds": 0.0, "instructions": 0}
@@ -270,7 +307,14 @@ class PipelineExecutor:
             raise Error(f"plan: dp={plan.dp} pp={plan.pp} vpp={plan.vpp}, but the executor was "
                         f"made for dp={self.dp} pp={self.pp} vpp={self.vpp}")
         program = plan.program(self.plan_rank)
-        count = len(plan.micro_batches(self.dp_index))
+        mbs = plan.micro_batches(self.dp_index)
+        if any(mb.get("dec_seqlen", 0) for mb in mbs):
+            raise Error("plan: an encoder-decoder plan (its micro-batches have a dec_seqlen); "
+                        "PipelineExecutor runs decoder-only plans (stage 0 loads one input "
+                        "tensor, PlanCollator builds decoder-only rows). Train encoder-decoder "
+                        "models with PlanningBatchSampler(target_lengths=...) and "
+                        "PackedSeq2SeqCollator in your own loop")
+        count = len(mbs)
         if len(micro_batches) != count:
             raise Error(f"micro_batches: {len(micro_batches)} given, replica {self.dp_index} of "
                         f"the plan has {count}; allowed: one batch per plan micro-batch, in the "
@@ -289,6 +333,124 @@ class PipelineExecutor:
         if stage not in self._tape_cache:
             self._tape_cache[stage] = _tape_linears(self.stages[stage])
         return self._tape_cache[stage]
+
+    def _marked(self, stage):
+        """The outermost submodules of `stage` that a 'selective' micro-batch checkpoints."""
+        if stage in self._marked_cache:
+            return self._marked_cache[stage]
+        module, how = self.stages[stage], self.recompute_modules
+        named = list(module.named_modules())
+        if how is None:
+            picked = [m for _, m in named if getattr(m, "sluice_recompute", False)]
+        elif callable(how):
+            picked = list(how(stage, module) or [])
+            mine = {id(m) for _, m in named}
+            for m in picked:
+                if not isinstance(m, torch.nn.Module) or id(m) not in mine:
+                    raise Error(f"recompute_modules: the callable returned {type(m).__name__} "
+                                f"for stage {stage}; allowed: submodules of that stage's module")
+        else:
+            picked = [m for name, m in named
+                      if any(fnmatch.fnmatchcase(name, pat) for pat in how)]
+        ids = {id(m) for m in picked}
+        # Outermost only: a marked module inside another marked one is recomputed with it.
+        inner = set()
+        for m in picked:
+            for sub in m.modules():
+                if sub is not m and id(sub) in ids:
+                    inner.add(id(sub))
+        out, seen = [], set()
+        for m in picked:
+            if id(m) not in inner and id(m) not in seen:
+                seen.add(id(m))
+                out.append(m)
+        self._marked_cache[stage] = out
+        return out
+
+    def _rc(self, stage, ins):
+        """The recompute mode of one forward: the plan's (or the executor's override), with
+        'selective' on a stage that marks nothing run as 'full'."""
+        rc = self.recompute if self.recompute is not None else (ins.get("rc") or "none")
+        if rc == "selective" and not self._marked(stage):
+            if stage not in self._warned_unmarked:
+                self._warned_unmarked.add(stage)
+                how = ("recompute_modules matches no submodule" if self.recompute_modules
+                       is not None else "no submodule has sluice_recompute = True")
+                warnings.warn(f"sluice.torch.PipelineExecutor: stage {stage} marks nothing to "
+                              f"recompute selectively ({how}), so its 'selective' micro-batches "
+                              f"recompute 'full' (the whole stage forward again in the "
+                              f"backward). Mark the attention core: a class attribute "
+                              f"sluice_recompute = True on its module, or PipelineExecutor("
+                              f"recompute_modules=['blocks.*.attn_core'] or a callable).",
+                              RuntimeWarning, stacklevel=4)
+            rc = "full"
+        return rc
+
+    # --- tied parameters (the embedding group) ------------------------------------------------
+
+    def _init_tied(self, tied):
+        """Checks this rank's tied parameters, makes the first/last-stage groups (collective
+        over every rank when pp > 1), checks both ends agree and copies the first stage's
+        values to the last stage's."""
+        tied = dict(tied or {})
+        for name, q in tied.items():
+            if not isinstance(name, str) or not isinstance(q, torch.nn.Parameter):
+                raise TypeError("tied_parameters: expected a dict {name: nn.Parameter}, got "
+                                f"{type(name).__name__}: {type(q).__name__}")
+        self.tied, self.tied_group, self.tied_members = {}, None, []
+        first, last = 0, self.num_stages - 1
+        ends = [s for s in sorted({first, last}) if s in self.stages]
+        if tied and not ends:
+            raise Error(f"tied_parameters: {sorted(tied)} on pipeline rank {self.pp_index}, "
+                        f"which runs neither the first stage nor the last; allowed: only the "
+                        f"ranks of stage {first} and stage {last} tie parameters")
+        own = {id(q) for s in ends for q in self.stages[s].parameters()}
+        for name, q in tied.items():
+            if id(q) not in own:
+                raise Error(f"tied_parameters: '{name}' is not a parameter of this rank's "
+                            f"stage {' or '.join(str(s) for s in ends)} module")
+            if not q.requires_grad:
+                raise Error(f"tied_parameters: '{name}' does not require a gradient")
+        self.tied = {k: tied[k] for k in sorted(tied)}
+        if self.pp == 1:
+            return  # both ends in one module: the user ties them there
+        for d in range(self.dp):  # every rank creates every group, in order (torch's rule)
+            pair = [self.ranks[d * self.pp], self.ranks[d * self.pp + self.pp - 1]]
+            g = dist.new_group(pair)
+            if d == self.dp_index:
+                self.tied_group, self.tied_members = g, pair
+        if self.pp_index not in (0, self.pp - 1):
+            return
+        mine = {k: (list(q.shape), str(q.dtype)) for k, q in self.tied.items()}
+        other = _exchange(mine, self.tied_group, self.tied_members, self.device)
+        if other != mine:
+            me, peer = ("first", "last") if self.pp_index == 0 else ("last", "first")
+            raise Error(f"tied_parameters: this rank ({me} stage) ties {_tied_text(mine)}, the "
+                        f"{peer} stage's rank ties {_tied_text(other)}; allowed: the same names, "
+                        f"shapes and dtypes on both ends")
+        with torch.no_grad():
+            for q in self.tied.values():
+                buf = q.detach().clone()
+                dist.broadcast(buf, src=self.tied_members[0], group=self.tied_group)
+                q.copy_(buf)
+
+    def _reduce_tied(self):
+        """Sums the tied parameters' gradients between the first and last stage's ranks."""
+        if not self.tied or self.tied_group is None:
+            return
+        params = list(self.tied.values())
+        flat = torch.cat([q.grad.reshape(-1) if q.grad is not None else
+                          torch.zeros(q.numel(), dtype=q.dtype, device=q.device) for q in params])
+        dist.all_reduce(flat, group=self.tied_group)
+        at = 0
+        with torch.no_grad():
+            for q in params:
+                g = flat.narrow(0, at, q.numel()).view_as(q)
+                if q.grad is None:
+                    q.grad = g.clone()
+                else:
+                    q.grad.copy_(g)
+                at += q.numel()
 
     def _name(self, ins):
         text, op = ins["text"], ins["op"]
@@ -349,8 +511,6 @@ class PipelineExecutor:
 
 class _State:
     """One iteration's buffers, pending transfers and reductions (PipelineExecutor.run)."""
-
-    warned_selective = False  # the 'selective' warning is given once per process
 
     def __init__(self, ex, plan, program, micro_batches, loss_scale):
         self.ex, self.plan, self.batches, self.loss_scale = ex, plan, micro_batches, loss_scale
@@ -437,19 +597,26 @@ class _State:
                           f"batches with PlanCollator for the plan's padded shape)")
         self.write(ins, tensors)
 
-    def call_stage(self, stage, inputs, b, tape=None):
+    def call_stage(self, stage, inputs, b, tape=None, selective=False):
         x = inputs[0] if len(inputs) == 1 else tuple(inputs)
-        hooks = []
+        hooks, marked = [], self.ex._marked(stage) if selective else []
         if tape is not None and torch.is_grad_enabled():  # split backward: record the linears
             def record(m, args, output):
                 if torch.is_tensor(output) and output.requires_grad:
                     tape.append((m, args[0].detach(), output))
-            hooks = [m.register_forward_hook(record) for m in self.ex._linears(stage)]
+            # A linear layer inside a checkpointed submodule is left to autograd (the tape
+            # would keep its input, which the checkpoint drops).
+            inside = {id(s) for m in marked for s in m.modules()}
+            hooks = [m.register_forward_hook(record) for m in self.ex._linears(stage)
+                     if id(m) not in inside]
+        patched = [_checkpoint_forward(m) for m in marked] if torch.is_grad_enabled() else []
         try:
             out = self.ex.stages[stage](x, b)
         finally:
             for h in hooks:
                 h.remove()
+            for undo in patched:
+                undo()
         if stage == self.last:
             loss = self.ex.loss_fn(out, b)
             if not torch.is_tensor(loss) or loss.numel() != 1:
@@ -467,22 +634,17 @@ class _State:
         run = _Run()
         run.inputs = tensors if stage == 0 else \
             [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
-        run.replay = ins.get("rc") == "full"
-        if ins.get("rc") == "selective" and not _State.warned_selective:
-            _State.warned_selective = True
-            warnings.warn("sluice.torch.PipelineExecutor: the plan recomputes some micro-batches "
-                          "'selective'; the executor cannot recompute inside your modules, so "
-                          "they keep every activation (memory above the plan's; the math is the "
-                          "same). Plan with recompute 'none' or 'full' to match the plan.",
-                          RuntimeWarning, stacklevel=2)
+        rc = self.ex._rc(stage, ins)
+        run.replay = rc == "full"
         run.split = (mb, stage) in self.split
         b = self.batch(mb)
         if run.replay:  # recompute 'full': no graph now, the backward replays the forward
             run.rng = _rng_state(self.ex.device)
             with torch.no_grad():
                 outputs = self.call_stage(stage, run.inputs, b)
-        else:
-            outputs = self.call_stage(stage, run.inputs, b, run.tape if run.split else None)
+        else:  # 'selective': the marked submodules run under torch.utils.checkpoint
+            outputs = self.call_stage(stage, run.inputs, b, run.tape if run.split else None,
+                                      selective=rc == "selective")
         if stage == self.last:
             v = outputs[0].detach()
             self.loss = v if self.loss is None else self.loss + v
@@ -632,9 +794,52 @@ class _State:
                         q.grad.copy_(g)
                     at += q.numel()
         self.flat = {}
+        self.ex._reduce_tied()  # after the data-parallel sums: first + last stage's shares
         if self.ex.optimizer is not None:
             self.ex.optimizer.step()
             self.ex.optimizer.zero_grad(set_to_none=True)
+
+
+def _checkpoint_forward(module):
+    """Makes `module`'s forward run under non-reentrant torch.utils.checkpoint (its saved
+    tensors are dropped and recomputed, with the same RNG state, when the backward needs them);
+    returns the function that undoes it."""
+    had = "forward" in module.__dict__
+    original = module.forward
+
+    def forward(*args, **kwargs):
+        return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, **kwargs)
+
+    module.forward = forward
+
+    def undo():
+        if had:
+            module.forward = original
+        else:
+            del module.forward
+    return undo
+
+
+def _exchange(obj, group, members, device):
+    """Swaps a picklable object with the other member of a two-rank group (a collective of the
+    two); returns the other's."""
+    data = pickle.dumps(obj)
+    n = torch.tensor([len(data)], dtype=torch.long, device=device)
+    sizes = [torch.zeros_like(n) for _ in members]
+    dist.all_gather(sizes, n, group=group)
+    width = int(max(int(x) for x in sizes))
+    buf = torch.zeros(width, dtype=torch.uint8, device=device)
+    buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8, device=device)
+    bufs = [torch.zeros_like(buf) for _ in members]
+    dist.all_gather(bufs, buf, group=group)
+    other = 1 - members.index(dist.get_rank())
+    return pickle.loads(bytes(bufs[other][:int(sizes[other])].cpu().tolist()))
+
+
+def _tied_text(spec):
+    if not spec:
+        return "nothing"
+    return ", ".join(f"'{k}' {_shape_text(s)} {d}" for k, (s, d) in sorted(spec.items()))
 
 
 def _accumulate(params, grads):

@@ -16,10 +16,11 @@ PipelineExecutor / PlanCollator (sluice/_pipeline.py)
     backward, bucketed data-parallel reduction) on the user's own stage modules;
     ``sampler.plans()`` yields the plans with this replica's micro-batches.
 
-PackedCollator / PaddedCollator
+PackedCollator / PaddedCollator / PackedSeq2SeqCollator
     ``collate_fn``s: packed rows with ``cu_seqlens``, ``max_seqlen`` and per-document
     ``position_ids`` (the conventions of Hugging Face's DataCollatorWithFlattening and of
-    flash-attention's varlen kernels), or padded micro-batches with an attention mask.
+    flash-attention's varlen kernels), or padded micro-batches with an attention mask; for
+    encoder-decoder models, the encoder and decoder packed separately.
 """
 
 import queue
@@ -33,8 +34,8 @@ import torch.utils.data
 from . import Error, Plan, Planner
 from ._pipeline import PipelineExecutor, PlanCollator, PlannedBatch
 
-__all__ = ["PlanningBatchSampler", "PackedCollator", "PaddedCollator", "PipelineExecutor",
-           "PlanCollator", "PlannedBatch"]
+__all__ = ["PlanningBatchSampler", "PackedCollator", "PaddedCollator", "PackedSeq2SeqCollator",
+           "PipelineExecutor", "PlanCollator", "PlannedBatch"]
 
 
 def _dist_rank_world():
@@ -76,10 +77,15 @@ def _equalize(mbs, count):
 class PlanningBatchSampler(torch.utils.data.Sampler):
     """Yields this replica's planned micro-batches (lists of dataset indices).
 
-    lengths: tokens of every dataset sample (``len(dataset[i]["input_ids"])``).
+    lengths: tokens of every dataset sample (``len(dataset[i]["input_ids"])``); for an
+        encoder-decoder model (t5-*), the encoder (input) tokens.
     planner: a :class:`sluice.Planner`, or a dict of its keyword arguments. Its parallel
         configuration's ``dp`` is the number of data-parallel replicas.
-    tokens_per_batch: the global batch's token budget (all replicas together), >= max_seqlen.
+    tokens_per_batch: the global batch's token budget (all replicas together), >= max_seqlen;
+        an encoder-decoder sample counts its input and target tokens.
+    target_lengths: encoder-decoder models only, and needed there: the decoder (target) tokens
+        of every sample (``len(dataset[i]["labels"])``). Input and target are each clipped at
+        (or, long='drop', dropped above) max_seqlen.
     rank, world_size: this process and all of them; default: torch.distributed's when it is
         initialised, else 0 and 1. world_size must be a multiple of dp; the ranks
         ``r * world_size/dp .. (r+1) * world_size/dp - 1`` make replica r (with pp > 1: one rank
@@ -109,9 +115,9 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
     raises :class:`sluice.Error` with the planner's reason.
     """
 
-    def __init__(self, lengths, planner, tokens_per_batch, *, rank=None, world_size=None, seed=0,
-                 shuffle=True, long="clip", drop_last=False, equalize=True, prefetch=2,
-                 share="seed", store=None, name="sampler"):
+    def __init__(self, lengths, planner, tokens_per_batch, *, target_lengths=None, rank=None,
+                 world_size=None, seed=0, shuffle=True, long="clip", drop_last=False,
+                 equalize=True, prefetch=2, share="seed", store=None, name="sampler"):
         if isinstance(planner, dict):
             planner = Planner(**planner)
         if not isinstance(planner, Planner):
@@ -154,20 +160,40 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
             store = torch.distributed.distributed_c10d._get_default_store()
         self.store = store
 
+        lengths = list(lengths)
+        enc_dec = bool(planner.model.is_encoder_decoder)
+        if enc_dec and target_lengths is None:
+            raise Error(f"target_lengths: model '{planner.model.name}' is encoder-decoder; give "
+                        f"one target (decoder) length per sample, beside lengths (the inputs)")
+        if not enc_dec and target_lengths is not None:
+            raise Error(f"target_lengths: model '{planner.model.name}' is decoder-only; give "
+                        f"none (a decoder-only sample has one length)")
+        targets = None if target_lengths is None else [int(t) for t in target_lengths]
+        if targets is not None and len(targets) != len(lengths):
+            raise Error(f"target_lengths: {len(targets)} values for {len(lengths)} lengths; "
+                        f"allowed: one per sample")
         self.lengths = []
+        self.target_lengths = None if targets is None else []
         self.dropped = []  # dataset indices left out (long='drop')
         self._kept = []
         for i, n in enumerate(lengths):
             n = int(n)
             if n < 1:
                 raise Error(f"lengths[{i}]: {n} tokens; allowed: >= 1")
-            if n > self.max_seqlen:
+            t = None if targets is None else targets[i]
+            if t is not None and t < 1:
+                raise Error(f"target_lengths[{i}]: {t} tokens; allowed: >= 1")
+            if n > self.max_seqlen or (t is not None and t > self.max_seqlen):
                 if long == "drop":
                     self.dropped.append(i)
                     self.lengths.append(n)
+                    if t is not None:
+                        self.target_lengths.append(t)
                     continue
-                n = self.max_seqlen
+                n, t = min(n, self.max_seqlen), None if t is None else min(t, self.max_seqlen)
             self.lengths.append(n)
+            if t is not None:
+                self.target_lengths.append(t)
             self._kept.append(i)
         if len(self._kept) < self.dp:
             raise Error(f"lengths: {len(self._kept)} usable samples for dp {self.dp} replicas; "
@@ -191,7 +217,7 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
             random.Random(self.seed * 1000003 + epoch).shuffle(order)
         batches, cur, tokens = [], [], 0
         for i in order:
-            n = self.lengths[i]
+            n = self.lengths[i] + (self.target_lengths[i] if self.target_lengths else 0)
             if cur and tokens + n > self.tokens_per_batch:
                 batches.append(cur)
                 cur, tokens = [], 0
@@ -208,7 +234,9 @@ class PlanningBatchSampler(torch.utils.data.Sampler):
 
     def _plan(self, batch):
         """Plans `batch` (dataset indices); returns a list of plans covering it in order."""
-        plan = self.planner.plan([self.lengths[i] for i in batch], ids=batch)
+        targets = None if self.target_lengths is None else \
+            [self.target_lengths[i] for i in batch]
+        plan = self.planner.plan([self.lengths[i] for i in batch], targets, ids=batch)
         if plan.ok:
             return [plan]
         if len(batch) < 2 * self.dp:
@@ -467,3 +495,83 @@ class PaddedCollator:
         return {"input_ids": input_ids, "attention_mask": mask, "labels": labels,
                 "position_ids": positions, "seq_lens": torch.tensor(lens, dtype=torch.long),
                 "num_samples": b, "num_tokens": int(sum(lens))}
+
+
+class PackedSeq2SeqCollator:
+    """Packs an encoder-decoder micro-batch: the encoder inputs into one row and the decoder
+    targets into another, each with its own ``cu_seqlens``, ``max_seqlen`` and per-sample
+    ``position_ids`` (so flash-attention's varlen kernels run the encoder's self-attention, the
+    decoder's causal self-attention and the decoder-to-encoder cross-attention per sample):
+
+    input_ids (1, E) long: the samples' encoder tokens; encoder_position_ids (1, E): restart at
+        0 per sample; encoder_cu_seqlens (samples + 1,) int32 from 0; encoder_max_seqlen (int);
+        encoder_seq_lens (samples,) long.
+    labels (1, D) long: the samples' targets (per sample, unshifted: decoder position i
+        predicts labels[i]). decoder_input_ids (1, D): the feature's ``decoder_input_ids``, or
+        its targets shifted right by one within the sample, starting with
+        ``decoder_start_token_id`` (T5's convention), so no position sees the next sample.
+        decoder_position_ids, decoder_cu_seqlens, decoder_max_seqlen, decoder_seq_lens: as the
+        encoder's.
+    cu_seq_lens_q / cu_seq_lens_k, max_length_q / max_length_k: the cross-attention's (queries:
+        the decoder; keys: the encoder), in Hugging Face's names.
+    num_samples; num_tokens (encoder + decoder), num_encoder_tokens, num_decoder_tokens.
+
+    Features are dicts with ``key`` (the encoder tokens, default "input_ids") and
+    ``target_key`` (default "labels"), optionally "decoder_input_ids" (one per target). Inputs
+    and targets longer than ``max_seqlen`` are truncated (the sampler planned them clipped).
+    """
+
+    def __init__(self, key="input_ids", target_key="labels", decoder_start_token_id=0,
+                 max_seqlen=None):
+        self.key, self.target_key = key, target_key
+        self.decoder_start_token_id, self.max_seqlen = int(decoder_start_token_id), max_seqlen
+
+    def _sample(self, k, f):
+        if not isinstance(f, dict) or self.key not in f or self.target_key not in f:
+            raise Error(f"features[{k}]: expected a dict with '{self.key}' (encoder tokens) and "
+                        f"'{self.target_key}' (decoder targets)")
+        ids = torch.as_tensor(f[self.key], dtype=torch.long).reshape(-1)
+        target = torch.as_tensor(f[self.target_key], dtype=torch.long).reshape(-1)
+        dec = f.get("decoder_input_ids")
+        if dec is not None:
+            dec = torch.as_tensor(dec, dtype=torch.long).reshape(-1)
+            if dec.numel() != target.numel():
+                raise Error(f"features[{k}]: {dec.numel()} decoder_input_ids for "
+                            f"{target.numel()} '{self.target_key}'; allowed: one per target")
+        if self.max_seqlen is not None:
+            ids, target = ids[:self.max_seqlen], target[:self.max_seqlen]
+            dec = None if dec is None else dec[:self.max_seqlen]
+        if dec is None:
+            dec = torch.cat([torch.tensor([self.decoder_start_token_id]), target[:-1]]) \
+                if target.numel() else target.clone()
+        return ids, target, dec
+
+    @staticmethod
+    def _pack(parts):
+        lens = [p.numel() for p in parts]
+        cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
+        if lens:
+            cu[1:] = torch.cumsum(torch.tensor(lens, dtype=torch.long), 0).to(torch.int32)
+        row = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+        positions = torch.cat([torch.arange(n, dtype=torch.long) for n in lens]) if lens else \
+            torch.zeros(0, dtype=torch.long)
+        return (row.unsqueeze(0), positions.unsqueeze(0), cu, max(lens, default=0),
+                torch.tensor(lens, dtype=torch.long))
+
+    def __call__(self, features):
+        samples = [self._sample(k, f) for k, f in enumerate(features)]
+        enc, enc_pos, enc_cu, enc_max, enc_lens = self._pack([s[0] for s in samples])
+        labels, dec_pos, dec_cu, dec_max, dec_lens = self._pack([s[1] for s in samples])
+        dec_ids = self._pack([s[2] for s in samples])[0]
+        e, d = int(enc_lens.sum()), int(dec_lens.sum())
+        return {
+            "input_ids": enc, "encoder_position_ids": enc_pos, "encoder_cu_seqlens": enc_cu,
+            "encoder_max_seqlen": enc_max, "encoder_seq_lens": enc_lens,
+            "labels": labels, "decoder_input_ids": dec_ids, "decoder_position_ids": dec_pos,
+            "decoder_cu_seqlens": dec_cu, "decoder_max_seqlen": dec_max,
+            "decoder_seq_lens": dec_lens,
+            "cu_seq_lens_q": dec_cu, "cu_seq_lens_k": enc_cu,
+            "max_length_q": dec_max, "max_length_k": enc_max,
+            "num_samples": len(samples), "num_tokens": e + d,
+            "num_encoder_tokens": e, "num_decoder_tokens": d,
+        }

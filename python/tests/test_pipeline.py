@@ -4,6 +4,7 @@ same model trained in one process on the same micro-batches; the others run in t
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
 
 import sluice  # noqa: E402
 from sluice.torch import PipelineExecutor, PlanCollator, PlanningBatchSampler  # noqa: E402
@@ -30,19 +32,50 @@ def _example(tmp_path, name, *args):
     return json.loads(out.read_text())
 
 
-def _compare(tmp_path, *args):
-    pipe = _example(tmp_path, "pipe", *args)
-    ref = _example(tmp_path, "ref", "--reference", *args)
+def _grads(prefix, ranks):
+    return [torch.load(f"{prefix}-rank-{r}.pt") for r in ranks]
+
+
+def _same_grads(got, want, tol, what):
+    """Every gradient in `got` (one rank's {name: grad}) equals `want`'s within tol."""
+    assert got, what
+    for name, g in got.items():
+        err = (g - want[name]).abs().max().item()
+        assert err <= tol, (what, name, err)
+
+
+def _compare(tmp_path, *args, grads=False):
+    """The example on processes against --reference (one process, the same micro-batches):
+    every step's loss within 1e-5 and, with grads, every first-step gradient of every rank."""
+    extra = ["--grads", str(tmp_path / "g")] if grads else []
+    pipe = _example(tmp_path, "pipe", *args, *extra)
+    ref = _example(tmp_path, "ref", "--reference", *args, *extra)
     assert len(pipe["losses"]) == len(ref["losses"]) == 3
     for a, b in zip(pipe["losses"], ref["losses"]):
         assert abs(a - b) <= 1e-5, (pipe["losses"], ref["losses"])
     assert ref["losses"][-1] < ref["losses"][0]  # it trains
     assert pipe["tokens_per_second"] > 0
+    if grads:
+        want = torch.load(tmp_path / "g-reference.pt")
+        for r, got in enumerate(_grads(tmp_path / "g", range(2))):
+            _same_grads(got, want, 1e-5, f"rank {r}")
     return pipe
 
 
 def test_pipeline_distributed_1f1b_matches_one_process(tmp_path):
-    _compare(tmp_path)  # the example as shipped: 2 processes, dp 1, pp 2, 1F1B, dynapipe
+    # The example as shipped: 2 processes, dp 1, pp 2, 1F1B, dynapipe, the head tied to the
+    # token embedding (the executor sums the tied weight's two gradients): losses and every
+    # gradient of both ranks (the tied weight's on both) equal the one-process tied model's.
+    _compare(tmp_path, grads=True)
+    want = torch.load(tmp_path / "g-reference.pt")
+    first, last = _grads(tmp_path / "g", range(2))
+    assert "tok.weight" in first and "tok.weight" in last  # the tied weight, on both ends
+    assert "head.weight" not in want  # one parameter in the one-process model
+    assert set(first) | set(last) == set(want)
+
+
+def test_pipeline_distributed_untied(tmp_path):
+    _compare(tmp_path, "--untied")
 
 
 def test_pipeline_distributed_dp2_split_backward_store(tmp_path):
@@ -52,7 +85,61 @@ def test_pipeline_distributed_dp2_split_backward_store(tmp_path):
 
 
 def test_pipeline_distributed_recompute_full_gpipe(tmp_path):
-    _compare(tmp_path, "--schedule", "gpipe", "--recompute", "full", "--method", "packing")
+    _compare(tmp_path, "--schedule", "gpipe", "--recompute", "full", "--method", "packing",
+             "--untied")
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+def test_pipeline_distributed_recompute_selective(tmp_path, schedule):
+    # The plans recompute 'selective': the executor checkpoints the example's CoreAttention.
+    # Against the one-process reference (1e-5) and against the same plans run without
+    # recompute (--exec-recompute none): losses and gradients within 1e-6.
+    # --saved-bytes: every rank's peak activation bytes kept for the backward are less.
+    sel = _compare(tmp_path, "--schedule", schedule, "--recompute", "selective", "--saved-bytes",
+                   grads=True)
+    sel_grads = _grads(tmp_path / "g", range(2))
+    keep = _example(tmp_path, "keep", "--schedule", schedule, "--recompute", "selective",
+                    "--exec-recompute", "none", "--grads", str(tmp_path / "k"), "--saved-bytes")
+    for a, b in zip(sel["losses"], keep["losses"]):
+        assert abs(a - b) <= 1e-6, (sel["losses"], keep["losses"])
+    for a, b in zip(sel["peak_saved_bytes"], keep["peak_saved_bytes"]):
+        assert 0 < a < b, (sel["peak_saved_bytes"], keep["peak_saved_bytes"])
+    for r, (a, b) in enumerate(zip(sel_grads, _grads(tmp_path / "k", range(2)))):
+        assert a.keys() == b.keys()
+        _same_grads(a, b, 1e-6, f"rank {r}")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tied_worker(rank, port, out):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    stage = Whole()
+    tied = {"emb": stage.emb.weight} if rank == 0 else \
+        {"emb": stage.out.weight, "x": stage.out.bias}
+    try:
+        PipelineExecutor(stage, _loss, parallel="dp=1,pp=2", tied_parameters=tied)
+        msg = ""
+    except sluice.Error as e:
+        msg = str(e)
+    with open(f"{out}-{rank}", "w") as f:
+        f.write(msg)
+    dist.destroy_process_group()
+
+
+def test_pipeline_distributed_tied_mismatch(tmp_path):
+    # The two ends name different tied parameters: both ranks raise (no hang), saying what each
+    # end ties.
+    mp.spawn(_tied_worker, args=(_free_port(), str(tmp_path / "msg")), nprocs=2, join=True)
+    for rank in range(2):
+        msg = (tmp_path / f"msg-{rank}").read_text()
+        assert "tied_parameters: this rank (" + ("first" if rank == 0 else "last") in msg, msg
+        assert "'emb' [32, 16] torch.float32" in msg and "'x' [32] torch.float32" in msg, msg
+        assert "allowed: the same names, shapes and dtypes on both ends" in msg, msg
 
 
 # --- one process: plans with one stage, errors, profiler names --------------------------------
@@ -176,6 +263,19 @@ def test_executor_errors(one_process):
     two = sluice.Planner(model=SPEC, cluster="a100-40g:2", parallel="dp=1,pp=2", max_seqlen=64)
     with pytest.raises(sluice.Error, match=r"plan: dp=1 pp=2 vpp=1, but the executor was made"):
         ex.run(two.plan([5, 6, 7, 8]), batches)
+
+
+def test_executor_tied_parameters_errors(one_process):
+    with pytest.raises(sluice.Error, match=r"tied_parameters: 'w' is not a parameter of this "
+                                           r"rank's stage 0 module"):
+        PipelineExecutor(Whole(), _loss, parallel="dp=1,pp=1",
+                         tied_parameters={"w": torch.nn.Parameter(torch.zeros(3))})
+    with pytest.raises(TypeError, match=r"tied_parameters: expected a dict \{name: "
+                                        r"nn.Parameter\}"):
+        PipelineExecutor(Whole(), _loss, parallel="dp=1,pp=1", tied_parameters={"w": 3})
+    m = Whole()
+    # pp = 1: both ends are in the one module; nothing to reduce, accepted.
+    PipelineExecutor(m, _loss, parallel="dp=1,pp=1", tied_parameters={"w": m.emb.weight})
 
 
 def test_executor_without_process_group():
