@@ -298,7 +298,10 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     for (const Sample& s : p->samples) by_id[s.id] = s;
     ReferenceBatch placed;  // rows of the reference: one sample, or a row attended as a whole
     for (const PlanReplica& rep : p->plan.replicas) {
-      EXPECT_EQ(rep.schedule, c.schedule);
+      // The planner may run an interleaved replica in flexible rounds (docs/schedules.md).
+      if (!(c.schedule == "interleaved" && rep.schedule == "interleaved-flex")) {
+        EXPECT_EQ(rep.schedule, c.schedule);
+      }
       EXPECT_GE(rep.micro_batches.size(), 2u) << "iteration " << i;
       for (const PlanMicroBatch& mb : rep.micro_batches) {
         shapes.insert({mb.shape.mbs, mb.shape.seqlen});
