@@ -413,6 +413,8 @@ std::vector<MoeCase> MoeCases() {
       {"gpt_moe_dp2_ep2_pp2_1f1b", "gpt-tiny-moe", 2, 2, 2, 4},
       {"gpt_moe_dp2_ep2_pp2_zbh1", "gpt-tiny-moe", 2, 2, 2, 4, "zb-h1"},
       {"gpt_moe_dp4_ep2", "gpt-tiny-moe", 4, 1, 2, 5},
+      // ep = 4 on 4 processes: one expert per rank, every token's choices cross three peers.
+      {"gpt_moe_dp4_ep4", "gpt-tiny-moe", 4, 1, 4, 1},
       // Recompute "full": the backward replays the forward from the all-to-alls' recorded rows.
       {"gpt_moe_dp2_ep2_full", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "full"},
       {"gpt_moe_dp2_ep2_pp2_zbh1_full", "gpt-tiny-moe", 2, 2, 2, 4, "zb-h1", 600, "55", "full"},
