@@ -148,14 +148,6 @@ SPEC = {"name": "t", "layers": 2, "hidden": 16, "heads": 2, "ffn_hidden": 32, "v
         "max_position": 64, "tied_embeddings": False}
 
 
-@pytest.fixture
-def one_process(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
-                            world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 class Whole(torch.nn.Module):
     def __init__(self, hidden=16):
         super().__init__()

@@ -10,7 +10,6 @@ import warnings
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import sluice  # noqa: E402
@@ -19,14 +18,6 @@ from sluice.torch import PipelineExecutor, PlanCollator  # noqa: E402
 HIDDEN, HEADS, VOCAB, MAXLEN = 16, 2, 32, 64
 SPEC = {"name": "t", "layers": 2, "hidden": HIDDEN, "heads": HEADS, "ffn_hidden": 32,
         "vocab": VOCAB, "max_position": MAXLEN, "tied_embeddings": False}
-
-
-@pytest.fixture
-def one_process(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
-                            world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 class Core(torch.nn.Module):
