@@ -268,6 +268,31 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
   return scale > 0 ? diff / scale : diff;
 }
 
+
+// Every rank's gradient dump of iteration 0 in `dir` against the reference's: each parameter
+// within kTolerance (relative), known, and every reference parameter on some rank. `worst` gets
+// the largest relative error.
+void ExpectGradientsMatch(const std::string& dir, int64_t ranks,
+                          const std::vector<NamedValues>& reference, double* worst) {
+  std::map<std::string, const NamedValues*> expected;
+  for (const NamedValues& v : reference) expected[v.name] = &v;
+  std::set<std::string> seen;
+  for (int64_t r = 0; r < ranks; ++r) {
+    StatusOr<std::vector<NamedValues>> got = ReadNamedValues(dir + "/" + GradDumpName(0, r));
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    for (const NamedValues& v : *got) {
+      ASSERT_TRUE(expected.count(v.name)) << "rank " << r << " has unknown parameter " << v.name;
+      const NamedValues& e = *expected[v.name];
+      ASSERT_EQ(v.values.size(), e.values.size()) << v.name;
+      const double err = RelativeError(v.values, e.values);
+      *worst = std::max(*worst, err);
+      EXPECT_LE(err, kTolerance) << "rank " << r << ", gradient of " << v.name;
+      seen.insert(v.name);
+    }
+  }
+  EXPECT_EQ(seen.size(), expected.size()) << "some parameters are on no rank";
+}
+
 class PipelineTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
@@ -340,24 +365,9 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
         << "iteration " << i;
   }
 
-  std::map<std::string, const NamedValues*> expected;
-  for (const NamedValues& v : ref->grads) expected[v.name] = &v;
-  std::set<std::string> seen;
   double worst = 0;
-  for (int64_t r = 0; r < c.dp * c.pp; ++r) {
-    StatusOr<std::vector<NamedValues>> got = ReadNamedValues(dir + "/" + GradDumpName(0, r));
-    ASSERT_TRUE(got.ok()) << got.status().message();
-    for (const NamedValues& v : *got) {
-      ASSERT_TRUE(expected.count(v.name)) << "rank " << r << " has unknown parameter " << v.name;
-      const NamedValues& e = *expected[v.name];
-      ASSERT_EQ(v.values.size(), e.values.size()) << v.name;
-      const double err = RelativeError(v.values, e.values);
-      worst = std::max(worst, err);
-      EXPECT_LE(err, kTolerance) << "rank " << r << ", gradient of " << v.name;
-      seen.insert(v.name);
-    }
-  }
-  EXPECT_EQ(seen.size(), expected.size()) << "some parameters are on no rank";
+  ExpectGradientsMatch(dir, c.dp * c.pp, ref->grads, &worst);
+  if (::testing::Test::HasFatalFailure()) return;
 
   // The reported peak tensor bytes of the rank that peaked cover at least its model states:
   // fp32 weights, gradients and the two AdamW moments, 16 bytes per parameter.
@@ -376,7 +386,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   std::printf("largest relative error: loss %.2e, gradient %.2e (%zu parameters, %zu shapes)\n",
               std::max(std::abs(losses[0] / ref->losses[0] - 1),
                        std::abs(losses[1] / ref->losses[1] - 1)),
-              worst, seen.size(), shapes.size());
+              worst, ref->grads.size(), shapes.size());
   fs::remove_all(dir);
 }
 
@@ -513,24 +523,9 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
   }
   EXPECT_GT(dropped, 0) << "no token was dropped: the capacity path is untested";
 
-  std::map<std::string, const NamedValues*> expected;
-  for (const NamedValues& v : ref->grads) expected[v.name] = &v;
-  std::set<std::string> seen;
   double worst = 0;
-  for (int64_t r = 0; r < c.dp * c.pp; ++r) {
-    StatusOr<std::vector<NamedValues>> got = ReadNamedValues(dir + "/" + GradDumpName(0, r));
-    ASSERT_TRUE(got.ok()) << got.status().message();
-    for (const NamedValues& v : *got) {
-      ASSERT_TRUE(expected.count(v.name)) << "rank " << r << " has unknown parameter " << v.name;
-      const NamedValues& e = *expected[v.name];
-      ASSERT_EQ(v.values.size(), e.values.size()) << v.name;
-      const double err = RelativeError(v.values, e.values);
-      worst = std::max(worst, err);
-      EXPECT_LE(err, kTolerance) << "rank " << r << ", gradient of " << v.name;
-      seen.insert(v.name);
-    }
-  }
-  EXPECT_EQ(seen.size(), expected.size()) << "some parameters are on no rank";
+  ExpectGradientsMatch(dir, c.dp * c.pp, ref->grads, &worst);
+  if (::testing::Test::HasFatalFailure()) return;
   std::printf(
       "largest relative error: loss %.2e, aux loss %.2e, gradient %.2e; dropped %lld of "
       "%lld assignments (iteration 0); %lld all-to-all instructions\n",
