@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "sim/simulator.h"
 #include "trace/analyze.h"
 #include "trace/calibration.h"
+#include "trace/plan_whatif.h"
 
 namespace sluice::cli {
 namespace {
@@ -29,6 +31,7 @@ struct ReplayFlags {
   std::vector<std::string> inputs;
   std::vector<std::string> plans;
   std::vector<std::string> what_if;
+  std::vector<std::string> what_if_plans;
   std::string json;
   std::string report;
   int64_t report_iteration = -1;
@@ -44,10 +47,22 @@ Status RunReplay(const ReplayFlags& f) {
     SLUICE_ASSIGN_OR_RETURN(trace::WhatIf parsed, trace::ParseWhatIf(w));
     what_if.push_back(parsed);
   }
+  if (!f.what_if_plans.empty() && f.plans.empty()) {
+    return InvalidArgumentError(
+        "--what-if-plan needs --plan: the plans the traced run executed (one per iteration), "
+        "to tie the trace's ops to instructions");
+  }
+  std::vector<ExecutionPlan> what_if_plans;
+  for (const std::string& p : f.what_if_plans) {
+    SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(p));
+    what_if_plans.push_back(std::move(plan));
+  }
   SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
   SLUICE_ASSIGN_OR_RETURN(
       trace::Replays replays,
-      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean, what_if));
+      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean,
+                       f.what_if_plans.empty() ? what_if : std::vector<trace::WhatIf>{}));
+  std::string pricing_json;
   std::vector<trace::OpCorrection> departures;
   if (!f.plans.empty()) {
     // Ties every op of the trace to its plan's instruction (an error names the event of a trace
@@ -77,6 +92,26 @@ Status RunReplay(const ReplayFlags& f) {
     });
     fmt::print("tied to {} plan(s): every rank's ops are its program's instructions\n",
                plans.size());
+    if (!what_if_plans.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(trace::PlanWhatIf w,
+                              trace::BuildPlanWhatIf(a, plans, what_if_plans, f.what_if_plans));
+      const std::string name =
+          what_if_plans.size() == 1
+              ? fmt::format("plan {}", f.what_if_plans[0])
+              : fmt::format("plans {} .. {}", f.what_if_plans.front(), f.what_if_plans.back());
+      SLUICE_RETURN_IF_ERROR(trace::ReplayPlanWhatIf(w, what_if, name, &replays));
+      fmt::print("{}", trace::PricingText(w.pricing));
+      const trace::PlanPricing& p = w.pricing;
+      nlohmann::json pj = {{"measured", p.measured},
+                           {"by_class", p.by_class},
+                           {"derived", p.derived},
+                           {"calibrated", p.calibrated},
+                           {"plan", p.plan},
+                           {"transfers_measured", p.transfers_measured},
+                           {"transfers_by_class", p.transfers_by_class},
+                           {"collectives", p.collectives}};
+      pricing_json = pj.dump();
+    }
     fmt::print("op classes against the plan's durations (largest mean |error| first):\n");
     fmt::print("  stage  op                samples  plan's mean |error|  fitted line\n");
     for (size_t i = 0; i < departures.size() && static_cast<int>(i) < f.top; ++i) {
@@ -88,7 +123,13 @@ Status RunReplay(const ReplayFlags& f) {
   fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
   fmt::print("{}", trace::FormatWhatIfReport(replays));
   if (!f.json.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, replays)));
+    std::string text = trace::ReplayJson(a, replays);
+    if (!pricing_json.empty()) {
+      nlohmann::json j = nlohmann::json::parse(text);
+      j["what_if"]["pricing"] = nlohmann::json::parse(pricing_json);
+      text = j.dump(1);
+    }
+    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, text));
   }
   if (!f.report.empty()) {
     const auto& its = replays.whole_run.iterations;
@@ -306,6 +347,13 @@ void RegisterTraceCommands(CLI::App* app, RunState* state) {
                 "link+=D starts each transfer D after its send was posted, as train "
                 "--link-delay-ms does (repeatable)")
       ->type_name("SPEC");
+  r->add_option("--what-if-plan", rf->what_if_plans,
+                "Plan files of the same batches in another order or schedule (e.g. zb-h1 for a "
+                "1f1b run, or sluice optimize's output), one per --plan file: replay the trace's "
+                "measured op times and gaps in their order and print the predicted iteration "
+                "times (needs --plan; ops the trace has no measurement of are priced by the "
+                "calibrated cost model, and counted)")
+      ->type_name("FILE ...");
   r->add_flag("--median", rf->median,
               "Class replay with each class's median instead of its mean (dPRO's avg)");
   r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/2)")
