@@ -159,7 +159,47 @@ struct CalibrateFlags {
   bool no_link = false;
   bool no_iteration_offset = false;
   std::string fit = "features";
+  std::string metrics;
 };
+
+// train --metrics: [iteration] -> peak_tensor_bytes_by_rank (empty where a line has none).
+StatusOr<std::vector<std::vector<int64_t>>> ReadPeakBytes(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  std::vector<std::vector<int64_t>> out;
+  size_t at = 0;
+  int line_no = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto bad = [&](const std::string& what) {
+      return InvalidArgumentError(fmt::format(
+          "--metrics {}: line {}: {} (expected the JSON lines of sluice train --metrics, with "
+          "'iteration' and 'peak_tensor_bytes_by_rank')",
+          path, line_no, what));
+    };
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    if (!j.contains("iteration") || !j["iteration"].is_number_integer() ||
+        j["iteration"].get<int64_t>() < 0 || j["iteration"].get<int64_t>() > 10'000'000) {
+      return bad("no 'iteration' (an integer >= 0)");
+    }
+    const int64_t k = j["iteration"].get<int64_t>();
+    if (!j.contains("peak_tensor_bytes_by_rank")) continue;  // a build that does not count
+    const nlohmann::json& peaks = j["peak_tensor_bytes_by_rank"];
+    if (!peaks.is_array()) return bad("'peak_tensor_bytes_by_rank' is not an array");
+    std::vector<int64_t> v;
+    for (const nlohmann::json& x : peaks) {
+      if (!x.is_number_integer()) return bad("'peak_tensor_bytes_by_rank' holds a non-integer");
+      v.push_back(x.get<int64_t>());
+    }
+    if (static_cast<int64_t>(out.size()) <= k) out.resize(k + 1);
+    out[k] = std::move(v);
+  }
+  return out;
+}
 
 // "1-8" or "0,2,5" -> iterations.
 StatusOr<std::vector<int64_t>> ParseIterations(const std::string& text) {
@@ -237,6 +277,17 @@ Status RunCalibrate(const CalibrateFlags& f) {
   options.fit_link = !f.no_link;
   options.fit_features = f.fit == "features";
   options.fit_iteration = !f.no_iteration_offset;
+  if (!f.metrics.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(options.peak_bytes, ReadPeakBytes(f.metrics));
+    bool any = false;
+    for (const auto& v : options.peak_bytes) any = any || !v.empty();
+    if (!any) {
+      return InvalidArgumentError(fmt::format(
+          "--metrics {}: no line has 'peak_tensor_bytes_by_rank' (a sluice train run that "
+          "counted tensor memory writes it)",
+          f.metrics));
+    }
+  }
   SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, options));
   SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.out, trace::CalibrationToJson(c)));
   fmt::print("calibration from {}\n", c.source);
@@ -284,6 +335,46 @@ Status RunCalibrate(const CalibrateFlags& f) {
                s ? "fitted" : "held-out", count[s], 100 * err[s][0] / count[s],
                100 * err[s][1] / count[s]);
   }
+  if (!c.memory.empty()) {
+    for (const trace::MemoryCorrection& m : c.memory) {
+      fmt::print(
+          "  memory, pipeline rank {}: {:+.1f} MB framework/workspace, activations x {:.3f} "
+          "(from {} peaks; fitted mean |error| {:.1f}% before, {:.1f}% after)\n",
+          m.pp_rank, m.offset_bytes * 1e-6, m.activation_scale, m.samples,
+          100 * m.mean_abs_error_before, 100 * m.mean_abs_error_after);
+    }
+    fmt::print("iteration  rank  fitted  measured MB  simulated MB  calibrated MB  error before  after\n");
+    double merr[2][2] = {{0, 0}, {0, 0}};
+    int mcount[2] = {0, 0};
+    for (size_t k = 0; k < plans.size() && k < options.peak_bytes.size(); ++k) {
+      const std::vector<int64_t>& meas = options.peak_bytes[k];
+      if (meas.empty()) continue;
+      SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> before, trace::SimulatedPeakBytes(plans[k]));
+      ExecutionPlan calibrated = plans[k];
+      trace::ApplyCalibration(c, &calibrated);
+      SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> after, trace::SimulatedPeakBytes(calibrated));
+      for (size_t r = 0; r < meas.size() && r < before.size(); ++r) {
+        if (meas[r] <= 0) continue;
+        const double m = static_cast<double>(meas[r]);
+        const double eb = static_cast<double>(before[r]) / m - 1;
+        const double ea = static_cast<double>(after[r]) / m - 1;
+        fmt::print("{:>9}  {:>4}  {:>6}  {:>11.2f}  {:>12.2f}  {:>13.2f}  {:>+11.1f}% {:>+5.1f}%\n",
+                   k, r, fitted[k] ? "yes" : "no", m * 1e-6, before[r] * 1e-6, after[r] * 1e-6,
+                   100 * eb, 100 * ea);
+        merr[fitted[k]][0] += std::abs(eb);
+        merr[fitted[k]][1] += std::abs(ea);
+        ++mcount[fitted[k]];
+      }
+    }
+    for (int s = 1; s >= 0; --s) {
+      if (mcount[s] == 0) continue;
+      fmt::print(
+          "{} peaks ({} iteration x rank): peak memory mean |error| {:.1f}% before, {:.1f}% "
+          "after calibration\n",
+          s ? "fitted" : "held-out", mcount[s], 100 * merr[s][0] / mcount[s],
+          100 * merr[s][1] / mcount[s]);
+    }
+  }
   fmt::print("calibration written to {}\n", f.out);
   return Status::Ok();
 }
@@ -314,6 +405,12 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
       ->capture_default_str();
   c->add_option("--out", f->out, "Calibration file to write (sluice-calibration/2 JSON)")
       ->required()
+      ->type_name("FILE");
+  c->add_option("--metrics", f->metrics,
+                "The run's sluice train --metrics file: also fit each pipeline rank's peak "
+                "memory (a constant for framework/workspace memory and a scale on activations) "
+                "to its peak_tensor_bytes_by_rank, and print the peak memory error before and "
+                "after")
       ->type_name("FILE");
   c->add_flag("--no-link", f->no_link, "Keep the plan's links; fit compute only");
   c->add_flag("--no-iteration-offset", f->no_iteration_offset,
