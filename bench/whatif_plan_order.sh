@@ -18,7 +18,7 @@
 # Usage, from the repository root (timings: run it under the build lock on a shared machine):
 #   flock /tmp/sluice-build.lock bench/whatif_plan_order.sh
 # Knobs (environment, defaults below): SLUICE OUT MODEL PARALLEL NPROC SCHEDULE_A SCHEDULE_B
-# ITERS REPEATS TOKENS MAXLEN SAMPLES PORT NICE TOL (the largest mean iteration |error| accepted,
+# B_FLAGS ITERS REPEATS TOKENS MAXLEN SAMPLES PORT NICE TOL (the largest mean iteration |error| accepted,
 # %; exit status 1 above it; default: no check).
 set -euo pipefail
 
@@ -29,6 +29,7 @@ PARALLEL=${PARALLEL:-pp=2}
 NPROC=${NPROC:-2}
 SCHEDULE_A=${SCHEDULE_A:-1f1b}
 SCHEDULE_B=${SCHEDULE_B:-zb-h1}
+B_FLAGS=${B_FLAGS:-}  # more `sluice plan` flags for B, e.g. --no-search (1f1b in the batching order)
 ITERS=${ITERS:-12}
 REPEATS=${REPEATS:-5}
 TOKENS=${TOKENS:-1024}
@@ -49,10 +50,11 @@ SCEN=(--model "$MODEL" --parallel "$PARALLEL" --data mixture-4task --samples "$S
       --tokens-per-batch "$TOKENS" --max-seqlen "$MAXLEN" --seed 0)
 declare -A PLANS
 for side in a b; do
-  schedule=$SCHEDULE_A
-  [[ $side == b ]] && schedule=$SCHEDULE_B
+  schedule=$SCHEDULE_A extra=""
+  [[ $side == b ]] && schedule=$SCHEDULE_B extra=$B_FLAGS
+  # shellcheck disable=SC2086
   "$SLUICE" plan "${SCEN[@]}" --cluster "cpu:$NPROC" --iterations "$ITERS" --method dynapipe \
-    --schedule "$schedule" --show 0 --out "$OUT/plans/$side.json" >"$OUT/plan-$side.log"
+    --schedule "$schedule" $extra --show 0 --out "$OUT/plans/$side.json" >"$OUT/plan-$side.log"
   list=""
   for ((k = 0; k < ITERS; k++)); do list+="$OUT/plans/$side-$k.json "; done
   PLANS[$side]=$list
@@ -75,7 +77,7 @@ for ((r = 0; r < REPEATS; r++)); do
     >"$OUT/b$r.replay.txt"
 done
 
-"$PY" - "$OUT" "$REPEATS" "$MODEL $PARALLEL" "$SCHEDULE_A" "$SCHEDULE_B" "$TOL" <<'PY'
+"$PY" - "$OUT" "$REPEATS" "$MODEL $PARALLEL" "$SCHEDULE_A" "$SCHEDULE_B $B_FLAGS" "$TOL" <<'PY'
 import glob, json, statistics, sys
 out, repeats, what, sa, sb, tol = sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:]
 def its(path, *key):
