@@ -110,10 +110,23 @@ for its, what in ((range(fit + 1, iters), f"held out {fit + 1}-{iters - 1}"),
           f"uncalibrated {plain:.3f} ({100 * (plain / meas - 1):+.1f}%), calibrated {cal:.3f} "
           f"({100 * (cal / meas - 1):+.1f}%); per-iteration mean |error| {dyn} {errs[0]:.1f}%, "
           f"packing {errs[1]:.1f}%")
-for log, name in (("c.log", f"D, fitted 1-{fit}"), ("c-odd.log", "D, fitted on odd iterations")):
+def memory_table(log):  # (iteration, rank) -> (measured, simulated, calibrated) MB
+    rows = {}
     for line in open(f"{out}/{log}"):
-        if "peaks (" in line or "memory, pipeline rank" in line:
+        f = line.split()
+        if len(f) == 8 and f[0].isdigit() and f[1].isdigit() and f[2] in ("yes", "no"):
+            rows[(int(f[0]), int(f[1]))] = tuple(float(x) for x in f[3:6])
+    return rows
+for log, name, its in (("c.log", f"D, fitted 1-{fit}", held),
+                       ("c-odd.log", "D, fitted on odd iterations", range(2, iters, 2))):
+    for line in open(f"{out}/{log}"):
+        if "memory, pipeline rank" in line:
             print(f"{name}: {line.strip()}")
+    t = memory_table(log)
+    keys = [key for key in t if key[0] in its]
+    print(f"{name}: held-out {its.start}..{its.stop - 1}, peak tensor memory per rank mean |error| "
+          f"{mean_abs((t[k][1], t[k][0]) for k in keys):.1f}% before, "
+          f"{mean_abs((t[k][2], t[k][0]) for k in keys):.1f}% after calibration ({len(keys)} peaks)")
 for name, m in (("D2", d2), ("P", p)):
     for r in range(len(m[1]["peak_tensor_bytes_by_rank"])):
         meas = [m[k]["peak_tensor_bytes_by_rank"][r] for k in every]
