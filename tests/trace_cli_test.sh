@@ -84,7 +84,7 @@ if [ "$train" = "1" ]; then
   for i in 0 1 2 3 4 5; do plans+=("$tmp/p/plan-$i.json"); done
   port=$((29650 + RANDOM % 100))
   MASTER_PORT=$port expect "train with traces" 0 "trained 6 iterations" -- train --nproc 2 \
-    "${common[@]}" --threads 1 --plan "${plans[@]}" --trace-dir "$tmp/t"
+    "${common[@]}" --threads 1 --plan "${plans[@]}" --trace-dir "$tmp/t" --metrics "$tmp/t.jsonl"
   expect "sluice traces: every transfer matched" 0 "0 op\(s\) unmatched" -- replay "$tmp/t"
   expect "sluice traces: measured replay exact" 0 "ops end within 0.000 ms" -- \
     replay "$tmp/t"
@@ -224,6 +224,26 @@ PY
   check "calibration has the iteration offset" grep -q '"iteration"' "$tmp/cal.json"
   expect "calibrate --fit scale (the /1 line)" 0 "held-out iterations \(3\)" -- \
     calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --fit scale --out "$tmp/cals.json"
+  # Peak memory: fitted on iterations 1-3 from the run's metrics, held out 0 and 4-5.
+  expect "calibrate --metrics fits each rank's peak memory" 0 \
+    "memory, pipeline rank 1: [-+][0-9.]+ MB framework/workspace, activations x [0-9.]+ \(from 3 peaks" \
+    -- calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --metrics "$tmp/t.jsonl" \
+    --out "$tmp/calm.json"
+  expect "calibrate --metrics: held-out peaks before and after" 0 \
+    "held-out peaks \(6 iteration x rank\): peak memory mean \|error\| [0-9.]+% before, [0-9.]+% after" \
+    -- calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --metrics "$tmp/t.jsonl" \
+    --out "$tmp/calm.json"
+  check "calibration file has the memory corrections" grep -q '"activation_scale"' "$tmp/calm.json"
+  expect "simulate prices memory with the calibration" 0 "outcome: ok" -- simulate "${plans[4]}" \
+    --calibration "$tmp/calm.json"
+  printf '{"iteration": 0}\nnot json\n' > "$tmp/badm.jsonl"
+  expect "calibrate --metrics: a bad line is named" 2 \
+    "--metrics .*badm.jsonl: line 2: not a JSON object" -- calibrate "$tmp/t" --plan "${plans[@]}" \
+    --metrics "$tmp/badm.jsonl" --out "$tmp/calb.json"
+  printf '{"iteration": 0}\n' > "$tmp/nopeak.jsonl"
+  expect "calibrate --metrics: no peaks is an error" 2 \
+    "--metrics .*nopeak.jsonl: no line has 'peak_tensor_bytes_by_rank'" -- calibrate "$tmp/t" \
+    --plan "${plans[@]}" --metrics "$tmp/nopeak.jsonl" --out "$tmp/calb.json"
   expect "calibrate --fit names its values" 2 "--fit 'x': not a fit \(allowed: features, scale\)" \
     -- calibrate "$tmp/t" --plan "${plans[@]}" --fit x --out "$tmp/calx.json"
   # train --calibration: each plan's calibrated prediction beside the measured time, a summary,
