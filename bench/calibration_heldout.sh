@@ -11,6 +11,7 @@
 #   - ensemble: the median over runs of the predictions against the same medians;
 #   - noise floor: one run against the median of the other runs, per iteration (what a perfect
 #     model of the plans would score against one run), and two runs against each other;
+#   - quietest: the fastest of the runs' predictions against the fastest of their measurements;
 #   - the error's mean (bias: the drift of the machine's speed between fit and held-out windows
 #     plus what the model gets wrong on average) and its scatter (per-iteration shape).
 #
@@ -60,6 +61,12 @@ single = [mean_abs((t[r][k][2], t[r][k][0]) for k in held) for r in range(repeat
 uncal = [mean_abs((t[r][k][1], t[r][k][0]) for k in held) for r in range(repeats)]
 vs_med = [mean_abs((t[r][k][2], med[k]) for k in held) for r in range(repeats)]
 ens = {k: st.median(t[r][k][2] for r in range(repeats)) for k in held}
+# Quietest: the machine's load only adds time, so the fastest of the runs estimates the
+# uncontended time; the fastest of the runs' predictions comes from the quietest fit window (it
+# depends on the fit windows only, as the reference on the held-out windows only).
+quiet = mean_abs((min(t[r][k][2] for r in range(repeats)), min(meas[k])) for k in held)
+print(f"  quietest: the fastest prediction vs the fastest measurement of each held-out iteration: "
+      f"{quiet:.1f}%")
 floor = [mean_abs((t[r][k][0], st.median(meas[k][:r] + meas[k][r + 1:])) for k in held)
          for r in range(repeats)]
 pairs = [mean_abs((t[a][k][0], t[b][k][0]) for k in held)
@@ -87,6 +94,22 @@ for name, pred, ref in (("single", lambda r, k: t[r][k][2], lambda r, k: t[r][k]
         scatter.append(100 * st.mean(abs(x - b) for x in e))
     print(f"  {name}: bias per run " + ", ".join(f"{x:+.1f}%" for x in bias) +
           "; scatter around it " + ", ".join(f"{x:.1f}%" for x in scatter))
+# The same split of the noise: two runs of the same plans, their per-iteration ratio's mean (the
+# runs' speed apart) and its scatter (per-iteration noise).
+nb, ns = [], []
+for a in range(repeats):
+    for b in range(a + 1, repeats):
+        q = [t[a][k][0] / t[b][k][0] for k in held]
+        m = st.mean(q)
+        nb.append(100 * abs(m - 1))
+        ns.append(100 * st.mean(abs(x / m - 1) for x in q))
+print(f"  noise, two runs against each other: |speed apart| mean {st.mean(nb):.1f}% (max "
+      f"{max(nb):.1f}%), per-iteration scatter around it mean {st.mean(ns):.1f}% (max {max(ns):.1f}%)")
+# The machine's speed per iteration: measured / uncalibrated simulated time (the plan's fixed
+# prediction), per run; a step in it is a change of load, not of the batches.
+for r in range(repeats):
+    print(f"  run {r} measured / simulated per iteration 1..{iters - 1}: " +
+          " ".join(f"{t[r][k][0] / t[r][k][1]:.2f}" for k in range(1, iters)))
 drift = [st.mean(t[r][k][0] for k in held) / st.mean(t[r][k][0] for k in range(1, fit + 1))
          for r in range(repeats)]
 drift_med = st.mean(med[k] for k in held) / st.mean(med[k] for k in range(1, fit + 1))
@@ -98,7 +121,14 @@ for k in held:
     cells = "  ".join(f"{t[r][k][0]:>6.1f}/{t[r][k][2]:>6.1f}" for r in range(repeats))
     print(f"  {k:>9}  {cells}  {med[k]:>11.1f}  {ens[k]:>13.1f}  {100 * (ens[k] / med[k] - 1):+5.1f}%")
 for r in range(repeats):
+    mem = {}
     for line in open(f"{out}/c{r}.log"):
-        if "peaks (" in line:
-            print(f"  run {r} memory: {line.strip()}")
+        f = line.split()
+        if len(f) == 8 and f[0].isdigit() and f[1].isdigit() and f[2] in ("yes", "no"):
+            mem[(int(f[0]), int(f[1]))] = tuple(float(x) for x in f[3:6])
+    keys = [key for key in mem if key[0] in held]
+    if keys:
+        print(f"  run {r} peak memory, held-out {held.start}-{held.stop - 1}: mean |error| "
+              f"{mean_abs((mem[k][1], mem[k][0]) for k in keys):.1f}% before, "
+              f"{mean_abs((mem[k][2], mem[k][0]) for k in keys):.1f}% after ({len(keys)} peaks)")
 PY
