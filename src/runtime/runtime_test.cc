@@ -1,8 +1,8 @@
 // Multi-process tests of the runtime (CTest label `torch`): `sluice train` runs real plans on
 // real processes (c10d + Gloo on CPU), and its losses and gradients must equal the
 // single-process reference (RunReference: same samples and weights, no pipeline, no padding)
-// within 1e-5 relative, for GPT and T5, every schedule, pp 2 and 3, dp 1 and 2, on the planner's
-// variable-length micro-batches. Then: a plan for another model is rejected naming the field, a
+// within 1e-5 relative, for GPT and T5, every schedule, pp 2 and 3, dp 1 and 2, cp 2 (GPT), on
+// the planner's variable-length micro-batches. Then: a plan for another model is rejected naming the field, a
 // killed, stopped or hung rank makes the others exit non-zero naming it, and the --nproc launcher
 // stops the rest when one rank fails.
 //
@@ -188,6 +188,7 @@ struct Case {
   std::string method = "dynapipe";
   std::string recompute;  // "" = the method chooses
   std::string memory_limit;  // "" = 40 MB for T5, 55 MB for GPT
+  int64_t cp = 1;            // context parallelism: dp * pp * cp processes
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -229,13 +230,24 @@ std::vector<Case> Cases() {
   cases.push_back({"gpt_1f1b_pp2_dp2_packing", "gpt-tiny", 2, 2, 1, "1f1b", "packing"});
   cases.push_back({"gpt_1f1b_pp2_dp1_multipack", "gpt-tiny", 1, 2, 1, "1f1b", "multipack"});
   cases.push_back({"t5_gpipe_pp2_dp1_packing", "t5-tiny", 1, 2, 1, "gpipe", "packing", "", "56"});
+  // Context parallelism (context_parallel.h): cp 2 alone, with pp 2 and with dp 2 (4 processes),
+  // a split backward with selective recompute, and varlen packed rows (per-sample causal masks
+  // across the load-balanced chunks).
+  cases.push_back({"gpt_1f1b_pp1_dp1_cp2", "gpt-tiny", 1, 1, 1, "1f1b", "dynapipe", "", "", 2});
+  cases.push_back({"gpt_1f1b_pp2_dp1_cp2", "gpt-tiny", 1, 2, 1, "1f1b", "dynapipe", "", "", 2});
+  cases.push_back({"gpt_1f1b_pp1_dp2_cp2", "gpt-tiny", 2, 1, 1, "1f1b", "dynapipe", "", "40", 2});
+  cases.push_back(
+      {"gpt_zb-h1_pp2_dp1_cp2_selective", "gpt-tiny", 1, 2, 1, "zb-h1", "dynapipe", "selective",
+       "", 2});
+  cases.push_back({"gpt_1f1b_pp1_dp1_cp2_multipack", "gpt-tiny", 1, 1, 1, "1f1b", "multipack",
+                   "", "40", 2});
   return cases;
 }
 
 std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_t iterations) {
   std::vector<std::string> a = {
-      "train", "--nproc", std::to_string(c.dp * c.pp), "--model", ModelArg(c.model, dir),
-      "--parallel", fmt::format("dp={},pp={},vpp={}", c.dp, c.pp, c.vpp), "--schedule",
+      "train", "--nproc", std::to_string(c.dp * c.pp * c.cp), "--model", ModelArg(c.model, dir),
+      "--parallel", fmt::format("dp={},pp={},vpp={},cp={}", c.dp, c.pp, c.vpp, c.cp), "--schedule",
       c.schedule, "--method", c.method, "--data", "mixture-4task", "--tokens-per-batch",
       std::to_string(600 * c.dp), "--max-seqlen", "96", "--memory-limit",
       !c.memory_limit.empty() ? c.memory_limit : c.model.rfind("t5", 0) == 0 ? "40" : "55",
@@ -319,6 +331,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     ASSERT_TRUE(p.ok()) << p.status().message();
     ASSERT_EQ(p->kind, PackageKind::kPlan);
     EXPECT_EQ(p->plan.parallel.vpp, c.vpp);
+    EXPECT_EQ(p->plan.parallel.cp, c.cp);
     std::map<int64_t, Sample> by_id;
     for (const Sample& s : p->samples) by_id[s.id] = s;
     ReferenceBatch placed;  // rows of the reference: one sample, or a row attended as a whole
@@ -366,7 +379,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   }
 
   double worst = 0;
-  ExpectGradientsMatch(dir, c.dp * c.pp, ref->grads, &worst);
+  ExpectGradientsMatch(dir, c.dp * c.pp * c.cp, ref->grads, &worst);
   if (::testing::Test::HasFatalFailure()) return;
 
   // The reported peak tensor bytes of the rank that peaked cover at least its model states:

@@ -178,11 +178,11 @@ class Trainer {
           "replicas; allowed ep: divisors of dp that divide the model's experts)",
           par.ep, par.dp));
     }
-    if (par.cp != 1) {
+    if (par.cp > 1 && (o_.model.is_encoder_decoder() || par.ep != 1)) {
       return InvalidArgumentError(fmt::format(
-          "--parallel: the runtime implements cp = 1 only (got cp = {}); context parallelism "
-          "(ring attention) is planned and simulated but not executed",
-          par.cp));
+          "--parallel: cp = {} runs decoder-only models without expert parallelism only (this "
+          "run: model '{}', ep = {}; allowed: cp = 1, or cp > 1 with a GPT model and ep = 1)",
+          par.cp, o_.model.name, par.ep));
     }
     if (par.zero >= 2) {
       return InvalidArgumentError(fmt::format(
@@ -190,10 +190,11 @@ class Trainer {
           "use zero = 0 or 1 (ZeRO-1 runs as replicated AdamW, the same arithmetic)",
           par.zero));
     }
-    if (env_.world_size != par.dp * par.pp) {
+    if (env_.world_size != par.dp * par.pp * par.cp) {
       return InvalidArgumentError(fmt::format(
-          "--parallel dp={} x pp={} needs {} processes, but the job has {} (WORLD_SIZE or --nproc)",
-          par.dp, par.pp, par.dp * par.pp, env_.world_size));
+          "--parallel dp={} x pp={} x cp={} needs {} processes, but the job has {} (WORLD_SIZE "
+          "or --nproc)",
+          par.dp, par.pp, par.cp, par.dp * par.pp * par.cp, env_.world_size));
     }
     const Backend backend = o_.backend == "nccl" ? Backend::kNccl : Backend::kGloo;
     if (o_.backend != "gloo" && o_.backend != "nccl") {
@@ -215,9 +216,10 @@ class Trainer {
                  counter.status().message());
     }
     // Validate the model before the rendezvous so that bad input fails fast on every rank.
-    const int64_t dp_index = env_.rank / par.pp;
+    // Process = plan rank * cp + cp index (comm.h).
+    const int64_t dp_index = env_.rank / par.cp / par.pp;
     SLUICE_ASSIGN_OR_RETURN(
-        shard_, ModelShard::Create(o_.model, par.pp, par.vpp, env_.rank % par.pp, o_.seed,
+        shard_, ModelShard::Create(o_.model, par.pp, par.vpp, env_.rank / par.cp % par.pp, o_.seed,
                                    ExpertShard{.ep = par.ep, .index = dp_index % par.ep}));
     int64_t threads = o_.threads;
     if (threads <= 0) {
@@ -251,9 +253,10 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(service_->Start());
       if (o_.print) {
         fmt::print(
-            "runtime:  {} ranks (dp {} x pp {}{}{}), {} on {}, {} thread{} per rank, "
+            "runtime:  {} ranks (dp {} x pp {}{}{}{}), {} on {}, {} thread{} per rank, "
             "{} parameters on rank 0{}\n",
             env_.world_size, par.dp, par.pp, par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
+            par.cp > 1 ? fmt::format(" x cp {}", par.cp) : "",
             par.ep > 1 ? fmt::format(", ep {}", par.ep) : "", o_.backend,
             backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads, threads == 1 ? "" : "s",
             shard_->NumParameters(),
