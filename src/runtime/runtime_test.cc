@@ -33,6 +33,7 @@
 #include "base/json_util.h"
 #include "model/model_spec.h"
 #include "runtime/dump.h"
+#include "runtime/hetero_train.h"
 #include "plan/plan_json.h"
 #include "runtime/plan_package.h"
 #include "runtime/reference.h"
@@ -409,6 +410,124 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineTest, ::testing::ValuesIn(Cases()),
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// ---- Heterogeneous replicas (hetero_train.h) against the single-process reference ----
+
+struct HeteroCase {
+  std::string name;
+  std::string replicas;  // --replicas
+  int64_t processes;
+  std::string max_seqlen;  // above the narrower group's longest sequence
+};
+
+void PrintTo(const HeteroCase& c, std::ostream* os) { *os << c.name; }
+
+class HeteroTest : public ::testing::TestWithParam<HeteroCase> {};
+
+// Two replica groups cut differently (a pp 2 replica beside a pp 1 one, or beside a cp 2 one).
+// At 45 MB the pp 1 replica holds sequences up to 185 tokens, the pp 2 one up to 262 and the cp 2
+// one up to 368; the batches (--max-seqlen 256, 320) hold sequences only the wider group holds,
+// and they must go there. Every sample lands in exactly one group; the losses and every
+// process's gradients equal the single-process reference of the whole batch.
+TEST_P(HeteroTest, LossesAndGradientsMatchTheSingleProcessReference) {
+  const HeteroCase& c = GetParam();
+  const std::string dir = MakeDir(c.name);
+  constexpr int64_t kIterations = 2;
+  const Outcome run = RunSluice(
+      {"train", "--nproc", std::to_string(c.processes), "--model", "gpt-tiny", "--replicas",
+       c.replicas, "--data", "mixture-4task", "--tokens-per-batch", "1200", "--max-seqlen", c.max_seqlen,
+       "--memory-limit", "45", "--iterations", std::to_string(kIterations), "--seed",
+       std::to_string(kSeed), "--lr", "0.001", "--threads", "1", "--timeout", "60",
+       "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"},
+      dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  // "longest sequence per group: A / B"
+  const size_t at = run.output.find("longest sequence per group: ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  std::istringstream caps(run.output.substr(at + 28));
+  int64_t cap0 = 0, cap1 = 0;
+  char slash = 0;
+  caps >> cap0 >> slash >> cap1;
+  ASSERT_GT(cap0, 0);
+  ASSERT_GT(cap1, 0);
+  const int64_t wide = cap0 > cap1 ? 0 : 1, narrow_cap = std::min(cap0, cap1);
+
+  std::vector<ReferenceBatch> batches;
+  int64_t routed_long = 0;
+  for (int64_t i = 0; i < kIterations; ++i) {
+    ReferenceBatch placed;
+    std::map<int64_t, int64_t> group_of;  // sample id -> group
+    std::vector<Sample> samples;
+    for (int64_t g = 0; g < 2; ++g) {
+      StatusOr<std::string> bytes = ReadFileToString(dir + "/" + GroupPackageDumpName(i, g));
+      ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+      StatusOr<PlanPackage> p = DecodePackage(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()),
+                                   bytes->size()),
+          "dump");
+      ASSERT_TRUE(p.ok()) << p.status().message();
+      ASSERT_EQ(p->kind, PackageKind::kPlan);
+      ASSERT_TRUE(p->plan.dropped.empty());
+      if (g == 0) samples = p->samples;
+      EXPECT_EQ(p->samples, samples) << "every group's package carries the whole batch";
+      std::map<int64_t, Sample> by_id;
+      for (const Sample& s : p->samples) by_id[s.id] = s;
+      for (const PlanReplica& rep : p->plan.replicas) {
+        EXPECT_GE(rep.micro_batches.size(), 1u);
+        for (const PlanMicroBatch& mb : rep.micro_batches) {
+          for (const auto& row : mb.rows) {
+            if (mb.varlen || row.size() == 1) {
+              for (const int64_t id : row) placed.push_back({by_id.at(id)});
+            } else {
+              placed.emplace_back();
+              for (const int64_t id : row) placed.back().push_back(by_id.at(id));
+            }
+            for (const int64_t id : row) {
+              EXPECT_TRUE(group_of.emplace(id, g).second) << "sample " << id << " placed twice";
+            }
+          }
+        }
+      }
+    }
+    ASSERT_EQ(group_of.size(), samples.size()) << "every sample lands once";
+    std::set<int64_t> groups_used;
+    for (const Sample& s : samples) {
+      groups_used.insert(group_of.at(s.id));
+      if (s.tokens() > narrow_cap) {  // only the wider group holds it
+        EXPECT_EQ(group_of.at(s.id), wide) << "sample " << s.id << " of " << s.tokens();
+        ++routed_long;
+      }
+    }
+    EXPECT_EQ(groups_used.size(), 2u) << "both groups train";
+    batches.push_back(std::move(placed));
+  }
+  EXPECT_GT(routed_long, 0) << "no sequence needed the wider group: the routing was not tested";
+
+  StatusOr<ReferenceResult> ref =
+      RunReference(TestModel("gpt-tiny"), kSeed, kLr, batches, /*grad_batch=*/0);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const std::vector<double> losses = ReadLosses(dir + "/metrics.jsonl");
+  ASSERT_GE(losses.size(), static_cast<size_t>(kIterations)) << run.output;
+  double loss_error = 0;
+  for (int64_t i = 0; i < kIterations; ++i) {
+    EXPECT_NEAR(losses[i], ref->losses[i], kTolerance * std::abs(ref->losses[i]))
+        << "iteration " << i;
+    loss_error = std::max(loss_error, std::abs(losses[i] / ref->losses[i] - 1));
+  }
+  double worst = 0;
+  ExpectGradientsMatch(dir, c.processes, ref->grads, &worst);
+  std::printf("largest relative error: loss %.2e, gradient %.2e; %ld sequences longer than %ld "
+              "tokens routed to group %ld\n",
+              loss_error, worst, static_cast<long>(routed_long), static_cast<long>(narrow_cap),
+              static_cast<long>(wide + 1));
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, HeteroTest,
+                         ::testing::Values(
+                             HeteroCase{"pp2_and_pp1", "dp=1,pp=2;dp=1,pp=1", 3, "256"},
+                             HeteroCase{"pp2_and_cp2", "dp=1,pp=2;dp=1,cp=2", 4, "320"}),
+                         [](const auto& info) { return info.param.name; });
 
 // ---- MoE: expert parallelism against the micro-batch reference ----
 
