@@ -284,9 +284,10 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Every rank's gradient dump of iteration 0 in `dir` against the reference's: each parameter
 // within kTolerance (relative), known, and every reference parameter on some rank. `worst` gets
-// the largest relative error.
+// the largest relative error, `worst_abs` (when given) the largest absolute difference.
 void ExpectGradientsMatch(const std::string& dir, int64_t ranks,
-                          const std::vector<NamedValues>& reference, double* worst) {
+                          const std::vector<NamedValues>& reference, double* worst,
+                          double* worst_abs = nullptr) {
   std::map<std::string, const NamedValues*> expected;
   for (const NamedValues& v : reference) expected[v.name] = &v;
   std::set<std::string> seen;
@@ -299,6 +300,10 @@ void ExpectGradientsMatch(const std::string& dir, int64_t ranks,
       ASSERT_EQ(v.values.size(), e.values.size()) << v.name;
       const double err = RelativeError(v.values, e.values);
       *worst = std::max(*worst, err);
+      for (size_t i = 0; worst_abs != nullptr && i < v.values.size(); ++i) {
+        *worst_abs = std::max(*worst_abs, std::abs(static_cast<double>(v.values[i]) -
+                                                   static_cast<double>(e.values[i])));
+      }
       EXPECT_LE(err, kTolerance) << "rank " << r << ", gradient of " << v.name;
       seen.insert(v.name);
     }
@@ -380,7 +385,8 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   }
 
   double worst = 0;
-  ExpectGradientsMatch(dir, c.dp * c.pp * c.cp, ref->grads, &worst);
+  double worst_abs = 0;
+  ExpectGradientsMatch(dir, c.dp * c.pp * c.cp, ref->grads, &worst, &worst_abs);
   if (::testing::Test::HasFatalFailure()) return;
 
   // The reported peak tensor bytes of the rank that peaked cover at least its model states:
@@ -397,10 +403,11 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     for (const NamedValues& v : *got) params += static_cast<int64_t>(v.values.size());
     EXPECT_GE(m.at("peak_tensor_bytes").get<int64_t>(), 16 * params) << line;
   }
-  std::printf("largest relative error: loss %.2e, gradient %.2e (%zu parameters, %zu shapes)\n",
+  std::printf("largest relative error: loss %.2e, gradient %.2e (max |diff| %.2e; %zu "
+              "parameters, %zu shapes)\n",
               std::max(std::abs(losses[0] / ref->losses[0] - 1),
                        std::abs(losses[1] / ref->losses[1] - 1)),
-              worst, ref->grads.size(), shapes.size());
+              worst, worst_abs, ref->grads.size(), shapes.size());
   fs::remove_all(dir);
 }
 
@@ -514,12 +521,15 @@ TEST_P(HeteroTest, LossesAndGradientsMatchTheSingleProcessReference) {
         << "iteration " << i;
     loss_error = std::max(loss_error, std::abs(losses[i] / ref->losses[i] - 1));
   }
-  double worst = 0;
-  ExpectGradientsMatch(dir, c.processes, ref->grads, &worst);
-  std::printf("largest relative error: loss %.2e, gradient %.2e; %ld sequences longer than %ld "
-              "tokens routed to group %ld\n",
-              loss_error, worst, static_cast<long>(routed_long), static_cast<long>(narrow_cap),
-              static_cast<long>(wide + 1));
+  double worst = 0, worst_abs = 0, loss_abs = 0;
+  for (int64_t i = 0; i < kIterations; ++i) {
+    loss_abs = std::max(loss_abs, std::abs(losses[i] - ref->losses[i]));
+  }
+  ExpectGradientsMatch(dir, c.processes, ref->grads, &worst, &worst_abs);
+  std::printf("largest relative error: loss %.2e, gradient %.2e (max |diff|: loss %.2e, gradient "
+              "%.2e); %ld sequences longer than %ld tokens routed to group %ld\n",
+              loss_error, worst, loss_abs, worst_abs, static_cast<long>(routed_long),
+              static_cast<long>(narrow_cap), static_cast<long>(wide + 1));
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
 
