@@ -266,8 +266,8 @@ class Communicator {
   // A process group over `members` (global ranks, ascending; this process among them) named
   // `name`: every member must call it with the same arguments, and all members must create
   // their groups in the same order (Gloo connects the members while creating it).
-  StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> MakeSubgroup(const std::string& name,
-                                                                const std::vector<int64_t>& members);
+  StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> MakeSubgroup(
+      const std::string& name, const std::vector<int64_t>& members);
   // Blocks until `h` completes; the error carries c10d's message.
   Status Wait(const Handle& h);
   // Delays every later Send by `delay` (see the file comment); 0 = none. Call once, before the

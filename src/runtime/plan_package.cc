@@ -170,7 +170,8 @@ Status CheckPlanMatches(const ExecutionPlan& plan, const JobConfig& job, std::st
   const std::pair<const char*, int64_t> fields[] = {
       {"dp", plan.parallel.dp - job.parallel.dp},   {"pp", plan.parallel.pp - job.parallel.pp},
       {"tp", plan.parallel.tp - job.parallel.tp},   {"ep", plan.parallel.ep - job.parallel.ep},
-      {"vpp", plan.parallel.vpp - job.parallel.vpp}, {"zero", plan.parallel.zero - job.parallel.zero},
+      {"vpp", plan.parallel.vpp - job.parallel.vpp},
+      {"zero", plan.parallel.zero - job.parallel.zero},
       {"cp", plan.parallel.cp - job.parallel.cp}};
   const int64_t plan_values[] = {plan.parallel.dp,  plan.parallel.pp,   plan.parallel.tp,
                                  plan.parallel.ep,  plan.parallel.vpp,  plan.parallel.zero,

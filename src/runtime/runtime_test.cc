@@ -1,10 +1,11 @@
 // Multi-process tests of the runtime (CTest label `torch`): `sluice train` runs real plans on
 // real processes (c10d + Gloo on CPU), and its losses and gradients must equal the
 // single-process reference (RunReference: same samples and weights, no pipeline, no padding)
-// within 1e-5 relative, for GPT and T5, every schedule, pp 2 and 3, dp 1 and 2, cp 2 (GPT), on
-// the planner's variable-length micro-batches. Then: a plan for another model is rejected naming the field, a
-// killed, stopped or hung rank makes the others exit non-zero naming it, and the --nproc launcher
-// stops the rest when one rank fails.
+// within 1e-5 relative, for GPT and T5, every schedule, pp 2 and 3, dp 1 and 2, cp 2 (GPT),
+// heterogeneous replica groups (pp 2 + pp 1, pp 2 + cp 2), on the planner's variable-length
+// micro-batches. Then: a plan for another model is rejected naming the field, a killed, stopped
+// or hung rank makes the others exit non-zero naming it, and the --nproc launcher stops the rest
+// when one rank fails.
 //
 // Each test runs the sluice binary (SLUICE_BINARY, set by CMake) on a port the kernel just
 // handed out (so `ctest -j` runs tests side by side) under a hard deadline.
@@ -442,7 +443,8 @@ TEST_P(HeteroTest, LossesAndGradientsMatchTheSingleProcessReference) {
   constexpr int64_t kIterations = 2;
   const Outcome run = RunSluice(
       {"train", "--nproc", std::to_string(c.processes), "--model", "gpt-tiny", "--replicas",
-       c.replicas, "--data", "mixture-4task", "--tokens-per-batch", "1200", "--max-seqlen", c.max_seqlen,
+       c.replicas, "--data", "mixture-4task", "--tokens-per-batch", "1200", "--max-seqlen",
+       c.max_seqlen,
        "--memory-limit", "45", "--iterations", std::to_string(kIterations), "--seed",
        std::to_string(kSeed), "--lr", "0.001", "--threads", "1", "--timeout", "60",
        "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"},

@@ -279,8 +279,9 @@ class Trainer {
             "{} parameters on rank 0{}\n",
             env_.world_size,
             o_.replicas.has_value()
-                ? fmt::format("replica groups {}; cross-group gradient sums on rank 0: {}; group 1: ",
-                              DescribeHetero(*o_.replicas), cross_->groups())
+                ? fmt::format(
+                      "replica groups {}; cross-group gradient sums on rank 0: {}; group 1: ",
+                      DescribeHetero(*o_.replicas), cross_->groups())
                 : "",
             par.dp, par.pp, par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
             par.cp > 1 ? fmt::format(" x cp {}", par.cp) : "",

@@ -101,8 +101,9 @@ struct TrainOptions {
   std::function<void(ExecutionPlan*)> adjust_plan;
 };
 
-// Heterogeneous replicas (hetero_train.h): errors for `sluice train --replicas` that the planner's checks leave to the runtime: tp, ep,
-// vpp, ZeRO >= 2, a world size that is not the groups' devices. Messages start with `source`.
+// Heterogeneous replicas (hetero_train.h): errors for `sluice train --replicas` that the
+// planner's checks leave to the runtime: tp, ep, vpp, ZeRO >= 2, a world size that is not the
+// groups' devices. Messages start with `source`.
 Status CheckHeteroRunnable(const HeteroConfig& config, int64_t world_size,
                            std::string_view source);
 
