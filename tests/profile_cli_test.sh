@@ -29,6 +29,15 @@ expect plan-profiled 0 "\(2 planned, 0 out of memory\)" -- plan --model gpt-tiny
 # sluice train's number flags (rejected before any process starts).
 expect train-lr-nan 2 "--lr: 'nan' is not allowed; allowed: a number in \(0, 1000\]" -- train --lr nan
 expect train-threads-negative 2 "--threads: '-1' is not allowed" -- train --threads -1
+# sluice train --replicas (heterogeneous replica groups): what the runtime does not run.
+expect train-replicas-tp 2 "--replicas: group 2 .*tp = 2 is not run by the runtime's heterogeneous replicas \\(allowed: tp = 1\\)" -- train --replicas 'dp=1,pp=2;dp=1,tp=2'
+expect train-replicas-key 2 "--replicas: group 2 'bogus=1': field 'bogus': unknown key" -- train --replicas 'dp=1,pp=2;bogus=1'
+expect train-replicas-parallel 2 "--replicas and --parallel: give one" -- train --replicas 'dp=1,pp=2' --parallel dp=2
+expect train-replicas-nproc 2 "--replicas: the replica groups .* need 3 processes, but the job has 4" -- train --replicas 'dp=1,pp=2;dp=1' --nproc 4
+expect train-replicas-vpp 2 "vpp = 2 is not run .*allowed: vpp = 1" -- train --replicas 'dp=1,pp=2;dp=1,vpp=2'
+expect train-replicas-partial 2 "--replicas with --allow-partial" -- train --replicas 'dp=1,pp=2;dp=1' --allow-partial
+expect train-replicas-t5 2 "--replicas: heterogeneous replicas support decoder-only models" -- train --model t5-tiny --replicas 'dp=1,pp=2;dp=1'
+expect train-cp-t5 2 "--parallel: model .t5-tiny.: cp = 2 needs a decoder-only model" -- train --model t5-tiny --parallel cp=2 --nproc 2
 expect bad-mbs 2 "--mbs: micro-batch size 0 is out of range \(allowed: 1 to" -- profile --mbs 0,1 --out "$tmp/x.json"
 expect bad-seqlen 2 "--seqlen: .*4097.*max_position" -- profile --seqlen 4097 --out "$tmp/x.json"
 expect bad-recompute 2 "--recompute: 'some'.*none, selective, full" -- profile --recompute some --out "$tmp/x.json"

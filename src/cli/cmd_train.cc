@@ -11,6 +11,7 @@
 
 #include "cli/cli_common.h"
 #include "cli/scenario_flags.h"
+#include "planner/hetero.h"
 #include "runtime/launcher.h"
 #include "runtime/trainer.h"
 #include "trace/calibration.h"
@@ -38,7 +39,37 @@ struct TrainFlags {
   std::string bind;
   std::string iface;
   std::string calibration;  // --calibration FILE
+  std::string replicas;     // --replicas SPEC|FILE (heterogeneous replica groups)
+  const CLI::Option* parallel_option = nullptr;  // whether --parallel was given
 };
+
+// --replicas: the groups, checked against what the other flags ask for and what the runtime
+// runs (runtime/hetero_train.h).
+StatusOr<HeteroConfig> ResolveTrainReplicas(const TrainFlags& f) {
+  if (f.parallel_option != nullptr && f.parallel_option->count() > 0) {
+    return InvalidArgumentError(
+        "--replicas and --parallel: give one (--replicas 'dp=1,pp=2;dp=1,pp=1' sets every "
+        "replica group's shape)");
+  }
+  const std::pair<bool, const char*> excluded[] = {
+      {!f.plans.empty(), "--plan"},
+      {f.planner.optimize_budget_ms > 0, "--optimize-budget-ms"},
+      {!f.calibration.empty(), "--calibration"},
+      {f.allow_partial, "--allow-partial"}};
+  for (const auto& [given, flag] : excluded) {
+    if (given) {
+      return InvalidArgumentError(fmt::format(
+          "--replicas with {}: heterogeneous replicas are planned by rank 0 each iteration and "
+          "train whole batches (leave out {})",
+          flag, flag));
+    }
+  }
+  SLUICE_ASSIGN_OR_RETURN(HeteroConfig config, ResolveHetero(f.replicas, "--replicas"));
+  SLUICE_RETURN_IF_ERROR(
+      runtime::CheckHeteroRunnable(config, f.nproc > 0 ? f.nproc : config.devices(),
+                                   "--replicas"));
+  return config;
+}
 
 Status RunTrain(const TrainFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
@@ -72,6 +103,12 @@ Status RunTrain(const TrainFlags& f) {
   // Every rank (and the launcher, to fail fast on bad flags) resolves the same scenario and
   // builds the same planner (rank 0 plans with it).
   ScenarioFlags scenario_flags = f.scenario;
+  std::optional<HeteroConfig> replicas;
+  if (!f.replicas.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(replicas, ResolveTrainReplicas(f));
+    // The scenario's own configuration only carries the devices; each group plans its own.
+    scenario_flags.parallel = fmt::format("dp={}", replicas->devices());
+  }
   if (scenario_flags.cluster == "cpu") {
     // The default target: this host's cores, as many "devices" as the configuration's ranks.
     SLUICE_ASSIGN_OR_RETURN(ParallelConfig par, ResolveParallel(scenario_flags.parallel));
@@ -80,6 +117,19 @@ Status RunTrain(const TrainFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(scenario_flags));
   SLUICE_ASSIGN_OR_RETURN(const Planner planner,
                           MakePlannerFromFlags(sc, scenario_flags, f.planner));
+  std::optional<HeteroPlanner> hetero_planner;
+  if (replicas.has_value()) {
+    // The scenario's memory limit (or reserve) on every group that gives none.
+    for (ParallelConfig& g : replicas->groups) {
+      if (g.memory_limit.has_value() || g.memory_reserve.has_value()) continue;
+      g.memory_limit = sc.memory_limit;
+      if (!g.memory_limit.has_value()) g.memory_reserve = sc.memory_reserve;
+    }
+    HeteroPlannerOptions options;
+    options.planner = planner.options();
+    SLUICE_ASSIGN_OR_RETURN(hetero_planner, HeteroPlanner::Create(*sc.cost, *replicas, sc.cluster,
+                                                                  options, "--replicas"));
+  }
   runtime::TrainOptions o;
   if (f.link_delay_ms * 1e-3 >= static_cast<double>(f.timeout_s)) {
     return InvalidArgumentError(fmt::format(
@@ -112,6 +162,10 @@ Status RunTrain(const TrainFlags& f) {
   o.model = sc.model;
   o.parallel = *sc.parallel;
   o.planner = &planner;
+  if (hetero_planner.has_value()) {
+    o.replicas = hetero_planner->config();
+    o.hetero_planner = &*hetero_planner;
+  }
   o.batcher = &*sc.batcher;
   o.plan_files = f.plans;
   if (!f.plans.empty() && env.rank == 0) {
@@ -149,6 +203,17 @@ Status RunTrain(const TrainFlags& f) {
     fmt::print("method:   {}, schedule {}{}\n", f.planner.method, f.planner.schedule,
                f.plans.empty() ? (f.planner.no_search ? "" : ", micro-batch order searched")
                                : fmt::format(", {} plan files", f.plans.size()));
+    if (hetero_planner.has_value()) {
+      std::string caps;
+      for (size_t g = 0; g < hetero_planner->capacities().size(); ++g) {
+        caps += fmt::format("{}{}", g ? " / " : "", hetero_planner->capacities()[g]);
+      }
+      fmt::print(
+          "replicas: {} ({} replica groups on {} processes; longest sequence per group: {}; "
+          "sequences routed by Hydraulis' stage 1, planner/hetero.h)\n",
+          DescribeHetero(hetero_planner->config()), hetero_planner->config().groups.size(),
+          hetero_planner->config().devices(), caps);
+    }
     if (!f.calibration.empty()) {
       fmt::print(
           "calibration: {} (each plan's simulated time and peak memory, calibrated, "
@@ -176,6 +241,13 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       "train", "Train for real on libtorch + c10d, executing the planner's plans (docs/runtime.md)");
   AddScenarioFlags(t, &flags->scenario);
   AddPlannerFlags(t, &flags->planner);
+  flags->parallel_option = t->get_option("--parallel");
+  t->add_option("--replicas", flags->replicas,
+                "Heterogeneous replica groups instead of --parallel: groups separated by ';', "
+                "each dp,pp,cp as --parallel (tp, ep, vpp 1, zero 0 or 1), e.g. "
+                "'dp=1,pp=2;dp=1,pp=1' (3 processes), or a JSON file (docs/runtime.md); each "
+                "batch's sequences are routed to the groups by length")
+      ->type_name("SPEC|FILE");
   // The plans always run on this host's CPUs; --cluster and --memory-limit describe the target
   // the planner prices them for.
   t->get_option("--cluster")

@@ -483,7 +483,7 @@ void Watchdog::Loop() {
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     const DistEnv& env, const ParallelConfig& par, const std::vector<int64_t>& embedding_ranks,
-    Backend backend, std::chrono::milliseconds timeout) {
+    Backend backend, std::chrono::milliseconds timeout, RankPlacement placement) {
 #ifndef USE_C10D_NCCL
   if (backend == Backend::kNccl) {
     return InvalidArgumentError(
@@ -498,20 +498,26 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
         "replicas)",
         par.ep, par.dp));
   }
-  if (par.cp != 1) {
+  if (par.cp < 1 || (par.cp > 1 && par.ep != 1)) {
     return InvalidArgumentError(fmt::format(
-        "the runtime supports cp = 1 only (got cp = {}); context parallelism is planned and "
-        "simulated but not executed",
-        par.cp));
+        "--parallel: cp = {} with ep = {}: the runtime runs context parallelism without expert "
+        "parallelism only (allowed: cp >= 1 with ep = 1, or cp = 1)",
+        par.cp, par.ep));
   }
-  if (env.world_size != par.dp * par.pp) {
+  const int64_t processes = par.dp * par.pp * par.cp;
+  const bool whole_job = placement.offset == 0 && placement.prefix.empty();
+  if (whole_job ? env.world_size != processes
+                : placement.offset < 0 || placement.offset + processes > env.world_size) {
     return InvalidArgumentError(fmt::format(
-        "--parallel dp={} x pp={} needs {} processes, but WORLD_SIZE is {}", par.dp, par.pp,
-        par.dp * par.pp, env.world_size));
+        "--parallel dp={} x pp={} x cp={} needs {} processes{}, but WORLD_SIZE is {}", par.dp,
+        par.pp, par.cp, processes,
+        whole_job ? "" : fmt::format(" from process {}", placement.offset), env.world_size));
   }
   std::unique_ptr<Communicator> c(new Communicator());
   c->env_ = env;
   c->par_ = par;
+  c->placement_ = placement;
+  c->backend_ = backend;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   if (env.rank == 0) {
@@ -561,8 +567,15 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   // without a message, the watchdog names the rank. Creating the groups (Gloo's pair connects
   // take Gloo's timeout) is bounded by a deadline instead.
   const std::chrono::milliseconds pg_timeout = timeout * 2 + std::chrono::seconds(60);
+  c->address_ = address;
+  c->pg_timeout_ = pg_timeout;
   const c10::intrusive_ptr<c10d::Store> store = st.AsC10dStore();
   const int64_t d = c->dp_index(), p = c->pp_index();
+  // In a replica group every process is placed (the caller checked this one is inside it).
+  const bool member = env.rank >= placement.offset && env.rank < placement.offset + processes;
+  if (!member) return InternalError("the process is not in the communicator's placement");
+  const int64_t cp = par.cp, ci = c->cp_index(), off = placement.offset;
+  const std::string& pre = placement.prefix;
   DeadlineGuard deadline(
       env.rank, timeout + std::chrono::seconds(2),
       fmt::format("creating the process groups (Gloo on {}) failed: a rank died, stopped or "
@@ -571,33 +584,47 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
   try {
     c->world_ = MakeGroup(store, "world", env.rank, env.world_size, backend, env.gloo_iface,
                           address, pg_timeout);
-    if (par.dp > 1) {
-      c->dp_ = MakeGroup(store, fmt::format("dp{}", p), d, par.dp, backend, env.gloo_iface, address,
-                         pg_timeout);
+    if (par.dp * cp > 1) {  // dp x cp copies of pipeline rank p, rank k * cp + j
+      c->dp_ = MakeGroup(store, fmt::format("{}dp{}", pre, p), d * cp + ci, par.dp * cp, backend,
+                         env.gloo_iface, address, pg_timeout);
       for (int64_t k = 0; k < par.dp; ++k) {
-        if (k != d) c->dp_peers_.push_back(k * par.pp + p);
+        for (int64_t j = 0; j < cp; ++j) {
+          const int64_t r = off + (k * par.pp + p) * cp + j;
+          if (r != env.rank) c->dp_peers_.push_back(r);
+        }
       }
     }
     if (par.ep > 1) {
       const int64_t g = d / par.ep, k = d % par.ep;
-      c->ep_ = MakeGroup(store, fmt::format("ep{}_{}", p, g), k, par.ep, backend, env.gloo_iface,
-                         address, pg_timeout);
-      for (int64_t j = 0; j < par.ep; ++j) c->ep_group_.push_back((g * par.ep + j) * par.pp + p);
+      c->ep_ = MakeGroup(store, fmt::format("{}ep{}_{}", pre, p, g), k, par.ep, backend,
+                         env.gloo_iface, address, pg_timeout);
+      for (int64_t j = 0; j < par.ep; ++j) {
+        c->ep_group_.push_back(off + (g * par.ep + j) * par.pp + p);
+      }
       if (par.dp > par.ep) {
-        c->edp_ = MakeGroup(store, fmt::format("edp{}_{}", p, k), g, par.dp / par.ep, backend,
-                            env.gloo_iface, address, pg_timeout);
+        c->edp_ = MakeGroup(store, fmt::format("{}edp{}_{}", pre, p, k), g, par.dp / par.ep,
+                            backend, env.gloo_iface, address, pg_timeout);
         for (int64_t q = 0; q < par.dp / par.ep; ++q) {
-          if (q != g) c->edp_peers_.push_back((q * par.ep + k) * par.pp + p);
+          if (q != g) c->edp_peers_.push_back(off + (q * par.ep + k) * par.pp + p);
         }
       }
     }
     const auto it = std::find(embedding_ranks.begin(), embedding_ranks.end(), p);
     if (embedding_ranks.size() > 1 && it != embedding_ranks.end()) {
-      c->emb_ = MakeGroup(store, fmt::format("emb{}", d), it - embedding_ranks.begin(),
+      c->emb_ = MakeGroup(store, fmt::format("{}emb{}_{}", pre, d, ci),
+                          it - embedding_ranks.begin(),
                           static_cast<int64_t>(embedding_ranks.size()), backend, env.gloo_iface,
                           address, pg_timeout);
       for (const int64_t q : embedding_ranks) {
-        if (q != p) c->emb_peers_.push_back(d * par.pp + q);
+        if (q != p) c->emb_peers_.push_back(off + (d * par.pp + q) * cp + ci);
+      }
+    }
+    if (cp > 1) {
+      c->cp_ = MakeGroup(store, fmt::format("{}cp{}", pre, c->plan_rank()), ci, cp, backend,
+                         env.gloo_iface, address, pg_timeout);
+      for (int64_t j = 0; j < cp; ++j) {
+        const int64_t r = off + c->plan_rank() * cp + j;
+        if (r != env.rank) c->cp_peers_.push_back(r);
       }
     }
   } catch (const std::exception& e) {
@@ -786,6 +813,50 @@ StatusOr<Communicator::Handle> Communicator::AllReduceExpertDp(const at::Tensor&
   } catch (const std::exception& e) {
     return FailedPreconditionError(
         fmt::format("expert data-parallel all-reduce failed: {}", e.what()));
+  }
+}
+
+StatusOr<Communicator::Handle> Communicator::AllGatherCp(std::vector<at::Tensor>& out,
+                                                         const at::Tensor& t) {
+  if (!cp_) return InternalError("no context-parallel group (cp = 1)");
+  try {
+    std::vector<std::vector<at::Tensor>> outs{out};
+    std::vector<at::Tensor> in{t};
+    Handle h = cp_->allgather(outs, in);
+    return h;
+  } catch (const std::exception& e) {
+    return FailedPreconditionError(fmt::format("context-parallel all-gather failed: {}", e.what()));
+  }
+}
+
+StatusOr<Communicator::Handle> Communicator::AllReduceCp(const at::Tensor& t) {
+  if (!cp_) return InternalError("no context-parallel group (cp = 1)");
+  try {
+    std::vector<at::Tensor> v{t};
+    return cp_->allreduce(v);
+  } catch (const std::exception& e) {
+    return FailedPreconditionError(fmt::format("context-parallel all-reduce failed: {}", e.what()));
+  }
+}
+
+StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> Communicator::MakeSubgroup(
+    const std::string& name, const std::vector<int64_t>& members) {
+  const auto it = std::find(members.begin(), members.end(), env_.rank);
+  if (it == members.end()) {
+    return InternalError(fmt::format("rank {} is not a member of group {}", env_.rank, name));
+  }
+  DeadlineGuard deadline(env_.rank, pg_timeout_,
+                         fmt::format("creating the process group {} failed: a member died, "
+                                     "stopped or cannot be reached",
+                                     name));
+  try {
+    return MakeGroup(store_->AsC10dStore(), name, it - members.begin(),
+                     static_cast<int64_t>(members.size()), backend_, env_.gloo_iface, address_,
+                     pg_timeout_);
+  } catch (const std::exception& e) {
+    return FailedPreconditionError(
+        fmt::format("rank {}: creating the process group {} failed: {}", env_.rank, name,
+                    e.what()));
   }
 }
 

@@ -20,7 +20,17 @@
 //     plan's split sizes);
 //   - "edp<p>_<k>" (ep > 1, dp > ep): the replicas d with d % ep == k of pipeline rank p, which
 //     hold the same experts, for summing the expert gradients (dense gradients use "dp<p>").
+//   - "cp<r>" (cp > 1): the cp processes of plan rank r, for the K/V all-gathers of context
+//     parallelism (context_parallel.h) and their backward all-reduces.
 // Only tp = 1 is supported (the caller rejects other plans).
+//
+// Processes and plan ranks: a plan rank (dp_index * pp + pp_index) is run by cp processes,
+// process = offset + plan_rank * cp + cp_index, where `offset` is 0 except for a replica group
+// of a heterogeneous job (hetero_train.h), whose processes follow the groups before it. The
+// plan's peers are plan ranks of the same group: Send/Recv go to the process of the same cp
+// index (ProcessRank). The data-parallel group "dp<p>" holds the dp x cp processes of pipeline
+// rank p (the plan reduces gradients over dp x cp, plan/lower.h); the embedding group the
+// ranks of one replica and cp index. Group names carry the placement's prefix.
 //
 // Failure handling (Watchdog): every rank runs a thread with its own store connections that
 // beats a heartbeat counter, watches the other ranks' counters and an abort key, and watches the
@@ -193,6 +203,12 @@ class DelayedSend : public c10d::Work {
   std::chrono::steady_clock::time_point handed_at_;
 };
 
+// Where a communicator's plan ranks live among the job's processes (see the file comment).
+struct RankPlacement {
+  int64_t offset = 0;  // the process of plan rank 0, cp index 0
+  std::string prefix;  // prepended to the names of the groups (unique per replica group)
+};
+
 class Communicator {
  public:
   using Handle = c10::intrusive_ptr<c10d::Work>;
@@ -203,12 +219,23 @@ class Communicator {
                                                         const ParallelConfig& par,
                                                         const std::vector<int64_t>& embedding_ranks,
                                                         Backend backend,
-                                                        std::chrono::milliseconds timeout);
+                                                        std::chrono::milliseconds timeout,
+                                                        RankPlacement placement = {});
 
   const DistEnv& env() const { return env_; }
+  // This process (global rank) and the plan rank it runs.
   int64_t rank() const { return env_.rank; }
-  int64_t dp_index() const { return env_.rank / par_.pp; }
-  int64_t pp_index() const { return env_.rank % par_.pp; }
+  int64_t plan_rank() const { return (env_.rank - placement_.offset) / par_.cp; }
+  int64_t cp_index() const { return (env_.rank - placement_.offset) % par_.cp; }
+  int64_t cp() const { return par_.cp; }
+  int64_t dp_index() const { return plan_rank() / par_.pp; }
+  int64_t pp_index() const { return plan_rank() % par_.pp; }
+  // The process of plan rank `plan_rank` with this process's cp index.
+  int64_t ProcessRank(int64_t plan_rank) const {
+    return placement_.offset + plan_rank * par_.cp + cp_index();
+  }
+  // The other processes of this plan rank's cp group (empty at cp = 1).
+  const std::vector<int64_t>& cp_peers() const { return cp_peers_; }
   StoreClient& store() { return *store_; }
   bool has_embedding_group() const { return emb_ != nullptr; }
   // Global ranks of this rank's data-parallel and embedding groups (itself excluded).
@@ -232,6 +259,15 @@ class Communicator {
                               std::vector<int64_t> recv_splits, std::vector<int64_t> send_splits);
   // Sum over the replicas holding the same experts. REQUIRES: has_expert_dp_group().
   StatusOr<Handle> AllReduceExpertDp(const at::Tensor& t);
+  // cp > 1: all-gather of `t` over the cp group into `out` (one tensor per cp index), and a sum
+  // over it.
+  StatusOr<Handle> AllGatherCp(std::vector<at::Tensor>& out, const at::Tensor& t);
+  StatusOr<Handle> AllReduceCp(const at::Tensor& t);
+  // A process group over `members` (global ranks, ascending; this process among them) named
+  // `name`: every member must call it with the same arguments, and all members must create
+  // their groups in the same order (Gloo connects the members while creating it).
+  StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> MakeSubgroup(
+      const std::string& name, const std::vector<int64_t>& members);
   // Blocks until `h` completes; the error carries c10d's message.
   Status Wait(const Handle& h);
   // Delays every later Send by `delay` (see the file comment); 0 = none. Call once, before the
@@ -248,10 +284,14 @@ class Communicator {
 
   DistEnv env_;
   ParallelConfig par_;
+  RankPlacement placement_;
+  Backend backend_ = Backend::kGloo;
+  std::string address_;  // the Gloo address (when no interface is given)
+  std::chrono::milliseconds pg_timeout_{0};
   std::unique_ptr<StoreServer> server_;  // rank 0
   std::unique_ptr<StoreClient> store_;
-  c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_, ep_, edp_;
-  std::vector<int64_t> dp_peers_, emb_peers_, ep_group_, edp_peers_;
+  c10::intrusive_ptr<c10d::ProcessGroup> world_, dp_, emb_, ep_, edp_, cp_;
+  std::vector<int64_t> dp_peers_, emb_peers_, ep_group_, edp_peers_, cp_peers_;
   std::mutex world_mu_;  // serialises posts on world_ (main thread and the link-delay thread)
   std::chrono::nanoseconds link_delay_{0};
   std::unique_ptr<LinkDelay> delay_;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "plan/instruction.h"
+#include "runtime/context_parallel.h"
 #include "runtime/layout.h"
 
 namespace sluice::runtime {
@@ -192,7 +193,7 @@ class IterationRun {
   IterationRun(ModelShard* shard, Communicator* comm, torch::optim::Optimizer* optimizer,
                Watchdog* watchdog, TraceRecorder* trace, const TokenSource* tokens,
                Clock::time_point epoch, const ExecutionPlan& plan, const SampleTable& samples,
-               int64_t iteration)
+               int64_t iteration, int64_t loss_labels)
       : shard_(*shard),
         comm_(*comm),
         optimizer_(*optimizer),
@@ -203,18 +204,23 @@ class IterationRun {
         plan_(plan),
         samples_(samples),
         iteration_(iteration),
+        loss_labels_(loss_labels),
         rank_(comm->rank()),
-        program_(plan.ranks[comm->rank()]),
+        program_(plan.ranks[comm->plan_rank()]),
         replica_(plan.replicas[program_.dp_index]),
         num_stages_(plan.num_stages()),
         exchange_(
-            *comm, *watchdog, *trace, [this] { return Now(); }, iteration) {}
+            *comm, *watchdog, *trace, [this] { return Now(); }, iteration),
+        cp_gather_(comm, watchdog) {}
 
   StatusOr<IterationResult> Run(const Executor::BeforeStep& before_step) {
     IterationResult result;
     result.start_ns = Now();
     before_step_ = &before_step;
-    SLUICE_ASSIGN_OR_RETURN(const int64_t labels, GlobalLabelTokens(plan_, samples_));
+    int64_t labels = loss_labels_;
+    if (labels <= 0) {
+      SLUICE_ASSIGN_OR_RETURN(labels, GlobalLabelTokens(plan_, samples_));
+    }
     loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(labels, 1));
     SLUICE_RETURN_IF_ERROR(PrepareBuckets());
     for (const Instruction& in : program_.instructions) {
@@ -411,11 +417,36 @@ class IterationRun {
     if (it == inputs_.end()) {
       SLUICE_ASSIGN_OR_RETURN(MicroBatchLayout layout,
                               LayoutMicroBatch(plan_.model, replica_.micro_batches[mb], samples_));
-      it = inputs_
-               .emplace(mb, BuildMicroBatchInputs(plan_.model, layout, tokens_, loss_scale_))
-               .first;
+      if (comm_.cp() == 1) {
+        it = inputs_
+                 .emplace(mb, BuildMicroBatchInputs(plan_.model, layout, tokens_, loss_scale_))
+                 .first;
+      } else {  // this process's share of the tokens, at a length that 2 * cp divides
+        if (plan_.model.is_encoder_decoder()) {
+          return InvalidArgumentError("context parallelism runs decoder-only models only");
+        }
+        layout.shape.seqlen = CpPaddedLength(layout.shape.seqlen, comm_.cp());
+        const MicroBatchInputs full = BuildMicroBatchInputs(plan_.model, layout, tokens_,
+                                                            loss_scale_);
+        it = inputs_
+                 .emplace(mb, ShardMicroBatchInputs(full, comm_.cp(), comm_.cp_index(),
+                                                    &cp_gather_))
+                 .first;
+      }
     }
     return &it->second;
+  }
+
+  // The plan's shapes of micro-batch `mb` as this process holds them (context_parallel.h).
+  std::vector<TensorShape> Local(const std::vector<TensorShape>& shapes, int64_t mb) const {
+    if (comm_.cp() == 1 || mb < 0 || mb >= static_cast<int64_t>(replica_.micro_batches.size())) {
+      return shapes;
+    }
+    std::vector<TensorShape> out;
+    for (const TensorShape& s : shapes) {
+      out.push_back(LocalShape(s, replica_.micro_batches[mb].shape.seqlen, comm_.cp()));
+    }
+    return out;
   }
 
   StatusOr<const Chunk*> ChunkOf(int64_t stage) const {
@@ -434,7 +465,7 @@ class IterationRun {
       if (plan_.model.is_encoder_decoder()) t.push_back(mb->dec_tokens);
     }
     if (in.stage == num_stages_ - 1) t.push_back(mb->labels);
-    SLUICE_RETURN_IF_ERROR(CheckShapes(t, in.shapes, "loaded tensors"));
+    SLUICE_RETURN_IF_ERROR(CheckShapes(t, Local(in.shapes, in.microbatch), "loaded tensors"));
     for (const at::Tensor& x : t) last_bytes_ += x.numel() * x.element_size();
     return Write(in, std::move(t));
   }
@@ -478,7 +509,8 @@ class IterationRun {
     if (last) {
       loss_ += outputs.at(0).item<double>();
     } else {
-      SLUICE_RETURN_IF_ERROR(CheckShapes(outputs, in.shapes, "stage outputs"));
+      SLUICE_RETURN_IF_ERROR(
+          CheckShapes(outputs, Local(in.shapes, in.microbatch), "stage outputs"));
       SLUICE_RETURN_IF_ERROR(Write(in, outputs));
     }
     run.outputs = std::move(outputs);
@@ -516,9 +548,10 @@ class IterationRun {
       if (in.inputs.empty()) return InvalidArgumentError("no gradient slot");
       SLUICE_ASSIGN_OR_RETURN(run.grad_outputs, Read({in.inputs.back()}));
       SLUICE_RETURN_IF_ERROR(
-          CheckShapes(run.grad_outputs, BoundaryShapes(plan_.model, replica_.micro_batches
-                                                       [in.microbatch].shape, in.stage,
-                                                       num_stages_),
+          CheckShapes(run.grad_outputs,
+                      Local(BoundaryShapes(plan_.model, replica_.micro_batches[in.microbatch].shape,
+                                           in.stage, num_stages_),
+                            in.microbatch),
                       "output gradients"));
     }
     const Tensors leaves = in.stage == 0 ? Tensors{} : run.inputs;
@@ -553,7 +586,8 @@ class IterationRun {
       for (size_t i = 0; i < input_grads.size(); ++i) {
         if (!input_grads[i].defined()) input_grads[i] = torch::zeros_like(leaves[i]);
       }
-      SLUICE_RETURN_IF_ERROR(CheckShapes(input_grads, in.shapes, "input gradients"));
+      SLUICE_RETURN_IF_ERROR(
+          CheckShapes(input_grads, Local(in.shapes, in.microbatch), "input gradients"));
       SLUICE_RETURN_IF_ERROR(Write(in, std::move(input_grads)));
     }
     if (in.op == OpKind::kBackward) runs_.erase(it);
@@ -577,7 +611,7 @@ class IterationRun {
 
   Status SendStart(const Instruction& in) {
     SLUICE_ASSIGN_OR_RETURN(Tensors tensors, Read(in.inputs));
-    SLUICE_RETURN_IF_ERROR(CheckShapes(tensors, in.shapes, "sent tensors"));
+    SLUICE_RETURN_IF_ERROR(CheckShapes(tensors, Local(in.shapes, in.microbatch), "sent tensors"));
     Transfer t;
     if (tensors.size() == 1) {
       t.flat = tensors[0].detach().contiguous();
@@ -587,24 +621,25 @@ class IterationRun {
       t.flat = torch::cat(flat);
     }
     const int64_t posted = Now();
-    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Send(t.flat, in.peer, in.tag));
+    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Send(t.flat, comm_.ProcessRank(in.peer), in.tag));
     return Post(in, std::move(t), posted);
   }
 
   Status RecvStart(const Instruction& in) {
+    const std::vector<TensorShape> shapes = Local(in.shapes, in.microbatch);
     int64_t total = 0;
-    for (const TensorShape& s : in.shapes) total += NumElements(s);
+    for (const TensorShape& s : shapes) total += NumElements(s);
     Transfer t;
     t.flat = torch::empty({total}, torch::kFloat32);
     Tensors views;
     int64_t offset = 0;
-    for (const TensorShape& s : in.shapes) {
+    for (const TensorShape& s : shapes) {
       views.push_back(t.flat.narrow(0, offset, NumElements(s)).view(s));
       offset += NumElements(s);
     }
     SLUICE_RETURN_IF_ERROR(Write(in, std::move(views)));
     const int64_t posted = Now();
-    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Recv(t.flat, in.peer, in.tag));
+    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Recv(t.flat, comm_.ProcessRank(in.peer), in.tag));
     return Post(in, std::move(t), posted);
   }
 
@@ -624,14 +659,14 @@ class IterationRun {
     const Instruction key{.op = StartOf(in.op), .tag = in.tag};
     auto it = transfers_.find(TransferKey(key));
     if (it == transfers_.end()) return InvalidArgumentError("finish without a posted start");
-    watchdog_.BeginWait(fmt::format("{} (iteration {})", InstructionText(in), iteration_),
-                        in.peer);
+    const int64_t peer = comm_.ProcessRank(in.peer);
+    watchdog_.BeginWait(fmt::format("{} (iteration {})", InstructionText(in), iteration_), peer);
     Status s = comm_.Wait(it->second.handle);
     watchdog_.EndWait();
     if (!s.ok()) {
       return FailedPreconditionError(fmt::format("{} rank {} failed (rank {} died?): {}",
                                                  IsSend(in.op) ? "send to" : "receive from",
-                                                 in.peer, in.peer, s.message()));
+                                                 peer, peer, s.message()));
     }
     TraceEvent e = Event(in, IsSend(in.op) ? TraceStream::kSend : TraceStream::kRecv,
                          it->second.posted_ns, Now());
@@ -825,6 +860,7 @@ class IterationRun {
   const ExecutionPlan& plan_;
   const SampleTable& samples_;
   const int64_t iteration_;
+  const int64_t loss_labels_;  // 0: the plan's (GlobalLabelTokens)
   const int64_t rank_;
   const RankProgram& program_;
   const PlanReplica& replica_;
@@ -843,6 +879,7 @@ class IterationRun {
   std::map<int64_t, StageGrad> stage_grads_;
   std::vector<Collective> collectives_;
   PlanExchange exchange_;
+  CpGather cp_gather_;
   int64_t pc_ = -1;                                            // the instruction being executed
   std::map<int64_t, std::vector<const Instruction*>> a2a_of_;  // compute op -> its all-to-alls
   double aux_loss_ = 0;
@@ -852,12 +889,14 @@ class IterationRun {
 }  // namespace
 
 StatusOr<IterationResult> Executor::Run(const ExecutionPlan& plan, const SampleTable& samples,
-                                        int64_t iteration, const BeforeStep& before_step) {
-  if (comm_->rank() >= static_cast<int64_t>(plan.ranks.size())) {
-    return InvalidArgumentError(fmt::format("the plan has no program for rank {}", comm_->rank()));
+                                        int64_t iteration, const BeforeStep& before_step,
+                                        int64_t loss_labels) {
+  if (comm_->plan_rank() >= static_cast<int64_t>(plan.ranks.size())) {
+    return InvalidArgumentError(
+        fmt::format("the plan has no program for rank {}", comm_->plan_rank()));
   }
   IterationRun run(shard_, comm_, optimizer_, watchdog_, trace_, tokens_, epoch_, plan, samples,
-                   iteration);
+                   iteration, loss_labels);
   return run.Run(before_step);
 }
 

@@ -29,6 +29,10 @@
 //                    all-to-alls received; its replay in the backward reads that instead of
 //                    communicating (the plan lists no all-to-all for a replay).
 // MoE: the chunk's load-balancing loss (moe.h) is differentiated with its outputs.
+// Context parallelism (cp > 1, context_parallel.h): this process runs its plan rank's program on
+// its share of every micro-batch's tokens; shapes are the plan's with the sequence dimension
+// made local (LocalShape), peers are the processes of the same cp index (Communicator::
+// ProcessRank), self-attention gathers K/V over the cp group inside the compute ops.
 // Reduce-scatter / all-gather (ZeRO >= 2) are rejected. Tensors are fp32 (the plan prices fp16).
 // Every instruction is recorded in the TraceRecorder; every blocking wait is announced to the
 // Watchdog so a hang becomes an error naming the awaited rank.
@@ -84,8 +88,11 @@ class Executor {
   // Runs this rank's program of `plan` (one iteration). REQUIRES: CheckPlanMatches(plan) passed.
   // Errors name the instruction ("rank 1, instruction 17 (1RECV_F3.wait): ...") and, for a
   // failed transfer, the peer.
+  // `loss_labels` > 0: normalise the loss by this many labels instead of the plan's (a replica
+  // group of a heterogeneous job runs part of the global batch, hetero_train.h).
   StatusOr<IterationResult> Run(const ExecutionPlan& plan, const SampleTable& samples,
-                                int64_t iteration, const BeforeStep& before_step = {});
+                                int64_t iteration, const BeforeStep& before_step = {},
+                                int64_t loss_labels = 0);
 
  private:
   ModelShard* shard_;

@@ -278,11 +278,17 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
 at::Tensor Chunk::RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
                            const at::Tensor& enc_out, const at::Tensor& cross_mask,
                            const at::Tensor& real, double loss_scale, bool selective,
-                           WeightGradTape* tape, MoeContext* moe) const {
+                           WeightGradTape* tape, MoeContext* moe,
+                           const SequenceGather* gather) const {
   const ModelSpec& m = *model_;
   const int64_t q = m.heads * m.HeadDim(), kv = m.kv_heads * m.HeadDim();
   const at::Tensor qkv = Apply(b.qkv, Apply(b.ln1, x), tape);
-  const auto parts = qkv.split_with_sizes({q, kv, kv}, -1);
+  auto parts = qkv.split_with_sizes({q, kv, kv}, -1);
+  if (gather != nullptr) {  // context parallelism: every key and value of the micro-batch
+    const at::Tensor all = gather->Gather(qkv.narrow(-1, q, 2 * kv));
+    parts[1] = all.narrow(-1, 0, kv);
+    parts[2] = all.narrow(-1, kv, kv);
+  }
   at::Tensor h =
       x + Apply(b.proj, Attend(m, parts[0], parts[1], parts[2], mask, selective), tape);
   if (b.decoder) {
@@ -327,7 +333,8 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
     enc_out_is_input = true;
   }
   for (const Block& b : encoder_) {
-    h = RunBlock(b, h, mb.self_mask, {}, {}, mb.real, mb.loss_scale, selective, tape, moe);
+    h = RunBlock(b, h, mb.self_mask, {}, {}, mb.real, mb.loss_scale, selective, tape, moe,
+                 mb.cp);
   }
   if (spec_.ends_encoder) {
     enc_out = Apply(enc_ln_, h);

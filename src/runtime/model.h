@@ -39,6 +39,17 @@ namespace sluice::runtime {
 
 inline constexpr int64_t kIgnoreLabel = -100;
 
+// Context parallelism (context_parallel.h): the exchange that gives a self-attention layer every
+// key and value of its micro-batch from this process's share of them.
+class SequenceGather {
+ public:
+  virtual ~SequenceGather() = default;
+  // [B, L, C] of this process's tokens -> [B, cp * L, C] of every cp index's, in gather order,
+  // differentiable (its backward sums the gradients over the cp group). Throws
+  // std::runtime_error when the exchange fails.
+  virtual at::Tensor Gather(const at::Tensor& local) const = 0;
+};
+
 // Everything about one micro-batch that each chunk derives locally from the plan and the samples
 // (never transferred): tokens, labels, positions and masks.
 struct MicroBatchInputs {
@@ -54,6 +65,9 @@ struct MicroBatchInputs {
   at::Tensor real;           // [mbs, seqlen] bool, true = a sample's token (MoE routes only these)
   at::Tensor dec_real;       // [mbs, dec_seqlen] bool (encoder-decoder)
   double loss_scale = 1.0;   // 1 / labels of the global batch
+  // cp > 1 (context_parallel.h): the tensors above hold this process's tokens only, self_mask is
+  // [mbs, 1, local, cp * local] over the gathered keys, and self-attention gathers K/V here.
+  const SequenceGather* cp = nullptr;
 };
 
 // REQUIRES: `layout` came from LayoutMicroBatch for `model`.
@@ -196,7 +210,8 @@ class Chunk {
   at::Tensor RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
                       const at::Tensor& enc_out, const at::Tensor& cross_mask,
                       const at::Tensor& real, double loss_scale, bool selective,
-                      WeightGradTape* tape, MoeContext* moe) const;
+                      WeightGradTape* tape, MoeContext* moe,
+                      const SequenceGather* gather = nullptr) const;
 
   const ModelSpec* model_ = nullptr;
   ExpertShard experts_;

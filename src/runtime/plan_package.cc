@@ -170,9 +170,12 @@ Status CheckPlanMatches(const ExecutionPlan& plan, const JobConfig& job, std::st
   const std::pair<const char*, int64_t> fields[] = {
       {"dp", plan.parallel.dp - job.parallel.dp},   {"pp", plan.parallel.pp - job.parallel.pp},
       {"tp", plan.parallel.tp - job.parallel.tp},   {"ep", plan.parallel.ep - job.parallel.ep},
-      {"vpp", plan.parallel.vpp - job.parallel.vpp}, {"zero", plan.parallel.zero - job.parallel.zero}};
-  const int64_t plan_values[] = {plan.parallel.dp, plan.parallel.pp, plan.parallel.tp,
-                                 plan.parallel.ep, plan.parallel.vpp, plan.parallel.zero};
+      {"vpp", plan.parallel.vpp - job.parallel.vpp},
+      {"zero", plan.parallel.zero - job.parallel.zero},
+      {"cp", plan.parallel.cp - job.parallel.cp}};
+  const int64_t plan_values[] = {plan.parallel.dp,  plan.parallel.pp,   plan.parallel.tp,
+                                 plan.parallel.ep,  plan.parallel.vpp,  plan.parallel.zero,
+                                 plan.parallel.cp};
   for (size_t i = 0; i < std::size(fields); ++i) {
     if (fields[i].second != 0) {
       return InvalidArgumentError(fmt::format(
@@ -180,10 +183,10 @@ Status CheckPlanMatches(const ExecutionPlan& plan, const JobConfig& job, std::st
           plan_values[i], plan_values[i] - fields[i].second));
     }
   }
-  const int64_t need = plan.parallel.dp * plan.parallel.pp * plan.parallel.tp;
+  const int64_t need = plan.parallel.dp * plan.parallel.pp * plan.parallel.tp * plan.parallel.cp;
   if (need != job.world_size) {
     return InvalidArgumentError(fmt::format(
-        "{}: the plan needs dp * pp * tp = {} processes, this job has {}", source, need,
+        "{}: the plan needs dp * pp * tp * cp = {} processes, this job has {}", source, need,
         job.world_size));
   }
   if (static_cast<int64_t>(plan.ranks.size()) != plan.parallel.dp * plan.parallel.pp ||

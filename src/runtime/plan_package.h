@@ -53,8 +53,8 @@ struct JobConfig {
 
 // InvalidArgument naming the first field of `plan` that differs from `job`
 // ("<source>: field 'model.layers': the plan has 6, this run has 4"), or a world size that is
-// not dp * pp * tp of the plan. Compares every ModelSpec field and dp, pp, tp, ep, vpp, zero
-// (the memory limit is the planner's business).
+// not dp * pp * tp * cp of the plan. Compares every ModelSpec field and dp, pp, tp, ep, vpp,
+// zero, cp (the memory limit is the planner's business).
 Status CheckPlanMatches(const ExecutionPlan& plan, const JobConfig& job, std::string_view source);
 
 }  // namespace sluice::runtime

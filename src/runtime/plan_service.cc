@@ -12,9 +12,11 @@
 
 namespace sluice::runtime {
 
-std::string PlanKey(int64_t i) { return fmt::format("sluice/plan/{}", i); }
-std::string HashKey(int64_t i) { return fmt::format("sluice/plan/{}/hash", i); }
-std::string ReadKey(int64_t i) { return fmt::format("sluice/plan/{}/read", i); }
+std::string PlanKey(int64_t i, int64_t group) {
+  return group < 0 ? fmt::format("sluice/plan/{}", i) : fmt::format("sluice/plan/{}/g{}", i, group);
+}
+std::string HashKey(int64_t i, int64_t group) { return PlanKey(i, group) + "/hash"; }
+std::string ReadKey(int64_t i, int64_t group) { return PlanKey(i, group) + "/read"; }
 
 std::string HashText(std::span<const uint8_t> bytes) {
   return fmt::format("{:016x}", Fnv1a64(bytes));
@@ -85,12 +87,22 @@ void PlanService::Loop() {
     PlanPackage p = Next(i, planner);
     p.iteration = i;
     if (p.kind == PackageKind::kPlan && o_.adjust_plan) Predict(i, &p.plan);
-    const std::vector<uint8_t> bytes = EncodePackage(p);
-    // The hash goes first: whoever sees the plan key also finds its hash.
-    if (!store_->SetString(HashKey(i), HashText(bytes)).ok() ||
-        !store_->Set(PlanKey(i), bytes).ok()) {
-      return;  // the store is gone; the watchdog reports it
+    // Heterogeneous replicas: one package per replica group (its plan, the batch's samples);
+    // an end or error package goes to every group.
+    const int64_t groups =
+        o_.hetero_planner != nullptr
+            ? static_cast<int64_t>(o_.hetero_planner->config().groups.size())
+            : 0;
+    for (int64_t g = groups > 0 ? 0 : -1; g < std::max<int64_t>(groups, 0); ++g) {
+      if (g > 0 && p.kind == PackageKind::kPlan) p.plan = std::move(group_plans_.at(g - 1));
+      const std::vector<uint8_t> bytes = EncodePackage(p);
+      // The hash goes first: whoever sees the plan key also finds its hash.
+      if (!store_->SetString(HashKey(i, g), HashText(bytes)).ok() ||
+          !store_->Set(PlanKey(i, g), bytes).ok()) {
+        return;  // the store is gone; the watchdog reports it
+      }
     }
+    group_plans_.clear();
     if (p.kind != PackageKind::kPlan) return;
   }
 }
@@ -131,17 +143,19 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
     return p;
   }
   GlobalBatch batch;
+  const int64_t replicas = o_.hetero_planner != nullptr ? o_.hetero_planner->config().replicas()
+                                                        : o_.parallel.dp;
   // --iterations counts the batches considered, skipped ones too (as `sluice plan` does).
   while ((o_.iterations <= 0 || considered_ < o_.iterations) && o_.batcher->Next(&batch)) {
     ++considered_;
     // Every replica needs a micro-batch (it still takes part in the gradient sums): a batch with
     // fewer samples than replicas cannot be split, so it is skipped like an infeasible one.
-    if (static_cast<int64_t>(batch.samples.size()) < o_.parallel.dp) {
+    if (static_cast<int64_t>(batch.samples.size()) < replicas) {
       ++skipped_;
       const std::string why = fmt::format(
-          "batch {}: it has {} sample{}, fewer than the dp = {} replicas (each needs at least "
+          "batch {}: it has {} sample{}, fewer than the {} replicas (each needs at least "
           "one; raise --tokens-per-batch)",
-          batch.index, batch.samples.size(), batch.samples.size() == 1 ? "" : "s", o_.parallel.dp);
+          batch.index, batch.samples.size(), batch.samples.size() == 1 ? "" : "s", replicas);
       if (first_skip_.empty()) {
         first_skip_ = why;
         std::lock_guard<std::mutex> lock(mu_);
@@ -151,6 +165,34 @@ PlanPackage PlanService::Next(int64_t i, const Planner* planner) {
                         why));
       }
       continue;
+    }
+    if (o_.hetero_planner != nullptr) {  // heterogeneous replicas (hetero_train.h)
+      StatusOr<HeteroPlanResult> h = o_.hetero_planner->Plan(batch.samples);
+      if (!h.ok()) {
+        p.kind = PackageKind::kError;
+        p.error = fmt::format("planning batch {}: {}", batch.index, h.status().message());
+        return p;
+      }
+      if (h->outcome != PlanOutcome::kOk) {
+        ++skipped_;
+        if (first_skip_.empty()) {
+          first_skip_ = fmt::format("batch {}: {}: {}", batch.index, PlanOutcomeName(h->outcome),
+                                    h->infeasible_reason);
+          std::lock_guard<std::mutex> lock(mu_);
+          notes_.push_back(fmt::format(
+              "batch {} skipped: {}: {} (further skipped batches are counted in the summary)",
+              batch.index, PlanOutcomeName(h->outcome), h->infeasible_reason));
+        }
+        continue;
+      }
+      ++planned_;
+      p.batch_index = batch.index;
+      p.samples = batch.samples;
+      p.plan = std::move(h->groups.at(0).plan);
+      for (size_t g = 1; g < h->groups.size(); ++g) {
+        group_plans_.push_back(std::move(h->groups[g].plan));
+      }
+      return p;
     }
     StatusOr<PlanResult> r = planner->Plan(batch.samples);
     if (!r.ok()) {

@@ -9,6 +9,10 @@
 // travel as packages of their kind. Every rank reads, verifies and
 // acknowledges (ReadKey) the packages in Trainer::Fetch (trainer.cc).
 //
+// With TrainOptions::hetero_planner the service plans each batch with it and publishes one
+// package per replica group under PlanKey(i, g): the group's plan and the whole batch's samples
+// (hetero_train.h).
+//
 // With the planner's optimizer on (`--optimize-budget-ms`), the service records what it did to
 // each iteration's plan (TakeOptimization) and keeps running totals (OptimizerTotals), which rank
 // 0 prints per iteration and in the final summary. --plan files are never optimized.
@@ -39,10 +43,11 @@ namespace sluice::runtime {
 
 class StoreClient;
 
-// Store keys of iteration `i`'s package, its hash and its read counter.
-std::string PlanKey(int64_t i);
-std::string HashKey(int64_t i);
-std::string ReadKey(int64_t i);
+// Store keys of iteration `i`'s package, its hash and its read counter; `group` >= 0: the
+// package of that replica group of a heterogeneous job (hetero_train.h).
+std::string PlanKey(int64_t i, int64_t group = -1);
+std::string HashKey(int64_t i, int64_t group = -1);
+std::string ReadKey(int64_t i, int64_t group = -1);
 // The hash every rank compares: FNV-1a 64 of the package bytes, as 16 hex digits.
 std::string HashText(std::span<const uint8_t> bytes);
 
@@ -111,6 +116,8 @@ class PlanService {
   // The planning thread's own counts.
   int64_t considered_ = 0, skipped_ = 0, planned_ = 0;
   std::string first_skip_;  // "batch 3: out-of-memory: ..."
+  std::vector<ExecutionPlan> group_plans_;  // heterogeneous: the plans of groups 1, 2, ... of
+                                            // the batch Next returned (group 0's is in it)
   std::thread thread_;
 };
 

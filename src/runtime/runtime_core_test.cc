@@ -307,7 +307,7 @@ TEST(PlanPackageTest, MismatchNamesTheField) {
             std::string::npos);
   JobConfig world = job;
   world.world_size = 4;
-  EXPECT_NE(CheckPlanMatches(plan, world, "p.json").message().find("needs dp * pp * tp = 2"),
+  EXPECT_NE(CheckPlanMatches(plan, world, "p.json").message().find("needs dp * pp * tp * cp = 2"),
             std::string::npos);
 }
 

@@ -1,10 +1,11 @@
 // Multi-process tests of the runtime (CTest label `torch`): `sluice train` runs real plans on
 // real processes (c10d + Gloo on CPU), and its losses and gradients must equal the
 // single-process reference (RunReference: same samples and weights, no pipeline, no padding)
-// within 1e-5 relative, for GPT and T5, every schedule, pp 2 and 3, dp 1 and 2, on the planner's
-// variable-length micro-batches. Then: a plan for another model is rejected naming the field, a
-// killed, stopped or hung rank makes the others exit non-zero naming it, and the --nproc launcher
-// stops the rest when one rank fails.
+// within 1e-5 relative, for GPT and T5, every schedule, pp 2 and 3, dp 1 and 2, cp 2 (GPT),
+// heterogeneous replica groups (pp 2 + pp 1, pp 2 + cp 2), on the planner's variable-length
+// micro-batches. Then: a plan for another model is rejected naming the field, a killed, stopped
+// or hung rank makes the others exit non-zero naming it, and the --nproc launcher stops the rest
+// when one rank fails.
 //
 // Each test runs the sluice binary (SLUICE_BINARY, set by CMake) on a port the kernel just
 // handed out (so `ctest -j` runs tests side by side) under a hard deadline.
@@ -33,6 +34,7 @@
 #include "base/json_util.h"
 #include "model/model_spec.h"
 #include "runtime/dump.h"
+#include "runtime/hetero_train.h"
 #include "plan/plan_json.h"
 #include "runtime/plan_package.h"
 #include "runtime/reference.h"
@@ -188,6 +190,7 @@ struct Case {
   std::string method = "dynapipe";
   std::string recompute;  // "" = the method chooses
   std::string memory_limit;  // "" = 40 MB for T5, 55 MB for GPT
+  int64_t cp = 1;            // context parallelism: dp * pp * cp processes
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -229,13 +232,24 @@ std::vector<Case> Cases() {
   cases.push_back({"gpt_1f1b_pp2_dp2_packing", "gpt-tiny", 2, 2, 1, "1f1b", "packing"});
   cases.push_back({"gpt_1f1b_pp2_dp1_multipack", "gpt-tiny", 1, 2, 1, "1f1b", "multipack"});
   cases.push_back({"t5_gpipe_pp2_dp1_packing", "t5-tiny", 1, 2, 1, "gpipe", "packing", "", "56"});
+  // Context parallelism (context_parallel.h): cp 2 alone, with pp 2 and with dp 2 (4 processes),
+  // a split backward with selective recompute, and varlen packed rows (per-sample causal masks
+  // across the load-balanced chunks).
+  cases.push_back({"gpt_1f1b_pp1_dp1_cp2", "gpt-tiny", 1, 1, 1, "1f1b", "dynapipe", "", "", 2});
+  cases.push_back({"gpt_1f1b_pp2_dp1_cp2", "gpt-tiny", 1, 2, 1, "1f1b", "dynapipe", "", "", 2});
+  cases.push_back({"gpt_1f1b_pp1_dp2_cp2", "gpt-tiny", 2, 1, 1, "1f1b", "dynapipe", "", "40", 2});
+  cases.push_back(
+      {"gpt_zb-h1_pp2_dp1_cp2_selective", "gpt-tiny", 1, 2, 1, "zb-h1", "dynapipe", "selective",
+       "", 2});
+  cases.push_back({"gpt_1f1b_pp1_dp1_cp2_multipack", "gpt-tiny", 1, 1, 1, "1f1b", "multipack",
+                   "", "40", 2});
   return cases;
 }
 
 std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_t iterations) {
   std::vector<std::string> a = {
-      "train", "--nproc", std::to_string(c.dp * c.pp), "--model", ModelArg(c.model, dir),
-      "--parallel", fmt::format("dp={},pp={},vpp={}", c.dp, c.pp, c.vpp), "--schedule",
+      "train", "--nproc", std::to_string(c.dp * c.pp * c.cp), "--model", ModelArg(c.model, dir),
+      "--parallel", fmt::format("dp={},pp={},vpp={},cp={}", c.dp, c.pp, c.vpp, c.cp), "--schedule",
       c.schedule, "--method", c.method, "--data", "mixture-4task", "--tokens-per-batch",
       std::to_string(600 * c.dp), "--max-seqlen", "96", "--memory-limit",
       !c.memory_limit.empty() ? c.memory_limit : c.model.rfind("t5", 0) == 0 ? "40" : "55",
@@ -271,9 +285,10 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Every rank's gradient dump of iteration 0 in `dir` against the reference's: each parameter
 // within kTolerance (relative), known, and every reference parameter on some rank. `worst` gets
-// the largest relative error.
+// the largest relative error, `worst_abs` (when given) the largest absolute difference.
 void ExpectGradientsMatch(const std::string& dir, int64_t ranks,
-                          const std::vector<NamedValues>& reference, double* worst) {
+                          const std::vector<NamedValues>& reference, double* worst,
+                          double* worst_abs = nullptr) {
   std::map<std::string, const NamedValues*> expected;
   for (const NamedValues& v : reference) expected[v.name] = &v;
   std::set<std::string> seen;
@@ -286,6 +301,10 @@ void ExpectGradientsMatch(const std::string& dir, int64_t ranks,
       ASSERT_EQ(v.values.size(), e.values.size()) << v.name;
       const double err = RelativeError(v.values, e.values);
       *worst = std::max(*worst, err);
+      for (size_t i = 0; worst_abs != nullptr && i < v.values.size(); ++i) {
+        *worst_abs = std::max(*worst_abs, std::abs(static_cast<double>(v.values[i]) -
+                                                   static_cast<double>(e.values[i])));
+      }
       EXPECT_LE(err, kTolerance) << "rank " << r << ", gradient of " << v.name;
       seen.insert(v.name);
     }
@@ -319,6 +338,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     ASSERT_TRUE(p.ok()) << p.status().message();
     ASSERT_EQ(p->kind, PackageKind::kPlan);
     EXPECT_EQ(p->plan.parallel.vpp, c.vpp);
+    EXPECT_EQ(p->plan.parallel.cp, c.cp);
     std::map<int64_t, Sample> by_id;
     for (const Sample& s : p->samples) by_id[s.id] = s;
     ReferenceBatch placed;  // rows of the reference: one sample, or a row attended as a whole
@@ -366,7 +386,8 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   }
 
   double worst = 0;
-  ExpectGradientsMatch(dir, c.dp * c.pp, ref->grads, &worst);
+  double worst_abs = 0;
+  ExpectGradientsMatch(dir, c.dp * c.pp * c.cp, ref->grads, &worst, &worst_abs);
   if (::testing::Test::HasFatalFailure()) return;
 
   // The reported peak tensor bytes of the rank that peaked cover at least its model states:
@@ -383,10 +404,11 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     for (const NamedValues& v : *got) params += static_cast<int64_t>(v.values.size());
     EXPECT_GE(m.at("peak_tensor_bytes").get<int64_t>(), 16 * params) << line;
   }
-  std::printf("largest relative error: loss %.2e, gradient %.2e (%zu parameters, %zu shapes)\n",
+  std::printf("largest relative error: loss %.2e, gradient %.2e (max |diff| %.2e; %zu "
+              "parameters, %zu shapes)\n",
               std::max(std::abs(losses[0] / ref->losses[0] - 1),
                        std::abs(losses[1] / ref->losses[1] - 1)),
-              worst, ref->grads.size(), shapes.size());
+              worst, worst_abs, ref->grads.size(), shapes.size());
   fs::remove_all(dir);
 }
 
@@ -396,6 +418,128 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineTest, ::testing::ValuesIn(Cases()),
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// ---- Heterogeneous replicas (hetero_train.h) against the single-process reference ----
+
+struct HeteroCase {
+  std::string name;
+  std::string replicas;  // --replicas
+  int64_t processes;
+  std::string max_seqlen;  // above the narrower group's longest sequence
+};
+
+void PrintTo(const HeteroCase& c, std::ostream* os) { *os << c.name; }
+
+class HeteroTest : public ::testing::TestWithParam<HeteroCase> {};
+
+// Two replica groups cut differently (a pp 2 replica beside a pp 1 one, or beside a cp 2 one).
+// At 45 MB the pp 1 replica holds sequences up to 185 tokens, the pp 2 one up to 262 and the cp 2
+// one up to 368; the batches (--max-seqlen 256, 320) hold sequences only the wider group holds,
+// and they must go there. Every sample lands in exactly one group; the losses and every
+// process's gradients equal the single-process reference of the whole batch.
+TEST_P(HeteroTest, LossesAndGradientsMatchTheSingleProcessReference) {
+  const HeteroCase& c = GetParam();
+  const std::string dir = MakeDir(c.name);
+  constexpr int64_t kIterations = 2;
+  const Outcome run = RunSluice(
+      {"train", "--nproc", std::to_string(c.processes), "--model", "gpt-tiny", "--replicas",
+       c.replicas, "--data", "mixture-4task", "--tokens-per-batch", "1200", "--max-seqlen",
+       c.max_seqlen,
+       "--memory-limit", "45", "--iterations", std::to_string(kIterations), "--seed",
+       std::to_string(kSeed), "--lr", "0.001", "--threads", "1", "--timeout", "60",
+       "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"},
+      dir);
+  ASSERT_EQ(run.status, 0) << run.output;
+  // "longest sequence per group: A / B"
+  const size_t at = run.output.find("longest sequence per group: ");
+  ASSERT_NE(at, std::string::npos) << run.output;
+  std::istringstream caps(run.output.substr(at + 28));
+  int64_t cap0 = 0, cap1 = 0;
+  char slash = 0;
+  caps >> cap0 >> slash >> cap1;
+  ASSERT_GT(cap0, 0);
+  ASSERT_GT(cap1, 0);
+  const int64_t wide = cap0 > cap1 ? 0 : 1, narrow_cap = std::min(cap0, cap1);
+
+  std::vector<ReferenceBatch> batches;
+  int64_t routed_long = 0;
+  for (int64_t i = 0; i < kIterations; ++i) {
+    ReferenceBatch placed;
+    std::map<int64_t, int64_t> group_of;  // sample id -> group
+    std::vector<Sample> samples;
+    for (int64_t g = 0; g < 2; ++g) {
+      StatusOr<std::string> bytes = ReadFileToString(dir + "/" + GroupPackageDumpName(i, g));
+      ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+      StatusOr<PlanPackage> p = DecodePackage(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()),
+                                   bytes->size()),
+          "dump");
+      ASSERT_TRUE(p.ok()) << p.status().message();
+      ASSERT_EQ(p->kind, PackageKind::kPlan);
+      ASSERT_TRUE(p->plan.dropped.empty());
+      if (g == 0) samples = p->samples;
+      EXPECT_EQ(p->samples, samples) << "every group's package carries the whole batch";
+      std::map<int64_t, Sample> by_id;
+      for (const Sample& s : p->samples) by_id[s.id] = s;
+      for (const PlanReplica& rep : p->plan.replicas) {
+        EXPECT_GE(rep.micro_batches.size(), 1u);
+        for (const PlanMicroBatch& mb : rep.micro_batches) {
+          for (const auto& row : mb.rows) {
+            if (mb.varlen || row.size() == 1) {
+              for (const int64_t id : row) placed.push_back({by_id.at(id)});
+            } else {
+              placed.emplace_back();
+              for (const int64_t id : row) placed.back().push_back(by_id.at(id));
+            }
+            for (const int64_t id : row) {
+              EXPECT_TRUE(group_of.emplace(id, g).second) << "sample " << id << " placed twice";
+            }
+          }
+        }
+      }
+    }
+    ASSERT_EQ(group_of.size(), samples.size()) << "every sample lands once";
+    std::set<int64_t> groups_used;
+    for (const Sample& s : samples) {
+      groups_used.insert(group_of.at(s.id));
+      if (s.tokens() > narrow_cap) {  // only the wider group holds it
+        EXPECT_EQ(group_of.at(s.id), wide) << "sample " << s.id << " of " << s.tokens();
+        ++routed_long;
+      }
+    }
+    EXPECT_EQ(groups_used.size(), 2u) << "both groups train";
+    batches.push_back(std::move(placed));
+  }
+  EXPECT_GT(routed_long, 0) << "no sequence needed the wider group: the routing was not tested";
+
+  StatusOr<ReferenceResult> ref =
+      RunReference(TestModel("gpt-tiny"), kSeed, kLr, batches, /*grad_batch=*/0);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  const std::vector<double> losses = ReadLosses(dir + "/metrics.jsonl");
+  ASSERT_GE(losses.size(), static_cast<size_t>(kIterations)) << run.output;
+  double loss_error = 0;
+  for (int64_t i = 0; i < kIterations; ++i) {
+    EXPECT_NEAR(losses[i], ref->losses[i], kTolerance * std::abs(ref->losses[i]))
+        << "iteration " << i;
+    loss_error = std::max(loss_error, std::abs(losses[i] / ref->losses[i] - 1));
+  }
+  double worst = 0, worst_abs = 0, loss_abs = 0;
+  for (int64_t i = 0; i < kIterations; ++i) {
+    loss_abs = std::max(loss_abs, std::abs(losses[i] - ref->losses[i]));
+  }
+  ExpectGradientsMatch(dir, c.processes, ref->grads, &worst, &worst_abs);
+  std::printf("largest relative error: loss %.2e, gradient %.2e (max |diff|: loss %.2e, gradient "
+              "%.2e); %ld sequences longer than %ld tokens routed to group %ld\n",
+              loss_error, worst, loss_abs, worst_abs, static_cast<long>(routed_long),
+              static_cast<long>(narrow_cap), static_cast<long>(wide + 1));
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, HeteroTest,
+                         ::testing::Values(
+                             HeteroCase{"pp2_and_pp1", "dp=1,pp=2;dp=1,pp=1", 3, "256"},
+                             HeteroCase{"pp2_and_cp2", "dp=1,pp=2;dp=1,cp=2", 4, "320"}),
+                         [](const auto& info) { return info.param.name; });
 
 // ---- MoE: expert parallelism against the micro-batch reference ----
 

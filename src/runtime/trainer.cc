@@ -25,6 +25,7 @@
 #include "runtime/comm.h"
 #include "runtime/dump.h"
 #include "runtime/executor.h"
+#include "runtime/hetero_train.h"
 #include "runtime/layout.h"
 #include "runtime/memory_stats.h"
 #include "runtime/model.h"
@@ -88,6 +89,7 @@ struct RankStats {
   int64_t peak_tensors = -1;  // peak CPU tensor bytes (CpuMemoryCounter); -1: not counted
   double moe_aux_loss = 0;    // MoE (executor.h IterationResult)
   int64_t moe_assignments = 0, moe_dropped = 0, all_to_all_ns = 0;
+  int64_t micro_batches = 0;  // the replica's, on its first process (else 0)
 };
 
 std::string StatsToText(const RankStats& s) {
@@ -101,7 +103,8 @@ std::string StatsToText(const RankStats& s) {
                         {"moe_aux_loss", s.moe_aux_loss},
                         {"moe_assignments", s.moe_assignments},
                         {"moe_dropped", s.moe_dropped},
-                        {"all_to_all_ns", s.all_to_all_ns}}
+                        {"all_to_all_ns", s.all_to_all_ns},
+                        {"micro_batches", s.micro_batches}}
       .dump();
 }
 
@@ -120,6 +123,7 @@ StatusOr<RankStats> StatsFromText(const std::string& text) {
   s.moe_assignments = j.value("moe_assignments", int64_t{0});
   s.moe_dropped = j.value("moe_dropped", int64_t{0});
   s.all_to_all_ns = j.value("all_to_all_ns", int64_t{0});
+  s.micro_batches = j.value("micro_batches", int64_t{0});
   return s;
 }
 
@@ -151,6 +155,7 @@ class Trainer {
       // Leave the process groups and threads as they are: peers may be gone, and c10d teardown
       // would block on them. The process exits right after.
       (void)comm_.release();
+      (void)cross_.release();
       if (service_) (void)service_.release();
       // The counting allocator stays installed: threads left running may still allocate.
       (void)memory_.release();
@@ -165,7 +170,17 @@ class Trainer {
 
  private:
   Status Setup() {
-    const ParallelConfig& par = o_.parallel;
+    // Heterogeneous replicas: this process's replica group is the job it runs (hetero_train.h).
+    if (o_.replicas.has_value()) {
+      SLUICE_RETURN_IF_ERROR(CheckHeteroRunnable(*o_.replicas, env_.world_size, "--replicas"));
+      const GroupOf g = ProcessGroupOf(*o_.replicas, env_.rank);
+      group_ = g.group;
+      offset_ = g.offset;
+      par_ = o_.replicas->groups[g.group];
+    } else {
+      par_ = o_.parallel;
+    }
+    const ParallelConfig& par = par_;
     if (par.tp != 1) {
       return InvalidArgumentError(fmt::format(
           "--parallel: the runtime implements tp = 1 only (got tp = {}); tensor parallelism is "
@@ -178,11 +193,11 @@ class Trainer {
           "replicas; allowed ep: divisors of dp that divide the model's experts)",
           par.ep, par.dp));
     }
-    if (par.cp != 1) {
+    if (par.cp > 1 && (o_.model.is_encoder_decoder() || par.ep != 1)) {
       return InvalidArgumentError(fmt::format(
-          "--parallel: the runtime implements cp = 1 only (got cp = {}); context parallelism "
-          "(ring attention) is planned and simulated but not executed",
-          par.cp));
+          "--parallel: cp = {} runs decoder-only models without expert parallelism only (this "
+          "run: model '{}', ep = {}; allowed: cp = 1, or cp > 1 with a GPT model and ep = 1)",
+          par.cp, o_.model.name, par.ep));
     }
     if (par.zero >= 2) {
       return InvalidArgumentError(fmt::format(
@@ -190,10 +205,11 @@ class Trainer {
           "use zero = 0 or 1 (ZeRO-1 runs as replicated AdamW, the same arithmetic)",
           par.zero));
     }
-    if (env_.world_size != par.dp * par.pp) {
+    if (!o_.replicas.has_value() && env_.world_size != par.dp * par.pp * par.cp) {
       return InvalidArgumentError(fmt::format(
-          "--parallel dp={} x pp={} needs {} processes, but the job has {} (WORLD_SIZE or --nproc)",
-          par.dp, par.pp, par.dp * par.pp, env_.world_size));
+          "--parallel dp={} x pp={} x cp={} needs {} processes, but the job has {} (WORLD_SIZE "
+          "or --nproc)",
+          par.dp, par.pp, par.cp, par.dp * par.pp * par.cp, env_.world_size));
     }
     const Backend backend = o_.backend == "nccl" ? Backend::kNccl : Backend::kGloo;
     if (o_.backend != "gloo" && o_.backend != "nccl") {
@@ -215,9 +231,11 @@ class Trainer {
                  counter.status().message());
     }
     // Validate the model before the rendezvous so that bad input fails fast on every rank.
-    const int64_t dp_index = env_.rank / par.pp;
+    // Process = offset + plan rank * cp + cp index (comm.h).
+    const int64_t local = env_.rank - offset_;
+    const int64_t dp_index = local / par.cp / par.pp;
     SLUICE_ASSIGN_OR_RETURN(
-        shard_, ModelShard::Create(o_.model, par.pp, par.vpp, env_.rank % par.pp, o_.seed,
+        shard_, ModelShard::Create(o_.model, par.pp, par.vpp, local / par.cp % par.pp, o_.seed,
                                    ExpertShard{.ep = par.ep, .index = dp_index % par.ep}));
     int64_t threads = o_.threads;
     if (threads <= 0) {
@@ -226,8 +244,9 @@ class Trainer {
     }
     torch::set_num_threads(static_cast<int>(threads));
     SLUICE_ASSIGN_OR_RETURN(
-        comm_, Communicator::Create(env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp),
-                                    backend, o_.timeout));
+        comm_, Communicator::Create(
+                   env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp), backend, o_.timeout,
+                   RankPlacement{offset_, group_ >= 0 ? fmt::format("g{}/", group_) : ""}));
     comm_->SetLinkDelay(o_.link_delay);
     // A common time origin for the traces: rank 0's steady clock (shared on one host).
     if (env_.rank == 0) {
@@ -239,6 +258,11 @@ class Trainer {
       epoch_ = Clock::time_point(Clock::duration(std::stoll(e)));
     }
     SLUICE_ASSIGN_OR_RETURN(watchdog_, Watchdog::Start(env_, o_.timeout));
+    if (o_.replicas.has_value()) {
+      SLUICE_ASSIGN_OR_RETURN(cross_,
+                              CrossGroupSync::Create(comm_.get(), watchdog_.get(), *shard_,
+                                                     *o_.replicas));
+    }
     optimizer_ = std::make_unique<torch::optim::AdamW>(
         shard_->Parameters(),
         torch::optim::AdamWOptions(o_.lr).betas({0.9, 0.95}).weight_decay(0.01));
@@ -251,9 +275,16 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(service_->Start());
       if (o_.print) {
         fmt::print(
-            "runtime:  {} ranks (dp {} x pp {}{}{}), {} on {}, {} thread{} per rank, "
+            "runtime:  {} ranks ({}dp {} x pp {}{}{}{}), {} on {}, {} thread{} per rank, "
             "{} parameters on rank 0{}\n",
-            env_.world_size, par.dp, par.pp, par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
+            env_.world_size,
+            o_.replicas.has_value()
+                ? fmt::format(
+                      "replica groups {}; cross-group gradient sums on rank 0: {}; group 1: ",
+                      DescribeHetero(*o_.replicas), cross_->groups())
+                : "",
+            par.dp, par.pp, par.vpp > 1 ? fmt::format(" x vpp {}", par.vpp) : "",
+            par.cp > 1 ? fmt::format(" x cp {}", par.cp) : "",
             par.ep > 1 ? fmt::format(", ep {}", par.ep) : "", o_.backend,
             backend == Backend::kNccl ? "CUDA" : "CPU (fp32)", threads, threads == 1 ? "" : "s",
             shard_->NumParameters(),
@@ -279,9 +310,10 @@ class Trainer {
 
   StatusOr<PlanPackage> Fetch(int64_t i) {
     StoreClient& store = comm_->store();
+    const int64_t g = group_;  // -1: homogeneous
     watchdog_->BeginWait(fmt::format("waiting for the plan of iteration {}", i), 0);
-    StatusOr<std::vector<uint8_t>> bytes = store.Get(PlanKey(i));
-    StatusOr<std::string> hash = bytes.ok() ? store.GetString(HashKey(i)) : bytes.status();
+    StatusOr<std::vector<uint8_t>> bytes = store.Get(PlanKey(i, g));
+    StatusOr<std::string> hash = bytes.ok() ? store.GetString(HashKey(i, g)) : bytes.status();
     watchdog_->EndWait();
     SLUICE_RETURN_IF_ERROR(bytes.status());
     SLUICE_RETURN_IF_ERROR(hash.status());
@@ -290,14 +322,15 @@ class Trainer {
       return FailedPreconditionError(fmt::format(
           "{}: hash mismatch: received {}, rank 0 published {}", source, HashText(*bytes), *hash));
     }
-    SLUICE_ASSIGN_OR_RETURN(const int64_t readers, store.Add(ReadKey(i), 1));
-    if (readers == env_.world_size) {
-      SLUICE_RETURN_IF_ERROR(store.Delete(PlanKey(i)));
-      SLUICE_RETURN_IF_ERROR(store.Delete(HashKey(i)));
-      SLUICE_RETURN_IF_ERROR(store.Delete(ReadKey(i)));
+    SLUICE_ASSIGN_OR_RETURN(const int64_t readers, store.Add(ReadKey(i, g), 1));
+    if (readers == (g < 0 ? env_.world_size : par_.devices())) {
+      SLUICE_RETURN_IF_ERROR(store.Delete(PlanKey(i, g)));
+      SLUICE_RETURN_IF_ERROR(store.Delete(HashKey(i, g)));
+      SLUICE_RETURN_IF_ERROR(store.Delete(ReadKey(i, g)));
     }
-    if (env_.rank == 0 && !o_.dump_dir.empty()) {
-      const std::string path = fmt::format("{}/{}", o_.dump_dir, PackageDumpName(i));
+    if (env_.rank == offset_ && !o_.dump_dir.empty()) {  // rank 0, or a group's first process
+      const std::string path = fmt::format(
+          "{}/{}", o_.dump_dir, g < 0 ? PackageDumpName(i) : GroupPackageDumpName(i, g));
       SLUICE_RETURN_IF_ERROR(WriteStringToFile(
           path, std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
     }
@@ -331,7 +364,9 @@ class Trainer {
       const std::string source =
           o_.plan_files.empty() ? fmt::format("plan of iteration {}", i) : o_.plan_files[i];
       SLUICE_RETURN_IF_ERROR(CheckPlanMatches(
-          p.plan, JobConfig{o_.model, o_.parallel, env_.world_size}, source));
+          p.plan,
+          JobConfig{o_.model, par_, o_.replicas.has_value() ? par_.devices() : env_.world_size},
+          source));
       if (!p.plan.dropped.empty() && !o_.allow_partial) {
         int64_t tokens = 0;
         for (const Sample& s : p.samples) tokens += s.tokens();
@@ -352,9 +387,19 @@ class Trainer {
       const SampleTable samples = MakeSampleTable(p.samples);
       ResetPeakRss();
       if (memory_) memory_->ResetPeak();
-      Executor::BeforeStep dump;
-      if (!o_.dump_dir.empty()) dump = [this, i] { return DumpGrads(i); };
-      SLUICE_ASSIGN_OR_RETURN(IterationResult r, executor_->Run(p.plan, samples, i, dump));
+      Executor::BeforeStep before_step;
+      if (cross_ || !o_.dump_dir.empty()) {
+        before_step = [this, i] {
+          if (cross_) SLUICE_RETURN_IF_ERROR(cross_->Run(i));
+          return o_.dump_dir.empty() ? Status::Ok() : DumpGrads(i);
+        };
+      }
+      // A replica group runs part of the batch: its loss is normalised by the whole batch's
+      // labels (hetero_train.h).
+      const int64_t loss_labels =
+          o_.replicas.has_value() ? GlobalBatchLabels(o_.model, p.samples) : 0;
+      SLUICE_ASSIGN_OR_RETURN(IterationResult r,
+                              executor_->Run(p.plan, samples, i, before_step, loss_labels));
       RankStats stats{r.loss,
                       r.start_ns,
                       r.end_ns,
@@ -365,7 +410,11 @@ class Trainer {
                       r.moe_aux_loss,
                       r.moe_assignments,
                       r.moe_dropped,
-                      r.all_to_all.nanos()};
+                      r.all_to_all.nanos(),
+                      comm_->pp_index() == 0 && comm_->cp_index() == 0
+                          ? static_cast<int64_t>(
+                                p.plan.replicas.at(comm_->dp_index()).micro_batches.size())
+                          : 0};
       SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
       if (env_.rank == 0) {
         IterationInfo info{i, p.batch_index, 0, 0, std::nullopt, std::nullopt};
@@ -373,7 +422,12 @@ class Trainer {
           info.optimized = service_->TakeOptimization(i);
           info.predicted = service_->TakePrediction(i);
         }
+        if (o_.replicas.has_value()) {  // every group's: the batch, micro-batches in Report
+          for (const Sample& s : p.samples) info.tokens += s.tokens();
+          info.micro_batches = -1;
+        }
         for (const PlanReplica& rep : p.plan.replicas) {
+          if (o_.replicas.has_value()) break;
           info.micro_batches += static_cast<int64_t>(rep.micro_batches.size());
           for (const PlanMicroBatch& mb : rep.micro_batches) {
             for (const auto& row : mb.rows) {
@@ -436,7 +490,9 @@ class Trainer {
   }
 
   // Rank 0: collects every rank's figures of an iteration and prints its line.
-  Status Report(const IterationInfo& info) {
+  Status Report(IterationInfo info) {
+    if (info.micro_batches < 0) info.micro_batches = 0;  // summed over the ranks below
+    const bool sum_micro_batches = o_.replicas.has_value();
     double loss = 0, aux = 0;
     int64_t assignments = 0, dropped = 0, a2a_max_ns = 0;
     int64_t start = INT64_MAX, end = 0, peak = 0, peak_rank = 0;
@@ -450,6 +506,7 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(comm_->store().Delete(StatsKey(info.iteration, r)));
       SLUICE_ASSIGN_OR_RETURN(RankStats s, StatsFromText(*text));
       loss += s.loss;
+      if (sum_micro_batches) info.micro_batches += s.micro_batches;
       aux += s.moe_aux_loss;
       assignments += s.moe_assignments;
       dropped += s.moe_dropped;
@@ -651,6 +708,9 @@ class Trainer {
 
   const TrainOptions& o_;
   const DistEnv env_;
+  ParallelConfig par_;      // the job's, or this process's replica group's
+  int64_t group_ = -1;      // heterogeneous replicas: this process's group (-1: homogeneous)
+  int64_t offset_ = 0;      // the first process of the group
   // First member: destroyed last, after every tensor the trainer owns.
   std::unique_ptr<CpuMemoryCounter> memory_;
   std::unique_ptr<ModelShard> shard_;
@@ -660,6 +720,7 @@ class Trainer {
   std::unique_ptr<TokenSource> tokens_;
   std::unique_ptr<TraceRecorder> trace_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<CrossGroupSync> cross_;  // heterogeneous replicas
   std::unique_ptr<PlanService> service_;
   std::unique_ptr<Progress> progress_;
   std::optional<AtomicFileWriter> metrics_;  // rank 0, with --metrics

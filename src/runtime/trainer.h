@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,8 +36,10 @@
 #include "data/global_batcher.h"
 #include "data/sample.h"
 #include "model/cluster_spec.h"
+#include "model/hetero_config.h"
 #include "model/model_spec.h"
 #include "model/parallel_config.h"
+#include "planner/hetero.h"
 #include "planner/planner.h"
 #include "runtime/launcher.h"
 
@@ -65,6 +68,11 @@ struct TrainOptions {
   // Execute these plan files, one per iteration, instead of planning (rank 0 reads them);
   // their samples' lengths come from `plan_samples` (the data after clipping).
   std::vector<std::string> plan_files;
+  // Heterogeneous replicas (`--replicas`, hetero_train.h): the replica groups (then `parallel`
+  // is unused) and, on rank 0, the planner that routes each batch's sequences to them (it must
+  // outlive Train; `planner` is then unused).
+  std::optional<HeteroConfig> replicas;
+  const HeteroPlanner* hetero_planner = nullptr;
   std::vector<Sample> plan_samples;
   int64_t iterations = 0;  // batches considered (skipped ones too); 0 = until the data ends
   int64_t max_seqlen = 0;  // the run's --max-seqlen: plan files with longer rows are rejected
@@ -93,9 +101,16 @@ struct TrainOptions {
   std::function<void(ExecutionPlan*)> adjust_plan;
 };
 
+// Heterogeneous replicas (hetero_train.h): errors for `sluice train --replicas` that the
+// planner's checks leave to the runtime: tp, ep, vpp, ZeRO >= 2, a world size that is not the
+// groups' devices. Messages start with `source`.
+Status CheckHeteroRunnable(const HeteroConfig& config, int64_t world_size,
+                           std::string_view source);
+
 // Runs this process's rank of the job `env` describes. Errors: bad options (InvalidArgument:
-// tp/ep > 1, ZeRO >= 2, MoE, a world size that is not dp * pp, a plan for another job) or a
-// failed run (FailedPrecondition, naming the rank).
+// tp > 1, ZeRO >= 2, cp > 1 with T5 or ep > 1, a world size that is not dp * pp * cp or the
+// replica groups' devices, a plan for another job) or a failed run (FailedPrecondition, naming
+// the rank).
 Status Train(const TrainOptions& options, const DistEnv& env);
 
 }  // namespace sluice::runtime
