@@ -23,8 +23,9 @@
 # MAXLEN PORT CALIB_ITERS (> 0: also a calibrated prediction, below).
 #
 # With CALIB_ITERS=N (> 0), before the A/B runs: N other batches (the same flags, `--seed 1`, no
-# optimizer: plans like A's) are trained once with --trace-dir, `sluice calibrate` fits their
-# iterations 1..N-1 (iteration 0 is warm-up), and every A and B plan is simulated again with
+# optimizer: plans like A's), each planned twice, at RECOMPUTE and at CALIB_RECOMPUTE (default
+# none), are trained once (2N iterations, alternating) with --trace-dir; `sluice calibrate` fits
+# iterations 1..2N-1 (iteration 0 is warm-up), and every A and B plan is simulated again with
 # `--calibration`: the predicted gain then comes from costs calibrated on a trace of unoptimized
 # plans of other batches (nothing is fitted on the batches measured).
 # Exit status 1 when the losses or gradients differ by more than TOL (1e-5), or when the optimizer
@@ -46,6 +47,7 @@ TOKENS=${TOKENS:-4096}
 MAXLEN=${MAXLEN:-512}
 PORT=${PORT:-29760}
 CALIB_ITERS=${CALIB_ITERS:-0}
+CALIB_RECOMPUTE=${CALIB_RECOMPUTE:-none}
 TOL=${TOL:-1e-5}
 PY=${PY:-/usr/bin/python3}
 
@@ -66,9 +68,10 @@ rm -rf "$OUT"
 mkdir -p "$OUT/a" "$OUT/b"
 COMMON=(--model "$MODEL" --cluster cpu --parallel "pp=$PP" --tokens-per-batch "$TOKENS"
         --max-seqlen "$MAXLEN" --schedule "$SCHEDULE")
-[[ -n "$RECOMPUTE" ]] && COMMON+=(--recompute "$RECOMPUTE")
 [[ -n "$MEMORY" ]] && COMMON+=(--memory-limit "$MEMORY")
 [[ -n "$COST" ]] && COMMON+=(--cost "$COST")
+BASE=("${COMMON[@]}")  # without --recompute
+[[ -n "$RECOMPUTE" ]] && COMMON+=(--recompute "$RECOMPUTE")
 
 "$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --out "$OUT/a/plan.json" > "$OUT/plan-a.txt"
 "$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --optimize-budget-ms "$BUDGET_MS" \
@@ -92,10 +95,21 @@ done
 
 TRAIN=(--model "$MODEL" --parallel "pp=$PP" --max-seqlen "$MAXLEN" --nproc "$PP")
 if (( CALIB_ITERS > 0 )); then
+  # Other batches (--seed 1), unoptimized: planned as A (RECOMPUTE) and again with CALIB_RECOMPUTE
+  # (the level the optimizer may move to), run in one training run, batch by batch alternately,
+  # so the fit sees what a recompute level costs here (`calibrate`'s recomputed-token feature).
   mkdir -p "$OUT/calib"
+  CAL=("${BASE[@]}" --recompute "$CALIB_RECOMPUTE")
   "$SLUICE" plan "${COMMON[@]}" --iterations "$CALIB_ITERS" --seed 1 \
-    --out "$OUT/calib/plan.json" > "$OUT/plan-calib.txt"
-  mapfile -t C_PLANS < <(ls "$OUT"/calib/plan-*.json | sort -t- -k2 -n)
+    --out "$OUT/calib/x.json" > "$OUT/plan-calib-x.txt"
+  "$SLUICE" plan "${CAL[@]}" --iterations "$CALIB_ITERS" --seed 1 \
+    --out "$OUT/calib/y.json" > "$OUT/plan-calib-y.txt"
+  C_PLANS=()
+  for ((k = 0; k < CALIB_ITERS; ++k)); do
+    for v in x y; do
+      [[ -f "$OUT/calib/$v-$k.json" ]] && C_PLANS+=("$OUT/calib/$v-$k.json")
+    done
+  done
   MASTER_PORT=$((PORT + 1)) "$SLUICE" train "${TRAIN[@]}" --run-id ab-calib --plan "${C_PLANS[@]}" \
     --trace-dir "$OUT/calib/traces" > "$OUT/train-calib.txt"
   "$SLUICE" calibrate "$OUT/calib/traces" --plan "${C_PLANS[@]}" \
@@ -107,7 +121,8 @@ if (( CALIB_ITERS > 0 )); then
         sed -n 's/^iteration \([0-9.]*\) ms.*/\1/p' > "${f%.json}.csim"
     done
   done
-  echo "calibrated on ${#C_PLANS[@]} other batches (seed 1): $OUT/calibration.json"
+  echo "calibrated on ${#C_PLANS[@]} plans of $CALIB_ITERS other batches (seed 1, recompute" \
+    "${RECOMPUTE:-default} and $CALIB_RECOMPUTE): $OUT/calibration.json"
 fi
 for r in $(seq 1 "$REPEATS"); do
   for v in a b; do
