@@ -371,7 +371,7 @@ TEST(ValidateRankRewriteTest, SameResultAsValidatePlan) {
     // A limit just above the plan's peak, so that some reorders go over it.
     Bytes peak;
     for (Bytes b : PredictPeakMemory(f->plan, {})) peak = std::max(peak, b);
-    f->plan.parallel.memory_limit_mb = peak.mb() * 1.0001;
+    f->plan.parallel.memory_limit = Bytes::Of(peak.count() + peak.count() / 10000);
     ASSERT_TRUE(ValidatePlan(f->plan).ok());
     for (int64_t rank = 0; rank < static_cast<int64_t>(f->plan.ranks.size()); ++rank) {
       const RankProgram& original = f->plan.ranks[rank];
