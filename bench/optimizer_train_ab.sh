@@ -20,7 +20,14 @@
 # Knobs (environment, defaults below): SLUICE OUT MODEL PP ITERS REPEATS SCHEDULE RECOMPUTE
 # MEMORY (--memory-limit in MB, empty = the cluster's) COST (--cost of the plans, e.g.
 # profiled:TABLE from `sluice profile`; empty = the cluster's analytic model) BUDGET_MS TOKENS
-# MAXLEN PORT.
+# MAXLEN PORT CALIB_ITERS (> 0: also a calibrated prediction, below).
+#
+# With CALIB_ITERS=N (> 0), before the A/B runs: N other batches (the same flags, `--seed 1`, no
+# optimizer: plans like A's), each planned twice, at RECOMPUTE and at CALIB_RECOMPUTE (default
+# none), are trained once (2N iterations, alternating) with --trace-dir; `sluice calibrate` fits
+# iterations 1..2N-1 (iteration 0 is warm-up), and every A and B plan is simulated again with
+# `--calibration`: the predicted gain then comes from costs calibrated on a trace of unoptimized
+# plans of other batches (nothing is fitted on the batches measured).
 # Exit status 1 when the losses or gradients differ by more than TOL (1e-5), or when the optimizer
 # changed no plan (then nothing was compared).
 set -euo pipefail
@@ -39,6 +46,8 @@ BUDGET_MS=${BUDGET_MS:-10000}
 TOKENS=${TOKENS:-4096}
 MAXLEN=${MAXLEN:-512}
 PORT=${PORT:-29760}
+CALIB_ITERS=${CALIB_ITERS:-0}
+CALIB_RECOMPUTE=${CALIB_RECOMPUTE:-none}
 TOL=${TOL:-1e-5}
 PY=${PY:-/usr/bin/python3}
 
@@ -59,9 +68,10 @@ rm -rf "$OUT"
 mkdir -p "$OUT/a" "$OUT/b"
 COMMON=(--model "$MODEL" --cluster cpu --parallel "pp=$PP" --tokens-per-batch "$TOKENS"
         --max-seqlen "$MAXLEN" --schedule "$SCHEDULE")
-[[ -n "$RECOMPUTE" ]] && COMMON+=(--recompute "$RECOMPUTE")
 [[ -n "$MEMORY" ]] && COMMON+=(--memory-limit "$MEMORY")
 [[ -n "$COST" ]] && COMMON+=(--cost "$COST")
+BASE=("${COMMON[@]}")  # without --recompute
+[[ -n "$RECOMPUTE" ]] && COMMON+=(--recompute "$RECOMPUTE")
 
 "$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --out "$OUT/a/plan.json" > "$OUT/plan-a.txt"
 "$SLUICE" plan "${COMMON[@]}" --iterations "$ITERS" --optimize-budget-ms "$BUDGET_MS" \
@@ -84,6 +94,36 @@ for v in a b; do
 done
 
 TRAIN=(--model "$MODEL" --parallel "pp=$PP" --max-seqlen "$MAXLEN" --nproc "$PP")
+if (( CALIB_ITERS > 0 )); then
+  # Other batches (--seed 1), unoptimized: planned as A (RECOMPUTE) and again with CALIB_RECOMPUTE
+  # (the level the optimizer may move to), run in one training run, batch by batch alternately,
+  # so the fit sees what a recompute level costs here (`calibrate`'s recomputed-token feature).
+  mkdir -p "$OUT/calib"
+  CAL=("${BASE[@]}" --recompute "$CALIB_RECOMPUTE")
+  "$SLUICE" plan "${COMMON[@]}" --iterations "$CALIB_ITERS" --seed 1 \
+    --out "$OUT/calib/x.json" > "$OUT/plan-calib-x.txt"
+  "$SLUICE" plan "${CAL[@]}" --iterations "$CALIB_ITERS" --seed 1 \
+    --out "$OUT/calib/y.json" > "$OUT/plan-calib-y.txt"
+  C_PLANS=()
+  for ((k = 0; k < CALIB_ITERS; ++k)); do
+    for v in x y; do
+      [[ -f "$OUT/calib/$v-$k.json" ]] && C_PLANS+=("$OUT/calib/$v-$k.json")
+    done
+  done
+  MASTER_PORT=$((PORT + 1)) "$SLUICE" train "${TRAIN[@]}" --run-id ab-calib --plan "${C_PLANS[@]}" \
+    --trace-dir "$OUT/calib/traces" > "$OUT/train-calib.txt"
+  "$SLUICE" calibrate "$OUT/calib/traces" --plan "${C_PLANS[@]}" \
+    --fit-iterations "1-$((${#C_PLANS[@]} - 1))" --out "$OUT/calibration.json" \
+    > "$OUT/calibrate.txt"
+  for v in a b; do
+    for f in "$OUT/$v"/plan-*.json; do
+      "$SLUICE" simulate "$f" --collectives closed-form --calibration "$OUT/calibration.json" |
+        sed -n 's/^iteration \([0-9.]*\) ms.*/\1/p' > "${f%.json}.csim"
+    done
+  done
+  echo "calibrated on ${#C_PLANS[@]} plans of $CALIB_ITERS other batches (seed 1, recompute" \
+    "${RECOMPUTE:-default} and $CALIB_RECOMPUTE): $OUT/calibration.json"
+fi
 for r in $(seq 1 "$REPEATS"); do
   for v in a b; do
     if [[ $v == a ]]; then plans=("${A_PLANS[@]}"); else plans=("${B_PLANS[@]}"); fi
@@ -109,8 +149,8 @@ def metrics(v):
             runs.append([json.loads(line) for line in f if line.strip()])
     return runs
 
-def sims(v):
-    files = sorted(glob.glob(f"{out}/{v}/plan-*.sim"),
+def sims(v, ext="sim"):
+    files = sorted(glob.glob(f"{out}/{v}/plan-*.{ext}"),
                    key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
     return [float(open(p).read().strip()) for p in files]
 
@@ -154,6 +194,14 @@ print(f"\npredicted: A {pa / len(counted):.1f} ms, B {pb / len(counted):.1f} ms 
 print(f"measured:  A {xa / len(counted):.1f} ms, B {xb / len(counted):.1f} ms per iteration "
       f"(median of {repeats}): gain {meas:.2f}%")
 print(f"measured - predicted gain: {meas - pred:+.2f} percentage points")
+ca, cb = sims("a", "csim"), sims("b", "csim")
+if ca and cb:
+    assert len(ca) == len(cb) == iters
+    qa, qb = sum(ca[i] for i in counted), sum(cb[i] for i in counted)
+    cpred = 100 * (1 - qb / qa)
+    print(f"calibrated predicted: A {qa / len(counted):.1f} ms, B {qb / len(counted):.1f} ms per "
+          f"iteration: gain {cpred:.2f}%")
+    print(f"measured - calibrated predicted gain: {meas - cpred:+.2f} percentage points")
 loss_diff = max(abs(x["loss"] - y["loss"]) for ra in ma for rb in mb for x, y in zip(ra, rb))
 print(f"loss max |A - B| over {iters} iterations x {repeats}x{repeats} runs: {loss_diff:.3g}")
 grad_diff, tensors = 0.0, 0

@@ -384,8 +384,9 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
   CLI::App* c = app->add_subcommand(
       "calibrate",
       "Fit per-stage, per-op corrections to the cost model (a robust line on the plan's "
-      "features: duration, tokens, attention work, rows, a constant), a link (latency, "
-      "bandwidth) and a per-iteration offset from traces of sluice train --plan runs; write "
+      "features: duration, tokens, attention work, rows, tokens recomputed in full, a "
+      "constant), a link (latency, bandwidth) and a per-iteration offset from traces of sluice "
+      "train --plan runs; write "
       "them for --calibration (plan, simulate, compare, train); print simulated vs measured "
       "iteration time before and after");
   c->add_option("traces", f->inputs, "sluice train --trace-dir folders or trace files")

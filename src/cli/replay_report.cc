@@ -254,7 +254,8 @@ report::HtmlReport BuildReplayReport(const trace::Analysis& a, const trace::Repl
     d.text =
         "Per (virtual stage, op): the mean |error| of the plan's durations against the "
         "measured costs, the largest first, and the line on the plan's features (its "
-        "duration, tokens, attention work, rows, a constant) that sluice calibrate would fit.";
+        "duration, tokens, attention work, rows, tokens recomputed in full, a constant) that "
+        "sluice calibrate would fit.";
     report::Table t;
     t.title = "Op classes against the plan";
     t.header = {"stage", "op", "samples", "plan's mean |error|", "fitted line"};

@@ -13,7 +13,10 @@ StatusOr<PassResult> ApplyPass(const PlanPass& pass, const ExecutionPlan& plan) 
 }
 
 bool KeepIfValid(int64_t rank, RankProgram original, ExecutionPlan* candidate, PassRecord* record) {
-  const Status valid = ValidatePlan(*candidate, ValidateOptions{.grid_context = 0});
+  // Only `rank` was rewritten and the plan was valid before (PlanPass::Run's REQUIRES):
+  // ValidateRankRewrite gives ValidatePlan's result checking only what can have changed.
+  const Status valid =
+      ValidateRankRewrite(*candidate, rank, original, ValidateOptions{.grid_context = 0});
   if (valid.ok()) return true;
   candidate->ranks[rank] = std::move(original);
   const std::string& m = valid.message();

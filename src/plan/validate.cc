@@ -155,43 +155,49 @@ std::optional<std::string> CheckSamples(const ExecutionPlan& plan) {
   return std::nullopt;
 }
 
+// The CommOps of one rank's program (CheckComms' input for that rank).
+std::vector<CommOp> RankCommOps(const ExecutionPlan& plan, const RankProgram& program,
+                                bool with_waits) {
+  const auto& list = program.instructions;
+  std::vector<CommOp> out(list.size());
+  std::vector<int64_t> start_of;  // [tag]: latest Start on this rank
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Instruction& in = list[i];
+    CommOp& op = out[i];
+    if (IsCommStart(in.op)) {
+      op.kind = CommOp::Kind::kPost;
+      op.send = IsSend(in.op);
+      op.peer = in.peer;
+      op.tag = in.tag;
+      op.shapes = &in.shapes;
+      if (in.tag >= static_cast<int64_t>(start_of.size())) start_of.resize(in.tag + 1, -1);
+      start_of[in.tag] = static_cast<int64_t>(i);
+    } else if (IsCommFinish(in.op) && with_waits) {
+      op.kind = CommOp::Kind::kWait;
+      op.wait_for = in.tag < static_cast<int64_t>(start_of.size()) ? start_of[in.tag] : -1;
+    } else if (IsCollective(in.op)) {
+      op.kind = CommOp::Kind::kCollective;
+      op.group = program.pp_index;
+      op.collective = {static_cast<int64_t>(in.op), in.bucket, in.bytes.count()};
+    } else if (IsAllToAll(in.op)) {
+      // The group's index after the pp data-parallel groups (EpGroups' order).
+      op.kind = CommOp::Kind::kCollective;
+      op.group = plan.pp() + program.pp_index * (plan.dp() / plan.parallel.ep) +
+                 program.dp_index / plan.parallel.ep;
+      op.collective = {static_cast<int64_t>(in.op), in.layer, in.microbatch};
+      op.blocking = with_waits;
+    } else if (in.op == OpKind::kOptimizerStep && with_waits) {
+      op.kind = CommOp::Kind::kWaitCollectives;
+      op.group = program.pp_index;
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<CommOp>> CommOps(const ExecutionPlan& plan, bool with_waits) {
   std::vector<std::vector<CommOp>> out(plan.ranks.size());
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
-    const RankProgram& program = plan.ranks[r];
-    const auto& list = program.instructions;
-    out[r].resize(list.size());
-    std::vector<int64_t> start_of;  // [tag]: latest Start on this rank
-    for (size_t i = 0; i < list.size(); ++i) {
-      const Instruction& in = list[i];
-      CommOp& op = out[r][i];
-      if (IsCommStart(in.op)) {
-        op.kind = CommOp::Kind::kPost;
-        op.send = IsSend(in.op);
-        op.peer = in.peer;
-        op.tag = in.tag;
-        op.shapes = &in.shapes;
-        if (in.tag >= static_cast<int64_t>(start_of.size())) start_of.resize(in.tag + 1, -1);
-        start_of[in.tag] = static_cast<int64_t>(i);
-      } else if (IsCommFinish(in.op) && with_waits) {
-        op.kind = CommOp::Kind::kWait;
-        op.wait_for = in.tag < static_cast<int64_t>(start_of.size()) ? start_of[in.tag] : -1;
-      } else if (IsCollective(in.op)) {
-        op.kind = CommOp::Kind::kCollective;
-        op.group = program.pp_index;
-        op.collective = {static_cast<int64_t>(in.op), in.bucket, in.bytes.count()};
-      } else if (IsAllToAll(in.op)) {
-        // The group's index after the pp data-parallel groups (EpGroups' order).
-        op.kind = CommOp::Kind::kCollective;
-        op.group = plan.pp() + program.pp_index * (plan.dp() / plan.parallel.ep) +
-                   program.dp_index / plan.parallel.ep;
-        op.collective = {static_cast<int64_t>(in.op), in.layer, in.microbatch};
-        op.blocking = with_waits;
-      } else if (in.op == OpKind::kOptimizerStep && with_waits) {
-        op.kind = CommOp::Kind::kWaitCollectives;
-        op.group = program.pp_index;
-      }
-    }
+    out[r] = RankCommOps(plan, plan.ranks[r], with_waits);
   }
   return out;
 }
@@ -218,6 +224,42 @@ Status Fail(const ExecutionPlan& plan, int64_t rank, int64_t index, const std::s
   text += message;
   text += "\n" + FormatPlanGrid(plan, p.dp_index, rank, index, options.grid_context);
   return InvalidArgumentError(std::move(text));
+}
+
+// Whether the communication ops of one rank (CommOps' list, with waits) are the same sequence in
+// `a` and `b` once the ops that are not communication are left out: a wait's post is compared
+// by its place among the rank's communication ops, not by its instruction index.
+bool SameCommSequence(const std::vector<CommOp>& a, const std::vector<CommOp>& b) {
+  auto ordinals = [](const std::vector<CommOp>& ops) {
+    std::vector<int64_t> at(ops.size(), -1);
+    int64_t k = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind != CommOp::Kind::kNone) at[i] = k++;
+    }
+    return at;
+  };
+  const std::vector<int64_t> oa = ordinals(a), ob = ordinals(b);
+  size_t i = 0, j = 0;
+  while (true) {
+    while (i < a.size() && a[i].kind == CommOp::Kind::kNone) ++i;
+    while (j < b.size() && b[j].kind == CommOp::Kind::kNone) ++j;
+    if (i == a.size() || j == b.size()) return i == a.size() && j == b.size();
+    const CommOp& x = a[i];
+    const CommOp& y = b[j];
+    if (x.kind != y.kind || x.send != y.send || x.peer != y.peer || x.tag != y.tag ||
+        x.group != y.group || x.collective != y.collective || x.blocking != y.blocking) {
+      return false;
+    }
+    if ((x.shapes == nullptr) != (y.shapes == nullptr) ||
+        (x.shapes != nullptr && *x.shapes != *y.shapes)) {
+      return false;
+    }
+    const int64_t wx = x.wait_for >= 0 ? oa[x.wait_for] : -1;
+    const int64_t wy = y.wait_for >= 0 ? ob[y.wait_for] : -1;
+    if (wx != wy) return false;
+    ++i;
+    ++j;
+  }
 }
 
 }  // namespace
@@ -251,18 +293,27 @@ std::vector<Bytes> PredictPeakMemory(const ExecutionPlan& plan, const MemoryRule
   return out;
 }
 
-std::optional<MemoryProblem> CheckPlanMemory(const ExecutionPlan& plan) {
+namespace {
+
+std::optional<MemoryProblem> RankMemoryProblem(const ExecutionPlan& plan,
+                                               const RankProgram& program) {
   const Bytes limit = plan.memory_limit();
+  const RankMemory m = ReplayRankMemory(plan, program, limit);
+  if (m.first_over < 0) return std::nullopt;
+  const Bytes states = plan.model_states[program.pp_index];
+  return MemoryProblem{
+      program.rank, m.first_over,
+      fmt::format("predicted memory {} ({:.1f} MB: model states {:.1f} MB + activations "
+                  "{:.1f} MB + buffers {:.1f} MB) exceeds the limit {:.1f} MB",
+                  FormatBytes(m.over_level), m.over_level.mb(), states.mb(),
+                  m.over_activations.mb(), m.over_buffers.mb(), limit.mb())};
+}
+
+}  // namespace
+
+std::optional<MemoryProblem> CheckPlanMemory(const ExecutionPlan& plan) {
   for (const RankProgram& program : plan.ranks) {
-    const RankMemory m = ReplayRankMemory(plan, program, limit);
-    if (m.first_over < 0) continue;
-    const Bytes states = plan.model_states[program.pp_index];
-    return MemoryProblem{
-        program.rank, m.first_over,
-        fmt::format("predicted memory {} ({:.1f} MB: model states {:.1f} MB + activations "
-                    "{:.1f} MB + buffers {:.1f} MB) exceeds the limit {:.1f} MB",
-                    FormatBytes(m.over_level), m.over_level.mb(), states.mb(),
-                    m.over_activations.mb(), m.over_buffers.mb(), limit.mb())};
+    if (auto p = RankMemoryProblem(plan, program)) return p;
   }
   return std::nullopt;
 }
@@ -303,6 +354,54 @@ Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options) {
   }
   if (!options.check_memory) return Status::Ok();
   if (std::optional<MemoryProblem> p = CheckPlanMemory(plan)) {
+    const int64_t index = p->instruction < 0 ? 0 : p->instruction;
+    return Fail(plan, p->rank, index, p->message, options, false);
+  }
+  return Status::Ok();
+}
+
+Status ValidateRankRewrite(const ExecutionPlan& plan, int64_t rank, const RankProgram& original,
+                           const ValidateOptions& options) {
+  // The order of ValidatePlan's checks is kept, so the first failing check (and its message) is
+  // the one ValidatePlan would report: every check of another rank passed before the rewrite.
+  if (auto p = CheckStructure(plan)) return InvalidArgumentError("plan check: " + *p);
+  if (rank < 0 || rank >= static_cast<int64_t>(plan.ranks.size())) {
+    return InvalidArgumentError(fmt::format("plan check: rank {} outside 0..{}", rank,
+                                            static_cast<int64_t>(plan.ranks.size()) - 1));
+  }
+  const RankProgram& program = plan.ranks[rank];
+  if (auto p = CheckProgramFields(plan, program)) {
+    return Fail(plan, program.rank, p->index, p->message, options, false);
+  }
+  // The communication replay reads a rank only through its CommOps (with waits: a superset of
+  // the ops without); the same sequence as before replays as it did.
+  const bool comms_changed = !SameCommSequence(RankCommOps(plan, original, true),
+                                               RankCommOps(plan, program, true));
+  std::vector<std::vector<int64_t>> groups;
+  auto text = [&](int64_t r, int64_t i) { return InstructionText(plan.ranks[r].instructions[i]); };
+  if (comms_changed) {
+    groups = DpGroups(plan);
+    if (plan.parallel.ep > 1 && plan.dp() % plan.parallel.ep == 0) {
+      for (int64_t p = 0; p < plan.pp(); ++p) {
+        for (int64_t first = 0; first < plan.dp(); first += plan.parallel.ep) {
+          groups.push_back(EpGroupOf(plan, plan.RankId(first, p)));
+        }
+      }
+    }
+    if (auto p = CheckComms(CommOps(plan, false), groups, text)) {
+      return Fail(plan, p->rank, p->index, p->message, options, true);
+    }
+  }
+  if (auto p = CheckProgramOrder(plan, program)) {
+    return Fail(plan, program.rank, p->index, p->message, options, false);
+  }
+  if (comms_changed) {
+    if (auto p = CheckComms(CommOps(plan, true), groups, text)) {
+      return Fail(plan, p->rank, p->index, p->message, options, true);
+    }
+  }
+  if (!options.check_memory) return Status::Ok();
+  if (std::optional<MemoryProblem> p = RankMemoryProblem(plan, program)) {
     const int64_t index = p->instruction < 0 ? 0 : p->instruction;
     return Fail(plan, p->rank, index, p->message, options, false);
   }

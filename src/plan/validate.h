@@ -59,6 +59,18 @@ struct ValidateOptions {
 // OK, or InvalidArgument naming the rank, the instruction and the problem, plus the grid.
 Status ValidatePlan(const ExecutionPlan& plan, const ValidateOptions& options = {});
 
+// ValidatePlan for a plan of which only rank `rank`'s program was rewritten from `original`
+// (same header fields), REQUIRES: the plan with `original` in place passes ValidatePlan(plan,
+// options). Gives exactly ValidatePlan(plan, options)'s result (ok, or the same error), checking
+// only what the rewrite can change: the structure (cheap), the rank's fields, buffer order and
+// memory, and the cross-rank communication replay only when the rank's sequence of
+// communication ops differs from `original`'s (kinds, peers, tags, shapes, groups, collectives,
+// and which post each wait waits for; compute ops moved between them change nothing there). The
+// other ranks, the samples and the replay passed before and cannot have changed. Used by the
+// passes (passes/pass.h, KeepIfValid): the plan optimizer validates thousands of candidates.
+Status ValidateRankRewrite(const ExecutionPlan& plan, int64_t rank, const RankProgram& original,
+                           const ValidateOptions& options = {});
+
 // Part of check 1, also run by the simulator before anything is sized: every micro-batch's
 // lengths (seqlen, and dec_seqlen of encoder-decoder models) are within the model's max_position
 // unless it is varlen (positions restart at each sample of a varlen row, so the row may be

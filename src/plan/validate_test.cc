@@ -340,3 +340,61 @@ TEST(ValidatePlanTest, ShapesBeyondTheModelAreRejected) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// ValidateRankRewrite gives ValidatePlan's result (ok, or the same message) for every rewrite of
+// one rank the passes make and for rewrites that break a plan: every swap of two neighbouring
+// instructions and every move of an instruction 3 places later, on every rank of valid plans of
+// several schedules (1F1B, ZB-H1 with split backward, interleaved, encoder-decoder), at a memory
+// limit some rewrites exceed. Both outcomes occur, and rewrites that change the communication
+// order (the replay runs) as well as ones that do not.
+TEST(ValidateRankRewriteTest, SameResultAsValidatePlan) {
+  int64_t ok = 0, failed = 0;
+  for (auto [pp, vpp, dp, kind, encdec] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, ScheduleKind, bool>>{
+           {4, 1, 2, ScheduleKind::k1F1B, false},
+           {2, 1, 2, ScheduleKind::kZbH1, false},
+           {2, 2, 1, ScheduleKind::kInterleaved, false},
+           {2, 1, 1, ScheduleKind::k1F1B, true}}) {
+    PlanCase c;
+    c.pp = pp;
+    c.vpp = vpp;
+    c.dp = dp;
+    c.kind = kind;
+    c.encoder_decoder = encdec;
+    c.microbatches = 5;
+    c.seed = 7;
+    auto f = MakePlanFixture(c);
+    ASSERT_TRUE(ValidatePlan(f->plan).ok());
+    // A limit just above the plan's peak, so that some reorders go over it.
+    Bytes peak;
+    for (Bytes b : PredictPeakMemory(f->plan, {})) peak = std::max(peak, b);
+    f->plan.parallel.memory_limit = Bytes::Of(peak.count() + peak.count() / 10000);
+    ASSERT_TRUE(ValidatePlan(f->plan).ok());
+    for (int64_t rank = 0; rank < static_cast<int64_t>(f->plan.ranks.size()); ++rank) {
+      const RankProgram& original = f->plan.ranks[rank];
+      const int64_t n = static_cast<int64_t>(original.instructions.size());
+      for (int64_t shift : {1, 3}) {
+        for (int64_t i = 0; i + shift < n; ++i) {
+          ExecutionPlan p = f->plan;
+          std::vector<Instruction>& list = p.ranks[rank].instructions;
+          std::rotate(list.begin() + i, list.begin() + i + 1, list.begin() + i + shift + 1);
+          const Status full = ValidatePlan(p, ValidateOptions{.grid_context = 1});
+          const Status partial =
+              ValidateRankRewrite(p, rank, original, ValidateOptions{.grid_context = 1});
+          ASSERT_EQ(full.ok(), partial.ok()) << "rank " << rank << " move " << i << " by " << shift
+                                             << ": " << full.message();
+          ASSERT_EQ(full.message(), partial.message());
+          (full.ok() ? ok : failed) += 1;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ok, 50);
+  EXPECT_GT(failed, 50);
+}
+
+}  // namespace
+}  // namespace sluice

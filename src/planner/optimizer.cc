@@ -121,6 +121,28 @@ std::vector<Candidate> Candidates(const ExecutionPlan& plan, const SimResult& si
   return unique;
 }
 
+// Makes *to equal `from` again after a candidate was tried on it: only what differs is copied
+// (a pass rewrites one rank, or a few), so the buffers of the rest are neither freed nor
+// allocated. Exact: afterwards *to == from.
+void RestoreFrom(const ExecutionPlan& from, ExecutionPlan* to) {
+  if (to->ranks.size() != from.ranks.size()) {
+    *to = from;
+    return;
+  }
+  for (size_t r = 0; r < from.ranks.size(); ++r) {
+    if (to->ranks[r] != from.ranks[r]) to->ranks[r] = from.ranks[r];
+  }
+  if (to->replicas != from.replicas) to->replicas = from.replicas;
+  if (to->model_states != from.model_states) to->model_states = from.model_states;
+  if (to->sample_ids != from.sample_ids) to->sample_ids = from.sample_ids;
+  if (to->dropped != from.dropped) to->dropped = from.dropped;
+  if (!(to->model == from.model) || !(to->cluster == from.cluster) ||
+      !(to->parallel == from.parallel) || to->cost_model != from.cost_model ||
+      to->method != from.method) {
+    *to = from;
+  }
+}
+
 Status CheckOptions(const OptimizerOptions& o) {
   if (o.max_steps < 0) {
     return InvalidArgumentError(
@@ -189,6 +211,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     }
   }
   std::vector<Candidate> pool = Candidates(current, base, options.pricer);
+  // The candidates are tried on `next`, a copy of `current` kept between steps: after a refused
+  // or rejected candidate only what the pass changed is copied back (RestoreFrom).
+  ExecutionPlan next = current;
   while (result.simulations < options.max_steps && !pool.empty()) {
     if (elapsed() >= options.budget) {
       result.budget_hit = true;
@@ -197,15 +222,18 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     const int64_t pick = rng.UniformInt(0, static_cast<int64_t>(pool.size()) - 1);
     const Candidate candidate = pool[pick];
     pool.erase(pool.begin() + pick);
-    ExecutionPlan next = current;
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record, candidate->Run(&next));
     if (!record.changed) {
       if (!record.rejected.empty()) ++result.invalid;
+      RestoreFrom(current, &next);
       continue;
     }
     SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
     ++result.simulations;
-    if (r.outcome != SimOutcome::kOk) continue;
+    if (r.outcome != SimOutcome::kOk) {
+      RestoreFrom(current, &next);
+      continue;
+    }
     const double gain_pct = 100.0 * static_cast<double>((current_time - r.iteration_time).nanos()) /
                             static_cast<double>(std::max<int64_t>(current_time.nanos(), 1));
     bool accept = r.iteration_time < current_time;
@@ -214,9 +242,12 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
           std::exp(options.beta * std::log(static_cast<double>(result.simulations) + 1) * gain_pct);
       accept = rng.Uniform01() < p;
     }
-    if (!accept) continue;
+    if (!accept) {
+      RestoreFrom(current, &next);
+      continue;
+    }
     ++result.accepted;
-    current = std::move(next);
+    current = next;
     current_time = r.iteration_time;
     current_path.push_back(std::move(record));
     pool = Candidates(current, r, options.pricer);

@@ -27,8 +27,12 @@
 // `sim`) is at most the input's; the input is returned unchanged when nothing was shorter.
 // Deterministic: the same plan, options and seed give the same plan, unless the wall-clock budget
 // stopped the search (OptimizeResult::budget_hit says so; give a larger budget or fewer
-// max_steps for a reproducible result). The whole plan is re-simulated per step (no partial
-// replay yet: a 65,536-token batch simulates in about a millisecond, docs/passes.md).
+// max_steps for a reproducible result). Scoring a candidate: the pass rewrites a kept copy of the
+// current plan (only what it changed is copied back afterwards), the pass's plan check validates
+// only the rewritten rank (ValidateRankRewrite: ValidatePlan's result, exactly), and the whole
+// plan is simulated. The simulation is not resumed from a checkpoint: it is the smaller part of a
+// candidate's cost (docs/benchmarks.md, "Scoring candidates"), where copying and re-validating
+// the whole plan were the larger.
 //
 // Thread safety: pure function.
 #pragma once

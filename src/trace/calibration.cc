@@ -29,10 +29,10 @@ int64_t StageKey(const Instruction& in, const RankProgram& program) {
 
 using Point = OpSample;
 
-constexpr int kNumFeatures = 5;  // constant, predicted, tokens, attention, rows
+constexpr int kNumFeatures = 6;  // constant, predicted, tokens, attention, rows, recomputed
 
 std::array<double, kNumFeatures> Row(const OpFeatures& f) {
-  return {1.0, f.predicted_ns, f.tokens, f.attention, f.rows};
+  return {1.0, f.predicted_ns, f.tokens, f.attention, f.rows, f.recomputed_tokens};
 }
 
 // Weighted least squares on the features in `mask`; false when the system is singular. The
@@ -204,6 +204,7 @@ OpCorrection FitOpLine(const std::vector<OpSample>& pts, OpLine line) {
   o.per_token_ns = c[2];
   o.per_attention_ns = c[3];
   o.per_row_us = c[4] * 1e-3;
+  o.per_recomputed_token_ns = c[5];
   const double n = static_cast<double>(pts.size());
   for (const Point& p : pts) {
     const double m = std::max(1.0, p.measured_ns);
@@ -231,12 +232,16 @@ OpFeatures FeaturesOf(const ExecutionPlan& plan, const RankProgram& program,
   f.rows = rows;
   f.tokens = rows * (e + d);
   f.attention = rows * (e * e + d * d + e * d);
+  const bool recomputes = in.op == OpKind::kForward || in.op == OpKind::kBackward ||
+                          in.op == OpKind::kBackwardInput;
+  if (recomputes && in.recompute == Recompute::kFull) f.recomputed_tokens = f.tokens;
   return f;
 }
 
 double OpCorrection::Predict(const OpFeatures& f) const {
   return std::max(0.0, offset_us * 1e3 + scale * f.predicted_ns + per_token_ns * f.tokens +
-                           per_attention_ns * f.attention + per_row_us * 1e3 * f.rows);
+                           per_attention_ns * f.attention + per_row_us * 1e3 * f.rows +
+                           per_recomputed_token_ns * f.recomputed_tokens);
 }
 
 std::string OpCorrection::Describe() const {
@@ -250,6 +255,8 @@ std::string OpCorrection::Describe() const {
   term(per_token_ns, fmt::format("{:.3g} ns/token", per_token_ns));
   term(per_attention_ns, fmt::format("{:.3g} ns/token pair", per_attention_ns));
   term(per_row_us, fmt::format("{:.3g} us/row", per_row_us));
+  term(per_recomputed_token_ns,
+       fmt::format("{:.3g} ns/recomputed token", per_recomputed_token_ns));
   return out.empty() ? "0" : out;
 }
 
@@ -498,6 +505,7 @@ std::string CalibrationToJson(const Calibration& c) {
                         {"per_token_ns", o.per_token_ns},
                         {"per_attention_ns", o.per_attention_ns},
                         {"per_row_us", o.per_row_us},
+                        {"per_recomputed_token_ns", o.per_recomputed_token_ns},
                         {"samples", o.samples},
                         {"error_before", o.mean_abs_error_before},
                         {"error_after", o.mean_abs_error_after}});
@@ -554,6 +562,8 @@ StatusOr<Calibration> CalibrationFromJson(std::string_view text, std::string_vie
       SLUICE_RETURN_IF_ERROR(o.OptionalDouble("per_token_ns", &oc.per_token_ns, 0, 1e12));
       SLUICE_RETURN_IF_ERROR(o.OptionalDouble("per_attention_ns", &oc.per_attention_ns, 0, 1e12));
       SLUICE_RETURN_IF_ERROR(o.OptionalDouble("per_row_us", &oc.per_row_us, 0, 1e12));
+      SLUICE_RETURN_IF_ERROR(o.OptionalDouble("per_recomputed_token_ns",
+                                              &oc.per_recomputed_token_ns, 0, 1e12));
     }
     SLUICE_RETURN_IF_ERROR(o.OptionalInt("samples", &oc.samples, 0, INT64_MAX));
     SLUICE_RETURN_IF_ERROR(o.OptionalDouble("error_before", &oc.mean_abs_error_before, 0, 1e12));

@@ -11,8 +11,8 @@
 // model (gaps, frees, posts, and waits once their transfer was done; never the blocked part).
 // Per (virtual stage, op) the measured cost is fitted as a line on the cost model's own features
 // of the instruction (OpFeatures: a constant, the plan's predicted duration, the micro-batch's
-// padded tokens, its attention work and its rows) by robust non-negative least squares: Huber
-// weights re-fitted until they settle (outlying instructions, e.g. one preempted by another
+// padded tokens, its attention work, its rows and its tokens recomputed in full) by robust
+// non-negative least squares: Huber weights re-fitted until they settle (outlying instructions, e.g. one preempted by another
 // process, weigh less), every subset of the features tried with non-negative coefficients, and
 // the subset with the least BIC kept (a feature is kept only when it explains more than the noise
 // it adds). The all-stage entry of each op (used for stages the trace lacks) fits a constant and
@@ -48,13 +48,18 @@ struct OpFeatures {
   double attention = 0;     // attention work, token pairs: mbs x (seqlen^2 + dec_seqlen^2 +
                             // seqlen x dec_seqlen); the runtime attends over the padded rows
   double rows = 0;          // mbs
+  // tokens when the instruction recomputes its forward in full (a forward that keeps only its
+  // input, or the backward that reruns it), else 0: what recompute costs the runtime beyond what
+  // the plan's duration says. Identifiable only from traces with both levels (docs/trace.md).
+  double recomputed_tokens = 0;
 };
 // The features of `in` (an instruction of `plan`); a zero micro-batch part when it has none
 // (optimizer step) or names none of the plan's.
 OpFeatures FeaturesOf(const ExecutionPlan& plan, const RankProgram& program, const Instruction& in);
 
 // measured ns = offset_us x 1e3 + scale x predicted_ns + per_token_ns x tokens +
-//               per_attention_ns x attention + per_row_us x 1e3 x rows. Every coefficient >= 0.
+//               per_attention_ns x attention + per_row_us x 1e3 x rows +
+//               per_recomputed_token_ns x recomputed_tokens. Every coefficient >= 0.
 // A "/1" file's entries have only the first two.
 struct OpCorrection {
   int64_t stage = -1;     // virtual stage; -1: any stage without its own entry
@@ -67,6 +72,7 @@ struct OpCorrection {
   double per_token_ns = 0;
   double per_attention_ns = 0;  // per token pair
   double per_row_us = 0;
+  double per_recomputed_token_ns = 0;  // absent (0) in files written before it existed
 
   // The corrected duration (ns, >= 0) of an instruction with these features.
   double Predict(const OpFeatures& f) const;

@@ -72,6 +72,32 @@ TEST(CalibrationFit, RobustToPreemptedInstructions) {
   EXPECT_GT(RelativeError(plain, typical), 0.15) << plain.Describe();
 }
 
+// A runtime whose recompute costs more than the plan says (recompute adds 30 ns/token where the
+// plan's duration adds 10): fitted on both levels, the recomputed-token term carries it and the
+// level without recompute is predicted within 2%; fitted on recompute only, no line can tell
+// the levels apart (the prediction without recompute is off by more than 15%).
+TEST(CalibrationFit, RecomputedTokensCarryWhatRecomputeCosts) {
+  auto sample = [](double tokens, bool full) {
+    OpSample s;
+    s.features = {(full ? 30.0 : 20.0) * tokens, tokens, 0, 1, full ? tokens : 0};
+    s.measured_ns = 40 * tokens + (full ? 30 * tokens : 0);
+    return s;
+  };
+  std::vector<OpSample> both, full_only;
+  for (int k = 0; k < 40; ++k) {
+    const double tokens = 64.0 * (1 + k % 5);
+    both.push_back(sample(tokens, k % 2 == 0));
+    full_only.push_back(sample(tokens, true));
+  }
+  const OpSample none = sample(192, false);
+  const OpCorrection c = FitOpLine(both, OpLine::kFeatures);
+  EXPECT_GT(c.per_recomputed_token_ns, 0) << c.Describe();
+  EXPECT_LT(RelativeError(c, none), 0.02) << c.Describe();
+  EXPECT_LT(RelativeError(c, sample(192, true)), 0.02) << c.Describe();
+  const OpCorrection blind = FitOpLine(full_only, OpLine::kFeatures);
+  EXPECT_GT(RelativeError(blind, none), 0.15) << blind.Describe();
+}
+
 TEST(CalibrationFit, CoefficientsNeverNegative) {
   // Cost falling with tokens (an artefact of noise) must not give a negative coefficient: the
   // line keeps the constant only.
