@@ -510,12 +510,21 @@ bool LookupVarlenSeq2Seq(const CostModel& cost, int64_t tp, const CpRing& ring,
                          Recompute rc, KindCosts* out) {
   const int64_t max_len = cost.model().max_position;
   int64_t te = 0, qe = 0, td = 0, qd = 0;
-  if (lengths.size() != dec_lengths.size() || !VarlenMoments(lengths, max_len, &te, &qe) ||
-      !VarlenMoments(dec_lengths, max_len, &td, &qd)) {
+  if (lengths.size() != dec_lengths.size() || !VarlenMoments(lengths, max_len, &te, &qe)) {
     return false;
   }
+  // A sample without a target has no decoder segment (and no labels).
   __int128 qx = 0;
-  for (size_t i = 0; i < lengths.size(); ++i) qx += static_cast<__int128>(lengths[i]) * dec_lengths[i];
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t d = dec_lengths[i];
+    if (d < 0 || d > max_len) return false;
+    td += d;
+    if (td > kMaxVarlenTokens) return false;
+    qd += d * d;
+    qx += static_cast<__int128>(lengths[i]) * d;
+  }
+  // No target at all: one decoder token, as a padded micro-batch's Pad(max(1, longest target)).
+  if (td == 0) td = qd = 1;
   // Encoder tokens each decoder row attends to: a weighted mean of input lengths, <= max_len.
   const int64_t cross = std::max<int64_t>(1, static_cast<int64_t>((qx + td / 2) / td));
   const auto enc_shape = [&](int64_t m) {

@@ -170,8 +170,9 @@ class StageCostEvaluator {
   // shape the blend needs (a row longer than max_position, beyond a profile table's range or in
   // one of its out-of-memory holes), as for a padded micro-batch.
   // Encoder-decoder models: varlen_supported() is true when the cost model prices one small
-  // shape, and every call passes `dec_lengths` (the samples' target lengths, in [1,
-  // max_position], one per entry of `lengths`); decoder-only models pass none.
+  // shape, and every call passes `dec_lengths` (the samples' target lengths, in [0,
+  // max_position], one per entry of `lengths`; 0: no decoder segment); decoder-only models pass
+  // none.
   bool varlen_supported() const { return varlen_supported_; }
   bool EvaluateVarlenStages(std::span<const int64_t> lengths, Recompute rc,
                             std::vector<ChunkCost>* out) const;

@@ -256,8 +256,16 @@ TEST(VarlenCostTest, EncoderDecoderPairsCostTheirMoments) {
   EXPECT_TRUE(e.EvaluateVarlenStages(enc, dec, Recompute::kNone, &out));
   EXPECT_FALSE(e.EvaluateVarlenStages(enc, Recompute::kNone, &out));
   EXPECT_FALSE(e.EvaluateVarlenStages(enc, one, Recompute::kNone, &out));
-  const int64_t no_target[] = {40, 0};
-  EXPECT_FALSE(e.EvaluateVarlenStages(enc, no_target, Recompute::kNone, &out));
+  // A sample without a target adds encoder work only; all without: one decoder token.
+  const int64_t no_target[] = {40, 0}, first_only[] = {300}, forty[] = {40};
+  std::vector<ChunkCost> with_empty, alone;
+  EXPECT_TRUE(e.EvaluateVarlenStages(enc, no_target, Recompute::kNone, &with_empty));
+  EXPECT_TRUE(e.EvaluateVarlenStages(first_only, forty, Recompute::kNone, &alone));
+  EXPECT_GT(with_empty[0].forward, alone[0].forward);
+  const int64_t none[] = {0, 0};
+  EXPECT_TRUE(e.EvaluateVarlenStages(enc, none, Recompute::kNone, &out));
+  const int64_t negative[] = {40, -1};
+  EXPECT_FALSE(e.EvaluateVarlenStages(enc, negative, Recompute::kNone, &out));
   const int64_t too_long[] = {e.model().max_position + 1, 10};
   EXPECT_FALSE(e.EvaluateVarlenStages(too_long, dec, Recompute::kNone, &out));
   // A decoder-only evaluator refuses the encoder-decoder entry points.
