@@ -103,9 +103,10 @@ expect out-unwritable 2 "^sluice: error: --out '$tmp/a-file/sub': cannot create 
   compare --out "$tmp/a-file/sub" --iterations 1
 
 # Methods that cannot run are shown, not dropped.
-expect t5-unsupported 0 "hydraulis +unsupported" -- \
+expect t5-unsupported 0 "megatron-gbp +unsupported" -- \
   compare --model t5-11b --data flan-like --samples 2000 --tokens-per-batch 8192 --max-seqlen 512 \
-  --methods packing,hydraulis,dynapipe --reference packing "${quick[@]}" --no-html --out "$tmp/t5"
+  --methods packing,megatron-gbp,hydraulis,dynapipe --reference packing "${quick[@]}" --no-html \
+  --out "$tmp/t5"
 expect all-oom 1 "no method fits memory" -- \
   compare --memory-limit 2000 --methods packing,dynapipe "${quick[@]}" --no-html --out "$tmp/oom"
 check all-oom-results grep -q '"state": "out-of-memory"' "$tmp/oom/results.json"

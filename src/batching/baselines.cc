@@ -186,7 +186,8 @@ class TokenBudgetBatcher final : public MicroBatcher {
 
 class PackingBatcher final : public MicroBatcher {
  public:
-  // first_fit_decreasing: multipack (FFD, varlen attention for decoder-only models);
+  // first_fit_decreasing: multipack (FFD, varlen attention: per sample, and for encoder-decoder
+  // models encoder and decoder rows packed separately, cross attention within the sample);
   // otherwise Megatron/DeepSpeed packing (next-fit in dataset order, full attention per row).
   explicit PackingBatcher(bool first_fit_decreasing) : ffd_(first_fit_decreasing) {}
   std::string_view name() const override { return ffd_ ? "multipack" : "packing"; }
@@ -196,7 +197,7 @@ class PackingBatcher final : public MicroBatcher {
     const PackCapacity cap = PackingCapacity(samples, eval, max_seqlen);
     std::vector<std::vector<int64_t>> rows =
         ffd_ ? FirstFitDecreasingRows(samples, eval, cap) : NextFitRows(samples, eval, cap);
-    const bool varlen = ffd_ && !eval.model().is_encoder_decoder() && eval.varlen_supported();
+    const bool varlen = ffd_ && eval.varlen_supported();
     const LayerShape shape =
         varlen ? LayerShape{1, 0, 0} : LayerShape{1, eval.Pad(cap.enc), cap.dec};
     return FixedRowsBaseline(samples, eval, options, std::move(rows), varlen, shape, name());

@@ -43,13 +43,49 @@ class HydraulisBatcher final : public MicroBatcher {
   }
 };
 
+// Sequence lengths of a varlen micro-batch: `enc` the (encoder or only) lengths, `dec` the
+// decoder lengths of encoder-decoder samples (empty for decoder-only models).
+struct VarlenLengths {
+  std::vector<int64_t> enc;
+  std::vector<int64_t> dec;
+};
+
+CostSummary SummarizeLengths(const StageCostEvaluator& eval, const VarlenLengths& l, Recompute rc,
+                             int64_t num_micro_batches) {
+  return eval.model().is_encoder_decoder()
+             ? eval.SummarizeVarlen(l.enc, l.dec, rc, num_micro_batches)
+             : eval.SummarizeVarlen(l.enc, rc, num_micro_batches);
+}
+
+// The tokens a sample adds to a varlen micro-batch: its length, plus its target for
+// encoder-decoder models (both rows grow).
+int64_t PackedTokens(const StageCostEvaluator& eval, const Sample& s) {
+  return eval.SeqLen(s) + eval.DecLen(s);
+}
+
 // The most memory-hungry composition of `tokens` tokens out of sequences no longer than
 // `longest`: as many sequences of `longest` as fit, then the rest (memory per sequence is
 // convex in its length, so concentrating tokens in long sequences needs the most).
-std::vector<int64_t> WorstComposition(int64_t tokens, int64_t longest) {
-  std::vector<int64_t> lengths(static_cast<size_t>(tokens / longest), longest);
-  if (tokens % longest > 0) lengths.push_back(tokens % longest);
-  return lengths;
+// Encoder-decoder: copies of `widest` (the sample with the most tokens, `longest` = its input +
+// target), the rest split in its proportions (at least one token a side).
+VarlenLengths WorstComposition(int64_t tokens, int64_t longest, const StageCostEvaluator& eval,
+                               const Sample& widest) {
+  VarlenLengths out;
+  const int64_t copies = tokens / longest, rest = tokens % longest;
+  if (!eval.model().is_encoder_decoder()) {
+    out.enc.assign(static_cast<size_t>(copies), longest);
+    if (rest > 0) out.enc.push_back(rest);
+    return out;
+  }
+  const int64_t enc = eval.SeqLen(widest), dec = eval.DecLen(widest);
+  out.enc.assign(static_cast<size_t>(copies), enc);
+  out.dec.assign(static_cast<size_t>(copies), dec);
+  if (rest > 0) {
+    const int64_t rest_enc = std::max<int64_t>(1, rest * enc / longest);
+    out.enc.push_back(rest_enc);
+    out.dec.push_back(std::max<int64_t>(1, rest - rest_enc));
+  }
+  return out;
 }
 
 // S_cap(v): the most tokens a varlen micro-batch may hold so that any composition of sequences
@@ -59,8 +95,12 @@ std::vector<int64_t> WorstComposition(int64_t tokens, int64_t longest) {
 class TokenCapper {
  public:
   TokenCapper(const StageCostEvaluator& eval, std::vector<Recompute> levels, int64_t longest,
-              int64_t total)
-      : eval_(eval), levels_(std::move(levels)), longest_(longest), total_(total) {}
+              const Sample& widest, int64_t total)
+      : eval_(eval),
+        levels_(std::move(levels)),
+        longest_(longest),
+        widest_(widest),
+        total_(total) {}
 
   // 0 when even one sequence of `longest` breaks the rule; at most `total`.
   int64_t Cap(int64_t v) {
@@ -90,15 +130,16 @@ class TokenCapper {
 
  private:
   bool Fits(int64_t tokens, int64_t v) const {
-    const std::vector<int64_t> lengths = WorstComposition(tokens, longest_);
+    const VarlenLengths lengths = WorstComposition(tokens, longest_, eval_, widest_);
     return std::any_of(levels_.begin(), levels_.end(), [&](Recompute rc) {
-      return eval_.SummarizeVarlen(lengths, rc, v).feasible;
+      return SummarizeLengths(eval_, lengths, rc, v).feasible;
     });
   }
 
   const StageCostEvaluator& eval_;
   std::vector<Recompute> levels_;
   int64_t longest_;
+  Sample widest_;
   int64_t total_;
   std::map<std::vector<int64_t>, int64_t> memo_;
 };
@@ -127,18 +168,19 @@ bool Materialize(std::span<const Sample> samples, const StageCostEvaluator& eval
     std::stable_sort(bin.begin(), bin.end(), [&](int64_t x, int64_t y) {
       return eval.SeqLen(samples[x]) > eval.SeqLen(samples[y]);
     });
-    std::vector<int64_t> lengths;
+    VarlenLengths lengths;
     MicroBatch mb;
     mb.varlen = true;
     mb.rows.emplace_back();
     for (int64_t i : bin) {
       mb.rows[0].push_back(samples[i].id);
-      lengths.push_back(eval.SeqLen(samples[i]));
+      lengths.enc.push_back(eval.SeqLen(samples[i]));
+      if (eval.model().is_encoder_decoder()) lengths.dec.push_back(eval.DecLen(samples[i]));
     }
     size_t chosen = levels.size() - 1;
     Duration fastest = Duration::Infinite();
     for (size_t l = 0; l < levels.size(); ++l) {
-      const CostSummary s = eval.SummarizeVarlen(lengths, levels[l], m);
+      const CostSummary s = SummarizeLengths(eval, lengths, levels[l], m);
       if (s.feasible && s.bottleneck < fastest) {
         fastest = s.bottleneck;
         chosen = l;
@@ -307,13 +349,6 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
                                               const StageCostEvaluator& eval,
                                               const BatchingOptions& options,
                                               HydraulisPackDetail* detail) {
-  if (eval.model().is_encoder_decoder()) {
-    return InvalidArgumentError(fmt::format(
-        "hydraulis packs decoder-only sequences into varlen micro-batches; model '{}' is "
-        "encoder-decoder: use --method dynapipe (or an assigner with the dynapipe batcher, e.g. "
-        "hydraulis+dynapipe)",
-        eval.model().name));
-  }
   if (!eval.varlen_supported()) {
     return InvalidArgumentError(fmt::format(
         "hydraulis needs varlen (per-sample attention) costs, which the cost model '{}' could not "
@@ -333,14 +368,23 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
     q = eval.BottleneckQuadratic(rc);
     if (q.a > 0 || q.b > 0) break;
   }
+  // Encoder-decoder models have no quadratic fit: f(s) is the sample's share of a padded
+  // micro-batch of copies of it (EstimateSampleCosts), at the fastest allowed level.
+  const bool encdec = eval.model().is_encoder_decoder();
+  std::vector<int64_t> pair_cost;
+  if (encdec) {
+    BatchingOptions at_level = options;
+    at_level.recompute = levels.front();
+    pair_cost = EstimateSampleCosts(samples, eval, at_level);
+  }
   std::vector<PartitionItem> items;
   int64_t longest = 0;
   size_t longest_at = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    const int64_t s = eval.SeqLen(samples[i]);
-    const double ms =
-        q.a * static_cast<double>(s) * static_cast<double>(s) + q.b * static_cast<double>(s);
-    items.push_back({std::max<int64_t>(0, Duration::Millis(ms).nanos()), s});
+    const int64_t s = PackedTokens(eval, samples[i]);
+    const double len = static_cast<double>(eval.SeqLen(samples[i]));
+    const int64_t f = encdec ? pair_cost[i] : Duration::Millis(q.a * len * len + q.b * len).nanos();
+    items.push_back({std::max<int64_t>(0, f), s});
     d.total_tokens += s;
     if (s > longest) {
       longest = s;
@@ -354,7 +398,7 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
       q.b > 0 && q.c > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q.c / q.b))) : 1;
 
   const BatchIndex index(samples);
-  TokenCapper capper(eval, levels, longest, d.total_tokens);
+  TokenCapper capper(eval, levels, longest, samples[longest_at], d.total_tokens);
   int64_t v_fail = 0;  // the first v whose cap is below the longest sequence
   for (int64_t v = 1; v <= n; ++v) {
     const int64_t cap = capper.Cap(v);
@@ -400,7 +444,8 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
   // without (or with less) recomputation, so each distinct cap is tried.
   std::vector<TokenCapper> level_cappers;
   for (Recompute rc : levels)
-    level_cappers.emplace_back(eval, std::vector<Recompute>{rc}, longest, d.total_tokens);
+    level_cappers.emplace_back(eval, std::vector<Recompute>{rc}, longest, samples[longest_at],
+                               d.total_tokens);
   std::vector<MicroBatch> best, candidate;
   Duration best_obj = Duration::Infinite();
   const std::vector<int64_t> counts = MicroBatchCounts(d.v_min, d.v_max);

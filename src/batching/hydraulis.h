@@ -17,7 +17,11 @@
 // values, MicroBatchCounts), a min-max partition of the replica's sequences into v bins whose token
 // sums stay under a cap S_cap(v) (MinMaxPartition), tried with the cap of each allowed recompute
 // level; v minimises (C* + c) (pp - 1 + v), where C* + c is the largest priced bottleneck time of
-// the v micro-batches at the recompute levels chosen for them. Decoder-only models only.
+// the v micro-batches at the recompute levels chosen for them. Encoder-decoder models: a
+// sequence's size is its input + target tokens (the encoder and decoder rows of a micro-batch
+// grow together), f(s) is EstimateSampleCosts' share of a padded micro-batch of copies (there is
+// no quadratic fit), the token cap's worst composition is copies of the sample with the most
+// tokens, and micro-batches are priced by the encoder-decoder varlen rule of stage_cost.h.
 //
 // Thread safety: stateless functions and objects; concurrent calls are safe.
 #pragma once
@@ -96,7 +100,7 @@ std::vector<int64_t> MicroBatchCounts(int64_t v_min, int64_t v_max);
 
 // What stage 2 considered, for tests and reports.
 struct HydraulisPackDetail {
-  int64_t total_tokens = 0;         // sum of sequence lengths
+  int64_t total_tokens = 0;         // sum of sequence lengths (+ targets, encoder-decoder)
   int64_t utilization_len = 0;      // U = ceil(c / b): where the linear work equals c
   int64_t v_min = 0;                // first v whose cap can hold the replica
   int64_t v_max = 0;                // max(v_min, min(|I|, floor(total / U)))
@@ -105,9 +109,9 @@ struct HydraulisPackDetail {
   std::vector<Duration> objective;  // (C* + c)(pp - 1 + v) per tried v; Infinite if infeasible
   int64_t chosen_v = 0;
 };
-// Stage 2 for one replica's decoder-only samples. InvalidArgument for encoder-decoder models or
-// when the evaluator has no varlen fits; kOutOfMemory when even the longest sequence alone
-// breaks the memory rule. `detail` may be null.
+// Stage 2 for one replica's samples. InvalidArgument when the evaluator has no varlen pricing;
+// kOutOfMemory when even the longest sequence alone breaks the memory rule. `detail` may be
+// null. For encoder-decoder models total_tokens and sizes count input + target tokens.
 StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
                                               const StageCostEvaluator& eval,
                                               const BatchingOptions& options,

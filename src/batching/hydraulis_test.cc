@@ -401,13 +401,28 @@ TEST(HydraulisBatcherTest, ChoosesTheCheapestLevelThatFitsPerMicroBatch) {
   EXPECT_TRUE(some_recompute);
 }
 
-TEST(HydraulisBatcherTest, EncoderDecoderIsAnErrorSuggestingDynapipe) {
+TEST(HydraulisBatcherTest, EncoderDecoderPacksVarlenRows) {
   const auto setup = MakeTestSetup("t5-11b", TestParallel(1, 2, 4));
-  const std::vector<Sample> batch = RandomBatch(1, 20, 1024, true);
-  const auto rb = MakeHydraulisBatcher()->Build(batch, setup->evaluator(), Options());
-  ASSERT_FALSE(rb.ok());
-  EXPECT_EQ(rb.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(rb.status().message().find("dynapipe"), std::string::npos);
+  const StageCostEvaluator& eval = setup->evaluator();
+  const std::vector<Sample> batch = RandomBatch(1, 60, 1024, true);
+  HydraulisPackDetail detail;
+  const auto rb = HydraulisPackReplica(batch, eval, Options(), &detail);
+  ASSERT_TRUE(rb.ok()) << rb.status().ToString();
+  ASSERT_EQ(rb->outcome, PlanOutcome::kOk) << rb->infeasible_reason;
+  int64_t tokens = 0;
+  for (const Sample& s : batch) tokens += s.input_len + s.target_len;
+  EXPECT_EQ(detail.total_tokens, tokens);
+  // Fewer micro-batches than samples: sequences really are packed, one varlen row each.
+  EXPECT_LT(rb->micro_batches.size(), batch.size());
+  for (const MicroBatch& mb : rb->micro_batches) {
+    EXPECT_TRUE(mb.varlen);
+    EXPECT_EQ(mb.rows.size(), 1u);
+    EXPECT_LT(mb.PaddingFraction(), 0.02);
+  }
+  std::vector<int64_t> ids = SampleIdsOf(rb->micro_batches);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, SortedIds(batch));
+  EXPECT_EQ(CheckSequenceMemory(eval, rb->micro_batches), "");
   // Stage 1 still works for encoder-decoder models (with padded per-sample costs).
   const auto replicas = MakeHydraulisAssigner()->Assign(batch, setup->evaluator(), Options());
   ASSERT_EQ(replicas.size(), 1u);

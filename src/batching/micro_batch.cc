@@ -63,7 +63,7 @@ bool PriceMicroBatch(const StageCostEvaluator& eval, const BatchIndex& index, Mi
   int64_t max_dec = 0;
   int64_t real = 0;
   bool ok = !mb->rows.empty();
-  std::vector<int64_t> lengths;
+  std::vector<int64_t> lengths, dec_lengths;
   for (const std::vector<int64_t>& row : mb->rows) {
     if (row.empty()) ok = false;
     int64_t len = 0;
@@ -73,7 +73,10 @@ bool PriceMicroBatch(const StageCostEvaluator& eval, const BatchIndex& index, Mi
       len += eval.SeqLen(s);
       dec += eval.DecLen(s);
       real += s.tokens();
-      if (mb->varlen) lengths.push_back(eval.SeqLen(s));
+      if (mb->varlen) {
+        lengths.push_back(eval.SeqLen(s));
+        if (encdec) dec_lengths.push_back(eval.DecLen(s));
+      }
     }
     max_row = std::max(max_row, len);
     max_dec = std::max(max_dec, dec);
@@ -86,8 +89,8 @@ bool PriceMicroBatch(const StageCostEvaluator& eval, const BatchIndex& index, Mi
   std::vector<ChunkCost> stages;
   if (ok) {
     if (mb->varlen) {
-      ok = !encdec && eval.varlen_supported() &&
-           eval.EvaluateVarlenStages(lengths, mb->recompute, &stages);
+      ok = encdec ? eval.EvaluateVarlenStages(lengths, dec_lengths, mb->recompute, &stages)
+                  : eval.EvaluateVarlenStages(lengths, mb->recompute, &stages);
     } else {
       ok = eval.EvaluateStages(mb->shape, mb->recompute, &stages);
     }

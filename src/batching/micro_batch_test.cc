@@ -97,9 +97,14 @@ TEST(PriceMicroBatchTest, EncoderDecoderAndInfeasible) {
   EXPECT_EQ(mb.shape, (LayerShape{2, 200, 48}));
   EXPECT_EQ(mb.padded_tokens, 2 * (200 + 48));
   EXPECT_EQ(mb.real_tokens, 361);
-  // Varlen is decoder-only.
+  // Varlen: the same padded shape, priced per sample (at this size, tp 8, both are near the
+  // table's per-call floor: within 2% of each other; varlen_cost_test compares larger ones).
+  const Duration padded = mb.Bottleneck();
   mb.varlen = true;
-  EXPECT_FALSE(PriceMicroBatch(e, index, &mb));
+  ASSERT_TRUE(PriceMicroBatch(e, index, &mb));
+  EXPECT_EQ(mb.shape, (LayerShape{2, 200, 48}));
+  EXPECT_GT(mb.Bottleneck(), Duration::Zero());
+  EXPECT_LT(mb.Bottleneck(), padded.Scaled(1.02));
   // Longer than the model's positions: no answer, but the vectors have pp entries.
   MicroBatch too_long;
   too_long.rows = {{2}};

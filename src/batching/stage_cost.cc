@@ -346,7 +346,14 @@ CostSummary StageCostEvaluator::SummaryFromStages(const LayerShape& shape,
 Status StageCostEvaluator::FitVarlen() {
   for (auto& f : fits_) f.assign(static_cast<size_t>(par_.pp), StageFit{});
   varlen_supported_ = false;
-  if (model().is_encoder_decoder()) return Status::Ok();
+  if (model().is_encoder_decoder()) {
+    // No per-sequence fit; varlen prices come from the moment-matched shapes (header).
+    const int64_t len = std::min<int64_t>(64, model().max_position);
+    KindCosts k;
+    varlen_supported_ = LookupKinds(*cost_, LayerShape{1, len, len}, par_.tp, ring_,
+                                    Recompute::kFull, &k);
+    return Status::Ok();
+  }
   const std::vector<int64_t> lengths = FitLengths(model().max_position);
   constexpr double kScale = 1024.0;  // fit in units of 1024 tokens for conditioning
   constexpr int64_t kMaxFitMbs = int64_t{1} << 20;
@@ -442,15 +449,28 @@ void AddScaled(const KindCosts& k, double w, KindCosts* acc) {
 // k sequences of length L give m* = k, T / k = L: the padded k x L shape itself, exactly.
 // False when a shape with a nonzero weight has no cost (a row longer than the model's positions,
 // beyond a profile table's range, or in one of its out-of-memory holes).
+// The two integer row counts around m* = T^2 / Q and the weight of the larger (above).
+struct RowBlend {
+  int64_t m_a = 1;   // floor(m*)
+  double w_b = 0;    // weight of m_a + 1 rows; 0: m* = m_a exactly
+};
+RowBlend BlendOf(int64_t t, int64_t q) {
+  const int64_t t2 = t * t;
+  RowBlend b;
+  b.m_a = t2 / q;
+  // Weight of m_a + 1 rows: (Q_a - Q) / (Q_a - Q_b) = (m_a + 1) (T^2 - m_a Q) / T^2.
+  b.w_b = static_cast<double>(b.m_a + 1) * static_cast<double>(t2 - b.m_a * q) /
+          static_cast<double>(t2);
+  return b;
+}
+
 bool LookupVarlen(const CostModel& cost, int64_t tp, const CpRing& ring,
                   std::span<const int64_t> lengths, Recompute rc, KindCosts* out) {
   int64_t t = 0, q = 0;
   if (!VarlenMoments(lengths, cost.model().max_position, &t, &q)) return false;
-  const int64_t t2 = t * t;
-  const int64_t m_a = t2 / q;
-  // Weight of m_a + 1 rows: (Q_a - Q) / (Q_a - Q_b) = (m_a + 1) (T^2 - m_a Q) / T^2.
-  const double w_b =
-      static_cast<double>(m_a + 1) * static_cast<double>(t2 - m_a * q) / static_cast<double>(t2);
+  const RowBlend rb = BlendOf(t, q);
+  const int64_t m_a = rb.m_a;
+  const double w_b = rb.w_b;
   if (!LookupKinds(cost, LayerShape{m_a, (t + m_a / 2) / m_a, 0}, tp, ring, rc, out)) return false;
   // m* a whole number of rows (uniform rows: the padded shape itself).
   if (w_b == 0) return true;
@@ -464,12 +484,100 @@ bool LookupVarlen(const CostModel& cost, int64_t tp, const CpRing& ring,
   return true;
 }
 
+// One layer kind blended over the row counts of `rb` at the shapes `shape_of(m)` gives.
+template <typename ShapeOf>
+bool BlendKind(const CostModel& cost, LayerKind kind, int64_t tp, const CpRing& ring,
+               Recompute rc, RowBlend rb, ShapeOf shape_of, LayerCost* out) {
+  *out = ContextParallelLayer(cost, kind, shape_of(rb.m_a), tp, rc, ring);
+  if (!out->feasible) return false;
+  if (rb.w_b == 0) return true;
+  const LayerCost b = ContextParallelLayer(cost, kind, shape_of(rb.m_a + 1), tp, rc, ring);
+  if (!b.feasible) return false;
+  LayerCost blend;
+  AddScaled(*out, 1 - rb.w_b, &blend);
+  AddScaled(b, rb.w_b, &blend);
+  blend.feasible = true;
+  *out = blend;
+  return true;
+}
+
+// The per-kind costs of a varlen micro-batch of encoder-decoder samples (stage_cost.h): encoder
+// layers and the embedding at the encoder side's moment-matched rows, decoder layers and the
+// output head at the decoder side's, each decoder row against Qx / Td encoder tokens.
+// False as LookupVarlen, or when the two length lists differ in size.
+bool LookupVarlenSeq2Seq(const CostModel& cost, int64_t tp, const CpRing& ring,
+                         std::span<const int64_t> lengths, std::span<const int64_t> dec_lengths,
+                         Recompute rc, KindCosts* out) {
+  const int64_t max_len = cost.model().max_position;
+  int64_t te = 0, qe = 0, td = 0, qd = 0;
+  if (lengths.size() != dec_lengths.size() || !VarlenMoments(lengths, max_len, &te, &qe)) {
+    return false;
+  }
+  // A sample without a target has no decoder segment (and no labels).
+  __int128 qx = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t d = dec_lengths[i];
+    if (d < 0 || d > max_len) return false;
+    td += d;
+    if (td > kMaxVarlenTokens) return false;
+    qd += d * d;
+    qx += static_cast<__int128>(lengths[i]) * d;
+  }
+  // No target at all: one decoder token, as a padded micro-batch's Pad(max(1, longest target)).
+  if (td == 0) td = qd = 1;
+  // Encoder tokens each decoder row attends to: a weighted mean of input lengths, <= max_len.
+  const int64_t cross = std::max<int64_t>(1, static_cast<int64_t>((qx + td / 2) / td));
+  const auto enc_shape = [&](int64_t m) {
+    return LayerShape{m, (te + m / 2) / m, std::clamp<int64_t>((td + m / 2) / m, 1, max_len)};
+  };
+  const auto dec_shape = [&](int64_t m) {
+    return LayerShape{m, cross, std::max<int64_t>(1, (td + m / 2) / m)};
+  };
+  const RowBlend be = BlendOf(te, qe), bd = BlendOf(td, qd);
+  return BlendKind(cost, LayerKind::kEncoder, tp, ring, rc, be, enc_shape, &out->encoder) &&
+         BlendKind(cost, LayerKind::kEmbedding, tp, ring, rc, be, enc_shape, &out->embedding) &&
+         BlendKind(cost, LayerKind::kDecoder, tp, ring, rc, bd, dec_shape, &out->decoder) &&
+         BlendKind(cost, LayerKind::kOutputHead, tp, ring, rc, bd, dec_shape, &out->head);
+}
+
 }  // namespace
+
+bool StageCostEvaluator::EvaluateVarlenStages(std::span<const int64_t> lengths,
+                                              std::span<const int64_t> dec_lengths, Recompute rc,
+                                              std::vector<ChunkCost>* out) const {
+  out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
+  if (!varlen_supported_ || !model().is_encoder_decoder()) return false;
+  KindCosts k;
+  if (!LookupVarlenSeq2Seq(*cost_, par_.tp, ring_, lengths, dec_lengths, rc, &k)) return false;
+  for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
+  return true;
+}
+
+CostSummary StageCostEvaluator::SummarizeVarlen(std::span<const int64_t> lengths,
+                                                std::span<const int64_t> dec_lengths, Recompute rc,
+                                                int64_t num_micro_batches) const {
+  if (!varlen_supported_ || !model().is_encoder_decoder()) return CostSummary{};
+  KindCosts k;
+  if (!LookupVarlenSeq2Seq(*cost_, par_.tp, ring_, lengths, dec_lengths, rc, &k)) {
+    return CostSummary{};
+  }
+  // Buffers at one row of all the tokens on each side.
+  int64_t tokens = 0, dec_tokens = 0;
+  for (int64_t len : lengths) tokens += len;
+  for (int64_t len : dec_lengths) dec_tokens += len;
+  const LayerShape packed{1, Pad(tokens), Pad(dec_tokens)};
+  SummaryBuilder b;
+  for (int64_t s = 0; s < par_.pp; ++s) {
+    b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s],
+          HeldBuffers(packed, s), TransientBuffers(packed, s));
+  }
+  return b.Finish(true);
+}
 
 bool StageCostEvaluator::EvaluateVarlenStages(std::span<const int64_t> lengths, Recompute rc,
                                               std::vector<ChunkCost>* out) const {
   out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
-  if (!varlen_supported_) return false;
+  if (!varlen_supported_ || model().is_encoder_decoder()) return false;
   KindCosts k;
   if (!LookupVarlen(*cost_, par_.tp, ring_, lengths, rc, &k)) return false;
   for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
@@ -478,7 +586,7 @@ bool StageCostEvaluator::EvaluateVarlenStages(std::span<const int64_t> lengths, 
 
 CostSummary StageCostEvaluator::SummarizeVarlen(std::span<const int64_t> lengths, Recompute rc,
                                                 int64_t num_micro_batches) const {
-  if (!varlen_supported_) return CostSummary{};
+  if (!varlen_supported_ || model().is_encoder_decoder()) return CostSummary{};
   KindCosts k;
   if (!LookupVarlen(*cost_, par_.tp, ring_, lengths, rc, &k)) return CostSummary{};
   // Buffers at one row of all the tokens (the packed rows' boundary tensors hold at least that).

@@ -17,13 +17,22 @@
 //  - padded: mbs rows of one padded length (and a decoder length for encoder-decoder models),
 //    priced by the CostModel directly;
 //  - varlen: samples packed into rows with per-sample attention spans (flash-attention varlen,
-//    as Hydraulis and multipack run them), decoder-only models only. Priced by the CostModel at
+//    as Hydraulis and multipack run them). Priced by the CostModel at
 //    the padded shape with the same tokens T = sum s and attention work Q = sum s^2: m* rows of
 //    L* tokens with m* L* = T, m* L*^2 = Q, i.e. m* = T^2 / Q and L* = Q / T. m* is fractional
 //    in general: the price is linear in Q between the two integer row counts around it, each
 //    with rows of T / m tokens (rounded to whole tokens). So k sequences of length L cost
 //    exactly what the padded k x L micro-batch costs, at every tp, with the per-call floor,
 //    kernel efficiency and memory the CostModel has at that shape.
+//    Encoder-decoder models (encoder and decoder rows packed separately, a sample's two segments
+//    in the same row index, cross attention within the sample): the same moment matching per
+//    side. Encoder layers (and the embedding) at m_e* = Te^2 / Qe rows of Qe / Te tokens
+//    (Te = sum of input lengths, Qe = sum of their squares); decoder layers (and the output head)
+//    at m_d* = Td^2 / Qd rows of Qd / Td decoder tokens against Qx / Td encoder tokens
+//    (Qx = sum_i in_i * target_i), so decoder tokens, decoder self-attention work and cross-
+//    attention work all match; only the cross K/V projection's encoder tokens (m_d* Qx / Td
+//    instead of Te) are approximate. k samples of one (input, target) pair cost exactly the
+//    padded k x input x target micro-batch.
 //    Separately, per stage and recompute level, a non-negative least-squares fit
 //    t(s) = a s^2 + b s + c (c once per micro-batch) gives Hydraulis its per-sequence cost
 //    estimate (BottleneckQuadratic); it is an estimate for ranking and balancing, never a price.
@@ -160,16 +169,26 @@ class StageCostEvaluator {
   // `lengths` is empty, a length is outside [1, max_position], or the CostModel cannot price a
   // shape the blend needs (a row longer than max_position, beyond a profile table's range or in
   // one of its out-of-memory holes), as for a padded micro-batch.
+  // Encoder-decoder models: varlen_supported() is true when the cost model prices one small
+  // shape, and every call passes `dec_lengths` (the samples' target lengths, in [0,
+  // max_position], one per entry of `lengths`; 0: no decoder segment); decoder-only models pass
+  // none.
   bool varlen_supported() const { return varlen_supported_; }
   bool EvaluateVarlenStages(std::span<const int64_t> lengths, Recompute rc,
                             std::vector<ChunkCost>* out) const;
+  bool EvaluateVarlenStages(std::span<const int64_t> lengths, std::span<const int64_t> dec_lengths,
+                            Recompute rc, std::vector<ChunkCost>* out) const;
   CostSummary SummarizeVarlen(std::span<const int64_t> lengths, Recompute rc,
+                              int64_t num_micro_batches) const;
+  CostSummary SummarizeVarlen(std::span<const int64_t> lengths,
+                              std::span<const int64_t> dec_lengths, Recompute rc,
                               int64_t num_micro_batches) const;
   // Hydraulis' per-sequence cost terms for the bottleneck stage at `rc`: t(s) = a s^2 + b s,
   // plus c once per micro-batch, in milliseconds (a in ms/token^2, b in ms/token). The bottleneck
   // stage is the one whose fit is slowest for one sequence of the longest fitted length; all zero
   // when !varlen_supported() or `rc` has no fit. Fits are non-negative least squares on relative
   // error of the padded cost t(mbs, L) = a mbs L^2 + b mbs L + c at lengths 64, 96, 128, 192, ...
+  // (decoder-only models; no fit for encoder-decoder ones)
   // (powers of two and 1.5x) up to max_position and micro-batch sizes 1, 2, 4, ... for as long as
   // the CostModel answers and the micro-batch alone fits the memory rule (so both the per-call
   // floor and the token-bound regime are in the fit, at every tp). An estimate: a layer's cost is

@@ -230,12 +230,14 @@ TEST(StageCostEvaluatorTest, VarlenCostsFollowThePaddedCost) {
   EXPECT_FALSE(e.SummarizeVarlen(too_long, Recompute::kFull, 4).feasible);
 }
 
-TEST(StageCostEvaluatorTest, VarlenIsDecoderOnly) {
+TEST(StageCostEvaluatorTest, EncoderDecoderVarlenHasPricesButNoFit) {
   auto setup = MakeTestSetup("t5-11b", TestParallel(1, 2, 8));
-  EXPECT_FALSE(setup->evaluator().varlen_supported());
-  const int64_t one[] = {128};
+  EXPECT_TRUE(setup->evaluator().varlen_supported());
+  const int64_t one[] = {128}, target[] = {16};
   std::vector<ChunkCost> out;
+  // Encoder-decoder samples need their targets.
   EXPECT_FALSE(setup->evaluator().EvaluateVarlenStages(one, Recompute::kNone, &out));
+  EXPECT_TRUE(setup->evaluator().EvaluateVarlenStages(one, target, Recompute::kNone, &out));
   EXPECT_EQ(setup->evaluator().BottleneckQuadratic(Recompute::kNone).b, 0);
 }
 

@@ -229,18 +229,23 @@ TEST(CompareTest, UnsupportedAndOutOfMemoryMethodsAreShownNotDropped) {
   s.search.score_batches = 1;
   s.search.simulate_top = 1;
   s.search.pp = {2, 4};
-  s.methods = {*MethodSpecFor("packing", "t"), *MethodSpecFor("hydraulis", "t"),
-               *MethodSpecFor("dynapipe", "t")};
+  s.methods = {*MethodSpecFor("packing", "t"), *MethodSpecFor("megatron-gbp", "t"),
+               *MethodSpecFor("hydraulis", "t"), *MethodSpecFor("dynapipe", "t")};
   s.controlled_method = "dynapipe";
   auto r = RunCompare(s, Quiet());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ExpectSound(*r);
-  ASSERT_EQ(r->own.size(), 3u);
+  ASSERT_EQ(r->own.size(), 4u);
+  const MethodRun* gbp = Find(r->own, "megatron-gbp");
+  ASSERT_NE(gbp, nullptr);
+  EXPECT_EQ(gbp->state, RunState::kUnsupported);
+  EXPECT_THAT(gbp->reason, HasSubstr("decoder-only"));
+  EXPECT_EQ(Find(r->own, "dynapipe")->state, RunState::kOk);
+  // Encoder-decoder varlen packing: Hydraulis runs on T5, without padding.
   const MethodRun* hydraulis = Find(r->own, "hydraulis");
   ASSERT_NE(hydraulis, nullptr);
-  EXPECT_EQ(hydraulis->state, RunState::kUnsupported);
-  EXPECT_THAT(hydraulis->reason, HasSubstr("decoder-only"));
-  EXPECT_EQ(Find(r->own, "dynapipe")->state, RunState::kOk);
+  EXPECT_EQ(hydraulis->state, RunState::kOk) << hydraulis->reason;
+  EXPECT_LT(hydraulis->padding, 0.01);
 
   // A memory limit that no configuration meets: every method is out of memory, with a reason.
   s.memory_limit_mb = 2000;

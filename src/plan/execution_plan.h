@@ -51,6 +51,13 @@ struct PlanMicroBatch {
   bool varlen = false;                     // per-sample attention inside packed rows
   Recompute recompute = Recompute::kNone;
   std::vector<ChunkCost> stages;  // predicted cost per virtual stage (pp*vpp entries)
+  // Varlen micro-batches: the segment lengths of each row, sample by sample in packing order
+  // (the runtime's per-sample attention spans, flash-attention's cu_seqlens): seg_lens the
+  // (encoder or only) lengths, dec_seg_lens the decoder lengths of encoder-decoder models (a
+  // sample's two segments at the same index of the same row). Empty for padded micro-batches
+  // and in plans written before these fields; the runtime then takes the lengths from the data.
+  std::vector<std::vector<int64_t>> seg_lens;
+  std::vector<std::vector<int64_t>> dec_seg_lens;
 
   friend bool operator==(const PlanMicroBatch&, const PlanMicroBatch&) = default;
 };

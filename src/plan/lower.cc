@@ -454,6 +454,8 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
   std::sort(plan.sample_ids.begin(), plan.sample_ids.end());
   plan.dropped = batch_plan.dropped;
   for (const ModelStateMemory& m : eval.stage_states()) plan.model_states.push_back(m.total());
+  const BatchIndex index(batch);
+  const bool enc_dec = eval.model().is_encoder_decoder();
   std::vector<ScheduleCosts> costs(par.dp);
   for (int64_t d = 0; d < par.dp; ++d) {
     ScheduleCostOptions cost_options = options.costs;
@@ -464,8 +466,20 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
     replica.schedule = schedules[d].name;
     for (size_t i = 0; i < batch_plan.replicas[d].size(); ++i) {
       const MicroBatch& mb = batch_plan.replicas[d][i];
-      replica.micro_batches.push_back(
-          {mb.rows, mb.shape, mb.varlen, mb.recompute, costs[d].chunks[i]});
+      PlanMicroBatch pmb{mb.rows, mb.shape, mb.varlen, mb.recompute, costs[d].chunks[i], {}, {}};
+      for (const std::vector<int64_t>& row : mb.varlen ? mb.rows : std::vector<std::vector<int64_t>>{}) {
+        pmb.seg_lens.emplace_back();
+        if (enc_dec) pmb.dec_seg_lens.emplace_back();
+        for (int64_t id : row) {
+          if (!index.Contains(id)) {
+            return InvalidArgumentError(fmt::format(
+                "lowering: replica {} micro-batch {}: sample id {} is not in the batch", d, i, id));
+          }
+          pmb.seg_lens.back().push_back(eval.SeqLen(index(id)));
+          if (enc_dec) pmb.dec_seg_lens.back().push_back(eval.DecLen(index(id)));
+        }
+      }
+      replica.micro_batches.push_back(std::move(pmb));
     }
     plan.replicas.push_back(std::move(replica));
   }

@@ -66,6 +66,8 @@ json MicroBatchToJson(const PlanMicroBatch& mb) {
             {"stages", std::move(stages)}};
   if (mb.shape.dec_seqlen != 0) j["dec_seqlen"] = mb.shape.dec_seqlen;
   if (mb.varlen) j["varlen"] = true;
+  if (!mb.seg_lens.empty()) j["seg_lens"] = mb.seg_lens;
+  if (!mb.dec_seg_lens.empty()) j["dec_seg_lens"] = mb.dec_seg_lens;
   return j;
 }
 
@@ -250,6 +252,19 @@ Status ReadMicroBatch(const Errors& e, const json& j, const std::string& base, P
     SLUICE_RETURN_IF_ERROR(e.Ints((*rows)[i],
                                   [&] { return fmt::format("{}[{}]", r.FieldPath("rows"), i); },
                                   std::numeric_limits<int64_t>::min(), kMaxId, &mb->rows[i]));
+  }
+  for (auto [key, lens] : {std::pair{"seg_lens", &mb->seg_lens},
+                           std::pair{"dec_seg_lens", &mb->dec_seg_lens}}) {
+    const json* list = r.Child(key);
+    if (list == nullptr) continue;
+    SLUICE_RETURN_IF_ERROR(e.Array(list, [&] { return r.FieldPath(key); }));
+    lens->resize(list->size());
+    for (size_t i = 0; i < list->size(); ++i) {
+      // A decoder segment may be empty (a sample without a target).
+      SLUICE_RETURN_IF_ERROR(e.Ints((*list)[i],
+                                    [&] { return fmt::format("{}[{}]", r.FieldPath(key), i); },
+                                    lens == &mb->seg_lens ? 1 : 0, kMaxLen, &(*lens)[i]));
+    }
   }
   const json* stages = r.Child("stages");
   SLUICE_RETURN_IF_ERROR(e.Array(stages, [&] { return r.FieldPath("stages"); }));

@@ -61,6 +61,68 @@ TEST(PlanJsonTest, RoundTripsExactly) {
   }
 }
 
+// A varlen micro-batch's recorded segment lengths: written, read back exactly in both forms,
+// checked by the validator; a plan without them (as written before them) still reads and passes.
+TEST(PlanJsonTest, SegmentLengthsRoundTripAndAreChecked) {
+  for (const PlanCase& c : {Cases()[0], Cases()[1]}) {
+    const auto f = MakePlanFixture(c);
+    ExecutionPlan plan = f->plan;
+    ASSERT_TRUE(ValidatePlan(plan).ok());
+    PlanMicroBatch& mb = plan.replicas[0].micro_batches[0];
+    mb.varlen = true;
+    for (const std::vector<int64_t>& row : mb.rows) {
+      mb.seg_lens.emplace_back();
+      if (c.encoder_decoder) mb.dec_seg_lens.emplace_back();
+      for (int64_t id : row) {
+        const Sample& s = *std::find_if(f->batch.begin(), f->batch.end(),
+                                        [&](const Sample& x) { return x.id == id; });
+        mb.seg_lens.back().push_back(c.encoder_decoder ? s.input_len : s.tokens());
+        if (c.encoder_decoder) mb.dec_seg_lens.back().push_back(s.target_len);
+      }
+    }
+    const Status valid = ValidatePlan(plan);
+    ASSERT_TRUE(valid.ok()) << valid.message();
+    const std::string text = PlanToJsonText(plan);
+    EXPECT_THAT(text, HasSubstr("\"seg_lens\""));
+    EXPECT_EQ(c.encoder_decoder, text.find("\"dec_seg_lens\"") != std::string::npos);
+    StatusOr<ExecutionPlan> back = PlanFromJsonText(text, "plan.json");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(*back, plan);
+    StatusOr<ExecutionPlan> from_bin = PlanFromMsgpack(PlanToMsgpack(plan), "plan.msgpack");
+    ASSERT_TRUE(from_bin.ok()) << from_bin.status().message();
+    EXPECT_EQ(*from_bin, plan);
+    // Wrong counts, lengths, sums, and lengths on a padded micro-batch are refused by name.
+    ExecutionPlan bad = plan;
+    bad.replicas[0].micro_batches[0].seg_lens[0].push_back(1);
+    EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("seg_lens[0] has"));
+    bad = plan;
+    bad.replicas[0].micro_batches[0].seg_lens[0][0] = bad.model.max_position + 1;
+    EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("allowed: [1,"));
+    bad.replicas[0].micro_batches[0].seg_lens[0][0] = 0;
+    EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("allowed: [1,"));
+    if (c.encoder_decoder) {  // a sample without a target has an empty decoder segment
+      bad = plan;
+      bad.replicas[0].micro_batches[0].dec_seg_lens[0][0] = 0;
+      EXPECT_TRUE(ValidatePlan(bad).ok());
+      StatusOr<ExecutionPlan> zero = PlanFromJsonText(PlanToJsonText(bad), "plan.json");
+      ASSERT_TRUE(zero.ok()) << zero.status().message();
+      EXPECT_EQ(*zero, bad);
+      bad.replicas[0].micro_batches[0].dec_seg_lens[0][0] = -1;
+      EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("allowed: [0,"));
+    }
+    bad = plan;
+    bad.replicas[0].micro_batches[0].varlen = false;
+    EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("not varlen"));
+    if (c.encoder_decoder) {
+      bad = plan;
+      bad.replicas[0].micro_batches[0].dec_seg_lens.clear();
+      EXPECT_THAT(ValidatePlan(bad).message(), HasSubstr("without dec_seg_lens"));
+    }
+    const std::string old_text = PlanToJsonText(f->plan);
+    EXPECT_EQ(old_text.find("seg_lens"), std::string::npos);
+  }
+}
+
 TEST(PlanJsonTest, DocumentNamesItsFormatAndCostModel) {
   PlanCase c;
   c.pp = 2;

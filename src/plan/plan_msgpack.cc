@@ -74,7 +74,8 @@ void WriteInstruction(MsgpackWriter& w, const Instruction& in) {
 }
 
 void WriteMicroBatch(MsgpackWriter& w, const PlanMicroBatch& mb) {
-  w.Map(5 + (mb.shape.dec_seqlen != 0) + mb.varlen);
+  w.Map(5 + (mb.shape.dec_seqlen != 0) + mb.varlen + !mb.seg_lens.empty() +
+        !mb.dec_seg_lens.empty());
   w.Str("rows");
   w.Array(mb.rows.size());
   for (const std::vector<int64_t>& row : mb.rows) w.Ints(row);
@@ -89,6 +90,13 @@ void WriteMicroBatch(MsgpackWriter& w, const PlanMicroBatch& mb) {
   if (mb.varlen) {
     w.Str("varlen");
     w.Bool(true);
+  }
+  for (auto [key, lens] : {std::pair{"seg_lens", &mb.seg_lens},
+                           std::pair{"dec_seg_lens", &mb.dec_seg_lens}}) {
+    if (lens->empty()) continue;
+    w.Str(key);
+    w.Array(lens->size());
+    for (const std::vector<int64_t>& row : *lens) w.Ints(row);
   }
   w.Str("recompute");
   w.Str(RecomputeName(mb.recompute));
@@ -292,6 +300,19 @@ Status ReadMicroBatch(Reader& r, const std::string& base, PlanMicroBatch* mb) {
         if (key == "dec_seqlen") return ReadInt(r, p, 1, kPlanMaxIndex, &mb->shape.dec_seqlen);
         if (key == "varlen") {
           return r.Bool(&mb->varlen) ? Status::Ok() : r.Error(p(), Describe("a boolean"));
+        }
+        if (key == "seg_lens" || key == "dec_seg_lens") {
+          std::vector<std::vector<int64_t>>* lens =
+              key == "seg_lens" ? &mb->seg_lens : &mb->dec_seg_lens;
+          size_t n = 0;
+          if (!r.Container(false, &n)) return r.Error(p(), Describe("an array of rows"));
+          lens->resize(n);
+          for (size_t i = 0; i < n; ++i) {
+            SLUICE_RETURN_IF_ERROR(ReadInts(
+                r, [&] { return fmt::format("{}[{}]", p(), i); }, key == "seg_lens" ? 1 : 0,
+                kPlanMaxIndex, &(*lens)[i]));
+          }
+          return Status::Ok();
         }
         if (key == "recompute") return ReadRecompute(r, p(), true, &mb->recompute);
         if (key != "stages") {

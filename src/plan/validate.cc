@@ -14,6 +14,50 @@
 namespace sluice {
 namespace {
 
+// A micro-batch's recorded segment lengths (seg_lens, dec_seg_lens): only on varlen micro-batches,
+// one list per row with one length per sample, each in [1, max_position] ([0, max_position] on
+// the decoder side: a sample without a target), each row's sum within the padded lengths;
+// dec_seg_lens exactly when the model is encoder-decoder.
+std::optional<std::string> CheckSegments(const ModelSpec& m, const PlanMicroBatch& mb) {
+  if (mb.seg_lens.empty() && mb.dec_seg_lens.empty()) return std::nullopt;
+  if (!mb.varlen) return "seg_lens are given but the micro-batch is not varlen";
+  const bool enc_dec = m.is_encoder_decoder();
+  if (enc_dec && mb.dec_seg_lens.empty()) {
+    return "seg_lens without dec_seg_lens; allowed: both for an encoder-decoder model";
+  }
+  if (!enc_dec && !mb.dec_seg_lens.empty()) {
+    return fmt::format("dec_seg_lens for decoder-only model {}; allowed: seg_lens only", m.name);
+  }
+  const auto check = [&](const std::vector<std::vector<int64_t>>& lens, std::string_view name,
+                         int64_t padded, int64_t min_len) -> std::optional<std::string> {
+    if (lens.size() != mb.rows.size()) {
+      return fmt::format("{} has {} rows, the micro-batch {}", name, lens.size(), mb.rows.size());
+    }
+    for (size_t r = 0; r < lens.size(); ++r) {
+      if (lens[r].size() != mb.rows[r].size()) {
+        return fmt::format("{}[{}] has {} lengths for {} samples", name, r, lens[r].size(),
+                           mb.rows[r].size());
+      }
+      int64_t sum = 0;
+      for (int64_t len : lens[r]) {
+        if (len < min_len || len > m.max_position) {
+          return fmt::format("{}[{}] holds length {}; allowed: [{}, {}] (max_position of {})",
+                             name, r, len, min_len, m.max_position, m.name);
+        }
+        sum += len;
+      }
+      if (sum > padded) {
+        return fmt::format("{}[{}] sums to {} tokens, more than the padded {}", name, r, sum,
+                           padded);
+      }
+    }
+    return std::nullopt;
+  };
+  if (auto e = check(mb.seg_lens, "seg_lens", mb.shape.seqlen, 1)) return e;
+  if (enc_dec) return check(mb.dec_seg_lens, "dec_seg_lens", mb.shape.dec_seqlen, 0);
+  return std::nullopt;
+}
+
 // Check 1's shape part (CheckPlanFitsModel).
 std::optional<std::string> CheckShapesFitModel(const ExecutionPlan& plan) {
   const ModelSpec& m = plan.model;
@@ -41,6 +85,9 @@ std::optional<std::string> CheckShapesFitModel(const ExecutionPlan& plan) {
             d, i, s.mbs, s.seqlen,
             s.dec_seqlen > 0 ? fmt::format(" (+ dec_seqlen {})", s.dec_seqlen) : "",
             kMaxMicroBatchTokens, kMaxMicroBatchTokens);
+      }
+      if (std::optional<std::string> seg = CheckSegments(m, mbs[i])) {
+        return fmt::format("replica {} micro-batch {}: {}", d, i, *seg);
       }
     }
   }

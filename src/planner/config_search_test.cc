@@ -255,10 +255,10 @@ TEST(ConfigSearchTest, VarlenMethodOnEncoderDecoderIsUnsupported) {
   batching.max_seqlen = 512;
   CandidateScorer scorer(*cost, *cluster, batches, batching, SimOptions{});
   ParallelConfig p = testing::TestParallel(1, 8, 1, 36000, 1);
-  const MethodSpec m = *MethodSpecFor("hydraulis", "test");
+  const MethodSpec m = *MethodSpecFor("megatron-gbp", "test");
   const std::vector<ParallelConfig> configs = {p};
   auto s =
-      SearchMethod(scorer, "hydraulis", ExpandCandidates(configs, m, cost->model(), SearchSpace{}),
+      SearchMethod(scorer, "megatron-gbp", ExpandCandidates(configs, m, cost->model(), SearchSpace{}),
                    1, nullptr, nullptr);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_FALSE(s->best.has_value());

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 // flight at `rc`.
 bool SequenceFits(const StageCostEvaluator& eval, int64_t len, Recompute rc) {
   const int64_t in_flight = eval.pp();
-  if (eval.varlen_supported()) {
+  if (eval.varlen_supported() && !eval.model().is_encoder_decoder()) {
     const int64_t lengths[] = {len};
     return eval.SummarizeVarlen(lengths, rc, in_flight).feasible;
   }

@@ -40,6 +40,19 @@ StatusOr<MicroBatchLayout> LayoutMicroBatch(const ModelSpec& model, const PlanMi
       seg.length = enc_dec ? s.input_len : s.input_len + s.target_len;
       seg.dec_begin = dec_pos;
       seg.dec_length = enc_dec ? s.target_len : 0;
+      // A plan that records its segments must agree with the data it is run on.
+      const size_t k = row.size();
+      if (r < mb.seg_lens.size() && k < mb.seg_lens[r].size() && mb.seg_lens[r][k] != seg.length) {
+        return InvalidArgumentError(fmt::format(
+            "sample {} (row {}): the plan's seg_lens give {} tokens, the data {}", id, r,
+            mb.seg_lens[r][k], seg.length));
+      }
+      if (r < mb.dec_seg_lens.size() && k < mb.dec_seg_lens[r].size() &&
+          mb.dec_seg_lens[r][k] != seg.dec_length) {
+        return InvalidArgumentError(fmt::format(
+            "sample {} (row {}): the plan's dec_seg_lens give {} decoder tokens, the data {}", id,
+            r, mb.dec_seg_lens[r][k], seg.dec_length));
+      }
       pos += seg.length;
       dec_pos += seg.dec_length;
       out.label_tokens += SampleLabels(model, s);

@@ -243,6 +243,11 @@ std::vector<Case> Cases() {
        "", 2});
   cases.push_back({"gpt_1f1b_pp1_dp1_cp2_multipack", "gpt-tiny", 1, 1, 1, "1f1b", "multipack",
                    "", "40", 2});
+  // Encoder-decoder varlen rows (encoder and decoder packed separately, cross attention within
+  // the sample): one process, a pipeline, and Hydraulis' one-row micro-batches over dp 2.
+  cases.push_back({"t5_1f1b_pp1_dp1_multipack", "t5-tiny", 1, 1, 1, "1f1b", "multipack"});
+  cases.push_back({"t5_1f1b_pp2_dp1_multipack", "t5-tiny", 1, 2, 1, "1f1b", "multipack"});
+  cases.push_back({"t5_1f1b_pp2_dp2_hydraulis", "t5-tiny", 2, 2, 1, "1f1b", "hydraulis"});
   return cases;
 }
 
@@ -328,7 +333,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   // The plans really were variable-length, multi-micro-batch plans of the requested schedule.
   std::vector<ReferenceBatch> batches;
   std::set<std::pair<int64_t, int64_t>> shapes;
-  int64_t split_backwards = 0, packed_rows = 0, recomputed = 0;
+  int64_t split_backwards = 0, packed_rows = 0, varlen_packed_rows = 0, recomputed = 0;
   for (int64_t i = 0; i < kIterations; ++i) {
     StatusOr<std::string> bytes = ReadFileToString(dir + "/" + PackageDumpName(i));
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -353,6 +358,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
         recomputed += mb.recompute != Recompute::kNone ? 1 : 0;
         for (const auto& row : mb.rows) {
           packed_rows += row.size() > 1 ? 1 : 0;
+          varlen_packed_rows += mb.varlen && row.size() > 1 ? 1 : 0;
           if (mb.varlen || row.size() == 1) {
             for (const int64_t id : row) placed.push_back({by_id.at(id)});
           } else {
@@ -372,6 +378,7 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
   EXPECT_GE(shapes.size(), 2u) << "micro-batch shapes did not vary";
   if (c.schedule == "zb-h1") EXPECT_GT(split_backwards, 0);
   if (c.method == "packing" || c.method == "multipack") EXPECT_GT(packed_rows, 0);
+  if (c.method == "multipack" || c.method == "hydraulis") EXPECT_GT(varlen_packed_rows, 0);
   if (!c.recompute.empty()) EXPECT_GT(recomputed, 0);
 
   StatusOr<ReferenceResult> ref =
