@@ -15,8 +15,10 @@
 #      k), so that both see the same machine; `sluice calibrate M` is fitted on both methods'
 #      iterations 1-FIT and predicts the rest.
 #   6. Prints per run the held-out mean |error| before and after, the packing/DYNAMIC throughput
-#      ratio measured vs predicted (calibrated and not), and the simulated vs measured peak tensor
-#      memory per rank.
+#      ratio measured vs predicted (calibrated and not), and the peak tensor memory: the memory
+#      fit (calibrate --metrics: per pipeline rank a framework/workspace constant and an
+#      activation scale, fitted on D's iterations 1-FIT) with its held-out error before and
+#      after, and P's and D2's calibrated prediction against what they measured.
 #
 # Usage, from the repository root (timings: under the build lock on a shared machine):
 #   flock /tmp/sluice-build.lock bench/calibration_predict.sh
@@ -46,10 +48,10 @@ for ((i = 0; i < ITERS; i++)); do
 done
 train() { $NICE "$SLUICE" train --nproc 2 "${common[@]}" --threads 1 "$@"; }
 train --plan "${PD[@]}" --trace-dir "$OUT/d" --metrics "$OUT/d.jsonl" > "$OUT/d.log" 2>&1
-"$SLUICE" calibrate "$OUT/d" --plan "${PD[@]}" --fit-iterations "1-$FIT" --out "$OUT/c.json" \
-  > "$OUT/c.log"
+"$SLUICE" calibrate "$OUT/d" --plan "${PD[@]}" --fit-iterations "1-$FIT" --metrics "$OUT/d.jsonl" \
+  --out "$OUT/c.json" > "$OUT/c.log"
 "$SLUICE" calibrate "$OUT/d" --plan "${PD[@]}" --fit-iterations "$(IFS=,; echo "${odd[*]}")" \
-  --out "$OUT/c-odd.json" > "$OUT/c-odd.log"
+  --metrics "$OUT/d.jsonl" --out "$OUT/c-odd.json" > "$OUT/c-odd.log"
 train --plan "${PP[@]}" --calibration "$OUT/c.json" --metrics "$OUT/p.jsonl" > "$OUT/p.log" 2>&1
 train --plan "${PD[@]}" --calibration "$OUT/c.json" --metrics "$OUT/d2.jsonl" > "$OUT/d2.log" 2>&1
 train --iterations $((2 * ITERS)) --plan "${PM[@]}" --trace-dir "$OUT/m" --calibration "$OUT/c.json" \
@@ -108,11 +110,29 @@ for its, what in ((range(fit + 1, iters), f"held out {fit + 1}-{iters - 1}"),
           f"uncalibrated {plain:.3f} ({100 * (plain / meas - 1):+.1f}%), calibrated {cal:.3f} "
           f"({100 * (cal / meas - 1):+.1f}%); per-iteration mean |error| {dyn} {errs[0]:.1f}%, "
           f"packing {errs[1]:.1f}%")
+def memory_table(log):  # (iteration, rank) -> (measured, simulated, calibrated) MB
+    rows = {}
+    for line in open(f"{out}/{log}"):
+        f = line.split()
+        if len(f) == 8 and f[0].isdigit() and f[1].isdigit() and f[2] in ("yes", "no"):
+            rows[(int(f[0]), int(f[1]))] = tuple(float(x) for x in f[3:6])
+    return rows
+for log, name, its in (("c.log", f"D, fitted 1-{fit}", held),
+                       ("c-odd.log", "D, fitted on odd iterations", range(2, iters, 2))):
+    for line in open(f"{out}/{log}"):
+        if "memory, pipeline rank" in line:
+            print(f"{name}: {line.strip()}")
+    t = memory_table(log)
+    keys = [key for key in t if key[0] in its]
+    print(f"{name}: held-out {its.start}..{its.stop - 1}, peak tensor memory per rank mean |error| "
+          f"{mean_abs((t[k][1], t[k][0]) for k in keys):.1f}% before, "
+          f"{mean_abs((t[k][2], t[k][0]) for k in keys):.1f}% after calibration ({len(keys)} peaks)")
 for name, m in (("D2", d2), ("P", p)):
     for r in range(len(m[1]["peak_tensor_bytes_by_rank"])):
         meas = [m[k]["peak_tensor_bytes_by_rank"][r] for k in every]
         sim = [m[k]["predicted_peak_bytes_by_rank"][r] for k in every]
         print(f"{name} rank {r}: peak tensor memory measured {min(meas) / 1e6:.1f}-"
-              f"{max(meas) / 1e6:.1f} MB, simulated {min(sim) / 1e6:.1f}-{max(sim) / 1e6:.1f} MB, "
+              f"{max(meas) / 1e6:.1f} MB, simulated with D's calibration (memory included) "
+              f"{min(sim) / 1e6:.1f}-{max(sim) / 1e6:.1f} MB, "
               f"mean |error| {mean_abs(zip(sim, meas)):.1f}%")
 PY

@@ -84,7 +84,7 @@ if [ "$train" = "1" ]; then
   for i in 0 1 2 3 4 5; do plans+=("$tmp/p/plan-$i.json"); done
   port=$((29650 + RANDOM % 100))
   MASTER_PORT=$port expect "train with traces" 0 "trained 6 iterations" -- train --nproc 2 \
-    "${common[@]}" --threads 1 --plan "${plans[@]}" --trace-dir "$tmp/t"
+    "${common[@]}" --threads 1 --plan "${plans[@]}" --trace-dir "$tmp/t" --metrics "$tmp/t.jsonl"
   expect "sluice traces: every transfer matched" 0 "0 op\(s\) unmatched" -- replay "$tmp/t"
   expect "sluice traces: measured replay exact" 0 "ops end within 0.000 ms" -- \
     replay "$tmp/t"
@@ -151,6 +151,38 @@ PY
   expect "replay against another plan is refused" 2 \
     "trace-rank-0.json: .*rank 0 .*iteration 0 .*a trace of another plan" \
     -- replay "$tmp/t" --plan "${plans[1]}" "${plans[0]}"
+  # What-if with another plan's order: the same six batches planned with zb-h1 (the same
+  # micro-batches in another order, the backward split in halves), replayed from the 1f1b trace.
+  expect "plan the same batches with zb-h1" 0 "plans written" -- plan "${common[@]}" \
+    --iterations 6 --method dynapipe --schedule zb-h1 --show 0 --out "$tmp/p/zb.json"
+  zb=()
+  for i in 0 1 2 3 4 5; do zb+=("$tmp/p/zb-$i.json"); done
+  expect "what-if plan: zb-h1's order predicted from the 1f1b trace" 0 \
+    "what-if plans .*zb-0.json .. .*zb-5.json: iteration times predicted" -- \
+    replay "$tmp/t" --plan "${plans[@]}" --what-if-plan "${zb[@]}" --json "$tmp/t-zb.json"
+  expect "what-if plan: the halves are derived from the measured backward" 0 \
+    "priced from the trace: [0-9]+ instructions measured .*, [1-9][0-9]* derived .*0 by the calibrated cost model, 0 by the plan's own durations; [1-9][0-9]* transfers measured, 0 by" \
+    -- replay "$tmp/t" --plan "${plans[@]}" --what-if-plan "${zb[@]}"
+  check "what-if plan: prediction in the JSON" "$python" -c "
+import json, sys
+w = json.load(open('$tmp/t-zb.json'))['what_if']
+sys.exit(not (w['plan'].endswith('zb-5.json') and w['pricing']['derived'] > 0 and
+              len(w['per_iteration']['iterations']) == 6))"
+  expect "what-if plan: the run's own plans replay to the per-iteration replay" 0 \
+    "mean: ([0-9.]+) ms replayed -> \1 ms with the what-if \(\+0\.0%\)" -- \
+    replay "$tmp/t" --plan "${plans[@]}" --what-if-plan "${plans[@]}"
+  expect "what-if plan needs --plan" 2 "--what-if-plan needs --plan" -- \
+    replay "$tmp/t" --what-if-plan "${zb[@]}"
+  expect "what-if plan: one per plan" 2 "--what-if-plan: 1 file\(s\) given but --plan has 6" -- \
+    replay "$tmp/t" --plan "${plans[@]}" --what-if-plan "${zb[0]}"
+  expect "what-if plan of another batch is refused" 2 \
+    "--what-if-plan .*zb-1.json: another batch .* than the plan iteration 0 of the trace ran" -- \
+    replay "$tmp/t" --plan "${plans[@]}" --what-if-plan "${zb[1]}" "${zb[@]:1}"
+  expect "plan the first batch of another model" 0 "mean makespan" -- plan \
+    "${common[@]/gpt-tiny/t5-tiny}" --iterations 1 --show 0 --out "$tmp/p/t5.json"
+  expect "what-if plan of another model is refused" 2 \
+    "--what-if-plan .*t5.json: another model \('t5-tiny' vs 'gpt-tiny'\)" -- \
+    replay "$tmp/t" --plan "${plans[@]}" --what-if-plan "$tmp/p/t5.json" "${zb[@]:1}"
 
   # Bad traces: each an error naming the file and the event, or a partial result saying what
   # it left out.
@@ -192,6 +224,26 @@ PY
   check "calibration has the iteration offset" grep -q '"iteration"' "$tmp/cal.json"
   expect "calibrate --fit scale (the /1 line)" 0 "held-out iterations \(3\)" -- \
     calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --fit scale --out "$tmp/cals.json"
+  # Peak memory: fitted on iterations 1-3 from the run's metrics, held out 0 and 4-5.
+  expect "calibrate --metrics fits each rank's peak memory" 0 \
+    "memory, pipeline rank 1: [-+][0-9.]+ MB framework/workspace, activations x [0-9.]+ \(from 3 peaks" \
+    -- calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --metrics "$tmp/t.jsonl" \
+    --out "$tmp/calm.json"
+  expect "calibrate --metrics: held-out peaks before and after" 0 \
+    "held-out peaks \(6 iteration x rank\): peak memory mean \|error\| [0-9.]+% before, [0-9.]+% after" \
+    -- calibrate "$tmp/t" --plan "${plans[@]}" --fit-iterations 1-3 --metrics "$tmp/t.jsonl" \
+    --out "$tmp/calm.json"
+  check "calibration file has the memory corrections" grep -q '"activation_scale"' "$tmp/calm.json"
+  expect "simulate prices memory with the calibration" 0 "outcome: ok" -- simulate "${plans[4]}" \
+    --calibration "$tmp/calm.json"
+  printf '{"iteration": 0}\nnot json\n' > "$tmp/badm.jsonl"
+  expect "calibrate --metrics: a bad line is named" 2 \
+    "--metrics .*badm.jsonl: line 2: not a JSON object" -- calibrate "$tmp/t" --plan "${plans[@]}" \
+    --metrics "$tmp/badm.jsonl" --out "$tmp/calb.json"
+  printf '{"iteration": 0}\n' > "$tmp/nopeak.jsonl"
+  expect "calibrate --metrics: no peaks is an error" 2 \
+    "--metrics .*nopeak.jsonl: no line has 'peak_tensor_bytes_by_rank'" -- calibrate "$tmp/t" \
+    --plan "${plans[@]}" --metrics "$tmp/nopeak.jsonl" --out "$tmp/calb.json"
   expect "calibrate --fit names its values" 2 "--fit 'x': not a fit \(allowed: features, scale\)" \
     -- calibrate "$tmp/t" --plan "${plans[@]}" --fit x --out "$tmp/calx.json"
   # train --calibration: each plan's calibrated prediction beside the measured time, a summary,

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "sim/simulator.h"
 #include "trace/analyze.h"
 #include "trace/calibration.h"
+#include "trace/plan_whatif.h"
 
 namespace sluice::cli {
 namespace {
@@ -29,6 +31,7 @@ struct ReplayFlags {
   std::vector<std::string> inputs;
   std::vector<std::string> plans;
   std::vector<std::string> what_if;
+  std::vector<std::string> what_if_plans;
   std::string json;
   std::string report;
   int64_t report_iteration = -1;
@@ -44,10 +47,22 @@ Status RunReplay(const ReplayFlags& f) {
     SLUICE_ASSIGN_OR_RETURN(trace::WhatIf parsed, trace::ParseWhatIf(w));
     what_if.push_back(parsed);
   }
+  if (!f.what_if_plans.empty() && f.plans.empty()) {
+    return InvalidArgumentError(
+        "--what-if-plan needs --plan: the plans the traced run executed (one per iteration), "
+        "to tie the trace's ops to instructions");
+  }
+  std::vector<ExecutionPlan> what_if_plans;
+  for (const std::string& p : f.what_if_plans) {
+    SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(p));
+    what_if_plans.push_back(std::move(plan));
+  }
   SLUICE_ASSIGN_OR_RETURN(trace::Analysis a, trace::AnalyzeFiles(f.inputs));
   SLUICE_ASSIGN_OR_RETURN(
       trace::Replays replays,
-      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean, what_if));
+      trace::ReplayAll(a, f.median ? trace::ClassStat::kMedian : trace::ClassStat::kMean,
+                       f.what_if_plans.empty() ? what_if : std::vector<trace::WhatIf>{}));
+  std::string pricing_json;
   std::vector<trace::OpCorrection> departures;
   if (!f.plans.empty()) {
     // Ties every op of the trace to its plan's instruction (an error names the event of a trace
@@ -77,6 +92,26 @@ Status RunReplay(const ReplayFlags& f) {
     });
     fmt::print("tied to {} plan(s): every rank's ops are its program's instructions\n",
                plans.size());
+    if (!what_if_plans.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(trace::PlanWhatIf w,
+                              trace::BuildPlanWhatIf(a, plans, what_if_plans, f.what_if_plans));
+      const std::string name =
+          what_if_plans.size() == 1
+              ? fmt::format("plan {}", f.what_if_plans[0])
+              : fmt::format("plans {} .. {}", f.what_if_plans.front(), f.what_if_plans.back());
+      SLUICE_RETURN_IF_ERROR(trace::ReplayPlanWhatIf(w, what_if, name, &replays));
+      fmt::print("{}", trace::PricingText(w.pricing));
+      const trace::PlanPricing& p = w.pricing;
+      nlohmann::json pj = {{"measured", p.measured},
+                           {"by_class", p.by_class},
+                           {"derived", p.derived},
+                           {"calibrated", p.calibrated},
+                           {"plan", p.plan},
+                           {"transfers_measured", p.transfers_measured},
+                           {"transfers_by_class", p.transfers_by_class},
+                           {"collectives", p.collectives}};
+      pricing_json = pj.dump();
+    }
     fmt::print("op classes against the plan's durations (largest mean |error| first):\n");
     fmt::print("  stage  op                samples  plan's mean |error|  fitted line\n");
     for (size_t i = 0; i < departures.size() && static_cast<int>(i) < f.top; ++i) {
@@ -88,7 +123,13 @@ Status RunReplay(const ReplayFlags& f) {
   fmt::print("{}", trace::FormatReplayReport(a, replays, f.top));
   fmt::print("{}", trace::FormatWhatIfReport(replays));
   if (!f.json.empty()) {
-    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, trace::ReplayJson(a, replays)));
+    std::string text = trace::ReplayJson(a, replays);
+    if (!pricing_json.empty()) {
+      nlohmann::json j = nlohmann::json::parse(text);
+      j["what_if"]["pricing"] = nlohmann::json::parse(pricing_json);
+      text = j.dump(1);
+    }
+    SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.json, text));
   }
   if (!f.report.empty()) {
     const auto& its = replays.whole_run.iterations;
@@ -118,7 +159,47 @@ struct CalibrateFlags {
   bool no_link = false;
   bool no_iteration_offset = false;
   std::string fit = "features";
+  std::string metrics;
 };
+
+// train --metrics: [iteration] -> peak_tensor_bytes_by_rank (empty where a line has none).
+StatusOr<std::vector<std::vector<int64_t>>> ReadPeakBytes(const std::string& path) {
+  SLUICE_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  std::vector<std::vector<int64_t>> out;
+  size_t at = 0;
+  int line_no = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto bad = [&](const std::string& what) {
+      return InvalidArgumentError(fmt::format(
+          "--metrics {}: line {}: {} (expected the JSON lines of sluice train --metrics, with "
+          "'iteration' and 'peak_tensor_bytes_by_rank')",
+          path, line_no, what));
+    };
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    if (!j.contains("iteration") || !j["iteration"].is_number_integer() ||
+        j["iteration"].get<int64_t>() < 0 || j["iteration"].get<int64_t>() > 10'000'000) {
+      return bad("no 'iteration' (an integer >= 0)");
+    }
+    const int64_t k = j["iteration"].get<int64_t>();
+    if (!j.contains("peak_tensor_bytes_by_rank")) continue;  // a build that does not count
+    const nlohmann::json& peaks = j["peak_tensor_bytes_by_rank"];
+    if (!peaks.is_array()) return bad("'peak_tensor_bytes_by_rank' is not an array");
+    std::vector<int64_t> v;
+    for (const nlohmann::json& x : peaks) {
+      if (!x.is_number_integer()) return bad("'peak_tensor_bytes_by_rank' holds a non-integer");
+      v.push_back(x.get<int64_t>());
+    }
+    if (static_cast<int64_t>(out.size()) <= k) out.resize(k + 1);
+    out[k] = std::move(v);
+  }
+  return out;
+}
 
 // "1-8" or "0,2,5" -> iterations.
 StatusOr<std::vector<int64_t>> ParseIterations(const std::string& text) {
@@ -196,6 +277,17 @@ Status RunCalibrate(const CalibrateFlags& f) {
   options.fit_link = !f.no_link;
   options.fit_features = f.fit == "features";
   options.fit_iteration = !f.no_iteration_offset;
+  if (!f.metrics.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(options.peak_bytes, ReadPeakBytes(f.metrics));
+    bool any = false;
+    for (const auto& v : options.peak_bytes) any = any || !v.empty();
+    if (!any) {
+      return InvalidArgumentError(fmt::format(
+          "--metrics {}: no line has 'peak_tensor_bytes_by_rank' (a sluice train run that "
+          "counted tensor memory writes it)",
+          f.metrics));
+    }
+  }
   SLUICE_ASSIGN_OR_RETURN(trace::Calibration c, trace::FitCalibration(a, plans, options));
   SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.out, trace::CalibrationToJson(c)));
   fmt::print("calibration from {}\n", c.source);
@@ -243,6 +335,46 @@ Status RunCalibrate(const CalibrateFlags& f) {
                s ? "fitted" : "held-out", count[s], 100 * err[s][0] / count[s],
                100 * err[s][1] / count[s]);
   }
+  if (!c.memory.empty()) {
+    for (const trace::MemoryCorrection& m : c.memory) {
+      fmt::print(
+          "  memory, pipeline rank {}: {:+.1f} MB framework/workspace, activations x {:.3f} "
+          "(from {} peaks; fitted mean |error| {:.1f}% before, {:.1f}% after)\n",
+          m.pp_rank, m.offset_bytes * 1e-6, m.activation_scale, m.samples,
+          100 * m.mean_abs_error_before, 100 * m.mean_abs_error_after);
+    }
+    fmt::print("iteration  rank  fitted  measured MB  simulated MB  calibrated MB  error before  after\n");
+    double merr[2][2] = {{0, 0}, {0, 0}};
+    int mcount[2] = {0, 0};
+    for (size_t k = 0; k < plans.size() && k < options.peak_bytes.size(); ++k) {
+      const std::vector<int64_t>& meas = options.peak_bytes[k];
+      if (meas.empty()) continue;
+      SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> before, trace::SimulatedPeakBytes(plans[k]));
+      ExecutionPlan calibrated = plans[k];
+      trace::ApplyCalibration(c, &calibrated);
+      SLUICE_ASSIGN_OR_RETURN(std::vector<int64_t> after, trace::SimulatedPeakBytes(calibrated));
+      for (size_t r = 0; r < meas.size() && r < before.size(); ++r) {
+        if (meas[r] <= 0) continue;
+        const double m = static_cast<double>(meas[r]);
+        const double eb = static_cast<double>(before[r]) / m - 1;
+        const double ea = static_cast<double>(after[r]) / m - 1;
+        fmt::print("{:>9}  {:>4}  {:>6}  {:>11.2f}  {:>12.2f}  {:>13.2f}  {:>+11.1f}% {:>+5.1f}%\n",
+                   k, r, fitted[k] ? "yes" : "no", m * 1e-6, before[r] * 1e-6, after[r] * 1e-6,
+                   100 * eb, 100 * ea);
+        merr[fitted[k]][0] += std::abs(eb);
+        merr[fitted[k]][1] += std::abs(ea);
+        ++mcount[fitted[k]];
+      }
+    }
+    for (int s = 1; s >= 0; --s) {
+      if (mcount[s] == 0) continue;
+      fmt::print(
+          "{} peaks ({} iteration x rank): peak memory mean |error| {:.1f}% before, {:.1f}% "
+          "after calibration\n",
+          s ? "fitted" : "held-out", mcount[s], 100 * merr[s][0] / mcount[s],
+          100 * merr[s][1] / mcount[s]);
+    }
+  }
   fmt::print("calibration written to {}\n", f.out);
   return Status::Ok();
 }
@@ -273,6 +405,12 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
       ->capture_default_str();
   c->add_option("--out", f->out, "Calibration file to write (sluice-calibration/2 JSON)")
       ->required()
+      ->type_name("FILE");
+  c->add_option("--metrics", f->metrics,
+                "The run's sluice train --metrics file: also fit each pipeline rank's peak "
+                "memory (a constant for framework/workspace memory and a scale on activations) "
+                "to its peak_tensor_bytes_by_rank, and print the peak memory error before and "
+                "after")
       ->type_name("FILE");
   c->add_flag("--no-link", f->no_link, "Keep the plan's links; fit compute only");
   c->add_flag("--no-iteration-offset", f->no_iteration_offset,
@@ -306,6 +444,13 @@ void RegisterTraceCommands(CLI::App* app, RunState* state) {
                 "link+=D starts each transfer D after its send was posted, as train "
                 "--link-delay-ms does (repeatable)")
       ->type_name("SPEC");
+  r->add_option("--what-if-plan", rf->what_if_plans,
+                "Plan files of the same batches in another order or schedule (e.g. zb-h1 for a "
+                "1f1b run, or sluice optimize's output), one per --plan file: replay the trace's "
+                "measured op times and gaps in their order and print the predicted iteration "
+                "times (needs --plan; ops the trace has no measurement of are priced by the "
+                "calibrated cost model, and counted)")
+      ->type_name("FILE ...");
   r->add_flag("--median", rf->median,
               "Class replay with each class's median instead of its mean (dPRO's avg)");
   r->add_option("--json", rf->json, "Write the figures as JSON (sluice-replay/2)")

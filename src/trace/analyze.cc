@@ -73,8 +73,8 @@ StatusOr<Replays> ReplayAll(const Analysis& a, ClassStat class_stat,
 }
 
 std::string FormatWhatIfReport(const Replays& r) {
-  if (r.what_if.empty()) return "";
-  std::string list;
+  if (r.what_if.empty() && r.what_if_plan.empty()) return "";
+  std::string list = r.what_if_plan;
   for (const WhatIf& w : r.what_if) list += (list.empty() ? "" : ", ") + WhatIfText(w);
   std::string out = fmt::format(
       "what-if {}: iteration times predicted from this trace (per-iteration replay: each "
@@ -268,8 +268,9 @@ std::string ReplayJson(const Analysis& a, const Replays& rp) {
   j["model"] = replay_json(rp.model);
   j["class"] = replay_json(median);
   j["class"]["stat"] = rp.class_stat == ClassStat::kMedian ? "median" : "mean";
-  if (!rp.what_if.empty()) {
+  if (!rp.what_if.empty() || !rp.what_if_plan.empty()) {
     nlohmann::json w;
+    if (!rp.what_if_plan.empty()) w["plan"] = rp.what_if_plan;
     w["what_if"] = nlohmann::json::array();
     for (const WhatIf& x : rp.what_if) w["what_if"].push_back(WhatIfText(x));
     w["per_iteration"] = replay_json(rp.what_if_per_iteration);

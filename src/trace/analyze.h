@@ -37,8 +37,10 @@ struct Replays {
   ReplayResult model;          // per-iteration with every transfer and collective modelled
   ReplayResult by_class;       // class means (or medians) of own times and gaps
   ClassStat class_stat = ClassStat::kMean;
-  // With what-ifs: per_iteration and whole_run again with them applied (the prediction).
+  // With what-ifs: per_iteration and whole_run again with them applied (the prediction); with a
+  // what-if plan (plan_whatif.h), its replays, what_if_plan naming it.
   std::vector<WhatIf> what_if;
+  std::string what_if_plan;
   ReplayResult what_if_per_iteration;
   ReplayResult what_if_whole_run;
 };

@@ -419,6 +419,10 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
     c.link = {true, alpha * 1e-3, slope > 0 ? 1.0 / slope : 1e6,
               static_cast<int64_t>(wires.size())};
   }
+  if (!options.peak_bytes.empty()) {
+    const std::vector<int64_t> its(wanted.begin(), wanted.end());
+    SLUICE_ASSIGN_OR_RETURN(c.memory, FitMemory(plans, its, options.peak_bytes));
+  }
   if (options.fit_iteration) {
     // What the simulator still leaves out per iteration, with the corrections above.
     const std::vector<int64_t> measured = MeasuredIterationTimes(a);
@@ -472,6 +476,7 @@ void ApplyCalibration(const Calibration& c, ExecutionPlan* plan) {
       }
     }
   }
+  for (const MemoryCorrection& m : c.memory) ApplyMemoryCorrection(m, plan);
   if (c.link.fitted) {
     for (LinkSpec* link : {&plan->cluster.intra_node, &plan->cluster.inter_node}) {
       link->latency = Duration::Micros(c.link.latency_us);
@@ -504,6 +509,17 @@ std::string CalibrationToJson(const Calibration& c) {
   }
   if (c.iteration.samples > 0) {
     j["iteration"] = {{"offset_us", c.iteration.offset_us}, {"samples", c.iteration.samples}};
+  }
+  if (!c.memory.empty()) {
+    j["memory"] = nlohmann::json::array();
+    for (const MemoryCorrection& m : c.memory) {
+      j["memory"].push_back({{"pp_rank", m.pp_rank},
+                             {"offset_bytes", m.offset_bytes},
+                             {"activation_scale", m.activation_scale},
+                             {"samples", m.samples},
+                             {"error_before", m.mean_abs_error_before},
+                             {"error_after", m.mean_abs_error_after}});
+    }
   }
   return j.dump(1) + "\n";
 }
@@ -560,6 +576,22 @@ StatusOr<Calibration> CalibrationFromJson(std::string_view text, std::string_vie
     SLUICE_RETURN_IF_ERROR(l.Double("offset_us", &c.iteration.offset_us, -1e12, 1e12));
     SLUICE_RETURN_IF_ERROR(l.Int("samples", &c.iteration.samples, 1, INT64_MAX));
     SLUICE_RETURN_IF_ERROR(l.Finish());
+  }
+  if (const nlohmann::json* mem = v2 ? r.Child("memory") : nullptr) {
+    if (!mem->is_array()) return r.Error("memory", "expected an array");
+    for (size_t i = 0; i < mem->size(); ++i) {
+      JsonObjectReader o((*mem)[i], std::string(source), fmt::format("memory[{}]", i));
+      SLUICE_RETURN_IF_ERROR(o.status());
+      MemoryCorrection m;
+      SLUICE_RETURN_IF_ERROR(o.Int("pp_rank", &m.pp_rank, 0, 1'000'000));
+      SLUICE_RETURN_IF_ERROR(o.Double("offset_bytes", &m.offset_bytes, -1e15, 1e15));
+      SLUICE_RETURN_IF_ERROR(o.Double("activation_scale", &m.activation_scale, 1e-6, 1e6));
+      SLUICE_RETURN_IF_ERROR(o.OptionalInt("samples", &m.samples, 0, INT64_MAX));
+      SLUICE_RETURN_IF_ERROR(o.OptionalDouble("error_before", &m.mean_abs_error_before, 0, 1e12));
+      SLUICE_RETURN_IF_ERROR(o.OptionalDouble("error_after", &m.mean_abs_error_after, 0, 1e12));
+      SLUICE_RETURN_IF_ERROR(o.Finish());
+      c.memory.push_back(m);
+    }
   }
   SLUICE_RETURN_IF_ERROR(r.Finish());
   return c;

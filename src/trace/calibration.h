@@ -109,11 +109,28 @@ struct LinkCorrection {
   friend bool operator==(const LinkCorrection&, const LinkCorrection&) = default;
 };
 
+// Peak memory of one pipeline rank: measured peak = the simulated peak with the rank's model
+// states raised by offset_bytes (framework and workspace memory the simulator does not count; may
+// be negative, never below zero states) and its stages' activations (stored, transient peak,
+// kept until W) scaled by activation_scale. Applied to a plan, so every consumer (simulate's
+// out-of-memory check, plan, train's prediction) prices memory with it.
+struct MemoryCorrection {
+  int64_t pp_rank = 0;
+  double offset_bytes = 0;
+  double activation_scale = 1.0;  // > 0
+  int64_t samples = 0;            // (iteration, rank) peaks fitted
+  double mean_abs_error_before = 0;
+  double mean_abs_error_after = 0;
+
+  friend bool operator==(const MemoryCorrection&, const MemoryCorrection&) = default;
+};
+
 struct Calibration {
   std::string source;  // what it was fitted from (trace folders, iterations)
   std::vector<OpCorrection> ops;
   LinkCorrection link;
   IterationCorrection iteration;
+  std::vector<MemoryCorrection> memory;  // per pipeline rank fitted; empty: not fitted
 
   friend bool operator==(const Calibration&, const Calibration&) = default;
 };
@@ -123,7 +140,26 @@ struct FitOptions {
   bool fit_link = true;
   bool fit_features = true;   // false: the "/1" line, scale x predicted + offset, least squares
   bool fit_iteration = true;  // simulate the fitted plans for the iteration offset
+  // Measured peak tensor bytes, [iteration][rank] (train --metrics' peak_tensor_bytes_by_rank;
+  // an entry < 0 or a missing iteration: not measured). Empty: no memory fit.
+  std::vector<std::vector<int64_t>> peak_bytes;
 };
+
+// The memory fit (MemoryCorrection) of the plans of `iterations` against `peak_bytes`: per
+// pipeline rank, each fitted plan is simulated with its activations x1 and x2 (the peak's
+// activation part A and the rest R, exact while the peak's instant does not move), and
+// measured - R = offset + scale x A fitted by least squares over the (iteration, rank) samples;
+// a single sample, activations that hardly vary (coefficient of variation < 5%) or a scale <= 0
+// keep the scale at 1 and fit the offset alone (the median). Ranks without samples get none.
+StatusOr<std::vector<MemoryCorrection>> FitMemory(
+    const std::vector<ExecutionPlan>& plans, const std::vector<int64_t>& iterations,
+    const std::vector<std::vector<int64_t>>& peak_bytes);
+
+// Rewrites `plan`'s model states of m.pp_rank and the activation bytes of its stages.
+void ApplyMemoryCorrection(const MemoryCorrection& m, ExecutionPlan* plan);
+
+// The simulated peak memory (bytes) of each rank of `plan`; an error when it does not simulate.
+StatusOr<std::vector<int64_t>> SimulatedPeakBytes(const ExecutionPlan& plan);
 
 // `plans[k]` is the plan iteration k of the trace ran. Errors: fewer plans than the iterations
 // asked for, a rank or iteration whose ops are not its program's instructions (naming the file

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan_test_util.h"
+
 namespace sluice::trace {
 namespace {
 
@@ -130,6 +132,7 @@ TEST(CalibrationFormat, Version2RoundTripAndFeatures) {
   o.samples = 9;
   c.ops = {o};
   c.iteration = {-50, 4};
+  c.memory = {{.pp_rank = 1, .offset_bytes = -3e6, .activation_scale = 1.5, .samples = 8}};
   const std::string text = CalibrationToJson(c);
   EXPECT_THAT(text, HasSubstr("sluice-calibration/2"));
   auto back = CalibrationFromJson(text, "c.json");
@@ -177,9 +180,79 @@ TEST(CalibrationFormat, BadFieldsAreNamed) {
       "s.json");
   ASSERT_FALSE(samples.ok());
   EXPECT_THAT(samples.status().message(), HasSubstr("s.json: field 'iteration.samples'"));
+  auto scale = CalibrationFromJson(
+      R"({"format":"sluice-calibration/2","ops":[],"memory":[{"pp_rank":0,"offset_bytes":0,"activation_scale":0}]})",
+      "m.json");
+  ASSERT_FALSE(scale.ok());
+  EXPECT_THAT(scale.status().message(), HasSubstr("m.json: field 'memory[0].activation_scale'"));
   auto format = CalibrationFromJson(R"({"format":"sluice-calibration/3","ops":[]})", "f.json");
   ASSERT_FALSE(format.ok());
   EXPECT_THAT(format.status().message(), HasSubstr("sluice-calibration/2"));
+}
+
+// Peaks "measured" on a machine whose framework holds 8 MB (rank 0) and 2 MB (rank 1) beyond the
+// model states and whose activations take 1.25x what the cost model says: the fit on six plans
+// of different shapes recovers both and prices a seventh, held-out plan's peaks.
+TEST(MemoryFit, RecoversAConstantAndAnActivationScale) {
+  const std::vector<MemoryCorrection> truth = {
+      {.pp_rank = 0, .offset_bytes = 8e6, .activation_scale = 1.25},
+      {.pp_rank = 1, .offset_bytes = 2e6, .activation_scale = 1.25}};
+  std::vector<ExecutionPlan> plans;
+  std::vector<std::vector<int64_t>> peaks;
+  for (uint64_t seed = 0; seed < 7; ++seed) {
+    testing::PlanCase pc;
+    pc.seed = seed;
+    pc.microbatches = 3 + static_cast<int64_t>(seed % 4);
+    auto fixture = testing::MakePlanFixture(pc);
+    ASSERT_TRUE(fixture->no_schedule.empty()) << fixture->no_schedule;
+    ExecutionPlan real = fixture->plan;
+    for (const MemoryCorrection& m : truth) ApplyMemoryCorrection(m, &real);
+    auto peak = SimulatedPeakBytes(real);
+    ASSERT_TRUE(peak.ok()) << peak.status().message();
+    plans.push_back(fixture->plan);
+    peaks.push_back(*peak);
+  }
+  auto fit = FitMemory(plans, {0, 1, 2, 3, 4, 5}, peaks);
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  ASSERT_EQ(fit->size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const MemoryCorrection& m = (*fit)[r];
+    EXPECT_EQ(m.pp_rank, r);
+    EXPECT_EQ(m.samples, 6);
+    EXPECT_NEAR(m.activation_scale, 1.25, 0.05) << "rank " << r;
+    EXPECT_NEAR(m.offset_bytes, truth[r].offset_bytes, 1e6) << "rank " << r;
+    EXPECT_GT(m.mean_abs_error_before, 0.02) << "rank " << r;
+    EXPECT_LT(m.mean_abs_error_after, 0.01) << "rank " << r;
+  }
+  // The held-out plan, priced through ApplyCalibration.
+  Calibration c;
+  c.memory = *fit;
+  ExecutionPlan held_out = plans[6];
+  ApplyCalibration(c, &held_out);
+  auto predicted = SimulatedPeakBytes(held_out);
+  ASSERT_TRUE(predicted.ok());
+  auto plain = SimulatedPeakBytes(plans[6]);
+  ASSERT_TRUE(plain.ok());
+  for (int r = 0; r < 2; ++r) {
+    const double want = static_cast<double>(peaks[6][r]);
+    EXPECT_NEAR(static_cast<double>((*predicted)[r]), want, 0.01 * want) << "rank " << r;
+    EXPECT_GT(std::abs(static_cast<double>((*plain)[r]) - want), 0.02 * want) << "rank " << r;
+  }
+}
+
+// Without varying activations the scale stays 1 and the constant is the median difference.
+TEST(MemoryFit, OneSampleFitsTheConstantOnly) {
+  testing::PlanCase pc;
+  auto fixture = testing::MakePlanFixture(pc);
+  ASSERT_TRUE(fixture->no_schedule.empty());
+  auto peak = SimulatedPeakBytes(fixture->plan);
+  ASSERT_TRUE(peak.ok());
+  std::vector<std::vector<int64_t>> measured = {{(*peak)[0] + 5'000'000, -1}};
+  auto fit = FitMemory({fixture->plan}, {0}, measured);
+  ASSERT_TRUE(fit.ok());
+  ASSERT_EQ(fit->size(), 1u);  // rank 1 was not measured
+  EXPECT_EQ((*fit)[0].activation_scale, 1.0);
+  EXPECT_NEAR((*fit)[0].offset_bytes, 5e6, 1);
 }
 
 }  // namespace

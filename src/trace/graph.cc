@@ -66,6 +66,48 @@ std::string_view EdgeKindName(EdgeKind kind) {
   return "?";
 }
 
+int32_t FinishGraph(const std::vector<std::vector<GraphEdge>>& preds, Graph* graph) {
+  // CSR and a topological order (Kahn).
+  Graph& g = *graph;
+  const size_t n = g.nodes.size();
+  g.preds.clear();
+  g.topo_order.clear();
+  std::fill(std::begin(g.edges_by_kind), std::end(g.edges_by_kind), 0);
+  std::vector<int32_t> indegree(n, 0), succ_first(n + 1, 0), succ;
+  for (size_t v = 0; v < n; ++v) {
+    g.nodes[v].first_pred = static_cast<int32_t>(g.preds.size());
+    g.nodes[v].num_preds = static_cast<int32_t>(preds[v].size());
+    for (const GraphEdge& e : preds[v]) {
+      g.preds.push_back(e);
+      ++g.edges_by_kind[static_cast<int>(e.kind)];
+      ++succ_first[e.from + 1];
+    }
+    indegree[v] = g.nodes[v].num_preds;
+  }
+  for (size_t v = 0; v < n; ++v) succ_first[v + 1] += succ_first[v];
+  succ.resize(g.preds.size());
+  std::vector<int32_t> fill(succ_first.begin(), succ_first.end() - 1);
+  for (size_t v = 0; v < n; ++v) {
+    for (const GraphEdge& e : preds[v]) succ[fill[e.from]++] = static_cast<int32_t>(v);
+  }
+  g.topo_order.reserve(n);
+  for (size_t v = 0; v < n; ++v) {
+    if (indegree[v] == 0) g.topo_order.push_back(static_cast<int32_t>(v));
+  }
+  for (size_t head = 0; head < g.topo_order.size(); ++head) {
+    const int32_t v = g.topo_order[head];
+    for (int32_t s = succ_first[v]; s < succ_first[v + 1]; ++s) {
+      if (--indegree[succ[s]] == 0) g.topo_order.push_back(succ[s]);
+    }
+  }
+  if (g.topo_order.size() != n) {
+    for (size_t v = 0; v < n; ++v) {
+      if (indegree[v] > 0) return static_cast<int32_t>(v);
+    }
+  }
+  return -1;
+}
+
 StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
   Graph g;
   std::vector<std::vector<GraphEdge>> preds;
@@ -210,44 +252,11 @@ StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching) {
     w.own_ns =
         std::max<int64_t>(0, w.measured_end_ns - std::max(w.measured_start_ns, hub_end_before[i]));
   }
-  // CSR and a topological order (Kahn).
-  const size_t n = g.nodes.size();
-  std::vector<int32_t> indegree(n, 0), succ_first(n + 1, 0), succ;
-  for (size_t v = 0; v < n; ++v) {
-    g.nodes[v].first_pred = static_cast<int32_t>(g.preds.size());
-    g.nodes[v].num_preds = static_cast<int32_t>(preds[v].size());
-    for (const GraphEdge& e : preds[v]) {
-      g.preds.push_back(e);
-      ++g.edges_by_kind[static_cast<int>(e.kind)];
-      ++succ_first[e.from + 1];
-    }
-    indegree[v] = g.nodes[v].num_preds;
-  }
-  for (size_t v = 0; v < n; ++v) succ_first[v + 1] += succ_first[v];
-  succ.resize(g.preds.size());
-  std::vector<int32_t> fill(succ_first.begin(), succ_first.end() - 1);
-  for (size_t v = 0; v < n; ++v) {
-    for (const GraphEdge& e : preds[v]) succ[fill[e.from]++] = static_cast<int32_t>(v);
-  }
-  g.topo_order.reserve(n);
-  for (size_t v = 0; v < n; ++v) {
-    if (indegree[v] == 0) g.topo_order.push_back(static_cast<int32_t>(v));
-  }
-  for (size_t head = 0; head < g.topo_order.size(); ++head) {
-    const int32_t v = g.topo_order[head];
-    for (int32_t s = succ_first[v]; s < succ_first[v + 1]; ++s) {
-      if (--indegree[succ[s]] == 0) g.topo_order.push_back(succ[s]);
-    }
-  }
-  if (g.topo_order.size() != n) {
-    for (size_t v = 0; v < n; ++v) {
-      if (indegree[v] > 0) {
-        return InvalidArgumentError(fmt::format(
-            "the trace's dependencies form a cycle through {} ({} of {} nodes ordered): the "
-            "ranks' communications do not match (traces of different runs or plans?)",
-            NodeText(g, set, matching, static_cast<int32_t>(v)), g.topo_order.size(), n));
-      }
-    }
+  if (const int32_t v = FinishGraph(preds, &g); v >= 0) {
+    return InvalidArgumentError(fmt::format(
+        "the trace's dependencies form a cycle through {} ({} of {} nodes ordered): the "
+        "ranks' communications do not match (traces of different runs or plans?)",
+        NodeText(g, set, matching, v), g.topo_order.size(), g.nodes.size()));
   }
   g.origin_ns = origin == INT64_MAX ? 0 : origin;
   return g;

@@ -89,6 +89,11 @@ struct Graph {
 // form a cycle (a trace whose matching is wrong: e.g. ranks of different runs).
 StatusOr<Graph> BuildGraph(const TraceSet& set, const Matching& matching);
 
+// Fills graph->preds (CSR: each node's first_pred and num_preds), edges_by_kind and topo_order
+// from `preds` ([node] its predecessor edges). Returns a node on a cycle (topo_order is then
+// partial), or -1.
+int32_t FinishGraph(const std::vector<std::vector<GraphEdge>>& preds, Graph* graph);
+
 // "rank 1 compute 1F3 (iteration 2)" / "transfer 0->1 1SEND_F3" for messages and reports.
 std::string NodeText(const Graph& graph, const TraceSet& set, const Matching& matching,
                      int32_t node);

@@ -12,6 +12,7 @@
 #include "base/json_util.h"
 #include "trace/analyze.h"
 #include "trace/calibration.h"
+#include "trace/plan_whatif.h"
 
 namespace sluice::trace {
 namespace {
@@ -136,6 +137,123 @@ TEST(Replay, WhatIfFasterComputeShortensTheIteration) {
   ReplayOptions bad;
   bad.what_if = {{"compute", -1}};
   EXPECT_FALSE(Replay(a->graph, a->set, bad).ok());
+}
+
+// The plan PipelineEvents ran (one micro-batch, two stages); `split`: rank 1's backward as
+// zb-h1's halves (I 60%, W 40% planned), W after the gradient's send.
+ExecutionPlan PipelinePlan(bool split) {
+  ExecutionPlan plan;
+  plan.parallel.pp = 2;
+  plan.sample_ids = {7};
+  plan.model_states = {Bytes::MB(1), Bytes::MB(1)};
+  plan.replicas.resize(1);
+  PlanMicroBatch mb;
+  mb.rows = {{7}};
+  mb.shape = {1, 64, 0};
+  plan.replicas[0].micro_batches = {mb};
+  auto in = [](OpKind op, int64_t stage, int64_t peer = -1, int64_t us = 0) {
+    Instruction x;
+    x.op = op;
+    x.stage = op == OpKind::kOptimizerStep ? -1 : stage;
+    x.microbatch = op == OpKind::kOptimizerStep ? -1 : 0;
+    x.peer = peer;
+    if (peer >= 0) {
+      const bool grad = op == OpKind::kSendGradStart || op == OpKind::kSendGradFinish ||
+                        op == OpKind::kRecvGradStart || op == OpKind::kRecvGradFinish;
+      x.tag = MessageTag(0, 0, grad, 2);
+    }
+    x.duration = Duration::Micros(us);
+    return x;
+  };
+  plan.ranks.resize(2);
+  plan.ranks[0].rank = 0;
+  plan.ranks[0].instructions = {in(OpKind::kLoadInput, 0),          in(OpKind::kForward, 0),
+                                in(OpKind::kSendActStart, 0, 1),    in(OpKind::kSendActFinish, 0, 1),
+                                in(OpKind::kRecvGradStart, 0, 1),   in(OpKind::kRecvGradFinish, 0, 1),
+                                in(OpKind::kBackward, 0, -1, 200),  in(OpKind::kOptimizerStep, 0)};
+  plan.ranks[1].rank = 1;
+  plan.ranks[1].pp_index = 1;
+  plan.ranks[1].instructions = {in(OpKind::kLoadInput, 1), in(OpKind::kRecvActStart, 1, 0),
+                                in(OpKind::kRecvActFinish, 1, 0), in(OpKind::kForward, 1)};
+  auto& r1 = plan.ranks[1].instructions;
+  if (split) {
+    for (const Instruction& x :
+         {in(OpKind::kBackwardInput, 1, -1, 60), in(OpKind::kSendGradStart, 1, 0),
+          in(OpKind::kSendGradFinish, 1, 0), in(OpKind::kBackwardWeight, 1, -1, 40)}) {
+      r1.push_back(x);
+    }
+  } else {
+    for (const Instruction& x : {in(OpKind::kBackward, 1, -1, 100), in(OpKind::kSendGradStart, 1, 0),
+                                 in(OpKind::kSendGradFinish, 1, 0)}) {
+      r1.push_back(x);
+    }
+  }
+  r1.push_back(in(OpKind::kOptimizerStep, 1));
+  return plan;
+}
+
+TEST(PlanWhatIf, OwnPlansReproduceTheReplayAndAnotherOrderIsPredicted) {
+  auto a = AnalyzeText(Doc(PipelineEvents(3)));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto replays = ReplayAll(*a, ClassStat::kMean);
+  ASSERT_TRUE(replays.ok());
+  const std::vector<ExecutionPlan> ran(3, PipelinePlan(false));
+  const std::vector<std::string> files = {"q0.json", "q1.json", "q2.json"};
+  // The run's own plans: every instruction measured, the per-iteration replay reproduced.
+  auto same = BuildPlanWhatIf(*a, ran, ran, files);
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_EQ(same->pricing.measured, 3 * 16);
+  EXPECT_EQ(same->pricing.transfers_measured, 3 * 2);
+  EXPECT_EQ(same->pricing.by_class + same->pricing.derived + same->pricing.plan, 0);
+  Replays r = *replays;
+  ASSERT_TRUE(ReplayPlanWhatIf(*same, {}, "own", &r).ok());
+  ASSERT_EQ(r.what_if_per_iteration.iterations.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.what_if_per_iteration.iterations[i].replayed_ns,
+              replays->per_iteration.iterations[i].replayed_ns);
+    EXPECT_EQ(r.what_if_per_iteration.iterations[i].measured_ns,
+              replays->per_iteration.iterations[i].measured_ns);
+  }
+  // zb-h1's order on rank 1: the gradient leaves after I (60% of the measured 180 µs B), so rank
+  // 0's backward starts 72 µs earlier (W's share) less W's gap.
+  const std::vector<ExecutionPlan> zb(3, PipelinePlan(true));
+  auto split = BuildPlanWhatIf(*a, ran, zb, files);
+  ASSERT_TRUE(split.ok()) << split.status().message();
+  EXPECT_EQ(split->pricing.derived, 3 * 2);
+  EXPECT_EQ(split->pricing.measured, 3 * 15);
+  ASSERT_TRUE(ReplayPlanWhatIf(*split, {}, "zb", &r).ok());
+  EXPECT_THAT(FormatWhatIfReport(r), HasSubstr("what-if zb: iteration times predicted"));
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t base = replays->per_iteration.iterations[i].replayed_ns;
+    const int64_t pred = r.what_if_per_iteration.iterations[i].replayed_ns;
+    EXPECT_LT(pred, base - 60'000) << "iteration " << i;
+    EXPECT_GT(pred, base - 80'000) << "iteration " << i;
+  }
+  // Errors name the file and what differs.
+  std::vector<ExecutionPlan> other = zb;
+  other[1].sample_ids = {8};
+  auto batch = BuildPlanWhatIf(*a, ran, other, files);
+  ASSERT_FALSE(batch.ok());
+  EXPECT_THAT(batch.status().message(), HasSubstr("--what-if-plan q1.json: another batch"));
+  other = zb;
+  other[2].parallel.pp = 4;
+  auto layout = BuildPlanWhatIf(*a, ran, other, files);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_THAT(layout.status().message(), HasSubstr("q2.json: another parallel layout"));
+  auto count = BuildPlanWhatIf(*a, ran, {zb[0]}, {"q0.json"});
+  ASSERT_FALSE(count.ok());
+  EXPECT_THAT(count.status().message(), HasSubstr("1 file(s) given but --plan has 3"));
+  // A what-if plan that deadlocks: rank 0 waits for the gradient before it sends the activation.
+  other = ran;
+  for (ExecutionPlan& p : other) {
+    auto& r0 = p.ranks[0].instructions;
+    std::swap(r0[2], r0[4]);
+    std::swap(r0[3], r0[5]);
+  }
+  auto cycle = BuildPlanWhatIf(*a, ran, other, files);
+  ASSERT_FALSE(cycle.ok());
+  EXPECT_THAT(cycle.status().message(), HasSubstr("form a cycle through"));
+  EXPECT_THAT(cycle.status().message(), HasSubstr("the plan deadlocks"));
 }
 
 TEST(WhatIf, ParsesFactorsAndDurations) {
