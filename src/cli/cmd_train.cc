@@ -199,7 +199,8 @@ Status RunTrain(const TrainFlags& f) {
     };
   }
   if (env.rank == 0) {
-    fmt::print("{}\n", sc.Describe());
+    // With --replicas the groups are named on their own line (the scenario's dp is a placeholder).
+    fmt::print("{}\n", sc.Describe({.parallel = !hetero_planner.has_value()}));
     fmt::print("method:   {}, schedule {}{}\n", f.planner.method, f.planner.schedule,
                f.plans.empty() ? (f.planner.no_search ? "" : ", micro-batch order searched")
                                : fmt::format(", {} plan files", f.plans.size()));
