@@ -156,6 +156,9 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
   }
   if (IsAllToAll(in.op)) return AllToAllFieldProblem(plan, program, in);
   if (in.op == OpKind::kAllToAllWait) {
+    if (plan.parallel.ep <= 1 || plan.dp() % plan.parallel.ep != 0 || !plan.model.moe.has_value()) {
+      return "an all-to-all wait needs expert parallelism (an MoE model, ep > 1 dividing dp)";
+    }
     if (in.tag < 0) return "an all-to-all wait needs the tag of the all-to-all it waits for";
     return want_counts(0, 0);
   }
