@@ -126,7 +126,8 @@ RankMemory ReplayRankMemory(const ExecutionPlan& plan, const RankProgram& progra
           // The stage input leaves the stored activations with them: a buffer until freed. (A
           // segmented op read it at its first piece: every slot it covers is looked at.)
           for (SlotState& slot : slots) {
-            if (!slot.covered || slot.cover_mb != in.microbatch || slot.cover_stage != in.stage) {
+            if (!slot.live || !slot.covered || slot.cover_mb != in.microbatch ||
+                slot.cover_stage != in.stage) {
               continue;
             }
             slot.covered = false;
