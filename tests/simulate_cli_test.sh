@@ -112,6 +112,18 @@ t = json.load(open('$tmp/moe-t.json'))['traceEvents']
 assert any(e['ph'] == 'M' and e['name'] == 'thread_name' and e['args']['name'] == 'all-to-all' for e in t)
 "
 expect moe-simulate-closed-form 0 "all-to-all \(MoE dispatch and combine\)" -- simulate "$tmp/moe.json" --collectives closed-form
+# MoE overlap rewrites: one applied (its pieces and the all-to-all stream in the trace), all side
+# by side, and the flag's errors.
+expect moe-overlap-lancet 0 "--moe-overlap lancet: rank 0: [0-9]+ MoE ops segmented" -- simulate "$tmp/moe.json" --moe-overlap lancet --trace "$tmp/moe-lancet.json"
+check moe-overlap-trace "$python" -c "
+import json
+t = json.load(open('$tmp/moe-lancet.json'))['traceEvents']
+assert any(e['ph'] == 'X' and '.s1' in e['name'] for e in t), 'no segment in the trace'
+assert any(e['ph'] == 'M' and e['name'] == 'thread_name' and e['args']['name'] == 'all-to-all' for e in t)
+"
+expect moe-overlap-all 0 "^lancet +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x" -- simulate "$tmp/moe.json" --moe-overlap all
+expect moe-overlap-bad 2 "--moe-overlap 'fast' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, all" -- simulate "$tmp/moe.json" --moe-overlap fast
+expect moe-overlap-dense 2 "--moe-overlap tutel: .* has no expert parallelism" -- simulate "$tmp/plan.json" --moe-overlap tutel
 
 # Ctrl-C (SIGINT from `timeout -s INT 4`) while the plan is still being read from a pipe that is
 # written after 6 s: exit 1 with one message, no files written. The writer gives up after 30 s

@@ -16,6 +16,7 @@
 #include "base/json_util.h"
 #include "cli/cli_common.h"
 #include "data/data_source.h"
+#include "passes/moe_overlap.h"
 #include "plan/plan_json.h"
 #include "plan/validate.h"
 #include "report/html_report.h"
@@ -48,6 +49,7 @@ struct SimulateFlags {
   bool no_buffers = false;
   bool no_check = false;
   std::string calibration;
+  std::string moe_overlap;  // empty: the plan as given
 };
 
 // "RANK:FACTOR", e.g. "3:1.5".
@@ -119,6 +121,47 @@ Status FlagError(const Status& s) {
   return s;
 }
 
+// --moe-overlap all: every rewrite of passes/moe_overlap.h simulated side by side.
+Status CompareMoeOverlaps(const ExecutionPlan& plan, const SimOptions& options) {
+  fmt::print("\nMoE overlap (passes/moe_overlap.h), each rewrite of this plan simulated:\n");
+  fmt::print("{:<10} {:>14} {:>16} {:>18} {:>9} {:>10}  {}\n", "overlap", "iteration ms",
+             "all-to-all ms", "exposed a2a ms", "speedup", "exposed %", "note");
+  Duration base_time, base_exposed;
+  for (int k = 0; k <= static_cast<int>(passes::MoeOverlap::kLancet); ++k) {
+    const auto overlap = static_cast<passes::MoeOverlap>(k);
+    ExecutionPlan next = plan;
+    SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
+                            passes::MoeOverlapPass(overlap).Run(&next));
+    StatusOr<SimResult> run = Simulate(next, options);
+    if (!run.ok()) return run.status().WithPrefix(std::string(passes::MoeOverlapName(overlap)));
+    Duration a2a, exposed;
+    for (const RankSimStats& st : run->ranks) {
+      a2a += st.all_to_all;
+      exposed += st.exposed_all_to_all;
+    }
+    const int64_t n = std::max<int64_t>(static_cast<int64_t>(run->ranks.size()), 1);
+    const Duration mean_a2a = Duration::Nanos(a2a.nanos() / n);
+    const Duration mean_exposed = Duration::Nanos(exposed.nanos() / n);
+    if (k == 0) {
+      base_time = run->iteration_time;
+      base_exposed = mean_exposed;
+    }
+    std::string note = run->outcome == SimOutcome::kOk ? "" : run->problem;
+    if (!record.rejected.empty()) note = "not applied: " + record.rejected;
+    fmt::print("{:<10} {:>14.3f} {:>16.3f} {:>18.3f} {:>8.3f}x {:>9.1f}%  {}\n",
+               passes::MoeOverlapName(overlap), run->iteration_time.millis(), mean_a2a.millis(),
+               mean_exposed.millis(),
+               run->iteration_time.nanos() > 0 ? base_time.millis() / run->iteration_time.millis()
+                                                : 0.0,
+               base_exposed.nanos() > 0 ? 100.0 * mean_exposed.millis() / base_exposed.millis()
+                                        : 0.0,
+               note);
+  }
+  fmt::print("(speedup and exposed % against none: the plan's MoE ops segmented, nothing "
+             "overlapped; all-to-all and exposed: mean per rank)\n");
+  return Status::Ok();
+}
+
 // Status of a run that Ctrl-C stopped (exit code 1).
 Status InterruptedError(const SimulateFlags& f, std::string_view when) {
   return FailedPreconditionError(
@@ -163,6 +206,41 @@ Status RunSimulate(const SimulateFlags& f) {
     plan.parallel.memory_reserve = Bytes::MB(f.memory_reserve_mb);
   }
   SLUICE_ASSIGN_OR_RETURN(SimOptions options, MakeOptions(f));
+  bool overlap_all = false;
+  if (!f.moe_overlap.empty()) {
+    overlap_all = f.moe_overlap == "all";
+    if (!overlap_all) {
+      StatusOr<passes::MoeOverlap> overlap = passes::ParseMoeOverlap(f.moe_overlap,
+                                                                    "--moe-overlap");
+      if (!overlap.ok()) {
+        return InvalidArgumentError(overlap.status().message() + ", all");
+      }
+      if (plan.parallel.ep <= 1 || !plan.model.moe.has_value()) {
+        return InvalidArgumentError(fmt::format(
+            "--moe-overlap {}: {} has no expert parallelism (needs an MoE model and ep > 1)",
+            f.moe_overlap, f.file));
+      }
+      const Status valid = ValidatePlan(plan, ValidateOptions{.grid_context = 2});
+      if (!valid.ok()) {
+        return InvalidArgumentError(
+            fmt::format("--moe-overlap: the plan must pass `sluice plan check` first: {}",
+                        valid.message()));
+      }
+      SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
+                              passes::MoeOverlapPass(*overlap).Run(&plan));
+      if (!record.rejected.empty()) {
+        fmt::print("--moe-overlap {}: not applied ({}); simulating the plan as given\n",
+                   f.moe_overlap, record.rejected);
+      } else if (!record.changes.empty()) {
+        fmt::print("--moe-overlap {}: {} ({} ranks like it)\n", f.moe_overlap,
+                   record.changes.front(), record.changes.size() - 1);
+      }
+    } else if (plan.parallel.ep <= 1 || !plan.model.moe.has_value()) {
+      return InvalidArgumentError(fmt::format(
+          "--moe-overlap all: {} has no expert parallelism (needs an MoE model and ep > 1)",
+          f.file));
+    }
+  }
   options.cancelled = [] { return Interrupted(); };
   if (Interrupted()) return InterruptedError(f, "before the simulation");
   Status valid;
@@ -191,6 +269,7 @@ Status RunSimulate(const SimulateFlags& f) {
              plan.ranks.size(),
              instructions, f.collectives);
   fmt::print("{}", FormatSimSummary(plan, r));
+  if (overlap_all) SLUICE_RETURN_IF_ERROR(CompareMoeOverlaps(plan, options));
   if (!f.trace.empty()) {
     if (Interrupted()) return InterruptedError(f, "before writing --trace");
     SLUICE_RETURN_IF_ERROR(WriteChromeTrace(plan, r, f.trace).WithPrefix("--trace"));
@@ -278,6 +357,12 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
                 "Correct the plan's op durations and links with a calibration file (sluice "
                 "calibrate --out)")
       ->type_name("FILE");
+  s->add_option("--moe-overlap", flags->moe_overlap,
+                "Rewrite the plan's MoE ops to overlap all-to-all with compute before simulating "
+                "(passes/moe_overlap.h): none (segmented, no overlap), tutel, megatron, dw, "
+                "partition, lancet (dw + partition); all: simulate the plan as given, then "
+                "every rewrite side by side")
+      ->type_name("none|tutel|megatron|dw|partition|lancet|all");
   SetHandler(s, state, [flags] { return RunSimulate(*flags); });
 }
 

@@ -15,6 +15,7 @@ constexpr std::array<std::string_view, kNumOpKinds> kOpNames = {
     "recv-act-finish",   "send-grad-start", "send-grad-finish", "recv-grad-start",
     "recv-grad-finish",  "free-buffer",     "all-reduce-grad",  "reduce-scatter-grad",
     "all-gather-params", "optimizer-step",  "all-to-all-dispatch", "all-to-all-combine",
+    "all-to-all-wait",
 };
 
 // PyTorch's names of the point-to-point actions.
@@ -98,13 +99,18 @@ std::string InstructionText(const Instruction& in) {
     case OpKind::kLoadInput:
       return fmt::format("{}LOAD{}", in.stage, in.microbatch);
     case OpKind::kForward:
-      return fmt::format("{}F{}", in.stage, in.microbatch);
     case OpKind::kBackward:
-      return fmt::format("{}B{}", in.stage, in.microbatch);
     case OpKind::kBackwardInput:
-      return fmt::format("{}I{}", in.stage, in.microbatch);
-    case OpKind::kBackwardWeight:
-      return fmt::format("{}W{}", in.stage, in.microbatch);
+    case OpKind::kBackwardWeight: {
+      const char kind = in.op == OpKind::kForward    ? 'F'
+                        : in.op == OpKind::kBackward ? 'B'
+                        : in.op == OpKind::kBackwardInput ? 'I'
+                                                          : 'W';
+      std::string text = fmt::format("{}{}{}", in.stage, kind, in.microbatch);
+      if (in.segment >= 0) text += fmt::format(".s{}", in.segment);
+      if (in.chunks > 0) text += fmt::format("[{}/{}]", in.chunk, in.chunks);
+      return text;
+    }
     case OpKind::kFreeBuffer:
       return fmt::format("FREE(s{})", in.inputs.empty() ? -1 : in.inputs[0]);
     case OpKind::kAllReduceGrad:
@@ -116,9 +122,16 @@ std::string InstructionText(const Instruction& in) {
     case OpKind::kOptimizerStep:
       return "STEP";
     case OpKind::kAllToAllDispatch:
-      return fmt::format("{}A2A_D{}(L{})", in.stage, in.microbatch, in.layer);
-    case OpKind::kAllToAllCombine:
-      return fmt::format("{}A2A_C{}(L{})", in.stage, in.microbatch, in.layer);
+    case OpKind::kAllToAllCombine: {
+      std::string text = fmt::format("{}A2A_{}{}(L{})", in.stage,
+                                     in.op == OpKind::kAllToAllDispatch ? 'D' : 'C',
+                                     in.microbatch, in.layer);
+      if (in.chunks > 0) text += fmt::format("[{}/{}]", in.chunk, in.chunks);
+      if (in.tag >= 0) text += fmt::format("#{}", in.tag);
+      return text;
+    }
+    case OpKind::kAllToAllWait:
+      return fmt::format("{}A2A{}(L{})#{}.wait", in.stage, in.microbatch, in.layer, in.tag);
     default:
       break;
   }

@@ -48,14 +48,15 @@ enum class OpKind : uint8_t {
   kOptimizerStep,      // wait for the rank's reductions, then update the parameters
   kAllToAllDispatch,   // expert parallelism: tokens from their owners to the experts' ranks
   kAllToAllCombine,    // expert parallelism: expert outputs back to the tokens' owners
+  kAllToAllWait,       // wait for the posted (tag >= 0) all-to-all with the same tag
 };
-inline constexpr int kNumOpKinds = 20;
+inline constexpr int kNumOpKinds = 21;
 
 // JSON names: "load-input", "forward", "backward", "backward-input", "backward-weight",
 // "send-act-start", "send-act-finish", "recv-act-start", "recv-act-finish", "send-grad-start",
 // "send-grad-finish", "recv-grad-start", "recv-grad-finish", "free-buffer", "all-reduce-grad",
 // "reduce-scatter-grad", "all-gather-params", "optimizer-step", "all-to-all-dispatch",
-// "all-to-all-combine".
+// "all-to-all-combine", "all-to-all-wait".
 std::string_view OpKindName(OpKind op);
 // The inverse of OpKindName; nullopt for any other text.
 std::optional<OpKind> OpKindFromName(std::string_view name);
@@ -95,6 +96,10 @@ struct Instruction {
   std::vector<int64_t> group;        // ranks of the expert-parallel group, this one included
   std::vector<int64_t> send_splits;  // rows (tokens of `hidden` fp16 values) sent to group[j]
   std::vector<int64_t> recv_splits;  // rows received from group[j]
+  // MoE overlap (see "Segmented MoE ops" below); -1 / 0 for whole ops.
+  int64_t segment = -1;  // compute ops: which segment of the op's MoE segmentation this piece is
+  int64_t chunk = -1;    // pieces and all-to-alls: the slice [0, chunks) of the work it does
+  int64_t chunks = 0;    // how many slices its segment or all-to-all is cut into (0: not cut)
 
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
@@ -110,6 +115,23 @@ struct Instruction {
 // (E / ep) * C rows to every member (padded to capacity, GShard style) and receives
 // (E / ep) * C_j from member j. shapes: {{sum(send_splits), hidden}, {sum(recv_splits), hidden}};
 // bytes: the fp16 bytes sent to other members.
+//
+// Segmented MoE ops (overlap of all-to-all with computation, passes/moe_overlap.h). A compute op
+// (F, B, I or W) of a stage with k MoE layers may instead be written as pieces, one instruction
+// each with `segment` in [0, 2k] (the op's "segments"): for F, segment 2i is the computation
+// before MoE layer i's dispatch (the layers before it, its attention and its router; segment 0
+// also the embedding), 2i+1 is layer i's expert computation, and segment 2k the rest of the
+// stage; the all-to-all between segments j and j+1 is the j-th of AllToAllsOf. B and I run the
+// same chain backwards (segment j between the (j-1)-th and j-th all-to-all of the backward's
+// list), W's segment j is the weight gradient of I's segment j and needs only that. A segment
+// may be cut into `chunks` slices (chunk 0 .. chunks-1 of the micro-batch's tokens, or of the
+// expert capacity), and so may an all-to-all: chunk c of a sliced all-to-all moves a part of the
+// whole one's rows, and the parts' splits sum to the whole's. An element of the chain (a piece or
+// an all-to-all) depends on the element before it: on the same chunk when both are cut into the
+// same number of slices, else on all of it. The op's inputs are read by its first piece in
+// program order and its outputs written by its last.
+// An all-to-all with tag >= 0 is posted: the rank goes on, and the AllToAllWait with the same tag
+// (mb, stage and layer copied) blocks until it completes; tag -1 blocks at the all-to-all itself.
 
 // Short text for grids and messages, PyTorch pipelining style where one exists:
 // "2F0", "2B0", "2I0", "2W0", "0LOAD3", "1SEND_F3", "1SEND_F3.wait", "2RECV_F3", "2RECV_F3.wait",

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "plan/moe_segments.h"
+
 namespace sluice {
 namespace {
 
@@ -69,6 +71,7 @@ RankMemory ReplayRankMemory(const ExecutionPlan& plan, const RankProgram& progra
     if (SlotState* slot = slot_at(s)) *slot = SlotState{true, activation, false, -1, -1, bytes};
   };
   const Bytes zero = Bytes::Zero();
+  const std::vector<uint8_t> roles = PieceRoles(program);
   for (size_t idx = 0; idx < program.instructions.size(); ++idx) {
     const Instruction& in = program.instructions[idx];
     const int64_t i = static_cast<int64_t>(idx);
@@ -79,6 +82,8 @@ RankMemory ReplayRankMemory(const ExecutionPlan& plan, const RankProgram& progra
       case OpKind::kBackwardWeight: {
         const ChunkCost& c = mbs[in.microbatch].stages[in.stage];
         const bool forward = in.op == OpKind::kForward;
+        // A segmented op (moe_segments.h) starts at its first piece and ends at its last.
+        const bool first = roles[idx] & kFirstPiece, last = roles[idx] & kLastPiece;
         const Bytes extra = std::max(zero, c.peak - c.stored);
         // At its start a forward's stage input joins its stored activations and the outputs are
         // allocated.
@@ -101,31 +106,32 @@ RankMemory ReplayRankMemory(const ExecutionPlan& plan, const RankProgram& progra
         // or frees is applied.
         switch (in.op) {
           case OpKind::kForward:
-            level.Add(c.peak, zero, i);
-            level.Add(c.stored - c.peak, zero, i);
+            if (first) level.Add(c.peak, zero, i);
+            if (last) level.Add(c.stored - c.peak, zero, i);
             break;
           case OpKind::kBackward:
-            level.Add(extra, zero, i);
-            level.Add(zero - extra - c.stored, zero, i);
+            if (first) level.Add(extra, zero, i);
+            if (last) level.Add(zero - extra - c.stored, zero, i);
             break;
           case OpKind::kBackwardInput:
-            level.Add(extra, zero, i);
-            level.Add(zero - extra - (c.stored - c.stored_until_w), zero, i);
+            if (first) level.Add(extra, zero, i);
+            if (last) level.Add(zero - extra - (c.stored - c.stored_until_w), zero, i);
             break;
           default:
-            level.Add(zero - c.stored_until_w, zero, i);
+            if (last) level.Add(zero - c.stored_until_w, zero, i);
             break;
         }
-        if (buffers && (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput)) {
-          // The stage input leaves the stored activations with them: a buffer until freed.
-          for (int64_t s : in.inputs) {
-            SlotState* slot = slot_at(s);
-            if (slot == nullptr || !slot->covered || slot->cover_mb != in.microbatch ||
-                slot->cover_stage != in.stage) {
+        if (buffers && last &&
+            (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput)) {
+          // The stage input leaves the stored activations with them: a buffer until freed. (A
+          // segmented op read it at its first piece: every slot it covers is looked at.)
+          for (SlotState& slot : slots) {
+            if (!slot.live || !slot.covered || slot.cover_mb != in.microbatch ||
+                slot.cover_stage != in.stage) {
               continue;
             }
-            slot->covered = false;
-            level.Add(zero, slot->bytes, i);
+            slot.covered = false;
+            level.Add(zero, slot.bytes, i);
           }
         }
         break;

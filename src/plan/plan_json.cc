@@ -46,6 +46,9 @@ json InstructionToJson(const Instruction& in) {
   if (!in.group.empty()) j["group"] = in.group;
   if (!in.send_splits.empty()) j["send"] = in.send_splits;
   if (!in.recv_splits.empty()) j["recv"] = in.recv_splits;
+  opt("seg", in.segment);
+  opt("chunk", in.chunk);
+  if (in.chunks > 0) j["chunks"] = in.chunks;
   return j;
 }
 
@@ -206,10 +209,17 @@ Status ReadInstruction(const Errors& e, const json& j, const std::string& list_p
       SLUICE_RETURN_IF_ERROR(e.Ints(v, p, 0, kMaxAmount, &in->send_splits));
     } else if (key == "recv") {
       SLUICE_RETURN_IF_ERROR(e.Ints(v, p, 0, kMaxAmount, &in->recv_splits));
+    } else if (key == "seg") {
+      SLUICE_RETURN_IF_ERROR(e.Int(v, p, 0, kMaxLen, &in->segment));
+    } else if (key == "chunk") {
+      SLUICE_RETURN_IF_ERROR(e.Int(v, p, 0, kMaxLen, &in->chunk));
+    } else if (key == "chunks") {
+      SLUICE_RETURN_IF_ERROR(e.Int(v, p, 1, kMaxLen, &in->chunks));
     } else {
       return e.At(p(),
                   "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
-                  "'shapes', 'in', 'out', 'bytes', 'rc', 'ns', 'layer', 'group', 'send', 'recv'");
+                  "'shapes', 'in', 'out', 'bytes', 'rc', 'ns', 'layer', 'group', 'send', 'recv', "
+                  "'seg', 'chunk', 'chunks'");
     }
   }
   if (!has_op) return e.At(path("op"), "is required (an op name)");

@@ -23,7 +23,8 @@ void WriteInstruction(MsgpackWriter& w, const Instruction& in) {
                    !in.outputs.empty() + (in.bytes.count() != 0) +
                    (in.recompute != Recompute::kNone) + (in.duration.nanos() != 0) +
                    (in.layer >= 0) + !in.group.empty() + !in.send_splits.empty() +
-                   !in.recv_splits.empty();
+                   !in.recv_splits.empty() + (in.segment >= 0) + (in.chunk >= 0) +
+                   (in.chunks > 0);
   w.Map(n);
   w.Str("op");
   w.Str(OpKindName(in.op));
@@ -71,6 +72,9 @@ void WriteInstruction(MsgpackWriter& w, const Instruction& in) {
     w.Str(key);
     w.Ints(*list);
   }
+  opt("seg", in.segment);
+  opt("chunk", in.chunk);
+  if (in.chunks > 0) opt("chunks", in.chunks);
 }
 
 void WriteMicroBatch(MsgpackWriter& w, const PlanMicroBatch& mb) {
@@ -228,11 +232,17 @@ Status ReadInstruction(Reader& r, const std::string& list_path, size_t index, In
       SLUICE_RETURN_IF_ERROR(ReadInts(r, p, 0, kPlanMaxAmount, &in->send_splits));
     } else if (key == "recv") {
       SLUICE_RETURN_IF_ERROR(ReadInts(r, p, 0, kPlanMaxAmount, &in->recv_splits));
+    } else if (key == "seg") {
+      SLUICE_RETURN_IF_ERROR(ReadInt(r, p, 0, kPlanMaxIndex, &in->segment));
+    } else if (key == "chunk") {
+      SLUICE_RETURN_IF_ERROR(ReadInt(r, p, 0, kPlanMaxIndex, &in->chunk));
+    } else if (key == "chunks") {
+      SLUICE_RETURN_IF_ERROR(ReadInt(r, p, 1, kPlanMaxIndex, &in->chunks));
     } else {
       return r.Error(p(),
                      "unknown key; allowed: 'op', 'mb', 'stage', 'peer', 'tag', 'bucket', "
                      "'shapes', 'in', 'out', 'bytes', 'rc', 'ns', 'layer', 'group', 'send', "
-                     "'recv'");
+                     "'recv', 'seg', 'chunk', 'chunks'");
     }
   }
   if (!has_op) return r.Error(base() + ".op", "is required (an op name)");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "plan/comm_replay.h"
+#include "plan/moe_segments.h"
 
 namespace sluice {
 namespace {
@@ -123,6 +124,18 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
   };
   if (in.op == OpKind::kFreeBuffer) return std::nullopt;  // CheckInstructionIndices has it all
   if (in.op == OpKind::kOptimizerStep) return want_counts(0, 0);
+  if (in.segment >= 0 && !IsCompute(in.op)) {
+    return fmt::format("seg {} on a {}: only compute ops are cut into segments", in.segment,
+                       OpKindName(in.op));
+  }
+  if (in.chunks > 0 ? (in.chunk < 0 || in.chunk >= in.chunks) : in.chunk != -1) {
+    return fmt::format("chunk {} of {} chunks: a slice needs 0 <= chunk < chunks, a whole one "
+                       "neither field",
+                       in.chunk, in.chunks);
+  }
+  if (in.chunks > 0 && !IsAllToAll(in.op) && in.segment < 0) {
+    return "chunk/chunks need a segment (seg) or an all-to-all";
+  }
   if (in.stage < 0 || in.stage >= S || plan.PipelineRankOf(in.stage) != program.pp_index) {
     return StageProblem(plan, program, in.stage);
   }
@@ -142,6 +155,13 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
     return fmt::format("micro-batch {} is not in [0, {})", in.microbatch, mbs.size());
   }
   if (IsAllToAll(in.op)) return AllToAllFieldProblem(plan, program, in);
+  if (in.op == OpKind::kAllToAllWait) {
+    if (plan.parallel.ep <= 1 || plan.dp() % plan.parallel.ep != 0 || !plan.model.moe.has_value()) {
+      return "an all-to-all wait needs expert parallelism (an MoE model, ep > 1 dividing dp)";
+    }
+    if (in.tag < 0) return "an all-to-all wait needs the tag of the all-to-all it waits for";
+    return want_counts(0, 0);
+  }
   const PlanMicroBatch& mb = mbs[in.microbatch];
   auto want_shapes = [&](const std::vector<TensorShape>& shapes) -> std::optional<std::string> {
     if (in.shapes == shapes) return std::nullopt;
@@ -166,7 +186,8 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
     // there (passes/recompute.h); the ordered check makes B and I follow their F's.
     // The boundary tensors it produces: F's output, B's and I's input gradient.
     const int64_t b = in.op == OpKind::kForward ? in.stage : in.stage - 1;
-    const bool produces = in.op != OpKind::kBackwardWeight && b >= 0 && b < last;
+    const bool produces = in.op != OpKind::kBackwardWeight && b >= 0 && b < last &&
+                          (in.segment < 0 || !in.outputs.empty());
     if (produces ? IsBoundaryShapes(in.shapes, plan.model, mb.shape, b, S) : in.shapes.empty()) {
       return std::nullopt;
     }
@@ -210,7 +231,8 @@ class OrderChecker {
         holder_(3 * m_ * S_, -1),
         open_(2 * m_ * S_, -1),
         slots_(static_cast<size_t>(program.buffer_slots)),
-        reduced_(S_, false) {}
+        reduced_(S_, false),
+        segments_(plan, program) {}
 
   std::optional<ProgramProblem> Run() {
     const auto& list = program_.instructions;
@@ -238,6 +260,7 @@ class OrderChecker {
       return ProgramProblem{index_, fmt::format("the program ends before {}",
                                                 InstructionText(a2a_[next_a2a_]))};
     }
+    if (auto p = segments_.Finish()) return ProgramProblem{index_, *p};
     if (!stepped_) return ProgramProblem{index_, "the program has no optimizer-step"};
     if (gathered_ != scattered_) {
       return ProgramProblem{index_, fmt::format("all-gathers {} parameter buckets after the step "
@@ -299,10 +322,13 @@ class OrderChecker {
     return std::nullopt;
   }
 
-  std::optional<std::string> Compute(const Instruction& in) {
+  // `begin`: the op's first piece (a whole op is both): it checks the state and reads the
+  // inputs; `end`: the piece that completes it writes the outputs and moves the state.
+  std::optional<std::string> Compute(const Instruction& in, bool begin = true, bool end = true) {
     const int64_t mb = in.microbatch, s = in.stage, last = S_ - 1;
     int64_t& state = state_[mb * S_ + s];
     if (in.op == OpKind::kBackwardWeight) {
+      if (!end) return std::nullopt;  // a piece of a segmented W: the tracker checked its I
       if (state != kInputGrad) {
         return fmt::format("W of micro-batch {} on stage {} needs its I first{}", mb, s,
                            state == kDone ? " (and runs only once)" : "");
@@ -311,13 +337,17 @@ class OrderChecker {
       return std::nullopt;
     }
     const bool forward = in.op == OpKind::kForward;
-    if (forward != (state == kNone)) {
+    if (!begin && end && forward && state != kNone) {
+      return fmt::format("micro-batch {} runs F on stage {} twice", mb, s);
+    }
+    if (begin && forward != (state == kNone)) {
       return forward ? fmt::format("micro-batch {} runs F on stage {} twice", mb, s)
                      : fmt::format("{} of micro-batch {} on stage {} {}", OpKindName(in.op), mb, s,
                                    state == kNone ? "precedes its F" : "runs twice");
     }
     Recompute& rc = forward_rc_[mb * S_ + s];
-    if (forward) {
+    if (!begin) {
+    } else if (forward) {
       rc = in.recompute;
     } else if (in.recompute != rc) {
       return fmt::format("recompute '{}' differs from its F's '{}' (micro-batch {}, stage {})",
@@ -336,15 +366,20 @@ class OrderChecker {
     if (forward && s < last) write = Key(kAct, mb, s);
     if (!forward && s > 0) write = Key(kGrad, mb, s - 1);
     num_writes = write >= 0 ? 1 : 0;
+    if (!begin) num_reads = 0;
+    if (!end) num_writes = 0;
     if (in.inputs.size() != num_reads || in.outputs.size() != num_writes) {
       return fmt::format(
           "reads {} and writes {} buffers; {} on stage {} of {} stages reads {} "
-          "and writes {}",
-          in.inputs.size(), in.outputs.size(), OpKindName(in.op), s, S_, num_reads, num_writes);
+          "and writes {}{}",
+          in.inputs.size(), in.outputs.size(), OpKindName(in.op), s, S_, num_reads, num_writes,
+          in.segment >= 0 ? " (a segmented op reads at its first piece and writes at its last)"
+                          : "");
     }
     for (size_t k = 0; k < num_reads; ++k) {
       if (auto p = Read(in.inputs[k], reads[k])) return p;
     }
+    if (!end) return std::nullopt;
     if (write >= 0) {
       if (auto p = Write(in.outputs[0], write, true)) return p;
     }
@@ -394,8 +429,9 @@ class OrderChecker {
   std::optional<std::string> AllToAllOrder(const Instruction& in) {
     if (IsAllToAll(in.op)) {
       if (next_a2a_ >= a2a_.size()) {
-        return "an all-to-all that no preceding compute op performs (each follows the forward "
-               "or backward of its micro-batch and stage; docs/formats.md)";
+        // Not a whole op's: it belongs to a segmented one.
+        return segments_.AllToAll(in, index_,
+                                  state_[in.microbatch * S_ + in.stage] != kNone);
       }
       Instruction want = a2a_[next_a2a_++];
       want.duration = in.duration;
@@ -414,7 +450,7 @@ class OrderChecker {
       return fmt::format("comes before {} that the compute op before it performs",
                          InstructionText(a2a_[next_a2a_]));
     }
-    if (IsCompute(in.op) && plan_.parallel.ep > 1) {
+    if (IsCompute(in.op) && in.segment < 0 && plan_.parallel.ep > 1) {
       a2a_ = AllToAllsOf(plan_, program_.rank, in.op, in.microbatch, in.stage);
       next_a2a_ = 0;
     }
@@ -424,6 +460,12 @@ class OrderChecker {
   std::optional<std::string> Step(const Instruction& in) {
     if (auto p = AllToAllOrder(in)) return p;
     if (IsAllToAll(in.op)) return std::nullopt;
+    if (in.op == OpKind::kAllToAllWait) return segments_.Wait(in);
+    if (IsCompute(in.op) && in.segment >= 0) {
+      SegmentTracker::PieceRole role;
+      if (auto p = segments_.Piece(in, index_, &role)) return p;
+      return Compute(in, role.first, role.last);
+    }
     if (stepped_ && in.op != OpKind::kAllGatherParams) {
       return "only all-gathers may follow the optimizer step";
     }
@@ -493,6 +535,7 @@ class OrderChecker {
   std::vector<std::pair<int64_t, Bytes>> scattered_, gathered_;  // (bucket, bytes) in order
   int64_t index_ = 0;
   bool stepped_ = false;
+  SegmentTracker segments_;       // the segmented ops
   std::vector<Instruction> a2a_;  // the all-to-alls of the last compute op
   size_t next_a2a_ = 0;           // the first of them not seen yet
 };
@@ -527,6 +570,18 @@ std::optional<InstructionProblem> CheckInstructionIndices(const ExecutionPlan& p
               static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())) {
         return MicroBatchProblem(plan, program, in);
       }
+      return std::nullopt;
+    case OpKind::kAllToAllWait:
+      if (in.stage < 0 || in.stage >= plan.num_stages() ||
+          plan.PipelineRankOf(in.stage) != program.pp_index) {
+        return InstructionProblem{"stage", StageProblem(plan, program, in.stage)};
+      }
+      if (in.microbatch < 0 ||
+          in.microbatch >=
+              static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())) {
+        return MicroBatchProblem(plan, program, in);
+      }
+      if (!in.inputs.empty() || !in.outputs.empty()) return CountsProblemOf(in, 0, 0);
       return std::nullopt;
     case OpKind::kAllToAllDispatch:
     case OpKind::kAllToAllCombine:

@@ -231,8 +231,16 @@ std::vector<CommOp> RankCommOps(const ExecutionPlan& plan, const RankProgram& pr
       op.kind = CommOp::Kind::kCollective;
       op.group = plan.pp() + program.pp_index * (plan.dp() / plan.parallel.ep) +
                  program.dp_index / plan.parallel.ep;
-      op.collective = {static_cast<int64_t>(in.op), in.layer, in.microbatch};
-      op.blocking = with_waits;
+      // A slice of a cut all-to-all is its own collective (op, slice and count in one key).
+      op.collective = {static_cast<int64_t>(in.op) + 64 * (in.chunk + 1) + 64 * 4096 * in.chunks,
+                       in.layer, in.microbatch};
+      op.blocking = with_waits && in.tag < 0;
+    } else if (in.op == OpKind::kAllToAllWait && with_waits) {
+      // Waits for every member to post what this rank posted in its group (a posted
+      // all-to-all completes once all members posted it).
+      op.kind = CommOp::Kind::kWaitCollectives;
+      op.group = plan.pp() + program.pp_index * (plan.dp() / plan.parallel.ep) +
+                 program.dp_index / plan.parallel.ep;
     } else if (in.op == OpKind::kOptimizerStep && with_waits) {
       op.kind = CommOp::Kind::kWaitCollectives;
       op.group = program.pp_index;

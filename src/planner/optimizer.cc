@@ -210,6 +210,33 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       ++result.invalid;
     }
   }
+  // Then the MoE overlap rewrites, each on the same plan; the shortest is kept if shorter.
+  if (!options.moe_overlaps.empty() && options.max_steps > 0) {
+    const ExecutionPlan start = current;
+    for (const passes::MoeOverlap overlap : options.moe_overlaps) {
+      ExecutionPlan next = start;
+      SLUICE_ASSIGN_OR_RETURN(
+          passes::PassRecord record,
+          passes::MoeOverlapPass(overlap, options.moe_overlap_options).Run(&next));
+      if (!record.changed) {
+        if (!record.rejected.empty()) ++result.invalid;
+        continue;
+      }
+      SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
+      ++result.simulations;
+      if (r.outcome == SimOutcome::kOk && r.iteration_time < current_time) {
+        ++result.accepted;
+        current = std::move(next);
+        current_time = r.iteration_time;
+        base = std::move(r);
+        result.applied = current_path;
+        result.applied.push_back(std::move(record));
+        result.after = current_time;
+        result.plan = current;
+      }
+    }
+    current_path = result.applied;
+  }
   std::vector<Candidate> pool = Candidates(current, base, options.pricer);
   // The candidates are tried on `next`, a copy of `current` kept between steps: after a refused
   // or rejected candidate only what the pass changed is copied back (RestoreFrom).

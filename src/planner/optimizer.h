@@ -4,6 +4,8 @@
 //
 // With a pricer, the first candidate is the whole-plan recompute placement
 // (passes/recompute.h, RecomputePlacementPass), kept when the simulation says it is shorter.
+// Then each MoE overlap of `moe_overlaps` (passes/moe_overlap.h) is applied to that plan and the
+// shortest kept when it is shorter (the overlap rewrites are whole-plan moves, tried once).
 // Then each step:
 //  1. Candidates from the simulated critical path of the current plan (SimResult::critical_path):
 //     for a compute op on the path, moving it one place earlier or later on its rank, and moving
@@ -45,6 +47,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "passes/moe_overlap.h"
 #include "passes/pass.h"
 #include "passes/recompute.h"
 #include "plan/execution_plan.h"
@@ -79,6 +82,9 @@ struct OptimizerOptions {
   // Prices other recompute levels (passes/recompute.h); null: no recompute candidates. The
   // planner passes its EvaluatorPricer (recompute_pricer.h).
   std::shared_ptr<const passes::RecomputePricer> pricer;
+  // MoE overlap rewrites to try before the search (empty: none); see the header comment.
+  std::vector<passes::MoeOverlap> moe_overlaps;
+  passes::MoeOverlapOptions moe_overlap_options;
 };
 
 struct OptimizeResult {

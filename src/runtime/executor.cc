@@ -314,6 +314,8 @@ class IterationRun {
         return InvalidArgumentError(
             "ZeRO-2/3 reductions are not supported by the runtime (use zero = 0 or 1)");
       case OpKind::kOptimizerStep: return Step();
+      case OpKind::kAllToAllWait:
+        return FailedPreconditionError("all-to-all waits are not executed by the runtime");
       case OpKind::kAllToAllDispatch:
       case OpKind::kAllToAllCombine:
         if (!exchange_.Performed(&in)) {
@@ -332,6 +334,15 @@ class IterationRun {
     int64_t owner = -1;
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& in = program_.instructions[i];
+      if (in.segment >= 0 || in.chunks > 0 || in.op == OpKind::kAllToAllWait ||
+          (IsAllToAll(in.op) && in.tag >= 0)) {
+        return FailedPreconditionError(fmt::format(
+            "instruction {} ({}) is part of a segmented MoE op (an MoE-overlap pass's rewrite: "
+            "seg, chunk, posted all-to-alls and their waits, docs/formats.md); the runtime "
+            "executes only whole compute ops with their all-to-alls, so simulate this plan "
+            "(sluice simulate) or train without --moe-overlap",
+            i, InstructionText(in)));
+      }
       if (IsAllToAll(in.op)) {
         const Instruction* c = owner >= 0 ? &program_.instructions[owner] : nullptr;
         if (c == nullptr || c->microbatch != in.microbatch || c->stage != in.stage) {

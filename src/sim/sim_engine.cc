@@ -81,6 +81,8 @@ void Engine::IssueCompute(int32_t rank, const SimOp& in) {
   const Duration start = RunOnCompute(rank, pc, Duration::Nanos(in.value), StreamKind::kCompute);
   const Duration end = r.tail;
   const int64_t extra = std::max<int64_t>(0, c.peak - c.stored);
+  // A segmented op (plan/moe_segments.h) starts at its first piece and ends at its last.
+  const bool first = in.piece & kFirstPiece, last = in.piece & kLastPiece;
   // Deltas at the start, then at the end: the compute stream's list stays in time order.
   const bool forward = in.op == OpKind::kForward;
   if (forward) {
@@ -103,31 +105,47 @@ void Engine::IssueCompute(int32_t rank, const SimOp& in) {
   }
   switch (in.op) {
     case OpKind::kForward:
-      Mem(r, start, c.peak, pc);
-      Mem(r, end, -c.peak, pc);
-      Mem(r, end, c.stored, pc);
+      if (first) Mem(r, start, c.peak, pc);
+      if (last) {
+        Mem(r, end, -c.peak, pc);
+        Mem(r, end, c.stored, pc);
+      }
       break;
     case OpKind::kBackward:
-      Mem(r, start, extra, pc);
-      Mem(r, end, -extra, pc);
-      Mem(r, end, -c.stored, pc);
+      if (first) Mem(r, start, extra, pc);
+      if (last) {
+        Mem(r, end, -extra, pc);
+        Mem(r, end, -c.stored, pc);
+      }
       break;
     case OpKind::kBackwardInput:
-      Mem(r, start, extra, pc);
-      Mem(r, end, -extra, pc);
-      Mem(r, end, -(c.stored - c.stored_until_w), pc);
+      if (first) Mem(r, start, extra, pc);
+      if (last) {
+        Mem(r, end, -extra, pc);
+        Mem(r, end, -(c.stored - c.stored_until_w), pc);
+      }
       break;
     default:  // kBackwardWeight
-      Mem(r, end, -c.stored_until_w, pc);
+      if (last) Mem(r, end, -c.stored_until_w, pc);
       break;
   }
-  if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {
-    // The stage input leaves the stored activations with them: a buffer again until freed.
-    for (int32_t k = 0; k < in.n_in; ++k) {
-      Slot& slot = r.slots[inputs[k]];
-      if (slot.covered && slot.cover_chunk == in.aux) {
-        slot.covered = false;
-        if (slot.counted) Mem(r, end, slot.bytes.count(), pc);
+  if (last && (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput)) {
+    // The stage input leaves the stored activations with them: a buffer again until freed. (A
+    // segmented op read it at its first piece, so every slot is looked at.)
+    if (in.n_in > 0) {
+      for (int32_t k = 0; k < in.n_in; ++k) {
+        Slot& slot = r.slots[inputs[k]];
+        if (slot.covered && slot.cover_chunk == in.aux) {
+          slot.covered = false;
+          if (slot.counted) Mem(r, end, slot.bytes.count(), pc);
+        }
+      }
+    } else {
+      for (Slot& slot : r.slots) {
+        if (slot.live && slot.covered && slot.cover_chunk == in.aux) {
+          slot.covered = false;
+          if (slot.counted) Mem(r, end, slot.bytes.count(), pc);
+        }
       }
     }
   }
@@ -417,6 +435,7 @@ void Engine::PostAllToAll(int32_t rank) {
     const Instruction& other = ranks_[g.members[m]].program->instructions[a.instr[m]];
     const size_t me = static_cast<size_t>(r.a2a_member);
     if (other.op != in.op || other.layer != in.layer || other.microbatch != in.microbatch ||
+        other.chunk != in.chunk || other.chunks != in.chunks ||
         other.send_splits[me] != in.recv_splits[m] || other.recv_splits[me] != in.send_splits[m]) {
       --r.a2a_posted;
       return Stop(rank, fmt::format("its all-to-all #{} ({}, send [{}] recv [{}]) does not pair "
@@ -437,10 +456,31 @@ void Engine::PostAllToAll(int32_t rank) {
     a.ready = ready;
     a.ready_pred = by_stream ? r.tail_interval : r.host_pred;
   }
+  if (in.tag >= 0) {
+    r.a2a_tags.push_back({in.tag, static_cast<int64_t>(k)});
+  } else {
+    r.wait = Wait::kAllToAll;
+    r.wait_a2a = static_cast<int64_t>(k);
+    r.blocked_at = r.host;
+    r.blocked_tail = r.tail;
+  }
+  TryStartAllToAll(r.a2a_group);
+}
+
+void Engine::WaitAllToAll(int32_t rank, int64_t tag) {
+  RankState& r = ranks_[rank];
+  const auto it = std::find_if(r.a2a_tags.begin(), r.a2a_tags.end(),
+                               [&](const auto& p) { return p.first == tag; });
+  if (it == r.a2a_tags.end()) {
+    return Stop(rank, fmt::format("waits for all-to-all tag {}, which it never posted", tag));
+  }
+  const int64_t k = it->second;
+  r.a2a_tags.erase(it);
+  if (a2a_groups_[r.a2a_group].ops[k].done) return;
   r.wait = Wait::kAllToAll;
+  r.wait_a2a = k;
   r.blocked_at = r.host;
   r.blocked_tail = r.tail;
-  TryStartAllToAll(r.a2a_group);
 }
 
 void Engine::TryStartAllToAll(int32_t gi) {
@@ -522,11 +562,10 @@ void Engine::CompleteAllToAll(int32_t gi, Duration now) {
   g.prev_interval = ids[0];
   ++g.next;
   g.started = false;
+  const int64_t k = static_cast<int64_t>(g.next - 1);
   for (size_t m = 0; m < g.members.size(); ++m) {
     const RankState& r = ranks_[g.members[m]];
-    if (r.wait == Wait::kAllToAll && r.pc == static_cast<size_t>(a.instr[m])) {
-      Resume(g.members[m], now, ids[m]);
-    }
+    if (r.wait == Wait::kAllToAll && r.wait_a2a == k) Resume(g.members[m], now, ids[m]);
   }
   TryStartAllToAll(gi);
 }
@@ -544,7 +583,7 @@ void Engine::Resume(int32_t rank, Duration now, int32_t pred) {
     // Exposed from when both the compute stream idled and the all-to-all started (waiting for
     // members that have not posted yet is imbalance, not communication).
     const A2aGroup& g = a2a_groups_[r.a2a_group];
-    const Duration from = std::max(idle_from, g.ops[r.a2a_posted - 1].start);
+    const Duration from = std::max(idle_from, g.ops[r.wait_a2a].start);
     if (now > from) {
       r.exposed += now - from;
       r.a2a_exposed += now - from;
@@ -656,6 +695,11 @@ void Engine::RunHost(int32_t rank, Duration now) {
           __builtin_prefetch(r.ops + r.pc + 1);
           return;
         }
+        break;
+      case OpKind::kAllToAllWait:
+        WaitAllToAll(rank, in.value);
+        if (r.wait == Wait::kStopped) return;
+        if (r.wait == Wait::kAllToAll) return;
         break;
       case OpKind::kOptimizerStep:
         if (r.coll_pending > 0) {

@@ -153,6 +153,8 @@ struct alignas(64) RankState {
   int32_t a2a_group = -1;    // its expert-parallel group in a2a_groups_ (-1: none)
   int32_t a2a_member = 0;    // its index in that group
   int64_t a2a_posted = 0;    // all-to-alls posted
+  int64_t wait_a2a = -1;     // Wait::kAllToAll: the group's all-to-all it waits for
+  std::vector<std::pair<int64_t, int64_t>> a2a_tags;  // posted (tag >= 0) and not waited: (tag, k)
   Duration a2a, a2a_exposed;  // all-to-all busy time, and the part the compute stream idled
   double compute_factor = 1.0;
   // Figures.
@@ -311,9 +313,11 @@ class Engine {
   }
   void PostP2p(int32_t rank, const SimOp& in);
   void PostCollective(int32_t rank, const SimOp& in);
-  // Posts the rank's next all-to-all and blocks its host until the all-to-all completes (the
-  // rest of its compute op needs what it brings).
+  // Posts the rank's next all-to-all; one with tag -1 blocks its host until it completes (the
+  // rest of its compute op needs what it brings), a posted one (tag >= 0) until its wait.
   void PostAllToAll(int32_t rank);
+  // The rank's all-to-all wait: blocks until the posted all-to-all of its tag completes.
+  void WaitAllToAll(int32_t rank, int64_t tag);
   void TryStartAllToAll(int32_t group);
   void OnAllToAllStart(int32_t group, Duration now);
   void CompleteAllToAll(int32_t group, Duration now);

@@ -29,7 +29,7 @@ std::string Engine::WaitReason(int32_t rank) const {
     }
     case Wait::kAllToAll: {
       const A2aGroup& g = a2a_groups_[r.a2a_group];
-      const AllToAll& a = g.ops[r.a2a_posted - 1];
+      const AllToAll& a = g.ops[r.wait_a2a];
       std::string missing;
       for (size_t m = 0; m < g.members.size(); ++m) {
         if (a.instr[m] < 0) {
@@ -37,7 +37,7 @@ std::string Engine::WaitReason(int32_t rank) const {
         }
       }
       return fmt::format("waits for all-to-all #{} of its expert-parallel group{}",
-                         r.a2a_posted - 1,
+                         r.wait_a2a,
                          missing.empty() ? ", which never completes"
                                          : ", which rank(s) " + missing + " never post");
     }

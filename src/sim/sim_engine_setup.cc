@@ -11,6 +11,8 @@
 #include "plan/program_check.h"
 #include "sim/sim_engine.h"
 
+#include "plan/moe_segments.h"
+
 namespace sluice::sim_internal {
 
 namespace {
@@ -79,7 +81,8 @@ Status Engine::Prepare() {
     SLUICE_RETURN_IF_ERROR(CompileRank(r, op, &work_ns, &memory[r], &sends));
     op += ranks_[r].size;
   }
-  *op = {OpKind::kOptimizerStep, static_cast<int32_t>(slot_refs_.size()), 0, 0, 0, Bytes::Zero()};
+  *op = {OpKind::kOptimizerStep, 0, static_cast<int32_t>(slot_refs_.size()), 0, 0, 0,
+         Bytes::Zero()};
   transfers_.reserve(sends);
   if (options_.record_timeline) {  // every interval belongs to one instruction
     interval_at_.reserve(total);
@@ -164,6 +167,7 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
   double mem = static_cast<double>(plan_.model_states[p.pp_index].count());
   std::array<size_t, 4> posts = {};
   size_t collectives = 0;
+  const std::vector<uint8_t> roles = PieceRoles(p);
   for (size_t i = 0; i < p.instructions.size(); ++i, ++op) {
     const Instruction& in = p.instructions[i];
     auto field = [&](std::string_view name, std::string problem) {
@@ -176,6 +180,7 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
     if (in.duration < Duration::Zero()) return field("ns", "negative duration");
     if (in.bytes < Bytes::Zero()) return field("bytes", "negative byte count");
     op->op = in.op;
+    op->piece = roles[i];
     op->slots = static_cast<int32_t>(slot - slot_refs_.data());
     op->n_in = static_cast<int32_t>(in.inputs.size());
     op->aux = 0;
@@ -222,6 +227,12 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
         }
         break;
       case OpKind::kFreeBuffer:
+        break;
+      case OpKind::kAllToAllWait:
+        if (rs.a2a_group < 0) {
+          return field("op", "an all-to-all wait in a plan without expert-parallel groups");
+        }
+        op->value = in.tag;
         break;
       case OpKind::kAllToAllDispatch:
       case OpKind::kAllToAllCombine: {

@@ -19,6 +19,7 @@
 
 #include "base/units.h"
 #include "plan/instruction.h"
+#include "plan/moe_segments.h"
 
 namespace sluice::sim_internal {
 
@@ -26,6 +27,7 @@ namespace sluice::sim_internal {
 // of every op into uninitialised storage.
 struct SimOp {
   OpKind op;
+  uint8_t piece;  // compute ops: kFirstPiece | kLastPiece (plan/moe_segments.h); else 0
   int32_t slots;  // first of its slots in Engine::slot_refs_: the inputs, then the outputs, up
                   // to the next op's `slots` (the compiled program ends with a marker op)
   int32_t n_in;
