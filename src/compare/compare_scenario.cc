@@ -53,11 +53,18 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
   SLUICE_RETURN_IF_ERROR(r.status());
   MethodSpec spec;
   SLUICE_RETURN_IF_ERROR(r.String("name", &spec.name));
+  std::string kind;
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("kind", &kind));
+  if (!kind.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(spec.kind,
+                            ParseMethodKind(kind, fmt::format("{}: {}.kind", source, path)));
+  }
   const nlohmann::json* batching = r.Child("batching");
   if (batching == nullptr) {
     SLUICE_ASSIGN_OR_RETURN(MethodSpec base, MethodSpecFor(spec.name, source));
     spec.batching = base.batching;
     spec.schedules = base.schedules;
+    if (kind.empty()) spec.kind = base.kind;
   } else {
     if (!batching->is_array() || batching->empty()) {
       return r.Error("batching", "must be a non-empty array of batching method names");
@@ -99,7 +106,9 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
 nlohmann::json MethodToJson(const MethodSpec& m) {
   nlohmann::json schedules = nlohmann::json::array();
   for (ScheduleKind k : m.schedules) schedules.push_back(std::string(ScheduleKindName(k)));
-  return {{"name", m.name}, {"batching", m.batching}, {"schedules", schedules}};
+  nlohmann::json j = {{"name", m.name}, {"batching", m.batching}, {"schedules", schedules}};
+  if (m.kind != MethodKind::kHomogeneous) j["kind"] = std::string(MethodKindName(m.kind));
+  return j;
 }
 
 }  // namespace
