@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "base/progress.h"
+#include "compare/compare_dynamic.h"
 #include "compare/compare_hetero.h"
 #include "compare/compare_run.h"
 #include "data/global_batcher.h"
@@ -291,6 +292,7 @@ class Comparison {
       total += static_cast<int64_t>(candidates_.back().size());
     }
     hetero_.resize(methods_.size());
+    strategies_.resize(methods_.size());
     Progress progress("searching configurations", total, options_.progress);
     for (size_t i = 0; i < methods_.size(); ++i) {
       if (methods_[i].kind == MethodKind::kHetero) {
@@ -306,6 +308,10 @@ class Comparison {
                               scorer_, methods_[i].name, candidates_[i], sc_.search.simulate_top,
                               [&] { progress.Add(); }, [this] { return Cancelled(); }));
       searches_.push_back(std::move(s));
+      if (methods_[i].kind == MethodKind::kDynamic && !Cancelled()) {
+        SLUICE_ASSIGN_OR_RETURN(hetero_[i], SearchHeteroMixes(r_.sc, sc_, methods_[i],
+                                                              score_batches_, ScenarioSim(sc_)));
+      }
     }
     progress.Finish();
     out->candidates_scored = total;
@@ -322,15 +328,32 @@ class Comparison {
       own.runs[i].method = methods_[i].name;
       if (methods_[i].kind == MethodKind::kHetero) {
         FillFromHetero(hetero_[i], &own.runs[i]);
+      } else if (methods_[i].kind == MethodKind::kDynamic) {
+        FillFromSearch(searches_[i], Cancelled(), &own.runs[i]);
+        own.runs[i].config.reset();
+        for (const Strategy& st : PickStrategies(searches_[i], hetero_[i], StrategyLimits{})) {
+          own.runs[i].strategies.push_back(st.Describe());
+          strategies_[i].push_back(st);
+        }
+        if (!own.runs[i].strategies.empty()) {
+          own.runs[i].state = RunState::kOk;
+          own.runs[i].reason.clear();
+        } else if (own.runs[i].state == RunState::kOk) {
+          own.runs[i].state = RunState::kOutOfMemory;
+          own.runs[i].reason = "no strategy ran every score batch";
+        }
       } else {
         FillFromSearch(searches_[i], Cancelled(), &own.runs[i]);
       }
     }
     int64_t runs = 0;
-    for (const MethodRun& m : own.runs) runs += m.config.has_value() || m.hetero.has_value();
+    auto runnable = [](const MethodRun& m) {
+      return m.config.has_value() || m.hetero.has_value() || !m.strategies.empty();
+    };
+    for (const MethodRun& m : own.runs) runs += runnable(m);
     Progress progress("planning + simulating", runs * out->batches, options_.progress);
     for (size_t i = 0; i < own.runs.size(); ++i) {
-      if (own.runs[i].config.has_value() || own.runs[i].hetero.has_value()) {
+      if (runnable(own.runs[i])) {
         SLUICE_RETURN_IF_ERROR(RunAll(&own.runs[i], &own.accounts[i], &progress, out));
       }
     }
@@ -476,7 +499,8 @@ class Comparison {
       }
       for (MethodRun& m : runs->runs) {
         if (ref > 0 && m.ok_batches > 0) m.ratio_to_reference = m.tokens_per_s / ref;
-        if (m.state == RunState::kOk && (m.config.has_value() || m.hetero.has_value()) &&
+        if (m.state == RunState::kOk &&
+            (m.config.has_value() || m.hetero.has_value() || !m.strategies.empty()) &&
             m.ok_batches == 0 &&
             !m.batches.empty()) {
           m.state = RunState::kOutOfMemory;
@@ -494,6 +518,8 @@ class Comparison {
     bool complete = false;
     if (run->hetero.has_value()) {
       SLUICE_ASSIGN_OR_RETURN(complete, RunHeteroBatches(run, accounts, progress));
+    } else if (!run->strategies.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(complete, RunDynamicBatches(run, accounts, progress));
     } else {
       SLUICE_ASSIGN_OR_RETURN(complete, RunBatches(run, accounts, progress));
     }
@@ -572,6 +598,26 @@ class Comparison {
     return true;
   }
 
+  // The per-batch strategy choice of a dynamic method (compare_dynamic.h) over every batch.
+  StatusOr<bool> RunDynamicBatches(MethodRun* run, RunAccounts* accounts, Progress* progress) {
+    size_t i = 0;
+    while (methods_[i].name != run->method) ++i;
+    SLUICE_ASSIGN_OR_RETURN(DynamicRunner runner,
+                            DynamicRunner::Create(scorer_, *r_.sc.cost, r_.sc.cluster, methods_[i],
+                                                  sc_, strategies_[i]));
+    SimOptions sim = ScenarioSim(sc_);
+    sim.record_memory = false;
+    for (const GlobalBatch& batch : r_.batches) {
+      if (Cancelled()) return false;
+      SLUICE_ASSIGN_OR_RETURN(BatchRun b,
+                              runner.Run(batch, sim, flops_, r_.sc.cluster.num_devices()));
+      Record(std::move(b), run, accounts);
+      run->switches = runner.switches();
+      if (progress != nullptr) progress->Add();
+    }
+    return true;
+  }
+
   // A simulated batch into the run's records and accounts (the length-aware time of its placed
   // samples added here).
   void Record(BatchRun b, MethodRun* run, RunAccounts* accounts) const {
@@ -611,7 +657,8 @@ class Comparison {
   CandidateScorer scorer_;
   std::vector<std::vector<Candidate>> candidates_;  // [method], by Search
   std::vector<MethodSearch> searches_;              // [method], by Search
-  std::vector<std::optional<HeteroChoice>> hetero_;  // [method], by Search (kHetero only)
+  std::vector<std::optional<HeteroChoice>> hetero_;  // [method], by Search (kHetero, kDynamic)
+  std::vector<std::vector<Strategy>> strategies_;     // [method] (kDynamic), by RunOwnConfigs
 };
 
 }  // namespace

@@ -30,8 +30,10 @@ std::vector<HeteroConfig> HeteroMixesOf(const Scenario& sc, const SearchSpace& s
 
 HeteroPlannerOptions HeteroOptionsFor(const MethodSpec& method, const CompareScenario& cs) {
   HeteroPlannerOptions o;
-  o.planner.method = method.batching.empty() ? "hydraulis" : method.batching.front();
-  o.planner.schedule = method.schedules.empty() ? ScheduleKind::k1F1B : method.schedules.front();
+  const bool own = method.kind == MethodKind::kHetero;
+  o.planner.method = own && !method.batching.empty() ? method.batching.front() : "hydraulis";
+  o.planner.schedule =
+      own && !method.schedules.empty() ? method.schedules.front() : ScheduleKind::k1F1B;
   o.planner.batching.seed = cs.seed;
   o.planner.batching.max_seqlen = cs.max_seqlen;
   return o;

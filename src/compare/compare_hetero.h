@@ -6,8 +6,9 @@
 // enumerated), kept when every group's tp, pp and cp are in the space's lists (an empty list:
 // any). The search (SearchHetero) plans every mix on the score batches, ranks them by the
 // planner's estimate, simulates the `simulate_top` best and keeps the fastest simulated one;
-// each group is planned by the method's first batching method and first schedule (hydraulis,
-// 1f1b for `sluice-hetero`).
+// each group is planned by a kHetero method's first batching method and first schedule
+// (hydraulis, 1f1b for `sluice-hetero`), and by hydraulis with 1f1b for any other method (the
+// mixes of `sluice-dynamic`).
 //
 // Internal to compare/ (compare.cc, compare_dynamic.cc).
 //
