@@ -105,6 +105,7 @@ nlohmann::json RunToJson(const MethodRun& m) {
     config = {{"parallel", ParallelConfigToJson(m.config->parallel)},
               {"schedule", std::string(ScheduleKindName(m.config->schedule))},
               {"batching", m.config->batching}};
+    if (m.config->dynamic_cp) config["dynamic_cp"] = true;
   }
   nlohmann::json j = {{"method", m.method},
           {"state", std::string(RunStateName(m.state))},
@@ -163,6 +164,7 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
     if (!kind.ok()) return c.Error("schedule", kind.status().message());
     chosen.schedule = *kind;
     SLUICE_RETURN_IF_ERROR(c.String("batching", &chosen.batching));
+    SLUICE_RETURN_IF_ERROR(c.OptionalBool("dynamic_cp", &chosen.dynamic_cp));
     SLUICE_RETURN_IF_ERROR(c.Finish());
   }
   SLUICE_RETURN_IF_ERROR(r.String("adopted_from", &m->adopted_from));

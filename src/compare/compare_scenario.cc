@@ -59,12 +59,16 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
     SLUICE_ASSIGN_OR_RETURN(spec.kind,
                             ParseMethodKind(kind, fmt::format("{}: {}.kind", source, path)));
   }
+  bool dynamic_cp = false;
+  const bool dynamic_cp_given = r.Child("dynamic_cp") != nullptr;
+  SLUICE_RETURN_IF_ERROR(r.OptionalBool("dynamic_cp", &dynamic_cp));
   const nlohmann::json* batching = r.Child("batching");
   if (batching == nullptr) {
     SLUICE_ASSIGN_OR_RETURN(MethodSpec base, MethodSpecFor(spec.name, source));
     spec.batching = base.batching;
     spec.schedules = base.schedules;
     if (kind.empty()) spec.kind = base.kind;
+    spec.dynamic_cp = base.dynamic_cp;
   } else {
     if (!batching->is_array() || batching->empty()) {
       return r.Error("batching", "must be a non-empty array of batching method names");
@@ -99,6 +103,7 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
       }
     }
   }
+  if (dynamic_cp_given) spec.dynamic_cp = dynamic_cp;
   SLUICE_RETURN_IF_ERROR(r.Finish());
   return spec;
 }
@@ -108,6 +113,7 @@ nlohmann::json MethodToJson(const MethodSpec& m) {
   for (ScheduleKind k : m.schedules) schedules.push_back(std::string(ScheduleKindName(k)));
   nlohmann::json j = {{"name", m.name}, {"batching", m.batching}, {"schedules", schedules}};
   if (m.kind != MethodKind::kHomogeneous) j["kind"] = std::string(MethodKindName(m.kind));
+  if (m.dynamic_cp) j["dynamic_cp"] = true;
   return j;
 }
 

@@ -77,6 +77,7 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
     spec.batching = {"dynapipe",  "hydraulis",    "hydraulis+dynapipe",
                      "multipack", "token-budget", "packing"};
     spec.schedules = AllScheduleKinds();
+    spec.dynamic_cp = true;
     if (name == "sluice-dynamic") spec.kind = MethodKind::kDynamic;
   } else if (name == "sluice-hetero") {
     spec.kind = MethodKind::kHetero;

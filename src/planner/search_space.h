@@ -42,6 +42,9 @@ struct MethodSpec {
   MethodKind kind = MethodKind::kHomogeneous;
   std::vector<std::string> batching;  // RunMethod names tried, e.g. {"dynapipe"}
   std::vector<ScheduleKind> schedules;
+  // Per-micro-batch cp (batching/dynamic_cp.h) on its cp > 1 candidates: `sluice` and
+  // `sluice-dynamic`.
+  bool dynamic_cp = false;
 
   friend bool operator==(const MethodSpec&, const MethodSpec&) = default;
 };
