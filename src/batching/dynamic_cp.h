@@ -31,8 +31,8 @@
 
 namespace sluice {
 
-// `narrower[j]` prices cp = eval.parallel().cp >> (j + 1) (same configuration otherwise), for
-// every such cp >= 1. Returns the number of micro-batches split. REQUIRES: plan is kOk for
+// `narrower[j]` prices cp = eval.parallel().cp >> (j + 1) with dp << (j + 1) (the same devices,
+// model states sharded as before), for every such cp >= 1. Returns the number of micro-batches split. REQUIRES: plan is kOk for
 // `batch` on `eval`.
 int64_t ApplyDynamicCp(BatchPlan* plan, std::span<const Sample> batch,
                        const StageCostEvaluator& eval,

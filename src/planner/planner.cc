@@ -52,8 +52,11 @@ StatusOr<Planner> Planner::Create(std::shared_ptr<const StageCostEvaluator> eval
   Planner planner(std::move(eval), cluster, std::move(options));
   if (planner.options_.dynamic_cp) {
     ParallelConfig par = planner.eval_->parallel();
+    // A sub-group of cp / 2^j devices: priced on the configuration with cp / 2^j and 2^j times
+    // the dp, so the model states keep their sharding over the same dp x cp devices.
     while (par.cp > 1) {
       par.cp /= 2;
+      par.dp *= 2;
       SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const StageCostEvaluator> narrow,
                               MakePlannerEvaluator(planner.eval_->cost_model(), par, cluster,
                                                    kind, planner.eval_->options()));
