@@ -42,6 +42,20 @@ confs = {(c['dp'], c['pp'], c.get('tp', 1)) for c in [x['config']['parallel'] fo
 assert len(runs) == 6 and confs == {(4, 2, 1)}, confs
 assert (r['controlled_config']['dp'], r['controlled_config']['pp']) == (4, 2), r['controlled_config']
 " "$tmp/fixed/results.json"
+# sluice-hetero: a heterogeneous row beside the others; the controlled comparison falls to the
+# last method of one configuration (sluice), and the hetero row says it is not part of it.
+expect hetero-row 0 "sluice-hetero .*heterogeneous: .* \\+ " -- compare --methods packing,sluice,sluice-hetero --cp 1,2 "${quick[@]}" --out "$tmp/hetero"
+check hetero-row-results python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+own = {x['method']: x for x in r['own']}
+ctl = {x['method']: x for x in r['controlled']}
+h = own['sluice-hetero']
+assert h['state'] == 'ok' and h['config'] is None and len(h['hetero']['replicas']) == 2, h['state']
+assert h['ok_batches'] == 2 and 0 < h['fraction_of_ideal'] <= h['fraction_of_length_aware'], h
+assert ctl['sluice-hetero']['state'] == 'not-run', ctl['sluice-hetero']
+assert r['controlled_config'] is not None
+" "$tmp/hetero/results.json"
 expect no-devices 2 "--cluster: cluster 'a100-40g:0': the device count must be in \[1, " -- compare --cluster a100-40g:0 "${quick[@]}" --out "$tmp/x"
 expect help-defaults 0 "--samples INT=0 " -- compare --help
 # Every flag of `compare --help` shows its default ("=VALUE" or "default: ...").

@@ -45,6 +45,9 @@ struct MicroBatch {
   std::vector<ChunkCost> stages;
   int64_t real_tokens = 0;                 // sum of the samples' tokens (after clipping)
   int64_t padded_tokens = 0;               // tokens the shape allocates (enc + dec)
+  // Per-micro-batch context parallelism (dynamic_cp.h): the samples run in cp_split sub-groups
+  // of cp / cp_split devices each, side by side; `stages` are then the sub-groups' maximum.
+  int64_t cp_split = 1;
 
   int64_t num_samples() const;
   // max over stages of forward + backward.

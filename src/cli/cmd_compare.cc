@@ -149,7 +149,13 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
                          [&](const MethodSpec& m) { return m.name == n; });
     };
     if (!Given(f, "--reference") && !listed(s->reference)) s->reference = s->methods[0].name;
-    if (!listed(s->controlled_method)) s->controlled_method = s->methods.back().name;
+    if (!listed(s->controlled_method)) {
+      // The last method of one configuration (heterogeneous or per-batch methods have none).
+      s->controlled_method = s->methods.back().name;
+      for (const MethodSpec& m : s->methods) {
+        if (m.kind == MethodKind::kHomogeneous) s->controlled_method = m.name;
+      }
+    }
   }
   if (Given(f, "--parallel")) {
     // As for every other command: the configuration the run uses. Each method's search space is
@@ -418,9 +424,11 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--seed"] = AddSeedFlag(c, &s.seed);
   o["--methods"] = c->add_option("--methods", f->methods,
                                  "Methods to compare, comma-separated: packing, token-budget, "
-                                 "multipack, dynapipe, hydraulis, sluice, padding, sorted or "
-                                 "ASSIGNER+BATCHER (default: packing, token-budget, multipack, "
-                                 "dynapipe, hydraulis, sluice)")
+                                 "multipack, dynapipe, hydraulis, sluice, padding, sorted, "
+                                 "megatron-gbp, sluice-hetero (heterogeneous replicas), "
+                                 "sluice-dynamic (a strategy per batch) or ASSIGNER+BATCHER "
+                                 "(default: packing, token-budget, multipack, dynapipe, "
+                                 "hydraulis, sluice)")
                        ->type_name("M,...");
   o["--reference"] =
       c->add_option("--reference", s.reference, "The method ratios are given against")

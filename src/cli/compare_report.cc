@@ -90,6 +90,15 @@ std::string Wrap(const std::string& text, size_t width) {
 }
 
 std::string ConfigText(const MethodRun& m) {
+  if (m.hetero.has_value()) return fmt::format("heterogeneous: {}", DescribeHetero(*m.hetero));
+  if (!m.strategies.empty()) {
+    std::string list;
+    for (size_t i = 0; i < m.strategies.size(); ++i) {
+      list += fmt::format("{}[{}] {}", i ? "; " : "", i, m.strategies[i]);
+    }
+    return fmt::format("per batch among {} strategies, {} switches: {}", m.strategies.size(),
+                       m.switches, list);
+  }
   if (!m.config.has_value()) return "-";
   if (m.adopted_from.empty()) return m.config->Describe();
   return fmt::format("{} (= {}'s choice)", m.config->Describe(), m.adopted_from);

@@ -8,6 +8,9 @@
 #include <utility>
 
 #include "base/progress.h"
+#include "compare/compare_dynamic.h"
+#include "compare/compare_hetero.h"
+#include "compare/compare_run.h"
 #include "data/global_batcher.h"
 #include "planner/optimizer.h"
 #include "planner/recompute_pricer.h"
@@ -125,20 +128,6 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
   run->breakdown = Finalize(total, rate);
 }
 
-// The samples of `batch` that `plan`'s micro-batches hold.
-std::vector<Sample> PlacedSamples(const PlanResult& plan, const GlobalBatch& batch) {
-  const BatchIndex index(batch.samples);
-  std::vector<Sample> out;
-  for (const auto& replica : plan.batch_plan.replicas) {
-    for (const MicroBatch& mb : replica) {
-      for (const auto& row : mb.rows) {
-        for (int64_t id : row) out.push_back(index(id));
-      }
-    }
-  }
-  return out;
-}
-
 bool SameShared(const ParallelConfig& a, const ParallelConfig& b) {
   return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.cp == b.cp && a.zero == b.zero;
 }
@@ -169,6 +158,7 @@ void Adopt(const std::vector<MethodSpec>& methods, Runs* runs) {
   const Runs before = *runs;
   for (size_t i = 0; i < methods.size(); ++i) {
     const MethodSpec& m = methods[i];
+    if (m.kind != MethodKind::kHomogeneous) continue;  // no configuration to adopt into
     const MethodRun& mine = before.runs[i];
     RunTally best = mine.config.has_value() ? TallyOf(mine) : RunTally{};
     for (size_t j = 0; j < before.runs.size(); ++j) {
@@ -296,16 +286,32 @@ class Comparison {
     }
     int64_t total = 0;
     for (const MethodSpec& m : methods_) {
-      candidates_.push_back(ExpandCandidates(space.configs, m, r_.sc.model, sc_.search));
+      candidates_.push_back(m.kind == MethodKind::kHetero
+                                ? std::vector<Candidate>{}
+                                : ExpandCandidates(space.configs, m, r_.sc.model, sc_.search));
       total += static_cast<int64_t>(candidates_.back().size());
     }
+    hetero_.resize(methods_.size());
+    strategies_.resize(methods_.size());
     Progress progress("searching configurations", total, options_.progress);
     for (size_t i = 0; i < methods_.size(); ++i) {
+      if (methods_[i].kind == MethodKind::kHetero) {
+        searches_.push_back(MethodSearch{.method = methods_[i].name});
+        if (Cancelled()) continue;
+        SLUICE_ASSIGN_OR_RETURN(
+            hetero_[i], SearchHeteroMixes(r_.sc, sc_, methods_[i], score_batches_,
+                                          ScenarioSim(sc_)));
+        continue;
+      }
       SLUICE_ASSIGN_OR_RETURN(
           MethodSearch s, SearchMethod(
                               scorer_, methods_[i].name, candidates_[i], sc_.search.simulate_top,
                               [&] { progress.Add(); }, [this] { return Cancelled(); }));
       searches_.push_back(std::move(s));
+      if (methods_[i].kind == MethodKind::kDynamic && !Cancelled()) {
+        SLUICE_ASSIGN_OR_RETURN(hetero_[i], SearchHeteroMixes(r_.sc, sc_, methods_[i],
+                                                              score_batches_, ScenarioSim(sc_)));
+      }
     }
     progress.Finish();
     out->candidates_scored = total;
@@ -320,13 +326,34 @@ class Comparison {
     own.accounts.resize(methods_.size());
     for (size_t i = 0; i < methods_.size(); ++i) {
       own.runs[i].method = methods_[i].name;
-      FillFromSearch(searches_[i], Cancelled(), &own.runs[i]);
+      if (methods_[i].kind == MethodKind::kHetero) {
+        FillFromHetero(hetero_[i], &own.runs[i]);
+      } else if (methods_[i].kind == MethodKind::kDynamic) {
+        FillFromSearch(searches_[i], Cancelled(), &own.runs[i]);
+        own.runs[i].config.reset();
+        for (const Strategy& st : PickStrategies(searches_[i], hetero_[i], StrategyLimits{})) {
+          own.runs[i].strategies.push_back(st.Describe());
+          strategies_[i].push_back(st);
+        }
+        if (!own.runs[i].strategies.empty()) {
+          own.runs[i].state = RunState::kOk;
+          own.runs[i].reason.clear();
+        } else if (own.runs[i].state == RunState::kOk) {
+          own.runs[i].state = RunState::kOutOfMemory;
+          own.runs[i].reason = "no strategy ran every score batch";
+        }
+      } else {
+        FillFromSearch(searches_[i], Cancelled(), &own.runs[i]);
+      }
     }
     int64_t runs = 0;
-    for (const MethodRun& m : own.runs) runs += m.config.has_value();
+    auto runnable = [](const MethodRun& m) {
+      return m.config.has_value() || m.hetero.has_value() || !m.strategies.empty();
+    };
+    for (const MethodRun& m : own.runs) runs += runnable(m);
     Progress progress("planning + simulating", runs * out->batches, options_.progress);
     for (size_t i = 0; i < own.runs.size(); ++i) {
-      if (own.runs[i].config.has_value()) {
+      if (runnable(own.runs[i])) {
         SLUICE_RETURN_IF_ERROR(RunAll(&own.runs[i], &own.accounts[i], &progress, out));
       }
     }
@@ -382,6 +409,13 @@ class Comparison {
     controlled.accounts.resize(methods_.size());
     for (size_t i = 0; i < methods_.size(); ++i) {
       controlled.runs[i].method = methods_[i].name;
+      if (methods_[i].kind != MethodKind::kHomogeneous) {
+        controlled.runs[i].state = RunState::kNotRun;
+        controlled.runs[i].reason = fmt::format(
+            "{} runs no single configuration ({}): not part of the controlled comparison",
+            methods_[i].name, MethodKindName(methods_[i].kind));
+        continue;
+      }
       std::vector<Candidate> shared;
       for (const Candidate& c : candidates_[i]) {
         if (SameShared(c.parallel, shared_config)) shared.push_back(c);
@@ -465,7 +499,9 @@ class Comparison {
       }
       for (MethodRun& m : runs->runs) {
         if (ref > 0 && m.ok_batches > 0) m.ratio_to_reference = m.tokens_per_s / ref;
-        if (m.state == RunState::kOk && m.config.has_value() && m.ok_batches == 0 &&
+        if (m.state == RunState::kOk &&
+            (m.config.has_value() || m.hetero.has_value() || !m.strategies.empty()) &&
+            m.ok_batches == 0 &&
             !m.batches.empty()) {
           m.state = RunState::kOutOfMemory;
           m.reason = fmt::format("batch {}: {}", m.batches.front().batch, m.batches.front().reason);
@@ -479,7 +515,14 @@ class Comparison {
  private:
   // Runs `run->config` over every batch; marks `out` partial when cancelled before the end.
   Status RunAll(MethodRun* run, RunAccounts* accounts, Progress* progress, CompareResult* out) {
-    SLUICE_ASSIGN_OR_RETURN(bool complete, RunBatches(run, accounts, progress));
+    bool complete = false;
+    if (run->hetero.has_value()) {
+      SLUICE_ASSIGN_OR_RETURN(complete, RunHeteroBatches(run, accounts, progress));
+    } else if (!run->strategies.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(complete, RunDynamicBatches(run, accounts, progress));
+    } else {
+      SLUICE_ASSIGN_OR_RETURN(complete, RunBatches(run, accounts, progress));
+    }
     if (!complete) {
       out->partial = true;
       if (run->batches.empty()) {
@@ -498,77 +541,110 @@ class Comparison {
                             bool* optimized = nullptr) {
     SLUICE_ASSIGN_OR_RETURN(const Planner planner, scorer_.PlannerFor(*run->config));
     SimOptions sim = ScenarioSim(sc_);
+    sim.record_memory = false;
     for (const GlobalBatch& batch : r_.batches) {
       if (Cancelled()) return false;
       const bool example = options_.keep_examples && !run->example.has_value();
-      sim.record_timeline = example;
-      sim.record_memory = false;
-      BatchRecord rec;
-      rec.batch = batch.index;
-      rec.tokens = batch.tokens;
-      BatchAccount account;
-      double placed_flops = 0, length_aware = 0;
       SLUICE_ASSIGN_OR_RETURN(PlanResult plan, planner.Plan(batch.samples));
-      rec.planning_ms = plan.planning_time.millis();
-      if (plan.outcome != PlanOutcome::kOk) {
-        rec.outcome = BatchOutcome::kOutOfMemory;
-        rec.reason = plan.infeasible_reason;
-      } else {
-        for (const auto& replica : plan.batch_plan.replicas) {
-          rec.micro_batches += static_cast<int64_t>(replica.size());
-          for (const MicroBatch& mb : replica) {
-            rec.real_tokens += mb.real_tokens;
-            rec.padded_tokens += mb.padded_tokens;
-          }
-        }
-        sim.samples = batch.samples;  // real tokens from the samples' own lengths
-        if (optimized != nullptr) {
-          OptimizerOptions o;
-          o.budget = Duration::Millis(options_.optimize_budget_ms);
-          o.seed = sc_.seed;
-          o.sim = sim;
-          o.pricer = std::make_shared<EvaluatorPricer>(planner.evaluator(), planner.cluster(),
-                                                       batch.samples,
-                                                       planner.options().lower.costs);
-          SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(plan.plan, o));
-          rec.planning_ms += opt.wall.millis();
-          *optimized = *optimized || opt.changed();
-          plan.plan = std::move(opt.plan);
-        }
-        if (options_.adjust_plan) options_.adjust_plan(&plan.plan);
-        SLUICE_ASSIGN_OR_RETURN(SimResult s, Simulate(plan.plan, sim));
-        if (s.outcome != SimOutcome::kOk || s.memory_exceeded) {
-          rec.outcome = s.outcome == SimOutcome::kDeadlock ? BatchOutcome::kDeadlock
-                                                           : BatchOutcome::kSimOutOfMemory;
-          rec.reason = s.memory_exceeded
-                           ? fmt::format("rank {} exceeds the memory limit at instruction {}: {}",
-                                         s.oom_rank, s.oom_instruction, s.problem)
-                           : s.problem;
-        } else {
-          rec.iteration_ms = s.iteration_time.millis();
-          double bubble = 0, comm = 0;
-          for (const RankSimStats& rank : s.ranks) {
-            bubble += rank.bubble.seconds();
-            comm += rank.exposed_comm.seconds();
-            rec.peak_memory_mb = std::max(rec.peak_memory_mb, rank.peak_memory.mb());
-          }
-          const double denom = static_cast<double>(s.ranks.size()) * s.iteration_time.seconds();
-          rec.bubble = denom > 0 ? bubble / denom : 0;
-          rec.comm = denom > 0 ? comm / denom : 0;
-          account = AccountBatch(plan, s, planner.evaluator(), batch.samples, flops_,
-                                 r_.sc.cluster.num_devices());
-          placed_flops = account.useful_flops;
-          length_aware = LengthAwareDeviceSeconds(length_rates_, flops_, PlacedSamples(plan, batch));
-          if (example) run->example = ExampleRun{std::move(plan.plan), std::move(s)};
-        }
+      double optimizer_ms = 0;
+      if (plan.outcome == PlanOutcome::kOk && optimized != nullptr) {
+        SimOptions o_sim = sim;
+        o_sim.samples = batch.samples;
+        OptimizerOptions o;
+        o.budget = Duration::Millis(options_.optimize_budget_ms);
+        o.seed = sc_.seed;
+        o.sim = o_sim;
+        o.pricer = std::make_shared<EvaluatorPricer>(planner.evaluator(), planner.cluster(),
+                                                     batch.samples, planner.options().lower.costs);
+        SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(plan.plan, o));
+        optimizer_ms = opt.wall.millis();
+        *optimized = *optimized || opt.changed();
+        plan.plan = std::move(opt.plan);
       }
-      run->batches.push_back(std::move(rec));
-      accounts->account.push_back(account);
-      accounts->useful.push_back(placed_flops);
-      accounts->length_aware.push_back(length_aware);
+      SLUICE_ASSIGN_OR_RETURN(
+          BatchRun b, SimulateHomogeneous(std::move(plan), planner, batch, sim, flops_,
+                                          r_.sc.cluster.num_devices(), options_.adjust_plan,
+                                          example));
+      b.rec.planning_ms += optimizer_ms;
+      if (b.example.has_value()) run->example = std::move(b.example);
+      Record(std::move(b), run, accounts);
       if (progress != nullptr) progress->Add();
     }
     return true;
+  }
+
+  // The run of a heterogeneous mix (`run->hetero`) over every batch: HeteroPlanner, then
+  // SimulateHetero. Returns false when cancelled before the end.
+  StatusOr<bool> RunHeteroBatches(MethodRun* run, RunAccounts* accounts, Progress* progress) {
+    const MethodSpec* method = nullptr;
+    for (const MethodSpec& m : methods_) {
+      if (m.name == run->method) method = &m;
+    }
+    SLUICE_ASSIGN_OR_RETURN(
+        const HeteroPlanner planner,
+        HeteroPlanner::Create(*r_.sc.cost, *run->hetero, r_.sc.cluster,
+                              HeteroOptionsFor(*method, sc_), run->method));
+    SimOptions sim = ScenarioSim(sc_);
+    sim.record_memory = false;
+    for (const GlobalBatch& batch : r_.batches) {
+      if (Cancelled()) return false;
+      SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult plan, planner.Plan(batch.samples));
+      SLUICE_ASSIGN_OR_RETURN(BatchRun b,
+                              SimulateHeteroBatch(planner, plan, batch, sim, flops_,
+                                                  r_.sc.cluster.num_devices()));
+      Record(std::move(b), run, accounts);
+      if (progress != nullptr) progress->Add();
+    }
+    return true;
+  }
+
+  // The per-batch strategy choice of a dynamic method (compare_dynamic.h) over every batch.
+  StatusOr<bool> RunDynamicBatches(MethodRun* run, RunAccounts* accounts, Progress* progress) {
+    size_t i = 0;
+    while (methods_[i].name != run->method) ++i;
+    SLUICE_ASSIGN_OR_RETURN(DynamicRunner runner,
+                            DynamicRunner::Create(scorer_, *r_.sc.cost, r_.sc.cluster, methods_[i],
+                                                  sc_, strategies_[i]));
+    SimOptions sim = ScenarioSim(sc_);
+    sim.record_memory = false;
+    for (const GlobalBatch& batch : r_.batches) {
+      if (Cancelled()) return false;
+      SLUICE_ASSIGN_OR_RETURN(BatchRun b,
+                              runner.Run(batch, sim, flops_, r_.sc.cluster.num_devices()));
+      Record(std::move(b), run, accounts);
+      run->switches = runner.switches();
+      if (progress != nullptr) progress->Add();
+    }
+    return true;
+  }
+
+  // A simulated batch into the run's records and accounts (the length-aware time of its placed
+  // samples added here).
+  void Record(BatchRun b, MethodRun* run, RunAccounts* accounts) const {
+    const bool ok = b.rec.outcome == BatchOutcome::kOk;
+    accounts->account.push_back(ok ? b.account : BatchAccount{});
+    accounts->useful.push_back(ok ? b.account.useful_flops : 0);
+    accounts->length_aware.push_back(
+        ok ? LengthAwareDeviceSeconds(length_rates_, flops_, b.placed) : 0);
+    run->batches.push_back(std::move(b.rec));
+  }
+
+  // The heterogeneous search's counts and choice (or why there is none) into a run.
+  void FillFromHetero(const std::optional<HeteroChoice>& choice, MethodRun* run) const {
+    if (!choice.has_value()) {
+      run->state = RunState::kNotRun;
+      run->reason = "interrupted before the search";
+      return;
+    }
+    run->candidates = static_cast<int64_t>(choice->search.ranked.size());
+    run->feasible = choice->feasible;
+    run->simulated = choice->simulated;
+    if (choice->best.has_value()) {
+      run->hetero = choice->best;
+    } else {
+      run->state = RunState::kOutOfMemory;
+      run->reason = choice->reason;
+    }
   }
 
   const CompareScenario& sc_;
@@ -581,6 +657,8 @@ class Comparison {
   CandidateScorer scorer_;
   std::vector<std::vector<Candidate>> candidates_;  // [method], by Search
   std::vector<MethodSearch> searches_;              // [method], by Search
+  std::vector<std::optional<HeteroChoice>> hetero_;  // [method], by Search (kHetero, kDynamic)
+  std::vector<std::vector<Strategy>> strategies_;     // [method] (kDynamic), by RunOwnConfigs
 };
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "base/status.h"
 #include "compare/compare_scenario.h"
 #include "compare/ideal_bound.h"
+#include "model/hetero_config.h"
 #include "model/parallel_config.h"
 #include "plan/execution_plan.h"
 #include "planner/config_search.h"
@@ -98,6 +99,10 @@ struct BatchRecord {
   double comm = 0;            // mean over ranks of exposed communication / iteration time
   double peak_memory_mb = 0;  // max over ranks (simulated, model states included)
   Breakdown breakdown;
+  // sluice-dynamic: the strategy run (index into MethodRun::strategies; -1: other methods), and
+  // the modelled time of switching to it from the previous batch's (included in iteration_ms).
+  int64_t strategy = -1;
+  double switch_ms = 0;
 
   friend bool operator==(const BatchRecord&, const BatchRecord&) = default;
 };
@@ -119,6 +124,12 @@ struct MethodRun {
   // ranked before this method's own choice over the whole run (RanksBefore of run_tally.h: it ran
   // every batch where this one failed some, or both did and it was faster).
   std::string adopted_from;
+  // sluice-hetero (MethodKind::kHetero): the heterogeneous replicas it ran (config is absent).
+  std::optional<HeteroConfig> hetero;
+  // sluice-dynamic (MethodKind::kDynamic): the strategies it chose among, described
+  // ("dp 2 x cp 4, ZeRO-2, 1f1b, hydraulis" or a mix), and how many batches switched strategy.
+  std::vector<std::string> strategies;
+  int64_t switches = 0;
   int64_t candidates = 0;  // search: candidates scored, feasible by estimate, simulated
   int64_t feasible = 0;
   int64_t simulated = 0;
@@ -147,7 +158,8 @@ struct MethodRun {
   // Every field but `example`.
   friend bool operator==(const MethodRun& a, const MethodRun& b) {
     return a.method == b.method && a.state == b.state && a.reason == b.reason &&
-           a.config == b.config && a.adopted_from == b.adopted_from &&
+           a.config == b.config && a.adopted_from == b.adopted_from && a.hetero == b.hetero &&
+           a.strategies == b.strategies && a.switches == b.switches &&
            a.candidates == b.candidates && a.feasible == b.feasible && a.simulated == b.simulated &&
            a.batches == b.batches && a.ok_batches == b.ok_batches &&
            a.tokens_per_s == b.tokens_per_s && a.ran_tokens_per_s == b.ran_tokens_per_s &&

@@ -48,7 +48,7 @@ Status ReadEnum(JsonObjectReader& r, std::string_view key, const std::array<E, N
 }
 
 nlohmann::json BatchToJson(const BatchRecord& b) {
-  return {{"batch", b.batch},
+  nlohmann::json j = {{"batch", b.batch},
           {"outcome", std::string(BatchOutcomeName(b.outcome))},
           {"reason", b.reason},
           {"tokens", b.tokens},
@@ -63,6 +63,11 @@ nlohmann::json BatchToJson(const BatchRecord& b) {
           {"comm", b.comm},
           {"peak_memory_mb", b.peak_memory_mb},
           {"breakdown", BreakdownToJson(b.breakdown)}};
+  if (b.strategy >= 0) {
+    j["strategy"] = b.strategy;
+    j["switch_ms"] = b.switch_ms;
+  }
+  return j;
 }
 
 Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std::string& path,
@@ -87,6 +92,8 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
   SLUICE_RETURN_IF_ERROR(r.Double("comm", &b->comm, 0, 1));
   SLUICE_RETURN_IF_ERROR(r.Double("peak_memory_mb", &b->peak_memory_mb, 0, kBig));
   SLUICE_RETURN_IF_ERROR(BreakdownFromJson(r, "breakdown", &b->breakdown));
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("strategy", &b->strategy, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.OptionalDouble("switch_ms", &b->switch_ms, 0, kBig));
   return r.Finish();
 }
 
@@ -98,8 +105,9 @@ nlohmann::json RunToJson(const MethodRun& m) {
     config = {{"parallel", ParallelConfigToJson(m.config->parallel)},
               {"schedule", std::string(ScheduleKindName(m.config->schedule))},
               {"batching", m.config->batching}};
+    if (m.config->dynamic_cp) config["dynamic_cp"] = true;
   }
-  return {{"method", m.method},
+  nlohmann::json j = {{"method", m.method},
           {"state", std::string(RunStateName(m.state))},
           {"reason", m.reason},
           {"config", config},
@@ -122,6 +130,12 @@ nlohmann::json RunToJson(const MethodRun& m) {
           {"planning_ms", m.planning_ms},
           {"breakdown", BreakdownToJson(m.breakdown)},
           {"batches", batches}};
+  if (m.hetero.has_value()) j["hetero"] = HeteroConfigToJson(*m.hetero);
+  if (!m.strategies.empty()) {
+    j["strategies"] = m.strategies;
+    j["switches"] = m.switches;
+  }
+  return j;
 }
 
 Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::string& path,
@@ -150,9 +164,23 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
     if (!kind.ok()) return c.Error("schedule", kind.status().message());
     chosen.schedule = *kind;
     SLUICE_RETURN_IF_ERROR(c.String("batching", &chosen.batching));
+    SLUICE_RETURN_IF_ERROR(c.OptionalBool("dynamic_cp", &chosen.dynamic_cp));
     SLUICE_RETURN_IF_ERROR(c.Finish());
   }
   SLUICE_RETURN_IF_ERROR(r.String("adopted_from", &m->adopted_from));
+  if (const nlohmann::json* hetero = r.Child("hetero")) {
+    SLUICE_ASSIGN_OR_RETURN(
+        m->hetero,
+        HeteroConfigFromJson(*hetero, fmt::format("{}: field '{}'", source, r.FieldPath("hetero"))));
+  }
+  if (const nlohmann::json* strategies = r.Child("strategies")) {
+    if (!strategies->is_array()) return r.Error("strategies", "must be an array of strings");
+    for (const nlohmann::json& s : *strategies) {
+      if (!s.is_string()) return r.Error("strategies", "must be an array of strings");
+      m->strategies.push_back(s.get<std::string>());
+    }
+  }
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("switches", &m->switches, 0, INT64_MAX));
   const nlohmann::json* search = r.Child("search");
   if (search == nullptr) return r.Error("search", "is required");
   JsonObjectReader s(*search, std::string(source), r.FieldPath("search"));

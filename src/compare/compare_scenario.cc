@@ -53,11 +53,22 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
   SLUICE_RETURN_IF_ERROR(r.status());
   MethodSpec spec;
   SLUICE_RETURN_IF_ERROR(r.String("name", &spec.name));
+  std::string kind;
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("kind", &kind));
+  if (!kind.empty()) {
+    SLUICE_ASSIGN_OR_RETURN(spec.kind,
+                            ParseMethodKind(kind, fmt::format("{}: {}.kind", source, path)));
+  }
+  bool dynamic_cp = false;
+  const bool dynamic_cp_given = r.Child("dynamic_cp") != nullptr;
+  SLUICE_RETURN_IF_ERROR(r.OptionalBool("dynamic_cp", &dynamic_cp));
   const nlohmann::json* batching = r.Child("batching");
   if (batching == nullptr) {
     SLUICE_ASSIGN_OR_RETURN(MethodSpec base, MethodSpecFor(spec.name, source));
     spec.batching = base.batching;
     spec.schedules = base.schedules;
+    if (kind.empty()) spec.kind = base.kind;
+    spec.dynamic_cp = base.dynamic_cp;
   } else {
     if (!batching->is_array() || batching->empty()) {
       return r.Error("batching", "must be a non-empty array of batching method names");
@@ -92,6 +103,7 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
       }
     }
   }
+  if (dynamic_cp_given) spec.dynamic_cp = dynamic_cp;
   SLUICE_RETURN_IF_ERROR(r.Finish());
   return spec;
 }
@@ -99,7 +111,10 @@ StatusOr<MethodSpec> MethodFromJson(const nlohmann::json& j, std::string_view so
 nlohmann::json MethodToJson(const MethodSpec& m) {
   nlohmann::json schedules = nlohmann::json::array();
   for (ScheduleKind k : m.schedules) schedules.push_back(std::string(ScheduleKindName(k)));
-  return {{"name", m.name}, {"batching", m.batching}, {"schedules", schedules}};
+  nlohmann::json j = {{"name", m.name}, {"batching", m.batching}, {"schedules", schedules}};
+  if (m.kind != MethodKind::kHomogeneous) j["kind"] = std::string(MethodKindName(m.kind));
+  if (m.dynamic_cp) j["dynamic_cp"] = true;
+  return j;
 }
 
 }  // namespace

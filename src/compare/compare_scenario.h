@@ -47,7 +47,9 @@ struct CompareScenario {
   std::vector<MethodSpec> methods;    // empty = DefaultMethods()
   std::string reference = "packing";  // the method ratios are given against
   // The shared ("controlled") configuration: the best (dp, pp, tp, zero) of the method named
-  // here, or a fixed configuration. vpp and the schedule stay each method's own choice.
+  // here, or a fixed configuration. vpp and the schedule stay each method's own choice. A method
+  // of no single configuration (MethodKind kHetero, kDynamic) gives no controlled comparison,
+  // and takes no part in one (its controlled row is not-run).
   std::string controlled_method = "sluice";
   std::optional<ParallelConfig> controlled;
   SearchSpace search;

@@ -65,7 +65,7 @@ void ExpectSound(const CompareResult& r) {
         EXPECT_FALSE(m.reason.empty()) << "a method that did not run says why";
         continue;
       }
-      ASSERT_TRUE(m.config.has_value());
+      ASSERT_TRUE(m.config.has_value() || m.hetero.has_value() || !m.strategies.empty());
       ASSERT_GT(m.ok_batches, 0);
       // The ideal bound is never exceeded: per batch, per method, and against the batch-level
       // ideal (every sample of these scenarios is placed).
@@ -201,6 +201,63 @@ TEST(CompareTest, ContextParallelSearchAndMegatronGbp) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, *r);
   EXPECT_EQ(back->scenario.search.cp, (std::vector<int64_t>{1, 2}));
+}
+
+// sluice-hetero: the heterogeneous search runs inside compare beside the other methods, reports
+// like them (bounds, failed batches, breakdown) and takes no part in the controlled comparison.
+TEST(CompareTest, HeterogeneousRow) {
+  CompareScenario s = SmallGpt();
+  s.methods = {*MethodSpecFor("packing", "test"), *MethodSpecFor("sluice", "test"),
+               *MethodSpecFor("sluice-hetero", "test")};
+  s.search.cp = {1, 2};
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectSound(*r);
+  const MethodRun* h = Find(r->own, "sluice-hetero");
+  ASSERT_NE(h, nullptr);
+  ASSERT_EQ(h->state, RunState::kOk) << h->reason;
+  ASSERT_TRUE(h->hetero.has_value());
+  EXPECT_FALSE(h->config.has_value());
+  EXPECT_GE(h->hetero->groups.size(), 2u);
+  EXPECT_EQ(h->hetero->devices(), 8);
+  for (const ParallelConfig& g : h->hetero->groups) {
+    EXPECT_LE(g.cp, 2) << "the mixes lie in the search space";
+  }
+  EXPECT_GT(h->candidates, 0);
+  EXPECT_GE(h->simulated, 1);
+  EXPECT_EQ(static_cast<int64_t>(h->batches.size()), r->batches);
+  for (const BatchRecord& b : h->batches) {
+    EXPECT_EQ(b.outcome, BatchOutcome::kOk) << b.reason;
+    EXPECT_GT(b.planning_ms, 0);
+    EXPECT_GT(b.micro_batches, 0);
+  }
+  EXPECT_GT(h->ratio_to_reference, 0);
+  // Not part of the controlled comparison, which still runs on sluice's configuration.
+  ASSERT_TRUE(r->controlled_config.has_value());
+  const MethodRun* hc = Find(r->controlled, "sluice-hetero");
+  ASSERT_NE(hc, nullptr);
+  EXPECT_EQ(hc->state, RunState::kNotRun);
+  EXPECT_THAT(hc->reason, HasSubstr("no single configuration"));
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+  // The method list with its kind round-trips through a scenario file.
+  auto sc = CompareScenarioFromJson(CompareScenarioToJson(s), "scenario.json");
+  ASSERT_TRUE(sc.ok()) << sc.status().ToString();
+  EXPECT_EQ(sc->methods, s.methods);
+}
+
+TEST(CompareTest, AHeterogeneousSearchOutsideTheSpaceSaysWhy) {
+  CompareScenario s = SmallGpt();
+  s.methods = {*MethodSpecFor("packing", "test"), *MethodSpecFor("sluice-hetero", "test")};
+  s.controlled_method = "packing";
+  s.search.tp = {8};  // no narrow shape of tp 1 or 2
+  auto r = RunCompare(s, Quiet());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const MethodRun* h = Find(r->own, "sluice-hetero");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->state, RunState::kOutOfMemory);
+  EXPECT_THAT(h->reason, HasSubstr("no 2-shape mix"));
 }
 
 TEST(LengthRatesTest, RateOfTakesTheHigherOfTheSweptLengthsAround) {

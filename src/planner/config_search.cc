@@ -43,8 +43,9 @@ bool RankBefore(const CandidateScore& a, const CandidateScore& b) {
 std::string Candidate::Describe() const {
   std::string vpp = parallel.vpp > 1 ? fmt::format(" x vpp {}", parallel.vpp) : "";
   std::string cp = parallel.cp > 1 ? fmt::format(" x cp {}", parallel.cp) : "";
-  return fmt::format("dp {} x pp {} x tp {}{}{}, ZeRO-{}, {}, {}", parallel.dp, parallel.pp,
-                     parallel.tp, cp, vpp, parallel.zero, ScheduleKindName(schedule), batching);
+  return fmt::format("dp {} x pp {} x tp {}{}{}, ZeRO-{}, {}, {}{}", parallel.dp, parallel.pp,
+                     parallel.tp, cp, vpp, parallel.zero, ScheduleKindName(schedule), batching,
+                     dynamic_cp ? ", dynamic cp" : "");
 }
 
 std::string Candidate::Key() const {
@@ -52,7 +53,8 @@ std::string Candidate::Key() const {
   const std::string cp = parallel.cp > 1 ? fmt::format("/cp{:04d}", parallel.cp) : "";
   return fmt::format("{:06d}/{:06d}/{:06d}{}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp,
                      parallel.tp, cp, parallel.vpp, parallel.zero, ScheduleKindName(schedule),
-                     batching);
+                     batching) +
+         (dynamic_cp ? "/dcp" : "");
 }
 
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -142,6 +144,7 @@ std::vector<Candidate> ExpandCandidates(std::span<const ParallelConfig> configs,
           c.parallel.vpp = vpp;
           c.schedule = kind;
           c.batching = batching;
+          c.dynamic_cp = method.dynamic_cp && base.cp > 1;
           out.push_back(std::move(c));
         }
       }
@@ -223,6 +226,7 @@ PlannerOptions CandidateScorer::OptionsFor(const Candidate& c) const {
   options.method = c.batching;
   options.schedule = c.schedule;
   options.batching = batching_;
+  options.dynamic_cp = c.dynamic_cp && c.parallel.cp > 1;
   return options;
 }
 

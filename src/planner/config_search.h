@@ -51,8 +51,10 @@ struct Candidate {
   ParallelConfig parallel;
   ScheduleKind schedule = ScheduleKind::k1F1B;
   std::string batching;
+  // cp > 1 only: each micro-batch may run at a smaller cp (PlannerOptions::dynamic_cp).
+  bool dynamic_cp = false;
 
-  // "dp 2 x pp 4 x tp 1, ZeRO-1, 1f1b, dynapipe" (vpp shown when > 1).
+  // "dp 2 x pp 4 x tp 1, ZeRO-1, 1f1b, dynapipe" (vpp shown when > 1; ", dynamic cp" when set).
   std::string Describe() const;
   // A unique, ordered key for memoisation.
   std::string Key() const;

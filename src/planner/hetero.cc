@@ -138,7 +138,12 @@ StatusOr<HeteroPlanner> HeteroPlanner::Create(const CostModel& cost, const Heter
     h.planners_.push_back(std::move(p));
   }
   h.reductions_ = ReductionGroupsOf(cost.model(), config);
-  for (const ReductionGroup& r : h.reductions_) h.cross_sync_ += PriceReduction(r, config, cluster);
+  for (ReductionGroup& r : h.reductions_) {
+    r.cross_group_time = PriceReduction(r, config, cluster);
+    h.cross_sync_ += r.cross_group_time;
+  }
+  h.pieces_ = SplitReductions(h.reductions_, cost.model(), config, cluster,
+                              h.options_.overlap_pieces);
   return h;
 }
 
@@ -281,6 +286,7 @@ StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batc
                                                     std::span<const double> scale) const {
   HeteroPlanResult out;
   out.reductions = reductions_;
+  out.pieces = pieces_;
   out.cross_sync = cross_sync_;
   out.dispatch = Dispatch(batch, scale);
   const int64_t groups = static_cast<int64_t>(config_.groups.size());
@@ -342,9 +348,131 @@ nlohmann::json HeteroPlanToJson(const HeteroPlanResult& plan, const HeteroConfig
           {"groups", groups}};
 }
 
+namespace {
+
+// Each rank's timing in a group's simulation (RankTiming); needs `sim`'s timeline.
+std::vector<RankTiming> TimingsOf(const ExecutionPlan& plan, const SimResult& sim) {
+  std::vector<RankTiming> out(plan.ranks.size());
+  std::vector<bool> reduced(plan.ranks.size(), false);
+  std::vector<Duration> computed(plan.ranks.size());
+  for (const SimInterval& iv : sim.timeline) {
+    const size_t r = static_cast<size_t>(iv.rank);
+    if (r >= plan.ranks.size()) continue;
+    const OpKind op = plan.ranks[r].instructions[iv.instruction].op;
+    if (op == OpKind::kAllReduceGrad || op == OpKind::kReduceScatterGrad) {
+      out[r].reduced = std::max(out[r].reduced, iv.end);
+      reduced[r] = true;
+    } else if (IsCompute(op)) {
+      computed[r] = std::max(computed[r], iv.end);
+      if ((op == OpKind::kBackward || op == OpKind::kBackwardWeight) &&
+          iv.end >= out[r].backward_end) {
+        out[r].backward_start = iv.start;
+        out[r].backward_end = iv.end;
+      }
+    }
+  }
+  for (size_t r = 0; r < out.size(); ++r) {
+    if (!reduced[r]) out[r].reduced = computed[r];
+    out[r].reduced = std::max(out[r].reduced, out[r].backward_end);
+    out[r].finish = std::max(sim.ranks[r].finish, out[r].reduced);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ReductionGroup> SplitReductions(std::span<const ReductionGroup> ranges,
+                                            const ModelSpec& model, const HeteroConfig& config,
+                                            const ClusterSpec& cluster, int64_t pieces) {
+  const int64_t layer_params = AnalyticLayerParams(model, LayerKind::kEncoder, 1);
+  std::vector<ReductionGroup> out;
+  for (const ReductionGroup& r : ranges) {
+    const int64_t n = std::clamp<int64_t>(pieces, 1, std::max<int64_t>(1, r.layers));
+    int64_t first = r.first_layer;
+    for (int64_t k = 0; k < n; ++k) {
+      ReductionGroup p = r;
+      p.first_layer = first;
+      p.layers = r.layers / n + (k < r.layers % n ? 1 : 0);
+      first += p.layers;
+      p.embedding = r.embedding && k == 0;
+      p.output_head = r.output_head && k == n - 1;
+      p.params = p.layers * layer_params;
+      if (p.embedding) p.params += AnalyticLayerParams(model, LayerKind::kEmbedding, 1);
+      if (p.output_head) p.params += AnalyticLayerParams(model, LayerKind::kOutputHead, 1);
+      p.cross_group_time = PriceReduction(p, config, cluster);
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+OverlappedSync OverlapCrossSync(std::span<const ReductionGroup> pieces, int64_t layers,
+                                std::span<const std::vector<RankTiming>> timing,
+                                std::span<const ParallelConfig> groups) {
+  OverlappedSync out;
+  auto rank_of = [&](const ReductionMember& m, int64_t d) {
+    return static_cast<size_t>(d * groups[m.group].pp + m.stage);
+  };
+  // When member rank `t` (its stage holds [lo, hi)) has reduced the gradients of layers from
+  // `first` up inside its group: the backward computes a stage's layers last to first, so layer
+  // `first` is done (hi - first) / (hi - lo) into the last backward, and its in-group reduction
+  // ends at most the stage's reduction lag (reduced - backward end) later.
+  auto ready_at = [](const RankTiming& t, int64_t lo, int64_t hi, int64_t first) {
+    const double done = static_cast<double>(hi - first) / static_cast<double>(hi - lo);
+    const Duration grad =
+        t.backward_start +
+        Duration::Nanos(static_cast<int64_t>(done * (t.backward_end - t.backward_start).nanos()));
+    return std::min(t.reduced, grad + (t.reduced - t.backward_end));
+  };
+  std::vector<Duration> ready(pieces.size());
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    for (const ReductionMember& m : pieces[k].members) {
+      const ParallelConfig& p = groups[m.group];
+      const int64_t per = std::max<int64_t>(1, layers / p.pp);
+      const int64_t lo = m.stage * per;
+      const int64_t hi = m.stage == p.pp - 1 ? layers : lo + per;
+      for (int64_t d = 0; d < p.dp; ++d) {
+        ready[k] = std::max(ready[k], ready_at(timing[m.group][rank_of(m, d)], lo, hi,
+                                               pieces[k].first_layer));
+      }
+    }
+  }
+  std::vector<size_t> order(pieces.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ready[a] < ready[b]; });
+  // One channel: the pieces' reductions one after another, each once it is ready.
+  Duration channel;
+  std::vector<Duration> done(pieces.size());
+  for (size_t k : order) {
+    channel = std::max(channel, ready[k]) + pieces[k].cross_group_time;
+    done[k] = channel;
+  }
+  for (const std::vector<RankTiming>& g : timing) {
+    for (const RankTiming& t : g) out.slowest_group = std::max(out.slowest_group, t.finish);
+  }
+  out.iteration_time = out.slowest_group;
+  // A rank's tail after its own reduction (the optimizer step and, with ZeRO-2, the gather of
+  // the updated parameters) waits for the cross-group reduction of its pieces.
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    for (const ReductionMember& m : pieces[k].members) {
+      for (int64_t d = 0; d < groups[m.group].dp; ++d) {
+        const RankTiming& t = timing[m.group][rank_of(m, d)];
+        out.iteration_time = std::max(out.iteration_time, done[k] + (t.finish - t.reduced));
+      }
+    }
+  }
+  out.exposed = out.iteration_time - out.slowest_group;
+  return out;
+}
+
 StatusOr<HeteroSimResult> SimulateHetero(const HeteroPlanResult& plan, SimOptions options) {
   HeteroSimResult out;
   out.cross_sync = plan.cross_sync;
+  const bool keep_timeline = options.record_timeline;
+  options.record_timeline = true;  // the ranks' gradient-ready times
+  std::vector<std::vector<RankTiming>> timing;
+  std::vector<ParallelConfig> groups;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     options.samples = plan.samples[g];
     SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(plan.groups[g].plan, options));
@@ -359,9 +487,23 @@ StatusOr<HeteroSimResult> SimulateHetero(const HeteroPlanResult& plan, SimOption
     }
     out.slowest_group = std::max(out.slowest_group, r.iteration_time);
     out.real_tokens += r.real_tokens;
+    if (r.outcome == SimOutcome::kOk) timing.push_back(TimingsOf(plan.groups[g].plan, r));
+    groups.push_back(plan.groups[g].plan.parallel);
+    if (!keep_timeline) {
+      r.timeline.clear();
+      r.timeline.shrink_to_fit();
+    }
     out.groups.push_back(std::move(r));
   }
-  out.iteration_time = out.slowest_group + out.cross_sync;
+  if (out.outcome != SimOutcome::kOk || plan.pieces.empty() || plan.groups.size() <= 1) {
+    out.iteration_time = out.slowest_group + out.cross_sync;
+    out.cross_exposed = out.cross_sync;
+    return out;
+  }
+  const OverlappedSync o =
+      OverlapCrossSync(plan.pieces, plan.groups[0].plan.model.layers, timing, groups);
+  out.iteration_time = std::max(o.iteration_time, out.slowest_group);
+  out.cross_exposed = out.iteration_time - out.slowest_group;
   return out;
 }
 

@@ -34,11 +34,16 @@
 // stages lie on different nodes, and each group then all-gathers its shard over its cp x dp
 // copies (the slowest group's gather counts). With ZeRO-2 each copy keeps its reduced part
 // (the group plan's reduce-scatter), so there is no gather: the group plan's own all-gather of
-// the updated parameters after the step distributes them. The ranges
-// are priced one after another after the slowest group's iteration, as if fully exposed: the
-// simulated iteration (SimulateHetero) is max over groups of the group plan's simulated time plus
-// that cross-group time (the groups' plans end with their optimizer step, which really waits for
-// the cross-group reduction; a step costs no time in the plans, so the sum is the same).
+// the updated parameters after the step distributes them.
+// The planner's estimate (HeteroPlanResult::makespan) prices the ranges one after another after
+// the slowest group, fully exposed. The simulation (SimulateHetero, OverlapCrossSync) overlaps
+// them with the work still running, as homogeneous plans overlap their bucketed reductions with
+// the backward: each range is reduced in pieces of layers (SplitReductions), a piece starting
+// once every member stage's backward has passed its layers and reduced them inside the group;
+// pieces go one after another on one channel in the order they become ready, and each member
+// rank's tail after its own reduction (the optimizer step and, with ZeRO-2, the gather of the
+// updated parameters) waits for its pieces. Stages that end their backward early (the last
+// pipeline stages, the faster group) and the last layers of every stage hide theirs.
 //
 // Device placement: each group's plan is simulated on the whole cluster from device 0 (its ranks'
 // node boundaries as if it started at device 0); the groups run on disjoint devices and share no
@@ -83,6 +88,7 @@ struct ReductionGroup {
   bool output_head = false;  // the last range also reduces the final LayerNorm and output head
   int64_t params = 0;        // parameters of the range, unsharded (tp 1)
   std::vector<ReductionMember> members;  // one per group, in group order
+  Duration cross_group_time;  // PriceReduction (set by HeteroPlanner::Create; 0 before)
 
   friend bool operator==(const ReductionGroup&, const ReductionGroup&) = default;
 };
@@ -101,6 +107,8 @@ struct HeteroPlannerOptions {
   // estimated over what stage 1 predicted for it (max over its replicas of T_r) in the round
   // before; the round with the smallest estimated makespan is kept. 0: stage 1 once.
   int64_t refine_rounds = 2;
+  // Pieces per reduction range in the simulated overlap (SplitReductions).
+  int64_t overlap_pieces = 4;
 };
 
 // Stage 1 across shapes.
@@ -121,6 +129,7 @@ struct HeteroPlanResult {
   std::vector<std::vector<Sample>> samples;  // [group] the group's sequences, in batch order
   std::vector<PlanResult> groups;            // [group] (empty unless outcome == kOk)
   std::vector<ReductionGroup> reductions;
+  std::vector<ReductionGroup> pieces;  // SplitReductions of `reductions` (the simulated overlap)
   Duration cross_sync;  // sum of PriceReduction over the reductions
   // Estimate: max over groups of (makespan + the group's own gradient sync, EstimateGradientSync)
   // plus cross_sync.
@@ -161,6 +170,7 @@ class HeteroPlanner {
   std::vector<int64_t> capacities_;
   std::vector<Duration> group_sync_;  // [group] EstimateGradientSync
   std::vector<ReductionGroup> reductions_;
+  std::vector<ReductionGroup> pieces_;
   Duration cross_sync_;
 };
 
@@ -176,15 +186,47 @@ struct HeteroSimResult {
   SimOutcome outcome = SimOutcome::kOk;
   std::string problem;
   bool memory_exceeded = false;
-  Duration iteration_time;  // max over groups + cross_sync
+  Duration iteration_time;  // the last rank's finish with the cross-group reduction overlapped
   Duration slowest_group;   // max over groups of the simulated iteration
-  Duration cross_sync;
+  Duration cross_sync;      // the cross-group reductions' time (sum over the ranges)
+  Duration cross_exposed;   // iteration_time - slowest_group: the part not hidden
   int64_t real_tokens = 0;
   std::vector<SimResult> groups;
 };
-// Simulates every group's plan (options.samples set to the group's sequences) and adds the
-// cross-group synchronisation. REQUIRES: plan.outcome == kOk.
+// Simulates every group's plan (options.samples set to the group's sequences; the timeline is
+// recorded for the gradient-ready times and kept only when options.record_timeline) and adds
+// the cross-group synchronisation, overlapped (OverlapCrossSync). REQUIRES: plan.outcome == kOk.
 StatusOr<HeteroSimResult> SimulateHetero(const HeteroPlanResult& plan, SimOptions options);
+
+// Each range split into up to `pieces` consecutive layer pieces (the embedding with the first,
+// the output head with the last), each priced by PriceReduction (cross_group_time set): the
+// units in which the simulation reduces across groups, like the gradient buckets of a
+// homogeneous plan.
+std::vector<ReductionGroup> SplitReductions(std::span<const ReductionGroup> ranges,
+                                            const ModelSpec& model, const HeteroConfig& config,
+                                            const ClusterSpec& cluster, int64_t pieces);
+
+// One rank of a group's simulation, for the overlap.
+struct RankTiming {
+  Duration backward_start, backward_end;  // its last backward (or weight-gradient) op
+  Duration reduced;  // end of its last in-group gradient reduction (no reduction: last compute)
+  Duration finish;   // its last instruction (>= reduced)
+};
+struct OverlappedSync {
+  Duration iteration_time;  // max of every rank's finish and every piece's done + its tails
+  Duration slowest_group;   // max over ranks of finish
+  Duration exposed;         // iteration_time - slowest_group
+};
+// The overlap of the cross-group reductions of `pieces` (see the header comment) from each
+// group's rank timings ([group][rank id = replica x pp + stage]) and configurations; `layers`
+// the model's decoder layers. A piece is ready once every member rank has reduced the piece's
+// layers inside its group: its stage's layers are done last to first, linearly over its last
+// backward, and reduced at most the stage's lag (reduced - backward end) after that. Pieces are
+// reduced one after another in the order they are ready; each member rank's tail after its own
+// reduction (finish - reduced) waits for its pieces.
+OverlappedSync OverlapCrossSync(std::span<const ReductionGroup> pieces, int64_t layers,
+                                std::span<const std::vector<RankTiming>> timing,
+                                std::span<const ParallelConfig> groups);
 
 // ---- Search over 2-shape mixes ----
 

@@ -200,7 +200,8 @@ HeteroPlannerOptions Options(const std::string& method = "hydraulis") {
 
 // The narrow group cannot hold the long sequences: they all go to the wide one, every sample
 // lands exactly once, each group's plan is valid, and the iteration simulates without deadlock
-// or running out of memory; its time is the slowest group's plus the cross-group reduction.
+// or running out of memory; its time lies between the slowest group's and that plus the whole
+// cross-group reduction (overlapped with what is still running).
 TEST(HeteroPlannerTest, LongSequencesGoWideAndTheIterationSimulates) {
   auto setup = Setup16();
   const HeteroConfig h{.groups = {Group(1, 8), Group(4, 2, 1, 1, 30000)}};
@@ -232,10 +233,103 @@ TEST(HeteroPlannerTest, LongSequencesGoWideAndTheIterationSimulates) {
   EXPECT_FALSE(sim->memory_exceeded) << sim->problem;
   Duration slowest;
   for (const SimResult& g : sim->groups) slowest = std::max(slowest, g.iteration_time);
-  EXPECT_EQ(sim->iteration_time, slowest + r->cross_sync);
+  EXPECT_EQ(sim->slowest_group, slowest);
+  EXPECT_GE(sim->iteration_time, slowest);
+  EXPECT_LE(sim->iteration_time, slowest + r->cross_sync);
+  EXPECT_EQ(sim->cross_exposed, sim->iteration_time - slowest);
   int64_t tokens = 0;
   for (const Sample& s : batch) tokens += s.input_len + s.target_len;
   EXPECT_EQ(sim->real_tokens, tokens);
+}
+
+// A 4-layer model on two groups: group 0 is pp 2 (stage 0 holds layers 0-1, stage 1 layers
+// 2-3), group 1 pp 1; one piece per range (layers 0-1 and 2-3).
+struct OverlapCase {
+  std::vector<ReductionGroup> pieces;
+  std::vector<ParallelConfig> groups;
+};
+OverlapCase TwoRanges(Duration price0, Duration price1) {
+  OverlapCase c;
+  ParallelConfig a, b;
+  a.pp = 2;
+  c.groups = {a, b};
+  c.pieces.resize(2);
+  c.pieces[0].first_layer = 0;
+  c.pieces[0].layers = 2;
+  c.pieces[0].members = {{0, 0}, {1, 0}};
+  c.pieces[0].cross_group_time = price0;
+  c.pieces[1].first_layer = 2;
+  c.pieces[1].layers = 2;
+  c.pieces[1].members = {{0, 1}, {1, 0}};
+  c.pieces[1].cross_group_time = price1;
+  return c;
+}
+
+Duration Ms(int64_t ms) { return Duration::Millis(static_cast<double>(ms)); }
+
+// A rank whose last backward runs [b0, b1], reduced at `reduced`, finished at `finish`.
+RankTiming Rank(int64_t b0, int64_t b1, int64_t reduced, int64_t finish) {
+  return {.backward_start = Ms(b0), .backward_end = Ms(b1), .reduced = Ms(reduced),
+          .finish = Ms(finish)};
+}
+
+TEST(OverlapCrossSyncTest, APieceReadyEarlyIsReducedWhileOthersStillCompute) {
+  const OverlapCase c = TwoRanges(Ms(10), Ms(10));
+  // Group 0: stage 0's backward ends at 100, stage 1's at 60; group 1's single stage runs its
+  // last backward 60-100 (layers 3..0: layers 2-3 are done by 80). No reduction lag, no tails.
+  const std::vector<std::vector<RankTiming>> t = {
+      {Rank(90, 100, 100, 100), Rank(50, 60, 60, 60)}, {Rank(60, 100, 100, 100)}};
+  const OverlappedSync o = OverlapCrossSync(c.pieces, 4, t, c.groups);
+  // Piece 1 (layers 2-3) is ready at 80 and done at 90, hidden; piece 0 ready at 100, done 110.
+  EXPECT_EQ(o.slowest_group, Ms(100));
+  EXPECT_EQ(o.iteration_time, Ms(110));
+  EXPECT_EQ(o.exposed, Ms(10));  // fully serial: 20
+}
+
+TEST(OverlapCrossSyncTest, PiecesShareOneChannelAndTailsWait) {
+  const OverlapCase c = TwoRanges(Ms(30), Ms(30));
+  // Group 0 stage 1 reduces by 95 and then has a 5 ms tail (a ZeRO-2 gather).
+  const std::vector<std::vector<RankTiming>> t = {
+      {Rank(90, 100, 100, 100), Rank(85, 90, 95, 100)}, {Rank(80, 90, 90, 90)}};
+  const OverlappedSync o = OverlapCrossSync(c.pieces, 4, t, c.groups);
+  // Piece 1: stage 1 of group 0 is ready at 95 (its lag 5 after the backward), group 1's
+  // layers 2-3 at 85; done 95-125 (+5 tail = 130). Piece 0 waits for the channel: 125-155.
+  EXPECT_EQ(o.iteration_time, Ms(155));
+  EXPECT_EQ(o.exposed, Ms(55));
+  EXPECT_LE(o.iteration_time, o.slowest_group + Ms(60) + Ms(5));
+}
+
+TEST(OverlapCrossSyncTest, ATailAfterTheLastPieceCounts) {
+  const OverlapCase c = TwoRanges(Ms(10), Ms(0));
+  const std::vector<std::vector<RankTiming>> t = {
+      {Rank(40, 50, 50, 58), Rank(40, 50, 50, 50)}, {Rank(40, 50, 50, 50)}};
+  const OverlappedSync o = OverlapCrossSync(c.pieces, 4, t, c.groups);
+  EXPECT_EQ(o.slowest_group, Ms(58));
+  EXPECT_EQ(o.iteration_time, Ms(68));  // piece 0 done at 60, then stage 0's 8 ms tail
+}
+
+TEST(OverlapCrossSyncTest, SplitPiecesPartitionEachRangeAndKeepItsParams) {
+  auto setup = Setup16();
+  const HeteroConfig h{.groups = {Group(1, 4, 2), Group(2, 2, 2)}};
+  const std::vector<ReductionGroup> ranges = ReductionGroupsOf(setup->cost->model(), h);
+  for (int64_t n : {1, 3, 4, 100}) {
+    const std::vector<ReductionGroup> pieces =
+        SplitReductions(ranges, setup->cost->model(), h, setup->cluster, n);
+    int64_t next = 0, params = 0;
+    for (const ReductionGroup& p : pieces) {
+      EXPECT_EQ(p.first_layer, next);
+      EXPECT_GT(p.layers, 0);
+      EXPECT_GT(p.cross_group_time, Duration::Zero());
+      next += p.layers;
+      params += p.params;
+    }
+    EXPECT_EQ(next, setup->cost->model().layers);
+    int64_t want = 0;
+    for (const ReductionGroup& r : ranges) want += r.params;
+    EXPECT_EQ(params, want);
+    EXPECT_TRUE(pieces.front().embedding);
+    EXPECT_TRUE(pieces.back().output_head);
+  }
 }
 
 // Valid, deadlock-free iterations over a sweep of mixes and methods.

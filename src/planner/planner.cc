@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "batching/dynamic_cp.h"
 #include "plan/validate.h"
 #include "planner/recompute_pricer.h"
 #include "schedule/schedule_costs.h"
@@ -48,7 +49,21 @@ StatusOr<Planner> Planner::Create(std::shared_ptr<const StageCostEvaluator> eval
         "the others a pipeline's depth): make it with MakePlannerEvaluator",
         ScheduleKindName(kind)));
   }
-  return Planner(std::move(eval), cluster, std::move(options));
+  Planner planner(std::move(eval), cluster, std::move(options));
+  if (planner.options_.dynamic_cp) {
+    ParallelConfig par = planner.eval_->parallel();
+    // A sub-group of cp / 2^j devices: priced on the configuration with cp / 2^j and 2^j times
+    // the dp, so the model states keep their sharding over the same dp x cp devices.
+    while (par.cp > 1) {
+      par.cp /= 2;
+      par.dp *= 2;
+      SLUICE_ASSIGN_OR_RETURN(std::shared_ptr<const StageCostEvaluator> narrow,
+                              MakePlannerEvaluator(planner.eval_->cost_model(), par, cluster,
+                                                   kind, planner.eval_->options()));
+      planner.narrower_.push_back(std::move(narrow));
+    }
+  }
+  return planner;
 }
 
 StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
@@ -73,6 +88,7 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     result.infeasible_reason = "batching: " + result.batch_plan.infeasible_reason;
     return finish(std::move(result));
   }
+  if (!narrower_.empty()) ApplyDynamicCp(&result.batch_plan, batch, *eval_, narrower_);
 
   const int64_t dp = eval_->parallel().dp;
   std::vector<Schedule> schedules(static_cast<size_t>(dp));

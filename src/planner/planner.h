@@ -75,6 +75,9 @@ struct PlannerOptions {
   // to the batch. Off by default: the plan is the lowered one.
   bool optimize = false;
   OptimizerOptions optimizer;
+  // With cp > 1: after batching, each micro-batch may run its samples in sub-groups of a smaller
+  // cp (batching/dynamic_cp.h, Megatron-Core's dynamic context parallelism). Off by default.
+  bool dynamic_cp = false;
 };
 
 // What the optimizer did to a plan (PlannerOptions::optimize).
@@ -137,6 +140,8 @@ class Planner {
       : eval_(std::move(eval)), cluster_(std::move(cluster)), options_(std::move(options)) {}
 
   std::shared_ptr<const StageCostEvaluator> eval_;
+  // options_.dynamic_cp: [j] the evaluator of cp >> (j + 1) (batching/dynamic_cp.h).
+  std::vector<std::shared_ptr<const StageCostEvaluator>> narrower_;
   ClusterSpec cluster_;
   PlannerOptions options_;
 };

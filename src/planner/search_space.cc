@@ -14,6 +14,26 @@ std::vector<ScheduleKind> MegatronSchedules() {
 
 }  // namespace
 
+std::string_view MethodKindName(MethodKind kind) {
+  switch (kind) {
+    case MethodKind::kHomogeneous:
+      return "homogeneous";
+    case MethodKind::kHetero:
+      return "hetero";
+    case MethodKind::kDynamic:
+      return "dynamic";
+  }
+  return "?";
+}
+
+StatusOr<MethodKind> ParseMethodKind(std::string_view name, std::string_view source) {
+  for (MethodKind k : {MethodKind::kHomogeneous, MethodKind::kHetero, MethodKind::kDynamic}) {
+    if (name == MethodKindName(k)) return k;
+  }
+  return InvalidArgumentError(fmt::format(
+      "{}: unknown method kind '{}' (allowed: homogeneous, hetero, dynamic)", source, name));
+}
+
 bool IsBatchingName(std::string_view name) {
   const size_t plus = name.find('+');
   if (plus == std::string_view::npos) {
@@ -27,7 +47,8 @@ bool IsBatchingName(std::string_view name) {
 
 std::vector<std::string> KnownMethodNames() {
   return {"packing",   "token-budget", "multipack", "dynapipe",    "hydraulis",
-          "sluice",    "padding",      "sorted",    "megatron-gbp"};
+          "sluice",    "padding",      "sorted",    "megatron-gbp", "sluice-hetero",
+          "sluice-dynamic"};
 }
 
 std::vector<MethodSpec> DefaultMethods() {
@@ -52,10 +73,16 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
   } else if (name == "hydraulis") {
     spec.batching = {"hydraulis"};
     spec.schedules = {ScheduleKind::k1F1B};
-  } else if (name == "sluice") {
+  } else if (name == "sluice" || name == "sluice-dynamic") {
     spec.batching = {"dynapipe",  "hydraulis",    "hydraulis+dynapipe",
                      "multipack", "token-budget", "packing"};
     spec.schedules = AllScheduleKinds();
+    spec.dynamic_cp = true;
+    if (name == "sluice-dynamic") spec.kind = MethodKind::kDynamic;
+  } else if (name == "sluice-hetero") {
+    spec.kind = MethodKind::kHetero;
+    spec.batching = {"hydraulis"};
+    spec.schedules = {ScheduleKind::k1F1B};
   } else if (IsBatchingName(name)) {
     spec.batching = {std::string(name)};
     spec.schedules = AllScheduleKinds();

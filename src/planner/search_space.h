@@ -11,6 +11,12 @@
 // at least as fast as any of those methods' own best. Any other RunMethod name (e.g.
 // "balanced+dynapipe") runs every schedule.
 //
+// Two names are not one homogeneous configuration (MethodKind): `sluice-hetero` searches
+// heterogeneous replicas (planner/hetero.h: 2-shape mixes, each group planned by hydraulis with
+// 1f1b) and `sluice-dynamic` chooses, per global batch, among the best strategies found for the
+// data (homogeneous configurations of `sluice`'s space and heterogeneous mixes), with the cost
+// of switching between them (compare/compare_dynamic.h). Neither is in the default list.
+//
 // Thread safety: value types and pure functions.
 #pragma once
 
@@ -24,10 +30,21 @@
 
 namespace sluice {
 
+// What a compared method runs: one configuration (the search's Candidate), heterogeneous
+// replicas, or a per-batch choice among strategies.
+enum class MethodKind { kHomogeneous, kHetero, kDynamic };
+// "homogeneous" | "hetero" | "dynamic" (scenario and results files).
+std::string_view MethodKindName(MethodKind kind);
+StatusOr<MethodKind> ParseMethodKind(std::string_view name, std::string_view source);
+
 struct MethodSpec {
   std::string name;                   // label in tables and reports, unique in a scenario
+  MethodKind kind = MethodKind::kHomogeneous;
   std::vector<std::string> batching;  // RunMethod names tried, e.g. {"dynapipe"}
   std::vector<ScheduleKind> schedules;
+  // Per-micro-batch cp (batching/dynamic_cp.h) on its cp > 1 candidates: `sluice` and
+  // `sluice-dynamic`.
+  bool dynamic_cp = false;
 
   friend bool operator==(const MethodSpec&, const MethodSpec&) = default;
 };
@@ -55,8 +72,8 @@ struct SearchSpace {
 };
 
 // The names MethodSpecFor accepts as shorthands, in the default order, and the default list:
-// packing, token-budget, multipack, dynapipe, hydraulis, sluice (megatron-gbp is named, not
-// default).
+// packing, token-budget, multipack, dynapipe, hydraulis, sluice (megatron-gbp, sluice-hetero and
+// sluice-dynamic are named, not default).
 std::vector<std::string> KnownMethodNames();
 std::vector<MethodSpec> DefaultMethods();
 // The spec of a shorthand or of any RunMethod name (single or ASSIGNER+BATCHER). Errors list the

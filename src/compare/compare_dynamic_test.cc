@@ -1,0 +1,155 @@
+// Per-iteration strategies (compare_dynamic.h): the switching cost, the choice of strategies from
+// the searches, and the `sluice-dynamic` row of a comparison.
+#include "compare/compare_dynamic.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "compare/compare.h"
+#include "compare/compare_json.h"
+#include "model/model_spec.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+ParallelConfig Par(int64_t dp, int64_t tp, int64_t pp = 1, int64_t cp = 1, int64_t zero = 1) {
+  ParallelConfig p;
+  p.dp = dp;
+  p.tp = tp;
+  p.pp = pp;
+  p.cp = cp;
+  p.zero = zero;
+  return p;
+}
+
+HeteroConfig One(const ParallelConfig& p) { return HeteroConfig{.groups = {p}}; }
+
+TEST(SwitchCostTest, FreeForTheFirstBatchAndTheSameLayout) {
+  const ModelSpec model = *ModelPreset("gpt-6.7b");
+  const ClusterSpec cluster = *ResolveCluster("a100-40g:8");
+  EXPECT_EQ(SwitchCost(std::nullopt, One(Par(4, 2)), model, cluster), Duration::Zero());
+  ParallelConfig limited = Par(4, 2);
+  limited.memory_limit = Bytes::Of(int64_t{30} << 30);
+  // A memory limit, a schedule or a batching method is not a layout.
+  EXPECT_EQ(SwitchCost(One(Par(4, 2)), One(limited), model, cluster), Duration::Zero());
+}
+
+TEST(SwitchCostTest, AChangeOfLayoutMovesTheStatesAndCostsMoreWhenTheyAreLarger) {
+  const ModelSpec model = *ModelPreset("gpt-6.7b");
+  const ClusterSpec one_node = *ResolveCluster("a100-40g:8");
+  const Duration to_tp2 = SwitchCost(One(Par(8, 1, 1, 1, 2)), One(Par(4, 2)), model, one_node);
+  EXPECT_GT(to_tp2, Duration::Zero());
+  // tp 8 holds an eighth of the weights per device; tp 2 a half: moving to tp 2 moves more.
+  const Duration to_tp8 = SwitchCost(One(Par(4, 2)), One(Par(1, 8)), model, one_node);
+  EXPECT_GT(to_tp2, to_tp8);
+  // The same move across two nodes goes over the slower inter-node link.
+  const ClusterSpec two_nodes = *ResolveCluster("a100-40g:16");
+  EXPECT_GT(SwitchCost(One(Par(2, 8)), One(Par(8, 2)), model, two_nodes),
+            SwitchCost(One(Par(1, 8)), One(Par(4, 2)), model, one_node));
+  // A heterogeneous layout: its largest group's state sets the time.
+  const HeteroConfig mix{.groups = {Par(1, 4), Par(2, 2)}};
+  EXPECT_EQ(SwitchCost(One(Par(8, 1, 1, 1, 2)), mix, model, one_node),
+            SwitchCost(One(Par(8, 1, 1, 1, 2)), One(Par(2, 2)), model, one_node));
+}
+
+TEST(PickStrategiesTest, SimulatedFirstWithinTheLimitsAndCalibrated) {
+  MethodSearch search;
+  auto add = [&](int64_t dp, bool complete, bool simulated, double est, double sim) {
+    CandidateScore c;
+    c.candidate.parallel = Par(dp, 8 / dp);
+    c.candidate.batching = "hydraulis";
+    c.failed_batches = complete ? 0 : 1;
+    c.simulated = simulated;
+    c.estimated_tokens_per_s = est;
+    c.simulated_tokens_per_s = sim;
+    search.ranked.push_back(c);
+  };
+  add(1, true, true, 100, 80);   // simulated, slower
+  add(2, true, true, 100, 120);  // simulated, faster
+  add(4, false, false, 300, 0);  // failed a score batch: never a strategy
+  add(8, true, false, 90, 0);    // by estimate
+  const std::vector<Strategy> s = PickStrategies(search, std::nullopt, {.homogeneous = 3});
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].candidate->parallel.dp, 2);
+  EXPECT_EQ(s[1].candidate->parallel.dp, 1);
+  EXPECT_EQ(s[2].candidate->parallel.dp, 8);
+  EXPECT_NEAR(s[0].calibration, 100.0 / 120.0, 1e-12);
+  EXPECT_NEAR(s[1].calibration, 100.0 / 80.0, 1e-12);
+  EXPECT_EQ(s[2].calibration, 1.0);
+  EXPECT_EQ(PickStrategies(search, std::nullopt, {.homogeneous = 1}).size(), 1u);
+  HeteroChoice h;
+  HeteroCandidate mix;
+  mix.config = HeteroConfig{.groups = {Par(1, 4), Par(2, 2)}};
+  mix.feasible = true;
+  h.search.ranked = {mix};
+  const std::vector<Strategy> both = PickStrategies(search, h, {.homogeneous = 1, .hetero = 2});
+  ASSERT_EQ(both.size(), 2u);
+  ASSERT_TRUE(both[1].hetero.has_value());
+  EXPECT_THAT(both[1].Describe(), HasSubstr("heterogeneous"));
+}
+
+const MethodRun* Find(const std::vector<MethodRun>& runs, const std::string& name) {
+  for (const MethodRun& m : runs) {
+    if (m.method == name) return &m;
+  }
+  return nullptr;
+}
+
+// The row: every batch ran one of the strategies, the first strategy is the homogeneous search's
+// choice, a batch's iteration includes its switch, and the run round-trips through JSON.
+TEST(DynamicCompareTest, EveryBatchRunsOneStrategyAndSwitchesAreCharged) {
+  CompareScenario s;
+  s.name = "small-dynamic";
+  s.tokens_per_batch = 16384;
+  s.max_seqlen = 1024;
+  s.iterations = 4;
+  s.memory_limit_mb = 36000;
+  s.search.score_batches = 1;
+  s.search.simulate_top = 2;
+  s.search.pp = {1, 2, 4};
+  s.search.cp = {1, 2};
+  s.methods = {*MethodSpecFor("packing", "test"), *MethodSpecFor("sluice", "test"),
+               *MethodSpecFor("sluice-dynamic", "test")};
+  CompareOptions o;
+  o.progress = nullptr;
+  auto r = RunCompare(s, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const MethodRun* d = Find(r->own, "sluice-dynamic");
+  const MethodRun* best = Find(r->own, "sluice");
+  ASSERT_NE(d, nullptr);
+  ASSERT_NE(best, nullptr);
+  ASSERT_EQ(d->state, RunState::kOk) << d->reason;
+  EXPECT_FALSE(d->config.has_value());
+  ASSERT_GE(d->strategies.size(), 2u);
+  EXPECT_EQ(d->strategies[0], best->config->Describe());
+  bool any_hetero = false;
+  for (const std::string& st : d->strategies) any_hetero |= st.find("heterogeneous") == 0;
+  EXPECT_TRUE(any_hetero);
+  ASSERT_EQ(d->batches.size(), 4u);
+  int64_t changes = 0;
+  for (size_t i = 0; i < d->batches.size(); ++i) {
+    const BatchRecord& b = d->batches[i];
+    ASSERT_EQ(b.outcome, BatchOutcome::kOk) << b.reason;
+    ASSERT_GE(b.strategy, 0);
+    ASSERT_LT(b.strategy, static_cast<int64_t>(d->strategies.size()));
+    EXPECT_GE(b.switch_ms, 0);
+    EXPECT_GT(b.iteration_ms, b.switch_ms);
+    if (i == 0) EXPECT_EQ(b.switch_ms, 0);
+    if (i > 0 && b.strategy != d->batches[i - 1].strategy) ++changes;
+    if (i > 0 && b.strategy == d->batches[i - 1].strategy) EXPECT_EQ(b.switch_ms, 0);
+  }
+  EXPECT_EQ(d->switches, changes);
+  EXPECT_GT(d->fraction_of_ideal, 0);
+  EXPECT_LE(d->fraction_of_ideal, d->fraction_of_length_aware);
+  const MethodRun* dc = Find(r->controlled, "sluice-dynamic");
+  ASSERT_NE(dc, nullptr);
+  EXPECT_EQ(dc->state, RunState::kNotRun);
+  auto back = CompareResultFromJson(CompareResultToJson(*r), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *r);
+}
+
+}  // namespace
+}  // namespace sluice
