@@ -45,7 +45,8 @@ expect cost-fit 0 "mean" -- cost fit
 expect batch-default 0 "summary over 3 global batches" -- batch --iterations 3
 expect batch-every-method 0 "predicted throughput" -- batch --method hydraulis+dynapipe --iterations 2 --show 0
 expect batch-t5 0 "x[0-9]+ " -- batch --model t5-11b --parallel dp=1,pp=8,zero=1 --data flan-like --max-seqlen 1024 --tokens-per-batch 16384 --iterations 2 --method dynapipe
-expect batch-t5-hydraulis 2 "decoder-only" -- batch --model t5-11b --parallel dp=1,pp=8,zero=1 --data flan-like --max-seqlen 512 --iterations 1 --method hydraulis
+expect batch-t5-hydraulis 0 "x[0-9]+x[0-9]+ varlen" -- batch --model t5-11b --parallel dp=1,pp=8,zero=1 --data flan-like --max-seqlen 512 --iterations 1 --method hydraulis
+expect batch-t5-megatron-gbp 2 "decoder-only" -- batch --model t5-11b --parallel dp=1,pp=8,zero=1 --data flan-like --max-seqlen 512 --iterations 1 --method megatron-gbp
 expect batch-bad-method 2 "allowed: 'padding'" -- batch --method fastest
 expect batch-bad-iterations 2 "--iterations" -- batch --iterations many
 expect batch-seqlen-too-long 2 "max position" -- batch --max-seqlen 100000
