@@ -125,13 +125,15 @@ PY
 import json, sys
 ev = json.load(open('$tmp/t/trace-rank-0.json'))['traceEvents']
 sys.exit(any('handed_ts' in e.get('args', {}) for e in ev))"
-  # The delay lengthens the iterations by several transfers' worth: the what-if predicts it and
-  # the delayed run shows it (both > 15% above the run without the delay), and the prediction is
-  # within a factor of 2 of the delayed run's mean iteration. Not an accuracy test: the two runs
-  # are single runs at different moments beside whatever else the machine runs (under ctest -j2
-  # the delayed run measured 608 ms against 375 ms predicted from a 245 ms run); the accuracy
-  # figure is bench/whatif_link_delay.sh's medians of alternating runs (docs/benchmarks.md).
-  check "the what-if and the delayed run both lengthen the iteration" \
+  # The what-if lengthens the replayed iteration by several transfers' worth (> 15% above the
+  # run it replays: both numbers come from the same trace, so this does not depend on the load),
+  # and the prediction is within a factor of 2 of the delayed run's mean iteration. That the
+  # delayed run really waited is the handed_ts check above. Not an accuracy test: the two runs are
+  # single runs at different moments beside whatever else the machine runs (under ctest -j2 the
+  # undelayed run once measured 402 ms and the delayed one 428 ms; another time 245 and 608 ms);
+  # the accuracy figure is bench/whatif_link_delay.sh's medians of alternating runs
+  # (docs/benchmarks.md).
+  check "the what-if lengthens the iteration; the delayed run is within 2x of it" \
     "$python" - "$tmp/t-whatif.json" "$tmp/t30.json" <<'PY'
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
@@ -142,7 +144,7 @@ before = mean(a["per_iteration"]["iterations"], "measured_ms")
 pred = mean(a["what_if"]["per_iteration"]["iterations"], "replayed_ms")
 meas = mean(b["per_iteration"]["iterations"], "measured_ms")
 print(f"  without delay {before:.1f} ms, predicted {pred:.1f} ms, measured {meas:.1f} ms")
-sys.exit(0 if 0.5 * meas <= pred <= 2 * meas and min(pred, meas) > 1.15 * before else 1)
+sys.exit(0 if 0.5 * meas <= pred <= 2 * meas and pred > 1.15 * before else 1)
 PY
   expect "replay tied to its plans" 0 "tied to 6 plan\(s\)" -- replay "$tmp/t" --plan "${plans[@]}" \
     --report "$tmp/t.html"
