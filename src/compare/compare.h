@@ -91,6 +91,7 @@ struct BatchRecord {
   int64_t real_tokens = 0;    // placed, unpadded (0 when planning failed)
   int64_t padded_tokens = 0;  // allocated by the micro-batch shapes
   int64_t micro_batches = 0;
+  int64_t cp_splits = 0;      // micro-batches run at a smaller cp (PlanResult::cp_splits)
   double iteration_ms = 0;    // simulated
   double ideal_ms = 0;        // useful FLOPs of the placed samples / (devices x R)
   double length_aware_ms = 0; // the placed samples at their length rates R(L) / devices

@@ -63,6 +63,7 @@ nlohmann::json BatchToJson(const BatchRecord& b) {
           {"comm", b.comm},
           {"peak_memory_mb", b.peak_memory_mb},
           {"breakdown", BreakdownToJson(b.breakdown)}};
+  if (b.cp_splits > 0) j["cp_splits"] = b.cp_splits;
   if (b.strategy >= 0) {
     j["strategy"] = b.strategy;
     j["switch_ms"] = b.switch_ms;
@@ -84,6 +85,7 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
   SLUICE_RETURN_IF_ERROR(r.Int("real_tokens", &b->real_tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("padded_tokens", &b->padded_tokens, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Int("micro_batches", &b->micro_batches, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("cp_splits", &b->cp_splits, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.Double("iteration_ms", &b->iteration_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("ideal_ms", &b->ideal_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.OptionalDouble("length_aware_ms", &b->length_aware_ms, 0, kBig));

@@ -48,6 +48,7 @@ BatchRecord StartRecord(const GlobalBatch& batch, const PlanResult& plan) {
   rec.batch = batch.index;
   rec.tokens = batch.tokens;
   rec.planning_ms = plan.planning_time.millis();
+  rec.cp_splits = plan.cp_splits;
   if (plan.outcome != PlanOutcome::kOk) {
     rec.outcome = BatchOutcome::kOutOfMemory;
     rec.reason = plan.infeasible_reason;

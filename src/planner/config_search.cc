@@ -227,6 +227,10 @@ PlannerOptions CandidateScorer::OptionsFor(const Candidate& c) const {
   options.schedule = c.schedule;
   options.batching = batching_;
   options.dynamic_cp = c.dynamic_cp && c.parallel.cp > 1;
+  // The megatron-gbp method splits by Megatron-Core's length rule; sluice's batchings (its
+  // global+gbp included) by the fastest prediction.
+  options.dynamic_cp_rule =
+      c.batching == "megatron-gbp" ? DynamicCpRule::kMegatronLength : DynamicCpRule::kFastest;
   return options;
 }
 

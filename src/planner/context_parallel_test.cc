@@ -174,9 +174,9 @@ namespace sluice {
 namespace {
 
 // Per-micro-batch cp (batching/dynamic_cp.h): on a batch of short sequences at cp 4, a micro-batch
-// either keeps its costs or runs its samples in sub-groups of a smaller cp, strictly faster and
-// no larger; the plan validates and simulates within memory; with nothing split the plan is the
-// fixed-cp one; cp 1 is left as it was.
+// either keeps its costs or runs its samples in sub-groups of a smaller cp, strictly faster; the
+// replicas still fit memory in any order; the plan validates and simulates within memory; cp 1 is
+// left as it was.
 TEST(DynamicCpTest, ShortMicroBatchesRunAtASmallerCpAndNothingGetsWorse) {
   ParallelConfig par = TestParallel(1, 1, 2, 36000, /*zero=*/2);
   par.cp = 4;
@@ -197,22 +197,19 @@ TEST(DynamicCpTest, ShortMicroBatchesRunAtASmallerCpAndNothingGetsWorse) {
   ASSERT_EQ(a->outcome, PlanOutcome::kOk);
   ASSERT_EQ(b->outcome, PlanOutcome::kOk) << b->infeasible_reason;
   EXPECT_TRUE(ValidatePlan(b->plan).ok()) << ValidatePlan(b->plan).ToString();
-  // The same micro-batches (by rows), each no slower and no larger.
+  // The same micro-batches (by rows), each no slower.
   std::map<std::vector<std::vector<int64_t>>, const MicroBatch*> before;
   for (const auto& rep : a->batch_plan.replicas) {
     for (const MicroBatch& mb : rep) before[mb.rows] = &mb;
   }
   int64_t split = 0;
   for (const auto& rep : b->batch_plan.replicas) {
+    EXPECT_TRUE(CheckSequenceMemory(dynamic->evaluator(), rep).empty());
     for (const MicroBatch& mb : rep) {
       ASSERT_TRUE(before.contains(mb.rows));
       const MicroBatch& old = *before[mb.rows];
       EXPECT_EQ(old.cp_split, 1);
       EXPECT_LE(mb.Bottleneck(), old.Bottleneck());
-      for (size_t s = 0; s < mb.stages.size(); ++s) {
-        EXPECT_LE(mb.stages[s].stored, old.stages[s].stored);
-        EXPECT_LE(mb.stages[s].peak, old.stages[s].peak);
-      }
       if (mb.cp_split > 1) {
         ++split;
         EXPECT_LT(mb.Bottleneck(), old.Bottleneck());
@@ -223,16 +220,18 @@ TEST(DynamicCpTest, ShortMicroBatchesRunAtASmallerCpAndNothingGetsWorse) {
       }
     }
   }
-  // Whether any micro-batch splits depends on the cost model (on this batch, analytic costs,
-  // none does: a sub-group of a smaller cp stores more per device than the guard allows); the
-  // invariants above hold either way.
+  EXPECT_EQ(b->cp_splits, split);
+  // 1K-token samples at cp 4 (256 tokens per device and sample): running them at cp 1 or 2 is
+  // faster, and a sub-group holding a few more tokens than 1/k still fits the memory rule (the
+  // rule before this guard, "no stage stores more", split none on this batch).
+  EXPECT_GT(split, 0);
+  EXPECT_LT(b->makespan, a->makespan);
   RecordProperty("split", static_cast<int>(split));
   StatusOr<SimResult> sa = Simulate(a->plan);
   StatusOr<SimResult> sb = Simulate(b->plan);
   ASSERT_TRUE(sa.ok() && sb.ok());
   EXPECT_EQ(sb->outcome, SimOutcome::kOk);
   EXPECT_FALSE(sb->memory_exceeded);
-  if (split == 0) EXPECT_EQ(b->plan, a->plan);
   // cp 1: nothing to split, the option changes nothing.
   ParallelConfig one = TestParallel(4, 1, 2, 36000, 2);
   auto s1 = MakeTestSetup("gpt-6.7b", one, testing::TestCost::kAnalytic);

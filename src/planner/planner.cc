@@ -68,6 +68,19 @@ StatusOr<Planner> Planner::Create(std::shared_ptr<const StageCostEvaluator> eval
 
 StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   const auto start = std::chrono::steady_clock::now();
+  SLUICE_ASSIGN_OR_RETURN(PlanResult result, PlanOnce(batch, !narrower_.empty()));
+  if (result.outcome != PlanOutcome::kOk && result.cp_splits > 0) {
+    // A split micro-batch made a later memory check fail: every micro-batch whole again.
+    SLUICE_ASSIGN_OR_RETURN(result, PlanOnce(batch, false));
+  }
+  result.planning_time = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count());
+  return result;
+}
+
+StatusOr<PlanResult> Planner::PlanOnce(std::span<const Sample> batch, bool split) const {
+  const auto start = std::chrono::steady_clock::now();
   PlanResult result;
   if (static_cast<int64_t>(batch.size()) < eval_->parallel().dp) {
     return InvalidArgumentError(fmt::format(
@@ -88,7 +101,10 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     result.infeasible_reason = "batching: " + result.batch_plan.infeasible_reason;
     return finish(std::move(result));
   }
-  if (!narrower_.empty()) ApplyDynamicCp(&result.batch_plan, batch, *eval_, narrower_);
+  if (split) {
+    result.cp_splits = ApplyDynamicCp(&result.batch_plan, batch, *eval_, narrower_,
+                                      options_.dynamic_cp_rule);
+  }
 
   const int64_t dp = eval_->parallel().dp;
   std::vector<Schedule> schedules(static_cast<size_t>(dp));

@@ -33,6 +33,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "batching/dynamic_cp.h"
 #include "batching/method.h"
 #include "batching/micro_batch.h"
 #include "batching/stage_cost.h"
@@ -77,7 +78,12 @@ struct PlannerOptions {
   OptimizerOptions optimizer;
   // With cp > 1: after batching, each micro-batch may run its samples in sub-groups of a smaller
   // cp (batching/dynamic_cp.h, Megatron-Core's dynamic context parallelism). Off by default.
+  // When a plan with split micro-batches then fails a later memory check (the schedule's order
+  // or the lowered plan), the batch is planned again with every micro-batch whole.
   bool dynamic_cp = false;
+  // How a micro-batch's split is chosen (batching/dynamic_cp.h): the fastest predicted one, or
+  // Megatron-Core's length rule (the `megatron-gbp` method).
+  DynamicCpRule dynamic_cp_rule = DynamicCpRule::kFastest;
 };
 
 // What the optimizer did to a plan (PlannerOptions::optimize).
@@ -102,6 +108,7 @@ struct PlanResult {
   std::vector<Bytes> peak_memory;
   Duration given_order_makespan;         // slowest replica before the order search
   Duration planning_time;                // wall time of Plan() (the optimizer's included)
+  int64_t cp_splits = 0;                 // micro-batches run at a smaller cp (dynamic cp)
   std::optional<PlanOptimization> optimized;  // set when the optimizer ran
 };
 
@@ -135,6 +142,8 @@ class Planner {
   StatusOr<PlanResult> Plan(std::span<const Sample> batch) const;
 
  private:
+  // Plan() with (split) or without per-micro-batch cp.
+  StatusOr<PlanResult> PlanOnce(std::span<const Sample> batch, bool split) const;
   Planner(std::shared_ptr<const StageCostEvaluator> eval, ClusterSpec cluster,
           PlannerOptions options)
       : eval_(std::move(eval)), cluster_(std::move(cluster)), options_(std::move(options)) {}

@@ -67,6 +67,8 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
       name == "multipack" || name == "megatron-gbp") {
     spec.batching = {std::string(name)};
     spec.schedules = MegatronSchedules();
+    // Megatron-Core's dynamic cp: each sample's cp by its length (batching/dynamic_cp.h).
+    spec.dynamic_cp = name == "megatron-gbp";
   } else if (name == "dynapipe") {
     spec.batching = {"dynapipe"};
     spec.schedules = {ScheduleKind::k1F1B, ScheduleKind::kAdaptive};
@@ -74,8 +76,9 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
     spec.batching = {"hydraulis"};
     spec.schedules = {ScheduleKind::k1F1B};
   } else if (name == "sluice" || name == "sluice-dynamic") {
-    spec.batching = {"dynapipe",  "hydraulis",    "hydraulis+dynapipe",
-                     "multipack", "token-budget", "packing"};
+    // global+gbp: megatron-gbp's packs, with sluice's own choice of each micro-batch's cp.
+    spec.batching = {"dynapipe",     "hydraulis", "hydraulis+dynapipe", "multipack",
+                     "token-budget", "packing",   "global+gbp"};
     spec.schedules = AllScheduleKinds();
     spec.dynamic_cp = true;
     if (name == "sluice-dynamic") spec.kind = MethodKind::kDynamic;
