@@ -28,7 +28,8 @@ std::vector<int64_t> PackCaps(int64_t lo, int64_t largest) {
 
 class GlobalBatchPackingBatcher final : public MicroBatcher {
  public:
-  std::string_view name() const override { return "gbp"; }
+  explicit GlobalBatchPackingBatcher(bool by_cp_class) : by_cp_class_(by_cp_class) {}
+  std::string_view name() const override { return by_cp_class_ ? "gbpc" : "gbp"; }
   StatusOr<ReplicaBatches> Build(std::span<const Sample> samples, const StageCostEvaluator& eval,
                                  const BatchingOptions& options, int64_t replicas) const override {
     if (eval.model().is_encoder_decoder() || !eval.varlen_supported()) {
@@ -51,9 +52,10 @@ class GlobalBatchPackingBatcher final : public MicroBatcher {
     space.candidates = PackCaps;
     space.param_name = "pack cap";
     const int64_t bins = std::max<int64_t>(1, replicas);
+    const int64_t cp = by_cp_class_ ? eval.parallel().cp : 1;
     const MicroBatchBuilder build = [&](int64_t cap, Recompute rc, std::vector<MicroBatch>* out) {
       out->clear();
-      for (std::vector<int64_t>& pack : BalancedGlobalPacks(samples, eval, cap, bins)) {
+      for (std::vector<int64_t>& pack : BalancedGlobalPacks(samples, eval, cap, bins, cp)) {
         MicroBatch mb;
         mb.rows.push_back(std::move(pack));
         mb.varlen = true;
@@ -63,19 +65,36 @@ class GlobalBatchPackingBatcher final : public MicroBatcher {
       }
       return true;
     };
-    return SearchFastestBaseline(eval, space, build, "megatron-gbp");
+    return SearchFastestBaseline(eval, space, build, by_cp_class_ ? "gbpc" : "megatron-gbp");
   }
+
+ private:
+  bool by_cp_class_;
 };
+
+int64_t NextPowerOfTwo(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
 
 }  // namespace
 
 std::unique_ptr<MicroBatcher> MakeGlobalBatchPackingBatcher() {
-  return std::make_unique<GlobalBatchPackingBatcher>();
+  return std::make_unique<GlobalBatchPackingBatcher>(false);
+}
+
+std::unique_ptr<MicroBatcher> MakeCpClassPackingBatcher() {
+  return std::make_unique<GlobalBatchPackingBatcher>(true);
 }
 
 std::vector<std::vector<int64_t>> BalancedGlobalPacks(std::span<const Sample> samples,
                                                       const StageCostEvaluator& eval, int64_t cap,
-                                                      int64_t replicas) {
+                                                      int64_t replicas, int64_t cp) {
+  const int64_t per_rank = std::max<int64_t>(1, cap / std::max<int64_t>(1, cp));
+  auto cp_class = [&](int64_t len) {
+    return cp <= 1 ? int64_t{1} : std::min(cp, NextPowerOfTwo((len + per_rank - 1) / per_rank));
+  };
   int64_t tokens = 0;
   std::vector<int64_t> order(samples.size());
   std::iota(order.begin(), order.end(), 0);
@@ -89,11 +108,13 @@ std::vector<std::vector<int64_t>> BalancedGlobalPacks(std::span<const Sample> sa
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(packs));
   std::vector<int64_t> used(out.size(), 0);
   std::vector<double> work(out.size(), 0);
+  std::vector<int64_t> klass(out.size(), 0);  // 0: empty, any class
   for (int64_t i : order) {
     const int64_t len = eval.SeqLen(samples[i]);
+    const int64_t c = cp_class(len);
     int64_t best = -1;
     for (size_t p = 0; p < out.size(); ++p) {
-      if (used[p] + len > cap) continue;
+      if (used[p] + len > cap || (klass[p] != 0 && klass[p] != c)) continue;
       if (best < 0 || work[p] < work[best]) best = static_cast<int64_t>(p);
     }
     if (best < 0) {
@@ -101,7 +122,9 @@ std::vector<std::vector<int64_t>> BalancedGlobalPacks(std::span<const Sample> sa
       out.resize(out.size() + static_cast<size_t>(replicas));
       used.resize(out.size(), 0);
       work.resize(out.size(), 0);
+      klass.resize(out.size(), 0);
     }
+    klass[best] = c;
     out[best].push_back(samples[i].id);
     used[best] += len;
     work[best] += static_cast<double>(len) * static_cast<double>(len);

@@ -14,9 +14,14 @@
 // then splits the packs over replicas (karmarkar_karp.h), so replicas may run different numbers
 // of micro-batches, as Megatron's hybrid-CP data schedule does.
 //
-// Not modelled (documented in docs/compare.md): Megatron-Core's dynamic cp per micro-batch
-// (each sample's own cp = the next power of two of ceil(len / max_seqlen_per_rank), small
-// samples on fewer devices): here every pack runs on the configuration's fixed cp.
+// The "gbpc" MicroBatcher (global+gbpc; the method alias `megatron-hybrid-cp`) packs the same way
+// by cp class, as Megatron-Core's hybrid (dynamic) cp buckets samples by the cp each needs: with
+// the configuration's cp C > 1, a sample of L tokens is of class min(C, the next power of two of
+// ceil(L / (cap / C))) (cap / C: Megatron's max_seqlen_per_rank), and a pack only takes samples
+// of the class of its first (longest) one; a sample that finds no pack of its class with room
+// opens `replicas` more packs. Packs of short samples then hold no long one, so per-micro-batch
+// cp (dynamic_cp.h, which the planner applies after batching) can run them on sub-groups of C /
+// class devices. With C = 1 (or every sample of one class) it is "gbp".
 // Decoder-only models only (THD packing with per-sample attention); an encoder-decoder model is an
 // InvalidArgument (the method is then "unsupported").
 //
@@ -35,11 +40,13 @@
 namespace sluice {
 
 std::unique_ptr<MicroBatcher> MakeGlobalBatchPackingBatcher();  // "gbp"
+std::unique_ptr<MicroBatcher> MakeCpClassPackingBatcher();      // "gbpc"
 
 // The packs (sample ids, each pack in insertion order) of `samples` under `cap` tokens, opened in
-// multiples of `replicas` (the rule above). REQUIRES: every sample's length <= cap, replicas >= 1.
+// multiples of `replicas` (the rule above); `cp` > 1: packs by cp class ("gbpc"). REQUIRES: every
+// sample's length <= cap, replicas >= 1, cp >= 1.
 std::vector<std::vector<int64_t>> BalancedGlobalPacks(std::span<const Sample> samples,
                                                       const StageCostEvaluator& eval, int64_t cap,
-                                                      int64_t replicas);
+                                                      int64_t replicas, int64_t cp = 1);
 
 }  // namespace sluice

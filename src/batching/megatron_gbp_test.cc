@@ -43,6 +43,45 @@ TEST(MegatronGbpTest, PacksAreBalancedByWorkUnderTheCap) {
   EXPECT_EQ(more.size(), 3u);
 }
 
+// By cp class (gbpc, Megatron-Core's hybrid cp): at cp 4 under a 4,096-token cap (1,024 per
+// rank), the classes are 4 (> 2,048 tokens), 2 (1,025-2,048) and 1 (<= 1,024); no pack mixes
+// classes, every sample lands once, and at cp 1 the packs are gbp's.
+TEST(MegatronGbpTest, PacksByCpClassHoldOneClassEach) {
+  ParallelConfig par = TestParallel(1, 4);
+  par.cp = 4;
+  auto setup = MakeTestSetup("gpt-6.7b", par);
+  const std::vector<Sample> batch = Lengths({3000, 1800, 1500, 900, 600, 500, 300, 200, 100});
+  auto klass = [](int64_t len) { return len > 2048 ? 4 : len > 1024 ? 2 : 1; };
+  const auto packs = BalancedGlobalPacks(batch, setup->evaluator(), 4096, 1, 4);
+  std::vector<int64_t> ids;
+  for (const auto& pack : packs) {
+    ASSERT_FALSE(pack.empty());
+    int64_t tokens = 0;
+    for (int64_t id : pack) {
+      EXPECT_EQ(klass(batch[id].input_len), klass(batch[pack[0]].input_len)) << id;
+      tokens += batch[id].input_len;
+      ids.push_back(id);
+    }
+    EXPECT_LE(tokens, 4096);
+  }
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, SortedIds(batch));
+  // The 3,000 alone; the 1,800 and 1,500 each in an empty pack (the least work, as gbp picks);
+  // the class-1 samples find no pack of their class and open one more, which takes them all.
+  EXPECT_EQ(packs.size(), 4u);
+  // gbp's three packs mix classes.
+  bool mixed = false;
+  for (const auto& pack : BalancedGlobalPacks(batch, setup->evaluator(), 4096, 1)) {
+    for (int64_t id : pack) mixed |= klass(batch[id].input_len) != klass(batch[pack[0]].input_len);
+  }
+  EXPECT_TRUE(mixed);
+  EXPECT_EQ(BalancedGlobalPacks(batch, setup->evaluator(), 4096, 1, 1),
+            BalancedGlobalPacks(batch, setup->evaluator(), 4096, 1));
+  StatusOr<BatchPlan> plan = RunMethod("megatron-hybrid-cp", batch, setup->evaluator(), {});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->outcome, PlanOutcome::kOk) << plan->infeasible_reason;
+}
+
 TEST(MegatronGbpTest, EverySampleOnceInOneVarlenRowPerMicroBatch) {
   auto setup = MakeTestSetup("gpt-6.7b", TestParallel(2, 4));
   const std::vector<Sample> batch = RandomTokenBatch(7, 16384, 2048, false);

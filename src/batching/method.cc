@@ -27,7 +27,7 @@ constexpr Entry kAssigners[] = {
     {"balanced", "LPT on each sample's estimated cost a*s^2 + b*s"},
     {"hydraulis", "Hydraulis stage 1: seeded randomised greedy min-max of sum f(s) + (pp-1) max f"},
     {"global", "DynaPipe: micro-batch the whole batch, then Karmarkar-Karp over replicas "
-               "(with dynapipe, token-budget or gbp only)"},
+               "(with dynapipe, token-budget, gbp or gbpc only)"},
 };
 
 constexpr Entry kBatchers[] = {
@@ -40,6 +40,8 @@ constexpr Entry kBatchers[] = {
     {"hydraulis", "Hydraulis stage 2: v balanced varlen micro-batches under a token cap"},
     {"gbp", "Megatron-Core global batch packing: work-balanced THD packs of the whole batch "
             "(with the global assigner)"},
+    {"gbpc", "gbp by cp class: a pack holds samples of one cp class (Megatron-Core's hybrid cp; "
+             "with the global assigner)"},
 };
 
 constexpr Entry kMethods[] = {
@@ -51,6 +53,7 @@ constexpr Entry kMethods[] = {
     {"dynapipe", "global+dynapipe"},
     {"hydraulis", "hydraulis+hydraulis"},
     {"megatron-gbp", "global+gbp"},
+    {"megatron-hybrid-cp", "global+gbpc"},
 };
 
 template <size_t N>
@@ -111,6 +114,7 @@ StatusOr<std::unique_ptr<MicroBatcher>> MakeMicroBatcher(std::string_view name) 
   if (name == "dynapipe") return MakeDynaPipeBatcher();
   if (name == "hydraulis") return MakeHydraulisBatcher();
   if (name == "gbp") return MakeGlobalBatchPackingBatcher();
+  if (name == "gbpc") return MakeCpClassPackingBatcher();
   return InvalidArgumentError(fmt::format("--method: unknown micro-batcher '{}' (allowed: {})",
                                           name, JoinAllowed(Names(kBatchers))));
 }
@@ -124,11 +128,12 @@ StatusOr<BatchPlan> RunMethod(std::string_view method, std::span<const Sample> b
 
   BatchPlan plan;
   if (assigner_name == kGlobal) {
-    if (batcher_name != "dynapipe" && batcher_name != "token-budget" && batcher_name != "gbp") {
+    if (batcher_name != "dynapipe" && batcher_name != "token-budget" && batcher_name != "gbp" &&
+        batcher_name != "gbpc") {
       return InvalidArgumentError(fmt::format(
           "--method '{}': the global assigner micro-batches the whole batch and splits the "
-          "micro-batches over replicas; it composes with dynapipe, token-budget and gbp only (the "
-          "fixed-size baselines are per-replica configurations)",
+          "micro-batches over replicas; it composes with dynapipe, token-budget, gbp and gbpc only "
+          "(the fixed-size baselines are per-replica configurations)",
           method));
     }
     SLUICE_ASSIGN_OR_RETURN(ReplicaBatches global, batcher->Build(batch, eval, options, dp));

@@ -24,8 +24,8 @@ using testing::TestParallel;
 std::vector<std::string> MethodsFor(bool encoder_decoder) {
   std::vector<std::string> methods;
   for (const MethodInfo& m : ListMethods()) {
-    // megatron-gbp packs decoder-only THD rows
-    if (encoder_decoder && m.name == "megatron-gbp") continue;
+    // megatron-gbp and megatron-hybrid-cp pack decoder-only THD rows
+    if (encoder_decoder && (m.name == "megatron-gbp" || m.name == "megatron-hybrid-cp")) continue;
     methods.push_back(m.name);
   }
   methods.push_back("hydraulis+dynapipe");
@@ -118,7 +118,7 @@ TEST(MethodTest, UnknownNamesListTheAllowedOnes) {
   r = RunMethod("balanced+fancy", batch, setup->evaluator(), {});
   EXPECT_THAT(r.status().message(), HasSubstr("unknown micro-batcher 'fancy'"));
   r = RunMethod("global+packing", batch, setup->evaluator(), {});
-  EXPECT_THAT(r.status().message(), HasSubstr("dynapipe, token-budget and gbp only"));
+  EXPECT_THAT(r.status().message(), HasSubstr("dynapipe, token-budget, gbp and gbpc only"));
 }
 
 TEST(MethodTest, MegatronGbpRejectsEncoderDecoder) {

@@ -144,7 +144,8 @@ std::vector<Candidate> ExpandCandidates(std::span<const ParallelConfig> configs,
           c.parallel.vpp = vpp;
           c.schedule = kind;
           c.batching = batching;
-          c.dynamic_cp = method.dynamic_cp && base.cp > 1;
+          // megatron-gbp's packs run at the fixed cp (Megatron-Core without hybrid cp).
+          c.dynamic_cp = method.dynamic_cp && base.cp > 1 && batching != "megatron-gbp";
           out.push_back(std::move(c));
         }
       }
@@ -227,10 +228,10 @@ PlannerOptions CandidateScorer::OptionsFor(const Candidate& c) const {
   options.schedule = c.schedule;
   options.batching = batching_;
   options.dynamic_cp = c.dynamic_cp && c.parallel.cp > 1;
-  // The megatron-gbp method splits by Megatron-Core's length rule; sluice's batchings (its
-  // global+gbp included) by the fastest prediction.
-  options.dynamic_cp_rule =
-      c.batching == "megatron-gbp" ? DynamicCpRule::kMegatronLength : DynamicCpRule::kFastest;
+  // Megatron-Core's hybrid cp splits by its length rule; sluice's batchings by the fastest
+  // prediction.
+  options.dynamic_cp_rule = c.batching == "megatron-hybrid-cp" ? DynamicCpRule::kMegatronLength
+                                                               : DynamicCpRule::kFastest;
   return options;
 }
 

@@ -45,10 +45,10 @@ StatusOr<PlanResult> PlanWith(const testing::TestSetup& setup, std::string_view 
   return planner.Plan(batch);
 }
 
-// Megatron's rule: each sample's cp is the next power of two of ceil(L / max_seqlen_per_rank)
-// (max_seqlen_per_rank = the largest pack's tokens / cp); a pack splits into cp / (the largest
-// need) sub-groups (at most its samples), so a pack holding a long sample stays whole and a pack
-// of short ones runs at a smaller cp. Every split is the one the rule gives; the plan validates
+// Megatron's rule on megatron-hybrid-cp's packs (one cp class each): each sample's cp is the
+// next power of two of ceil(L / max_seqlen_per_rank) (max_seqlen_per_rank = the largest pack's
+// tokens / cp); a pack splits into cp / (the largest need) sub-groups (at most its samples), so a
+// pack holding a long sample stays whole and a pack of short ones runs at a smaller cp. Every split is the one the rule gives; the plan validates
 // and simulates within memory.
 TEST(DynamicCpRuleTest, MegatronGbpSplitsEachPackByItsLongestSample) {
   ParallelConfig par = TestParallel(1, 1, 2, 36000, /*zero=*/2);
@@ -56,7 +56,7 @@ TEST(DynamicCpRuleTest, MegatronGbpSplitsEachPackByItsLongestSample) {
   auto setup = MakeTestSetup("gpt-6.7b", par, testing::TestCost::kAnalytic);
   const std::vector<Sample> batch = MixedBatch();
   StatusOr<PlanResult> r =
-      PlanWith(*setup, "megatron-gbp", true, DynamicCpRule::kMegatronLength, batch);
+      PlanWith(*setup, "megatron-hybrid-cp", true, DynamicCpRule::kMegatronLength, batch);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
   EXPECT_TRUE(ValidatePlan(r->plan).ok());
@@ -100,7 +100,7 @@ TEST(DynamicCpRuleTest, DeterministicAndTheFastestRuleIsNeverSlower) {
   par.cp = 4;
   auto setup = MakeTestSetup("gpt-6.7b", par, testing::TestCost::kAnalytic);
   const std::vector<Sample> batch = MixedBatch();
-  for (std::string_view method : {"megatron-gbp", "global+gbp", "hydraulis", "multipack"}) {
+  for (std::string_view method : {"megatron-gbp", "megatron-hybrid-cp", "global+gbpc", "hydraulis", "multipack"}) {
     StatusOr<PlanResult> fixed = PlanWith(*setup, method, false, DynamicCpRule::kFastest, batch);
     ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
     for (DynamicCpRule rule : {DynamicCpRule::kFastest, DynamicCpRule::kMegatronLength}) {

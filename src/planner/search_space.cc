@@ -64,11 +64,15 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
   MethodSpec spec;
   spec.name = std::string(name);
   if (name == "padding" || name == "sorted" || name == "token-budget" || name == "packing" ||
-      name == "multipack" || name == "megatron-gbp") {
+      name == "multipack") {
     spec.batching = {std::string(name)};
     spec.schedules = MegatronSchedules();
-    // Megatron-Core's dynamic cp: each sample's cp by its length (batching/dynamic_cp.h).
-    spec.dynamic_cp = name == "megatron-gbp";
+  } else if (name == "megatron-gbp") {
+    // Megatron-Core's global batch packing at a fixed cp, and with its hybrid (dynamic) cp:
+    // packs by cp class, each sample's cp by its length (batching/dynamic_cp.h).
+    spec.batching = {"megatron-gbp", "megatron-hybrid-cp"};
+    spec.schedules = MegatronSchedules();
+    spec.dynamic_cp = true;
   } else if (name == "dynapipe") {
     spec.batching = {"dynapipe"};
     spec.schedules = {ScheduleKind::k1F1B, ScheduleKind::kAdaptive};
@@ -76,9 +80,10 @@ StatusOr<MethodSpec> MethodSpecFor(std::string_view name, std::string_view sourc
     spec.batching = {"hydraulis"};
     spec.schedules = {ScheduleKind::k1F1B};
   } else if (name == "sluice" || name == "sluice-dynamic") {
-    // global+gbp: megatron-gbp's packs, with sluice's own choice of each micro-batch's cp.
-    spec.batching = {"dynapipe",     "hydraulis", "hydraulis+dynapipe", "multipack",
-                     "token-budget", "packing",   "global+gbp"};
+    // global+gbp(c): megatron-gbp's packs (by cp class), with sluice's choice of each
+    // micro-batch's cp.
+    spec.batching = {"dynapipe", "hydraulis",  "hydraulis+dynapipe", "multipack", "token-budget",
+                     "packing",  "global+gbp", "global+gbpc"};
     spec.schedules = AllScheduleKinds();
     spec.dynamic_cp = true;
     if (name == "sluice-dynamic") spec.kind = MethodKind::kDynamic;

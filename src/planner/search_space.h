@@ -43,7 +43,8 @@ struct MethodSpec {
   std::vector<std::string> batching;  // RunMethod names tried, e.g. {"dynapipe"}
   std::vector<ScheduleKind> schedules;
   // Per-micro-batch cp (batching/dynamic_cp.h) on its cp > 1 candidates: `sluice` and
-  // `sluice-dynamic` (the fastest split), `megatron-gbp` (Megatron-Core's length rule).
+  // `sluice-dynamic` (the fastest split), `megatron-gbp` (its megatron-hybrid-cp batching only:
+  // Megatron-Core's length rule).
   bool dynamic_cp = false;
 
   friend bool operator==(const MethodSpec&, const MethodSpec&) = default;
