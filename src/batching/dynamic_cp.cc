@@ -161,13 +161,15 @@ int64_t ApplyDynamicCp(BatchPlan* plan, std::span<const Sample> batch,
                        [&](size_t a, size_t b) { return cost[a] > cost[b]; });
       std::vector<int64_t> ks;  // candidate splits
       if (megatron) {
-        int64_t need = 1;
+        int64_t need = mb.cp_class;  // gbpc packs know their class
         for (const Units::value_type& unit : units) {
           for (int64_t id : unit) {
+            if (mb.cp_class > 0) break;
             need = std::max(need, NextPowerOfTwo((eval.SeqLen(index(id)) + per_rank - 1) /
                                                  per_rank));
           }
         }
+        need = std::max<int64_t>(need, 1);
         int64_t k = cp / std::min(cp, need);
         while (k > n) k /= 2;
         if (k >= 2) ks.push_back(k);

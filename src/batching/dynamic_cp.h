@@ -15,11 +15,12 @@
 //  - kFastest (sluice): every k, units balanced by L^2 + 6 h L per sample of L tokens (h the
 //    hidden size: attention plus the linear layers); the split with the smallest bottleneck
 //    (forward + backward at the slowest stage) is kept when it beats the unsplit one.
-//  - kMegatronLength (Megatron-Core's hybrid/dynamic CP, `megatron-gbp`): each sample's cp is
-//    the next power of two of ceil(L / max_seqlen_per_rank), at most C, with max_seqlen_per_rank
-//    = ceil(largest micro-batch's tokens in the plan / C) (the pack cap per rank); the
-//    micro-batch splits into k = C / (the largest cp its samples need) sub-groups (at most its
-//    units, a power of two), balanced by Megatron's work estimate L^2; kept whatever its time.
+//  - kMegatronLength (Megatron-Core's hybrid/dynamic CP, `megatron-gbp`'s megatron-hybrid-cp):
+//    each sample's cp is the next power of two of ceil(L / max_seqlen_per_rank), at most C: a
+//    gbpc pack's MicroBatch::cp_class (max_seqlen_per_rank = its pack cap / C), else with
+//    max_seqlen_per_rank = ceil(largest micro-batch's tokens in the plan / C); the micro-batch
+//    splits into k = C / (the largest cp its samples need) sub-groups (at most its units, a power
+//    of two), balanced by Megatron's work estimate L^2; kept whatever its time.
 // Memory: a split is kept only when the replica still fits: either no stage's stored or peak
 // memory of the micro-batch grows, or the replica passes the order-free form of the memory rule
 // of stage_cost.h on every stage (the k_s - 1 largest stored + held, plus the largest peak +

@@ -57,6 +57,7 @@ class GlobalBatchPackingBatcher final : public MicroBatcher {
       out->clear();
       for (std::vector<int64_t>& pack : BalancedGlobalPacks(samples, eval, cap, bins, cp)) {
         MicroBatch mb;
+        if (cp > 1) mb.cp_class = CpClass(eval.SeqLen(index(pack[0])), cap, cp);
         mb.rows.push_back(std::move(pack));
         mb.varlen = true;
         mb.recompute = rc;
@@ -72,11 +73,7 @@ class GlobalBatchPackingBatcher final : public MicroBatcher {
   bool by_cp_class_;
 };
 
-int64_t NextPowerOfTwo(int64_t x) {
-  int64_t p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
+
 
 }  // namespace
 
@@ -88,13 +85,19 @@ std::unique_ptr<MicroBatcher> MakeCpClassPackingBatcher() {
   return std::make_unique<GlobalBatchPackingBatcher>(true);
 }
 
+int64_t CpClass(int64_t len, int64_t cap, int64_t cp) {
+  if (cp <= 1) return 1;
+  const int64_t per_rank = std::max<int64_t>(1, cap / cp);
+  const int64_t ranks = (len + per_rank - 1) / per_rank;
+  int64_t c = 1;
+  while (c < ranks && c < cp) c *= 2;
+  return std::min(c, cp);
+}
+
 std::vector<std::vector<int64_t>> BalancedGlobalPacks(std::span<const Sample> samples,
                                                       const StageCostEvaluator& eval, int64_t cap,
                                                       int64_t replicas, int64_t cp) {
-  const int64_t per_rank = std::max<int64_t>(1, cap / std::max<int64_t>(1, cp));
-  auto cp_class = [&](int64_t len) {
-    return cp <= 1 ? int64_t{1} : std::min(cp, NextPowerOfTwo((len + per_rank - 1) / per_rank));
-  };
+  auto cp_class = [&](int64_t len) { return CpClass(len, cap, cp); };
   int64_t tokens = 0;
   std::vector<int64_t> order(samples.size());
   std::iota(order.begin(), order.end(), 0);

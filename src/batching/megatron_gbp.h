@@ -45,6 +45,10 @@ std::unique_ptr<MicroBatcher> MakeCpClassPackingBatcher();      // "gbpc"
 // The packs (sample ids, each pack in insertion order) of `samples` under `cap` tokens, opened in
 // multiples of `replicas` (the rule above); `cp` > 1: packs by cp class ("gbpc"). REQUIRES: every
 // sample's length <= cap, replicas >= 1, cp >= 1.
+// A sample's cp class under `cap` tokens per pack at `cp`: min(cp, the next power of two of
+// ceil(len / (cap / cp))); 1 when cp <= 1.
+int64_t CpClass(int64_t len, int64_t cap, int64_t cp);
+
 std::vector<std::vector<int64_t>> BalancedGlobalPacks(std::span<const Sample> samples,
                                                       const StageCostEvaluator& eval, int64_t cap,
                                                       int64_t replicas, int64_t cp = 1);

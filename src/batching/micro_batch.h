@@ -48,6 +48,8 @@ struct MicroBatch {
   // Per-micro-batch context parallelism (dynamic_cp.h): the samples run in cp_split sub-groups
   // of cp / cp_split devices each, side by side; `stages` are then the sub-groups' maximum.
   int64_t cp_split = 1;
+  // gbpc packs (megatron_gbp.h): the cp class of its samples, Megatron's per-sample cp (0: none).
+  int64_t cp_class = 0;
 
   int64_t num_samples() const;
   // max over stages of forward + backward.

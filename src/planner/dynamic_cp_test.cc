@@ -45,10 +45,11 @@ StatusOr<PlanResult> PlanWith(const testing::TestSetup& setup, std::string_view 
   return planner.Plan(batch);
 }
 
-// Megatron's rule on megatron-hybrid-cp's packs (one cp class each): each sample's cp is the
-// next power of two of ceil(L / max_seqlen_per_rank) (max_seqlen_per_rank = the largest pack's
-// tokens / cp); a pack splits into cp / (the largest need) sub-groups (at most its samples), so a
-// pack holding a long sample stays whole and a pack of short ones runs at a smaller cp. Every split is the one the rule gives; the plan validates
+// Megatron's rule on megatron-hybrid-cp's packs (one cp class each, MicroBatch::cp_class: the
+// next power of two of ceil(L / max_seqlen_per_rank)); a pack splits into cp / class sub-groups
+// (at most its samples), so a pack of long samples stays whole and a pack of short ones runs at
+// a smaller cp. Without a class (other batchings), the class comes from the largest pack's
+// tokens / cp. Every split is the one the rule gives; the plan validates
 // and simulates within memory.
 TEST(DynamicCpRuleTest, MegatronGbpSplitsEachPackByItsLongestSample) {
   ParallelConfig par = TestParallel(1, 1, 2, 36000, /*zero=*/2);
@@ -70,12 +71,16 @@ TEST(DynamicCpRuleTest, MegatronGbpSplitsEachPackByItsLongestSample) {
   int64_t split = 0, whole_long = 0;
   for (const auto& rep : r->batch_plan.replicas) {
     for (const MicroBatch& mb : rep) {
-      int64_t need = 1;
+      EXPECT_GT(mb.cp_class, 0);
+      int64_t need = mb.cp_class;
+      int64_t by_largest = 1;
       for (const auto& row : mb.rows) {
         for (int64_t id : row) {
-          need = std::max(need, NextPowerOfTwo((len[id] + per_rank - 1) / per_rank));
+          by_largest = std::max(by_largest, NextPowerOfTwo((len[id] + per_rank - 1) / per_rank));
         }
       }
+      // The pack cap is at least the largest pack: its class is never above that estimate's.
+      EXPECT_LE(need, std::min(par.cp, by_largest));
       int64_t k = par.cp / std::min(par.cp, need);
       while (k > mb.num_samples()) k /= 2;
       // The rule's k, or whole when memory refused it (not on this batch: everything fits).
