@@ -9,6 +9,7 @@
 #include "batching/test_util.h"
 #include "plan/validate.h"
 #include "planner/planner.h"
+#include "planner/search_space.h"
 #include "sim/simulator.h"
 
 namespace sluice {
@@ -105,7 +106,9 @@ TEST(DynamicCpRuleTest, DeterministicAndTheFastestRuleIsNeverSlower) {
   par.cp = 4;
   auto setup = MakeTestSetup("gpt-6.7b", par, testing::TestCost::kAnalytic);
   const std::vector<Sample> batch = MixedBatch();
-  for (std::string_view method : {"megatron-gbp", "megatron-hybrid-cp", "global+gbpc", "hydraulis", "multipack"}) {
+  for (std::string_view method :
+       {"megatron-gbp", "megatron-hybrid-cp", "global+gbpc", "hydraulis", "multipack"}) {
+    EXPECT_TRUE(IsBatchingName(method)) << method;  // a scenario may name it
     StatusOr<PlanResult> fixed = PlanWith(*setup, method, false, DynamicCpRule::kFastest, batch);
     ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
     for (DynamicCpRule rule : {DynamicCpRule::kFastest, DynamicCpRule::kMegatronLength}) {
