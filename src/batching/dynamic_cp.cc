@@ -33,8 +33,7 @@ std::vector<Units> Spread(const Units& units, const std::vector<double>& cost,
   std::vector<Units> groups(static_cast<size_t>(k));
   std::vector<double> load(static_cast<size_t>(k), 0);
   for (size_t u : order) {
-    const size_t g =
-        static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    const size_t g = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     load[g] += cost[u];
     groups[g].push_back(units[u]);
   }
@@ -165,8 +164,8 @@ int64_t ApplyDynamicCp(BatchPlan* plan, std::span<const Sample> batch,
         for (const Units::value_type& unit : units) {
           for (int64_t id : unit) {
             if (mb.cp_class > 0) break;
-            need = std::max(need, NextPowerOfTwo((eval.SeqLen(index(id)) + per_rank - 1) /
-                                                 per_rank));
+            need =
+                std::max(need, NextPowerOfTwo((eval.SeqLen(index(id)) + per_rank - 1) / per_rank));
           }
         }
         need = std::max<int64_t>(need, 1);

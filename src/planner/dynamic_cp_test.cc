@@ -1,11 +1,12 @@
 // Per-micro-batch cp (batching/dynamic_cp.h) through the planner: Megatron-Core's length rule for
 // megatron-gbp's packs, the order-free memory check, the fallback to whole micro-batches, and
 // determinism.
+#include "batching/dynamic_cp.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "batching/dynamic_cp.h"
 #include "batching/test_util.h"
 #include "plan/validate.h"
 #include "planner/planner.h"
@@ -122,9 +123,9 @@ TEST(DynamicCpRuleTest, DeterministicAndTheFastestRuleIsNeverSlower) {
         for (size_t d = 0; d < a->batch_plan.replicas.size(); ++d) {
           const auto& mbs = a->batch_plan.replicas[d];
           for (const MicroBatch& mb : mbs) {
-            const auto it = std::find_if(
-                fixed->batch_plan.replicas[d].begin(), fixed->batch_plan.replicas[d].end(),
-                [&](const MicroBatch& o) { return o.rows == mb.rows; });
+            const auto it = std::find_if(fixed->batch_plan.replicas[d].begin(),
+                                         fixed->batch_plan.replicas[d].end(),
+                                         [&](const MicroBatch& o) { return o.rows == mb.rows; });
             ASSERT_NE(it, fixed->batch_plan.replicas[d].end()) << method;
             EXPECT_LE(mb.Bottleneck(), it->Bottleneck()) << method;
           }
