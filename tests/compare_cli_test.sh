@@ -29,6 +29,40 @@ expect iterations-zero 2 "--iterations: '0' is not a positive integer or 'all'" 
 expect methods-twice 2 "^sluice: error: --methods: method 'packing' is listed twice" -- compare --methods packing,packing
 expect methods-empty 2 "--methods: unknown method ''" -- compare --methods packing,
 expect bad-cp 2 "--cp '1,x': 'x' is not allowed; allowed: comma-separated integers" -- compare --cp 1,x
+expect bad-ep 2 "--ep '2,0': '0' is not allowed; allowed: comma-separated integers in 1..1048576" -- compare --ep 2,0
+expect bad-moe-overlap 2 "--moe-overlap 'fast' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, off" -- compare --moe-overlap fast
+# Expert parallelism: --ep in the search (the ep 2 configurations appear among the candidates),
+# the all-to-all columns per method row, in results.json and the report's all-to-all timeline
+# row; lancet's rewrite exposes less all-to-all than the segmented plans with nothing overlapped.
+moe=(--model gpt-tiny-moe --cluster a100-40g:2 --samples 2000 --tokens-per-batch 16384 --max-seqlen 1024 --methods packing,padding --reference packing "${quick[@]}")
+expect moe-ep-search 0 "Each method under its own best configuration" -- compare "${moe[@]}" --ep 1,2 --out "$tmp/moe-search"
+check moe-ep-search-configs python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r['scenario']['search']['ep'] == [1, 2], r['scenario']['search']
+for x in r['own']:
+    b = x['batches'][0]
+    if x['config']['parallel'].get('ep', 1) == 2:
+        assert x['all_to_all_ms'] > 0 and b['all_to_all_ms'] > 0, x
+    else:
+        assert 'all_to_all_ms' not in x and 'all_to_all_ms' not in b, x
+" "$tmp/moe-search/results.json"
+expect moe-none 0 "method +tokens/s .* all-to-all ms +exposed a2a ms " -- compare "${moe[@]}" --parallel dp=2,ep=2 --moe-overlap none --out "$tmp/moe-none"
+expect moe-lancet 0 "packing .* dp 2 x pp 1 x tp 1 x ep 2," -- compare "${moe[@]}" --parallel dp=2,ep=2 --moe-overlap lancet --out "$tmp/moe-lancet"
+check moe-exposed-all-to-all python3 -c "
+import json, sys
+none = json.load(open(sys.argv[1]))
+lan = json.load(open(sys.argv[2]))
+assert lan['scenario']['moe_overlap'] == 'lancet' and none['scenario']['moe_overlap'] == 'none'
+for n, l in zip(none['own'], lan['own']):
+    assert n['method'] == l['method'] and n['config']['parallel']['ep'] == 2
+    assert 0 < n['exposed_all_to_all_ms'] <= n['all_to_all_ms'] + 1e-9, n
+    assert 0 <= l['exposed_all_to_all_ms'] < n['exposed_all_to_all_ms'], (l, n)
+    mean = sum(b['exposed_all_to_all_ms'] for b in l['batches']) / len(l['batches'])
+    assert abs(mean - l['exposed_all_to_all_ms']) < 1e-9, (mean, l)
+" "$tmp/moe-none/results.json" "$tmp/moe-lancet/results.json"
+check moe-report-timeline grep -q "rank 0 all-to-all" "$tmp/moe-lancet/report.html"
+check moe-report-columns grep -q "exposed a2a ms" "$tmp/moe-lancet/report.html"
 expect too-many-devices 2 "--parallel: .*16 devices, but the cluster has 8" -- compare --parallel dp=16 "${quick[@]}" --out "$tmp/x"
 expect too-many-devices-controlled 2 "--controlled: .*16 devices, but the cluster has 8" -- compare --controlled dp=16 "${quick[@]}" --out "$tmp/x"
 # --parallel fixes every method's configuration (as for every other command); --controlled only

@@ -111,6 +111,9 @@ assert all(x['all_to_all_ns'] > 0 and 0 <= x['exposed_all_to_all_ns'] <= x['all_
 t = json.load(open('$tmp/moe-t.json'))['traceEvents']
 assert any(e['ph'] == 'M' and e['name'] == 'thread_name' and e['args']['name'] == 'all-to-all' for e in t)
 "
+expect moe-simulate-report 0 "wrote report" -- simulate "$tmp/moe.json" --report "$tmp/moe-report.html"
+check moe-report-all-to-all grep -q "rank 0 all-to-all" "$tmp/moe-report.html"
+check moe-report-all-to-all-summary grep -q "all-to-all (mean per rank)" "$tmp/moe-report.html"
 expect moe-simulate-closed-form 0 "all-to-all \(MoE dispatch and combine\)" -- simulate "$tmp/moe.json" --collectives closed-form
 # MoE overlap rewrites: one applied (its pieces and the all-to-all stream in the trace), all side
 # by side, and the flag's errors.

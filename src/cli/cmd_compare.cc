@@ -25,6 +25,7 @@
 #include "compare/compare_json.h"
 #include "compare/compare_scenario.h"
 #include "model/parallel_config.h"
+#include "passes/moe_overlap.h"
 #include "trace/calibration.h"
 
 namespace sluice::cli {
@@ -48,6 +49,8 @@ struct CompareFlags {
   std::string collectives = "stepwise";
   double optimize_budget_ms = 0;  // --optimize-budget-ms: > 0 adds the "(optimized)" rows
   std::string cp = "1";  // --cp: context-parallel degrees searched
+  std::string ep = "1";  // --ep: expert-parallel degrees searched
+  std::string moe_overlap = "off";  // --moe-overlap: off or a passes::MoeOverlap name
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
@@ -55,6 +58,32 @@ struct CompareFlags {
 bool Given(const CompareFlags& f, const std::string& name) {
   auto it = f.options.find(name);
   return it != f.options.end() && it->second->count() > 0;
+}
+
+// `text` of the flag `flag` (--cp, --ep): comma-separated degrees, sorted and unique, or 'all'
+// (an empty list: every power of two that fits).
+StatusOr<std::vector<int64_t>> ParseDegrees(std::string_view flag, const std::string& text) {
+  std::vector<int64_t> out;
+  if (text == "all") return out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    int64_t n = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+    if (ec != std::errc() || ptr != item.data() + item.size() || n < 1 || n > 1048576) {
+      return InvalidArgumentError(fmt::format(
+          "{} '{}': '{}' is not allowed; allowed: comma-separated integers in 1..1048576 "
+          "(e.g. 1,2,4), or 'all'",
+          flag, text, item));
+    }
+    out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 // Applies the scenario flags given explicitly (all of them when `all`) to `s`.
@@ -98,28 +127,18 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   }
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
   if (use("--cp")) {
-    std::vector<int64_t> cps;
-    if (f.cp != "all") {
-      size_t start = 0;
-      while (start <= f.cp.size()) {
-        size_t end = f.cp.find(',', start);
-        if (end == std::string::npos) end = f.cp.size();
-        const std::string item = f.cp.substr(start, end - start);
-        start = end + 1;
-        int64_t n = 0;
-        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
-        if (ec != std::errc() || ptr != item.data() + item.size() || n < 1 || n > 1048576) {
-          return InvalidArgumentError(fmt::format(
-              "--cp '{}': '{}' is not allowed; allowed: comma-separated integers in 1..1048576 "
-              "(e.g. 1,2,4), or 'all'",
-              f.cp, item));
-        }
-        cps.push_back(n);
-      }
-      std::sort(cps.begin(), cps.end());
-      cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+    SLUICE_ASSIGN_OR_RETURN(s->search.cp, ParseDegrees("--cp", f.cp));
+  }
+  if (use("--ep")) {
+    SLUICE_ASSIGN_OR_RETURN(s->search.ep, ParseDegrees("--ep", f.ep));
+  }
+  if (use("--moe-overlap")) {
+    if (f.moe_overlap != "off") {
+      StatusOr<passes::MoeOverlap> overlap = passes::ParseMoeOverlap(f.moe_overlap,
+                                                                    "--moe-overlap");
+      if (!overlap.ok()) return InvalidArgumentError(overlap.status().message() + ", off");
     }
-    s->search.cp = cps;
+    s->moe_overlap = f.moe_overlap == "off" ? "" : f.moe_overlap;
   }
   if (use("--collectives")) {
     if (f.collectives != "stepwise" && f.collectives != "closed-form") {
@@ -165,6 +184,7 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
     s->search.tp = {par.tp};
     s->search.pp = {par.pp};
     s->search.cp = {par.cp};
+    s->search.ep = {par.ep};
     s->search.zero = {par.zero};
     if (par.vpp > 1) s->search.vpp = {par.vpp};
     s->controlled = par;
@@ -183,6 +203,7 @@ FieldNamer CompareFieldNamer(const CompareFlags& f, const std::string& source) {
     // --parallel sets the search lists and the controlled configuration (unless --controlled).
     const bool by_parallel =
         (field == "search.tp" || field == "search.pp" || field == "search.cp" ||
+         field == "search.ep" ||
          field == "search.zero" || field == "search.vpp" ||
          (field == "controlled" && !Given(f, "--controlled")));
     if (by_parallel && Given(f, "--parallel")) return std::string("--parallel");
@@ -462,6 +483,20 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                             "'all' (every power of two that fits)")
                   ->type_name("N,...|all")
                   ->capture_default_str();
+  o["--ep"] = c->add_option("--ep", f->ep,
+                            "Expert-parallel degrees the configuration search tries (MoE models; "
+                            "ep divides the experts and dp x tp): comma-separated, e.g. 1,4,8, or "
+                            "'all' (every power of two that fits)")
+                  ->type_name("N,...|all")
+                  ->capture_default_str();
+  o["--moe-overlap"] =
+      c->add_option("--moe-overlap", f->moe_overlap,
+                    "Rewrite every planned batch of an expert-parallel configuration with this "
+                    "MoE overlap before simulating it (passes/moe_overlap.h): off (the plans as "
+                    "lowered), none (segmented, nothing overlapped), tutel, megatron, dw, "
+                    "partition, lancet; the configuration search does not see it")
+          ->type_name("NAME")
+          ->capture_default_str();
   o["--calibration"] =
       c->add_option("--calibration", f->calibration,
                     "Price every planned batch with a calibration file (sluice calibrate --out) "

@@ -104,9 +104,10 @@ std::string ConfigText(const MethodRun& m) {
   return fmt::format("{} (= {}'s choice)", m.config->Describe(), m.adopted_from);
 }
 
-// " x cp N" for context-parallel configurations, "" otherwise.
+// " x cp N" for context-parallel configurations and " x ep N" for expert-parallel ones.
 std::string CpText(const ParallelConfig& p) {
-  return p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "";
+  return (p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "") +
+         (p.ep > 1 ? fmt::format(" x ep {}", p.ep) : "");
 }
 
 report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& runs,
@@ -125,22 +126,40 @@ report::Table RunsTable(const CompareResult& c, const std::vector<MethodRun>& ru
               "plan ms/batch",
               "batches",
               "configuration"};
+  // Expert parallelism: the all-to-all columns, when some run has all-to-alls.
+  const bool a2a = std::any_of(runs.begin(), runs.end(),
+                               [](const MethodRun& m) { return m.all_to_all_ms > 0; });
+  if (a2a) {
+    t.header.insert(t.header.begin() + 8, {"all-to-all ms", "exposed a2a ms"});
+  }
   for (const MethodRun& m : runs) {
+    std::vector<std::string> row;
     if (m.ok_batches == 0) {
-      t.rows.push_back({m.method, StateText(m), "-", "-", "-", "-", "-", "-", "-", "-",
-                        fmt::format("0/{}", m.batches.size()), m.reason});
+      row = {m.method, StateText(m), "-", "-", "-", "-", "-", "-", "-", "-",
+             fmt::format("0/{}", m.batches.size()), m.reason};
+      if (a2a) row.insert(row.begin() + 8, {"-", "-"});
+      t.rows.push_back(std::move(row));
       continue;
     }
-    t.rows.push_back({m.method, TokensText(m),
-                      m.ratio_to_reference > 0 ? fmt::format("{:.2f}x", m.ratio_to_reference) : "-",
-                      fmt::format("{:.2f}", m.fraction_of_ideal),
-                      fmt::format("{:.2f}", m.fraction_of_length_aware), Pct(m.padding),
-                      Pct(m.bubble),
-                      Pct(m.comm), Thousands(m.peak_memory_mb),
-                      fmt::format("{:.2f}", m.planning_ms),
-                      fmt::format("{}/{}", m.ok_batches, m.batches.size()), ConfigText(m)});
+    std::string config = ConfigText(m);
+    if (m.moe_overlap_rejected > 0) {
+      config += fmt::format(" (MoE overlap not applied to {} batches: {})",
+                            m.moe_overlap_rejected, m.moe_overlap_reason);
+    }
+    row = {m.method, TokensText(m),
+           m.ratio_to_reference > 0 ? fmt::format("{:.2f}x", m.ratio_to_reference) : "-",
+           fmt::format("{:.2f}", m.fraction_of_ideal),
+           fmt::format("{:.2f}", m.fraction_of_length_aware), Pct(m.padding), Pct(m.bubble),
+           Pct(m.comm), Thousands(m.peak_memory_mb), fmt::format("{:.2f}", m.planning_ms),
+           fmt::format("{}/{}", m.ok_batches, m.batches.size()), std::move(config)};
+    if (a2a) {
+      row.insert(row.begin() + 8, {fmt::format("{:.2f}", m.all_to_all_ms),
+                                   fmt::format("{:.2f}", m.exposed_all_to_all_ms)});
+    }
+    t.rows.push_back(std::move(row));
   }
   t.numeric = {false, true, true, true, true, true, true, true, true, true, true, false};
+  if (a2a) t.numeric.insert(t.numeric.begin() + 8, {true, true});
   t.wrap.assign(t.header.size(), false);
   t.wrap.back() = true;  // the configuration (or the reason) wraps so that the table fits
   return t;
@@ -198,10 +217,11 @@ report::Timeline ExampleTimeline(const MethodRun& m) {
                         ConfigText(m));
   t.unit = "ms";
   const int64_t ranks = std::min<int64_t>(8, static_cast<int64_t>(ex.plan.ranks.size()));
-  std::vector<report::TimelineRow> compute(ranks), comm(ranks);
+  std::vector<report::TimelineRow> compute(ranks), comm(ranks), a2a(ranks);
   for (int64_t r = 0; r < ranks; ++r) {
     compute[r].label = fmt::format("rank {} compute", r);
     comm[r].label = fmt::format("rank {} comm", r);
+    a2a[r].label = fmt::format("rank {} all-to-all", r);
   }
   for (const SimInterval& iv : ex.sim.timeline) {
     if (iv.rank < 0 || iv.rank >= ranks) continue;
@@ -215,11 +235,15 @@ report::Timeline ExampleTimeline(const MethodRun& m) {
     bar.category = TimelineCategory(ins.op);
     bar.tooltip = fmt::format("{} on {}: {:.2f}-{:.2f} ms", bar.label, StreamKindName(iv.stream),
                               bar.start, bar.end);
-    (iv.stream == StreamKind::kCompute ? compute : comm)[iv.rank].bars.push_back(std::move(bar));
+    (iv.stream == StreamKind::kCompute    ? compute
+     : iv.stream == StreamKind::kAllToAll ? a2a
+                                          : comm)[iv.rank]
+        .bars.push_back(std::move(bar));
   }
   for (int64_t r = 0; r < ranks; ++r) {
     t.rows.push_back(std::move(compute[r]));
     if (!comm[r].bars.empty()) t.rows.push_back(std::move(comm[r]));
+    if (!a2a[r].bars.empty()) t.rows.push_back(std::move(a2a[r]));
   }
   return t;
 }
@@ -351,7 +375,7 @@ report::HtmlReport BuildCompareReport(const CompareResult& c) {
   timelines.heading = "Example timelines";
   timelines.text =
       "The first global batch of each method under its own configuration, as "
-      "simulated (first 8 ranks; compute and communication streams).";
+      "simulated (first 8 ranks; compute, communication and all-to-all streams).";
   for (const MethodRun& m : c.own) {
     if (m.example.has_value()) timelines.blocks.push_back(ExampleTimeline(m));
   }

@@ -61,6 +61,8 @@ std::string_view FlagForField(std::string_view field) {
       {"search.score_extremes", "--score-extremes"},
       {"search.simulate_top", "--simulate-top"},
       {"search.cp", "--cp"},
+      {"search.ep", "--ep"},
+      {"moe_overlap", "--moe-overlap"},
   };
   for (const auto& [f, flag] : kFlags) {
     if (f == field) return flag;

@@ -12,6 +12,7 @@
 #include "compare/compare_hetero.h"
 #include "compare/compare_run.h"
 #include "data/global_batcher.h"
+#include "passes/moe_overlap.h"
 #include "planner/optimizer.h"
 #include "planner/recompute_pricer.h"
 
@@ -86,7 +87,8 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
   const std::vector<BatchAccount>& acc = accounts.account;
   const std::vector<double>& useful = accounts.useful;
   int64_t tokens = 0, padded = 0;
-  double time = 0, ideal = 0, length_aware = 0, bubble = 0, comm = 0, plan = 0;
+  double time = 0, ideal = 0, length_aware = 0, bubble = 0, comm = 0, plan = 0, a2a = 0,
+         exposed_a2a = 0;
   BatchAccount total;
   run->ok_batches = 0;
   for (size_t i = 0; i < run->batches.size(); ++i) {
@@ -105,6 +107,8 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
     bubble += b.bubble * b.iteration_ms;
     comm += b.comm * b.iteration_ms;
     plan += b.planning_ms;
+    a2a += b.all_to_all_ms;
+    exposed_a2a += b.exposed_all_to_all_ms;
     run->peak_memory_mb = std::max(run->peak_memory_mb, b.peak_memory_mb);
   }
   run->untrained_tokens = 0;
@@ -125,11 +129,14 @@ void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& 
   run->bubble = time > 0 ? bubble / time : 0;
   run->comm = time > 0 ? comm / time : 0;
   run->planning_ms = plan / static_cast<double>(run->ok_batches);
+  run->all_to_all_ms = a2a / static_cast<double>(run->ok_batches);
+  run->exposed_all_to_all_ms = exposed_a2a / static_cast<double>(run->ok_batches);
   run->breakdown = Finalize(total, rate);
 }
 
 bool SameShared(const ParallelConfig& a, const ParallelConfig& b) {
-  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.cp == b.cp && a.zero == b.zero;
+  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.cp == b.cp && a.ep == b.ep &&
+         a.zero == b.zero;
 }
 
 // The search's counts and choice (or why there is none) into a run about to be made.
@@ -542,6 +549,23 @@ class Comparison {
     SLUICE_ASSIGN_OR_RETURN(const Planner planner, scorer_.PlannerFor(*run->config));
     SimOptions sim = ScenarioSim(sc_);
     sim.record_memory = false;
+    // The calibration (options_.adjust_plan), then the scenario's MoE overlap rewrite, on every
+    // planned batch; a rewrite the pass rejects leaves the plan as lowered and is counted.
+    std::function<void(ExecutionPlan*)> adjust = options_.adjust_plan;
+    Status overlap_error;
+    if (!sc_.moe_overlap.empty()) {
+      SLUICE_ASSIGN_OR_RETURN(const passes::MoeOverlap overlap,
+                              passes::ParseMoeOverlap(sc_.moe_overlap, "moe_overlap"));
+      adjust = [this, overlap, run, &overlap_error](ExecutionPlan* plan) {
+        if (options_.adjust_plan) options_.adjust_plan(plan);
+        StatusOr<passes::PassRecord> record = passes::MoeOverlapPass(overlap).Run(plan);
+        if (!record.ok()) {
+          if (overlap_error.ok()) overlap_error = record.status();
+        } else if (!record->rejected.empty()) {
+          if (run->moe_overlap_rejected++ == 0) run->moe_overlap_reason = record->rejected;
+        }
+      };
+    }
     for (const GlobalBatch& batch : r_.batches) {
       if (Cancelled()) return false;
       const bool example = options_.keep_examples && !run->example.has_value();
@@ -563,8 +587,8 @@ class Comparison {
       }
       SLUICE_ASSIGN_OR_RETURN(
           BatchRun b, SimulateHomogeneous(std::move(plan), planner, batch, sim, flops_,
-                                          r_.sc.cluster.num_devices(), options_.adjust_plan,
-                                          example));
+                                          r_.sc.cluster.num_devices(), adjust, example));
+      SLUICE_RETURN_IF_ERROR(overlap_error);
       b.rec.planning_ms += optimizer_ms;
       if (b.example.has_value()) run->example = std::move(b.example);
       Record(std::move(b), run, accounts);

@@ -99,6 +99,10 @@ struct BatchRecord {
   double bubble = 0;          // mean over ranks of bubble / iteration time
   double comm = 0;            // mean over ranks of exposed communication / iteration time
   double peak_memory_mb = 0;  // max over ranks (simulated, model states included)
+  // Expert parallelism: mean over ranks of the all-to-all stream's busy time, and of the part of
+  // it the rank's compute waited for (SimResult's RankSimStats); 0 without all-to-alls.
+  double all_to_all_ms = 0;
+  double exposed_all_to_all_ms = 0;
   Breakdown breakdown;
   // sluice-dynamic: the strategy run (index into MethodRun::strategies; -1: other methods), and
   // the modelled time of switching to it from the previous batch's (included in iteration_ms).
@@ -153,6 +157,12 @@ struct MethodRun {
   double comm = 0;
   double peak_memory_mb = 0;          // max over batches
   double planning_ms = 0;             // mean per batch
+  double all_to_all_ms = 0;           // mean per batch of BatchRecord::all_to_all_ms
+  double exposed_all_to_all_ms = 0;   // mean per batch of BatchRecord::exposed_all_to_all_ms
+  // MoE overlap (CompareScenario::moe_overlap): batches whose rewrite the pass rejected (they
+  // ran as lowered), with the first reason.
+  int64_t moe_overlap_rejected = 0;
+  std::string moe_overlap_reason;
   Breakdown breakdown;                // device-time weighted over batches
   std::optional<ExampleRun> example;  // not serialised
 
@@ -170,7 +180,10 @@ struct MethodRun {
            a.fraction_of_length_aware == b.fraction_of_length_aware &&
            a.ratio_to_reference == b.ratio_to_reference && a.padding == b.padding &&
            a.bubble == b.bubble && a.comm == b.comm && a.peak_memory_mb == b.peak_memory_mb &&
-           a.planning_ms == b.planning_ms && a.breakdown == b.breakdown;
+           a.planning_ms == b.planning_ms && a.all_to_all_ms == b.all_to_all_ms &&
+           a.exposed_all_to_all_ms == b.exposed_all_to_all_ms &&
+           a.moe_overlap_rejected == b.moe_overlap_rejected &&
+           a.moe_overlap_reason == b.moe_overlap_reason && a.breakdown == b.breakdown;
   }
 };
 

@@ -68,6 +68,11 @@ nlohmann::json BatchToJson(const BatchRecord& b) {
     j["strategy"] = b.strategy;
     j["switch_ms"] = b.switch_ms;
   }
+  // Written only for runs with all-to-alls (expert parallelism): other results keep their bytes.
+  if (b.all_to_all_ms > 0) {
+    j["all_to_all_ms"] = b.all_to_all_ms;
+    j["exposed_all_to_all_ms"] = b.exposed_all_to_all_ms;
+  }
   return j;
 }
 
@@ -96,6 +101,9 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
   SLUICE_RETURN_IF_ERROR(BreakdownFromJson(r, "breakdown", &b->breakdown));
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("strategy", &b->strategy, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.OptionalDouble("switch_ms", &b->switch_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.OptionalDouble("all_to_all_ms", &b->all_to_all_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(
+      r.OptionalDouble("exposed_all_to_all_ms", &b->exposed_all_to_all_ms, 0, kBig));
   return r.Finish();
 }
 
@@ -136,6 +144,14 @@ nlohmann::json RunToJson(const MethodRun& m) {
   if (!m.strategies.empty()) {
     j["strategies"] = m.strategies;
     j["switches"] = m.switches;
+  }
+  if (m.all_to_all_ms > 0) {  // as for the batches
+    j["all_to_all_ms"] = m.all_to_all_ms;
+    j["exposed_all_to_all_ms"] = m.exposed_all_to_all_ms;
+  }
+  if (m.moe_overlap_rejected > 0) {
+    j["moe_overlap_rejected"] = m.moe_overlap_rejected;
+    j["moe_overlap_reason"] = m.moe_overlap_reason;
   }
   return j;
 }
@@ -206,6 +222,12 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
   SLUICE_RETURN_IF_ERROR(r.Double("comm", &m->comm, 0, 1));
   SLUICE_RETURN_IF_ERROR(r.Double("peak_memory_mb", &m->peak_memory_mb, 0, kBig));
   SLUICE_RETURN_IF_ERROR(r.Double("planning_ms", &m->planning_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(r.OptionalDouble("all_to_all_ms", &m->all_to_all_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(
+      r.OptionalDouble("exposed_all_to_all_ms", &m->exposed_all_to_all_ms, 0, kBig));
+  SLUICE_RETURN_IF_ERROR(
+      r.OptionalInt("moe_overlap_rejected", &m->moe_overlap_rejected, 0, INT64_MAX));
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("moe_overlap_reason", &m->moe_overlap_reason));
   SLUICE_RETURN_IF_ERROR(BreakdownFromJson(r, "breakdown", &m->breakdown));
   const nlohmann::json* batches = r.Child("batches");
   if (batches == nullptr || !batches->is_array()) return r.Error("batches", "must be an array");

@@ -75,15 +75,21 @@ StatusOr<BatchRun> SimulateHomogeneous(PlanResult plan, const Planner& planner,
     return out;
   }
   rec.iteration_ms = s.iteration_time.millis();
-  double bubble = 0, comm = 0;
+  double bubble = 0, comm = 0, a2a = 0, exposed_a2a = 0;
   for (const RankSimStats& rank : s.ranks) {
     bubble += rank.bubble.seconds();
     comm += rank.exposed_comm.seconds();
+    a2a += rank.all_to_all.millis();
+    exposed_a2a += rank.exposed_all_to_all.millis();
     rec.peak_memory_mb = std::max(rec.peak_memory_mb, rank.peak_memory.mb());
   }
   const double denom = static_cast<double>(s.ranks.size()) * s.iteration_time.seconds();
   rec.bubble = denom > 0 ? bubble / denom : 0;
   rec.comm = denom > 0 ? comm / denom : 0;
+  if (!s.ranks.empty()) {
+    rec.all_to_all_ms = a2a / static_cast<double>(s.ranks.size());
+    rec.exposed_all_to_all_ms = exposed_a2a / static_cast<double>(s.ranks.size());
+  }
   out.account = AccountBatch(plan, s, planner.evaluator(), batch.samples, flops, devices);
   out.placed = PlacedSamples(plan, batch.samples);
   if (keep_example) out.example = ExampleRun{std::move(plan.plan), std::move(s)};

@@ -10,6 +10,7 @@
 #include "base/json_util.h"
 #include "base/paths.h"
 #include "data/data_source.h"
+#include "passes/moe_overlap.h"
 
 namespace sluice {
 namespace {
@@ -189,6 +190,14 @@ Status ValidateCompareScenario(const CompareScenario& s, const FieldNamer& field
     if (z < 0 || z > 3) return bad("search.zero", "entries must be in [0, 3]");
   }
   if (q.zero.empty()) return bad("search.zero", "must not be empty");
+  for (int64_t e : q.ep) {
+    if (e < 1) return bad("search.ep", "entries must be >= 1");
+  }
+  if (!s.moe_overlap.empty()) {
+    StatusOr<passes::MoeOverlap> overlap =
+        passes::ParseMoeOverlap(s.moe_overlap, field_name("moe_overlap"));
+    if (!overlap.ok()) return overlap.status();
+  }
   for (int64_t v : q.vpp) {
     if (v < 2) return bad("search.vpp", "entries must be >= 2 (vpp 1 is the plain schedules)");
   }
@@ -248,6 +257,7 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     }
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalString("reference", &s.reference));
+  SLUICE_RETURN_IF_ERROR(r.OptionalString("moe_overlap", &s.moe_overlap));
   if (const nlohmann::json* c = r.Child("controlled")) {
     if (c->is_string()) {
       s.controlled_method = c->get<std::string>();
@@ -264,6 +274,7 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "tp", 1, kMaxDegree, &s.search.tp));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "pp", 1, kMaxDegree, &s.search.pp));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "cp", 1, kMaxDegree, &s.search.cp));
+    SLUICE_RETURN_IF_ERROR(ReadIntList(q, "ep", 1, kMaxDegree, &s.search.ep));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "zero", 0, 3, &s.search.zero));
     SLUICE_RETURN_IF_ERROR(ReadIntList(q, "vpp", 2, kMaxDegree, &s.search.vpp));
     SLUICE_RETURN_IF_ERROR(q.OptionalBool("all_devices", &s.search.all_devices));
@@ -333,6 +344,8 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
                  {"simulate_top", s.search.simulate_top}};
   // cp is written only when it is not the default {1}: older results keep their bytes.
   if (s.search.cp != std::vector<int64_t>{1}) j["search"]["cp"] = s.search.cp;
+  if (s.search.ep != std::vector<int64_t>{1}) j["search"]["ep"] = s.search.ep;  // likewise
+  if (!s.moe_overlap.empty()) j["moe_overlap"] = s.moe_overlap;
   if (s.search.score_batches == 0) {
     j["search"]["score_batches"] = "all";
   } else {

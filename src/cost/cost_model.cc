@@ -87,6 +87,19 @@ ModelStateMemory CostModel::ModelStates(const StageLayers& stage, const Parallel
   return states;
 }
 
+int64_t ReducedGradientParams(const CostModel& cost, const StageLayers& stage,
+                              const ParallelConfig& par) {
+  int64_t params = cost.ModelStates(stage, par).params;
+  if (par.ep > 1 && par.dp / par.ep <= 1) {
+    const ModelSpec& spec = cost.model();
+    const int64_t experts =
+        stage.encoder_layers * AnalyticExpertParams(spec, LayerKind::kEncoder, par.tp) +
+        stage.decoder_layers * AnalyticExpertParams(spec, LayerKind::kDecoder, par.tp);
+    params -= CeilDiv(experts, par.ep);
+  }
+  return std::max<int64_t>(0, params);
+}
+
 std::vector<StageLayers> ChunkStageLayers(const ModelSpec& model, int64_t chunks) {
   std::vector<StageLayers> out;
   out.reserve(static_cast<size_t>(chunks));

@@ -128,4 +128,12 @@ class CostModel {
   ModelStateMemory ModelStates(const StageLayers& stage, const ParallelConfig& par) const;
 };
 
+// Parameters of one device holding `stage` whose gradients the data-parallel reduction carries:
+// ModelStates' params, less the experts' when each expert has one replica (dp / ep <= 1: the
+// expert-parallel group holds every expert once, so nothing reduces them). With more replicas the
+// experts stay in (they reduce over dp / ep ranks; plans have data-parallel collectives only, so
+// this over-prices them).
+int64_t ReducedGradientParams(const CostModel& cost, const StageLayers& stage,
+                              const ParallelConfig& par);
+
 }  // namespace sluice

@@ -9,6 +9,7 @@
 
 #include "cost/comm_model.h"
 #include "model/chunk_cut.h"
+#include "passes/grad_overlap.h"
 #include "passes/moe_chain.h"
 #include "plan/moe_segments.h"
 #include "plan/validate.h"
@@ -531,6 +532,14 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
         r, parsed[r].blocks.size(), emit.sliced(), emit.posted(), emit.packed(),
         overlap_ == MoeOverlap::kMegatron ? fmt::format(", {} B/F pairs interleaved", pairs)
                                           : std::string()));
+  }
+  if (options_.overlap_grad_reduction) {
+    const int64_t moved = OverlapGradientReduction(&candidate);
+    if (moved > 0 && !record.changes.empty()) {
+      record.changes.front() += fmt::format(
+          "; {} gradient buckets over all ranks posted during the last backward (DDP-style)",
+          moved);
+    }
   }
   const Status valid = ValidatePlan(candidate, ValidateOptions{.grid_context = 0});
   if (!valid.ok()) {

@@ -55,6 +55,10 @@ struct MoeOverlapOptions {
   int64_t tutel_degree = 4;                       // kTutel: slices of each MoE block
   int64_t max_chunks = 8;                         // kPartition: largest n the DP tries
   Duration slice_overhead = Duration::Micros(20);  // extra time of each sliced compute piece
+  // Every rewrite (kNone included): post each data-parallel gradient bucket as soon as the
+  // segmented last backward has produced its gradients, as PyTorch DDP does
+  // (passes/grad_overlap.h); false: the lowering's runs after the whole backward.
+  bool overlap_grad_reduction = true;
 };
 
 // Shares of a compute op's time per segment, in the op's order (2k+1 entries summing to 1): the

@@ -85,13 +85,62 @@ TEST(MoeOverlapTest, EveryRewriteKeepsEveryPlanValidAndRuns) {
   EXPECT_GT(changed, 30);
 }
 
+// DDP-style reduction (passes/grad_overlap.h): the same buckets in the same order on every rank,
+// some posted before the last backward ends, the same compute and memory; the reduction then
+// ends no later than when it waited for the whole backward.
+TEST(MoeOverlapTest, GradientBucketsMoveIntoTheLastBackward) {
+  int64_t moved_plans = 0;
+  for (const PlanCase& c : Sweep()) {
+    const auto f = MakePlanFixture(c);
+    if (!f->no_schedule.empty() || f->plan.dp() < 2) continue;
+    SCOPED_TRACE(testing::Describe(c));
+    MoeOverlapOptions plain;
+    plain.overlap_grad_reduction = false;
+    StatusOr<PassResult> a = ApplyPass(MoeOverlapPass(MoeOverlap::kNone, plain), f->plan);
+    StatusOr<PassResult> b = ApplyPass(MoeOverlapPass(MoeOverlap::kNone), f->plan);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE(b->record.rejected.empty()) << b->record.rejected;
+    bool moved = false;
+    for (size_t r = 0; r < a->plan.ranks.size(); ++r) {
+      std::vector<Instruction> ca, cb, rest_a, rest_b;
+      for (const Instruction& in : a->plan.ranks[r].instructions) {
+        (IsCollective(in.op) ? ca : rest_a).push_back(in);
+      }
+      int64_t last_backward = -1, first_reduction = -1;
+      const auto& prog = b->plan.ranks[r].instructions;
+      for (size_t i = 0; i < prog.size(); ++i) {
+        (IsCollective(prog[i].op) ? cb : rest_b).push_back(prog[i]);
+        if (prog[i].op == OpKind::kBackward || prog[i].op == OpKind::kBackwardWeight) {
+          last_backward = static_cast<int64_t>(i);
+        }
+        if (IsCollective(prog[i].op) && first_reduction < 0) {
+          first_reduction = static_cast<int64_t>(i);
+        }
+      }
+      EXPECT_EQ(ca, cb);          // the same buckets, in the same order
+      EXPECT_EQ(rest_a, rest_b);  // and nothing else moved
+      moved = moved || (first_reduction >= 0 && first_reduction < last_backward);
+    }
+    moved_plans += moved ? 1 : 0;
+    const SimResult sa = Sim(a->plan), sb = Sim(b->plan);
+    for (size_t k = 0; k < sa.ranks.size(); ++k) {
+      EXPECT_EQ(sa.ranks[k].compute, sb.ranks[k].compute);
+      EXPECT_EQ(sa.ranks[k].peak_memory, sb.ranks[k].peak_memory);
+    }
+  }
+  EXPECT_GT(moved_plans, 0);
+}
+
 // Segments in order with blocking all-to-alls do the whole op's work.
 TEST(MoeOverlapTest, PlainSegmentationChangesNoSimulatedFigure) {
   for (const PlanCase& c : Sweep()) {
     const auto f = MakePlanFixture(c);
     if (!f->no_schedule.empty()) continue;
     SCOPED_TRACE(testing::Describe(c));
-    StatusOr<PassResult> r = ApplyPass(MoeOverlapPass(MoeOverlap::kNone), f->plan);
+    // The gradient reduction where the lowering put it (after the whole last backward).
+    MoeOverlapOptions o;
+    o.overlap_grad_reduction = false;
+    StatusOr<PassResult> r = ApplyPass(MoeOverlapPass(MoeOverlap::kNone, o), f->plan);
     ASSERT_TRUE(r.ok() && r->record.changed) << r->record.rejected;
     const SimResult a = Sim(f->plan), b = Sim(r->plan);
     // The same work, exposed all-to-all and memory; the iteration can only grow by the members'

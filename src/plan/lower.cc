@@ -360,7 +360,7 @@ std::vector<std::vector<Bytes>> MakeBuckets(const StageCostEvaluator& eval, Byte
   const std::vector<StageLayers> chunks = ChunkStageLayers(eval.model(), par.chunks());
   std::vector<std::vector<Bytes>> out(chunks.size());
   for (size_t s = 0; s < chunks.size(); ++s) {
-    const int64_t bytes = 2 * eval.cost_model().ModelStates(chunks[s], par).params;
+    const int64_t bytes = 2 * ReducedGradientParams(eval.cost_model(), chunks[s], par);
     if (bytes <= 0) continue;
     const int64_t n =
         std::max<int64_t>(1, (bytes + cap.count() - 1) / std::max<int64_t>(cap.count(), 1));

@@ -227,6 +227,7 @@ class OrderChecker {
         m_(static_cast<int64_t>(plan.replicas[program.dp_index].micro_batches.size())),
         S_(plan.num_stages()),
         state_(m_ * S_, 0),
+        backward_begun_(m_ * S_, false),
         forward_rc_(m_ * S_, Recompute::kNone),
         holder_(3 * m_ * S_, -1),
         open_(2 * m_ * S_, -1),
@@ -464,6 +465,7 @@ class OrderChecker {
     if (IsCompute(in.op) && in.segment >= 0) {
       SegmentTracker::PieceRole role;
       if (auto p = segments_.Piece(in, index_, &role)) return p;
+      if (in.op != OpKind::kForward) backward_begun_[in.microbatch * S_ + in.stage] = true;
       return Compute(in, role.first, role.last);
     }
     if (stepped_ && in.op != OpKind::kAllGatherParams) {
@@ -486,12 +488,21 @@ class OrderChecker {
       case OpKind::kReduceScatterGrad:
         reduced_[in.stage] = true;
         if (in.op == OpKind::kReduceScatterGrad) scattered_.push_back({in.bucket, in.bytes});
-        for (int64_t mb = 0; mb < m_; ++mb) {
-          if (state_[mb * S_ + in.stage] != kDone) {
+        {
+          // Every backward of the stage is done, or all but one whose segmented backward has
+          // begun: a bucket posted during the last backward (passes/grad_overlap.h, DDP-style).
+          int64_t open = -1, open_count = 0;
+          for (int64_t mb = 0; mb < m_; ++mb) {
+            if (state_[mb * S_ + in.stage] != kDone) {
+              if (open < 0) open = mb;
+              ++open_count;
+            }
+          }
+          if (open >= 0 && (open_count > 1 || !backward_begun_[open * S_ + in.stage])) {
             return fmt::format(
                 "reduces stage {}'s gradients before micro-batch {}'s backward "
                 "there",
-                in.stage, mb);
+                in.stage, open);
           }
         }
         return std::nullopt;
@@ -532,6 +543,7 @@ class OrderChecker {
   std::vector<int64_t> open_;    // [tag]: unfinished Start, -1
   std::vector<Slot> slots_;      // [slot id]: dense, buffer_slots entries
   std::vector<bool> reduced_;  // [stage]: its gradients were reduced across replicas
+  std::vector<bool> backward_begun_;  // [mb * S + stage]: a piece of its segmented backward ran
   std::vector<std::pair<int64_t, Bytes>> scattered_, gathered_;  // (bucket, bytes) in order
   int64_t index_ = 0;
   bool stepped_ = false;

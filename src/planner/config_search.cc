@@ -43,16 +43,19 @@ bool RankBefore(const CandidateScore& a, const CandidateScore& b) {
 std::string Candidate::Describe() const {
   std::string vpp = parallel.vpp > 1 ? fmt::format(" x vpp {}", parallel.vpp) : "";
   std::string cp = parallel.cp > 1 ? fmt::format(" x cp {}", parallel.cp) : "";
-  return fmt::format("dp {} x pp {} x tp {}{}{}, ZeRO-{}, {}, {}{}", parallel.dp, parallel.pp,
-                     parallel.tp, cp, vpp, parallel.zero, ScheduleKindName(schedule), batching,
+  std::string ep = parallel.ep > 1 ? fmt::format(" x ep {}", parallel.ep) : "";
+  return fmt::format("dp {} x pp {} x tp {}{}{}{}, ZeRO-{}, {}, {}{}", parallel.dp, parallel.pp,
+                     parallel.tp, cp, ep, vpp, parallel.zero, ScheduleKindName(schedule), batching,
                      dynamic_cp ? ", dynamic cp" : "");
 }
 
 std::string Candidate::Key() const {
   // cp = 1 keeps the key it had before context parallelism (keys order ties, run_tally.h).
+  // ep = 1 likewise.
   const std::string cp = parallel.cp > 1 ? fmt::format("/cp{:04d}", parallel.cp) : "";
-  return fmt::format("{:06d}/{:06d}/{:06d}{}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp,
-                     parallel.tp, cp, parallel.vpp, parallel.zero, ScheduleKindName(schedule),
+  const std::string ep = parallel.ep > 1 ? fmt::format("/ep{:04d}", parallel.ep) : "";
+  return fmt::format("{:06d}/{:06d}/{:06d}{}{}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp,
+                     parallel.tp, cp, ep, parallel.vpp, parallel.zero, ScheduleKindName(schedule),
                      batching) +
          (dynamic_cp ? "/dcp" : "");
 }
@@ -77,6 +80,14 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
       for (int64_t cp = 2; cp <= devices; cp *= 2) cps.push_back(cp);
     }
   }
+  // ep: the listed degrees; empty: powers of two up to the devices (MoE models).
+  std::vector<int64_t> eps = space.ep;
+  if (eps.empty()) {
+    eps.push_back(1);
+    if (model.moe.has_value()) {
+      for (int64_t ep = 2; ep <= devices; ep *= 2) eps.push_back(ep);
+    }
+  }
   for (int64_t tp : tps) {
     if (!cost.SupportsTp(tp)) {
       out.skipped.push_back(
@@ -87,27 +98,32 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
       for (int64_t pp : space.pp.empty() ? Divisors(devices) : space.pp) {
         for (int64_t dp = 1; dp * pp * tp * cp <= devices; ++dp) {
           if (space.all_devices && dp * pp * tp * cp != devices) continue;
-          for (size_t zi = 0; zi < space.zero.size(); ++zi) {
-            // ZeRO shards over dp * cp: with dp * cp = 1 every stage is the same configuration.
-            if (dp * cp == 1 && zi > 0) break;
-            ParallelConfig par;
-            par.dp = dp;
-            par.pp = pp;
-            par.tp = tp;
-            par.cp = cp;
-            par.zero = space.zero[zi];
-            par.memory_limit = memory_limit;
-            par.memory_reserve = memory_reserve;
-            Status fits = CheckParallelFits(par, model, &cluster, "search");
-            if (!fits.ok()) {
-              if (zi == 0) {
-                const std::string cp_text = cp > 1 ? fmt::format(" x cp {}", cp) : "";
-                out.skipped.push_back(fmt::format("dp {} x pp {} x tp {}{}: {}", dp, pp, tp,
-                                                  cp_text, fits.message()));
+          for (int64_t ep : eps) {
+            for (size_t zi = 0; zi < space.zero.size(); ++zi) {
+              // ZeRO shards over dp * cp: with dp * cp = 1 every stage is the same
+              // configuration.
+              if (dp * cp == 1 && zi > 0) break;
+              ParallelConfig par;
+              par.dp = dp;
+              par.pp = pp;
+              par.tp = tp;
+              par.cp = cp;
+              par.ep = ep;
+              par.zero = space.zero[zi];
+              par.memory_limit = memory_limit;
+              par.memory_reserve = memory_reserve;
+              Status fits = CheckParallelFits(par, model, &cluster, "search");
+              if (!fits.ok()) {
+                if (zi == 0) {
+                  const std::string cp_text = cp > 1 ? fmt::format(" x cp {}", cp) : "";
+                  const std::string ep_text = ep > 1 ? fmt::format(" x ep {}", ep) : "";
+                  out.skipped.push_back(fmt::format("dp {} x pp {} x tp {}{}{}: {}", dp, pp, tp,
+                                                    cp_text, ep_text, fits.message()));
+                }
+                break;
               }
-              break;
+              out.configs.push_back(par);
             }
-            out.configs.push_back(par);
           }
         }
       }
@@ -213,8 +229,8 @@ CandidateScorer::CandidateScorer(const CostModel& cost, const ClusterSpec& clust
 
 StatusOr<std::shared_ptr<const StageCostEvaluator>> CandidateScorer::Evaluator(
     const ParallelConfig& par, ScheduleKind schedule) {
-  const EvalKey key{par.dp,  par.pp,   par.tp, par.cp,
-                    par.vpp, par.zero, InFlightPolicyFor(schedule, par.vpp)};
+  const EvalKey key{par.dp,  par.pp, par.tp,   par.cp,
+                    par.ep,  par.vpp, par.zero, InFlightPolicyFor(schedule, par.vpp)};
   auto it = evaluators_.find(key);
   if (it == evaluators_.end()) {
     it = evaluators_.emplace(key, MakePlannerEvaluator(*cost_, par, *cluster_, schedule)).first;

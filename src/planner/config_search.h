@@ -136,7 +136,7 @@ class CandidateScorer {
 
  private:
   struct EvalKey {
-    int64_t dp, pp, tp, cp, vpp, zero;
+    int64_t dp, pp, tp, cp, ep, vpp, zero;
     InFlightPolicy policy;
     auto operator<=>(const EvalKey&) const = default;
   };

@@ -58,6 +58,9 @@ struct SearchSpace {
   std::vector<int64_t> cp = {1};       // context-parallel degrees (ring attention); {1} keeps
                                        // searches as they were; empty: powers of two that fit
                                        // (decoder-only models)
+  std::vector<int64_t> ep = {1};       // expert-parallel degrees (MoE models; ep divides the
+                                       // experts and dp x tp); {1} keeps searches as they were;
+                                       // empty: powers of two that fit
   std::vector<int64_t> zero = {1, 2};  // ZeRO stages (ZeRO-3's per-layer gathers are not
                                        // modelled by the plan, so it is not searched by default)
   std::vector<int64_t> vpp = {2};      // virtual stages tried with the interleaved schedule

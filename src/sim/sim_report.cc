@@ -57,6 +57,18 @@ report::Section SummarySection(const ExecutionPlan& plan, const SimResult& r) {
                                     r.critical_path.size(), Ms(path_compute), Ms(path_comm))},
       {"memory limit", fmt::format("{:.1f} MB", plan.memory_limit().mb())},
       {"instructions / events", fmt::format("{} / {}", r.instructions, r.events)}};
+  Duration a2a, exposed_a2a;
+  for (const RankSimStats& st : r.ranks) {
+    a2a += st.all_to_all;
+    exposed_a2a += st.exposed_all_to_all;
+  }
+  if (a2a > Duration::Zero()) {  // expert parallelism
+    const int64_t n = static_cast<int64_t>(r.ranks.size());
+    head.rows.push_back({"all-to-all (mean per rank)",
+                         fmt::format("{} ms, {} ms of it exposed",
+                                     Ms(Duration::Nanos(a2a.nanos() / n)),
+                                     Ms(Duration::Nanos(exposed_a2a.nanos() / n)))});
+  }
   head.numeric = {false, false};
   s.blocks.push_back(head);
   report::Table ranks;
@@ -104,6 +116,7 @@ report::Section TimelineSection(const ExecutionPlan& plan, const SimResult& r) {
     report::TimelineRow compute{fmt::format("rank {} compute", rank), {}};
     report::TimelineRow p2p{fmt::format("rank {} p2p", rank), {}};
     report::TimelineRow coll{fmt::format("rank {} collective", rank), {}};
+    report::TimelineRow a2a{fmt::format("rank {} all-to-all", rank), {}};
     auto lo = std::lower_bound(r.timeline.begin(), r.timeline.end(), rank,
                                [](const SimInterval& iv, int64_t v) { return iv.rank < v; });
     for (auto it = lo; it != r.timeline.end() && it->rank == rank; ++it) {
@@ -124,12 +137,14 @@ report::Section TimelineSection(const ExecutionPlan& plan, const SimResult& r) {
                       on_path ? " (critical path)" : "");
       (it->stream == StreamKind::kCompute      ? compute
        : it->stream == StreamKind::kCollective ? coll
+       : it->stream == StreamKind::kAllToAll   ? a2a
                                                : p2p)
           .bars.push_back(std::move(bar));
     }
     t.rows.push_back(std::move(compute));
     if (!p2p.bars.empty()) t.rows.push_back(std::move(p2p));
     if (!coll.bars.empty()) t.rows.push_back(std::move(coll));
+    if (!a2a.bars.empty()) t.rows.push_back(std::move(a2a));
   }
   s.blocks.push_back(std::move(t));
   return s;
