@@ -176,6 +176,10 @@ Status CheckOptions(const OptimizerOptions& o) {
   if (o.budget <= Duration::Zero()) {
     return InvalidArgumentError("optimizer: budget must be positive (milliseconds > 0)");
   }
+  if (o.order_exhaustive_up_to < 0 || o.order_exhaustive_up_to > 10) {
+    return InvalidArgumentError(fmt::format(
+        "optimizer: order_exhaustive_up_to = {}; allowed: 0..10", o.order_exhaustive_up_to));
+  }
   if (o.order_estimates < 0) {
     return InvalidArgumentError(
         fmt::format("optimizer: order_estimates = {}; allowed: 0 or more", o.order_estimates));
@@ -270,7 +274,8 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         if (d != critical && estimate[d] <= target) continue;
         const int64_t left = options.order_estimates - result.order_estimates;
         if (left <= 0) break;
-        SLUICE_ASSIGN_OR_RETURN(OrderSearch os, SearchReplicaOrder(rl, d, orders[d], left));
+        SLUICE_ASSIGN_OR_RETURN(OrderSearch os, SearchReplicaOrder(rl, d, orders[d], left,
+                                                                   options.order_exhaustive_up_to));
         result.order_estimates += os.estimates;
         searched[d] = true;
         if (os.order != orders[d]) {

@@ -97,6 +97,9 @@ struct OptimizerOptions {
   std::shared_ptr<const Relowerer> relowerer;
   // Order moves: schedule estimates at most over the whole order search (>= 0).
   int64_t order_estimates = 3000;
+  // Order moves: replicas of at most this many micro-batches try every order instead (0..10;
+  // SearchReplicaOrder). 0: off. For measuring the search's headroom, not for the time budget.
+  int64_t order_exhaustive_up_to = 0;
   // MoE overlap rewrites to try before the search (empty: none); see the header comment.
   std::vector<passes::MoeOverlap> moe_overlaps;
   passes::MoeOverlapOptions moe_overlap_options;

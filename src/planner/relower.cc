@@ -69,7 +69,20 @@ StatusOr<Relowerer> Relowerer::Create(const ExecutionPlan& plan, const StageCost
       mb.rows = pmb.rows;
       mb.varlen = pmb.varlen;
       mb.recompute = pmb.recompute;
-      if (!PriceMicroBatch(eval, index, &mb) || !(mb.shape == pmb.shape)) {
+      bool ok = PriceMicroBatch(eval, index, &mb);
+      if (ok && !(mb.shape == pmb.shape)) {
+        // A method of fixed shapes (packing's rows of max_seqlen, token-budget's buckets) pads
+        // beyond the rows' lengths: the plan's shape is priced (varlen prices follow the samples).
+        mb.shape = pmb.shape;
+        mb.padded_tokens = mb.shape.mbs * (mb.shape.seqlen + mb.shape.dec_seqlen);
+        if (!mb.varlen) {
+          std::vector<ChunkCost> stages;
+          ok = eval.EvaluateStages(mb.shape, mb.recompute, &stages);
+          stages.resize(static_cast<size_t>(eval.pp()));
+          mb.stages = std::move(stages);
+        }
+      }
+      if (!ok) {
         return FailedPreconditionError(fmt::format(
             "relowering: micro-batch {} of replica {} cannot be priced again with the plan's "
             "shape",
@@ -124,8 +137,13 @@ StatusOr<ExecutionPlan> Relowerer::Lower(std::span<const std::vector<int64_t>> o
 }
 
 StatusOr<OrderSearch> SearchReplicaOrder(const Relowerer& relowerer, int64_t d,
-                                         std::span<const int64_t> start, int64_t max_estimates) {
+                                         std::span<const int64_t> start, int64_t max_estimates,
+                                         int64_t exhaustive_up_to) {
   const int64_t m = relowerer.size(d);
+  if (exhaustive_up_to < 0 || exhaustive_up_to > 10) {
+    return InvalidArgumentError(fmt::format(
+        "order search: exhaustive_up_to = {}; allowed: 0..10", exhaustive_up_to));
+  }
   if (!IsPermutation(start, m)) {
     return InvalidArgumentError(fmt::format(
         "order search: the start order of replica {} is not a permutation of its {} "
@@ -143,6 +161,20 @@ StatusOr<OrderSearch> SearchReplicaOrder(const Relowerer& relowerer, int64_t d,
   };
   SLUICE_ASSIGN_OR_RETURN(out.start_makespan, estimate(out.order));
   out.makespan = out.start_makespan;
+  if (m >= 2 && m <= exhaustive_up_to) {
+    std::vector<int64_t> perm(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) perm[i] = i;
+    do {
+      if (perm == out.order) continue;
+      SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(perm));
+      if (t < out.makespan) {
+        out.order = perm;
+        out.makespan = t;
+        ++out.moves;
+      }
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    return out;
+  }
   if (m < 2 || max_estimates <= 1) return out;
   // 1. The organ pipe: sorted by total time ascending (ties: the start order), the even ranks
   // forward then the odd ones backward.

@@ -90,8 +90,11 @@ class Relowerer {
 //     drain of the pipeline waits for a long one); the shorter that fits the budget is kept;
 //  2. first-improvement sweeps of insertion moves (micro-batch at position i moved to position j,
 //     i and j ascending) until a sweep improves nothing or `max_estimates` estimates were spent.
+// With exhaustive_up_to >= m (at most 10), every permutation is estimated instead (steps 1-2
+// skipped; max_estimates does not apply): the best order by the estimate, for measuring what
+// the search leaves (the oracle of docs/benchmarks.md).
 // A candidate counts only when its schedule fits the memory budget and its makespan is strictly
-// shorter. Deterministic: a pure function of the costs, the start order and max_estimates.
+// shorter. Deterministic: a pure function of the costs, the start order and the bounds.
 struct OrderSearch {
   std::vector<int64_t> order;  // the best order found (the start order when nothing was shorter)
   Duration start_makespan;     // estimate of the start order (Infinite when it does not fit)
@@ -100,7 +103,9 @@ struct OrderSearch {
   int64_t moves = 0;           // improvements taken
 };
 // Errors: `start` is not a permutation of replica d's micro-batches, or the generator's errors.
+// Errors also: exhaustive_up_to outside 0..10.
 StatusOr<OrderSearch> SearchReplicaOrder(const Relowerer& relowerer, int64_t d,
-                                         std::span<const int64_t> start, int64_t max_estimates);
+                                         std::span<const int64_t> start, int64_t max_estimates,
+                                         int64_t exhaustive_up_to = 0);
 
 }  // namespace sluice
