@@ -180,6 +180,10 @@ Status CheckOptions(const OptimizerOptions& o) {
     return InvalidArgumentError(fmt::format(
         "optimizer: order_exhaustive_up_to = {}; allowed: 0..10", o.order_exhaustive_up_to));
   }
+  if (!(o.order_budget_share > 0 && o.order_budget_share <= 1)) {
+    return InvalidArgumentError(fmt::format(
+        "optimizer: order_budget_share = {}; allowed: (0, 1]", o.order_budget_share));
+  }
   if (o.order_estimates < 0) {
     return InvalidArgumentError(
         fmt::format("optimizer: order_estimates = {}; allowed: 0 or more", o.order_estimates));
@@ -240,6 +244,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       orders[d].resize(static_cast<size_t>(rl.size(d)));
       for (int64_t i = 0; i < rl.size(d); ++i) orders[d][i] = i;
     }
+    const Duration order_end = Duration::Nanos(
+        static_cast<int64_t>(static_cast<double>(options.budget.nanos()) *
+                             options.order_budget_share));
     std::vector<bool> searched(static_cast<size_t>(dp), false);
     std::vector<Duration> estimate(static_cast<size_t>(dp), Duration::Zero());
     std::vector<std::vector<int64_t>> found = orders;
@@ -270,13 +277,24 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       todo.insert(todo.end(), rest.begin(), rest.end());
       Duration target = Duration::Zero();
       std::vector<int64_t> changed;
-      for (int64_t d : todo) {
+      for (size_t k = 0; k < todo.size(); ++k) {
+        const int64_t d = todo[k];
         if (d != critical && estimate[d] <= target) continue;
-        const int64_t left = options.order_estimates - result.order_estimates;
-        if (left <= 0) break;
-        SLUICE_ASSIGN_OR_RETURN(OrderSearch os, SearchReplicaOrder(rl, d, orders[d], left,
-                                                                   options.order_exhaustive_up_to));
+        // An equal part of what is left, for this replica and each one after it.
+        const int64_t parts = static_cast<int64_t>(todo.size() - k);
+        const int64_t left = (options.order_estimates - result.order_estimates) / parts;
+        const Duration time_left = order_end - elapsed();
+        if (left <= 0 || time_left <= Duration::Zero()) {
+          result.budget_hit = result.budget_hit || time_left <= Duration::Zero();
+          break;
+        }
+        const Clock::time_point deadline =
+            Clock::now() + std::chrono::nanoseconds(time_left.nanos() / parts);
+        SLUICE_ASSIGN_OR_RETURN(
+            OrderSearch os, SearchReplicaOrder(rl, d, orders[d], left,
+                                               options.order_exhaustive_up_to, deadline));
         result.order_estimates += os.estimates;
+        result.budget_hit = result.budget_hit || os.deadline_hit;
         searched[d] = true;
         if (os.order != orders[d]) {
           found[d] = os.order;

@@ -9,8 +9,9 @@
 // with those orders, validated (ValidatePlan, memory included) and simulated, and kept when
 // shorter (record "reorder-microbatches"); when the orders together are not shorter, the critical
 // replica's order alone is tried. This repeats while the critical path moves to a replica not
-// searched yet. The estimates are bounded by `order_estimates` (deterministic); the relowered
-// plans are scored by the simulator like every other candidate.
+// searched yet. The estimates are bounded by `order_estimates` (deterministic) and by
+// `order_budget_share` of the wall-clock budget (then budget_hit is set); the relowered plans are
+// scored by the simulator like every other candidate.
 // With a pricer, the next candidate is the whole-plan recompute placement
 // (passes/recompute.h, RecomputePlacementPass), kept when the simulation says it is shorter.
 // Then each MoE overlap of `moe_overlaps` (passes/moe_overlap.h) is applied to that plan and the
@@ -97,6 +98,9 @@ struct OptimizerOptions {
   std::shared_ptr<const Relowerer> relowerer;
   // Order moves: schedule estimates at most over the whole order search (>= 0).
   int64_t order_estimates = 3000;
+  // Order moves: the share of `budget` the order search may spend (in (0, 1]); each replica
+  // searched gets an equal part of what is left. The rest goes to the other moves.
+  double order_budget_share = 0.6;
   // Order moves: replicas of at most this many micro-batches try every order instead (0..10;
   // SearchReplicaOrder). 0: off. For measuring the search's headroom, not for the time budget.
   int64_t order_exhaustive_up_to = 0;

@@ -136,9 +136,9 @@ StatusOr<ExecutionPlan> Relowerer::Lower(std::span<const std::vector<int64_t>> o
   return LowerPlan(batch_plan, batch_, schedules, *eval_, cluster_, lower_);
 }
 
-StatusOr<OrderSearch> SearchReplicaOrder(const Relowerer& relowerer, int64_t d,
-                                         std::span<const int64_t> start, int64_t max_estimates,
-                                         int64_t exhaustive_up_to) {
+StatusOr<OrderSearch> SearchReplicaOrder(
+    const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
+    int64_t exhaustive_up_to, std::optional<std::chrono::steady_clock::time_point> deadline) {
   const int64_t m = relowerer.size(d);
   if (exhaustive_up_to < 0 || exhaustive_up_to > 10) {
     return InvalidArgumentError(fmt::format(
@@ -192,7 +192,9 @@ StatusOr<OrderSearch> SearchReplicaOrder(const Relowerer& relowerer, int64_t d,
   organ.reserve(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; i += 2) organ.push_back(by_time[i]);
   for (int64_t i = (m - 1) - ((m - 1) % 2 == 0 ? 1 : 0); i >= 1; i -= 2) organ.push_back(by_time[i]);
-  if (organ != out.order) {
+  const bool late = deadline && std::chrono::steady_clock::now() >= *deadline;
+  out.deadline_hit = late;
+  if (organ != out.order && !late) {
     SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(organ));
     if (t < out.makespan) {
       out.order = std::move(organ);
@@ -201,12 +203,20 @@ StatusOr<OrderSearch> SearchReplicaOrder(const Relowerer& relowerer, int64_t d,
     }
   }
   // 2. Insertion sweeps, first improvement.
+  auto more = [&] {
+    if (out.estimates >= max_estimates) return false;
+    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
+      out.deadline_hit = true;
+      return false;
+    }
+    return true;
+  };
   std::vector<int64_t> candidate(static_cast<size_t>(m));
   bool improved = true;
-  while (improved && out.estimates < max_estimates) {
+  while (improved && more()) {
     improved = false;
-    for (int64_t i = 0; i < m && out.estimates < max_estimates; ++i) {
-      for (int64_t j = 0; j < m && out.estimates < max_estimates; ++j) {
+    for (int64_t i = 0; i < m && more(); ++i) {
+      for (int64_t j = 0; j < m && more(); ++j) {
         if (j == i || j == i - 1) continue;  // moving i before i - 1 = moving i - 1 after i
         candidate = out.order;
         const int64_t x = candidate[i];

@@ -23,7 +23,9 @@
 // evaluator outlives the Relowerer.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -101,11 +103,14 @@ struct OrderSearch {
   Duration makespan;           // estimate of `order`
   int64_t estimates = 0;       // schedules estimated
   int64_t moves = 0;           // improvements taken
+  bool deadline_hit = false;   // the deadline ended the search (the result depends on timing)
 };
 // Errors: `start` is not a permutation of replica d's micro-batches, or the generator's errors.
+// With a deadline, steps 1-2 also stop when it has passed (checked before each estimate).
 // Errors also: exhaustive_up_to outside 0..10.
-StatusOr<OrderSearch> SearchReplicaOrder(const Relowerer& relowerer, int64_t d,
-                                         std::span<const int64_t> start, int64_t max_estimates,
-                                         int64_t exhaustive_up_to = 0);
+StatusOr<OrderSearch> SearchReplicaOrder(
+    const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
+    int64_t exhaustive_up_to = 0,
+    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
 }  // namespace sluice
