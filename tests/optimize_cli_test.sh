@@ -25,6 +25,15 @@ after="$("$sluice" simulate "$tmp/o.json" --collectives closed-form | sed -n 's/
 check optimize-not-longer awk -v a="$after" -v b="$before" 'BEGIN { exit !(a != "" && a <= b) }'
 expect optimize-greedy-msgpack 0 "search greedy" -- optimize "$tmp/plan.json" --out "$tmp/o.msgpack" --search greedy --steps 10 --budget-ms 100000
 expect optimize-recompute 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o3.json" --data mixture-4task --steps 10 --budget-ms 100000
+# With --data the micro-batch order is searched too (the plan relowered), and the time per kind of
+# candidate is printed; deterministic for a seed when the step and estimate bounds end the search.
+expect optimize-order 0 "kind reorder-microbatches: [0-9]+ tried" -- optimize "$tmp/plan.json" --out "$tmp/o5.json" --data mixture-4task --steps 10 --budget-ms 100000 --order-estimates 400
+check optimize-order-valid "$sluice" plan check "$tmp/o5.json"
+"$sluice" optimize "$tmp/plan.json" --out "$tmp/o6.json" --data mixture-4task --steps 10 --budget-ms 100000 --order-estimates 400 >/dev/null 2>&1
+check optimize-order-deterministic cmp -s "$tmp/o5.json" "$tmp/o6.json"
+expect optimize-order-exhaustive 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o7.json" --data mixture-4task --steps 1 --budget-ms 100000 --order-exhaustive-up-to 4
+expect optimize-order-bad 2 "--order-exhaustive-up-to" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --data mixture-4task --order-exhaustive-up-to 11
+expect optimize-order-estimates-bad 2 "--order-estimates" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --order-estimates -1
 # --data is clipped at --max-seqlen (default 2048, as the plan's); a plan longer than it was made
 # with a larger one.
 expect optimize-max-seqlen 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o4.json" --data mixture-4task --max-seqlen 2048 --steps 10 --budget-ms 100000

@@ -3,7 +3,9 @@
 // result (also when nothing changed: then it is the input plan).
 //
 // With --data (the lengths the plan was made from) the search also lowers recompute levels, priced
-// by the plan's cost model rebuilt from its model and cluster (planner/recompute_pricer.h). The
+// by the plan's cost model rebuilt from its model and cluster (planner/recompute_pricer.h), and
+// re-lowers replicas with other micro-batch orders (planner/relower.h; plans it does not support,
+// e.g. ep > 1 or cp > 1, get no order moves, and the output says why). The
 // samples are clipped at --max-seqlen as the plan's batches were (plan, compare and train clip at
 // their --max-seqlen, default 2048): unclipped lengths give other shapes than the plan's, and the
 // pricer refuses such micro-batches, so their recompute moves would be lost.
@@ -27,6 +29,7 @@
 #include "planner/optimizer.h"
 #include "planner/planner.h"
 #include "planner/recompute_pricer.h"
+#include "planner/relower.h"
 #include "schedule/generators.h"
 
 namespace sluice::cli {
@@ -44,6 +47,8 @@ struct OptimizeFlags {
   int64_t samples = 0;
   uint64_t data_seed = 0;
   int64_t max_seqlen = 2048;  // with --data: the clip the plan was made with
+  int64_t order_estimates = 3000;
+  int64_t order_exhaustive_up_to = 0;
 };
 
 // The recompute pricer for a plan file (passes/recompute.h): the plan's cost model rebuilt from
@@ -53,6 +58,8 @@ struct FilePricer {
   std::unique_ptr<CostModel> cost;
   std::shared_ptr<const StageCostEvaluator> eval;
   std::shared_ptr<const passes::RecomputePricer> pricer;
+  std::shared_ptr<const Relowerer> relowerer;  // null: no order moves (relower_off says why)
+  std::string relower_off;
 };
 
 StatusOr<FilePricer> MakeFilePricer(const OptimizeFlags& f, const ExecutionPlan& plan) {
@@ -105,6 +112,12 @@ StatusOr<FilePricer> MakeFilePricer(const OptimizeFlags& f, const ExecutionPlan&
   for (const Sample& s : dataset->samples()) {
     samples.push_back(ClipSample(s, f.max_seqlen, limit));
   }
+  StatusOr<Relowerer> relowerer = Relowerer::Create(plan, *out.eval, plan.cluster, samples);
+  if (relowerer.ok()) {
+    out.relowerer = std::make_shared<const Relowerer>(std::move(relowerer).value());
+  } else {
+    out.relower_off = relowerer.status().message();
+  }
   out.pricer = std::make_shared<EvaluatorPricer>(*out.eval, plan.cluster, std::move(samples));
   return out;
 }
@@ -132,11 +145,15 @@ Status RunOptimize(const OptimizeFlags& f) {
   options.budget = Duration::Millis(f.budget_ms);
   options.max_steps = f.steps;
   options.seed = f.seed;
+  options.order_estimates = f.order_estimates;
+  options.order_exhaustive_up_to = f.order_exhaustive_up_to;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
   FilePricer pricer;
   if (!f.data.empty()) {
     SLUICE_ASSIGN_OR_RETURN(pricer, MakeFilePricer(f, plan));
     options.pricer = pricer.pricer;
+    options.relowerer = pricer.relowerer;
+    if (pricer.relowerer == nullptr) fmt::print("no order moves: {}\n", pricer.relower_off);
   }
   StatusOr<OptimizeResult> run = OptimizePlan(plan, options);
   if (!run.ok()) return InvalidArgumentError(fmt::format("{}: {}", f.file, run.status().message()));
@@ -152,6 +169,13 @@ Status RunOptimize(const OptimizeFlags& f) {
       "accepted, {} passes kept, {:.1f} ms{}\n",
       f.search, f.seed, r.simulations, r.invalid, r.accepted, r.applied.size(), r.wall.millis(),
       r.budget_hit ? " (budget reached: not reproducible)" : "");
+  for (const CandidateKindStats& k : r.kinds) {
+    fmt::print(
+        "  kind {}: {} tried, {} simulated, {} accepted, {:.1f} ms, {} shorter{}\n", k.kind,
+        k.tried, k.simulated, k.accepted, k.wall.millis(), FormatDuration(k.gain),
+        k.kind == "reorder-microbatches" ? fmt::format(" ({} schedule estimates)", r.order_estimates)
+                                         : "");
+  }
   for (const passes::PassRecord& p : r.applied) {
     for (const std::string& c : p.changes) fmt::print("  {}: {}\n", p.pass, c);
   }
@@ -199,6 +223,15 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
       ->capture_default_str();
   o->add_option("--data-seed", flags->data_seed, "With a generator --data preset: its seed")
       ->check(IntegerCheck(0, kNoMaxInteger))
+      ->capture_default_str();
+  o->add_option("--order-estimates", flags->order_estimates,
+                "With --data: schedule estimates the micro-batch order search may spend")
+      ->check(IntegerCheck(0, 1000000000))
+      ->capture_default_str();
+  o->add_option("--order-exhaustive-up-to", flags->order_exhaustive_up_to,
+                "With --data: replicas of at most this many micro-batches try every order (0-10; "
+                "0 = off; for measuring the search, it ignores the budget)")
+      ->check(IntegerCheck(0, 10))
       ->capture_default_str();
   AddMaxSeqlenFlag(o, &flags->max_seqlen)
       ->description(

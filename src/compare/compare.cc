@@ -15,6 +15,7 @@
 #include "passes/moe_overlap.h"
 #include "planner/optimizer.h"
 #include "planner/recompute_pricer.h"
+#include "planner/relower.h"
 
 namespace sluice {
 namespace {
@@ -580,6 +581,12 @@ class Comparison {
         o.sim = o_sim;
         o.pricer = std::make_shared<EvaluatorPricer>(planner.evaluator(), planner.cluster(),
                                                      batch.samples, planner.options().lower.costs);
+        // Micro-batch order moves (planner/relower.h); a plan it does not support gets none.
+        const PlannerOptions& po = planner.options();
+        StatusOr<Relowerer> rl = Relowerer::Create(
+            plan.plan, planner.evaluator(), planner.cluster(), batch.samples,
+            po.search_order ? po.search.schedule : po.schedule_options, po.lower);
+        if (rl.ok()) o.relowerer = std::make_shared<const Relowerer>(std::move(rl).value());
         SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(plan.plan, o));
         optimizer_ms = opt.wall.millis();
         *optimized = *optimized || opt.changed();

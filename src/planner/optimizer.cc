@@ -143,6 +143,31 @@ void RestoreFrom(const ExecutionPlan& from, ExecutionPlan* to) {
   }
 }
 
+// The kind of a pass: its Describe() up to the first '('.
+std::string KindOf(const std::string& describe) { return describe.substr(0, describe.find('(')); }
+
+CandidateKindStats& StatsOf(OptimizeResult* result, const std::string& kind) {
+  for (CandidateKindStats& k : result->kinds) {
+    if (k.kind == kind) return k;
+  }
+  result->kinds.push_back(CandidateKindStats{.kind = kind});
+  return result->kinds.back();
+}
+
+// The replica that holds most of the compute time on `sim`'s critical path, or -1.
+int64_t CriticalReplica(const ExecutionPlan& plan, const SimResult& sim) {
+  std::vector<int64_t> ns(static_cast<size_t>(plan.dp()), 0);
+  for (const SimInterval& iv : sim.critical_path) {
+    const Instruction& in = plan.ranks[iv.rank].instructions[iv.instruction];
+    if (IsCompute(in.op)) ns[plan.ranks[iv.rank].dp_index] += (iv.end - iv.start).nanos();
+  }
+  int64_t best = -1;
+  for (int64_t d = 0; d < plan.dp(); ++d) {
+    if (ns[d] > 0 && (best < 0 || ns[d] > ns[best])) best = d;
+  }
+  return best;
+}
+
 Status CheckOptions(const OptimizerOptions& o) {
   if (o.max_steps < 0) {
     return InvalidArgumentError(
@@ -150,6 +175,18 @@ Status CheckOptions(const OptimizerOptions& o) {
   }
   if (o.budget <= Duration::Zero()) {
     return InvalidArgumentError("optimizer: budget must be positive (milliseconds > 0)");
+  }
+  if (o.order_exhaustive_up_to < 0 || o.order_exhaustive_up_to > 10) {
+    return InvalidArgumentError(fmt::format(
+        "optimizer: order_exhaustive_up_to = {}; allowed: 0..10", o.order_exhaustive_up_to));
+  }
+  if (!(o.order_budget_share > 0 && o.order_budget_share <= 1)) {
+    return InvalidArgumentError(fmt::format(
+        "optimizer: order_budget_share = {}; allowed: (0, 1]", o.order_budget_share));
+  }
+  if (o.order_estimates < 0) {
+    return InvalidArgumentError(
+        fmt::format("optimizer: order_estimates = {}; allowed: 0 or more", o.order_estimates));
   }
   if (!(o.beta > 0) || !std::isfinite(o.beta)) {
     return InvalidArgumentError(fmt::format("optimizer: beta = {}; allowed: > 0", o.beta));
@@ -187,34 +224,178 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   ExecutionPlan current = plan;
   Duration current_time = base.iteration_time;
   std::vector<passes::PassRecord> current_path;
-  // First, with a pricer: the whole-plan recompute placement, the one bulk move (it changes many
+  // Keeps `next` (simulated as `r`) as the current and best plan.
+  auto keep = [&](ExecutionPlan next, SimResult r, passes::PassRecord record) {
+    ++result.accepted;
+    current = std::move(next);
+    current_time = r.iteration_time;
+    base = std::move(r);
+    current_path.push_back(std::move(record));
+    result.after = current_time;
+    result.plan = current;
+    result.applied = current_path;
+  };
+  // First, with a relowerer: the micro-batch orders (see the header).
+  if (options.relowerer != nullptr && options.max_steps > 0 && options.order_estimates > 0) {
+    const Relowerer& rl = *options.relowerer;
+    const int64_t dp = rl.dp();
+    std::vector<std::vector<int64_t>> orders(static_cast<size_t>(dp));
+    for (int64_t d = 0; d < dp; ++d) {
+      orders[d].resize(static_cast<size_t>(rl.size(d)));
+      for (int64_t i = 0; i < rl.size(d); ++i) orders[d][i] = i;
+    }
+    const Duration order_end = Duration::Nanos(
+        static_cast<int64_t>(static_cast<double>(options.budget.nanos()) *
+                             options.order_budget_share));
+    std::vector<bool> searched(static_cast<size_t>(dp), false);
+    std::vector<Duration> estimate(static_cast<size_t>(dp), Duration::Zero());
+    std::vector<std::vector<int64_t>> found = orders;
+    // The estimates of the plan's own orders.
+    ScheduleCosts scratch;
+    for (int64_t d = 0; d < dp; ++d) {
+      SLUICE_ASSIGN_OR_RETURN(ScheduleResult r, rl.Estimate(d, orders[d], &scratch));
+      ++result.order_estimates;
+      estimate[d] = r.estimate.makespan;
+    }
+    while (result.simulations < options.max_steps) {
+      if (elapsed() >= options.budget) {
+        result.budget_hit = true;
+        break;
+      }
+      const int64_t critical = CriticalReplica(current, base);
+      if (critical < 0 || searched[critical]) break;
+      const Clock::time_point c0 = Clock::now();
+      CandidateKindStats& stats = StatsOf(&result, "reorder-microbatches");
+      // Critical replica first, then every replica still estimated longer, slowest first.
+      std::vector<int64_t> todo = {critical};
+      std::vector<int64_t> rest;
+      for (int64_t d = 0; d < dp; ++d) {
+        if (d != critical && !searched[d]) rest.push_back(d);
+      }
+      std::stable_sort(rest.begin(), rest.end(),
+                       [&](int64_t a, int64_t b) { return estimate[a] > estimate[b]; });
+      todo.insert(todo.end(), rest.begin(), rest.end());
+      Duration target = Duration::Zero();
+      std::vector<int64_t> changed;
+      for (size_t k = 0; k < todo.size(); ++k) {
+        const int64_t d = todo[k];
+        if (d != critical && estimate[d] <= target) continue;
+        // An equal part of what is left, for this replica and each one after it.
+        const int64_t parts = static_cast<int64_t>(todo.size() - k);
+        const int64_t left = (options.order_estimates - result.order_estimates) / parts;
+        const Duration time_left = order_end - elapsed();
+        if (left <= 0 || time_left <= Duration::Zero()) {
+          result.budget_hit = result.budget_hit || time_left <= Duration::Zero();
+          break;
+        }
+        const Clock::time_point deadline =
+            Clock::now() + std::chrono::nanoseconds(time_left.nanos() / parts);
+        SLUICE_ASSIGN_OR_RETURN(
+            OrderSearch os, SearchReplicaOrder(rl, d, orders[d], left,
+                                               options.order_exhaustive_up_to, deadline));
+        result.order_estimates += os.estimates;
+        result.budget_hit = result.budget_hit || os.deadline_hit;
+        searched[d] = true;
+        if (os.order != orders[d]) {
+          found[d] = os.order;
+          changed.push_back(d);
+        }
+        target = std::max(target, os.makespan);
+      }
+      if (changed.empty()) {
+        stats.wall += Duration::Nanos(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
+        break;
+      }
+      // All the changed replicas together, then (if that is not shorter) the critical one alone.
+      std::vector<std::vector<std::vector<int64_t>>> tries;
+      tries.push_back(orders);
+      for (int64_t d : changed) tries.back()[d] = found[d];
+      if (changed.size() > 1 && changed.front() == critical) {
+        tries.push_back(orders);
+        tries.back()[critical] = found[critical];
+      }
+      bool kept = false;
+      for (const std::vector<std::vector<int64_t>>& t : tries) {
+        if (result.simulations >= options.max_steps) break;
+        ++stats.tried;
+        StatusOr<ExecutionPlan> next = rl.Lower(t);
+        if (!next.ok() || !ValidatePlan(*next).ok()) {
+          ++result.invalid;
+          continue;
+        }
+        SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(*next, sim));
+        ++result.simulations;
+        ++stats.simulated;
+        if (r.outcome != SimOutcome::kOk || r.iteration_time >= current_time) continue;
+        passes::PassRecord record;
+        record.pass = "reorder-microbatches";
+        record.changed = true;
+        for (int64_t d = 0; d < dp; ++d) {
+          bool identity = true;
+          for (int64_t i = 0; i < rl.size(d); ++i) identity = identity && t[d][i] == i;
+          if (identity) continue;
+          std::string text;
+          for (int64_t i : t[d]) text += fmt::format("{}{}", text.empty() ? "" : " ", i);
+          record.changes.push_back(fmt::format("replica {}: micro-batches in the order {} of the "
+                                               "lowered plan",
+                                               d, text));
+        }
+        ++stats.accepted;
+        stats.gain += current_time - r.iteration_time;
+        for (int64_t d = 0; d < dp; ++d) {
+          if (t[d] != orders[d]) {
+            SLUICE_ASSIGN_OR_RETURN(ScheduleResult e, rl.Estimate(d, t[d], &scratch));
+            ++result.order_estimates;
+            estimate[d] = e.estimate.makespan;
+          }
+        }
+        orders = t;
+        // The record holds every replica's order from the input: it replaces the earlier ones.
+        current_path.clear();
+        keep(std::move(next).value(), std::move(r), std::move(record));
+        kept = true;
+        break;
+      }
+      stats.wall += Duration::Nanos(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
+      if (!kept) break;
+    }
+  }
+  // With a pricer: the whole-plan recompute placement, the one bulk move (it changes many
   // (micro-batch, stage) pairs at once, which single moves would take many steps to reach).
-  if (options.pricer != nullptr && options.max_steps > 0) {
+  if (options.pricer != nullptr && options.max_steps > 0 &&
+      result.simulations < options.max_steps) {
+    const Clock::time_point c0 = Clock::now();
+    CandidateKindStats& stats = StatsOf(&result, "recompute-placement");
+    ++stats.tried;
     ExecutionPlan next = current;
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
                             passes::RecomputePlacementPass(options.pricer).Run(&next));
     if (record.changed) {
       SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
       ++result.simulations;
+      ++stats.simulated;
       if (r.outcome == SimOutcome::kOk && r.iteration_time < current_time) {
-        ++result.accepted;
-        current = std::move(next);
-        current_time = r.iteration_time;
-        base = std::move(r);
-        current_path.push_back(std::move(record));
-        result.after = current_time;
-        result.plan = current;
-        result.applied = current_path;
+        ++stats.accepted;
+        stats.gain += current_time - r.iteration_time;
+        keep(std::move(next), std::move(r), std::move(record));
       }
     } else if (!record.rejected.empty()) {
       ++result.invalid;
     }
+    stats.wall += Duration::Nanos(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
   }
   // Then the MoE overlap rewrites, each on the same plan; the shortest is kept if shorter.
   if (!options.moe_overlaps.empty() && options.max_steps > 0) {
+    const Clock::time_point c0 = Clock::now();
+    CandidateKindStats& stats = StatsOf(&result, "moe-overlap");
     const ExecutionPlan start = current;
+    const Duration start_time = current_time;
     for (const passes::MoeOverlap overlap : options.moe_overlaps) {
       ExecutionPlan next = start;
+      ++stats.tried;
       SLUICE_ASSIGN_OR_RETURN(
           passes::PassRecord record,
           passes::MoeOverlapPass(overlap, options.moe_overlap_options).Run(&next));
@@ -224,6 +405,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       }
       SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
       ++result.simulations;
+      ++stats.simulated;
       if (r.outcome == SimOutcome::kOk && r.iteration_time < current_time) {
         ++result.accepted;
         current = std::move(next);
@@ -235,7 +417,13 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         result.plan = current;
       }
     }
+    if (current_time < start_time) {
+      ++stats.accepted;
+      stats.gain += start_time - current_time;
+    }
     current_path = result.applied;
+    stats.wall += Duration::Nanos(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
   }
   std::vector<Candidate> pool = Candidates(current, base, options.pricer);
   // The candidates are tried on `next`, a copy of `current` kept between steps: after a refused
@@ -246,19 +434,29 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       result.budget_hit = true;
       break;
     }
+    const Clock::time_point c0 = Clock::now();
     const int64_t pick = rng.UniformInt(0, static_cast<int64_t>(pool.size()) - 1);
     const Candidate candidate = pool[pick];
     pool.erase(pool.begin() + pick);
+    CandidateKindStats& stats = StatsOf(&result, KindOf(candidate->Describe()));
+    auto charge = [&] {
+      stats.wall += Duration::Nanos(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
+    };
+    ++stats.tried;
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record, candidate->Run(&next));
     if (!record.changed) {
       if (!record.rejected.empty()) ++result.invalid;
       RestoreFrom(current, &next);
+      charge();
       continue;
     }
     SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
     ++result.simulations;
+    ++stats.simulated;
     if (r.outcome != SimOutcome::kOk) {
       RestoreFrom(current, &next);
+      charge();
       continue;
     }
     const double gain_pct = 100.0 * static_cast<double>((current_time - r.iteration_time).nanos()) /
@@ -271,9 +469,12 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     }
     if (!accept) {
       RestoreFrom(current, &next);
+      charge();
       continue;
     }
     ++result.accepted;
+    ++stats.accepted;
+    stats.gain += current_time - r.iteration_time;
     current = next;
     current_time = r.iteration_time;
     current_path.push_back(std::move(record));
@@ -283,6 +484,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       result.plan = current;
       result.applied = current_path;
     }
+    charge();
   }
   result.wall = elapsed();
   return result;

@@ -2,7 +2,17 @@
 // IR. It rewrites a valid plan with the passes of passes/ and keeps what the simulator says is
 // shorter.
 //
-// With a pricer, the first candidate is the whole-plan recompute placement
+// With a relowerer (relower.h), the first move is the micro-batch order: the replica that holds
+// most of the simulated critical path is given a shorter order by its schedule estimate
+// (SearchReplicaOrder: the organ pipe, then insertion moves), then each other replica whose
+// estimate is still longer than that replica's new one, slowest first; the plan is lowered again
+// with those orders, validated (ValidatePlan, memory included) and simulated, and kept when
+// shorter (record "reorder-microbatches"); when the orders together are not shorter, the critical
+// replica's order alone is tried. This repeats while the critical path moves to a replica not
+// searched yet. The estimates are bounded by `order_estimates` (deterministic) and by
+// `order_budget_share` of the wall-clock budget (then budget_hit is set); the relowered plans are
+// scored by the simulator like every other candidate.
+// With a pricer, the next candidate is the whole-plan recompute placement
 // (passes/recompute.h, RecomputePlacementPass), kept when the simulation says it is shorter.
 // Then each MoE overlap of `moe_overlaps` (passes/moe_overlap.h) is applied to that plan and the
 // shortest kept when it is shorter (the overlap rewrites are whole-plan moves, tried once).
@@ -51,6 +61,7 @@
 #include "passes/pass.h"
 #include "passes/recompute.h"
 #include "plan/execution_plan.h"
+#include "planner/relower.h"
 #include "sim/simulator.h"
 
 namespace sluice {
@@ -82,9 +93,31 @@ struct OptimizerOptions {
   // Prices other recompute levels (passes/recompute.h); null: no recompute candidates. The
   // planner passes its EvaluatorPricer (recompute_pricer.h).
   std::shared_ptr<const passes::RecomputePricer> pricer;
+  // Relowers the plan with other micro-batch orders (relower.h), built from the same plan; null:
+  // no order moves. The planner passes one made from its batch.
+  std::shared_ptr<const Relowerer> relowerer;
+  // Order moves: schedule estimates at most over the whole order search (>= 0).
+  int64_t order_estimates = 3000;
+  // Order moves: the share of `budget` the order search may spend (in (0, 1]); each replica
+  // searched gets an equal part of what is left. The rest goes to the other moves.
+  double order_budget_share = 0.6;
+  // Order moves: replicas of at most this many micro-batches try every order instead (0..10;
+  // SearchReplicaOrder). 0: off. For measuring the search's headroom, not for the time budget.
+  int64_t order_exhaustive_up_to = 0;
   // MoE overlap rewrites to try before the search (empty: none); see the header comment.
   std::vector<passes::MoeOverlap> moe_overlaps;
   passes::MoeOverlapOptions moe_overlap_options;
+};
+
+// Where the optimizer's time went, per kind of candidate ("reorder-microbatches",
+// "recompute-placement", "moe-overlap", "move-compute", "hoist-start", "bucket", "recompute").
+struct CandidateKindStats {
+  std::string kind;
+  int64_t tried = 0;      // candidates built (a refused one included)
+  int64_t simulated = 0;  // of which simulated
+  int64_t accepted = 0;
+  Duration wall;          // time spent building, checking and simulating them
+  Duration gain;          // simulated time saved by the accepted ones (kMcmc: net)
 };
 
 struct OptimizeResult {
@@ -97,6 +130,8 @@ struct OptimizeResult {
   int64_t accepted = 0;                     // steps accepted (kMcmc: worse ones included)
   bool budget_hit = false;                  // the wall-clock budget ended the search
   Duration wall;                            // time the search took
+  std::vector<CandidateKindStats> kinds;    // per kind of candidate, in order of first use
+  int64_t order_estimates = 0;              // schedule estimates of the order search
   bool changed() const { return !applied.empty(); }
 };
 

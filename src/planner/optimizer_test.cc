@@ -1,6 +1,9 @@
 // The plan optimizer and the passes over a planner sweep (the property tests of issue 17):
 // every pass keeps every plan valid, and the optimizer never returns a plan whose simulated
-// iteration is longer than its input's; it is deterministic for a seed.
+// iteration is longer than its input's; it is deterministic for a seed. The micro-batch order
+// move (relower.h) is covered the same way: relowering in the plan's own order gives the plan
+// back, any other order gives a valid plan or a clear refusal, the order search never lengthens
+// the estimate, and the optimizer keeps a reorder only when the simulation is shorter.
 //
 // 3 configurations x 3 schedules x 3 methods x 2 seeded batches of gpt-6.7b on a100-40g.
 #include "planner/optimizer.h"
@@ -20,6 +23,7 @@
 #include "plan/validate.h"
 #include "planner/planner.h"
 #include "planner/recompute_pricer.h"
+#include "planner/relower.h"
 
 namespace sluice {
 namespace {
@@ -31,6 +35,7 @@ struct SweepCase {
   std::vector<Sample> batch;
   ExecutionPlan plan;
   std::shared_ptr<const passes::RecomputePricer> pricer;  // the planner's (recompute_pricer.h)
+  std::shared_ptr<const Relowerer> relowerer;             // built from `plan` (relower.h)
 };
 
 // Every accepted plan of the sweep (built once).
@@ -69,10 +74,13 @@ const std::vector<SweepCase>& Sweep() {
             StatusOr<PlanResult> r = planner->Plan(batch);
             SLUICE_CHECK_MSG(r.ok(), r.status().ToString());
             if (r->outcome != PlanOutcome::kOk) continue;
+            StatusOr<Relowerer> rl = Relowerer::Create(r->plan, **eval, setup->cluster, batch);
+            SLUICE_CHECK_MSG(rl.ok(), rl.status().ToString());
             out->push_back({fmt::format("{} {}{} {} seed {}", c.name, ScheduleKindName(kind),
                                         vpp > 1 ? " vpp 2" : "", method, seed),
                             batch, std::move(r->plan),
-                            std::make_shared<EvaluatorPricer>(**eval, setup->cluster, batch)});
+                            std::make_shared<EvaluatorPricer>(**eval, setup->cluster, batch),
+                            std::make_shared<const Relowerer>(std::move(rl).value())});
           }
         }
       }
@@ -134,8 +142,99 @@ TEST(PassSweepTest, EveryPassKeepsEveryPlanValid) {
   EXPECT_GT(refused, 0);
 }
 
+// Relowering in the plan's own orders gives the planner's plan back, byte for byte.
+TEST(RelowerTest, OwnOrderGivesThePlanBack) {
+  for (const SweepCase& c : Sweep()) {
+    std::vector<std::vector<int64_t>> orders(static_cast<size_t>(c.plan.dp()));
+    StatusOr<ExecutionPlan> again = c.relowerer->Lower(orders);
+    ASSERT_TRUE(again.ok()) << c.name << ": " << again.status().ToString();
+    EXPECT_TRUE(*again == c.plan) << c.name;
+  }
+}
+
+// Any order gives a plan that passes checks 1-6 (memory is the optimizer's check: it refuses a
+// plan over the limit), or a refusal that says why (the schedule does not fit the budget).
+TEST(RelowerTest, AnyOrderGivesAValidPlanOrARefusal) {
+  ValidateOptions without_memory;
+  without_memory.check_memory = false;
+  int64_t lowered = 0, refused = 0, fit = 0;
+  for (const SweepCase& c : Sweep()) {
+    Rng rng(11);
+    for (int k = 0; k < 3; ++k) {
+      std::vector<std::vector<int64_t>> orders(static_cast<size_t>(c.plan.dp()));
+      for (int64_t d = 0; d < c.plan.dp(); ++d) {
+        const int64_t m = c.relowerer->size(d);
+        for (int64_t i = 0; i < m; ++i) orders[d].push_back(i);
+        for (int64_t i = m - 1; i > 0; --i) std::swap(orders[d][i], orders[d][rng.UniformInt(0, i)]);
+      }
+      StatusOr<ExecutionPlan> p = c.relowerer->Lower(orders);
+      if (!p.ok()) {
+        EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition) << c.name;
+        EXPECT_THAT(p.status().message(), HasSubstr("in this order")) << c.name;
+        ++refused;
+        continue;
+      }
+      ++lowered;
+      const Status valid = ValidatePlan(*p, without_memory);
+      ASSERT_TRUE(valid.ok()) << c.name << ": " << valid.ToString();
+      fit += ValidatePlan(*p).ok() ? 1 : 0;
+      // The plan records the new order.
+      for (int64_t d = 0; d < c.plan.dp(); ++d) {
+        for (int64_t i = 0; i < c.relowerer->size(d); ++i) {
+          EXPECT_EQ(p->replicas[d].micro_batches[i].rows,
+                    c.plan.replicas[d].micro_batches[orders[d][i]].rows);
+        }
+      }
+    }
+  }
+  fmt::print("random orders: {} lowered ({} within memory), {} refused\n", lowered, fit, refused);
+  EXPECT_GT(lowered, 0);
+  // Not a permutation: an error naming the replica.
+  std::vector<std::vector<int64_t>> bad(static_cast<size_t>(Sweep().front().plan.dp()));
+  bad[0] = {0, 0};
+  EXPECT_THAT(Sweep().front().relowerer->Lower(bad).status().message(),
+              HasSubstr("not a permutation"));
+}
+
+// The order search never lengthens the estimate, is deterministic, and with every order tried
+// (small replicas) is at least as short as the local search.
+TEST(RelowerTest, OrderSearchNeverLongerAndExhaustiveIsBest) {
+  int64_t shorter = 0, exhaustive = 0;
+  for (const SweepCase& c : Sweep()) {
+    for (int64_t d = 0; d < c.relowerer->dp(); ++d) {
+      const int64_t m = c.relowerer->size(d);
+      std::vector<int64_t> start(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) start[i] = i;
+      StatusOr<OrderSearch> a = SearchReplicaOrder(*c.relowerer, d, start, 200);
+      ASSERT_TRUE(a.ok()) << c.name << ": " << a.status().ToString();
+      EXPECT_LE(a->makespan, a->start_makespan) << c.name;
+      EXPECT_LE(a->estimates, 200) << c.name;
+      std::vector<int64_t> sorted = a->order;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(sorted, start) << c.name;
+      StatusOr<OrderSearch> b = SearchReplicaOrder(*c.relowerer, d, start, 200);
+      ASSERT_TRUE(b.ok());
+      EXPECT_EQ(a->order, b->order) << c.name;
+      shorter += a->makespan < a->start_makespan ? 1 : 0;
+      if (m <= 6) {
+        StatusOr<OrderSearch> all = SearchReplicaOrder(*c.relowerer, d, start, 0, 6);
+        ASSERT_TRUE(all.ok());
+        EXPECT_LE(all->makespan, a->makespan) << c.name;
+        ++exhaustive;
+      }
+    }
+  }
+  fmt::print("order search: {} replicas shorter by the estimate, {} searched exhaustively\n",
+             shorter, exhaustive);
+  EXPECT_GT(shorter, 0);
+  EXPECT_THAT(SearchReplicaOrder(*Sweep().front().relowerer, 0, std::vector<int64_t>{}, 10)
+                  .status()
+                  .message(),
+              HasSubstr("not a permutation"));
+}
+
 TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
-  int64_t improved = 0;
+  int64_t improved = 0, reordered = 0;
   double gain_sum = 0;
   for (const SweepCase& c : Sweep()) {
     OptimizerOptions o;
@@ -144,6 +243,8 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     o.seed = 3;
     o.sim.samples = c.batch;
     o.pricer = c.pricer;
+    o.relowerer = c.relowerer;
+    o.order_estimates = 300;
     StatusOr<OptimizeResult> r = OptimizePlan(c.plan, o);
     ASSERT_TRUE(r.ok()) << c.name << ": " << r.status().ToString();
     EXPECT_FALSE(r->budget_hit);
@@ -156,6 +257,9 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->iteration_time, r->after) << c.name;
     EXPECT_EQ(r->changed(), !(r->plan == c.plan)) << c.name;
+    for (const passes::PassRecord& p : r->applied) {
+      reordered += p.pass == "reorder-microbatches" ? 1 : 0;
+    }
     if (r->after < r->before) {
       ++improved;
       gain_sum += 1.0 - r->after.seconds() / r->before.seconds();
@@ -164,9 +268,10 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     ASSERT_TRUE(twice.ok());
     EXPECT_EQ(twice->plan, r->plan) << c.name;
   }
-  fmt::print("optimizer sweep: {} plans, {} shorter, mean gain of those {:.2f}%\n", Sweep().size(),
-             improved, improved > 0 ? 100.0 * gain_sum / improved : 0.0);
+  fmt::print("optimizer sweep: {} plans, {} shorter ({} reordered), mean gain of those {:.2f}%\n",
+             Sweep().size(), improved, reordered, improved > 0 ? 100.0 * gain_sum / improved : 0.0);
   EXPECT_GT(improved, 0);
+  EXPECT_GT(reordered, 0);
 }
 
 TEST(OptimizerTest, RejectsBadOptionsAndInvalidPlans) {
@@ -177,6 +282,12 @@ TEST(OptimizerTest, RejectsBadOptionsAndInvalidPlans) {
   o = {};
   o.beta = 0;
   EXPECT_THAT(OptimizePlan(c.plan, o).status().message(), HasSubstr("beta"));
+  o = {};
+  o.order_estimates = -1;
+  EXPECT_THAT(OptimizePlan(c.plan, o).status().message(), HasSubstr("order_estimates"));
+  o = {};
+  o.order_exhaustive_up_to = 11;
+  EXPECT_THAT(OptimizePlan(c.plan, o).status().message(), HasSubstr("order_exhaustive_up_to"));
   o = {};
   o.budget = Duration::Zero();
   EXPECT_THAT(OptimizePlan(c.plan, o).status().message(), HasSubstr("budget"));

@@ -286,6 +286,15 @@ StatusOr<PlanResult> Planner::PlanOnce(std::span<const Sample> batch, bool split
         }
       }
     }
+    if (o.relowerer == nullptr) {
+      // Order moves: relowered from the plan as it goes to the optimizer (the rounds switch
+      // above included). A plan the relowering does not support gets no order moves.
+      ScheduleOptions so = options_.search_order ? options_.search.schedule
+                                                 : options_.schedule_options;
+      StatusOr<Relowerer> rl =
+          Relowerer::Create(result.plan, *eval_, cluster_, batch, so, options_.lower);
+      if (rl.ok()) o.relowerer = std::make_shared<const Relowerer>(std::move(rl).value());
+    }
     SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(result.plan, o));
     std::vector<passes::PassRecord> applied;
     if (rounds_record) applied.push_back(std::move(*rounds_record));

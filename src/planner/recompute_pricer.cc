@@ -8,7 +8,7 @@ std::optional<std::vector<ChunkCost>> EvaluatorPricer::Price(const ExecutionPlan
                                                              int64_t dp_index, int64_t microbatch,
                                                              Recompute level) const {
   const PlanMicroBatch& pmb = plan.replicas[dp_index].micro_batches[microbatch];
-  const BatchIndex index(batch_);
+  const BatchIndex& index = index_;
   for (const auto& row : pmb.rows) {
     for (int64_t id : row) {
       if (!index.Contains(id)) return std::nullopt;

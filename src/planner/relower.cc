@@ -1,0 +1,238 @@
+#include "planner/relower.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace sluice {
+namespace {
+
+bool IsPermutation(std::span<const int64_t> order, int64_t m) {
+  if (static_cast<int64_t>(order.size()) != m) return false;
+  std::vector<bool> seen(static_cast<size_t>(m), false);
+  for (int64_t i : order) {
+    if (i < 0 || i >= m || seen[i]) return false;
+    seen[i] = true;
+  }
+  return true;
+}
+
+}  // namespace
+
+StatusOr<Relowerer> Relowerer::Create(const ExecutionPlan& plan, const StageCostEvaluator& eval,
+                                      const ClusterSpec& cluster, std::span<const Sample> batch,
+                                      ScheduleOptions schedule, LowerOptions lower) {
+  if (plan.parallel.ep > 1) {
+    return FailedPreconditionError(
+        "relowering: plans with ep > 1 are not relowered (an expert group's replicas run one "
+        "action order)");
+  }
+  if (plan.parallel.cp > 1) {
+    return FailedPreconditionError(
+        "relowering: plans with cp > 1 are not relowered (per-micro-batch context parallelism "
+        "is not recorded in the plan)");
+  }
+  Relowerer r;
+  r.eval_ = &eval;
+  r.cluster_ = cluster;
+  r.method_ = plan.method;
+  r.dropped_ = plan.dropped;
+  r.lower_ = lower;
+  for (const Sample& s : batch) {
+    if (std::binary_search(plan.sample_ids.begin(), plan.sample_ids.end(), s.id)) {
+      r.batch_.push_back(s);
+    }
+  }
+  if (r.batch_.size() != plan.sample_ids.size()) {
+    return FailedPreconditionError(fmt::format(
+        "relowering: {} of the plan's {} samples are in the batch given",
+        r.batch_.size(), plan.sample_ids.size()));
+  }
+  const BatchIndex index(r.batch_);
+  const int64_t dp = plan.dp();
+  r.replicas_.resize(static_cast<size_t>(dp));
+  r.costs_.resize(static_cast<size_t>(dp));
+  r.kinds_.resize(static_cast<size_t>(dp));
+  r.schedule_options_.assign(static_cast<size_t>(dp), schedule);
+  for (int64_t d = 0; d < dp; ++d) {
+    const PlanReplica& replica = plan.replicas[d];
+    SLUICE_ASSIGN_OR_RETURN(r.kinds_[d], ParsePlanScheduleName(replica.schedule));
+    if (r.kinds_[d] == ScheduleKind::kInterleaved) {
+      r.schedule_options_[d].rounds = replica.schedule == kInterleavedFlexName
+                                          ? InterleavedRounds::kFlexible
+                                          : InterleavedRounds::kPadded;
+    }
+    for (size_t k = 0; k < replica.micro_batches.size(); ++k) {
+      const PlanMicroBatch& pmb = replica.micro_batches[k];
+      MicroBatch mb;
+      mb.rows = pmb.rows;
+      mb.varlen = pmb.varlen;
+      mb.recompute = pmb.recompute;
+      bool ok = PriceMicroBatch(eval, index, &mb);
+      if (ok && !(mb.shape == pmb.shape)) {
+        // A method of fixed shapes (packing's rows of max_seqlen, token-budget's buckets) pads
+        // beyond the rows' lengths: the plan's shape is priced (varlen prices follow the samples).
+        mb.shape = pmb.shape;
+        mb.padded_tokens = mb.shape.mbs * (mb.shape.seqlen + mb.shape.dec_seqlen);
+        if (!mb.varlen) {
+          std::vector<ChunkCost> stages;
+          ok = eval.EvaluateStages(mb.shape, mb.recompute, &stages);
+          stages.resize(static_cast<size_t>(eval.pp()));
+          mb.stages = std::move(stages);
+        }
+      }
+      if (!ok) {
+        return FailedPreconditionError(fmt::format(
+            "relowering: micro-batch {} of replica {} cannot be priced again with the plan's "
+            "shape",
+            k, d));
+      }
+      r.replicas_[d].push_back(std::move(mb));
+    }
+    ScheduleCostOptions co = lower.costs;
+    co.replica = d;
+    SLUICE_ASSIGN_OR_RETURN(r.costs_[d], BuildScheduleCosts(r.replicas_[d], eval, cluster, co));
+  }
+  return r;
+}
+
+StatusOr<ScheduleResult> Relowerer::Estimate(int64_t d, std::span<const int64_t> order,
+                                             ScheduleCosts* scratch) const {
+  PermuteMicroBatches(costs_[d], order, scratch);
+  return GenerateSchedule(kinds_[d], *scratch, schedule_options_[d]);
+}
+
+StatusOr<ExecutionPlan> Relowerer::Lower(std::span<const std::vector<int64_t>> orders) const {
+  if (static_cast<int64_t>(orders.size()) != dp()) {
+    return InvalidArgumentError(
+        fmt::format("relowering: {} orders for {} replicas", orders.size(), dp()));
+  }
+  BatchPlan batch_plan;
+  batch_plan.method = method_;
+  batch_plan.dropped = dropped_;
+  batch_plan.replicas.resize(static_cast<size_t>(dp()));
+  std::vector<Schedule> schedules(static_cast<size_t>(dp()));
+  ScheduleCosts scratch;
+  for (int64_t d = 0; d < dp(); ++d) {
+    std::vector<int64_t> order = orders[d];
+    if (order.empty()) {
+      order.resize(static_cast<size_t>(size(d)));
+      for (int64_t i = 0; i < size(d); ++i) order[i] = i;
+    }
+    if (!IsPermutation(order, size(d))) {
+      return InvalidArgumentError(fmt::format(
+          "relowering: the order of replica {} is not a permutation of its {} micro-batches", d,
+          size(d)));
+    }
+    for (int64_t i : order) batch_plan.replicas[d].push_back(replicas_[d][i]);
+    SLUICE_ASSIGN_OR_RETURN(ScheduleResult s, Estimate(d, order, &scratch));
+    if (s.outcome != PlanOutcome::kOk) {
+      return FailedPreconditionError(
+          fmt::format("relowering: replica {} in this order: {}", d, s.infeasible_reason));
+    }
+    schedules[d] = std::move(s.schedule);
+  }
+  return LowerPlan(batch_plan, batch_, schedules, *eval_, cluster_, lower_);
+}
+
+StatusOr<OrderSearch> SearchReplicaOrder(
+    const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
+    int64_t exhaustive_up_to, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  const int64_t m = relowerer.size(d);
+  if (exhaustive_up_to < 0 || exhaustive_up_to > 10) {
+    return InvalidArgumentError(fmt::format(
+        "order search: exhaustive_up_to = {}; allowed: 0..10", exhaustive_up_to));
+  }
+  if (!IsPermutation(start, m)) {
+    return InvalidArgumentError(fmt::format(
+        "order search: the start order of replica {} is not a permutation of its {} "
+        "micro-batches",
+        d, m));
+  }
+  OrderSearch out;
+  out.order.assign(start.begin(), start.end());
+  ScheduleCosts scratch;
+  auto estimate = [&](const std::vector<int64_t>& order) -> StatusOr<Duration> {
+    ++out.estimates;
+    SLUICE_ASSIGN_OR_RETURN(ScheduleResult r, relowerer.Estimate(d, order, &scratch));
+    if (r.outcome != PlanOutcome::kOk || !r.estimate.completed) return Duration::Infinite();
+    return r.estimate.makespan;
+  };
+  SLUICE_ASSIGN_OR_RETURN(out.start_makespan, estimate(out.order));
+  out.makespan = out.start_makespan;
+  if (m >= 2 && m <= exhaustive_up_to) {
+    std::vector<int64_t> perm(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) perm[i] = i;
+    do {
+      if (perm == out.order) continue;
+      SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(perm));
+      if (t < out.makespan) {
+        out.order = perm;
+        out.makespan = t;
+        ++out.moves;
+      }
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    return out;
+  }
+  if (m < 2 || max_estimates <= 1) return out;
+  // 1. The organ pipe: sorted by total time ascending (ties: the start order), the even ranks
+  // forward then the odd ones backward.
+  const ScheduleCosts& costs = relowerer.costs(d);
+  std::vector<Duration> total(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    for (const ChunkCost& c : costs.chunks[i]) {
+      total[i] += c.forward + c.backward_input + c.backward_weight;
+    }
+  }
+  std::vector<int64_t> by_time = out.order;
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [&](int64_t a, int64_t b) { return total[a] < total[b]; });
+  std::vector<int64_t> organ;
+  organ.reserve(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; i += 2) organ.push_back(by_time[i]);
+  for (int64_t i = (m - 1) - ((m - 1) % 2 == 0 ? 1 : 0); i >= 1; i -= 2) organ.push_back(by_time[i]);
+  const bool late = deadline && std::chrono::steady_clock::now() >= *deadline;
+  out.deadline_hit = late;
+  if (organ != out.order && !late) {
+    SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(organ));
+    if (t < out.makespan) {
+      out.order = std::move(organ);
+      out.makespan = t;
+      ++out.moves;
+    }
+  }
+  // 2. Insertion sweeps, first improvement.
+  auto more = [&] {
+    if (out.estimates >= max_estimates) return false;
+    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
+      out.deadline_hit = true;
+      return false;
+    }
+    return true;
+  };
+  std::vector<int64_t> candidate(static_cast<size_t>(m));
+  bool improved = true;
+  while (improved && more()) {
+    improved = false;
+    for (int64_t i = 0; i < m && more(); ++i) {
+      for (int64_t j = 0; j < m && more(); ++j) {
+        if (j == i || j == i - 1) continue;  // moving i before i - 1 = moving i - 1 after i
+        candidate = out.order;
+        const int64_t x = candidate[i];
+        candidate.erase(candidate.begin() + i);
+        candidate.insert(candidate.begin() + j, x);
+        SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(candidate));
+        if (t < out.makespan) {
+          out.order = candidate;
+          out.makespan = t;
+          ++out.moves;
+          improved = true;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,116 @@
+// Relowerer: a plan lowered again with other micro-batch orders (the optimizer's order move).
+//
+// The passes of passes/ edit a lowered plan in place, one instruction at a time; they cannot
+// change the order in which whole micro-batches enter a pipeline, which decides how long the
+// pipeline's fill and drain are (a long micro-batch first makes every later stage wait for it; a
+// long one last leaves a long cool-down). That needs a new schedule and a new lowering, with
+// buffer slots re-packed and transfers re-posted. A Relowerer holds what the lowering needs,
+// rebuilt from the plan itself: each replica's micro-batches (their rows priced again by the
+// evaluator at the level the batching chose, PlanMicroBatch::recompute), their schedule costs
+// (schedule/schedule_costs.h) and the schedule kind the replica recorded (ParsePlanScheduleName;
+// "interleaved-flex" in flexible rounds, "interleaved" in padded ones).
+//
+// Orders are permutations of the plan's own micro-batch indices, per replica: order[i] = the
+// micro-batch of the given plan that runs i-th. Lowering every replica in its identity order gives
+// the plan back as the planner lowered it (RelowerTest checks it); rewrites that passes made to
+// the plan since (recompute per stage, buckets, moved ops) are not carried over.
+//
+// Not supported (Create says why): plans with per-micro-batch context parallelism or with expert
+// parallelism (an expert group's replicas must run one action order), and micro-batches whose
+// samples are not in the batch or whose price gives another shape than the plan's.
+//
+// Thread safety: immutable after Create; the const methods may run concurrently. REQUIRES: the
+// evaluator outlives the Relowerer.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "batching/micro_batch.h"
+#include "batching/stage_cost.h"
+#include "data/sample.h"
+#include "model/cluster_spec.h"
+#include "plan/execution_plan.h"
+#include "plan/lower.h"
+#include "schedule/generators.h"
+#include "schedule/schedule_costs.h"
+
+namespace sluice {
+
+class Relowerer {
+ public:
+  // `batch`: samples including every sample id of `plan` (others are ignored). `schedule`: the
+  // options the planner generated schedules with (max_in_flight; rounds come from the replica's
+  // recorded schedule). `lower`: the planner's lowering options. Errors: FailedPrecondition
+  // naming what the relowering does not support, or a micro-batch that cannot be priced again
+  // as the plan has it.
+  static StatusOr<Relowerer> Create(const ExecutionPlan& plan, const StageCostEvaluator& eval,
+                                    const ClusterSpec& cluster, std::span<const Sample> batch,
+                                    ScheduleOptions schedule = {}, LowerOptions lower = {});
+
+  int64_t dp() const { return static_cast<int64_t>(replicas_.size()); }
+  // Micro-batches of replica d.
+  int64_t size(int64_t d) const { return static_cast<int64_t>(replicas_[d].size()); }
+  // Schedule costs of replica d in the plan's order.
+  const ScheduleCosts& costs(int64_t d) const { return costs_[d]; }
+
+  // The schedule of replica d with its micro-batches in `order`, and its estimate
+  // (schedule/estimator.h). `scratch` holds the permuted costs (reused between calls).
+  // REQUIRES: order is a permutation of 0 .. size(d) - 1.
+  StatusOr<ScheduleResult> Estimate(int64_t d, std::span<const int64_t> order,
+                                    ScheduleCosts* scratch) const;
+
+  // The plan lowered with replica d's micro-batches in orders[d] (an empty order: the plan's).
+  // The result is not validated (run ValidatePlan). Errors: orders.size() != dp(), an order that
+  // is not a permutation, or the lowering's errors.
+  StatusOr<ExecutionPlan> Lower(std::span<const std::vector<int64_t>> orders) const;
+
+ private:
+  Relowerer() = default;
+
+
+  const StageCostEvaluator* eval_ = nullptr;
+  ClusterSpec cluster_;
+  std::vector<Sample> batch_;                      // the plan's samples
+  std::vector<std::vector<MicroBatch>> replicas_;  // [dp][plan order]
+  std::vector<UnplacedSample> dropped_;
+  std::string method_;
+  std::vector<ScheduleCosts> costs_;  // [dp], plan order
+  std::vector<ScheduleKind> kinds_;   // [dp]
+  std::vector<ScheduleOptions> schedule_options_;  // [dp]
+  LowerOptions lower_;
+};
+
+// A shorter order for one replica, by its schedule estimate (schedule/estimator.h; DynaPipe's
+// order search picks among cluster permutations, this one refines a given order):
+//  1. the start order, and the "organ pipe" of its micro-batches (by total time over the stages:
+//     the shortest first and last, the longest in the middle, so that neither the fill nor the
+//     drain of the pipeline waits for a long one); the shorter that fits the budget is kept;
+//  2. first-improvement sweeps of insertion moves (micro-batch at position i moved to position j,
+//     i and j ascending) until a sweep improves nothing or `max_estimates` estimates were spent.
+// With exhaustive_up_to >= m (at most 10), every permutation is estimated instead (steps 1-2
+// skipped; max_estimates does not apply): the best order by the estimate, for measuring what
+// the search leaves (the oracle of docs/benchmarks.md).
+// A candidate counts only when its schedule fits the memory budget and its makespan is strictly
+// shorter. Deterministic: a pure function of the costs, the start order and the bounds.
+struct OrderSearch {
+  std::vector<int64_t> order;  // the best order found (the start order when nothing was shorter)
+  Duration start_makespan;     // estimate of the start order (Infinite when it does not fit)
+  Duration makespan;           // estimate of `order`
+  int64_t estimates = 0;       // schedules estimated
+  int64_t moves = 0;           // improvements taken
+  bool deadline_hit = false;   // the deadline ended the search (the result depends on timing)
+};
+// Errors: `start` is not a permutation of replica d's micro-batches, or the generator's errors.
+// With a deadline, steps 1-2 also stop when it has passed (checked before each estimate).
+// Errors also: exhaustive_up_to outside 0..10.
+StatusOr<OrderSearch> SearchReplicaOrder(
+    const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
+    int64_t exhaustive_up_to = 0,
+    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+
+}  // namespace sluice
