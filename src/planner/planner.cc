@@ -66,17 +66,42 @@ StatusOr<Planner> Planner::Create(std::shared_ptr<const StageCostEvaluator> eval
   return planner;
 }
 
-StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
-  const auto start = std::chrono::steady_clock::now();
-  PlanResult result;
+bool Planner::SameBatching(const Planner& other) const {
+  return eval_ == other.eval_ && options_.method == other.options_.method &&
+         options_.batching == other.options_.batching &&
+         narrower_.size() == other.narrower_.size();
+}
+
+StatusOr<BatchPlan> Planner::Batch(std::span<const Sample> batch) const {
   if (static_cast<int64_t>(batch.size()) < eval_->parallel().dp) {
     return InvalidArgumentError(fmt::format(
         "a global batch of {} sample{} cannot feed {} data-parallel replicas: every replica needs "
         "at least one sample (use fewer replicas, or more samples per batch)",
         batch.size(), batch.size() == 1 ? "" : "s", eval_->parallel().dp));
   }
-  SLUICE_ASSIGN_OR_RETURN(result.batch_plan,
+  SLUICE_ASSIGN_OR_RETURN(BatchPlan plan,
                           RunMethod(options_.method, batch, *eval_, options_.batching));
+  if (plan.outcome == PlanOutcome::kOk && !narrower_.empty()) {
+    ApplyDynamicCp(&plan, batch, *eval_, narrower_);
+  }
+  return plan;
+}
+
+StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
+  const auto start = std::chrono::steady_clock::now();
+  SLUICE_ASSIGN_OR_RETURN(BatchPlan batching, Batch(batch));
+  SLUICE_ASSIGN_OR_RETURN(PlanResult result, PlanBatched(batch, std::move(batching)));
+  result.planning_time = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count());
+  return result;
+}
+
+StatusOr<PlanResult> Planner::PlanBatched(std::span<const Sample> batch,
+                                          BatchPlan batching) const {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult result;
+  result.batch_plan = std::move(batching);
   auto finish = [&](PlanResult r) {
     r.planning_time = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start)
@@ -88,7 +113,6 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
     result.infeasible_reason = "batching: " + result.batch_plan.infeasible_reason;
     return finish(std::move(result));
   }
-  if (!narrower_.empty()) ApplyDynamicCp(&result.batch_plan, batch, *eval_, narrower_);
 
   const int64_t dp = eval_->parallel().dp;
   std::vector<Schedule> schedules(static_cast<size_t>(dp));
