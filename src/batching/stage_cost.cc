@@ -6,7 +6,6 @@
 #include <array>
 #include <cmath>
 #include <mutex>
-#include <unordered_map>
 
 #include "batching/micro_batch.h"
 #include "model/chunk_cut.h"
@@ -248,45 +247,54 @@ bool LookupKindsUncached(const CostModel& cost, const LayerShape& shape, int64_t
 
 }  // namespace
 
-// The memo of one evaluator's LookupKindsUncached answers (stage_cost.h). The evaluator's cost
-// model, tp and ring are fixed, so (shape, recompute level) is the whole key.
+// The memo of one evaluator's LookupKindsUncached answers (stage_cost.h): a direct-mapped table
+// of StageCostEvaluator::kKindCacheEntries slots (allocated at the first lookup), a new answer
+// replacing the one in its slot. The evaluator's cost model, tp and ring are fixed, so (shape,
+// recompute level) is the whole key.
 class KindCostCache {
  public:
   // The answer for (shape, rc), from the memo or computed (outside the lock) and stored.
   bool Lookup(const CostModel& cost, const LayerShape& shape, int64_t tp, const CpRing& ring,
               Recompute rc, KindCosts* k) {
     const Key key{shape.mbs, shape.seqlen, shape.dec_seqlen, static_cast<int64_t>(rc)};
+    const size_t slot = SlotOf(key);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (auto it = memo_.find(key); it != memo_.end()) {
-        *k = it->second.costs;
-        return it->second.ok;
+      if (!slots_.empty() && slots_[slot].used && slots_[slot].key == key) {
+        *k = slots_[slot].costs;
+        return slots_[slot].ok;
       }
     }
-    Entry e;
-    e.ok = LookupKindsUncached(cost, shape, tp, ring, rc, &e.costs);
-    *k = e.costs;
+    Slot fresh;
+    fresh.key = key;
+    fresh.used = true;
+    fresh.ok = LookupKindsUncached(cost, shape, tp, ring, rc, &fresh.costs);
+    *k = fresh.costs;
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<int64_t>(memo_.size()) >= StageCostEvaluator::kKindCacheEntries) memo_.clear();
-    memo_.emplace(key, e);
-    return e.ok;
+    if (slots_.empty()) slots_.resize(static_cast<size_t>(StageCostEvaluator::kKindCacheEntries));
+    slots_[slot] = fresh;
+    return fresh.ok;
   }
 
  private:
   using Key = std::array<int64_t, 4>;  // mbs, seqlen, dec_seqlen, recompute level
-  struct KeyHash {
-    size_t operator()(const Key& k) const {
-      uint64_t h = 0x9E3779B97F4A7C15ull;
-      for (int64_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0x100000001B3ull;
-      return static_cast<size_t>(h ^ (h >> 29));
-    }
-  };
-  struct Entry {
+  static_assert((StageCostEvaluator::kKindCacheEntries &
+                 (StageCostEvaluator::kKindCacheEntries - 1)) == 0);
+  static size_t SlotOf(const Key& k) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int64_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    return static_cast<size_t>(h) &
+           static_cast<size_t>(StageCostEvaluator::kKindCacheEntries - 1);
+  }
+  struct Slot {
+    Key key{};
+    bool used = false;
     bool ok = false;
     KindCosts costs;  // as LookupKindsUncached left it (partly filled when !ok)
   };
   std::mutex mu_;
-  std::unordered_map<Key, Entry, KeyHash> memo_;
+  std::vector<Slot> slots_;  // empty until the first answer is stored
 };
 
 namespace {

@@ -58,8 +58,8 @@
 // costs, ContextParallelLayer at the evaluator's tp and cp ring) are memoised per evaluator (and
 // shared by its copies), keyed by (shape, recompute level): the same shapes recur across the
 // candidate partitions of a batch, the rounds of a heterogeneous plan and across batches. A
-// lookup's answer is a pure function of its key, so the memo changes no result; it holds at most
-// kKindCacheEntries answers and is emptied when full.
+// lookup's answer is a pure function of its key, so the memo changes no result; it is a
+// direct-mapped table of kKindCacheEntries answers (a new answer replaces its slot's).
 //
 // Thread safety: immutable after Create apart from that memo, which is guarded by a mutex;
 // Evaluate*() and Summarize*() may be called concurrently.
@@ -121,8 +121,9 @@ class KindCostCache;  // stage_cost.cc: the memo of per-kind lookups (header)
 
 class StageCostEvaluator {
  public:
-  // Most memoised per-kind lookups one evaluator (and its copies) keeps (about 300 bytes each).
-  static constexpr int64_t kKindCacheEntries = 8192;
+  // Slots of the memo of per-kind lookups (a power of two; about 270 bytes each, allocated at
+  // the first lookup).
+  static constexpr int64_t kKindCacheEntries = 2048;
 
   // REQUIRES: `cost` outlives the evaluator. Errors: `par` does not fit the model or cluster,
   // or a stage's model states alone exceed the memory limit (a Status, since no batching
