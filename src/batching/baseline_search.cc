@@ -21,7 +21,7 @@ Evaluated Evaluate(const StageCostEvaluator& eval, const MicroBatchBuilder& buil
                    Recompute rc) {
   Evaluated e;
   if (!build(param, rc, &e.micro_batches)) return e;
-  if (!CheckSequenceMemory(eval, e.micro_batches).empty()) return e;
+  if (!SequenceFitsMemory(eval, e.micro_batches)) return e;
   e.fits = true;
   e.time = PredictReplicaTime(e.micro_batches, eval.pp());
   return e;

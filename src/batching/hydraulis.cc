@@ -201,7 +201,7 @@ bool Materialize(std::span<const Sample> samples, const StageCostEvaluator& eval
     out->push_back(std::move(mbs[j]));
     levels_in_order.push_back(level_of[j]);
   }
-  while (!CheckSequenceMemory(eval, *out).empty()) {
+  while (!SequenceFitsMemory(eval, *out)) {
     int64_t raise = -1;
     for (size_t j = 0; j < out->size(); ++j) {
       if (levels_in_order[j] + 1 >= levels.size()) continue;
@@ -226,7 +226,7 @@ bool Materialize(std::span<const Sample> samples, const StageCostEvaluator& eval
           continue;
         }
         std::swap((*out)[j], trial);
-        if (CheckSequenceMemory(eval, *out).empty()) {
+        if (SequenceFitsMemory(eval, *out)) {
           levels_in_order[j] = l;
           lowered = true;
           break;

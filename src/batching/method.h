@@ -54,6 +54,8 @@ struct BatchingOptions {
   Duration tmax_thinning = Duration::Zero();
   // hydraulis: seeded shuffles tried by the stage-1 randomised greedy.
   int64_t hydraulis_shuffles = 64;
+
+  friend bool operator==(const BatchingOptions&, const BatchingOptions&) = default;
 };
 
 struct ReplicaBatches {

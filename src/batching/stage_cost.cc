@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <mutex>
 
 #include "batching/micro_batch.h"
 #include "model/chunk_cut.h"
@@ -168,6 +169,7 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
   }
   StageCostEvaluator e;
   e.cost_ = &cost;
+  e.kinds_ = std::make_shared<KindCostCache>();
   e.par_ = par;
   e.options_ = options;
   e.limit_ = par.MemoryLimit(cluster);
@@ -227,8 +229,8 @@ namespace {
 
 // Looks up the layer kinds the model uses at `shape`; false when one is infeasible.
 // With cp > 1, per device of the cp group (cost/context_parallel.h).
-bool LookupKinds(const CostModel& cost, const LayerShape& shape, int64_t tp, const CpRing& ring,
-                 Recompute rc, KindCosts* k) {
+bool LookupKindsUncached(const CostModel& cost, const LayerShape& shape, int64_t tp,
+                         const CpRing& ring, Recompute rc, KindCosts* k) {
   const bool encdec = cost.model().is_encoder_decoder();
   if (shape.mbs < 1 || shape.seqlen < 1 || (encdec && shape.dec_seqlen < 1)) return false;
   k->encoder = ContextParallelLayer(cost, LayerKind::kEncoder, shape, tp, rc, ring);
@@ -245,11 +247,71 @@ bool LookupKinds(const CostModel& cost, const LayerShape& shape, int64_t tp, con
 
 }  // namespace
 
+// The memo of one evaluator's LookupKindsUncached answers (stage_cost.h): a direct-mapped table
+// of StageCostEvaluator::kKindCacheEntries slots (allocated at the first lookup), a new answer
+// replacing the one in its slot. The evaluator's cost model, tp and ring are fixed, so (shape,
+// recompute level) is the whole key.
+class KindCostCache {
+ public:
+  // The answer for (shape, rc), from the memo or computed (outside the lock) and stored.
+  bool Lookup(const CostModel& cost, const LayerShape& shape, int64_t tp, const CpRing& ring,
+              Recompute rc, KindCosts* k) {
+    const Key key{shape.mbs, shape.seqlen, shape.dec_seqlen, static_cast<int64_t>(rc)};
+    const size_t slot = SlotOf(key);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!slots_.empty() && slots_[slot].used && slots_[slot].key == key) {
+        *k = slots_[slot].costs;
+        return slots_[slot].ok;
+      }
+    }
+    Slot fresh;
+    fresh.key = key;
+    fresh.used = true;
+    fresh.ok = LookupKindsUncached(cost, shape, tp, ring, rc, &fresh.costs);
+    *k = fresh.costs;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slots_.empty()) slots_.resize(static_cast<size_t>(StageCostEvaluator::kKindCacheEntries));
+    slots_[slot] = fresh;
+    return fresh.ok;
+  }
+
+ private:
+  using Key = std::array<int64_t, 4>;  // mbs, seqlen, dec_seqlen, recompute level
+  static_assert((StageCostEvaluator::kKindCacheEntries &
+                 (StageCostEvaluator::kKindCacheEntries - 1)) == 0);
+  static size_t SlotOf(const Key& k) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int64_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    return static_cast<size_t>(h) &
+           static_cast<size_t>(StageCostEvaluator::kKindCacheEntries - 1);
+  }
+  struct Slot {
+    Key key{};
+    bool used = false;
+    bool ok = false;
+    KindCosts costs;  // as LookupKindsUncached left it (partly filled when !ok)
+  };
+  std::mutex mu_;
+  std::vector<Slot> slots_;  // empty until the first answer is stored
+};
+
+namespace {
+
+// LookupKindsUncached through `cache`.
+bool LookupKinds(KindCostCache& cache, const CostModel& cost, const LayerShape& shape, int64_t tp,
+                 const CpRing& ring, Recompute rc, KindCosts* k) {
+  return cache.Lookup(cost, shape, tp, ring, rc, k);
+}
+
+}  // namespace
+
 bool StageCostEvaluator::EvaluateStages(const LayerShape& shape, Recompute rc,
                                         std::vector<ChunkCost>* out) const {
   out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
   KindCosts k;
-  if (!LookupKinds(*cost_, shape, par_.tp, ring_, rc, &k)) return false;
+  if (!LookupKinds(*kinds_, *cost_, shape, par_.tp, ring_, rc, &k)) return false;
   for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
   return true;
 }
@@ -258,7 +320,7 @@ bool StageCostEvaluator::EvaluateChunks(const LayerShape& shape, Recompute rc,
                                         std::vector<ChunkCost>* out) const {
   out->assign(chunk_layers_.size(), ChunkCost{});
   KindCosts k;
-  if (!LookupKinds(*cost_, shape, par_.tp, ring_, rc, &k)) return false;
+  if (!LookupKinds(*kinds_, *cost_, shape, par_.tp, ring_, rc, &k)) return false;
   for (size_t c = 0; c < chunk_layers_.size(); ++c) (*out)[c] = CombineStage(chunk_layers_[c], k);
   return true;
 }
@@ -266,7 +328,7 @@ bool StageCostEvaluator::EvaluateChunks(const LayerShape& shape, Recompute rc,
 CostSummary StageCostEvaluator::Summarize(const LayerShape& shape, Recompute rc,
                                           int64_t num_micro_batches) const {
   KindCosts k;
-  if (!LookupKinds(*cost_, shape, par_.tp, ring_, rc, &k)) return CostSummary{};
+  if (!LookupKinds(*kinds_, *cost_, shape, par_.tp, ring_, rc, &k)) return CostSummary{};
   SummaryBuilder b;
   for (int64_t s = 0; s < par_.pp; ++s) {
     b.Add(CombineStage(stage_layers_[s], k), InFlight(s, num_micro_batches), budgets_[s],
@@ -350,7 +412,7 @@ Status StageCostEvaluator::FitVarlen() {
     // No per-sequence fit; varlen prices come from the moment-matched shapes (header).
     const int64_t len = std::min<int64_t>(64, model().max_position);
     KindCosts k;
-    varlen_supported_ = LookupKinds(*cost_, LayerShape{1, len, len}, par_.tp, ring_,
+    varlen_supported_ = LookupKinds(*kinds_, *cost_, LayerShape{1, len, len}, par_.tp, ring_,
                                     Recompute::kFull, &k);
     return Status::Ok();
   }
@@ -464,19 +526,23 @@ RowBlend BlendOf(int64_t t, int64_t q) {
   return b;
 }
 
-bool LookupVarlen(const CostModel& cost, int64_t tp, const CpRing& ring,
+bool LookupVarlen(KindCostCache& cache, const CostModel& cost, int64_t tp, const CpRing& ring,
                   std::span<const int64_t> lengths, Recompute rc, KindCosts* out) {
   int64_t t = 0, q = 0;
   if (!VarlenMoments(lengths, cost.model().max_position, &t, &q)) return false;
   const RowBlend rb = BlendOf(t, q);
   const int64_t m_a = rb.m_a;
   const double w_b = rb.w_b;
-  if (!LookupKinds(cost, LayerShape{m_a, (t + m_a / 2) / m_a, 0}, tp, ring, rc, out)) return false;
+  if (!LookupKinds(cache, cost, LayerShape{m_a, (t + m_a / 2) / m_a, 0}, tp, ring, rc, out)) {
+    return false;
+  }
   // m* a whole number of rows (uniform rows: the padded shape itself).
   if (w_b == 0) return true;
   const int64_t m_b = m_a + 1;  // <= n <= T: m* < n here
   KindCosts b;
-  if (!LookupKinds(cost, LayerShape{m_b, (t + m_b / 2) / m_b, 0}, tp, ring, rc, &b)) return false;
+  if (!LookupKinds(cache, cost, LayerShape{m_b, (t + m_b / 2) / m_b, 0}, tp, ring, rc, &b)) {
+    return false;
+  }
   KindCosts blend;
   AddScaled(*out, 1 - w_b, &blend);
   AddScaled(b, w_b, &blend);
@@ -579,7 +645,7 @@ bool StageCostEvaluator::EvaluateVarlenStages(std::span<const int64_t> lengths, 
   out->assign(static_cast<size_t>(par_.pp), ChunkCost{});
   if (!varlen_supported_ || model().is_encoder_decoder()) return false;
   KindCosts k;
-  if (!LookupVarlen(*cost_, par_.tp, ring_, lengths, rc, &k)) return false;
+  if (!LookupVarlen(*kinds_, *cost_, par_.tp, ring_, lengths, rc, &k)) return false;
   for (int64_t s = 0; s < par_.pp; ++s) (*out)[s] = CombineStage(stage_layers_[s], k);
   return true;
 }
@@ -588,7 +654,7 @@ CostSummary StageCostEvaluator::SummarizeVarlen(std::span<const int64_t> lengths
                                                 int64_t num_micro_batches) const {
   if (!varlen_supported_ || model().is_encoder_decoder()) return CostSummary{};
   KindCosts k;
-  if (!LookupVarlen(*cost_, par_.tp, ring_, lengths, rc, &k)) return CostSummary{};
+  if (!LookupVarlen(*kinds_, *cost_, par_.tp, ring_, lengths, rc, &k)) return CostSummary{};
   // Buffers at one row of all the tokens (the packed rows' boundary tensors hold at least that).
   int64_t tokens = 0;
   for (int64_t len : lengths) tokens += len;
@@ -693,6 +759,13 @@ std::optional<MemoryViolation> FindMemoryViolation(const StageCostEvaluator& eva
     }
   }
   return std::nullopt;
+}
+
+bool SequenceFitsMemory(const StageCostEvaluator& eval, std::span<const MicroBatch> micro_batches) {
+  for (const MicroBatch& mb : micro_batches) {
+    if (static_cast<int64_t>(mb.stages.size()) != eval.pp()) return false;
+  }
+  return !FindMemoryViolation(eval, micro_batches).has_value();
 }
 
 std::string CheckSequenceMemory(const StageCostEvaluator& eval,

@@ -54,11 +54,19 @@
 // plan's memory rule (plan/memory_rule.h), which counts every buffer of the lowered program; they
 // reserve room so that a batch that passes here rarely fails there.
 //
-// Thread safety: immutable after Create; Evaluate*() may be called concurrently and do not
-// allocate except EvaluateStages (which fills a caller-owned vector).
+// Per-kind cost lookups (one micro-batch shape's encoder, decoder, embedding and output-head
+// costs, ContextParallelLayer at the evaluator's tp and cp ring) are memoised per evaluator (and
+// shared by its copies), keyed by (shape, recompute level): the same shapes recur across the
+// candidate partitions of a batch, the rounds of a heterogeneous plan and across batches. A
+// lookup's answer is a pure function of its key, so the memo changes no result; it is a
+// direct-mapped table of kKindCacheEntries answers (a new answer replaces its slot's).
+//
+// Thread safety: immutable after Create apart from that memo, which is guarded by a mutex;
+// Evaluate*() and Summarize*() may be called concurrently.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -109,8 +117,14 @@ struct StageCostOptions {
   int64_t transient_boundary_buffers = 2;
 };
 
+class KindCostCache;  // stage_cost.cc: the memo of per-kind lookups (header)
+
 class StageCostEvaluator {
  public:
+  // Slots of the memo of per-kind lookups (a power of two; about 270 bytes each, allocated at
+  // the first lookup).
+  static constexpr int64_t kKindCacheEntries = 2048;
+
   // REQUIRES: `cost` outlives the evaluator. Errors: `par` does not fit the model or cluster,
   // or a stage's model states alone exceed the memory limit (a Status, since no batching
   // method could run; the planner reports it as out-of-memory for that configuration).
@@ -234,6 +248,7 @@ class StageCostEvaluator {
                                 bool ok, int64_t num_micro_batches) const;
 
   const CostModel* cost_ = nullptr;
+  std::shared_ptr<KindCostCache> kinds_;  // never null after Create
   ParallelConfig par_;
   StageCostOptions options_;
   Bytes limit_;
@@ -252,6 +267,9 @@ class StageCostEvaluator {
 struct MicroBatch;
 std::string CheckSequenceMemory(const StageCostEvaluator& eval,
                                 std::span<const MicroBatch> micro_batches);
+// CheckSequenceMemory(eval, micro_batches).empty(), without building the message (for searches
+// that test many orders or levels).
+bool SequenceFitsMemory(const StageCostEvaluator& eval, std::span<const MicroBatch> micro_batches);
 
 // The first violation CheckSequenceMemory describes, as data (for repairs that raise recompute).
 struct MemoryViolation {

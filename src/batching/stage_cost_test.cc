@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "batching/micro_batch.h"
@@ -335,6 +337,62 @@ TEST(CheckSequenceMemoryTest, WindowsOfInFlightMicroBatches) {
   // Malformed per-stage vectors are reported.
   std::vector<MicroBatch> bad(1, MemoryOnly(3, stored, peak));
   EXPECT_NE(CheckSequenceMemory(e, bad), "");
+  // SequenceFitsMemory is CheckSequenceMemory's verdict without the message.
+  for (const std::vector<MicroBatch>* mbs : {&ok, &alone, &mixed, &apart, &bad}) {
+    EXPECT_EQ(SequenceFitsMemory(e, *mbs), CheckSequenceMemory(e, *mbs).empty());
+  }
+  EXPECT_FALSE(SequenceFitsMemory(e, mixed));
+  EXPECT_FALSE(SequenceFitsMemory(e, bad));
+  EXPECT_TRUE(SequenceFitsMemory(e, apart));
+}
+
+// The memo of per-kind lookups (stage_cost.h) answers as a fresh evaluator does, also after more
+// distinct shapes than it has slots (answers replaced) and at cp > 1.
+TEST(StageCostEvaluatorTest, MemoisedLookupsAnswerAsAFreshEvaluator) {
+  for (int64_t cp : {1, 2}) {
+    ParallelConfig par = TestParallel(1, 2, 2);
+    par.cp = cp;
+    auto setup = MakeTestSetup("gpt-6.7b", par);
+    const StageCostEvaluator& used = setup->evaluator();
+    const auto price = [](const StageCostEvaluator& e, std::span<const int64_t> lengths,
+                          Recompute rc) {
+      std::vector<ChunkCost> stages;
+      const bool ok = e.EvaluateVarlenStages(lengths, rc, &stages);
+      return std::make_pair(ok ? stages : std::vector<ChunkCost>{},
+                            e.SummarizeVarlen(lengths, rc, 2));
+    };
+    // Probes: varlen micro-batches of 1-8 sequences, priced before and after the flood.
+    std::vector<std::vector<int64_t>> probes;
+    for (int64_t k = 1; k <= 8; ++k) {
+      std::vector<int64_t> lengths;
+      for (int64_t i = 0; i < k; ++i) lengths.push_back(100 + 211 * i + 37 * k);
+      probes.push_back(lengths);
+    }
+    const std::vector<Recompute> levels = {Recompute::kNone, Recompute::kSelective,
+                                           Recompute::kFull};
+    std::vector<std::pair<std::vector<ChunkCost>, CostSummary>> before;
+    for (const auto& p : probes) {
+      for (Recompute rc : levels) before.push_back(price(used, p, rc));
+    }
+    // More distinct shapes than the memo has slots, padded and varlen, feasible or not.
+    for (int64_t i = 0; i < 2 * StageCostEvaluator::kKindCacheEntries; ++i) {
+      const int64_t lengths[] = {1 + i % 4000, 1 + (i * 7) % 3000};
+      used.SummarizeVarlen(lengths, levels[i % 3], 2);
+      used.Summarize({1 + i % 5, 1 + i % 9000, 0}, levels[i % 3], 2);
+    }
+    StatusOr<StageCostEvaluator> fresh =
+        StageCostEvaluator::Create(*setup->cost, setup->parallel, setup->cluster);
+    ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+    size_t k = 0;
+    for (const auto& p : probes) {
+      for (Recompute rc : levels) {
+        EXPECT_EQ(price(used, p, rc), before[k]) << "cp " << cp << " probe " << k;
+        EXPECT_EQ(price(*fresh, p, rc), before[k]) << "cp " << cp << " probe " << k;
+        ++k;
+      }
+    }
+    EXPECT_TRUE(before.front().second.feasible);
+  }
 }
 
 }  // namespace

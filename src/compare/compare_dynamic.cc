@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <utility>
 
@@ -124,15 +125,28 @@ StatusOr<DynamicRunner> DynamicRunner::Create(CandidateScorer& scorer, const Cos
       r.hetero_planners_.emplace_back();
     }
   }
+  // Homogeneous strategies that batch alike (one configuration under several schedules) share
+  // one batching per batch.
+  for (size_t s = 0; s < r.strategies_.size(); ++s) {
+    r.batching_of_.push_back(s);
+    if (!r.planners_[s].has_value()) continue;
+    for (size_t t = 0; t < s; ++t) {
+      if (r.planners_[t].has_value() && r.planners_[t]->SameBatching(*r.planners_[s])) {
+        r.batching_of_[s] = t;
+        break;
+      }
+    }
+  }
   return r;
 }
 
 StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions& sim,
                                       const FlopCounter& flops, int64_t devices) {
+  const auto start = std::chrono::steady_clock::now();
   const size_t n = strategies_.size();
   std::vector<std::optional<PlanResult>> homo(n);
   std::vector<std::optional<HeteroPlanResult>> het(n);
-  double planning_ms = 0;
+  std::vector<std::optional<BatchPlan>> batched(n);  // [strategy] its batching, when shared
   std::optional<size_t> best;
   Duration best_cost, best_switch;
   std::optional<HeteroConfig> from;
@@ -141,14 +155,16 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
     Duration estimate;
     bool ok = false;
     if (planners_[s].has_value()) {
-      SLUICE_ASSIGN_OR_RETURN(PlanResult p, planners_[s]->Plan(batch.samples));
-      planning_ms += p.planning_time.millis();
+      std::optional<BatchPlan>& shared = batched[batching_of_[s]];
+      if (!shared.has_value()) {
+        SLUICE_ASSIGN_OR_RETURN(shared, planners_[s]->Batch(batch.samples));
+      }
+      SLUICE_ASSIGN_OR_RETURN(PlanResult p, planners_[s]->PlanBatched(batch.samples, *shared));
       ok = p.outcome == PlanOutcome::kOk;
       estimate = p.makespan + sync_[s];
       homo[s] = std::move(p);
     } else {
       SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult p, hetero_planners_[s]->Plan(batch.samples));
-      planning_ms += p.planning_time.millis();
       ok = p.outcome == PlanOutcome::kOk;
       estimate = p.makespan;
       het[s] = std::move(p);
@@ -165,6 +181,9 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
       best_switch = sw;
     }
   }
+  // Planning: every strategy's, and the choice.
+  const double planning_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!best.has_value()) {
     // No strategy planned the batch: the first one's outcome is the batch's.
     BatchRun out;

@@ -14,7 +14,10 @@
 // plan's makespan includes both syncs) times its calibration factor; the strategy chosen
 // minimises estimate + the cost of switching to it from the previous batch's strategy (the
 // first batch switches from nothing). Only the chosen plan is simulated; its iteration is the
-// simulated one plus the switch. The batch's planning time is every strategy's planning.
+// simulated one plus the switch. The batch's planning time is the wall time of planning with
+// every strategy and choosing. Homogeneous strategies whose planners batch alike (the same
+// configuration under several schedules: Planner::SameBatching) share one batching of the batch
+// (Planner::Batch, then PlanBatched each): the same plans as planning each from scratch.
 //
 // Switching cost (SwitchCost): a change of layout re-shards the parameters and optimizer states
 // (fp16 weights and the fp32 master weights and Adam moments, ZeRO-sharded; gradients are rebuilt
@@ -96,6 +99,9 @@ class DynamicRunner {
   std::vector<std::optional<Planner>> planners_;             // [strategy] homogeneous
   std::vector<std::optional<HeteroPlanner>> hetero_planners_;  // [strategy] heterogeneous
   std::vector<Duration> sync_;                               // [strategy] EstimateGradientSync
+  // [strategy] the first strategy whose planner batches alike (Planner::SameBatching; itself
+  // when none): its batching of a batch is computed once and shared.
+  std::vector<size_t> batching_of_;
   std::optional<int64_t> previous_;
   int64_t switches_ = 0;
 };

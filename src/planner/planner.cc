@@ -66,12 +66,50 @@ StatusOr<Planner> Planner::Create(std::shared_ptr<const StageCostEvaluator> eval
   return planner;
 }
 
+bool Planner::SameBatching(const Planner& other) const {
+  return eval_ == other.eval_ && options_.method == other.options_.method &&
+         options_.batching == other.options_.batching &&
+         options_.dynamic_cp_rule == other.options_.dynamic_cp_rule &&
+         narrower_.size() == other.narrower_.size();
+}
+
+StatusOr<BatchPlan> Planner::Batch(std::span<const Sample> batch) const {
+  return BatchWith(batch, !narrower_.empty());
+}
+
+StatusOr<BatchPlan> Planner::BatchWith(std::span<const Sample> batch, bool split) const {
+  if (static_cast<int64_t>(batch.size()) < eval_->parallel().dp) {
+    return InvalidArgumentError(fmt::format(
+        "a global batch of {} sample{} cannot feed {} data-parallel replicas: every replica needs "
+        "at least one sample (use fewer replicas, or more samples per batch)",
+        batch.size(), batch.size() == 1 ? "" : "s", eval_->parallel().dp));
+  }
+  SLUICE_ASSIGN_OR_RETURN(BatchPlan plan,
+                          RunMethod(options_.method, batch, *eval_, options_.batching));
+  if (plan.outcome == PlanOutcome::kOk && split) {
+    ApplyDynamicCp(&plan, batch, *eval_, narrower_, options_.dynamic_cp_rule);
+  }
+  return plan;
+}
+
 StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   const auto start = std::chrono::steady_clock::now();
-  SLUICE_ASSIGN_OR_RETURN(PlanResult result, PlanOnce(batch, !narrower_.empty()));
+  SLUICE_ASSIGN_OR_RETURN(BatchPlan batching, Batch(batch));
+  SLUICE_ASSIGN_OR_RETURN(PlanResult result, PlanBatched(batch, std::move(batching)));
+  result.planning_time = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now() - start)
+                                             .count());
+  return result;
+}
+
+StatusOr<PlanResult> Planner::PlanBatched(std::span<const Sample> batch,
+                                          BatchPlan batching) const {
+  const auto start = std::chrono::steady_clock::now();
+  SLUICE_ASSIGN_OR_RETURN(PlanResult result, PlanBatchedOnce(batch, std::move(batching)));
   if (result.outcome != PlanOutcome::kOk && result.cp_splits > 0) {
     // A split micro-batch made a later memory check fail: every micro-batch whole again.
-    SLUICE_ASSIGN_OR_RETURN(result, PlanOnce(batch, false));
+    SLUICE_ASSIGN_OR_RETURN(BatchPlan whole, BatchWith(batch, false));
+    SLUICE_ASSIGN_OR_RETURN(result, PlanBatchedOnce(batch, std::move(whole)));
   }
   result.planning_time = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                              std::chrono::steady_clock::now() - start)
@@ -79,17 +117,11 @@ StatusOr<PlanResult> Planner::Plan(std::span<const Sample> batch) const {
   return result;
 }
 
-StatusOr<PlanResult> Planner::PlanOnce(std::span<const Sample> batch, bool split) const {
+StatusOr<PlanResult> Planner::PlanBatchedOnce(std::span<const Sample> batch,
+                                              BatchPlan batching) const {
   const auto start = std::chrono::steady_clock::now();
   PlanResult result;
-  if (static_cast<int64_t>(batch.size()) < eval_->parallel().dp) {
-    return InvalidArgumentError(fmt::format(
-        "a global batch of {} sample{} cannot feed {} data-parallel replicas: every replica needs "
-        "at least one sample (use fewer replicas, or more samples per batch)",
-        batch.size(), batch.size() == 1 ? "" : "s", eval_->parallel().dp));
-  }
-  SLUICE_ASSIGN_OR_RETURN(result.batch_plan,
-                          RunMethod(options_.method, batch, *eval_, options_.batching));
+  result.batch_plan = std::move(batching);
   auto finish = [&](PlanResult r) {
     r.planning_time = Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                           std::chrono::steady_clock::now() - start)
@@ -101,9 +133,8 @@ StatusOr<PlanResult> Planner::PlanOnce(std::span<const Sample> batch, bool split
     result.infeasible_reason = "batching: " + result.batch_plan.infeasible_reason;
     return finish(std::move(result));
   }
-  if (split) {
-    result.cp_splits = ApplyDynamicCp(&result.batch_plan, batch, *eval_, narrower_,
-                                      options_.dynamic_cp_rule);
+  for (const std::vector<MicroBatch>& replica : result.batch_plan.replicas) {
+    for (const MicroBatch& mb : replica) result.cp_splits += mb.cp_split > 1 ? 1 : 0;
   }
 
   const int64_t dp = eval_->parallel().dp;

@@ -141,9 +141,22 @@ class Planner {
   // or fewer samples than data-parallel replicas (InvalidArgument), or an internal inconsistency.
   StatusOr<PlanResult> Plan(std::span<const Sample> batch) const;
 
+  // Plan in two steps, for callers that plan one batch with several planners whose batching is
+  // the same (SameBatching: e.g. one configuration under several schedules): Batch is Plan's
+  // batching step (the method's micro-batches, then dynamic cp's sub-groups), PlanBatched the
+  // rest given its result. PlanBatched(batch, *Batch(batch)) returns what Plan(batch) does, but
+  // for planning_time, which counts PlanBatched's own time only. Errors: as Plan.
+  StatusOr<BatchPlan> Batch(std::span<const Sample> batch) const;
+  StatusOr<PlanResult> PlanBatched(std::span<const Sample> batch, BatchPlan batching) const;
+  // Whether `other`'s Batch returns this planner's for every batch: the same evaluator object,
+  // batching method and options, and dynamic cp setting.
+  bool SameBatching(const Planner& other) const;
+
  private:
-  // Plan() with (split) or without per-micro-batch cp.
-  StatusOr<PlanResult> PlanOnce(std::span<const Sample> batch, bool split) const;
+  // Batch() with (split) or without per-micro-batch cp.
+  StatusOr<BatchPlan> BatchWith(std::span<const Sample> batch, bool split) const;
+  // PlanBatched without the fallback to whole micro-batches.
+  StatusOr<PlanResult> PlanBatchedOnce(std::span<const Sample> batch, BatchPlan batching) const;
   Planner(std::shared_ptr<const StageCostEvaluator> eval, ClusterSpec cluster,
           PlannerOptions options)
       : eval_(std::move(eval)), cluster_(std::move(cluster)), options_(std::move(options)) {}

@@ -16,6 +16,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::MakeTestSetup;
+using testing::RandomBatch;
 using testing::RandomTokenBatch;
 using testing::TestParallel;
 
@@ -99,6 +100,58 @@ TEST(PlannerMemoryTest, ALoweredPlanOverTheLimitIsOutOfMemory) {
     ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
     for (Bytes peak : PredictPeakMemory(r->plan)) EXPECT_LE(peak, r->plan.memory_limit());
   }
+}
+
+// Plan in two steps (Batch, then PlanBatched) is Plan; planners of one evaluator, method and
+// batching options batch alike (SameBatching), and a shared batching plans as each planner's own.
+TEST(PlannerBatchTest, BatchThenPlanBatchedIsPlan) {
+  const ParallelConfig par = TestParallel(2, 2, 1, 36000);
+  auto setup = MakeTestSetup("gpt-6.7b", par);
+  StatusOr<std::shared_ptr<const StageCostEvaluator>> eval =
+      MakePlannerEvaluator(*setup->cost, par, setup->cluster, ScheduleKind::k1F1B);
+  ASSERT_TRUE(eval.ok()) << eval.status().ToString();
+  const auto make = [&](std::string method, ScheduleKind schedule,
+                        std::shared_ptr<const StageCostEvaluator> e) {
+    PlannerOptions options;
+    options.method = std::move(method);
+    options.schedule = schedule;
+    options.batching.max_seqlen = 1024;
+    options.batching.hydraulis_shuffles = 8;
+    StatusOr<Planner> p = Planner::Create(std::move(e), setup->cluster, options);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return *std::move(p);
+  };
+  const Planner one = make("hydraulis", ScheduleKind::k1F1B, *eval);
+  const Planner zb = make("hydraulis", ScheduleKind::kZbH1, *eval);
+  const Planner other_method = make("dynapipe", ScheduleKind::k1F1B, *eval);
+  StatusOr<std::shared_ptr<const StageCostEvaluator>> own =
+      MakePlannerEvaluator(*setup->cost, par, setup->cluster, ScheduleKind::k1F1B);
+  ASSERT_TRUE(own.ok());
+  const Planner other_eval = make("hydraulis", ScheduleKind::k1F1B, *own);
+  EXPECT_TRUE(one.SameBatching(zb));
+  EXPECT_TRUE(zb.SameBatching(one));
+  EXPECT_FALSE(one.SameBatching(other_method));
+  EXPECT_FALSE(one.SameBatching(other_eval));
+  for (uint64_t seed : {1u, 2u}) {
+    const std::vector<Sample> batch = RandomTokenBatch(seed, 32768, 1024, false);
+    StatusOr<BatchPlan> batching = one.Batch(batch);
+    ASSERT_TRUE(batching.ok()) << batching.status().ToString();
+    for (const Planner* p : {&one, &zb}) {
+      StatusOr<PlanResult> whole = p->Plan(batch);
+      StatusOr<PlanResult> split = p->PlanBatched(batch, *batching);
+      ASSERT_TRUE(whole.ok() && split.ok());
+      ASSERT_EQ(whole->outcome, PlanOutcome::kOk) << whole->infeasible_reason;
+      EXPECT_EQ(split->outcome, whole->outcome);
+      EXPECT_EQ(split->batch_plan, whole->batch_plan);
+      EXPECT_EQ(split->makespan, whole->makespan);
+      EXPECT_EQ(split->plan, whole->plan);
+    }
+  }
+  // Batch refuses what Plan refuses.
+  const std::vector<Sample> one_sample = RandomBatch(3, 1, 100, false);
+  ASSERT_EQ(one_sample.size(), 1u);
+  EXPECT_FALSE(one.Batch(one_sample).ok());
+  EXPECT_FALSE(one.Plan(one_sample).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(
