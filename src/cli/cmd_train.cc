@@ -14,6 +14,7 @@
 #include "planner/hetero.h"
 #include "runtime/launcher.h"
 #include "runtime/trainer.h"
+#include "passes/moe_overlap.h"
 #include "trace/calibration.h"
 
 namespace sluice::cli {
@@ -39,6 +40,7 @@ struct TrainFlags {
   std::string bind;
   std::string iface;
   std::string calibration;  // --calibration FILE
+  std::string moe_overlap;  // --moe-overlap NAME (passes/moe_overlap.h), empty: off
   std::string replicas;     // --replicas SPEC|FILE (heterogeneous replica groups)
   const CLI::Option* parallel_option = nullptr;  // whether --parallel was given
 };
@@ -55,6 +57,7 @@ StatusOr<HeteroConfig> ResolveTrainReplicas(const TrainFlags& f) {
       {!f.plans.empty(), "--plan"},
       {f.planner.optimize_budget_ms > 0, "--optimize-budget-ms"},
       {!f.calibration.empty(), "--calibration"},
+      {!f.moe_overlap.empty(), "--moe-overlap"},
       {f.allow_partial, "--allow-partial"}};
   for (const auto& [given, flag] : excluded) {
     if (given) {
@@ -131,6 +134,45 @@ Status RunTrain(const TrainFlags& f) {
                                                                   options, "--replicas"));
   }
   runtime::TrainOptions o;
+  if (!f.moe_overlap.empty()) {
+    StatusOr<passes::MoeOverlap> overlap = passes::ParseMoeOverlap(f.moe_overlap, "--moe-overlap");
+    if (!overlap.ok()) return overlap.status();
+    if (!sc.model.moe.has_value() || sc.parallel->ep <= 1) {
+      return InvalidArgumentError(fmt::format(
+          "--moe-overlap {}: needs an MoE model with expert parallelism (--parallel ...,ep=N, N > "
+          "1); model '{}' at ep {} has no all-to-all to overlap",
+          f.moe_overlap, sc.model.name, sc.parallel->ep));
+    }
+    if (*overlap == passes::MoeOverlap::kTutel || *overlap == passes::MoeOverlap::kPartition ||
+        *overlap == passes::MoeOverlap::kLancet) {
+      return InvalidArgumentError(fmt::format(
+          "--moe-overlap {}: the runtime executes segmented MoE ops whose segments and "
+          "all-to-alls are whole (allowed: none, dw, megatron); {} cuts them into slices, whose "
+          "routing needs an all-to-allv with run-time counts (docs/moe.md); `sluice simulate "
+          "--moe-overlap {}` predicts it",
+          f.moe_overlap, f.moe_overlap, f.moe_overlap));
+    }
+    if (*overlap == passes::MoeOverlap::kMegatron && sc.parallel->pp > 1) {
+      return InvalidArgumentError(fmt::format(
+          "--moe-overlap megatron: interleaves a backward with the next forward on one stage, so "
+          "it needs pp = 1 (--parallel has pp = {}); use none or dw with pipelines",
+          sc.parallel->pp));
+    }
+    // The runtime flattens a stage's gradients once its backward is complete, so the buckets
+    // stay after the backward (a reduction overlapped with a segmented backward would be
+    // deferred to there anyway): the plan that is simulated is the plan that runs.
+    passes::MoeOverlapOptions mo;
+    mo.overlap_grad_reduction = false;
+    o.rewrite_plan = [overlap = *overlap, mo](ExecutionPlan* plan) -> std::string {
+      StatusOr<passes::PassRecord> record = passes::MoeOverlapPass(overlap, mo).Run(plan);
+      if (!record.ok()) return fmt::format("--moe-overlap not applied: {}", record.status().message());
+      if (!record->rejected.empty()) {
+        return fmt::format("--moe-overlap not applied (the plan runs whole ops): {}",
+                           record->rejected);
+      }
+      return "";
+    };
+  }
   if (f.link_delay_ms * 1e-3 >= static_cast<double>(f.timeout_s)) {
     return InvalidArgumentError(fmt::format(
         "--link-delay-ms {}: must be below --timeout ({} s), else every transfer times out",
@@ -285,6 +327,13 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "every rank exits non-zero naming it")
       ->check(NumberCheck(1, false, 86400, "an integer in [1, 86400]"))
       ->capture_default_str();
+  t->add_option("--moe-overlap", flags->moe_overlap,
+                "Rewrite every plan with an MoE overlap pass before it runs (passes/moe_overlap.h): "
+                "none (segmented, all-to-alls blocking), dw (Lancet's weight gradients in the "
+                "backward all-to-alls' windows) or megatron (pp 1: a backward interleaved with "
+                "the next forward); the rewritten plan is simulated and its prediction printed "
+                "beside the measured time (needs an MoE model and ep > 1)")
+      ->type_name("NAME");
   t->add_option("--plan", flags->plans,
                 "Execute these plan files (sluice plan --out), one per iteration, instead of "
                 "planning")

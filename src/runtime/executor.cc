@@ -8,10 +8,13 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include "plan/instruction.h"
+#include "plan/moe_segments.h"
 #include "runtime/context_parallel.h"
 #include "runtime/layout.h"
+#include "runtime/moe_exchange.h"
 
 namespace sluice::runtime {
 namespace {
@@ -54,138 +57,6 @@ struct StageGrad {
   at::Tensor flat;
   std::vector<std::pair<int64_t, int64_t>> ranges;  // per bucket of the stage, in issue order
   std::vector<int64_t> bucket_ids;
-};
-
-// The executor's side of expert parallelism: serves the all-to-alls of the running compute op
-// from the plan's instructions (model.h ExpertExchange).
-class PlanExchange final : public ExpertExchange {
- public:
-  PlanExchange(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
-               std::function<int64_t()> now, int64_t iteration)
-      : comm_(comm),
-        watchdog_(watchdog),
-        trace_(trace),
-        now_(std::move(now)),
-        iteration_(iteration) {}
-
-  // The all-to-alls the compute op about to run performs, in order.
-  void Begin(const std::vector<const Instruction*>* list) {
-    list_ = list;
-    next_ = 0;
-  }
-  // A forward that the backward replays (recompute "full"): also keep what each all-to-all
-  // received in `cache`.
-  void Record(std::vector<at::Tensor>* cache) { record_ = cache; }
-  // The replay of such a forward: the same all-to-alls (`list`, the forward's) answered from
-  // `cache` without communicating: the members' rows are the ones they sent in the forward, and
-  // the plan lists no all-to-all for a replay.
-  void BeginReplay(const std::vector<const Instruction*>* list,
-                   const std::vector<at::Tensor>* cache) {
-    Begin(list);
-    replay_ = cache;
-  }
-  // How many of them ran; none may be left.
-  Status End(std::string_view what) {
-    const size_t want = list_ != nullptr ? list_->size() : 0;
-    list_ = nullptr;
-    record_ = nullptr;
-    replay_ = nullptr;
-    if (next_ != want) {
-      return InvalidArgumentError(fmt::format(
-          "the {} performed {} of the plan's {} all-to-alls (does the plan's model match?)", what,
-          next_, want));
-    }
-    return Status::Ok();
-  }
-  bool Performed(const Instruction* in) const { return performed_.count(in) > 0; }
-  int64_t nanos() const { return nanos_; }
-
-  std::vector<int64_t> NextRecvSplits(OpKind kind, int64_t layer) override {
-    return Expect(kind, layer).recv_splits;
-  }
-
-  at::Tensor Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
-                      const std::vector<int64_t>& send, const std::vector<int64_t>& recv) override {
-    const Instruction& in = Expect(kind, layer);
-    if (send != in.send_splits || recv != in.recv_splits) {
-      throw std::runtime_error(fmt::format(
-          "{}: the MoE layer sends [{}] and receives [{}] rows, the plan says [{}] and [{}]",
-          InstructionText(in), fmt::join(send, ", "), fmt::join(recv, ", "),
-          fmt::join(in.send_splits, ", "), fmt::join(in.recv_splits, ", ")));
-    }
-    int64_t total = 0;
-    for (const int64_t r : recv) total += r;
-    if (replay_ != nullptr) {
-      if (next_ >= replay_->size() || (*replay_)[next_].size(0) != total) {
-        throw std::runtime_error(fmt::format(
-            "{}: the replayed forward's all-to-all has no recorded result", InstructionText(in)));
-      }
-      return (*replay_)[next_++].clone();
-    }
-    at::Tensor out = torch::empty({total, rows.size(1)}, rows.options());
-    const int64_t start = now_();
-    StatusOr<Communicator::Handle> h = comm_.AllToAllEp(out, rows, recv, send);
-    if (!h.ok()) throw std::runtime_error(std::string(h.status().message()));
-    std::vector<int64_t> peers;
-    for (const int64_t r : in.group) {
-      if (r != comm_.rank()) peers.push_back(r);
-    }
-    const std::string what = fmt::format("{} (iteration {})", InstructionText(in), iteration_);
-    watchdog_.BeginWait(what, peers);
-    Status s = comm_.Wait(*h);
-    watchdog_.EndWait();
-    if (!s.ok()) {
-      const std::string blame = watchdog_.Blame(peers, what);
-      throw std::runtime_error(fmt::format("{} failed{}: {}", what,
-                                           blame.empty() ? "" : " (" + blame + ")", s.message()));
-    }
-    const int64_t end = now_();
-    TraceEvent e;
-    e.name = InstructionText(in);
-    e.op = std::string(OpKindName(in.op));
-    e.stream = TraceStream::kCollective;
-    e.iteration = iteration_;
-    e.microbatch = in.microbatch;
-    e.stage = in.stage;
-    e.start_ns = start;
-    e.end_ns = end;
-    e.bytes = in.bytes.count();
-    trace_.Add(std::move(e));
-    nanos_ += end - start;
-    performed_.insert(&in);
-    ++next_;
-    if (record_ != nullptr) record_->push_back(out);
-    return out;
-  }
-
- private:
-  const Instruction& Expect(OpKind kind, int64_t layer) const {
-    if (list_ == nullptr || next_ >= list_->size()) {
-      throw std::runtime_error(fmt::format(
-          "the MoE layer {} needs an all-to-all ({}) that the plan does not give this compute op",
-          layer, OpKindName(kind)));
-    }
-    const Instruction& in = *(*list_)[next_];
-    if (in.op != kind || in.layer != layer) {
-      throw std::runtime_error(
-          fmt::format("the MoE layer {} runs {} next, the plan's next "
-                      "all-to-all is {}",
-                      layer, OpKindName(kind), InstructionText(in)));
-    }
-    return in;
-  }
-
-  Communicator& comm_;
-  Watchdog& watchdog_;
-  TraceRecorder& trace_;
-  std::function<int64_t()> now_;
-  const int64_t iteration_;
-  const std::vector<const Instruction*>* list_ = nullptr;
-  size_t next_ = 0;
-  std::vector<at::Tensor>* record_ = nullptr;
-  const std::vector<at::Tensor>* replay_ = nullptr;
-  std::set<const Instruction*> performed_;
-  int64_t nanos_ = 0;
 };
 
 class IterationRun {
@@ -250,13 +121,23 @@ class IterationRun {
       last_bytes_ = 0;
       trace_.Add(std::move(e));
       if (IsCompute(in.op)) compute_ns_ += end - start;
-      if (IsCommFinish(in.op) || in.op == OpKind::kOptimizerStep) wait_ns_ += end - start;
+      if (IsCommFinish(in.op) || in.op == OpKind::kOptimizerStep ||
+          in.op == OpKind::kAllToAllWait) {
+        wait_ns_ += end - start;
+      }
+      if (Status f = PostDeferredReductions(static_cast<int64_t>(i)); !f.ok()) {
+        return Status(f.code(), fmt::format("rank {}, iteration {}, instruction {} ({}): {}",
+                                            rank_, iteration_, i, InstructionText(in),
+                                            f.message()));
+      }
     }
-    if (!runs_.empty() || !transfers_.empty() || !collectives_.empty()) {
+    if (!runs_.empty() || !transfers_.empty() || !collectives_.empty() || !seg_ops_.empty() ||
+        !posted_a2a_.empty()) {
       return InternalError(fmt::format(
-          "rank {}: the program ended with {} stage runs, {} transfers and {} reductions "
-          "outstanding",
-          rank_, runs_.size(), transfers_.size(), collectives_.size()));
+          "rank {}: the program ended with {} stage runs, {} transfers, {} reductions, {} "
+          "segmented ops and {} posted all-to-alls outstanding",
+          rank_, runs_.size(), transfers_.size(), collectives_.size(), seg_ops_.size(),
+          posted_a2a_.size()));
     }
     result.loss = loss_;
     result.instructions = static_cast<int64_t>(program_.instructions.size());
@@ -266,7 +147,8 @@ class IterationRun {
     result.moe_aux_loss = aux_loss_;
     result.moe_assignments = moe_assignments_;
     result.moe_dropped = moe_dropped_;
-    result.all_to_all = Duration::Nanos(exchange_.nanos());
+    result.all_to_all = Duration::Nanos(exchange_.nanos() + a2a_exposed_ns_);
+    result.all_to_all_span = Duration::Nanos(exchange_.nanos() + a2a_span_ns_);
     return result;
   }
 
@@ -292,10 +174,12 @@ class IterationRun {
   Status Execute(const Instruction& in) {
     switch (in.op) {
       case OpKind::kLoadInput: return LoadInput(in);
-      case OpKind::kForward: return Forward(in);
+      case OpKind::kForward:
+        return in.segment >= 0 ? Piece(in) : Forward(in, AllToAllsOfCurrent());
       case OpKind::kBackward:
-      case OpKind::kBackwardInput: return Backward(in);
-      case OpKind::kBackwardWeight: return BackwardWeight(in);
+      case OpKind::kBackwardInput:
+        return in.segment >= 0 ? Piece(in) : Backward(in, AllToAllsOfCurrent());
+      case OpKind::kBackwardWeight: return in.segment >= 0 ? WeightPiece(in) : BackwardWeight(in);
       case OpKind::kSendActStart:
       case OpKind::kSendGradStart: return SendStart(in);
       case OpKind::kRecvActStart:
@@ -314,10 +198,10 @@ class IterationRun {
         return InvalidArgumentError(
             "ZeRO-2/3 reductions are not supported by the runtime (use zero = 0 or 1)");
       case OpKind::kOptimizerStep: return Step();
-      case OpKind::kAllToAllWait:
-        return FailedPreconditionError("all-to-all waits are not executed by the runtime");
+      case OpKind::kAllToAllWait: return WaitAllToAll(in);
       case OpKind::kAllToAllDispatch:
       case OpKind::kAllToAllCombine:
+        if (a2a_owner_.count(pc_) > 0) return PostAllToAll(in);
         if (!exchange_.Performed(&in)) {
           return InvalidArgumentError(
               "this all-to-all was not performed by the compute op it belongs to (the op before "
@@ -328,36 +212,59 @@ class IterationRun {
     return InternalError("unknown op");
   }
 
-  // Attaches every all-to-all to the compute op it belongs to (the last Forward, Backward or
-  // BackwardInput before it, only FreeBuffers and all-to-alls between).
+  // Attaches every all-to-all to the compute op it belongs to: a whole op's follow it (the last
+  // Forward, Backward or BackwardInput before it, only FreeBuffers and all-to-alls between); a
+  // segmented op's (plan/moe_segments.h) lie anywhere between its pieces and belong to the F of
+  // their (micro-batch, stage) until that F completes, then to its B or I. Also finds each
+  // segmented op's last piece and each stage's last backward instruction.
   Status PrepareAllToAlls() {
+    roles_ = PieceRoles(program_);
     int64_t owner = -1;
+    std::set<std::pair<int64_t, int64_t>> forward_done;
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& in = program_.instructions[i];
-      if (in.segment >= 0 || in.chunks > 0 || in.op == OpKind::kAllToAllWait ||
-          (IsAllToAll(in.op) && in.tag >= 0)) {
+      const auto idx = static_cast<int64_t>(i);
+      if (in.chunks > 0) {
         return FailedPreconditionError(fmt::format(
-            "instruction {} ({}) is part of a segmented MoE op (an MoE-overlap pass's rewrite: "
-            "seg, chunk, posted all-to-alls and their waits, docs/formats.md); the runtime "
-            "executes only whole compute ops with their all-to-alls, so simulate this plan "
-            "(sluice simulate) or train without --moe-overlap",
-            i, InstructionText(in)));
+            "instruction {} ({}) is a slice ({} of {}) of a segmented MoE op: the runtime "
+            "executes segmented ops whose segments and all-to-alls are whole (--moe-overlap "
+            "none, dw, megatron) but not sliced ones (tutel, partition, lancet: a slice's "
+            "routing needs all-to-allv with run-time counts, docs/moe.md); simulate this plan "
+            "(sluice simulate) instead",
+            i, InstructionText(in), in.chunk, in.chunks));
+      }
+      if (IsCompute(in.op) && in.op != OpKind::kForward) {
+        last_backward_[in.stage] = idx;
+      }
+      if (IsCompute(in.op) && in.segment >= 0) {
+        if (in.op != OpKind::kBackwardWeight) last_piece_[SegKey(in)] = idx;
+        if (in.op == OpKind::kForward && (roles_[i] & kLastPiece) != 0) {
+          forward_done.insert(Key(in));
+        }
+        owner = -1;
+        continue;
       }
       if (IsAllToAll(in.op)) {
-        const Instruction* c = owner >= 0 ? &program_.instructions[owner] : nullptr;
-        if (c == nullptr || c->microbatch != in.microbatch || c->stage != in.stage) {
-          return InvalidArgumentError(
-              fmt::format("instruction {} ({}) follows no compute op of micro-batch {} on stage {}",
-                          i, InstructionText(in), in.microbatch, in.stage));
-        }
         if (comm_.ep_group() != in.group) {
           return InvalidArgumentError(fmt::format(
               "instruction {} ({}): group [{}], but this rank's expert-parallel group is [{}]", i,
               InstructionText(in), fmt::join(in.group, ", "), fmt::join(comm_.ep_group(), ", ")));
         }
-        a2a_of_[owner].push_back(&in);
-      } else if (IsCompute(in.op) && in.op != OpKind::kBackwardWeight) {
-        owner = static_cast<int64_t>(i);
+        const Instruction* c = owner >= 0 ? &program_.instructions[owner] : nullptr;
+        if (c != nullptr && c->microbatch == in.microbatch && c->stage == in.stage &&
+            in.tag < 0) {
+          a2a_of_[owner].push_back(&in);
+          continue;
+        }
+        const int cls = forward_done.count(Key(in)) > 0 ? 1 : 0;
+        const SegOpKey key{cls, in.microbatch, in.stage};
+        seg_a2a_[key].push_back(&in);
+        a2a_owner_[idx] = key;
+        continue;
+      }
+      if (IsCompute(in.op) && in.op != OpKind::kBackwardWeight) {
+        owner = idx;
+        if (in.op == OpKind::kForward) forward_done.insert(Key(in));
       } else if (in.op != OpKind::kFreeBuffer) {
         owner = -1;
       }
@@ -481,7 +388,8 @@ class IterationRun {
     return Write(in, std::move(t));
   }
 
-  Status Forward(const Instruction& in) {
+  // `a2a`: the op's all-to-alls in order (null when it has none).
+  Status Forward(const Instruction& in, const std::vector<const Instruction*>* a2a) {
     SLUICE_ASSIGN_OR_RETURN(const Chunk* chunk, ChunkOf(in.stage));
     SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
     SLUICE_ASSIGN_OR_RETURN(Tensors tensors, Read(in.inputs));
@@ -500,9 +408,9 @@ class IterationRun {
     MoeContext moe;
     moe.exchange = &exchange_;
     MoeContext* moe_ptr = chunk->has_moe() ? &moe : nullptr;
-    exchange_.Begin(AllToAllsOfCurrent());
+    exchange_.Begin(a2a, run.tape.get());
     if (run.replay) {
-      run.a2a_forward = AllToAllsOfCurrent();
+      run.a2a_forward = a2a;
       exchange_.Record(&run.a2a_received);
       torch::NoGradGuard no_grad;
       outputs = chunk->Forward(run.inputs, run.labels, *mb, false, nullptr, moe_ptr);
@@ -535,7 +443,7 @@ class IterationRun {
     return {in.microbatch, in.stage};
   }
 
-  Status Backward(const Instruction& in) {
+  Status Backward(const Instruction& in, const std::vector<const Instruction*>* a2a) {
     SLUICE_ASSIGN_OR_RETURN(const Chunk* chunk, ChunkOf(in.stage));
     auto it = runs_.find(Key(in));
     if (it == runs_.end()) return InvalidArgumentError("backward before its forward");
@@ -545,7 +453,7 @@ class IterationRun {
       SLUICE_ASSIGN_OR_RETURN(const MicroBatchInputs* mb, Inputs(in.microbatch));
       MoeContext moe;
       moe.exchange = &exchange_;
-      exchange_.BeginReplay(run.a2a_forward, &run.a2a_received);
+      exchange_.BeginReplay(run.a2a_forward, &run.a2a_received, run.tape.get());
       run.outputs = chunk->Forward(run.inputs, run.labels, *mb, false, run.tape.get(),
                                    chunk->has_moe() ? &moe : nullptr);
       SLUICE_RETURN_IF_ERROR(exchange_.End("replayed forward"));
@@ -574,7 +482,7 @@ class IterationRun {
     }
     run.aux_loss = at::Tensor();
     Tensors input_grads;
-    exchange_.Begin(AllToAllsOfCurrent());
+    exchange_.Begin(a2a);
     if (in.op == OpKind::kBackward) {
       Tensors targets = leaves;
       for (const at::Tensor& p : chunk->parameters()) targets.push_back(p);
@@ -613,6 +521,212 @@ class IterationRun {
     }
     it->second.tape->AccumulateWeightGrads();
     runs_.erase(it);
+    return Status::Ok();
+  }
+
+  // ---- Segmented MoE ops (plan/moe_segments.h) ----
+  // An F (0), B or I (1) or W (2) op of (micro-batch, stage).
+  using SegOpKey = std::tuple<int, int64_t, int64_t>;
+  static SegOpKey SegKey(const Instruction& in) {
+    const int cls =
+        in.op == OpKind::kForward ? 0 : (in.op == OpKind::kBackwardWeight ? 2 : 1);
+    return {cls, in.microbatch, in.stage};
+  }
+
+  // A segmented F, B or I in flight: the whole op's code runs in a fiber that stops at each
+  // all-to-all (moe_exchange.h); each piece of the program resumes it for one segment.
+  struct SegOp {
+    Instruction whole;  // the first piece with the last piece's outputs and shapes
+    PlanExchange::OpState a2a;
+    SegmentChannel channel;
+    std::unique_ptr<Fiber> fiber;
+    Status status;  // what the op's code returned
+    int64_t segment = -1;  // the last piece run
+  };
+  // A segmented op's all-to-all in flight.
+  struct PostedA2a {
+    Communicator::Handle handle;
+    at::Tensor rows, out;  // sent (kept alive until it completes) and received
+    SegOp* op = nullptr;
+    const Instruction* in = nullptr;
+    int64_t posted_ns = 0;
+  };
+
+  Status Piece(const Instruction& in) {
+    const SegOpKey key = SegKey(in);
+    const uint8_t role = roles_.at(pc_);
+    SegOp* op = nullptr;
+    if ((role & kFirstPiece) != 0) {
+      if (in.segment != 0) {
+        return InvalidArgumentError(fmt::format(
+            "the op's first piece is segment {}; the runtime runs a segmented op's segments in "
+            "order from 0",
+            in.segment));
+      }
+      auto made = std::make_unique<SegOp>();
+      op = made.get();
+      op->whole = in;
+      op->whole.segment = -1;
+      const Instruction& last = program_.instructions.at(last_piece_.at(key));
+      op->whole.outputs = last.outputs;
+      op->whole.shapes = last.shapes;
+      const auto a2a = seg_a2a_.find(key);
+      const std::vector<const Instruction*>* list = a2a == seg_a2a_.end() ? nullptr : &a2a->second;
+      op->a2a.channel = &op->channel;
+      op->fiber = std::make_unique<Fiber>([this, op, list] {
+        PlanExchange::Bind(&op->a2a);
+        try {
+          op->status = op->whole.op == OpKind::kForward ? Forward(op->whole, list)
+                                                        : Backward(op->whole, list);
+        } catch (const FiberAborted&) {
+          throw;
+        } catch (const std::exception& e) {
+          op->status = InternalError(e.what());
+        }
+      });
+      op->channel.fiber = op->fiber.get();
+      if (!seg_ops_.emplace(key, std::move(made)).second) {
+        return InvalidArgumentError("this op is already running (a second first piece)");
+      }
+    } else {
+      const auto it = seg_ops_.find(key);
+      if (it == seg_ops_.end()) {
+        return InvalidArgumentError("a piece of an op that is not running (its first piece?)");
+      }
+      op = it->second.get();
+      if (in.segment != op->segment + 1) {
+        return InvalidArgumentError(fmt::format(
+            "segment {} after segment {}: the runtime runs a segmented op's segments in order",
+            in.segment, op->segment));
+      }
+      if (!op->channel.received.defined()) {
+        return InvalidArgumentError(fmt::format(
+            "segment {} needs the op's all-to-all before it complete{}", in.segment,
+            op->channel.request != nullptr
+                ? fmt::format(" ({} is not posted yet)", InstructionText(*op->channel.request))
+                : " (posted, not waited for)"));
+      }
+    }
+    op->segment = in.segment;
+    op->fiber->Resume();
+    if (op->fiber->error()) std::rethrow_exception(op->fiber->error());
+    if (op->fiber->finished()) {
+      Status s = op->status;
+      const bool last = (role & kLastPiece) != 0;
+      seg_ops_.erase(key);
+      SLUICE_RETURN_IF_ERROR(s);
+      if (!last) {
+        return InvalidArgumentError(fmt::format(
+            "the op completed at segment {}, but the plan has more pieces of it (does the plan's "
+            "model match?)",
+            in.segment));
+      }
+      return Status::Ok();
+    }
+    if ((role & kLastPiece) != 0 || op->channel.request == nullptr) {
+      return InvalidArgumentError(fmt::format(
+          "the op did not complete at its last piece (segment {}): it waits for another "
+          "all-to-all (does the plan's model match?)",
+          in.segment));
+    }
+    return Status::Ok();
+  }
+
+  // W piece j: the weight gradients of I's segment j, which is the forward's segment 2k - j.
+  Status WeightPiece(const Instruction& in) {
+    auto it = runs_.find(Key(in));
+    if (it == runs_.end() || !it->second.tape || !it->second.tape->pending()) {
+      return InvalidArgumentError("backward-weight before its backward-input");
+    }
+    const int64_t segments = NumSegments(plan_, in.stage);
+    if (in.segment >= segments) {
+      return InvalidArgumentError(
+          fmt::format("segment {} of a stage with {} segments", in.segment, segments));
+    }
+    it->second.tape->AccumulateWeightGrads(segments - 1 - in.segment);
+    if ((roles_.at(pc_) & kLastPiece) != 0) {
+      if (seg_ops_.count({1, in.microbatch, in.stage}) > 0) {
+        return InvalidArgumentError("the last backward-weight piece before its backward-input "
+                                    "completed");
+      }
+      if (it->second.tape->pending()) it->second.tape->AccumulateWeightGrads();
+      runs_.erase(it);
+    }
+    return Status::Ok();
+  }
+
+  // A segmented op's all-to-all: the op's fiber waits for exactly this one with its rows.
+  Status PostAllToAll(const Instruction& in) {
+    const auto op_it = seg_ops_.find(a2a_owner_.at(pc_));
+    if (op_it == seg_ops_.end() || op_it->second->channel.request != &in) {
+      return InvalidArgumentError(fmt::format(
+          "the MoE op this all-to-all belongs to has not reached it ({})",
+          op_it == seg_ops_.end() ? "the op is not running"
+          : op_it->second->channel.request == nullptr
+              ? "it waits for none"
+              : "it waits for " + InstructionText(*op_it->second->channel.request)));
+    }
+    SegOp& op = *op_it->second;
+    PostedA2a p;
+    p.op = &op;
+    p.in = &in;
+    p.rows = std::move(op.channel.rows);
+    op.channel.request = nullptr;
+    int64_t total = 0;
+    for (const int64_t r : in.recv_splits) total += r;
+    p.out = torch::empty({total, p.rows.size(1)}, p.rows.options());
+    p.posted_ns = Now();
+    SLUICE_ASSIGN_OR_RETURN(
+        p.handle, comm_.AllToAllEp(p.out, p.rows, in.recv_splits, in.send_splits));
+    last_bytes_ = in.bytes.count();
+    if (in.tag < 0) return CompleteAllToAll(p);
+    if (!posted_a2a_.emplace(in.tag, std::move(p)).second) {
+      return InvalidArgumentError(fmt::format("all-to-all tag {} is already in flight", in.tag));
+    }
+    return Status::Ok();
+  }
+
+  Status WaitAllToAll(const Instruction& in) {
+    auto it = posted_a2a_.find(in.tag);
+    if (it == posted_a2a_.end()) {
+      return InvalidArgumentError(fmt::format("no posted all-to-all has tag {}", in.tag));
+    }
+    PostedA2a p = std::move(it->second);
+    posted_a2a_.erase(it);
+    return CompleteAllToAll(p);
+  }
+
+  // Waits for a posted all-to-all (the wait is its exposed time) and hands what arrived to its op.
+  Status CompleteAllToAll(PostedA2a& p) {
+    std::vector<int64_t> peers;
+    for (const int64_t r : p.in->group) {
+      if (r != comm_.rank()) peers.push_back(r);
+    }
+    const std::string what = fmt::format("{} (iteration {})", InstructionText(*p.in), iteration_);
+    const int64_t wait_start = Now();
+    watchdog_.BeginWait(what, peers);
+    Status s = comm_.Wait(p.handle);
+    watchdog_.EndWait();
+    if (!s.ok()) {
+      const std::string blame = watchdog_.Blame(peers, what);
+      return FailedPreconditionError(fmt::format(
+          "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
+    }
+    const int64_t end = Now();
+    a2a_exposed_ns_ += end - wait_start;
+    a2a_span_ns_ += end - p.posted_ns;
+    TraceEvent e;
+    e.name = InstructionText(*p.in);
+    e.op = std::string(OpKindName(p.in->op));
+    e.stream = TraceStream::kCollective;
+    e.iteration = iteration_;
+    e.microbatch = p.in->microbatch;
+    e.stage = p.in->stage;
+    e.start_ns = p.posted_ns;
+    e.end_ns = end;
+    e.bytes = p.in->bytes.count();
+    trace_.Add(std::move(e));
+    p.op->channel.received = p.out;
     return Status::Ok();
   }
 
@@ -721,7 +835,36 @@ class IterationRun {
     return Status::Ok();
   }
 
+  // A bucket posted before its stage's last backward instruction (a plan whose reduction overlaps
+  // a segmented backward, passes/grad_overlap.h) waits until that backward is complete: the
+  // runtime flattens a stage's gradients once, when they are final, so the reduction is correct
+  // for any bucket placement, only later than planned.
   Status AllReduce(const Instruction& in) {
+    const auto last = last_backward_.find(in.stage);
+    if (last != last_backward_.end() && pc_ < last->second) {
+      deferred_[in.stage].push_back(&in);
+      ++deferred_count_;
+      return Status::Ok();
+    }
+    return AllReduceNow(in);
+  }
+
+  // After instruction `index`: posts the deferred buckets of every stage whose last backward it
+  // was.
+  Status PostDeferredReductions(int64_t index) {
+    if (deferred_.empty()) return Status::Ok();
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (last_backward_.at(it->first) != index) {
+        ++it;
+        continue;
+      }
+      for (const Instruction* b : it->second) SLUICE_RETURN_IF_ERROR(AllReduceNow(*b));
+      it = deferred_.erase(it);
+    }
+    return Status::Ok();
+  }
+
+  Status AllReduceNow(const Instruction& in) {
     auto it = stage_grads_.find(in.stage);
     if (it == stage_grads_.end()) return InternalError("bucket missed by the pre-scan");
     StageGrad& g = it->second;
@@ -895,6 +1038,19 @@ class IterationRun {
   std::map<int64_t, std::vector<const Instruction*>> a2a_of_;  // compute op -> its all-to-alls
   double aux_loss_ = 0;
   int64_t moe_assignments_ = 0, moe_dropped_ = 0;
+  // Segmented MoE ops: piece roles, each op's last piece, its all-to-alls in order, the owner of
+  // each of those instructions, the stages' last backward instruction, deferred buckets.
+  std::vector<uint8_t> roles_;
+  std::map<SegOpKey, int64_t> last_piece_;
+  std::map<SegOpKey, std::vector<const Instruction*>> seg_a2a_;
+  std::map<int64_t, SegOpKey> a2a_owner_;
+  std::map<int64_t, int64_t> last_backward_;
+  std::map<int64_t, std::vector<const Instruction*>> deferred_;
+  int64_t deferred_count_ = 0;
+  std::map<int64_t, PostedA2a> posted_a2a_;  // [tag]
+  int64_t a2a_exposed_ns_ = 0, a2a_span_ns_ = 0;
+  // Last: destroyed first, aborting any fiber still suspended while the state it uses exists.
+  std::map<SegOpKey, std::unique_ptr<SegOp>> seg_ops_;
 };
 
 }  // namespace

@@ -28,6 +28,13 @@
 //                    that it was performed. A forward at recompute "full" keeps what its
 //                    all-to-alls received; its replay in the backward reads that instead of
 //                    communicating (the plan lists no all-to-all for a replay).
+//   segmented ops    (an MoE-overlap rewrite, plan/moe_segments.h; pieces whose segments and
+//                    all-to-alls are whole): the op's code runs in a Fiber that stops at each
+//                    all-to-all (moe_exchange.h); the all-to-all instruction posts it (blocking
+//                    at tag -1, else completed at its all-to-all-wait), the op's next piece
+//                    resumes the fiber, a backward-weight piece adds one segment's weight
+//                    gradients. Sliced pieces (chunks > 0) are refused. A gradient bucket posted
+//                    before its stage's last backward instruction is posted right after it.
 // MoE: the chunk's load-balancing loss (moe.h) is differentiated with its outputs.
 // Context parallelism (cp > 1, context_parallel.h): this process runs its plan rank's program on
 // its share of every micro-batch's tokens; shapes are the plan's with the sequence dimension
@@ -68,7 +75,11 @@ struct IterationResult {
   // all-to-alls (all of it exposed: they block the compute op).
   double moe_aux_loss = 0;
   int64_t moe_assignments = 0, moe_dropped = 0;
-  Duration all_to_all;
+  // all_to_all: the time the rank was blocked by all-to-alls (exposed): inside the all-to-alls
+  // of whole compute ops, which block their op, and in the blocking all-to-alls and waits of
+  // segmented ops; all_to_all_span: from each all-to-all's post to its observed completion
+  // (equal to all_to_all for whole ops; under an MoE-overlap rewrite, the hidden part on top).
+  Duration all_to_all, all_to_all_span;
 };
 
 class Executor {

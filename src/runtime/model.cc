@@ -383,12 +383,23 @@ std::vector<at::Tensor> WeightGradTape::InputGradients(const std::vector<at::Ten
   std::vector<at::Tensor> targets = leaves;
   for (const Entry& e : entries_) targets.push_back(e.output);
   targets.insert(targets.end(), untaped.begin(), untaped.end());
+  // Each recorded output's gradient is kept by a hook the moment autograd produces it, so a
+  // segmented weight pass may take it while this call is still inside the engine.
+  output_grads_.assign(entries_.size(), at::Tensor());
+  done_.assign(entries_.size(), false);
+  pending_ = true;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    entries_[i].output.register_hook([this, i](const at::Tensor& g) {
+      if (!done_[i]) output_grads_[i] = g;
+    });
+  }
   std::vector<at::Tensor> grads =
       torch::autograd::grad(outputs, targets, grad_outputs, /*retain_graph=*/false,
                             /*create_graph=*/false, /*allow_unused=*/true);
   const size_t n_leaves = leaves.size(), n_taped = entries_.size();
-  output_grads_.assign(grads.begin() + static_cast<std::ptrdiff_t>(n_leaves),
-                       grads.begin() + static_cast<std::ptrdiff_t>(n_leaves + n_taped));
+  for (size_t i = 0; i < n_taped; ++i) {  // an output whose hook did not run
+    if (!done_[i] && !output_grads_[i].defined()) output_grads_[i] = grads[n_leaves + i];
+  }
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < untaped.size(); ++i) {
@@ -396,24 +407,42 @@ std::vector<at::Tensor> WeightGradTape::InputGradients(const std::vector<at::Ten
       if (g.defined()) AccumulateGrad(untaped[i], std::move(g));
     }
   }
-  pending_ = true;
   grads.resize(n_leaves);
   return grads;
+}
+
+void WeightGradTape::AccumulateEntry(size_t i) {
+  done_[i] = true;
+  if (!output_grads_[i].defined()) return;
+  const Entry& e = entries_[i];
+  const at::Tensor g = output_grads_[i].reshape({-1, output_grads_[i].size(-1)});
+  output_grads_[i] = at::Tensor();
+  AccumulateGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
+  if (e.bias.defined()) AccumulateGrad(e.bias, g.sum(0));
 }
 
 void WeightGradTape::AccumulateWeightGrads() {
   SLUICE_CHECK(pending_ && output_grads_.size() == entries_.size());
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& e = entries_[i];
-    if (!output_grads_[i].defined()) continue;
-    const at::Tensor g = output_grads_[i].reshape({-1, output_grads_[i].size(-1)});
-    output_grads_[i] = at::Tensor();
-    AccumulateGrad(e.weight, g.t().mm(e.input.reshape({-1, e.input.size(-1)})));
-    if (e.bias.defined()) AccumulateGrad(e.bias, g.sum(0));
+    if (!done_[i]) AccumulateEntry(i);
   }
   output_grads_.clear();
   pending_ = false;
+}
+
+void WeightGradTape::AccumulateWeightGrads(int64_t segment) {
+  SLUICE_CHECK(pending_ && output_grads_.size() == entries_.size());
+  torch::NoGradGuard no_grad;
+  bool all = true;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (!done_[i] && entries_[i].segment == segment) AccumulateEntry(i);
+    all = all && done_[i];
+  }
+  if (all) {
+    output_grads_.clear();
+    pending_ = false;
+  }
 }
 
 std::vector<at::Tensor> WeightGradTape::Untaped(const std::vector<at::Tensor>& params) const {

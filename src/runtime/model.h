@@ -158,10 +158,19 @@ class WeightGradTape {
     at::Tensor output;  // y, part of the graph
     at::Tensor weight;  // W [out, in]
     at::Tensor bias;    // b [out] (undefined when none)
+    int64_t segment = 0;  // the forward's MoE segment it ran in (set by Add, see set_segment)
   };
 
-  void Add(Entry e) { entries_.push_back(std::move(e)); }
+  // Stamps e with the current segment.
+  void Add(Entry e) {
+    e.segment = segment_;
+    entries_.push_back(std::move(e));
+  }
   const std::vector<Entry>& entries() const { return entries_; }
+  // The forward's current MoE segment (plan/moe_segments.h): the executor advances it after
+  // each of the forward's all-to-alls, so a segmented backward-weight can take one segment's
+  // entries (AccumulateWeightGrads(segment)).
+  void set_segment(int64_t segment) { segment_ = segment; }
   // The tensors of `params` that are neither the weight nor the bias of an entry.
   std::vector<at::Tensor> Untaped(const std::vector<at::Tensor>& params) const;
   // The input-gradient pass, releasing the graph: returns the gradients of `leaves` (undefined
@@ -177,10 +186,20 @@ class WeightGradTape {
   // gradients (an undefined one did not reach the loss: nothing to add) and releases them.
   // REQUIRES: pending().
   void AccumulateWeightGrads();
+  // The weight pass of the entries of forward segment `segment` only (a segmented
+  // backward-weight piece). It may run while InputGradients is still inside the engine (a
+  // segmented backward-input suspended at an all-to-all): each entry's output gradient is taken
+  // by a hook as autograd produces it. Entries already done are skipped; once every entry is
+  // done, pending() is false.
+  void AccumulateWeightGrads(int64_t segment);
 
  private:
+  void AccumulateEntry(size_t i);
+
   std::vector<Entry> entries_;
-  std::vector<at::Tensor> output_grads_;  // [entry], from InputGradients
+  std::vector<at::Tensor> output_grads_;  // [entry], from InputGradients (hooks)
+  std::vector<bool> done_;                // [entry] its weight gradient was added
+  int64_t segment_ = 0;
   bool pending_ = false;
 };
 

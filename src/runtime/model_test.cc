@@ -177,6 +177,57 @@ std::vector<Case> Cases() {
 INSTANTIATE_TEST_SUITE_P(Chunks, WeightGradTapeTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
+// The segmented weight pass (a segmented backward-weight piece, executor.cc): two chunks recorded
+// into one tape as segments 0 and 1; after the input-gradient pass, AccumulateWeightGrads(1)
+// adds exactly segment 1's weight gradients, then (0) the rest, and together they equal one
+// autograd backward.
+TEST(WeightGradTapeSegmentTest, PerSegmentWeightPassEqualsOneBackward) {
+  const ModelSpec m = Model("gpt-tiny", 4);
+  StatusOr<std::unique_ptr<ModelShard>> s0 = ModelShard::Create(m, 2, 1, 0, kSeed);
+  StatusOr<std::unique_ptr<ModelShard>> s1 = ModelShard::Create(m, 2, 1, 1, kSeed);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  const Chunk& a = (*s0)->chunk(0);
+  const Chunk& b = (*s1)->chunk(1);
+  const MicroBatchInputs mb = Inputs(m);
+  std::vector<at::Tensor> params = a.parameters();
+  params.insert(params.end(), b.parameters().begin(), b.parameters().end());
+  auto take_grads = [&] {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& p : params) {
+      out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+      p.mutable_grad() = at::Tensor();
+    }
+    return out;
+  };
+  // One backward through both chunks.
+  std::vector<at::Tensor> loss1 = b.Forward(a.Forward({mb.tokens}, {}, mb, false), mb.labels, mb,
+                                            false);
+  torch::autograd::backward(loss1, {torch::ones_like(loss1[0])}, false, false, params);
+  const std::vector<at::Tensor> want = take_grads();
+
+  WeightGradTape tape;
+  const std::vector<at::Tensor> mid = a.Forward({mb.tokens}, {}, mb, false, &tape);
+  tape.set_segment(1);
+  const std::vector<at::Tensor> loss2 = b.Forward(mid, mb.labels, mb, false, &tape);
+  int64_t in_segment1 = 0;
+  for (const WeightGradTape::Entry& e : tape.entries()) in_segment1 += e.segment == 1 ? 1 : 0;
+  ASSERT_GT(in_segment1, 0);
+  ASSERT_LT(in_segment1, static_cast<int64_t>(tape.entries().size()));
+  tape.InputGradients(loss2, {torch::ones_like(loss2[0])}, {}, params);
+  tape.AccumulateWeightGrads(1);
+  EXPECT_TRUE(tape.pending());
+  for (const WeightGradTape::Entry& e : tape.entries()) {
+    EXPECT_EQ(e.weight.grad().defined(), e.segment == 1) << "segment " << e.segment;
+  }
+  tape.AccumulateWeightGrads(0);
+  EXPECT_FALSE(tape.pending());
+  const std::vector<at::Tensor> got = take_grads();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(RelativeError(got[i], want[i]), 1e-5) << "parameter " << i;
+  }
+}
+
 // The MoE layer (ep = 1) against a per-token loop over moe.h's rules: slots choice by choice,
 // then by position; dropped assignments add nothing; the output is the router probability times
 // the expert's MLP; padding is not routed; Switch's auxiliary loss.

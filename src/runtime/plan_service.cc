@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "plan/plan_json.h"
@@ -86,7 +87,7 @@ void PlanService::Loop() {
     }
     PlanPackage p = Next(i, planner);
     p.iteration = i;
-    if (p.kind == PackageKind::kPlan && o_.adjust_plan) Predict(i, &p.plan);
+    if (p.kind == PackageKind::kPlan && (o_.adjust_plan || o_.rewrite_plan)) Predict(i, &p.plan);
     // Heterogeneous replicas: one package per replica group (its plan, the batch's samples);
     // an end or error package goes to every group.
     const int64_t groups =
@@ -108,7 +109,14 @@ void PlanService::Loop() {
 }
 
 void PlanService::Predict(int64_t i, ExecutionPlan* plan) {
-  o_.adjust_plan(plan);
+  if (o_.adjust_plan) o_.adjust_plan(plan);
+  if (o_.rewrite_plan) {
+    const std::string note = o_.rewrite_plan(plan);
+    if (!note.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      notes_.push_back(fmt::format("iteration {}: {}", i, note));
+    }
+  }
   SimOptions so;
   so.record_timeline = false;
   so.record_memory = false;
@@ -117,13 +125,17 @@ void PlanService::Predict(int64_t i, ExecutionPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!r.ok() || r->outcome != SimOutcome::kOk) {
     notes_.push_back(
-        fmt::format("iteration {}: no prediction: the calibrated plan does not simulate: {}", i,
+        fmt::format("iteration {}: no prediction: the adjusted plan does not simulate: {}", i,
                     r.ok() ? r->problem : r.status().message()));
     return;
   }
   IterationPrediction p;
   p.iteration_ms = r->iteration_time.millis();
-  for (const RankSimStats& rank : r->ranks) p.peak_bytes.push_back(rank.peak_memory.count());
+  for (const RankSimStats& rank : r->ranks) {
+    p.peak_bytes.push_back(rank.peak_memory.count());
+    p.all_to_all_ms = std::max(p.all_to_all_ms, rank.all_to_all.millis());
+    p.exposed_all_to_all_ms = std::max(p.exposed_all_to_all_ms, rank.exposed_all_to_all.millis());
+  }
   predictions_[i] = std::move(p);
 }
 

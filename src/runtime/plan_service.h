@@ -64,6 +64,8 @@ struct IterationOptimization {
 struct IterationPrediction {
   double iteration_ms = 0;
   std::vector<int64_t> peak_bytes;  // [rank] simulated peak memory
+  // Max over ranks: the all-to-all stream's busy time and its exposed part (MoE, ep > 1).
+  double all_to_all_ms = 0, exposed_all_to_all_ms = 0;
 };
 
 // Sums over every plan the optimizer ran on.
@@ -97,7 +99,8 @@ class PlanService {
  private:
   void Loop();
   PlanPackage Next(int64_t i, const Planner* planner);
-  // TrainOptions::adjust_plan on `plan`, then its simulation into predictions_.
+  // TrainOptions::adjust_plan and rewrite_plan on `plan`, then its simulation into
+  // predictions_.
   void Predict(int64_t i, ExecutionPlan* plan);
   Status ReadPlanFileInto(const std::string& path, PlanPackage* p);
 

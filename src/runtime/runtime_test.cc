@@ -559,6 +559,10 @@ struct MoeCase {
   int64_t tokens_per_replica = 600;
   std::string memory_limit = "55";  // MB
   std::string recompute = "none";
+  std::string moe_overlap;  // --moe-overlap (empty: the plans as lowered, whole ops)
+  // Non-empty: plan with this budget (sluice plan --out), then run the plan files under
+  // memory_limit (a rewrite that holds more than the planner's micro-batches fills, megatron).
+  std::string plan_memory_limit;
 };
 
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
@@ -580,6 +584,18 @@ std::vector<MoeCase> MoeCases() {
       {"gpt_moe_dp2_ep2_full", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "full"},
       {"gpt_moe_dp2_ep2_pp2_zbh1_full", "gpt-tiny-moe", 2, 2, 2, 4, "zb-h1", 600, "55", "full"},
       {"t5_moe_dp2_ep2", "t5-tiny-moe", 2, 1, 2, 1},
+      // Segmented MoE ops (--moe-overlap, executor.cc "Segmented MoE ops"): each op runs in a
+      // fiber stopped at its all-to-alls, posted all-to-alls waited for where the plan says.
+      {"gpt_moe_dp2_ep2_seg_none", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "none", "none"},
+      {"gpt_moe_dp2_ep2_seg_dw", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "none", "dw"},
+      // Interleaving a backward with the next forward holds both micro-batches: planned within
+      // 55 MB, run within 100 MB.
+      {"gpt_moe_dp2_ep2_seg_megatron", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "100", "none",
+       "megatron", "55"},
+      {"gpt_moe_dp2_ep2_pp2_seg_dw", "gpt-tiny-moe", 2, 2, 2, 4, "1f1b", 600, "55", "none", "dw"},
+      {"gpt_moe_dp2_ep2_full_seg_dw", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "full",
+       "dw"},
+      {"t5_moe_dp2_ep2_seg_dw", "t5-tiny-moe", 2, 1, 2, 1, "1f1b", 600, "55", "none", "dw"},
   };
 }
 
@@ -612,11 +628,41 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
     args.push_back(flag);
     args.push_back(value);
   }
+  if (!c.moe_overlap.empty()) {
+    args.push_back("--moe-overlap");
+    args.push_back(c.moe_overlap);
+  }
+  if (!c.plan_memory_limit.empty()) {
+    std::vector<std::string> plan = {"plan", "--cluster", fmt::format("cpu:{}", c.dp * c.pp),
+                                     "--out", dir + "/plan.json", "--show", "0"};
+    for (const auto& [flag, value] : flags) {
+      if (flag == "--lr" || flag == "--threads" || flag == "--timeout" || flag == "--dump-dir" ||
+          flag == "--metrics") {
+        continue;
+      }
+      plan.push_back(flag);
+      plan.push_back(flag == "--memory-limit" ? c.plan_memory_limit : value);
+    }
+    const Outcome planned = RunSluice(plan, dir, 60);
+    ASSERT_EQ(planned.status, 0) << planned.output;
+    args.push_back("--plan");
+    for (int64_t i = 0; i < kIterations; ++i) {
+      const std::string path = fmt::format("{}/plan-{}.json", dir, i);
+      StatusOr<std::string> text = ReadFileToString(path);
+      ASSERT_TRUE(text.ok()) << text.status().message();
+      nlohmann::json j = nlohmann::json::parse(*text);
+      j["parallel"]["memory_limit_mb"] = std::stod(c.memory_limit);
+      ASSERT_TRUE(WriteStringToFile(path, j.dump()).ok());
+      args.push_back(path);
+    }
+  }
   const Outcome run = RunSluice(args, dir);
   ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(run.output.find("--moe-overlap not applied"), std::string::npos) << run.output;
 
   std::vector<MicroBatchReferenceBatch> batches;
   int64_t all_to_alls = 0, split_backwards = 0, recomputed = 0;
+  int64_t pieces = 0, weight_pieces = 0, posted = 0, waits = 0;
   for (int64_t i = 0; i < kIterations; ++i) {
     StatusOr<std::string> bytes = ReadFileToString(dir + "/" + PackageDumpName(i));
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -640,6 +686,10 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
       for (const Instruction& in : prog.instructions) {
         all_to_alls += IsAllToAll(in.op) ? 1 : 0;
         split_backwards += in.op == OpKind::kBackwardInput ? 1 : 0;
+        pieces += in.segment >= 0 ? 1 : 0;
+        weight_pieces += in.segment >= 0 && in.op == OpKind::kBackwardWeight ? 1 : 0;
+        posted += IsAllToAll(in.op) && in.tag >= 0 ? 1 : 0;
+        waits += in.op == OpKind::kAllToAllWait ? 1 : 0;
       }
     }
     batches.push_back(std::move(b));
@@ -647,6 +697,16 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
   if (c.ep > 1) EXPECT_GT(all_to_alls, 0);
   if (c.recompute == "full") EXPECT_GT(recomputed, 0);
   if (c.schedule == "zb-h1") EXPECT_GT(split_backwards, 0);
+  if (!c.moe_overlap.empty()) {
+    EXPECT_GT(pieces, 0) << "the plans ran whole ops";
+    EXPECT_EQ(posted, waits);
+    if (c.moe_overlap != "none") {
+      EXPECT_GT(posted, 0) << "no all-to-all was posted: nothing overlapped";
+      EXPECT_GT(weight_pieces, 0);
+    }
+  } else {
+    EXPECT_EQ(pieces, 0);
+  }
 
   StatusOr<ReferenceResult> ref =
       RunMicroBatchReference(TestModel(c.model), c.seed, kLr, batches, /*grad_batch=*/0);

@@ -90,6 +90,7 @@ struct RankStats {
   double moe_aux_loss = 0;    // MoE (executor.h IterationResult)
   int64_t moe_assignments = 0, moe_dropped = 0, all_to_all_ns = 0;
   int64_t micro_batches = 0;  // the replica's, on its first process (else 0)
+  int64_t all_to_all_span_ns = 0;  // post to completion (IterationResult::all_to_all_span)
 };
 
 std::string StatsToText(const RankStats& s) {
@@ -104,7 +105,8 @@ std::string StatsToText(const RankStats& s) {
                         {"moe_assignments", s.moe_assignments},
                         {"moe_dropped", s.moe_dropped},
                         {"all_to_all_ns", s.all_to_all_ns},
-                        {"micro_batches", s.micro_batches}}
+                        {"micro_batches", s.micro_batches},
+                        {"all_to_all_span_ns", s.all_to_all_span_ns}}
       .dump();
 }
 
@@ -124,6 +126,7 @@ StatusOr<RankStats> StatsFromText(const std::string& text) {
   s.moe_dropped = j.value("moe_dropped", int64_t{0});
   s.all_to_all_ns = j.value("all_to_all_ns", int64_t{0});
   s.micro_batches = j.value("micro_batches", int64_t{0});
+  s.all_to_all_span_ns = j.value("all_to_all_span_ns", int64_t{0});
   return s;
 }
 
@@ -414,7 +417,8 @@ class Trainer {
                       comm_->pp_index() == 0 && comm_->cp_index() == 0
                           ? static_cast<int64_t>(
                                 p.plan.replicas.at(comm_->dp_index()).micro_batches.size())
-                          : 0};
+                          : 0,
+                      r.all_to_all_span.nanos()};
       SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
       if (env_.rank == 0) {
         IterationInfo info{i, p.batch_index, 0, 0, std::nullopt, std::nullopt};
@@ -475,9 +479,9 @@ class Trainer {
     if (predictions_.n == 0) return;
     const double n = static_cast<double>(predictions_.n);
     fmt::print(
-        "calibrated prediction over {} iteration{}: mean |error| {:.1f}% per iteration, total "
+        "{} over {} iteration{}: mean |error| {:.1f}% per iteration, total "
         "{:.2f} s predicted vs {:.2f} s measured ({:+.1f}%){}\n",
-        predictions_.n, predictions_.n == 1 ? "" : "s", 100 * predictions_.abs_error / n,
+        o_.adjust_plan ? "calibrated prediction" : "prediction (the simulated plan)", predictions_.n, predictions_.n == 1 ? "" : "s", 100 * predictions_.abs_error / n,
         predictions_.predicted_ms * 1e-3, predictions_.measured_ms * 1e-3,
         predictions_.measured_ms > 0
             ? 100 * (predictions_.predicted_ms / predictions_.measured_ms - 1)
@@ -494,7 +498,7 @@ class Trainer {
     if (info.micro_batches < 0) info.micro_batches = 0;  // summed over the ranks below
     const bool sum_micro_batches = o_.replicas.has_value();
     double loss = 0, aux = 0;
-    int64_t assignments = 0, dropped = 0, a2a_max_ns = 0;
+    int64_t assignments = 0, dropped = 0, a2a_max_ns = 0, a2a_span_max_ns = 0;
     int64_t start = INT64_MAX, end = 0, peak = 0, peak_rank = 0;
     int64_t tensors = -1, tensors_rank = 0;
     std::vector<int64_t> tensors_by_rank;
@@ -511,6 +515,7 @@ class Trainer {
       assignments += s.moe_assignments;
       dropped += s.moe_dropped;
       a2a_max_ns = std::max(a2a_max_ns, s.all_to_all_ns);
+      a2a_span_max_ns = std::max(a2a_span_max_ns, s.all_to_all_span_ns);
       start = std::min(start, s.start_ns);
       end = std::max(end, s.end_ns);
       if (s.peak_rss > peak) {
@@ -605,12 +610,17 @@ class Trainer {
       if (info.predicted) {
         line["predicted_time_s"] = info.predicted->iteration_ms * 1e-3;
         line["predicted_peak_bytes_by_rank"] = info.predicted->peak_bytes;
+        if (o_.model.moe.has_value()) {
+          line["predicted_all_to_all_s"] = info.predicted->all_to_all_ms * 1e-3;
+          line["predicted_exposed_all_to_all_s"] = info.predicted->exposed_all_to_all_ms * 1e-3;
+        }
       }
       if (o_.model.moe.has_value()) {
         line["moe_aux_loss"] = aux;
         line["moe_assignments"] = assignments;
         line["moe_dropped"] = dropped;
         line["all_to_all_s"] = static_cast<double>(a2a_max_ns) * 1e-9;
+        line["all_to_all_span_s"] = static_cast<double>(a2a_span_max_ns) * 1e-9;
       }
       if (info.optimized) {
         line["sim_before_ms"] = info.optimized->before_ms;

@@ -99,6 +99,11 @@ struct TrainOptions {
   // printed beside the measured ones, with a summary of the errors, and written to --metrics.
   // The planner's choices (batching, order search, optimizer) keep the cost model.
   std::function<void(ExecutionPlan*)> adjust_plan;
+  // Rank 0 (--moe-overlap): applied to every plan after adjust_plan, before it is published
+  // (planned or read from --plan); what runs is the rewritten plan, and it is simulated and
+  // printed beside the measured time as with adjust_plan. Returns a note when it left the plan
+  // as it was (a rewrite the pass rejected), else "".
+  std::function<std::string(ExecutionPlan*)> rewrite_plan;
 };
 
 // Heterogeneous replicas (hetero_train.h): errors for `sluice train --replicas` that the

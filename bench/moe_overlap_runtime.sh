@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# moe_overlap_runtime.sh: MoE all-to-all overlap measured for real (`sluice train --moe-overlap`,
+# Gloo alltoall_base between local CPU processes) against the simulator's prediction for the
+# same rewritten plans (issue #18, "Measured, for real").
+#
+#   1. `sluice plan --out` makes the plans of the first batches of each configuration (padding,
+#      recompute none, priced with the analytic model of the `cpu` cluster preset);
+#   2. `sluice simulate --json` predicts the plans as lowered (whole ops);
+#   3. `sluice train --plan ...` executes them as lowered and rewritten by each MoE overlap
+#      pass the runtime runs (none, dw, megatron at pp 1), one run per variant in turn,
+#      REPEATS rounds (so a load change on the machine hits every variant alike); a rewritten
+#      plan's prediction is the trainer's own (`predicted_time_s`,
+#      `predicted_exposed_all_to_all_s` of --metrics: the simulation of the plan that runs);
+#   4. a table per configuration and variant: medians over every measured iteration (the first
+#      iteration of every run is warm-up and not counted) of the exposed all-to-all time
+#      (`all_to_all_s`: the max over ranks of the time blocked in all-to-alls) and the iteration
+#      time, measured and predicted, and the ratio to the whole-op run of the same round.
+#
+# Usage, from the repository root (knobs as environment variables, defaults below):
+#   SLUICE=build/sluice bench/moe_overlap_runtime.sh
+set -euo pipefail
+
+SLUICE=${SLUICE:-build/sluice}
+OUT=${OUT:-/tmp/sluice-moe-overlap}
+REPEATS=${REPEATS:-3}
+PORT=${PORT:-29760}
+PY=${PY:-/usr/bin/python3}
+# name:parallel:seed:batches (the seeds give the replicas of every ep group equal micro-batch
+# counts on the first batches, which the lowering requires, docs/moe.md).
+CONFIGS=(${CONFIGS:-dp2-ep2:dp=2,ep=2:4:3 dp2-ep2-pp2:dp=2,pp=2,ep=2:4:3})
+COMMON=(--model gpt-tiny-moe --method padding --recompute none --data mixture-4task
+        --tokens-per-batch 1200 --max-seqlen 96 --memory-limit 55)
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+for cfg in "${CONFIGS[@]}"; do
+  IFS=: read -r name par seed batches <<<"$cfg"
+  dir="$OUT/$name"
+  mkdir -p "$dir"
+  dp=$(sed -n 's/.*dp=\([0-9]*\).*/\1/p' <<<"$par"); pp=$(sed -n 's/.*pp=\([0-9]*\).*/\1/p' <<<"$par")
+  nproc=$(( ${dp:-1} * ${pp:-1} ))
+  "$SLUICE" plan "${COMMON[@]}" --parallel "$par" --seed "$seed" --cluster "cpu:$nproc" \
+    --iterations "$batches" --out "$dir/plan.json" --show 0 > "$dir/plan.log" 2>&1
+  plans=()
+  for b in $(seq 0 $((batches - 1))); do
+    "$SLUICE" simulate "$dir/plan-$b.json" --json "$dir/sim-$b.json" > /dev/null
+    plans+=("$dir/plan-$b.json")
+  done
+  variants=(whole none dw)
+  if [ "${pp:-1}" = 1 ]; then variants+=(megatron); fi
+  echo "${variants[*]}" > "$dir/variants"
+  for r in $(seq 1 "$REPEATS"); do
+    for v in "${variants[@]}"; do
+      extra=()
+      if [ "$v" != whole ]; then extra=(--moe-overlap "$v"); fi
+      MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
+        --seed "$seed" --cluster "cpu:$nproc" --threads 1 --plan "${plans[@]}" "${extra[@]}" \
+        --metrics "$dir/metrics-$v-$r.jsonl" > "$dir/train-$v-$r.log" 2>&1 || {
+          echo "train $name $v round $r failed: see $dir/train-$v-$r.log" >&2; exit 1; }
+    done
+  done
+done
+
+"$PY" - "$OUT" "$REPEATS" "${CONFIGS[@]}" <<'PYEOF'
+import glob, json, os, statistics, sys
+out, repeats = sys.argv[1], int(sys.argv[2])
+med = lambda v: statistics.median(v) if v else float("nan")
+print(f"{'config':<12} {'variant':<9} {'iters':>5} {'exposed a2a ms':>15} {'predicted':>10} "
+      f"{'iteration ms':>13} {'predicted':>10} {'error':>7} {'vs whole':>9} {'predicted':>10}")
+for cfg in sys.argv[3:]:
+    name = cfg.split(":")[0]
+    d = os.path.join(out, name)
+    variants = open(os.path.join(d, "variants")).read().split()
+    sims = {}
+    for f in glob.glob(os.path.join(d, "sim-*.json")):
+        b = int(f.rsplit("-", 1)[1].split(".")[0])
+        j = json.load(open(f))
+        sims[b] = (max(r.get("exposed_all_to_all_ns", 0) for r in j["ranks"]) / 1e6,
+                   j["iteration_time_ns"] / 1e6)
+    rows = {}
+    for v in variants:
+        a2a, a2a_p, it, it_p, per_round = [], [], [], [], {}
+        for r in range(1, repeats + 1):
+            lines = [json.loads(l) for l in open(os.path.join(d, f"metrics-{v}-{r}.jsonl"))
+                     if l.strip()]
+            for m in lines[1:]:  # the first iteration of a run is warm-up
+                b = m["iteration"]
+                a2a.append(m["all_to_all_s"] * 1e3); it.append(m["time_s"] * 1e3)
+                if v == "whole":
+                    a2a_p.append(sims[b][0]); it_p.append(sims[b][1])
+                else:
+                    a2a_p.append(m["predicted_exposed_all_to_all_s"] * 1e3)
+                    it_p.append(m["predicted_time_s"] * 1e3)
+                per_round.setdefault(r, []).append((m["time_s"] * 1e3, it_p[-1]))
+        rows[v] = (a2a, a2a_p, it, it_p, per_round)
+    for v in variants:
+        a2a, a2a_p, it, it_p, per_round = rows[v]
+        # Ratio to the whole-op run of the same round (medians per round, then the median).
+        ratios, pred = [], []
+        for r, pairs in per_round.items():
+            w = rows["whole"][4].get(r)
+            if not w:
+                continue
+            ratios.append(med([p[0] for p in pairs]) / med([p[0] for p in w]))
+            pred.append(med([p[1] for p in pairs]) / med([p[1] for p in w]))
+        err = 100 * (med(it_p) / med(it) - 1)
+        print(f"{name:<12} {v:<9} {len(it):>5} {med(a2a):>15.1f} {med(a2a_p):>10.1f} "
+              f"{med(it):>13.1f} {med(it_p):>10.1f} {err:>+6.1f}% {med(ratios):>9.3f} "
+              f"{med(pred):>10.3f}")
+PYEOF

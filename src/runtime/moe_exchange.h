@@ -1,0 +1,107 @@
+// PlanExchange: the executor's side of expert parallelism (model.h ExpertExchange). It serves the
+// all-to-alls of the compute op a thread is running from the plan's instructions, in two modes:
+//  - a whole compute op (the lowering's form): the op's all-to-alls follow it in the program and
+//    are performed synchronously inside it, on the calling (main) thread: alltoall_base on the
+//    ep group, waited for at once;
+//  - a segmented op (an MoE-overlap pass's rewrite, plan/moe_segments.h): the op runs in a Fiber
+//    (fiber.h) and each all-to-all it reaches is handed to the executor through its
+//    SegmentChannel: the fiber suspends with the rows to send, the executor posts the
+//    all-to-all when the program reaches it (blocking, or posted and waited for at its
+//    all-to-all-wait) and resumes the fiber with what arrived at the op's next piece.
+// Either way the layer's kind, MoE layer and split sizes are checked against the plan's
+// instruction, so no sizes are exchanged at run time.
+//
+// Which op a call belongs to is per thread: the main thread's whole ops use the exchange's own
+// state, a fiber binds its op's state (Bind) before it runs. The autograd function of an
+// all-to-all keeps a pointer to the exchange and calls it from the backward, so the backward's
+// all-to-alls reach the state of the op running that backward.
+//
+// Thread safety: one thread at a time (the executor's thread and its fibers take turns).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "plan/instruction.h"
+#include "runtime/comm.h"
+#include "runtime/fiber.h"
+#include "runtime/model.h"
+#include "runtime/trace_recorder.h"
+
+namespace sluice::runtime {
+
+// Between a segmented op's fiber and the executor.
+struct SegmentChannel {
+  Fiber* fiber = nullptr;
+  const Instruction* request = nullptr;  // the all-to-all the fiber waits for (null: none)
+  at::Tensor rows;                       // what it sends
+  at::Tensor received;                   // set by the executor when that all-to-all completed
+};
+
+class PlanExchange final : public ExpertExchange {
+ public:
+  // The all-to-alls of one compute op.
+  struct OpState {
+    const std::vector<const Instruction*>* list = nullptr;  // in the op's order
+    size_t next = 0;
+    std::vector<at::Tensor>* record = nullptr;               // keep what each received
+    const std::vector<at::Tensor>* replay = nullptr;         // answer from these
+    WeightGradTape* tape = nullptr;  // a forward's: set_segment(next) after each all-to-all
+    SegmentChannel* channel = nullptr;  // segmented op: hand all-to-alls to the executor
+  };
+
+  PlanExchange(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
+               std::function<int64_t()> now, int64_t iteration)
+      : comm_(comm),
+        watchdog_(watchdog),
+        trace_(trace),
+        now_(std::move(now)),
+        iteration_(iteration) {}
+
+  // From a fiber's thread, before its op runs: its calls use `state` (the main thread's use the
+  // exchange's own).
+  static void Bind(OpState* state);
+
+  // The all-to-alls the compute op about to run performs, in order; `tape`: the forward's.
+  void Begin(const std::vector<const Instruction*>* list, WeightGradTape* tape = nullptr);
+  // A forward that the backward replays (recompute "full"): also keep what each all-to-all
+  // received in `cache`.
+  void Record(std::vector<at::Tensor>* cache);
+  // The replay of such a forward: the same all-to-alls (`list`, the forward's) answered from
+  // `cache` without communicating: the members' rows are the ones they sent in the forward, and
+  // the plan lists no all-to-all for a replay.
+  void BeginReplay(const std::vector<const Instruction*>* list,
+                   const std::vector<at::Tensor>* cache, WeightGradTape* tape);
+  // How many of them ran; none may be left.
+  Status End(std::string_view what);
+  // Whether a whole op performed `in`.
+  bool Performed(const Instruction* in) const { return performed_.count(in) > 0; }
+  // Time spent inside the synchronous all-to-alls of whole ops.
+  int64_t nanos() const { return nanos_; }
+
+  std::vector<int64_t> NextRecvSplits(OpKind kind, int64_t layer) override;
+  at::Tensor Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
+                      const std::vector<int64_t>& send, const std::vector<int64_t>& recv) override;
+
+ private:
+  OpState& State();
+  const Instruction& Expect(OpKind kind, int64_t layer);
+  at::Tensor Synchronous(const Instruction& in, const at::Tensor& rows,
+                         const std::vector<int64_t>& send, const std::vector<int64_t>& recv);
+
+  Communicator& comm_;
+  Watchdog& watchdog_;
+  TraceRecorder& trace_;
+  std::function<int64_t()> now_;
+  const int64_t iteration_;
+  OpState main_;
+  std::set<const Instruction*> performed_;
+  int64_t nanos_ = 0;
+};
+
+}  // namespace sluice::runtime
