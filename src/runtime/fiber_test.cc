@@ -67,7 +67,9 @@ TEST(FiberTest, DestroyedWhileSuspendedUnwindsTheBody) {
 
 TEST(FiberTest, NeverResumedStartsNoThread) {
   bool ran = false;
-  { Fiber f([&] { ran = true; }); }
+  {
+    Fiber f([&] { ran = true; });
+  }
   EXPECT_FALSE(ran);
 }
 

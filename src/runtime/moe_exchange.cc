@@ -14,9 +14,7 @@ thread_local PlanExchange::OpState* tls_state = nullptr;
 
 void PlanExchange::Bind(OpState* state) { tls_state = state; }
 
-PlanExchange::OpState& PlanExchange::State() {
-  return tls_state != nullptr ? *tls_state : main_;
-}
+PlanExchange::OpState& PlanExchange::State() { return tls_state != nullptr ? *tls_state : main_; }
 
 void PlanExchange::Begin(const std::vector<const Instruction*>* list, WeightGradTape* tape) {
   OpState& s = State();
@@ -84,8 +82,8 @@ at::Tensor PlanExchange::Exchange(OpKind kind, int64_t layer, const at::Tensor& 
     out = s.channel->received;
     s.channel->received = at::Tensor();
     if (!out.defined() || out.size(0) != total) {
-      throw std::runtime_error(fmt::format(
-          "{}: resumed without the all-to-all's result", InstructionText(in)));
+      throw std::runtime_error(
+          fmt::format("{}: resumed without the all-to-all's result", InstructionText(in)));
     }
   } else {
     out = Synchronous(in, rows, send, recv);
@@ -144,9 +142,9 @@ const Instruction& PlanExchange::Expect(OpKind kind, int64_t layer) {
   }
   const Instruction& in = *(*s.list)[s.next];
   if (in.op != kind || in.layer != layer) {
-    throw std::runtime_error(fmt::format(
-        "the MoE layer {} runs {} next, the plan's next all-to-all is {}", layer,
-        OpKindName(kind), InstructionText(in)));
+    throw std::runtime_error(
+        fmt::format("the MoE layer {} runs {} next, the plan's next all-to-all is {}", layer,
+                    OpKindName(kind), InstructionText(in)));
   }
   return in;
 }

@@ -49,9 +49,9 @@ class PlanExchange final : public ExpertExchange {
   struct OpState {
     const std::vector<const Instruction*>* list = nullptr;  // in the op's order
     size_t next = 0;
-    std::vector<at::Tensor>* record = nullptr;               // keep what each received
-    const std::vector<at::Tensor>* replay = nullptr;         // answer from these
-    WeightGradTape* tape = nullptr;  // a forward's: set_segment(next) after each all-to-all
+    std::vector<at::Tensor>* record = nullptr;        // keep what each received
+    const std::vector<at::Tensor>* replay = nullptr;  // answer from these
+    WeightGradTape* tape = nullptr;     // a forward's: set_segment(next) after each all-to-all
     SegmentChannel* channel = nullptr;  // segmented op: hand all-to-alls to the executor
   };
 
