@@ -4,7 +4,11 @@
 # same rewritten plans (issue #18, "Measured, for real").
 #
 #   1. `sluice plan --out` makes the plans of the first batches of each configuration (padding,
-#      recompute none, priced with the analytic model of the `cpu` cluster preset);
+#      recompute none, priced with the analytic model of the `cpu` cluster preset) within
+#      PLAN_LIMIT MB, and their memory limit is then raised to RUN_LIMIT MB: the planner fills
+#      its budget, and a rewrite that holds more than one op's activations at once (megatron's
+#      interleaving, dw's delayed weight gradients) must still fit (a rewrite the pass rejects
+#      stops the script);
 #   2. `sluice simulate --json` predicts the plans as lowered (whole ops);
 #   3. `sluice train --plan ...` executes them as lowered and rewritten by each MoE overlap
 #      pass the runtime runs (none, dw, megatron at pp 1), one run per variant in turn,
@@ -25,11 +29,13 @@ OUT=${OUT:-/tmp/sluice-moe-overlap}
 REPEATS=${REPEATS:-3}
 PORT=${PORT:-29760}
 PY=${PY:-/usr/bin/python3}
+PLAN_LIMIT=${PLAN_LIMIT:-55}
+RUN_LIMIT=${RUN_LIMIT:-100}
 # name:parallel:seed:batches (the seeds give the replicas of every ep group equal micro-batch
 # counts on the first batches, which the lowering requires, docs/moe.md).
 CONFIGS=(${CONFIGS:-dp2-ep2:dp=2,ep=2:4:3 dp2-ep2-pp2:dp=2,pp=2,ep=2:4:3})
 COMMON=(--model gpt-tiny-moe --method padding --recompute none --data mixture-4task
-        --tokens-per-batch 1200 --max-seqlen 96 --memory-limit 55)
+        --tokens-per-batch 1200 --max-seqlen 96)
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -40,9 +46,13 @@ for cfg in "${CONFIGS[@]}"; do
   dp=$(sed -n 's/.*dp=\([0-9]*\).*/\1/p' <<<"$par"); pp=$(sed -n 's/.*pp=\([0-9]*\).*/\1/p' <<<"$par")
   nproc=$(( ${dp:-1} * ${pp:-1} ))
   "$SLUICE" plan "${COMMON[@]}" --parallel "$par" --seed "$seed" --cluster "cpu:$nproc" \
-    --iterations "$batches" --out "$dir/plan.json" --show 0 > "$dir/plan.log" 2>&1
+    --memory-limit "$PLAN_LIMIT" --iterations "$batches" --out "$dir/plan.json" --show 0 \
+    > "$dir/plan.log" 2>&1
   plans=()
   for b in $(seq 0 $((batches - 1))); do
+    "$PY" -c 'import json, sys
+p = json.load(open(sys.argv[1])); p["parallel"]["memory_limit_mb"] = float(sys.argv[2])
+json.dump(p, open(sys.argv[1], "w"))' "$dir/plan-$b.json" "$RUN_LIMIT"
     "$SLUICE" simulate "$dir/plan-$b.json" --json "$dir/sim-$b.json" > /dev/null
     plans+=("$dir/plan-$b.json")
   done
@@ -54,9 +64,14 @@ for cfg in "${CONFIGS[@]}"; do
       extra=()
       if [ "$v" != whole ]; then extra=(--moe-overlap "$v"); fi
       MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
-        --seed "$seed" --cluster "cpu:$nproc" --threads 1 --plan "${plans[@]}" "${extra[@]}" \
-        --metrics "$dir/metrics-$v-$r.jsonl" > "$dir/train-$v-$r.log" 2>&1 || {
+        --memory-limit "$RUN_LIMIT" --seed "$seed" --cluster "cpu:$nproc" --threads 1 \
+        --plan "${plans[@]}" "${extra[@]}" --metrics "$dir/metrics-$v-$r.jsonl" \
+        > "$dir/train-$v-$r.log" 2>&1 || {
           echo "train $name $v round $r failed: see $dir/train-$v-$r.log" >&2; exit 1; }
+      if grep -q "moe-overlap not applied" "$dir/train-$v-$r.log"; then
+        echo "train $name $v round $r: the rewrite was not applied: see $dir/train-$v-$r.log" >&2
+        exit 1
+      fi
     done
   done
 done

@@ -147,9 +147,10 @@ Status RunTrain(const TrainFlags& f) {
         *overlap == passes::MoeOverlap::kLancet) {
       return InvalidArgumentError(fmt::format(
           "--moe-overlap {}: the runtime executes segmented MoE ops whose segments and "
-          "all-to-alls are whole (allowed: none, dw, megatron); {} cuts them into slices, whose "
-          "routing needs an all-to-allv with run-time counts (docs/moe.md); `sluice simulate "
-          "--moe-overlap {}` predicts it",
+          "all-to-alls are whole (allowed: none, dw, megatron); {} cuts them into slices (tutel: "
+          "of the expert capacity; partition and lancet: of the tokens, whose routing needs an "
+          "all-to-allv with run-time counts), which the runtime does not run (docs/moe.md); "
+          "`sluice simulate --moe-overlap {}` predicts it",
           f.moe_overlap, f.moe_overlap, f.moe_overlap));
     }
     if (*overlap == passes::MoeOverlap::kMegatron && sc.parallel->pp > 1) {

@@ -33,6 +33,7 @@
 
 #include "base/json_util.h"
 #include "model/model_spec.h"
+#include "passes/moe_overlap.h"
 #include "runtime/dump.h"
 #include "runtime/hetero_train.h"
 #include "plan/plan_json.h"
@@ -749,6 +750,38 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(ExpertParallel, MoeTest, ::testing::ValuesIn(MoeCases()),
                          [](const auto& info) { return info.param.name; });
+
+// A plan file rewritten with sliced pieces (Tutel's capacity slices) reaches the executor, which
+// refuses it naming the instruction; `--moe-overlap tutel` is refused before anything runs
+// (profile_cli_test).
+TEST(PlanCheckTest, SlicedMoePiecesAreRefusedNamingTheInstruction) {
+  const std::string dir = MakeDir("sliced");
+  const std::vector<std::string> common = {
+      "--model", "gpt-tiny-moe", "--parallel", "dp=2,ep=2", "--method", "padding",
+      "--recompute", "none", "--data", "mixture-4task", "--tokens-per-batch", "1200",
+      "--max-seqlen", "96", "--memory-limit", "55", "--seed", "4", "--iterations", "1"};
+  std::vector<std::string> plan = {"plan", "--cluster", "cpu:2", "--out", dir + "/p.json"};
+  plan.insert(plan.end(), common.begin(), common.end());
+  const Outcome planned = RunSluice(plan, dir, 60);
+  ASSERT_EQ(planned.status, 0) << planned.output;
+  StatusOr<ExecutionPlan> p = ReadPlanFile(dir + "/p.json");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  p->parallel.memory_limit = Bytes::MB(100);  // room for the slices
+  StatusOr<passes::PassRecord> r = passes::MoeOverlapPass(passes::MoeOverlap::kTutel).Run(&*p);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->rejected.empty()) << r->rejected;
+  ASSERT_TRUE(WritePlanFile(*p, dir + "/sliced.json").ok());
+  std::vector<std::string> train = {"train", "--nproc", "2", "--threads", "1", "--timeout", "60",
+                                    "--plan", dir + "/sliced.json"};
+  train.insert(train.end(), common.begin(), common.end());
+  train[train.size() - 5] = "100";  // --memory-limit: the plan's
+  const Outcome run = RunSluice(train, dir, 120);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("is a slice"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("but not sliced ones (tutel, partition, lancet"), std::string::npos)
+      << run.output;
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
+}
 
 // One gpt-tiny batch planned at pp 2 (the flags `train` must repeat to run it).
 std::vector<std::string> TinyPlanFlags() {
