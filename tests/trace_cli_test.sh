@@ -280,5 +280,19 @@ PY
   printf '{"format": "sluice-calibration/1", "ops": 3}' > "$tmp/badcal.json"
   expect "bad calibration file" 2 "badcal.json: field 'ops'" -- simulate "${plans[4]}" \
     --calibration "$tmp/badcal.json"
+  # MoE: a whole compute op performs its all-to-alls inside its own time; calibrate takes them
+  # out of the op's measured time (the plan prices them as all-to-all instructions).
+  moe=(--model gpt-tiny-moe --parallel dp=2,ep=2 --method padding --recompute none
+       --data mixture-4task --tokens-per-batch 1200 --max-seqlen 96 --memory-limit 55 --seed 4
+       --cluster cpu:2)
+  mkdir -p "$tmp/moe"
+  expect "MoE plans" 0 "plans written" -- plan "${moe[@]}" --iterations 2 --show 0 \
+    --out "$tmp/moe/p.json"
+  MASTER_PORT=$((port + 2)) expect "MoE train with traces" 0 "trained 2 iterations" -- \
+    train --nproc 2 "${moe[@]}" --threads 1 --plan "$tmp/moe/p-0.json" "$tmp/moe/p-1.json" \
+    --trace-dir "$tmp/moe/t"
+  expect "calibrate takes the MoE all-to-alls out of the compute fit" 0 \
+    "MoE all-to-alls inside whole compute ops: [1-9][0-9.]* ms" -- calibrate "$tmp/moe/t" \
+    --plan "$tmp/moe/p-0.json" "$tmp/moe/p-1.json" --out "$tmp/moe/cal.json"
 fi
 finish "trace_cli_test"

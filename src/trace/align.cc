@@ -208,6 +208,10 @@ ClockAlignment AlignClocks(TraceSet* set, const Matching& matching) {
       op.start_ns += d;
       op.end_ns += d;
     }
+    for (TraceOp& op : set->ranks[r].all_to_alls) {
+      op.start_ns += d;
+      op.end_ns += d;
+    }
     for (CommOp& c : set->ranks[r].comms) {
       if (c.done_ns != kUnknownTime) c.done_ns += d;
     }

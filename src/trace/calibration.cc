@@ -331,13 +331,21 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
     }
   }
   int32_t first_node = 0;
+  int64_t nested_total = 0;
   for (const RankTrace& r : set.ranks) {
     // Ops of the compute stream by iteration, in order.
     std::map<int64_t, std::vector<int32_t>> by_iteration;
+    // MoE all-to-alls as the runtime records them on the collective stream, by iteration: a
+    // whole compute op performs its all-to-alls inside its own time, which is communication
+    // (the plan prices it as the all-to-all instructions), not the op's computation.
+    std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> a2a_by_iteration;
     for (size_t i = 0; i < r.ops.size(); ++i) {
       if (r.ops[i].stream == 0 && wanted.contains(r.ops[i].iteration)) {
         by_iteration[r.ops[i].iteration].push_back(static_cast<int32_t>(i));
       }
+    }
+    for (const TraceOp& a2a : r.all_to_alls) {
+      a2a_by_iteration[a2a.iteration].push_back({a2a.start_ns, a2a.end_ns});
     }
     for (int64_t k : wanted) {
       const ExecutionPlan& plan = plans[k];
@@ -375,6 +383,16 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
           }
         }
         if (!IsFitted(in.op)) continue;
+        if (in.segment < 0 && in.op != OpKind::kBackwardWeight) {
+          int64_t nested = 0;
+          for (const auto& [start, end] : a2a_by_iteration[k]) {
+            nested += std::max<int64_t>(
+                0, std::min(end, op.end_ns) - std::max(start, op.start_ns));
+          }
+          nested = std::min<int64_t>(nested, static_cast<int64_t>(pending));
+          pending -= static_cast<double>(nested);
+          nested_total += nested;
+        }
         const Point p{FeaturesOf(plan, program, in), pending};
         points[{StageKey(in, program), std::string(OpKindName(in.op))}].push_back(p);
         any_stage[std::string(OpKindName(in.op))].push_back(p);
@@ -383,6 +401,7 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
     }
     first_node += static_cast<int32_t>(r.ops.size());
   }
+  if (options.nested_all_to_all_ns != nullptr) *options.nested_all_to_all_ns = nested_total;
   Calibration c;
   std::string its;
   for (int64_t k : wanted) its += (its.empty() ? "" : ",") + std::to_string(k);

@@ -149,6 +149,9 @@ struct FitOptions {
   // Measured peak tensor bytes, [iteration][rank] (train --metrics' peak_tensor_bytes_by_rank;
   // an entry < 0 or a missing iteration: not measured). Empty: no memory fit.
   std::vector<std::vector<int64_t>> peak_bytes;
+  // Out, when not null: the time of the MoE all-to-alls that ran inside whole compute ops of the
+  // fitted iterations (summed over ranks), which the fit takes out of those ops' measured time.
+  int64_t* nested_all_to_all_ns = nullptr;
 };
 
 // The memory fit (MemoryCorrection) of the plans of `iterations` against `peak_bytes`: per

@@ -79,6 +79,10 @@ struct RankTrace {
   std::vector<std::string> streams;  // stream names, index = TraceOp::stream
   std::vector<TraceOp> ops;          // grouped by stream, each stream in time order
   std::vector<CommOp> comms;         // in posting order
+  // sluice: the MoE all-to-alls' intervals as the runtime recorded them on the collective stream
+  // (name, label, iteration, start, end; not ops of the graph): a whole compute op performs its
+  // all-to-alls inside its own time, which the calibration takes out of the op's.
+  std::vector<TraceOp> all_to_alls;
 };
 
 struct TraceSet {

@@ -153,6 +153,9 @@ StatusOr<std::vector<trace::RankTrace>> ReadSluiceDocument(const nlohmann::json&
     SluiceRank& s = rank_of(pid);
     if (tid != 0) {  // a transfer's or collective's stream interval: when it was seen done
       s.stream_end[{t.iteration, t.name}] = t.end_ns;
+      if (*op == OpKind::kAllToAllDispatch || *op == OpKind::kAllToAllCombine) {
+        s.trace.all_to_alls.push_back(t);
+      }
       continue;
     }
     if (IsCompute(*op)) {
