@@ -9,12 +9,15 @@
 #      its budget, and a rewrite that holds more than one op's activations at once (megatron's
 #      interleaving, dw's delayed weight gradients) must still fit (a rewrite the pass rejects
 #      stops the script);
-#   2. `sluice simulate --json` predicts the plans as lowered (whole ops);
-#   3. `sluice train --plan ...` executes them as lowered and rewritten by each MoE overlap
-#      pass the runtime runs (none, dw, megatron at pp 1), one run per variant in turn,
-#      REPEATS rounds (so a load change on the machine hits every variant alike); a rewritten
-#      plan's prediction is the trainer's own (`predicted_time_s`,
-#      `predicted_exposed_all_to_all_s` of --metrics: the simulation of the plan that runs);
+#   2. one run of the whole plans with --trace-dir, and `sluice calibrate` on it (every
+#      iteration; the MoE all-to-alls inside whole ops are taken out of the compute fit): the
+#      calibration every variant is then predicted with;
+#   3. `sluice train --plan ... --calibration` executes them as lowered (`whole`) and rewritten
+#      by each MoE overlap pass the runtime runs (none, dw, megatron at pp 1), one run per
+#      variant in turn, REPEATS rounds (so a load change on the machine hits every variant
+#      alike); each plan's prediction is the trainer's own (`predicted_time_s`,
+#      `predicted_exposed_all_to_all_s` of --metrics: the simulation of the calibrated plan that
+#      runs, rewritten after the calibration);
 #   4. a table per configuration and variant: medians over every measured iteration (the first
 #      iteration of every run is warm-up and not counted) of the exposed all-to-all time
 #      (`all_to_all_s`: the max over ranks of the time blocked in all-to-alls) and the iteration
@@ -53,9 +56,13 @@ for cfg in "${CONFIGS[@]}"; do
     "$PY" -c 'import json, sys
 p = json.load(open(sys.argv[1])); p["parallel"]["memory_limit_mb"] = float(sys.argv[2])
 json.dump(p, open(sys.argv[1], "w"))' "$dir/plan-$b.json" "$RUN_LIMIT"
-    "$SLUICE" simulate "$dir/plan-$b.json" --json "$dir/sim-$b.json" > /dev/null
     plans+=("$dir/plan-$b.json")
   done
+  MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
+    --memory-limit "$RUN_LIMIT" --seed "$seed" --cluster "cpu:$nproc" --threads 1 \
+    --plan "${plans[@]}" --trace-dir "$dir/calib-trace" > "$dir/calib-train.log" 2>&1
+  "$SLUICE" calibrate "$dir/calib-trace" --plan "${plans[@]}" --out "$dir/cal.json" \
+    > "$dir/calibrate.log" 2>&1
   variants=(whole none dw)
   if [ "${pp:-1}" = 1 ]; then variants+=(megatron); fi
   echo "${variants[*]}" > "$dir/variants"
@@ -65,7 +72,8 @@ json.dump(p, open(sys.argv[1], "w"))' "$dir/plan-$b.json" "$RUN_LIMIT"
       if [ "$v" != whole ]; then extra=(--moe-overlap "$v"); fi
       MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
         --memory-limit "$RUN_LIMIT" --seed "$seed" --cluster "cpu:$nproc" --threads 1 \
-        --plan "${plans[@]}" "${extra[@]}" --metrics "$dir/metrics-$v-$r.jsonl" \
+        --plan "${plans[@]}" "${extra[@]}" --calibration "$dir/cal.json" \
+        --metrics "$dir/metrics-$v-$r.jsonl" \
         > "$dir/train-$v-$r.log" 2>&1 || {
           echo "train $name $v round $r failed: see $dir/train-$v-$r.log" >&2; exit 1; }
       if grep -q "moe-overlap not applied" "$dir/train-$v-$r.log"; then
@@ -86,12 +94,6 @@ for cfg in sys.argv[3:]:
     name = cfg.split(":")[0]
     d = os.path.join(out, name)
     variants = open(os.path.join(d, "variants")).read().split()
-    sims = {}
-    for f in glob.glob(os.path.join(d, "sim-*.json")):
-        b = int(f.rsplit("-", 1)[1].split(".")[0])
-        j = json.load(open(f))
-        sims[b] = (max(r.get("exposed_all_to_all_ns", 0) for r in j["ranks"]) / 1e6,
-                   j["iteration_time_ns"] / 1e6)
     rows = {}
     for v in variants:
         a2a, a2a_p, it, it_p, per_round = [], [], [], [], {}
@@ -101,11 +103,8 @@ for cfg in sys.argv[3:]:
             for m in lines[1:]:  # the first iteration of a run is warm-up
                 b = m["iteration"]
                 a2a.append(m["all_to_all_s"] * 1e3); it.append(m["time_s"] * 1e3)
-                if v == "whole":
-                    a2a_p.append(sims[b][0]); it_p.append(sims[b][1])
-                else:
-                    a2a_p.append(m["predicted_exposed_all_to_all_s"] * 1e3)
-                    it_p.append(m["predicted_time_s"] * 1e3)
+                a2a_p.append(m["predicted_exposed_all_to_all_s"] * 1e3)
+                it_p.append(m["predicted_time_s"] * 1e3)
                 per_round.setdefault(r, []).append((m["time_s"] * 1e3, it_p[-1]))
         rows[v] = (a2a, a2a_p, it, it_p, per_round)
     for v in variants:
