@@ -449,13 +449,24 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       }
     }
   }
-  ExecutionPlan candidate = *plan;
+  // One rewrite; megatron interleaves only every `stride`-th B/F pair of a rank (the ranks of an
+  // ep group run identical schedules, so they pick the same pairs).
+  struct Built {
+    ExecutionPlan plan;
+    std::vector<std::string> changes;
+    std::string problem;  // the validator's first line; empty when valid
+  };
+  auto build = [&](int64_t stride) {
+    Built out_plan{*plan, {}, {}};
+    ExecutionPlan& candidate = out_plan.plan;
+    std::vector<Parsed> parsed_copy = parsed;  // the megatron slot renaming edits blocks
   for (size_t r = 0; r < R; ++r) {
+    std::vector<Parsed>& parsed = parsed_copy;
     Emitter emit(*plan, static_cast<int64_t>(r), options_);
     RankProgram& program = candidate.ranks[r];
     std::vector<Unit>& units = parsed[r].units;
     std::vector<Instruction> out;
-    int64_t pairs = 0;
+    int64_t pairs = 0, backward_blocks = 0;
     for (size_t u = 0; u < units.size(); ++u) {
       if (units[u].block < 0) {
         out.push_back(units[u].plain);
@@ -463,7 +474,8 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       }
       const Block& b = parsed[r].blocks[units[u].block];
       const Decision& d = decide[r][units[u].block];
-      if (overlap_ == MoeOverlap::kMegatron && b.op.op == OpKind::kBackward) {
+      if (overlap_ == MoeOverlap::kMegatron && b.op.op == OpKind::kBackward &&
+          backward_blocks++ % stride == 0) {
         // The forward block after it, past only loads and frees.
         size_t v = u + 1;
         while (v < units.size() && units[v].block < 0 &&
@@ -526,7 +538,7 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       emit.Block1(b, d, &out);
     }
     program.instructions = std::move(out);
-    record.changes.push_back(fmt::format(
+    out_plan.changes.push_back(fmt::format(
         "rank {}: {} MoE ops segmented, {} sliced pieces, {} posted all-to-alls, {} W segments "
         "packed into all-to-all windows{}",
         r, parsed[r].blocks.size(), emit.sliced(), emit.posted(), emit.packed(),
@@ -535,8 +547,8 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
   }
   if (options_.overlap_grad_reduction) {
     const int64_t moved = OverlapGradientReduction(&candidate);
-    if (moved > 0 && !record.changes.empty()) {
-      record.changes.front() += fmt::format(
+    if (moved > 0 && !out_plan.changes.empty()) {
+      out_plan.changes.front() += fmt::format(
           "; {} gradient buckets over all ranks posted during the last backward (DDP-style)",
           moved);
     }
@@ -544,10 +556,35 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
   const Status valid = ValidatePlan(candidate, ValidateOptions{.grid_context = 0});
   if (!valid.ok()) {
     const std::string& m = valid.message();
-    record.rejected = m.substr(0, m.find('\n'));
-    record.changes.clear();
+    out_plan.problem = m.substr(0, m.find('\n'));
+  }
+  return out_plan;
+  };
+  // Megatron's interleaving holds a backward's and the next forward's activations at once: when
+  // every pair breaks a check (the memory limit, where the planner filled it), every 2nd, 3rd, ...
+  // pair is interleaved instead, the first stride that keeps the plan valid.
+  int64_t max_backward = 1;
+  for (const Parsed& p : parsed) {
+    int64_t n = 0;
+    for (const Block& blk : p.blocks) n += blk.op.op == OpKind::kBackward ? 1 : 0;
+    max_backward = std::max(max_backward, n);
+  }
+  Built built = build(1);
+  const std::string first_problem = built.problem;
+  int64_t stride = 1;
+  while (!built.problem.empty() && overlap_ == MoeOverlap::kMegatron && stride < max_backward) {
+    built = build(++stride);
+  }
+  if (!built.problem.empty()) {
+    record.rejected = first_problem;
     return record;
   }
+  record.changes = std::move(built.changes);
+  if (stride > 1 && !record.changes.empty()) {
+    record.changes.front() += fmt::format(
+        "; every {} B/F pairs one interleaved (all of them: {})", stride, first_problem);
+  }
+  ExecutionPlan& candidate = built.plan;
   record.changed = !(candidate == *plan);
   *plan = std::move(candidate);
   return record;

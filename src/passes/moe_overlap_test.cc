@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "passes/moe_chain.h"
+#include "plan/memory_rule.h"
 #include "plan/plan_test_util.h"
 #include "plan/validate.h"
 #include "planner/optimizer.h"
@@ -129,6 +130,50 @@ TEST(MoeOverlapTest, GradientBucketsMoveIntoTheLastBackward) {
     }
   }
   EXPECT_GT(moved_plans, 0);
+}
+
+// Megatron's interleaving holds two micro-batches at once. Under a limit the whole plan just
+// fits, where interleaving every B/F pair does not, the pass interleaves every 2nd, 3rd, ... pair
+// (the first stride that fits) instead of giving up, and says so.
+TEST(MoeOverlapTest, MegatronInterleavesFewerPairsWhereAllDoNotFit) {
+  int64_t thinned = 0;
+  for (const PlanCase& c : Sweep()) {
+    const auto f = MakePlanFixture(c);
+    if (!f->no_schedule.empty() || f->plan.pp() != 1) continue;
+    SCOPED_TRACE(testing::Describe(c));
+    MoeOverlapOptions o;
+    o.overlap_grad_reduction = false;
+    const Bytes device = f->plan.cluster.device.memory;
+    auto peak = [&](const ExecutionPlan& p) {
+      Bytes most;
+      for (const RankProgram& r : p.ranks) {
+        most = std::max(most, ReplayRankMemory(p, r, device).peak);
+      }
+      return most;
+    };
+    ExecutionPlan roomy = f->plan;
+    roomy.parallel.memory_limit = device;
+    StatusOr<PassResult> all = ApplyPass(MoeOverlapPass(MoeOverlap::kMegatron, o), roomy);
+    ASSERT_TRUE(all.ok());
+    ASSERT_TRUE(all->record.rejected.empty()) << all->record.rejected;
+    const Bytes whole = peak(f->plan);
+    if (peak(all->plan) <= whole) continue;
+    ExecutionPlan tight = f->plan;
+    tight.parallel.memory_limit = whole;
+    ASSERT_TRUE(ValidatePlan(tight).ok());
+    StatusOr<PassResult> r = ApplyPass(MoeOverlapPass(MoeOverlap::kMegatron, o), tight);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (!r->record.rejected.empty()) {
+      EXPECT_THAT(r->record.rejected, HasSubstr("exceeds the limit"));
+      continue;
+    }
+    ++thinned;
+    EXPECT_TRUE(ValidatePlan(r->plan).ok());
+    EXPECT_LE(peak(r->plan), whole);
+    ASSERT_FALSE(r->record.changes.empty());
+    EXPECT_THAT(r->record.changes.front(), HasSubstr("B/F pairs one interleaved (all of them: "));
+  }
+  EXPECT_GT(thinned, 0);
 }
 
 // Segments in order with blocking all-to-alls do the whole op's work.
