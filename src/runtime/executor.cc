@@ -15,6 +15,7 @@
 #include "runtime/context_parallel.h"
 #include "runtime/layout.h"
 #include "runtime/moe_exchange.h"
+#include "runtime/segmented_ops.h"
 
 namespace sluice::runtime {
 namespace {
@@ -82,7 +83,12 @@ class IterationRun {
         num_stages_(plan.num_stages()),
         exchange_(
             *comm, *watchdog, *trace, [this] { return Now(); }, iteration),
-        cp_gather_(comm, watchdog) {}
+        cp_gather_(comm, watchdog),
+        segmented_(program_, *comm, *watchdog, *trace, [this] { return Now(); }, iteration,
+                   [this](const Instruction& whole, const std::vector<const Instruction*>* a2a) {
+                     return whole.op == OpKind::kForward ? Forward(whole, a2a)
+                                                         : Backward(whole, a2a);
+                   }) {}
 
   StatusOr<IterationResult> Run(const Executor::BeforeStep& before_step) {
     IterationResult result;
@@ -131,13 +137,13 @@ class IterationRun {
                                             f.message()));
       }
     }
-    if (!runs_.empty() || !transfers_.empty() || !collectives_.empty() || !seg_ops_.empty() ||
-        !posted_a2a_.empty()) {
+    if (!runs_.empty() || !transfers_.empty() || !collectives_.empty() ||
+        segmented_.running() > 0 || segmented_.posted() > 0) {
       return InternalError(fmt::format(
           "rank {}: the program ended with {} stage runs, {} transfers, {} reductions, {} "
           "segmented ops and {} posted all-to-alls outstanding",
-          rank_, runs_.size(), transfers_.size(), collectives_.size(), seg_ops_.size(),
-          posted_a2a_.size()));
+          rank_, runs_.size(), transfers_.size(), collectives_.size(), segmented_.running(),
+          segmented_.posted()));
     }
     result.loss = loss_;
     result.instructions = static_cast<int64_t>(program_.instructions.size());
@@ -147,8 +153,8 @@ class IterationRun {
     result.moe_aux_loss = aux_loss_;
     result.moe_assignments = moe_assignments_;
     result.moe_dropped = moe_dropped_;
-    result.all_to_all = Duration::Nanos(exchange_.nanos() + a2a_exposed_ns_);
-    result.all_to_all_span = Duration::Nanos(exchange_.nanos() + a2a_span_ns_);
+    result.all_to_all = Duration::Nanos(exchange_.nanos() + segmented_.exposed_ns());
+    result.all_to_all_span = Duration::Nanos(exchange_.nanos() + segmented_.span_ns());
     return result;
   }
 
@@ -175,10 +181,10 @@ class IterationRun {
     switch (in.op) {
       case OpKind::kLoadInput: return LoadInput(in);
       case OpKind::kForward:
-        return in.segment >= 0 ? Piece(in) : Forward(in, AllToAllsOfCurrent());
+        return in.segment >= 0 ? segmented_.Piece(in, pc_) : Forward(in, AllToAllsOfCurrent());
       case OpKind::kBackward:
       case OpKind::kBackwardInput:
-        return in.segment >= 0 ? Piece(in) : Backward(in, AllToAllsOfCurrent());
+        return in.segment >= 0 ? segmented_.Piece(in, pc_) : Backward(in, AllToAllsOfCurrent());
       case OpKind::kBackwardWeight: return in.segment >= 0 ? WeightPiece(in) : BackwardWeight(in);
       case OpKind::kSendActStart:
       case OpKind::kSendGradStart: return SendStart(in);
@@ -198,10 +204,10 @@ class IterationRun {
         return InvalidArgumentError(
             "ZeRO-2/3 reductions are not supported by the runtime (use zero = 0 or 1)");
       case OpKind::kOptimizerStep: return Step();
-      case OpKind::kAllToAllWait: return WaitAllToAll(in);
+      case OpKind::kAllToAllWait: return segmented_.Wait(in);
       case OpKind::kAllToAllDispatch:
       case OpKind::kAllToAllCombine:
-        if (a2a_owner_.count(pc_) > 0) return PostAllToAll(in);
+        if (segmented_.OwnsAllToAll(pc_)) return segmented_.PostAllToAll(in, pc_, &last_bytes_);
         if (!exchange_.Performed(&in)) {
           return InvalidArgumentError(
               "this all-to-all was not performed by the compute op it belongs to (the op before "
@@ -218,7 +224,6 @@ class IterationRun {
   // their (micro-batch, stage) until that F completes, then to its B or I. Also finds each
   // segmented op's last piece and each stage's last backward instruction.
   Status PrepareAllToAlls() {
-    roles_ = PieceRoles(program_);
     int64_t owner = -1;
     std::set<std::pair<int64_t, int64_t>> forward_done;
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
@@ -237,8 +242,8 @@ class IterationRun {
         last_backward_[in.stage] = idx;
       }
       if (IsCompute(in.op) && in.segment >= 0) {
-        if (in.op != OpKind::kBackwardWeight) last_piece_[SegKey(in)] = idx;
-        if (in.op == OpKind::kForward && (roles_[i] & kLastPiece) != 0) {
+        segmented_.AddPiece(in, idx);
+        if (in.op == OpKind::kForward && (segmented_.Role(idx) & kLastPiece) != 0) {
           forward_done.insert(Key(in));
         }
         owner = -1;
@@ -256,10 +261,7 @@ class IterationRun {
           a2a_of_[owner].push_back(&in);
           continue;
         }
-        const int cls = forward_done.count(Key(in)) > 0 ? 1 : 0;
-        const SegOpKey key{cls, in.microbatch, in.stage};
-        seg_a2a_[key].push_back(&in);
-        a2a_owner_[idx] = key;
+        segmented_.AddAllToAll(in, idx, forward_done.count(Key(in)) > 0);
         continue;
       }
       if (IsCompute(in.op) && in.op != OpKind::kBackwardWeight) {
@@ -524,114 +526,6 @@ class IterationRun {
     return Status::Ok();
   }
 
-  // ---- Segmented MoE ops (plan/moe_segments.h) ----
-  // An F (0), B or I (1) or W (2) op of (micro-batch, stage).
-  using SegOpKey = std::tuple<int, int64_t, int64_t>;
-  static SegOpKey SegKey(const Instruction& in) {
-    const int cls =
-        in.op == OpKind::kForward ? 0 : (in.op == OpKind::kBackwardWeight ? 2 : 1);
-    return {cls, in.microbatch, in.stage};
-  }
-
-  // A segmented F, B or I in flight: the whole op's code runs in a fiber that stops at each
-  // all-to-all (moe_exchange.h); each piece of the program resumes it for one segment.
-  struct SegOp {
-    Instruction whole;  // the first piece with the last piece's outputs and shapes
-    PlanExchange::OpState a2a;
-    SegmentChannel channel;
-    std::unique_ptr<Fiber> fiber;
-    Status status;  // what the op's code returned
-    int64_t segment = -1;  // the last piece run
-  };
-  // A segmented op's all-to-all in flight.
-  struct PostedA2a {
-    Communicator::Handle handle;
-    at::Tensor rows, out;  // sent (kept alive until it completes) and received
-    SegOp* op = nullptr;
-    const Instruction* in = nullptr;
-    int64_t posted_ns = 0;
-  };
-
-  Status Piece(const Instruction& in) {
-    const SegOpKey key = SegKey(in);
-    const uint8_t role = roles_.at(pc_);
-    SegOp* op = nullptr;
-    if ((role & kFirstPiece) != 0) {
-      if (in.segment != 0) {
-        return InvalidArgumentError(fmt::format(
-            "the op's first piece is segment {}; the runtime runs a segmented op's segments in "
-            "order from 0",
-            in.segment));
-      }
-      auto made = std::make_unique<SegOp>();
-      op = made.get();
-      op->whole = in;
-      op->whole.segment = -1;
-      const Instruction& last = program_.instructions.at(last_piece_.at(key));
-      op->whole.outputs = last.outputs;
-      op->whole.shapes = last.shapes;
-      const auto a2a = seg_a2a_.find(key);
-      const std::vector<const Instruction*>* list = a2a == seg_a2a_.end() ? nullptr : &a2a->second;
-      op->a2a.channel = &op->channel;
-      op->fiber = std::make_unique<Fiber>([this, op, list] {
-        PlanExchange::Bind(&op->a2a);
-        try {
-          op->status = op->whole.op == OpKind::kForward ? Forward(op->whole, list)
-                                                        : Backward(op->whole, list);
-        } catch (const FiberAborted&) {
-          throw;
-        } catch (const std::exception& e) {
-          op->status = InternalError(e.what());
-        }
-      });
-      op->channel.fiber = op->fiber.get();
-      if (!seg_ops_.emplace(key, std::move(made)).second) {
-        return InvalidArgumentError("this op is already running (a second first piece)");
-      }
-    } else {
-      const auto it = seg_ops_.find(key);
-      if (it == seg_ops_.end()) {
-        return InvalidArgumentError("a piece of an op that is not running (its first piece?)");
-      }
-      op = it->second.get();
-      if (in.segment != op->segment + 1) {
-        return InvalidArgumentError(fmt::format(
-            "segment {} after segment {}: the runtime runs a segmented op's segments in order",
-            in.segment, op->segment));
-      }
-      if (!op->channel.received.defined()) {
-        return InvalidArgumentError(fmt::format(
-            "segment {} needs the op's all-to-all before it complete{}", in.segment,
-            op->channel.request != nullptr
-                ? fmt::format(" ({} is not posted yet)", InstructionText(*op->channel.request))
-                : " (posted, not waited for)"));
-      }
-    }
-    op->segment = in.segment;
-    op->fiber->Resume();
-    if (op->fiber->error()) std::rethrow_exception(op->fiber->error());
-    if (op->fiber->finished()) {
-      Status s = op->status;
-      const bool last = (role & kLastPiece) != 0;
-      seg_ops_.erase(key);
-      SLUICE_RETURN_IF_ERROR(s);
-      if (!last) {
-        return InvalidArgumentError(fmt::format(
-            "the op completed at segment {}, but the plan has more pieces of it (does the plan's "
-            "model match?)",
-            in.segment));
-      }
-      return Status::Ok();
-    }
-    if ((role & kLastPiece) != 0 || op->channel.request == nullptr) {
-      return InvalidArgumentError(fmt::format(
-          "the op did not complete at its last piece (segment {}): it waits for another "
-          "all-to-all (does the plan's model match?)",
-          in.segment));
-    }
-    return Status::Ok();
-  }
-
   // W piece j: the weight gradients of I's segment j, which is the forward's segment 2k - j.
   Status WeightPiece(const Instruction& in) {
     auto it = runs_.find(Key(in));
@@ -644,89 +538,14 @@ class IterationRun {
           fmt::format("segment {} of a stage with {} segments", in.segment, segments));
     }
     it->second.tape->AccumulateWeightGrads(segments - 1 - in.segment);
-    if ((roles_.at(pc_) & kLastPiece) != 0) {
-      if (seg_ops_.count({1, in.microbatch, in.stage}) > 0) {
+    if ((segmented_.Role(pc_) & kLastPiece) != 0) {
+      if (segmented_.Running({1, in.microbatch, in.stage})) {
         return InvalidArgumentError("the last backward-weight piece before its backward-input "
                                     "completed");
       }
       if (it->second.tape->pending()) it->second.tape->AccumulateWeightGrads();
       runs_.erase(it);
     }
-    return Status::Ok();
-  }
-
-  // A segmented op's all-to-all: the op's fiber waits for exactly this one with its rows.
-  Status PostAllToAll(const Instruction& in) {
-    const auto op_it = seg_ops_.find(a2a_owner_.at(pc_));
-    if (op_it == seg_ops_.end() || op_it->second->channel.request != &in) {
-      return InvalidArgumentError(fmt::format(
-          "the MoE op this all-to-all belongs to has not reached it ({})",
-          op_it == seg_ops_.end() ? "the op is not running"
-          : op_it->second->channel.request == nullptr
-              ? "it waits for none"
-              : "it waits for " + InstructionText(*op_it->second->channel.request)));
-    }
-    SegOp& op = *op_it->second;
-    PostedA2a p;
-    p.op = &op;
-    p.in = &in;
-    p.rows = std::move(op.channel.rows);
-    op.channel.request = nullptr;
-    int64_t total = 0;
-    for (const int64_t r : in.recv_splits) total += r;
-    p.out = torch::empty({total, p.rows.size(1)}, p.rows.options());
-    p.posted_ns = Now();
-    SLUICE_ASSIGN_OR_RETURN(
-        p.handle, comm_.AllToAllEp(p.out, p.rows, in.recv_splits, in.send_splits));
-    last_bytes_ = in.bytes.count();
-    if (in.tag < 0) return CompleteAllToAll(p);
-    if (!posted_a2a_.emplace(in.tag, std::move(p)).second) {
-      return InvalidArgumentError(fmt::format("all-to-all tag {} is already in flight", in.tag));
-    }
-    return Status::Ok();
-  }
-
-  Status WaitAllToAll(const Instruction& in) {
-    auto it = posted_a2a_.find(in.tag);
-    if (it == posted_a2a_.end()) {
-      return InvalidArgumentError(fmt::format("no posted all-to-all has tag {}", in.tag));
-    }
-    PostedA2a p = std::move(it->second);
-    posted_a2a_.erase(it);
-    return CompleteAllToAll(p);
-  }
-
-  // Waits for a posted all-to-all (the wait is its exposed time) and hands what arrived to its op.
-  Status CompleteAllToAll(PostedA2a& p) {
-    std::vector<int64_t> peers;
-    for (const int64_t r : p.in->group) {
-      if (r != comm_.rank()) peers.push_back(r);
-    }
-    const std::string what = fmt::format("{} (iteration {})", InstructionText(*p.in), iteration_);
-    const int64_t wait_start = Now();
-    watchdog_.BeginWait(what, peers);
-    Status s = comm_.Wait(p.handle);
-    watchdog_.EndWait();
-    if (!s.ok()) {
-      const std::string blame = watchdog_.Blame(peers, what);
-      return FailedPreconditionError(fmt::format(
-          "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
-    }
-    const int64_t end = Now();
-    a2a_exposed_ns_ += end - wait_start;
-    a2a_span_ns_ += end - p.posted_ns;
-    TraceEvent e;
-    e.name = InstructionText(*p.in);
-    e.op = std::string(OpKindName(p.in->op));
-    e.stream = TraceStream::kCollective;
-    e.iteration = iteration_;
-    e.microbatch = p.in->microbatch;
-    e.stage = p.in->stage;
-    e.start_ns = p.posted_ns;
-    e.end_ns = end;
-    e.bytes = p.in->bytes.count();
-    trace_.Add(std::move(e));
-    p.op->channel.received = p.out;
     return Status::Ok();
   }
 
@@ -1038,19 +857,12 @@ class IterationRun {
   std::map<int64_t, std::vector<const Instruction*>> a2a_of_;  // compute op -> its all-to-alls
   double aux_loss_ = 0;
   int64_t moe_assignments_ = 0, moe_dropped_ = 0;
-  // Segmented MoE ops: piece roles, each op's last piece, its all-to-alls in order, the owner of
-  // each of those instructions, the stages' last backward instruction, deferred buckets.
-  std::vector<uint8_t> roles_;
-  std::map<SegOpKey, int64_t> last_piece_;
-  std::map<SegOpKey, std::vector<const Instruction*>> seg_a2a_;
-  std::map<int64_t, SegOpKey> a2a_owner_;
+  // Each stage's last backward instruction, and the buckets deferred to it.
   std::map<int64_t, int64_t> last_backward_;
   std::map<int64_t, std::vector<const Instruction*>> deferred_;
   int64_t deferred_count_ = 0;
-  std::map<int64_t, PostedA2a> posted_a2a_;  // [tag]
-  int64_t a2a_exposed_ns_ = 0, a2a_span_ns_ = 0;
   // Last: destroyed first, aborting any fiber still suspended while the state it uses exists.
-  std::map<SegOpKey, std::unique_ptr<SegOp>> seg_ops_;
+  SegmentedOps segmented_;
 };
 
 }  // namespace

@@ -1,0 +1,191 @@
+#include "runtime/segmented_ops.h"
+
+#include <fmt/core.h>
+
+#include <exception>
+#include <utility>
+
+#include "plan/instruction.h"
+#include "plan/moe_segments.h"
+
+namespace sluice::runtime {
+
+SegmentedOps::Key SegmentedOps::KeyOf(const Instruction& in) {
+  const int cls = in.op == OpKind::kForward ? 0 : (in.op == OpKind::kBackwardWeight ? 2 : 1);
+  return {cls, in.microbatch, in.stage};
+}
+
+SegmentedOps::SegmentedOps(const RankProgram& program, Communicator& comm, Watchdog& watchdog,
+                           TraceRecorder& trace, std::function<int64_t()> now, int64_t iteration,
+                           RunOp run)
+    : program_(program),
+      comm_(comm),
+      watchdog_(watchdog),
+      trace_(trace),
+      now_(std::move(now)),
+      iteration_(iteration),
+      run_(std::move(run)),
+      roles_(PieceRoles(program)) {}
+
+void SegmentedOps::AddPiece(const Instruction& in, int64_t index) {
+  if (in.op != OpKind::kBackwardWeight) last_piece_[KeyOf(in)] = index;
+}
+
+void SegmentedOps::AddAllToAll(const Instruction& in, int64_t index, bool forward_done) {
+  const Key key{forward_done ? 1 : 0, in.microbatch, in.stage};
+  a2a_[key].push_back(&in);
+  a2a_owner_[index] = key;
+}
+
+Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
+  const Key key = KeyOf(in);
+  const uint8_t role = Role(index);
+  Op* op = nullptr;
+  if ((role & kFirstPiece) != 0) {
+    if (in.segment != 0) {
+      return InvalidArgumentError(fmt::format(
+          "the op's first piece is segment {}; the runtime runs a segmented op's segments in "
+          "order from 0",
+          in.segment));
+    }
+    auto made = std::make_unique<Op>();
+    op = made.get();
+    op->whole = in;
+    op->whole.segment = -1;
+    const Instruction& last = program_.instructions.at(static_cast<size_t>(last_piece_.at(key)));
+    op->whole.outputs = last.outputs;
+    op->whole.shapes = last.shapes;
+    const auto a2a = a2a_.find(key);
+    const std::vector<const Instruction*>* list = a2a == a2a_.end() ? nullptr : &a2a->second;
+    op->a2a.channel = &op->channel;
+    op->fiber = std::make_unique<Fiber>([this, op, list] {
+      PlanExchange::Bind(&op->a2a);
+      try {
+        op->status = run_(op->whole, list);
+      } catch (const FiberAborted&) {
+        throw;
+      } catch (const std::exception& e) {
+        op->status = InternalError(e.what());
+      }
+    });
+    op->channel.fiber = op->fiber.get();
+    if (!ops_.emplace(key, std::move(made)).second) {
+      return InvalidArgumentError("this op is already running (a second first piece)");
+    }
+  } else {
+    const auto it = ops_.find(key);
+    if (it == ops_.end()) {
+      return InvalidArgumentError("a piece of an op that is not running (its first piece?)");
+    }
+    op = it->second.get();
+    if (in.segment != op->segment + 1) {
+      return InvalidArgumentError(fmt::format(
+          "segment {} after segment {}: the runtime runs a segmented op's segments in order",
+          in.segment, op->segment));
+    }
+    if (!op->channel.received.defined()) {
+      return InvalidArgumentError(fmt::format(
+          "segment {} needs the op's all-to-all before it complete{}", in.segment,
+          op->channel.request != nullptr
+              ? fmt::format(" ({} is not posted yet)", InstructionText(*op->channel.request))
+              : " (posted, not waited for)"));
+    }
+  }
+  op->segment = in.segment;
+  op->fiber->Resume();
+  if (op->fiber->error()) std::rethrow_exception(op->fiber->error());
+  if (op->fiber->finished()) {
+    const Status s = op->status;
+    ops_.erase(key);
+    SLUICE_RETURN_IF_ERROR(s);
+    if ((role & kLastPiece) == 0) {
+      return InvalidArgumentError(fmt::format(
+          "the op completed at segment {}, but the plan has more pieces of it (does the plan's "
+          "model match?)",
+          in.segment));
+    }
+    return Status::Ok();
+  }
+  if ((role & kLastPiece) != 0 || op->channel.request == nullptr) {
+    return InvalidArgumentError(
+        fmt::format("the op did not complete at its last piece (segment {}): it waits for another "
+                    "all-to-all (does the plan's model match?)",
+                    in.segment));
+  }
+  return Status::Ok();
+}
+
+Status SegmentedOps::PostAllToAll(const Instruction& in, int64_t index, int64_t* bytes) {
+  const auto it = ops_.find(a2a_owner_.at(index));
+  if (it == ops_.end() || it->second->channel.request != &in) {
+    return InvalidArgumentError(
+        fmt::format("the MoE op this all-to-all belongs to has not reached it ({})",
+                    it == ops_.end() ? "the op is not running"
+                    : it->second->channel.request == nullptr
+                        ? "it waits for none"
+                        : "it waits for " + InstructionText(*it->second->channel.request)));
+  }
+  Op& op = *it->second;
+  Posted p;
+  p.op = &op;
+  p.in = &in;
+  p.rows = std::move(op.channel.rows);
+  op.channel.request = nullptr;
+  int64_t total = 0;
+  for (const int64_t r : in.recv_splits) total += r;
+  p.out = torch::empty({total, p.rows.size(1)}, p.rows.options());
+  p.posted_ns = now_();
+  SLUICE_ASSIGN_OR_RETURN(p.handle,
+                          comm_.AllToAllEp(p.out, p.rows, in.recv_splits, in.send_splits));
+  *bytes = in.bytes.count();
+  if (in.tag < 0) return Complete(p);
+  if (!posted_.emplace(in.tag, std::move(p)).second) {
+    return InvalidArgumentError(fmt::format("all-to-all tag {} is already in flight", in.tag));
+  }
+  return Status::Ok();
+}
+
+Status SegmentedOps::Wait(const Instruction& in) {
+  auto it = posted_.find(in.tag);
+  if (it == posted_.end()) {
+    return InvalidArgumentError(fmt::format("no posted all-to-all has tag {}", in.tag));
+  }
+  Posted p = std::move(it->second);
+  posted_.erase(it);
+  return Complete(p);
+}
+
+Status SegmentedOps::Complete(Posted& p) {
+  std::vector<int64_t> peers;
+  for (const int64_t r : p.in->group) {
+    if (r != comm_.rank()) peers.push_back(r);
+  }
+  const std::string what = fmt::format("{} (iteration {})", InstructionText(*p.in), iteration_);
+  const int64_t wait_start = now_();
+  watchdog_.BeginWait(what, peers);
+  const Status s = comm_.Wait(p.handle);
+  watchdog_.EndWait();
+  if (!s.ok()) {
+    const std::string blame = watchdog_.Blame(peers, what);
+    return FailedPreconditionError(
+        fmt::format("{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
+  }
+  const int64_t end = now_();
+  exposed_ns_ += end - wait_start;
+  span_ns_ += end - p.posted_ns;
+  TraceEvent e;
+  e.name = InstructionText(*p.in);
+  e.op = std::string(OpKindName(p.in->op));
+  e.stream = TraceStream::kCollective;
+  e.iteration = iteration_;
+  e.microbatch = p.in->microbatch;
+  e.stage = p.in->stage;
+  e.start_ns = p.posted_ns;
+  e.end_ns = end;
+  e.bytes = p.in->bytes.count();
+  trace_.Add(std::move(e));
+  p.op->channel.received = p.out;
+  return Status::Ok();
+}
+
+}  // namespace sluice::runtime

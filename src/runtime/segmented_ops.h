@@ -1,0 +1,108 @@
+// SegmentedOps: the segmented MoE ops (plan/moe_segments.h) of one rank's iteration, as the
+// executor runs them (executor.cc). A segmented F, B or I runs the whole op's code (the
+// executor's forward or backward, given as RunOp) in a Fiber (fiber.h) that stops at each
+// all-to-all its MoE layers reach (moe_exchange.h, SegmentChannel): the op's first piece starts
+// it, each later piece resumes it for one segment, its last piece completes it. An all-to-all
+// instruction of a segmented op posts the rows the fiber handed over (alltoall_base with the
+// plan's splits); a blocking one (tag -1) completes at once, a posted one at its
+// all-to-all-wait, and what arrived goes to the op for its next piece. Weight-gradient pieces
+// are the executor's (they need its stage runs); Running tells it whether an I is still in
+// flight. Only pieces whose segments and all-to-alls are whole: the executor refuses slices.
+//
+// Figures: exposed_ns is the time blocked in the blocking all-to-alls and the waits, span_ns
+// from each post to its observed completion.
+//
+// Thread safety: the executor's thread; the fibers run only while it waits for them. Destroying
+// it aborts every fiber still suspended (so it must go before the state the ops use).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "base/status.h"
+#include "plan/execution_plan.h"
+#include "runtime/comm.h"
+#include "runtime/fiber.h"
+#include "runtime/moe_exchange.h"
+#include "runtime/trace_recorder.h"
+
+namespace sluice::runtime {
+
+class SegmentedOps {
+ public:
+  // (F 0 | B or I 1 | W 2, micro-batch, stage).
+  using Key = std::tuple<int, int64_t, int64_t>;
+  static Key KeyOf(const Instruction& in);
+  // Runs an op's whole code: `whole` is its first piece with the last piece's outputs and
+  // shapes, `a2a` its all-to-alls in order (null: none).
+  using RunOp =
+      std::function<Status(const Instruction& whole, const std::vector<const Instruction*>* a2a)>;
+
+  // REQUIRES: every reference outlives this object.
+  SegmentedOps(const RankProgram& program, Communicator& comm, Watchdog& watchdog,
+               TraceRecorder& trace, std::function<int64_t()> now, int64_t iteration, RunOp run);
+  SegmentedOps(const SegmentedOps&) = delete;
+  SegmentedOps& operator=(const SegmentedOps&) = delete;
+
+  // The pre-scan, in program order: a piece (a compute op with segment >= 0), and an all-to-all
+  // that belongs to no whole op (to the F of its micro-batch and stage until that F completed,
+  // `forward_done`, then to its B or I).
+  void AddPiece(const Instruction& in, int64_t index);
+  void AddAllToAll(const Instruction& in, int64_t index, bool forward_done);
+  // kFirstPiece / kLastPiece (plan/moe_segments.h) of instruction `index`.
+  uint8_t Role(int64_t index) const { return roles_.at(static_cast<size_t>(index)); }
+  bool OwnsAllToAll(int64_t index) const { return a2a_owner_.count(index) > 0; }
+  bool Running(const Key& key) const { return ops_.count(key) > 0; }
+
+  // A piece of an F, B or I (instruction `index`).
+  Status Piece(const Instruction& in, int64_t index);
+  // A segmented op's all-to-all (instruction `index`); *bytes: what it moves.
+  Status PostAllToAll(const Instruction& in, int64_t index, int64_t* bytes);
+  Status Wait(const Instruction& in);
+
+  size_t running() const { return ops_.size(); }
+  size_t posted() const { return posted_.size(); }
+  int64_t exposed_ns() const { return exposed_ns_; }
+  int64_t span_ns() const { return span_ns_; }
+
+ private:
+  struct Op {
+    Instruction whole;
+    PlanExchange::OpState a2a;
+    SegmentChannel channel;
+    std::unique_ptr<Fiber> fiber;
+    Status status;         // what the op's code returned
+    int64_t segment = -1;  // the last piece run
+  };
+  struct Posted {
+    Communicator::Handle handle;
+    at::Tensor rows, out;  // sent (kept alive until it completes) and received
+    Op* op = nullptr;
+    const Instruction* in = nullptr;
+    int64_t posted_ns = 0;
+  };
+  // Waits for `p` (the wait is its exposed time) and hands what arrived to its op.
+  Status Complete(Posted& p);
+
+  const RankProgram& program_;
+  Communicator& comm_;
+  Watchdog& watchdog_;
+  TraceRecorder& trace_;
+  std::function<int64_t()> now_;
+  const int64_t iteration_;
+  RunOp run_;
+  std::vector<uint8_t> roles_;
+  std::map<Key, int64_t> last_piece_;
+  std::map<Key, std::vector<const Instruction*>> a2a_;
+  std::map<int64_t, Key> a2a_owner_;
+  std::map<int64_t, Posted> posted_;  // [tag]
+  int64_t exposed_ns_ = 0, span_ns_ = 0;
+  // Last: destroyed first, aborting any fiber still suspended.
+  std::map<Key, std::unique_ptr<Op>> ops_;
+};
+
+}  // namespace sluice::runtime
