@@ -125,8 +125,9 @@ PY
 import json, sys
 ev = json.load(open('$tmp/t/trace-rank-0.json'))['traceEvents']
 sys.exit(any('handed_ts' in e.get('args', {}) for e in ev))"
-  # The what-if lengthens the replayed iteration by several transfers' worth (> 15% above the
-  # run it replays: both numbers come from the same trace, so this does not depend on the load),
+  # The what-if lengthens the replayed iteration by at least one delayed transfer (30 ms above the
+  # run it replays: both numbers come from the same trace, so this depends neither on the load nor
+  # on the machine's speed; a ratio did: 1.11x on a machine 1.8x slower than the one it was set on),
   # and the prediction is within a factor of 2 of the delayed run's mean iteration. That the
   # delayed run really waited is the handed_ts check above. Not an accuracy test: the two runs are
   # single runs at different moments beside whatever else the machine runs (under ctest -j2 the
@@ -144,7 +145,7 @@ before = mean(a["per_iteration"]["iterations"], "measured_ms")
 pred = mean(a["what_if"]["per_iteration"]["iterations"], "replayed_ms")
 meas = mean(b["per_iteration"]["iterations"], "measured_ms")
 print(f"  without delay {before:.1f} ms, predicted {pred:.1f} ms, measured {meas:.1f} ms")
-sys.exit(0 if 0.5 * meas <= pred <= 2 * meas and pred > 1.15 * before else 1)
+sys.exit(0 if 0.5 * meas <= pred <= 2 * meas and pred >= before + 30 else 1)
 PY
   expect "replay tied to its plans" 0 "tied to 6 plan\(s\)" -- replay "$tmp/t" --plan "${plans[@]}" \
     --report "$tmp/t.html"
