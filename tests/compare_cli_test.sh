@@ -245,9 +245,19 @@ printf '{"name": "same"}\n' >"$tmp/twins/a.json"
 printf '{"name": "same"}\n' >"$tmp/twins/b.json"
 expect scenario-dir-same-name 2 "a.json and .*b.json both have the name 'same'" -- compare --scenario-dir "$tmp/twins"
 
-# Ctrl-C: a long run stops after the current batch, writes partial results and says so.
-timeout --preserve-status -s INT 2 "$sluice" compare --iterations all --no-html --out "$tmp/int" \
-  >"$tmp/int.log" 2>&1
+# Ctrl-C: a long run stops after the current batch, writes partial results and says so. The
+# signal goes once the run has begun ("scenario:" is printed after the handler is installed; a
+# fixed delay raced the startup on a slower machine), at most 60 s later.
+"$sluice" compare --iterations all --no-html --out "$tmp/int" >"$tmp/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  grep -q "^scenario:" "$tmp/int.log" 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+sleep 1
+kill -INT "$pid" 2>/dev/null
+wait "$pid"
 rc=$?
 check interrupt-exit-code test "$rc" -eq 1
 check interrupt-message grep -q "partial" "$tmp/int.log"
