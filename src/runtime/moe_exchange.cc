@@ -95,6 +95,40 @@ at::Tensor PlanExchange::Exchange(OpKind kind, int64_t layer, const at::Tensor& 
   return out;
 }
 
+StatusOr<int64_t> AwaitAllToAll(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
+                                const Instruction& in, Communicator::Handle& handle,
+                                int64_t posted_ns, int64_t iteration,
+                                const std::function<int64_t()>& now) {
+  std::vector<int64_t> peers;
+  for (const int64_t r : in.group) {
+    if (r != comm.rank()) peers.push_back(r);
+  }
+  const std::string what = fmt::format("{} (iteration {})", InstructionText(in), iteration);
+  const int64_t wait_start = now();
+  watchdog.BeginWait(what, peers);
+  const Status st = comm.Wait(handle);
+  watchdog.EndWait();
+  if (!st.ok()) {
+    const std::string blame = watchdog.Blame(peers, what);
+    return FailedPreconditionError(fmt::format("{} failed{}: {}", what,
+                                               blame.empty() ? "" : " (" + blame + ")",
+                                               st.message()));
+  }
+  const int64_t end = now();
+  TraceEvent e;
+  e.name = InstructionText(in);
+  e.op = std::string(OpKindName(in.op));
+  e.stream = TraceStream::kCollective;
+  e.iteration = iteration;
+  e.microbatch = in.microbatch;
+  e.stage = in.stage;
+  e.start_ns = posted_ns;
+  e.end_ns = end;
+  e.bytes = in.bytes.count();
+  trace.Add(std::move(e));
+  return end - wait_start;
+}
+
 at::Tensor PlanExchange::Synchronous(const Instruction& in, const at::Tensor& rows,
                                      const std::vector<int64_t>& send,
                                      const std::vector<int64_t>& recv) {
@@ -104,32 +138,10 @@ at::Tensor PlanExchange::Synchronous(const Instruction& in, const at::Tensor& ro
   const int64_t start = now_();
   StatusOr<Communicator::Handle> h = comm_.AllToAllEp(out, rows, recv, send);
   if (!h.ok()) throw std::runtime_error(std::string(h.status().message()));
-  std::vector<int64_t> peers;
-  for (const int64_t r : in.group) {
-    if (r != comm_.rank()) peers.push_back(r);
-  }
-  const std::string what = fmt::format("{} (iteration {})", InstructionText(in), iteration_);
-  watchdog_.BeginWait(what, peers);
-  Status st = comm_.Wait(*h);
-  watchdog_.EndWait();
-  if (!st.ok()) {
-    const std::string blame = watchdog_.Blame(peers, what);
-    throw std::runtime_error(fmt::format("{} failed{}: {}", what,
-                                         blame.empty() ? "" : " (" + blame + ")", st.message()));
-  }
-  const int64_t end = now_();
-  TraceEvent e;
-  e.name = InstructionText(in);
-  e.op = std::string(OpKindName(in.op));
-  e.stream = TraceStream::kCollective;
-  e.iteration = iteration_;
-  e.microbatch = in.microbatch;
-  e.stage = in.stage;
-  e.start_ns = start;
-  e.end_ns = end;
-  e.bytes = in.bytes.count();
-  trace_.Add(std::move(e));
-  nanos_ += end - start;
+  const StatusOr<int64_t> waited =
+      AwaitAllToAll(comm_, watchdog_, trace_, in, *h, start, iteration_, now_);
+  if (!waited.ok()) throw std::runtime_error(std::string(waited.status().message()));
+  nanos_ += now_() - start;
   return out;
 }
 

@@ -43,6 +43,15 @@ struct SegmentChannel {
   at::Tensor received;                   // set by the executor when that all-to-all completed
 };
 
+// Waits for the all-to-all `in` posted at `posted_ns` (announced to the watchdog, which names the
+// group member that keeps it on a timeout), records it on the collective stream from its post to
+// its completion, and returns the time blocked in the wait (ns). Errors name the instruction and
+// the iteration. Whole ops (PlanExchange) and segmented ops (segmented_ops.h) both wait here.
+StatusOr<int64_t> AwaitAllToAll(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
+                                const Instruction& in, Communicator::Handle& handle,
+                                int64_t posted_ns, int64_t iteration,
+                                const std::function<int64_t()>& now);
+
 class PlanExchange final : public ExpertExchange {
  public:
   // The all-to-alls of one compute op.

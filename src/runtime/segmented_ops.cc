@@ -156,34 +156,11 @@ Status SegmentedOps::Wait(const Instruction& in) {
 }
 
 Status SegmentedOps::Complete(Posted& p) {
-  std::vector<int64_t> peers;
-  for (const int64_t r : p.in->group) {
-    if (r != comm_.rank()) peers.push_back(r);
-  }
-  const std::string what = fmt::format("{} (iteration {})", InstructionText(*p.in), iteration_);
-  const int64_t wait_start = now_();
-  watchdog_.BeginWait(what, peers);
-  const Status s = comm_.Wait(p.handle);
-  watchdog_.EndWait();
-  if (!s.ok()) {
-    const std::string blame = watchdog_.Blame(peers, what);
-    return FailedPreconditionError(
-        fmt::format("{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
-  }
-  const int64_t end = now_();
-  exposed_ns_ += end - wait_start;
-  span_ns_ += end - p.posted_ns;
-  TraceEvent e;
-  e.name = InstructionText(*p.in);
-  e.op = std::string(OpKindName(p.in->op));
-  e.stream = TraceStream::kCollective;
-  e.iteration = iteration_;
-  e.microbatch = p.in->microbatch;
-  e.stage = p.in->stage;
-  e.start_ns = p.posted_ns;
-  e.end_ns = end;
-  e.bytes = p.in->bytes.count();
-  trace_.Add(std::move(e));
+  SLUICE_ASSIGN_OR_RETURN(
+      const int64_t waited,
+      AwaitAllToAll(comm_, watchdog_, trace_, *p.in, p.handle, p.posted_ns, iteration_, now_));
+  exposed_ns_ += waited;
+  span_ns_ += now_() - p.posted_ns;
   p.op->channel.received = p.out;
   return Status::Ok();
 }
