@@ -158,6 +158,11 @@ void TransformerForward(const ModelSpec& m, LayerKind kind, const LayerShape& s,
 
 }  // namespace
 
+double MoeLayerFraction(const ModelSpec& model, LayerKind kind) {
+  if (kind != LayerKind::kEncoder && kind != LayerKind::kDecoder) return 0;
+  return MoeFraction(model, kind);
+}
+
 double LayerWork::WeightGradFraction() const {
   const double total = backward.gemm_flops + backward.attention_flops;
   // A backward without FLOPs is the embedding's scatter-add: all of it is the weight gradient.

@@ -74,6 +74,11 @@ int64_t AnalyticLayerParams(const ModelSpec& model, LayerKind kind, int64_t tp);
 // The expert part of AnalyticLayerParams (0 for dense models and for embedding/head).
 int64_t AnalyticExpertParams(const ModelSpec& model, LayerKind kind, int64_t tp);
 
+// The share of a stack's layers of `kind` that are MoE layers: (layers / layer_interval) / layers
+// (0 for dense models, the embedding and the head), the weight of the MoE layer in the stack's
+// mean layer.
+double MoeLayerFraction(const ModelSpec& model, LayerKind kind);
+
 // The tokens per sequence the output head sees: dec_seqlen for encoder-decoder models (the head
 // reads the decoder's output), seqlen otherwise.
 int64_t HeadLength(const ModelSpec& model, const LayerShape& shape);

@@ -7,11 +7,12 @@
 #include <utility>
 
 #include "base/json_util.h"
+#include "model/moe_json.h"
 
 namespace sluice {
 namespace {
 
-constexpr std::string_view kStageNames[] = {"encoder", "decoder", "postprocess"};
+constexpr std::string_view kStageNames[] = {"encoder", "decoder", "postprocess", "moe_encoder"};
 constexpr std::string_view kKindNames[] = {"decoder-only", "encoder-decoder"};
 constexpr std::string_view kRecomputeNames[] = {"none", "selective", "full"};
 constexpr int64_t kMaxMbs = int64_t{1} << 24;
@@ -30,10 +31,12 @@ std::string Describe(const nlohmann::json& v) {
   return fmt::format("{} {}", v.type_name(), s);
 }
 
-// The stages a model of `kind` may list (decoder rows only for encoder-decoder models).
-std::vector<std::string_view> AllowedStages(ModelKind kind, bool with_postprocess) {
+// The stages a table of `model` may list (decoder rows only for encoder-decoder models, MoE
+// layer rows only for tables of MoE models).
+std::vector<std::string_view> AllowedStages(const TableModel& model, bool with_postprocess) {
   std::vector<std::string_view> out = {kStageNames[0]};
-  if (kind == ModelKind::kEncoderDecoder) out.push_back(kStageNames[1]);
+  if (model.kind == ModelKind::kEncoderDecoder) out.push_back(kStageNames[1]);
+  if (model.moe.has_value()) out.push_back(kStageNames[3]);
   if (with_postprocess) out.push_back(kStageNames[2]);
   return out;
 }
@@ -156,12 +159,12 @@ Status ReadSeries(const nlohmann::json& a, std::string_view source, const std::s
 
 // time_ms: keys "<stage>_forward" / "<stage>_backward".
 Status ReadTimes(const nlohmann::json& j, std::string_view source, const std::string& path,
-                 ModelKind kind, TableConfig* config) {
+                 const TableModel& model, TableConfig* config) {
   if (!j.is_object()) {
     return FieldError(source, path, fmt::format("must be an object, got {}", Describe(j)));
   }
   std::vector<std::string> allowed_keys;
-  for (std::string_view stage : AllowedStages(kind, /*with_postprocess=*/true)) {
+  for (std::string_view stage : AllowedStages(model, /*with_postprocess=*/true)) {
     allowed_keys.push_back(fmt::format("{}_forward", stage));
     allowed_keys.push_back(fmt::format("{}_backward", stage));
   }
@@ -187,11 +190,11 @@ Status ReadTimes(const nlohmann::json& j, std::string_view source, const std::st
 
 // stored_activation_mb / peak_activation_mb: keys "encoder" (and "decoder").
 Status ReadMemory(const nlohmann::json& j, std::string_view source, const std::string& path,
-                  ModelKind kind, std::array<CostSeries, kNumTableStages>* out) {
+                  const TableModel& model, std::array<CostSeries, kNumTableStages>* out) {
   if (!j.is_object()) {
     return FieldError(source, path, fmt::format("must be an object, got {}", Describe(j)));
   }
-  const std::vector<std::string_view> allowed = AllowedStages(kind, /*with_postprocess=*/false);
+  const std::vector<std::string_view> allowed = AllowedStages(model, /*with_postprocess=*/false);
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string at = fmt::format("{}.{}", path, it.key());
     bool known = false;
@@ -210,12 +213,12 @@ Status ReadMemory(const nlohmann::json& j, std::string_view source, const std::s
 }
 
 Status ReadParams(const nlohmann::json& j, std::string_view source, const std::string& path,
-                  ModelKind kind, TableConfig* config) {
+                  const TableModel& model, TableConfig* config) {
   if (!j.is_object()) {
     return FieldError(source, path, fmt::format("must be an object, got {}", Describe(j)));
   }
   std::vector<std::string_view> allowed = {"embedding"};
-  for (std::string_view s : AllowedStages(kind, /*with_postprocess=*/false)) allowed.push_back(s);
+  for (std::string_view s : AllowedStages(model, /*with_postprocess=*/false)) allowed.push_back(s);
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string at = fmt::format("{}.{}", path, it.key());
     bool known = false;
@@ -252,6 +255,12 @@ Status ReadModel(const nlohmann::json& j, std::string_view source, TableModel* m
   SLUICE_RETURN_IF_ERROR(r.Int("heads", &model->heads, 1, kMaxWidth));
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("kv_channels", &model->kv_channels, 1, kMaxWidth));
   SLUICE_RETURN_IF_ERROR(r.Int("ffn_hidden", &model->ffn_hidden, 1, kMaxWidth));
+  if (const nlohmann::json* moe = r.Child("moe")) {
+    if (model->kind != ModelKind::kDecoderOnly) {
+      return r.Error("moe", "MoE layer tables describe decoder-only models only");
+    }
+    SLUICE_ASSIGN_OR_RETURN(model->moe, MoeSpecFromJson(*moe, source, r.FieldPath("moe")));
+  }
   if (const nlohmann::json* stages = r.Child("profiled_stages")) {
     if (!stages->is_array()) {
       return r.Error("profiled_stages",
@@ -269,7 +278,7 @@ Status ReadModel(const nlohmann::json& j, std::string_view source, TableModel* m
 }
 
 Status ReadConfig(const nlohmann::json& j, std::string_view source, const std::string& path,
-                  ModelKind kind, TableConfig* config) {
+                  const TableModel& model, TableConfig* config) {
   JsonObjectReader r(j, std::string(source), path);
   SLUICE_RETURN_IF_ERROR(r.status());
   SLUICE_RETURN_IF_ERROR(r.Int("tp", &config->tp, 1, kMaxTp));
@@ -278,17 +287,17 @@ Status ReadConfig(const nlohmann::json& j, std::string_view source, const std::s
   SLUICE_ASSIGN_OR_RETURN(config->recompute, ParseRecompute(rc));
   const nlohmann::json* times = r.Child("time_ms");
   if (times == nullptr) return r.Error("time_ms", "is required (an object of stage series)");
-  SLUICE_RETURN_IF_ERROR(ReadTimes(*times, source, r.FieldPath("time_ms"), kind, config));
+  SLUICE_RETURN_IF_ERROR(ReadTimes(*times, source, r.FieldPath("time_ms"), model, config));
   if (const nlohmann::json* m = r.Child("stored_activation_mb")) {
-    SLUICE_RETURN_IF_ERROR(ReadMemory(*m, source, r.FieldPath("stored_activation_mb"), kind,
+    SLUICE_RETURN_IF_ERROR(ReadMemory(*m, source, r.FieldPath("stored_activation_mb"), model,
                                       &config->stored_activation_mb));
   }
   if (const nlohmann::json* m = r.Child("peak_activation_mb")) {
-    SLUICE_RETURN_IF_ERROR(ReadMemory(*m, source, r.FieldPath("peak_activation_mb"), kind,
+    SLUICE_RETURN_IF_ERROR(ReadMemory(*m, source, r.FieldPath("peak_activation_mb"), model,
                                       &config->peak_activation_mb));
   }
   if (const nlohmann::json* p = r.Child("param_mb")) {
-    SLUICE_RETURN_IF_ERROR(ReadParams(*p, source, r.FieldPath("param_mb"), kind, config));
+    SLUICE_RETURN_IF_ERROR(ReadParams(*p, source, r.FieldPath("param_mb"), model, config));
   }
   return r.Finish();
 }
@@ -349,7 +358,22 @@ Status CheckTableMatchesModel(const LayerCostTable& t, const ModelSpec& m) {
   if (m.mlp != MlpKind::kGelu) {
     return Mismatch(t, m, "model", "a two-matrix (GELU/ReLU) MLP", "a SwiGLU MLP");
   }
-  if (m.moe.has_value()) return Mismatch(t, m, "model", "a dense model", "MoE layers");
+  auto describe = [&](const std::optional<MoeSpec>& moe, int64_t ffn) -> std::string {
+    if (!moe.has_value()) return "a dense model";
+    return fmt::format(
+        "MoE layers of {} experts, top-{}, capacity factor {:g}, every {} layer(s), expert width "
+        "{}",
+        moe->experts, moe->top_k, moe->capacity_factor, moe->layer_interval,
+        moe->expert_ffn_hidden > 0 ? moe->expert_ffn_hidden : ffn);
+  };
+  auto normalised = [](std::optional<MoeSpec> moe, int64_t ffn) {
+    if (moe.has_value() && moe->expert_ffn_hidden == 0) moe->expert_ffn_hidden = ffn;
+    return moe;
+  };
+  if (normalised(tm.moe, tm.ffn_hidden) != normalised(m.moe, m.ffn_hidden)) {
+    return Mismatch(t, m, "model.moe", describe(tm.moe, tm.ffn_hidden),
+                    describe(m.moe, m.ffn_hidden));
+  }
   return Status::Ok();
 }
 
@@ -387,7 +411,7 @@ StatusOr<LayerCostTable> LayerCostTableFromJson(const nlohmann::json& j, std::st
   for (size_t i = 0; i < tables->size(); ++i) {
     const std::string path = fmt::format("tables[{}]", i);
     TableConfig config;
-    SLUICE_RETURN_IF_ERROR(ReadConfig((*tables)[i], source, path, table.model.kind, &config));
+    SLUICE_RETURN_IF_ERROR(ReadConfig((*tables)[i], source, path, table.model, &config));
     if (table.Find(config.tp, config.recompute) != nullptr) {
       return FieldError(source, path,
                         fmt::format("duplicate entry for tp {}, recompute '{}'", config.tp,
@@ -417,6 +441,7 @@ nlohmann::json LayerCostTableToJson(const LayerCostTable& table) {
   m["heads"] = table.model.heads;
   if (table.model.kv_channels > 0) m["kv_channels"] = table.model.kv_channels;
   m["ffn_hidden"] = table.model.ffn_hidden;
+  if (table.model.moe.has_value()) m["moe"] = MoeSpecToJson(*table.model.moe);
   if (!table.model.profiled_stages.empty()) m["profiled_stages"] = table.model.profiled_stages;
   j["model"] = std::move(m);
   nlohmann::json tables = nlohmann::json::array();

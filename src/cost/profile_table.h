@@ -3,8 +3,10 @@
 // The file (docs/formats.md) holds one entry per (tp, recompute), each with rows of
 // (micro-batch size -> value) keyed by a sequence length (or by encoder and decoder length for
 // the decoder layer of an encoder-decoder model), for the stages "encoder" (the decoder-only
-// model's layer too), "decoder" and "postprocess" (the output head). A micro-batch size absent
-// from a row was not measured because it ran out of memory.
+// model's layer too), "decoder", "postprocess" (the output head) and, in a table of a
+// decoder-only MoE model (`model.moe`), "moe_encoder" (a layer whose MLP is the MoE layer; the
+// "encoder" stage is then the stack's dense layer). A micro-batch size absent from a row was not
+// measured because it ran out of memory.
 //
 // LayerCostTableFromJson is strict: the format string, every field's type, ascending positive
 // micro-batch sizes, equal lengths of `mbs` and `value`, positive finite values, known stage
@@ -30,9 +32,10 @@ namespace sluice {
 
 inline constexpr std::string_view kLayerCostTableFormat = "layer-cost-table/1";
 
-// The profiled stages, in the file's spelling: "encoder", "decoder", "postprocess".
-enum class TableStage { kEncoder = 0, kDecoder = 1, kPostprocess = 2 };
-inline constexpr int kNumTableStages = 3;
+// The profiled stages, in the file's spelling: "encoder", "decoder", "postprocess",
+// "moe_encoder".
+enum class TableStage { kEncoder = 0, kDecoder = 1, kPostprocess = 2, kMoeEncoder = 3 };
+inline constexpr int kNumTableStages = 4;
 std::string_view TableStageName(TableStage stage);
 
 // One row: values at increasing micro-batch sizes for one sequence-length key.
@@ -70,6 +73,7 @@ struct TableModel {
   int64_t heads = 0;
   int64_t kv_channels = 0;  // per-head width when given (T5); 0 = hidden / heads
   int64_t ffn_hidden = 0;
+  std::optional<MoeSpec> moe;  // the MoE layers profiled (decoder-only tables only); absent: dense
   std::vector<std::string> profiled_stages;  // documentation only
 
   friend bool operator==(const TableModel&, const TableModel&) = default;
@@ -94,8 +98,10 @@ StatusOr<LayerCostTable> LayerCostTableFromJson(const nlohmann::json& j, std::st
 // Reads and parses `path`.
 StatusOr<LayerCostTable> ReadLayerCostTable(const std::string& path);
 // OK when `table` profiles `model`'s layer shape: same kind, hidden, heads, head width
-// (kv_channels) and ffn_hidden, and a dense model with multi-head attention and a two-matrix MLP
-// (what the tables measured). The message names the file, the field and both values.
+// (kv_channels) and ffn_hidden, multi-head attention and a two-matrix MLP (what the tables
+// measured), and the same MoE layers (`model.moe` equal to the model's, expert width 0 read as
+// ffn_hidden; both absent for a dense model). The message names the file, the field and both
+// values.
 Status CheckTableMatchesModel(const LayerCostTable& table, const ModelSpec& model);
 // The inverse of LayerCostTableFromJson (round-trips every field the reader keeps).
 nlohmann::json LayerCostTableToJson(const LayerCostTable& table);

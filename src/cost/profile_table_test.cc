@@ -171,6 +171,67 @@ TEST(LayerCostTableErrorsTest, StageNames) {
       AllOf(HasSubstr("field 'tables[0].param_mb.head'"), HasSubstr("'embedding' or 'encoder'")));
 }
 
+// An MoE table: `model.moe` and the MoE layer's rows beside the dense layer's.
+nlohmann::json SmallMoeTable() {
+  nlohmann::json j = SmallTable();
+  j["model"]["moe"] = {{"experts", 8}, {"top_k", 2}, {"layer_interval", 2}};
+  nlohmann::json& e = j["tables"][0];
+  e["time_ms"]["moe_encoder_forward"] = e["time_ms"]["encoder_forward"];
+  e["time_ms"]["moe_encoder_backward"] = e["time_ms"]["encoder_backward"];
+  e["stored_activation_mb"]["moe_encoder"] = e["stored_activation_mb"]["encoder"];
+  e["peak_activation_mb"]["moe_encoder"] = e["peak_activation_mb"]["encoder"];
+  e["param_mb"]["moe_encoder"] = 3000.5;
+  return j;
+}
+
+TEST(LayerCostTableTest, MoeTableRoundTripsAndNamesItsStage) {
+  StatusOr<LayerCostTable> t = LayerCostTableFromJson(SmallMoeTable(), "moe.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->model.moe.has_value());
+  EXPECT_EQ(t->model.moe->experts, 8);
+  EXPECT_EQ(t->model.moe->top_k, 2);
+  EXPECT_EQ(t->model.moe->layer_interval, 2);
+  const int me = static_cast<int>(TableStage::kMoeEncoder);
+  EXPECT_EQ(TableStageName(TableStage::kMoeEncoder), "moe_encoder");
+  EXPECT_EQ(t->configs[0].forward_ms[me].size(), 2u);
+  EXPECT_EQ(t->configs[0].param_mb[me], 3000.5);
+  StatusOr<LayerCostTable> back = LayerCostTableFromJson(LayerCostTableToJson(*t), "moe.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->model, t->model);
+  EXPECT_EQ(back->configs, t->configs);
+}
+
+TEST(LayerCostTableErrorsTest, MoeRowsOnlyInMoeTables) {
+  // A dense table has no MoE layer rows; an MoE table lists them beside the others.
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["tables"][0]["time_ms"]["moe_encoder_forward"] = nlohmann::json::array();
+              }),
+              AllOf(HasSubstr("field 'tables[0].time_ms.moe_encoder_forward': unknown stage key"),
+                    HasSubstr("'encoder_forward'")));
+  nlohmann::json moe = SmallMoeTable();
+  moe["tables"][0]["time_ms"]["decoder_forward"] = nlohmann::json::array();
+  StatusOr<LayerCostTable> t = LayerCostTableFromJson(moe, "moe.json");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(),
+              AllOf(HasSubstr("'tables[0].time_ms.decoder_forward'"),
+                    HasSubstr("'moe_encoder_forward'"), HasSubstr("'encoder_forward'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) { j["model"]["moe"] = {{"top_k", 2}}; }),
+              HasSubstr("field 'model.moe.experts': is required"));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["model"]["moe"] = {{"experts", 4}, {"capacity_factor", -1}};
+              }),
+              HasSubstr("field 'model.moe.capacity_factor'"));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["model"]["moe"] = {{"experts", 4}, {"gate", "top"}};
+              }),
+              AllOf(HasSubstr("'model.moe.gate'"), HasSubstr("'experts'")));
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["model"]["kind"] = "encoder-decoder";
+                j["model"]["moe"] = {{"experts", 4}};
+              }),
+              AllOf(HasSubstr("field 'model.moe'"), HasSubstr("decoder-only models only")));
+}
+
 TEST(LayerCostTableErrorsTest, Rows) {
   EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
                 j["tables"][0]["time_ms"]["encoder_forward"][0]["mbs"] = {2, 1};

@@ -129,9 +129,12 @@ StatusOr<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::Create(LayerCost
   SLUICE_RETURN_IF_ERROR(ValidateModelSpec(model, model.name.empty() ? "model" : model.name));
   SLUICE_RETURN_IF_ERROR(CheckTableMatchesModel(table, model));
   const bool enc_dec = model.is_encoder_decoder();
+  const double moe_share = MoeLayerFraction(model, LayerKind::kEncoder);
   for (size_t i = 0; i < table.configs.size(); ++i) {
     const TableConfig& c = table.configs[i];
-    std::vector<int> stages = {static_cast<int>(TableStage::kEncoder)};
+    std::vector<int> stages;
+    if (moe_share < 1) stages.push_back(static_cast<int>(TableStage::kEncoder));
+    if (moe_share > 0) stages.push_back(static_cast<int>(TableStage::kMoeEncoder));
     if (enc_dec) stages.push_back(static_cast<int>(TableStage::kDecoder));
     for (int s : stages) {
       const std::string name(TableStageName(static_cast<TableStage>(s)));
@@ -154,6 +157,7 @@ StatusOr<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::Create(LayerCost
                           AnalyticCostModel::Create(model, options.device, options.analytic));
   std::unique_ptr<ProfiledCostModel> out(
       new ProfiledCostModel(std::move(table), std::move(model), std::move(analytic)));
+  out->moe_share_ = moe_share;
   std::map<int64_t, TpParams> by_tp;
   for (const TableConfig& c : out->table_.configs) {
     ConfigGrids g;
@@ -162,9 +166,17 @@ StatusOr<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::Create(LayerCost
     const int e = static_cast<int>(TableStage::kEncoder);
     const int d = static_cast<int>(TableStage::kDecoder);
     const int p = static_cast<int>(TableStage::kPostprocess);
-    g.encoder = BuildGrid(
-        {&c.forward_ms[e], &c.backward_ms[e], &c.stored_activation_mb[e], &c.peak_activation_mb[e]},
-        /*pair_keys=*/false);
+    const int me = static_cast<int>(TableStage::kMoeEncoder);
+    if (moe_share < 1) {
+      g.encoder = BuildGrid({&c.forward_ms[e], &c.backward_ms[e], &c.stored_activation_mb[e],
+                             &c.peak_activation_mb[e]},
+                            /*pair_keys=*/false);
+    }
+    if (moe_share > 0) {
+      g.moe_encoder = BuildGrid({&c.forward_ms[me], &c.backward_ms[me],
+                                 &c.stored_activation_mb[me], &c.peak_activation_mb[me]},
+                                /*pair_keys=*/false);
+    }
     if (enc_dec) {
       g.decoder = BuildGrid({&c.forward_ms[d], &c.backward_ms[d], &c.stored_activation_mb[d],
                              &c.peak_activation_mb[d]},
@@ -182,6 +194,9 @@ StatusOr<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::Create(LayerCost
     set(LayerKind::kEncoder, c.param_mb[e]);
     set(LayerKind::kDecoder, c.param_mb[d]);
     set(LayerKind::kEmbedding, c.embedding_param_mb);
+    if (tp.moe_encoder < 0 && c.param_mb[me].has_value()) {
+      tp.moe_encoder = std::llround(*c.param_mb[me] * 1e6 / 2.0);
+    }
   }
   for (auto& [tp, params] : by_tp) out->params_.push_back(params);
   return out;
@@ -222,10 +237,7 @@ LayerCost ProfiledCostModel::Layer(LayerKind kind, const LayerShape& shape, int6
   LayerShape at = shape;  // the shape answered for: below-grid coordinates rounded up
   switch (kind) {
     case LayerKind::kEncoder: {
-      int64_t point[2] = {shape.seqlen, shape.mbs};
-      if (!c->encoder.Lookup(point, v)) return cost;
-      at.seqlen = point[0];
-      at.mbs = point[1];
+      if (!LookupEncoder(*c, shape, v, &at)) return cost;
       break;
     }
     case LayerKind::kDecoder: {
@@ -262,8 +274,36 @@ LayerCost ProfiledCostModel::Layer(LayerKind kind, const LayerShape& shape, int6
   return cost;
 }
 
+bool ProfiledCostModel::LookupEncoder(const ConfigGrids& c, const LayerShape& shape, double* v,
+                                      LayerShape* at) const {
+  // The dense and the MoE layer, each where it weighs; the answer at the larger rounded shape.
+  const std::pair<const Grid*, double> parts[] = {{&c.encoder, 1 - moe_share_},
+                                                  {&c.moe_encoder, moe_share_}};
+  for (int m = 0; m < 4; ++m) v[m] = 0;
+  for (const auto& [grid, weight] : parts) {
+    if (weight <= 0) continue;
+    int64_t point[2] = {shape.seqlen, shape.mbs};
+    double part[4] = {0, 0, 0, 0};
+    if (!grid->Lookup(point, part)) return false;
+    for (int m = 0; m < 3; ++m) v[m] += weight * part[m];
+    v[3] = std::max(v[3], part[3]);  // peaks do not add up: the larger layer's
+    at->seqlen = std::max(at->seqlen, point[0]);
+    at->mbs = std::max(at->mbs, point[1]);
+  }
+  return true;
+}
+
 int64_t ProfiledCostModel::LayerParams(LayerKind kind, int64_t tp) const {
   if (kind == LayerKind::kOutputHead) return AnalyticLayerParams(model_, kind, tp);
+  if (kind == LayerKind::kEncoder && moe_share_ > 0) {
+    for (const TpParams& p : params_) {
+      const int64_t dense = p.params[static_cast<int>(kind)];
+      if (p.tp != tp || p.moe_encoder < 0 || (moe_share_ < 1 && dense < 0)) continue;
+      return std::llround((1 - moe_share_) * static_cast<double>(std::max<int64_t>(dense, 0)) +
+                          moe_share_ * static_cast<double>(p.moe_encoder));
+    }
+    return AnalyticLayerParams(model_, kind, tp);
+  }
   for (const TpParams& p : params_) {
     if (p.tp == tp && p.params[static_cast<int>(kind)] >= 0) {
       return p.params[static_cast<int>(kind)];

@@ -13,6 +13,11 @@
 // Rows: "encoder" answers kEncoder (and is the decoder-only model's layer), "decoder" answers
 // kDecoder at (enc_seqlen = shape.seqlen, dec_seqlen), "postprocess" answers kOutputHead at
 // HeadLength() (the decoder length for encoder-decoder models). Times are ms, memory MB (10^6 B).
+// MoE models (decoder-only; the table's `model.moe` equal to the model's): kEncoder answers the
+// stack's mean layer, as CostModel says: with phi = MoeLayerFraction, forward, backward and
+// stored activation are (1 - phi) x "encoder" (the dense layer) + phi x "moe_encoder" (the MoE
+// layer), the peak the larger of the two; each row is needed only where its weight is not 0, and
+// a shape either needed row cannot answer is infeasible. LayerParams mixes param_mb the same way.
 //
 // Not in the tables, answered analytically (AnalyticCostModel on `options.device`): the
 // embedding's time and memory, the output head's memory, and the split of each measured
@@ -78,24 +83,32 @@ class ProfiledCostModel final : public CostModel {
   struct ConfigGrids {
     int64_t tp = 0;
     Recompute recompute = Recompute::kNone;
-    Grid encoder;  // forward ms, backward ms, stored MB, peak MB
+    Grid encoder;      // forward ms, backward ms, stored MB, peak MB (an MoE model's dense layer)
+    Grid moe_encoder;  // the same for an MoE model's MoE layer; dims 0 for dense models
     Grid decoder;  // same, over (enc_seqlen, dec_seqlen, mbs); dims 0 for decoder-only models
     Grid head;     // forward ms, backward ms
   };
   struct TpParams {
     int64_t tp = 0;
     std::array<int64_t, 4> params = {-1, -1, -1, -1};  // by LayerKind; -1 = not in the table
+    int64_t moe_encoder = -1;                           // an MoE model's MoE layer
   };
 
   ProfiledCostModel(LayerCostTable table, ModelSpec model,
                     std::unique_ptr<AnalyticCostModel> analytic);
   const ConfigGrids* FindConfig(int64_t tp, Recompute rc) const;
+  // kEncoder's forward ms, backward ms, stored MB and peak MB at `shape` into v[0..4) (the mean
+  // layer of an MoE stack), and the shape answered for into *at (below-grid coordinates rounded
+  // up). False when infeasible.
+  bool LookupEncoder(const ConfigGrids& c, const LayerShape& shape, double* v,
+                     LayerShape* at) const;
 
   LayerCostTable table_;
   ModelSpec model_;
   std::unique_ptr<AnalyticCostModel> analytic_;
   std::vector<ConfigGrids> configs_;
   std::vector<TpParams> params_;
+  double moe_share_ = 0;  // MoeLayerFraction(model_, kEncoder)
 };
 
 }  // namespace sluice

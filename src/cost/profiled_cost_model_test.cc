@@ -309,6 +309,87 @@ TEST(ProfiledCostModelTest, FormatDocExampleAnswersAsDocumented) {
   EXPECT_FALSE((*m)->Layer(kEnc, {1, 16, 0}, 2, kNone).feasible);
 }
 
+// GridTable with MoE rows: the MoE layer 3x the dense layer in time and stored memory, 2x in
+// peak; `interval`: an MoE layer every `interval` layers.
+LayerCostTable MoeGridTable(int64_t interval) {
+  LayerCostTable t = GridTable();
+  t.model.moe = MoeSpec{.experts = 8, .top_k = 2, .layer_interval = interval};
+  const int e = static_cast<int>(TableStage::kEncoder);
+  const int me = static_cast<int>(TableStage::kMoeEncoder);
+  TableConfig& c = t.configs[0];
+  auto scaled = [](CostSeries series, double k) {
+    for (CostRow& r : series) {
+      for (double& v : r.value) v *= k;
+    }
+    return series;
+  };
+  c.forward_ms[me] = scaled(c.forward_ms[e], 3);
+  c.backward_ms[me] = scaled(c.backward_ms[e], 3);
+  c.stored_activation_mb[me] = scaled(c.stored_activation_mb[e], 3);
+  c.peak_activation_mb[me] = scaled(c.peak_activation_mb[e], 2);
+  c.param_mb[e] = 400;
+  c.param_mb[me] = 1600;
+  return t;
+}
+
+ModelSpec MoeGpt(int64_t interval) {
+  ModelSpec m = cost_test::Gpt67b();
+  m.moe = MoeSpec{.experts = 8, .top_k = 2, .layer_interval = interval};
+  return m;
+}
+
+TEST(ProfiledCostModelTest, MoeModelAnswersTheStacksMeanLayer) {
+  const ModelSpec dense = cost_test::Gpt67b();
+  auto d = ProfiledCostModel::Create(GridTable(), dense);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const LayerCost one = (*d)->Layer(kEnc, {4, 32, 0}, 1, kNone);
+  ASSERT_TRUE(one.feasible);
+  // Every 4th of 32 layers: phi = 1/4; every layer: phi = 1.
+  for (const auto& [interval, phi] : {std::pair<int64_t, double>{4, 0.25}, {1, 1.0}}) {
+    auto m = ProfiledCostModel::Create(MoeGridTable(interval), MoeGpt(interval));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const LayerCost mean = (*m)->Layer(kEnc, {4, 32, 0}, 1, kNone);
+    ASSERT_TRUE(mean.feasible);
+    const double k = (1 - phi) + 3 * phi;
+    EXPECT_NEAR(mean.forward.millis(), k * one.forward.millis(), 1e-9) << interval;
+    EXPECT_NEAR(mean.backward.millis(), k * one.backward.millis(), 1e-9) << interval;
+    EXPECT_NEAR(mean.stored_activation.mb(), k * one.stored_activation.mb(), 1e-6) << interval;
+    EXPECT_NEAR(mean.peak_activation.mb(), 2 * one.peak_activation.mb(), 1e-6) << interval;
+    EXPECT_EQ((*m)->LayerParams(kEnc, 1),
+              std::llround(((1 - phi) * 400 + phi * 1600) * 1e6 / 2)) << interval;
+    // The hole at (64, 8) is a hole of the mean layer too.
+    EXPECT_FALSE((*m)->Layer(kEnc, {8, 64, 0}, 1, kNone).feasible);
+  }
+}
+
+TEST(ProfiledCostModelTest, MoeTablesMatchOnlyTheirMoeModel) {
+  // A dense table for an MoE model, an MoE table for a dense one, another expert count.
+  auto a = ProfiledCostModel::Create(GridTable(), MoeGpt(2));
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), AllOf(HasSubstr("grid.json: field 'model.moe'"),
+                                          HasSubstr("a dense model"), HasSubstr("8 experts")));
+  auto b = ProfiledCostModel::Create(MoeGridTable(2), cost_test::Gpt67b());
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.status().message(), HasSubstr("field 'model.moe'"));
+  ModelSpec other = MoeGpt(2);
+  other.moe->experts = 16;
+  auto c = ProfiledCostModel::Create(MoeGridTable(2), other);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("16 experts"));
+  // The MoE rows are required where MoE layers are; the dense rows only where dense ones are.
+  LayerCostTable no_moe_rows = MoeGridTable(2);
+  const int me = static_cast<int>(TableStage::kMoeEncoder);
+  no_moe_rows.configs[0].forward_ms[me].clear();
+  auto d = ProfiledCostModel::Create(no_moe_rows, MoeGpt(2));
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(d.status().message(), HasSubstr("'tables[0].time_ms.moe_encoder_forward'"));
+  LayerCostTable no_dense_rows = MoeGridTable(1);
+  const int e = static_cast<int>(TableStage::kEncoder);
+  no_dense_rows.configs[0].forward_ms[e].clear();
+  no_dense_rows.configs[0].backward_ms[e].clear();
+  EXPECT_TRUE(ProfiledCostModel::Create(no_dense_rows, MoeGpt(1)).ok());
+}
+
 TEST(ProfiledCostModelTest, DescribeNamesTableAndAnalyticParts) {
   std::unique_ptr<ProfiledCostModel> gpt = Load(cost_test::GptTablePath(), cost_test::Gpt67b());
   EXPECT_THAT(gpt->Describe(),

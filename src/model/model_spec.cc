@@ -7,6 +7,7 @@
 
 #include "base/json_util.h"
 #include "base/paths.h"
+#include "model/moe_json.h"
 #include "model/spec_util.h"
 
 namespace sluice {
@@ -43,21 +44,6 @@ Status ValidateMoe(const MoeSpec& moe, int64_t layers, std::string_view source) 
                                   layers, moe.layer_interval));
   }
   return CheckIntRange(source, "moe.expert_ffn_hidden", moe.expert_ffn_hidden, 0, kMaxFfnHidden);
-}
-
-StatusOr<MoeSpec> MoeFromJson(const nlohmann::json& j, std::string_view source) {
-  JsonObjectReader r(j, std::string(source), "moe");
-  SLUICE_RETURN_IF_ERROR(r.status());
-  MoeSpec moe;
-  SLUICE_RETURN_IF_ERROR(r.Int("experts", &moe.experts, 2, kMaxExperts));
-  SLUICE_RETURN_IF_ERROR(r.OptionalInt("top_k", &moe.top_k, 1, moe.experts));
-  SLUICE_RETURN_IF_ERROR(model_internal::ReadPositive(r, "capacity_factor", /*required=*/false,
-                                                      kMaxCapacityFactor, &moe.capacity_factor));
-  SLUICE_RETURN_IF_ERROR(r.OptionalInt("layer_interval", &moe.layer_interval, 1, kMaxLayers));
-  SLUICE_RETURN_IF_ERROR(
-      r.OptionalInt("expert_ffn_hidden", &moe.expert_ffn_hidden, 0, kMaxFfnHidden));
-  SLUICE_RETURN_IF_ERROR(r.Finish());
-  return moe;
 }
 
 // A dense model with multi-head attention, GELU MLP and tied embeddings; presets adjust the rest.
@@ -118,6 +104,32 @@ std::vector<ModelSpec> Presets() {
 }
 
 }  // namespace
+
+StatusOr<MoeSpec> MoeSpecFromJson(const nlohmann::json& j, std::string_view source,
+                                  std::string_view path) {
+  JsonObjectReader r(j, std::string(source), std::string(path));
+  SLUICE_RETURN_IF_ERROR(r.status());
+  MoeSpec moe;
+  SLUICE_RETURN_IF_ERROR(r.Int("experts", &moe.experts, 2, kMaxExperts));
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("top_k", &moe.top_k, 1, moe.experts));
+  SLUICE_RETURN_IF_ERROR(model_internal::ReadPositive(r, "capacity_factor", /*required=*/false,
+                                                      kMaxCapacityFactor, &moe.capacity_factor));
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("layer_interval", &moe.layer_interval, 1, kMaxLayers));
+  SLUICE_RETURN_IF_ERROR(
+      r.OptionalInt("expert_ffn_hidden", &moe.expert_ffn_hidden, 0, kMaxFfnHidden));
+  SLUICE_RETURN_IF_ERROR(r.Finish());
+  return moe;
+}
+
+nlohmann::json MoeSpecToJson(const MoeSpec& moe) {
+  return {
+      {"experts", moe.experts},
+      {"top_k", moe.top_k},
+      {"capacity_factor", model_internal::NumberJson(moe.capacity_factor)},
+      {"layer_interval", moe.layer_interval},
+      {"expert_ffn_hidden", moe.expert_ffn_hidden},
+  };
+}
 
 std::string_view ModelKindName(ModelKind kind) {
   return kind == ModelKind::kEncoderDecoder ? kKindNames[1] : kKindNames[0];
@@ -193,7 +205,7 @@ StatusOr<ModelSpec> ModelSpecFromJson(const nlohmann::json& j, std::string_view 
   spec.mlp = mlp == kMlpNames[1] ? MlpKind::kSwiGlu : MlpKind::kGelu;
   SLUICE_RETURN_IF_ERROR(r.OptionalBool("tied_embeddings", &spec.tied_embeddings));
   if (const nlohmann::json* moe = r.Child("moe")) {
-    SLUICE_ASSIGN_OR_RETURN(spec.moe, MoeFromJson(*moe, source));
+    SLUICE_ASSIGN_OR_RETURN(spec.moe, MoeSpecFromJson(*moe, source, "moe"));
   }
   SLUICE_RETURN_IF_ERROR(r.Finish());
   SLUICE_RETURN_IF_ERROR(ValidateModelSpec(spec, source));
@@ -216,15 +228,7 @@ nlohmann::json ModelSpecToJson(const ModelSpec& spec) {
   };
   if (spec.decoder_layers != 0) j["decoder_layers"] = spec.decoder_layers;
   if (spec.head_dim != 0) j["head_dim"] = spec.head_dim;
-  if (spec.moe.has_value()) {
-    j["moe"] = {
-        {"experts", spec.moe->experts},
-        {"top_k", spec.moe->top_k},
-        {"capacity_factor", model_internal::NumberJson(spec.moe->capacity_factor)},
-        {"layer_interval", spec.moe->layer_interval},
-        {"expert_ffn_hidden", spec.moe->expert_ffn_hidden},
-    };
-  }
+  if (spec.moe.has_value()) j["moe"] = MoeSpecToJson(*spec.moe);
   return j;
 }
 

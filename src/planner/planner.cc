@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "batching/dynamic_cp.h"
+#include "batching/expert_groups.h"
 #include "plan/validate.h"
 #include "planner/recompute_pricer.h"
 #include "schedule/schedule_costs.h"
@@ -88,6 +89,13 @@ StatusOr<BatchPlan> Planner::BatchWith(std::span<const Sample> batch, bool split
                           RunMethod(options_.method, batch, *eval_, options_.batching));
   if (plan.outcome == PlanOutcome::kOk && split) {
     ApplyDynamicCp(&plan, batch, *eval_, narrower_, options_.dynamic_cp_rule);
+  }
+  const ParallelConfig& par = eval_->parallel();
+  if (plan.outcome == PlanOutcome::kOk && par.ep > 1 && par.dp % par.ep == 0) {
+    // The replicas of an expert-parallel group pair their all-to-alls one by one.
+    SLUICE_ASSIGN_OR_RETURN(const int64_t splits,
+                            EqualizeExpertGroups(&plan, batch, *eval_, par.ep));
+    (void)splits;
   }
   return plan;
 }
@@ -245,6 +253,52 @@ StatusOr<PlanResult> Planner::PlanBatchedOnce(std::span<const Sample> batch,
       }
     }
   };
+
+  if (eval_->parallel().ep > 1 && dp % eval_->parallel().ep == 0) {
+    // The replicas of an expert-parallel group pair their all-to-alls one by one, so they run one
+    // action order: of the members' own orders, the one whose slowest member is estimated
+    // shortest among those that fit every member's memory.
+    const int64_t ep = eval_->parallel().ep;
+    for (int64_t first = 0; first < dp; first += ep) {
+      bool same = true;
+      for (int64_t d = first + 1; d < first + ep; ++d) {
+        same = same && schedules[d].ranks == schedules[first].ranks;
+      }
+      if (same) continue;
+      std::optional<int64_t> best;
+      Duration best_time;
+      std::vector<ScheduleEstimate> best_estimates;
+      for (int64_t c = first; c < first + ep; ++c) {
+        std::vector<ScheduleEstimate> estimates;
+        Duration slowest;
+        bool ok = true;
+        for (int64_t d = first; d < first + ep && ok; ++d) {
+          ScheduleEstimate e = EstimateSchedule(schedules[c], replica_costs[d]);
+          ok = e.completed && e.fits_memory;
+          slowest = std::max(slowest, e.makespan);
+          estimates.push_back(std::move(e));
+        }
+        if (ok && (!best.has_value() || slowest < best_time)) {
+          best = c;
+          best_time = slowest;
+          best_estimates = std::move(estimates);
+        }
+      }
+      if (!best.has_value()) {
+        result.outcome = PlanOutcome::kOutOfMemory;
+        result.infeasible_reason = fmt::format(
+            "expert parallelism: replicas {}-{} (ep = {}) must run one action order so that their "
+            "all-to-alls pair up, and no member's {} order fits every member's memory",
+            first, first + ep - 1, ep, ScheduleKindName(options_.schedule));
+        return finish(std::move(result));
+      }
+      for (int64_t d = first; d < first + ep; ++d) {
+        if (d != *best) schedules[d] = schedules[*best];
+        result.estimates[d] = std::move(best_estimates[d - first]);
+      }
+    }
+    summarize();
+  }
 
   SLUICE_ASSIGN_OR_RETURN(result.plan, lower(schedules));
   // The one memory rule (check 7) on the lowered plan, whose buffers are known only now. The

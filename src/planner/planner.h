@@ -143,7 +143,8 @@ class Planner {
 
   // Plan in two steps, for callers that plan one batch with several planners whose batching is
   // the same (SameBatching: e.g. one configuration under several schedules): Batch is Plan's
-  // batching step (the method's micro-batches, then dynamic cp's sub-groups), PlanBatched the
+  // batching step (the method's micro-batches, then dynamic cp's sub-groups, then, at ep > 1,
+  // EqualizeExpertGroups' splits; its errors are Batch's), PlanBatched the
   // rest given its result. PlanBatched(batch, *Batch(batch)) returns what Plan(batch) does, but
   // for planning_time, which counts PlanBatched's own time only. Errors: as Plan.
   StatusOr<BatchPlan> Batch(std::span<const Sample> batch) const;

@@ -24,8 +24,10 @@ namespace {
 
 // Layer probes: a model with 3 layers per stack cut into one-layer chunks, so chunk 1
 // (decoder-only) or chunks 1 and 4 (encoder-decoder, 6 chunks) hold exactly one layer and nothing
-// else. Head probe: the same model with no layers cut into 2 chunks; chunk 1 holds only the final
-// norm, the output head and the loss.
+// else. A decoder-only MoE model with an MoE layer every k-th layer has max(3, 2k) layers in as
+// many chunks: chunk k - 1 (chunk 1 when k = 1) holds an MoE layer, chunk k (k >= 2) a dense one,
+// both between the first and the last chunk. Head probe: the same model with no layers cut into 2
+// chunks; chunk 1 holds only the final norm, the output head and the loss.
 constexpr int64_t kProbeLayers = 3;
 constexpr int64_t kMaxMbs = 1 << 20;
 
@@ -70,15 +72,22 @@ std::vector<int64_t> Sorted(std::vector<int64_t> v) {
 struct Probes {
   ModelSpec model;                        // the layer probe model (kProbeLayers per stack)
   ModelSpec head_model;                   // the head probe model (no layers)
-  std::unique_ptr<ModelShard> encoder;    // one encoder (decoder-only: the) layer
+  std::unique_ptr<ModelShard> encoder;    // one encoder (decoder-only: the; MoE: a dense) layer
+  std::unique_ptr<ModelShard> moe;        // MoE models: one MoE layer
   std::unique_ptr<ModelShard> decoder;    // encoder-decoder: one decoder layer
   std::unique_ptr<ModelShard> head;       // final norm + head + loss
   std::unique_ptr<ModelShard> embedding;  // chunk 0: embedding + one layer (parameter count)
-  int64_t encoder_stage = 1, decoder_stage = 4;
+  int64_t encoder_stage = 1, decoder_stage = 4, moe_stage = -1;
 
+  // REQUIRES: encoder (absent for an MoE model whose every layer is an MoE layer).
   const Chunk& encoder_chunk() const { return encoder->chunk(encoder_stage); }
+  const Chunk& moe_chunk() const { return moe->chunk(moe_stage); }
   const Chunk& decoder_chunk() const { return decoder->chunk(decoder_stage); }
   const Chunk& head_chunk() const { return head->chunk(1); }
+  // The layer chunk 0 holds beside the embedding.
+  const Chunk& first_layer_chunk() const {
+    return encoder != nullptr ? encoder_chunk() : moe_chunk();  // layer 0 is dense when k >= 2
+  }
 };
 
 StatusOr<Probes> MakeProbes(const ModelSpec& model, uint64_t seed) {
@@ -87,10 +96,21 @@ StatusOr<Probes> MakeProbes(const ModelSpec& model, uint64_t seed) {
   p.model = model;
   p.model.layers = kProbeLayers;
   if (enc_dec) p.model.decoder_layers = kProbeLayers;
-  const int64_t chunks = enc_dec ? 2 * kProbeLayers : kProbeLayers;
+  int64_t chunks = enc_dec ? 2 * kProbeLayers : kProbeLayers;
   p.encoder_stage = 1;
   p.decoder_stage = enc_dec ? kProbeLayers + 1 : -1;
-  SLUICE_ASSIGN_OR_RETURN(p.encoder, ModelShard::Create(p.model, chunks, 1, p.encoder_stage, seed));
+  if (model.moe.has_value()) {
+    const int64_t k = model.moe->layer_interval;
+    p.model.layers = std::max<int64_t>(kProbeLayers, 2 * k);
+    chunks = p.model.layers;
+    p.moe_stage = k == 1 ? 1 : k - 1;
+    p.encoder_stage = k;  // a dense layer when k >= 2
+    SLUICE_ASSIGN_OR_RETURN(p.moe, ModelShard::Create(p.model, chunks, 1, p.moe_stage, seed));
+  }
+  if (!model.moe.has_value() || model.moe->layer_interval >= 2) {
+    SLUICE_ASSIGN_OR_RETURN(p.encoder,
+                            ModelShard::Create(p.model, chunks, 1, p.encoder_stage, seed));
+  }
   if (enc_dec) {
     SLUICE_ASSIGN_OR_RETURN(p.decoder,
                             ModelShard::Create(p.model, chunks, 1, p.decoder_stage, seed));
@@ -109,7 +129,7 @@ StatusOr<Probes> MakeProbes(const ModelSpec& model, uint64_t seed) {
   p.head = std::move(head).value();
   // Gradients exist from the start, as in training after the first step: every measured backward
   // accumulates into them instead of allocating them.
-  for (ModelShard* shard : {p.encoder.get(), p.decoder.get(), p.head.get()}) {
+  for (ModelShard* shard : {p.encoder.get(), p.moe.get(), p.decoder.get(), p.head.get()}) {
     if (shard == nullptr) continue;
     for (at::Tensor& t : shard->Parameters()) t.mutable_grad() = torch::zeros_like(t);
   }
@@ -193,23 +213,37 @@ StatusOr<std::optional<Pass>> RunOnce(const Chunk& chunk, PointInputs& in, Recom
   try {
     const bool full = rc == Recompute::kFull;
     const bool selective = rc == Recompute::kSelective;
+    // MoE layers (all experts on this rank, ep 1) add their load-balancing loss, which the
+    // backward differentiates as the executor's does.
+    MoeContext moe_forward, moe_again;
+    const bool moe = chunk.has_moe();
+    auto backward = [&](std::vector<at::Tensor> outs, const MoeContext& ctx) {
+      std::vector<at::Tensor> grads = in.grad_outputs;
+      if (ctx.aux_loss.defined()) {
+        outs.push_back(ctx.aux_loss);
+        grads.push_back(torch::ones_like(ctx.aux_loss));
+      }
+      torch::autograd::backward(outs, grads);
+    };
     const Clock::time_point t0 = Clock::now();
     std::vector<at::Tensor> outs;
     if (full) {
       torch::NoGradGuard no_grad;
-      outs = chunk.Forward(in.activations, in.mb.labels, in.mb, false);
+      outs = chunk.Forward(in.activations, in.mb.labels, in.mb, false, nullptr,
+                           moe ? &moe_forward : nullptr);
     } else {
-      outs = chunk.Forward(in.activations, in.mb.labels, in.mb, selective);
+      outs = chunk.Forward(in.activations, in.mb.labels, in.mb, selective, nullptr,
+                           moe ? &moe_forward : nullptr);
     }
     const Clock::time_point t1 = Clock::now();
     const Bytes stored = counter.current() - base;
     if (full) {
       // Keep the stored outputs alive (the next layer holds them) while recomputing.
-      const std::vector<at::Tensor> again =
-          chunk.Forward(in.activations, in.mb.labels, in.mb, false);
-      torch::autograd::backward(again, in.grad_outputs);
+      backward(chunk.Forward(in.activations, in.mb.labels, in.mb, false, nullptr,
+                             moe ? &moe_again : nullptr),
+               moe_again);
     } else {
-      torch::autograd::backward(outs, in.grad_outputs);
+      backward(outs, moe_forward);
     }
     const Clock::time_point t2 = Clock::now();
     Pass pass;
@@ -320,10 +354,10 @@ std::string DescribeCpu(int64_t threads) {
 }
 
 Status ValidateProfileOptions(const ModelSpec& model, const ProfileOptions& o) {
-  if (model.moe.has_value()) {
+  if (model.moe.has_value() && model.is_encoder_decoder()) {
     return InvalidArgumentError(fmt::format(
-        "--model: '{}' has MoE layers; the runtime and the layer-cost-table/1 format cover dense "
-        "models only",
+        "--model: '{}' is an encoder-decoder model with MoE layers; layer-cost-table/1 describes "
+        "the MoE layers of decoder-only models only",
         model.name));
   }
   const int64_t kv = model.kv_heads > 0 ? model.kv_heads : model.heads;
@@ -383,7 +417,11 @@ int64_t ProfileWorkUnits(const ModelSpec& model, const ProfileOptions& o) {
   const int64_t m = static_cast<int64_t>(o.mbs.size());
   const int64_t s = static_cast<int64_t>(o.seqlens.size());
   const int64_t r = static_cast<int64_t>(o.recompute.size());
-  if (!model.is_encoder_decoder()) return s * m * (r + 1);
+  if (!model.is_encoder_decoder()) {
+    // layer rows (a dense and an MoE row for an MoE model with dense layers), heads
+    const int64_t rows = !model.moe.has_value() ? 1 : model.moe->layer_interval >= 2 ? 2 : 1;
+    return s * m * (rows * r + 1);
+  }
   const int64_t d =
       static_cast<int64_t>(o.dec_seqlens.empty() ? o.seqlens.size() : o.dec_seqlens.size());
   // encoder layers, decoder layers, heads (one per decoder length)
@@ -413,8 +451,9 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
     // allocator caches); it is never timed, whatever --warmup says.
     const LayerShape smallest{mbs_list.front(), seqlens.front(), enc_dec ? dec_seqlens.front() : 0};
     std::vector<std::pair<const Chunk*, ProbeKind>> all = {
-        {&probes.encoder_chunk(), ProbeKind::kEncoderLayer},
         {&probes.head_chunk(), ProbeKind::kHead}};
+    if (probes.encoder != nullptr) all.emplace_back(&probes.encoder_chunk(), ProbeKind::kEncoderLayer);
+    if (probes.moe != nullptr) all.emplace_back(&probes.moe_chunk(), ProbeKind::kEncoderLayer);
     if (enc_dec) all.emplace_back(&probes.decoder_chunk(), ProbeKind::kDecoderLayer);
     for (const auto& [chunk, kind] : all) {
       PointInputs in = MakeInputs(probes.model, smallest, kind, tokens, gen);
@@ -448,10 +487,16 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
     return Status::Ok();
   };
 
-  std::map<Recompute, LayerSeries> enc, dec, head;
+  std::map<Recompute, LayerSeries> enc, moe, dec, head;
   for (const int64_t len : seqlens) {
-    SLUICE_RETURN_IF_ERROR(measure_row(probes.encoder_chunk(), ProbeKind::kEncoderLayer, {len, 0},
-                                       len, dec_seqlens.front(), o.recompute, &enc));
+    if (probes.encoder != nullptr) {
+      SLUICE_RETURN_IF_ERROR(measure_row(probes.encoder_chunk(), ProbeKind::kEncoderLayer,
+                                         {len, 0}, len, dec_seqlens.front(), o.recompute, &enc));
+    }
+    if (probes.moe != nullptr) {
+      SLUICE_RETURN_IF_ERROR(measure_row(probes.moe_chunk(), ProbeKind::kEncoderLayer, {len, 0},
+                                         len, dec_seqlens.front(), o.recompute, &moe));
+    }
   }
   if (enc_dec) {
     for (const int64_t len : seqlens) {
@@ -481,7 +526,8 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
   table.layout =
       "tables[] per (tp, recompute), tp 1. time_ms: one layer's forward and backward (a "
       "recomputed forward counts in the backward) in ms, median of the timed runs; postprocess = "
-      "final norm + output head + loss (a chunk with no layers). "
+      "final norm + output head + loss (a chunk with no layers); moe_encoder (MoE models) = a "
+      "layer whose MLP is the MoE layer, all experts on one rank, encoder then = a dense layer. "
       "stored_activation_mb: bytes allocated by the forward and still live after it (saved "
       "tensors and the output), peak_activation_mb: highest live bytes during forward and "
       "backward, both relative to before the forward, in MB (10^6 bytes), counted at libtorch's "
@@ -493,40 +539,56 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
   table.model.heads = model.heads;
   table.model.kv_channels = model.head_dim > 0 ? model.HeadDim() : 0;
   table.model.ffn_hidden = model.ffn_hidden;
-  table.model.profiled_stages = {enc_dec ? "encoder = encoder layer"
-                                         : "encoder = decoder-only "
-                                           "transformer layer"};
+  table.model.moe = model.moe;
+  if (probes.encoder != nullptr) {
+    table.model.profiled_stages.push_back(
+        enc_dec ? "encoder = encoder layer"
+        : model.moe.has_value()
+            ? "encoder = decoder-only transformer layer with a dense MLP"
+            : "encoder = decoder-only transformer layer");
+  }
+  if (model.moe.has_value()) {
+    table.model.profiled_stages.push_back(
+        "moe_encoder = decoder-only transformer layer with the MoE MLP (router, capacity, "
+        "dropping, all experts on one rank, load-balancing loss)");
+  }
   if (enc_dec) table.model.profiled_stages.push_back("decoder = decoder layer");
   table.model.profiled_stages.push_back("postprocess = final norm, output head, loss");
 
   const int e = static_cast<int>(TableStage::kEncoder);
   const int d = static_cast<int>(TableStage::kDecoder);
   const int p = static_cast<int>(TableStage::kPostprocess);
-  const int64_t enc_layer_params = Numel(probes.encoder_chunk().parameters());
+  const int me = static_cast<int>(TableStage::kMoeEncoder);
+  const int64_t first_layer_params = Numel(probes.first_layer_chunk().parameters());
   const int64_t chunk0_params = Numel(probes.embedding->chunk(0).parameters());
   for (const Recompute rc : o.recompute) {
     TableConfig c;
     c.tp = 1;
     c.recompute = rc;
-    const LayerSeries& es = enc[rc];
-    c.forward_ms[e] = ToSeries(es.forward, false);
-    c.backward_ms[e] = ToSeries(es.backward, false);
-    c.stored_activation_mb[e] = ToSeries(es.stored, false);
-    c.peak_activation_mb[e] = ToSeries(es.peak, false);
+    auto fill = [&](int stage, const LayerSeries& ls, bool pair) {
+      c.forward_ms[stage] = ToSeries(ls.forward, pair);
+      c.backward_ms[stage] = ToSeries(ls.backward, pair);
+      c.stored_activation_mb[stage] = ToSeries(ls.stored, pair);
+      c.peak_activation_mb[stage] = ToSeries(ls.peak, pair);
+    };
+    if (probes.encoder != nullptr) {
+      fill(e, enc[rc], false);
+      c.param_mb[e] = Fp16Mb(Numel(probes.encoder_chunk().parameters()));
+    }
+    if (probes.moe != nullptr) {
+      fill(me, moe[rc], false);
+      c.param_mb[me] = Fp16Mb(Numel(probes.moe_chunk().parameters()));
+    }
     if (enc_dec) {
-      const LayerSeries& ds = dec[rc];
-      c.forward_ms[d] = ToSeries(ds.forward, true);
-      c.backward_ms[d] = ToSeries(ds.backward, true);
-      c.stored_activation_mb[d] = ToSeries(ds.stored, true);
-      c.peak_activation_mb[d] = ToSeries(ds.peak, true);
+      fill(d, dec[rc], true);
       c.param_mb[d] = Fp16Mb(Numel(probes.decoder_chunk().parameters()));
     }
     c.forward_ms[p] = ToSeries(head_fwd, false);
     c.backward_ms[p] = ToSeries(head_bwd, false);
-    c.param_mb[e] = Fp16Mb(enc_layer_params);
-    c.embedding_param_mb = Fp16Mb(chunk0_params - enc_layer_params);
-    const bool empty =
-        c.forward_ms[e].empty() || c.forward_ms[p].empty() || (enc_dec && c.forward_ms[d].empty());
+    c.embedding_param_mb = Fp16Mb(chunk0_params - first_layer_params);
+    const bool empty = (probes.encoder != nullptr && c.forward_ms[e].empty()) ||
+                       (probes.moe != nullptr && c.forward_ms[me].empty()) ||
+                       c.forward_ms[p].empty() || (enc_dec && c.forward_ms[d].empty());
     if (empty) {
       return FailedPreconditionError(fmt::format(
           "profile: at recompute {} no point of some layer kind fit --max-activation-mb or the "

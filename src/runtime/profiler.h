@@ -8,6 +8,13 @@
 //     encoder-decoder model (keyed by encoder and decoder length); each timed as a whole chunk of
 //     a probe model cut so that the chunk holds exactly that one layer (Chunk::Forward, then
 //     autograd with random output gradients, as the executor runs a middle pipeline stage);
+//   - "moe_encoder" (decoder-only MoE models): one MoE layer (router, capacity, dropping, every
+//     expert on this rank, as at ep 1; its load-balancing loss differentiated with the output);
+//     "encoder" is then one of the stack's dense layers, measured only when it has some (an MoE
+//     layer every k >= 2 layers). The probe model has max(3, 2k) layers so that both kinds sit
+//     in middle chunks. Expert-parallel runs compute the same expert rows per rank (E/ep experts
+//     on the rows of ep members), so the ep 1 layer prices them; their all-to-alls are priced
+//     by the simulator's links;
 //   - "postprocess" (final norm, output head, loss): the last chunk of a probe model with no
 //     layers (ModelShard::Create accepts it; the chunk then holds only the head), at recompute
 //     none; keyed by the length the head reads (the decoder length for encoder-decoder models).
@@ -21,8 +28,8 @@
 // activations exceed `activation_limit` (or whose allocation fails) is a hole (out of memory);
 // larger micro-batch sizes of that row are then not tried.
 //
-// The table's model must be describable by the format (dense, multi-head attention, GELU MLP);
-// ValidateProfileOptions rejects others, naming the flag. Messages name the `sluice profile`
+// The table's model must be describable by the format (multi-head attention, GELU MLP, MoE
+// layers only in decoder-only models); ValidateProfileOptions rejects others, naming the flag. Messages name the `sluice profile`
 // flag the option comes from (--mbs, --seqlen, ...).
 //
 // Thread safety: ProfileModel sets libtorch's intra-op thread count and installs the counting CPU

@@ -320,5 +320,69 @@ TEST(ProfilerTest, EncoderDecoderTableHasDecoderPairsAndLoads) {
       (*cost)->Layer(LayerKind::kDecoder, LayerShape{2, 24, 12}, 1, Recompute::kFull).feasible);
 }
 
+ModelSpec TinyMoe(int64_t interval) {
+  ModelSpec m = TinyGpt();
+  m.name = "moe-profile-test";
+  m.layers = 4;
+  m.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .layer_interval = interval};
+  return m;
+}
+
+TEST(ProfilerTest, MoeTableHasTheMoeAndTheDenseLayerAndLoads) {
+  constexpr int kMoe = static_cast<int>(TableStage::kMoeEncoder);
+  ProfileOptions o;
+  o.mbs = {1, 2};
+  o.seqlens = {16, 32};
+  o.recompute = {Recompute::kNone, Recompute::kFull};
+  o.repeats = 3;
+  o.warmup = 1;
+  // An MoE layer every 2nd layer: both rows; every layer: the MoE rows only.
+  for (const int64_t interval : {2, 1}) {
+    const ModelSpec model = TinyMoe(interval);
+    EXPECT_EQ(ProfileWorkUnits(model, o), 2 * 2 * ((interval == 2 ? 2 : 1) * 2 + 1));
+    StatusOr<LayerCostTable> t = ProfileModel(model, o, nullptr);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    ASSERT_TRUE(t->model.moe.has_value());
+    EXPECT_EQ(*t->model.moe, *model.moe);
+    for (const Recompute rc : o.recompute) {
+      const TableConfig& c = *t->Find(1, rc);
+      EXPECT_EQ(c.forward_ms[kMoe].size(), 2u) << interval;
+      EXPECT_EQ(c.forward_ms[kEnc].size(), interval == 2 ? 2u : 0u);
+      EXPECT_GT(At(c.forward_ms[kMoe], 32, 2), 0);
+      EXPECT_GT(At(c.backward_ms[kMoe], 32, 2), 0);
+      ASSERT_TRUE(c.param_mb[kMoe].has_value());
+      if (interval == 2) {
+        // The MoE layer holds 4 expert MLPs and a router where the dense layer holds one MLP,
+        // and keeps its dispatch buffers and routing for the backward.
+        EXPECT_GT(*c.param_mb[kMoe], *c.param_mb[kEnc]);
+        EXPECT_GT(At(c.stored_activation_mb[kMoe], 32, 2), At(c.stored_activation_mb[kEnc], 32, 2));
+      }
+    }
+    // Through the file format, as `sluice profile` writes it, into the cost model of the model.
+    StatusOr<LayerCostTable> back =
+        LayerCostTableFromJson(LayerCostTableToJson(*t), "moe-profile.json");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    auto cost = ProfiledCostModel::Create(*back, model);
+    ASSERT_TRUE(cost.ok()) << cost.status().message();
+    const TableConfig& none = *t->Find(1, Recompute::kNone);
+    const double phi = interval == 2 ? 0.5 : 1.0;
+    const double dense = interval == 2 ? At(none.forward_ms[kEnc], 32, 2) : 0;
+    const LayerCost mean =
+        (*cost)->Layer(LayerKind::kEncoder, LayerShape{2, 32, 0}, 1, Recompute::kNone);
+    ASSERT_TRUE(mean.feasible);
+    EXPECT_NEAR(mean.forward.millis(), (1 - phi) * dense + phi * At(none.forward_ms[kMoe], 32, 2),
+                1e-6);
+    // A dense table does not price the MoE model.
+    ModelSpec dense_model = model;
+    dense_model.moe.reset();
+    EXPECT_FALSE(ProfiledCostModel::Create(*back, dense_model).ok());
+  }
+  // Encoder-decoder MoE layers are not in the format.
+  ModelSpec t5 = TinyT5();
+  t5.moe = MoeSpec{.experts = 4, .top_k = 2};
+  EXPECT_THAT(ValidateProfileOptions(t5, o).message(),
+              AllOf(HasSubstr("--model"), HasSubstr("decoder-only models only")));
+}
+
 }  // namespace
 }  // namespace sluice::runtime
