@@ -26,6 +26,31 @@ expect plan-profiled 0 "\(2 planned, 0 out of memory\)" -- plan --model gpt-tiny
   "$root/examples/cluster-cpu-2.json" --parallel pp=2 --tokens-per-batch 256 --max-seqlen 64 \
   --iterations 2 --cost "profiled:$table" --show 0
 
+# MoE layers and the all-to-all link (2 local ranks on a random port).
+moe="$tmp/moe.json"
+a2a="$tmp/a2a-cluster.json"
+export MASTER_PORT=$((29950 + RANDOM % 40))
+expect profile-moe-a2a 0 "wrote .*moe.json \(1 recompute level" -- profile \
+  --model gpt-tiny-moe --mbs 1,2 --seqlen 16,32 --repeats 2 --warmup 1 --threads 1 \
+  --all-to-all 2 --cluster-out "$a2a" --out "$moe"
+unset MASTER_PORT
+if grep -q '"moe_encoder_forward"' "$moe" && grep -q '"intra_node"' "$a2a"; then
+  echo "ok   profile-moe-files"; passed=$((passed + 1))
+else
+  echo "FAIL profile-moe-files: $(head -c 300 "$moe") / $(head -c 300 "$a2a")"; failed=$((failed + 1))
+fi
+expect plan-moe-profiled 0 "\(2 planned, 0 out of memory\)" -- plan --model gpt-tiny-moe \
+  --cluster "$a2a" --parallel dp=2,ep=2 --tokens-per-batch 600 --max-seqlen 32 --iterations 2 \
+  --cost "profiled:$moe" --show 0
+expect cost-show-moe-table-dense-model 2 "field 'model.moe': the table profiles MoE layers" -- \
+  cost show --model gpt-tiny --cost "profiled:$moe" --seqlen 16 --mbs 1
+expect bad-all-to-all 2 "--all-to-all: 1 ranks \(allowed: 2 to 8" -- profile --all-to-all 1 \
+  --cluster-out "$tmp/c.json" --out "$tmp/x.json"
+expect all-to-all-no-cluster-out 2 "--all-to-all: give --cluster-out FILE" -- profile \
+  --all-to-all 2 --out "$tmp/x.json"
+expect cluster-out-alone 2 "--cluster-out: needs --all-to-all N" -- profile \
+  --cluster-out "$tmp/c.json" --out "$tmp/x.json"
+
 # sluice train's number flags (rejected before any process starts).
 expect train-lr-nan 2 "--lr: 'nan' is not allowed; allowed: a number in \(0, 1000\]" -- train --lr nan
 expect train-threads-negative 2 "--threads: '-1' is not allowed" -- train --threads -1

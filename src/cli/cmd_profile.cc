@@ -1,5 +1,7 @@
 // `sluice profile`: measures the runtime's own layers on this machine over a (micro-batch size x
-// sequence length x recompute) grid and writes a layer-cost-table/1 file (runtime/profiler.h).
+// sequence length x recompute) grid and writes a layer-cost-table/1 file (runtime/profiler.h);
+// with --all-to-all N it first starts N local ranks that measure the expert-parallel all-to-all
+// and writes the fitted link as a cluster file (runtime/link_profiler.h).
 // Compiled only with the libtorch runtime (SLUICE_WITH_TORCH).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
@@ -18,7 +20,10 @@
 #include "cost/cost_model.h"
 #include "cost/profile_table.h"
 #include "cost/profiled_cost_model.h"
+#include "model/cluster_spec.h"
 #include "model/model_spec.h"
+#include "runtime/launcher.h"
+#include "runtime/link_profiler.h"
 #include "runtime/profiler.h"
 
 namespace sluice::cli {
@@ -44,6 +49,8 @@ struct ProfileFlags {
   uint64_t seed = 0;
   double max_activation_mb = 0;
   std::string out;
+  int64_t all_to_all = 0;  // local ranks of the all-to-all measurement; 0 = none
+  std::string cluster_out;
 };
 
 std::string CommandLine(const ProfileFlags& f) {
@@ -53,12 +60,12 @@ std::string CommandLine(const ProfileFlags& f) {
   s += fmt::format(" --recompute {} --repeats {} --warmup {} --threads {} --seed {}",
                    fmt::join(f.recompute, ","), f.repeats, f.warmup, f.threads, f.seed);
   if (f.max_activation_mb > 0) s += fmt::format(" --max-activation-mb {}", f.max_activation_mb);
+  if (f.all_to_all > 0) s += fmt::format(" --all-to-all {}", f.all_to_all);
   return s;
 }
 
 // One line per (stage, recompute, key): forward/backward ms and stored MB per micro-batch size.
 void PrintSummary(const LayerCostTable& table) {
-  const char* names[] = {"encoder", "decoder", "postprocess"};
   for (const TableConfig& c : table.configs) {
     for (int stage = 0; stage < kNumTableStages; ++stage) {
       const CostSeries& fwd = c.forward_ms[stage];
@@ -66,7 +73,8 @@ void PrintSummary(const LayerCostTable& table) {
       const bool repeated_head =
           stage == static_cast<int>(TableStage::kPostprocess) && &c != &table.configs.front();
       if (fwd.empty() || repeated_head) continue;
-      fmt::print("{} ({}):\n", names[stage], RecomputeName(c.recompute));
+      fmt::print("{} ({}):\n", TableStageName(static_cast<TableStage>(stage)),
+                 RecomputeName(c.recompute));
       for (size_t r = 0; r < fwd.size(); ++r) {
         const CostRow& row = fwd[r];
         const CostRow& bwd = c.backward_ms[stage][r];
@@ -89,10 +97,63 @@ void PrintSummary(const LayerCostTable& table) {
   }
 }
 
+// A rank of the --all-to-all job: measures, and rank 0 writes the cluster file.
+Status RunAllToAllRank(const ProfileFlags& f, const runtime::DistEnv& env) {
+  runtime::AllToAllProfileOptions o;
+  o.repeats = f.repeats;
+  o.warmup = f.warmup;
+  SLUICE_ASSIGN_OR_RETURN(runtime::AllToAllProfile p, runtime::ProfileAllToAll(env, o));
+  if (env.rank != 0) return Status::Ok();
+  SLUICE_ASSIGN_OR_RETURN(ClusterSpec cluster, ClusterPreset("cpu", p.ranks));
+  cluster.name = fmt::format("cpu:{} (all-to-all measured by sluice profile)", p.ranks);
+  cluster.intra_node = p.PlanLink();
+  SLUICE_RETURN_IF_ERROR(ValidateClusterSpec(cluster, f.cluster_out));
+  SLUICE_RETURN_IF_ERROR(WriteStringToFile(f.cluster_out, ClusterSpecToJson(cluster).dump(1) + "\n")
+                             .WithPrefix("--cluster-out"));
+  fmt::print("all-to-all over {} local ranks (Gloo alltoall_base, fp32), median of {} after {} "
+             "warm-up, slowest rank:\n",
+             p.ranks, f.repeats, f.warmup);
+  for (const runtime::AllToAllPoint& pt : p.points) {
+    fmt::print("  {:>9} bytes per peer: {:.3f} ms\n", pt.bytes_per_peer, pt.time.millis());
+  }
+  fmt::print("fit (n - 1) x latency + bytes to the others / bandwidth: latency {:.1f} us, "
+             "bandwidth {:.3f} GB/s of fp32 = {:.3f} GB/s of the plan's fp16 bytes (mean error "
+             "{:.1f}%)\n",
+             p.latency.micros(), p.bandwidth_fp32 / 1e9, p.PlanLink().bandwidth / 1e9,
+             100 * p.mean_fit_error);
+  fmt::print("wrote {}; use it with --cluster {}\n", f.cluster_out, f.cluster_out);
+  return Status::Ok();
+}
+
 Status RunProfile(const ProfileFlags& f) {
   // Output path first: a bad one, or the model file itself, should not cost the measurements.
   SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
   SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, {{"--model", f.model}}));
+  SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
+  if (f.all_to_all != 0 && (f.all_to_all < 2 || f.all_to_all > 8)) {
+    return InvalidArgumentError(fmt::format(
+        "--all-to-all: {} ranks (allowed: 2 to 8 local ranks, one node; 0 = no all-to-all)",
+        f.all_to_all));
+  }
+  if (f.all_to_all == 0 && !f.cluster_out.empty()) {
+    return InvalidArgumentError("--cluster-out: needs --all-to-all N (the link it writes)");
+  }
+  if (f.all_to_all > 0) {
+    if (f.cluster_out.empty()) {
+      return InvalidArgumentError(
+          "--all-to-all: give --cluster-out FILE, where the measured link is written");
+    }
+    SLUICE_RETURN_IF_ERROR(CheckOutputFile("--cluster-out", f.cluster_out));
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--cluster-out", f.cluster_out,
+                                           {{"--model", f.model}, {"--out", f.out}}));
+    if (env.launched) return RunAllToAllRank(f, env);
+    if (env.world_size > 1) {
+      return InvalidArgumentError(fmt::format(
+          "--all-to-all {}: this process already is rank {} of {} (RANK/WORLD_SIZE are set); "
+          "sluice profile starts its own ranks",
+          f.all_to_all, env.rank, env.world_size));
+    }
+  }
   SLUICE_ASSIGN_OR_RETURN(ModelSpec model, ResolveModel(f.model));
   runtime::ProfileOptions o;
   o.mbs = f.mbs;
@@ -127,6 +188,16 @@ Status RunProfile(const ProfileFlags& f) {
   o.command = CommandLine(f);
   SLUICE_RETURN_IF_ERROR(runtime::ValidateProfileOptions(model, o));
 
+  if (f.all_to_all > 0) {
+    // Before any torch state exists in this process (LaunchLocal forks).
+    SLUICE_ASSIGN_OR_RETURN(std::vector<std::string> argv, runtime::SelfCommandLine());
+    runtime::LaunchOptions lo;
+    lo.nproc = f.all_to_all;
+    lo.master_addr = env.master_addr;
+    lo.master_port = env.master_port;
+    SLUICE_RETURN_IF_ERROR(runtime::LaunchLocal(argv, lo).WithPrefix("--all-to-all"));
+    std::fflush(stdout);
+  }
   fmt::print("profiling {} on {}\n", model.name, runtime::DescribeCpu(o.threads));
   std::fflush(stdout);  // before the progress bar (stderr)
   const auto start = std::chrono::steady_clock::now();
@@ -197,6 +268,16 @@ void RegisterProfileCommands(CLI::App* app, RunState* state) {
       ->capture_default_str();
   p->add_option("--out", f->out, "Where to write the layer-cost-table/1 JSON file")
       ->required()
+      ->type_name("FILE")
+      ->check(PathCheck());
+  p->add_option("--all-to-all", f->all_to_all,
+                "Also measure the expert-parallel all-to-all between N local ranks (Gloo; 2 to "
+                "8) and write the fitted link to --cluster-out; 0 = do not")
+      ->type_name("N")
+      ->capture_default_str();
+  p->add_option("--cluster-out", f->cluster_out,
+                "With --all-to-all: where to write the cluster file (the cpu preset with the "
+                "measured link) that --cluster accepts")
       ->type_name("FILE")
       ->check(PathCheck());
   SetHandler(p, state, [f] { return RunProfile(*f); });
