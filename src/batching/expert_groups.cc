@@ -36,29 +36,41 @@ bool Halve(const MicroBatch& whole, MicroBatch* first, MicroBatch* second) {
   return true;
 }
 
+// The 64 micro-batches of `mbs` with the shortest bottlenecks, in index order.
+std::vector<size_t> Shortest(const std::vector<MicroBatch>& mbs) {
+  constexpr size_t kCandidates = 64;
+  std::vector<size_t> order(mbs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return mbs[a].Bottleneck() < mbs[b].Bottleneck(); });
+  if (order.size() > kCandidates) order.resize(kCandidates);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+// `mbs` without its micro-batch `x` fits the memory rule.
+bool FitsWithout(const StageCostEvaluator& eval, const std::vector<MicroBatch>& mbs, size_t x) {
+  std::vector<MicroBatch> trial = mbs;
+  trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(x));
+  return SequenceFitsMemory(eval, trial);
+}
+
 // Merges a micro-batch of `from` into one of `into` (the same vector: two of one replica;
 // another: a micro-batch moves to another replica of the group and merges there): of the 64
 // micro-batches of each with the shortest bottlenecks, the pair (of the same varlen and cp class)
-// whose merge adds the least bottleneck time and keeps `into` within the memory rule
+// whose merge adds the least bottleneck time and keeps both replicas within the memory rule
 // (SequenceFitsMemory), at the higher recompute level of the two. False when no pair fits.
 bool MergeCheapestPair(const StageCostEvaluator& eval, const BatchIndex& index,
                        std::vector<MicroBatch>* from, std::vector<MicroBatch>* into) {
-  constexpr size_t kCandidates = 64;
-  auto shortest = [&](const std::vector<MicroBatch>& mbs) {
-    std::vector<size_t> order(mbs.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return mbs[a].Bottleneck() < mbs[b].Bottleneck(); });
-    if (order.size() > kCandidates) order.resize(kCandidates);
-    std::sort(order.begin(), order.end());
-    return order;
-  };
   const bool same = from == into;
-  const std::vector<size_t> xs = shortest(*from);
-  const std::vector<size_t> ys = same ? xs : shortest(*into);
-  std::optional<std::tuple<Duration, size_t, size_t>> best;  // (extra time, x in from, y in into)
-  std::optional<MicroBatch> best_merged;
-  std::vector<MicroBatch> trial;
+  const std::vector<size_t> xs = Shortest(*from);
+  const std::vector<size_t> ys = same ? xs : Shortest(*into);
+  struct Candidate {
+    Duration extra;
+    size_t x, y;
+    MicroBatch merged;
+  };
+  std::vector<Candidate> candidates;
   for (size_t x : xs) {
     for (size_t y : ys) {
       if (same && y <= x) continue;
@@ -75,19 +87,43 @@ bool MergeCheapestPair(const StageCostEvaluator& eval, const BatchIndex& index,
       merged.cp_class = a.cp_class;
       if (!PriceMicroBatch(eval, index, &merged)) continue;
       const Duration extra = merged.Bottleneck() - a.Bottleneck() - b.Bottleneck();
-      if (best.has_value() && !(extra < std::get<0>(*best))) continue;
-      trial = *into;
-      trial[y] = merged;
-      if (same) trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(x));
-      if (!SequenceFitsMemory(eval, trial)) continue;
-      best = std::make_tuple(extra, x, y);
-      best_merged = std::move(merged);
+      candidates.push_back({extra, x, y, std::move(merged)});
     }
   }
-  if (!best.has_value()) return false;
-  (*into)[std::get<2>(*best)] = std::move(*best_merged);
-  from->erase(from->begin() + static_cast<std::ptrdiff_t>(std::get<1>(*best)));
-  return true;
+  // The cheapest first (ties: the first pair in index order); the first that fits is taken.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.extra < b.extra; });
+  for (Candidate& c : candidates) {
+    std::vector<MicroBatch> trial = *into;
+    trial[c.y] = c.merged;
+    if (same) trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(c.x));
+    if (!SequenceFitsMemory(eval, trial)) continue;
+    if (!same && !FitsWithout(eval, *from, c.x)) continue;
+    (*into)[c.y] = std::move(c.merged);
+    from->erase(from->begin() + static_cast<std::ptrdiff_t>(c.x));
+    return true;
+  }
+  return false;
+}
+
+// Moves a micro-batch from `from` to the end of `into`: the one with the shortest bottleneck that
+// keeps both replicas within the memory rule. False when none does.
+bool MoveShortest(const StageCostEvaluator& eval, std::vector<MicroBatch>* from,
+                  std::vector<MicroBatch>* into) {
+  std::vector<size_t> order(from->size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return (*from)[a].Bottleneck() < (*from)[b].Bottleneck();
+  });
+  for (size_t x : order) {
+    std::vector<MicroBatch> trial = *into;
+    trial.push_back((*from)[x]);
+    if (!SequenceFitsMemory(eval, trial) || !FitsWithout(eval, *from, x)) continue;
+    into->push_back(std::move((*from)[x]));
+    from->erase(from->begin() + static_cast<std::ptrdiff_t>(x));
+    return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -100,62 +136,72 @@ StatusOr<int64_t> EqualizeExpertGroups(BatchPlan* plan, std::span<const Sample> 
   const BatchIndex index(batch);
   int64_t changes = 0;
   for (int64_t first = 0; first < dp; first += ep) {
-    // The largest count, unless a member has fewer samples than that: then its sample count.
-    size_t target = 0;
-    for (int64_t d = first; d < first + ep; ++d) {
-      target = std::max(target, plan->replicas[d].size());
-    }
-    for (int64_t d = first; d < first + ep; ++d) {
-      size_t samples = 0;
-      for (const MicroBatch& m : plan->replicas[d]) samples += static_cast<size_t>(m.num_samples());
-      target = std::min(target, samples);
-    }
-    // Splits first, so that a replica that must merge across (below) meets members at the count.
-    for (int64_t d = first; d < first + ep; ++d) {
-      std::vector<MicroBatch>& mbs = plan->replicas[d];
-      while (mbs.size() < target) {
-        // The micro-batch with the most rows, then samples, then the longest bottleneck.
-        auto key = [](const MicroBatch& m) {
-          return std::make_tuple(m.rows.size(), m.num_samples(), m.Bottleneck());
-        };
-        size_t pick = mbs.size();
-        for (size_t i = 0; i < mbs.size(); ++i) {
-          if (mbs[i].num_samples() < 2) continue;
-          if (pick == mbs.size() || key(mbs[pick]) < key(mbs[i])) pick = i;
-        }
-        MicroBatch a, b;
-        SLUICE_CHECK(pick < mbs.size() && Halve(mbs[pick], &a, &b));  // target <= its samples
-        for (MicroBatch* half : {&a, &b}) {
-          if (!PriceMicroBatch(eval, index, half)) {
-            return FailedPreconditionError(fmt::format(
-                "expert parallelism: the cost model cannot price half of micro-batch {} of "
-                "replica {} (split to give its expert-parallel group equal micro-batch counts)",
-                pick, d));
+    std::vector<std::vector<MicroBatch>*> group;
+    for (int64_t d = first; d < first + ep; ++d) group.push_back(&plan->replicas[d]);
+    auto count = [&](size_t m) { return group[m]->size(); };
+    // Each pass splits, moves or merges; a move narrows the spread of the counts and a merge
+    // lowers the largest, so the passes end.
+    while (true) {
+      size_t target = 0;
+      for (size_t m = 0; m < group.size(); ++m) target = std::max(target, count(m));
+      // 1. Below the largest count: split while a micro-batch holds two samples or more.
+      for (size_t m = 0; m < group.size(); ++m) {
+        std::vector<MicroBatch>& mbs = *group[m];
+        while (mbs.size() < target) {
+          // The micro-batch with the most rows, then samples, then the longest bottleneck.
+          auto key = [](const MicroBatch& x) {
+            return std::make_tuple(x.rows.size(), x.num_samples(), x.Bottleneck());
+          };
+          size_t pick = mbs.size();
+          for (size_t i = 0; i < mbs.size(); ++i) {
+            if (mbs[i].num_samples() < 2) continue;
+            if (pick == mbs.size() || key(mbs[pick]) < key(mbs[i])) pick = i;
           }
+          MicroBatch a, b;
+          if (pick == mbs.size() || !Halve(mbs[pick], &a, &b)) break;  // one sample each
+          for (MicroBatch* half : {&a, &b}) {
+            if (!PriceMicroBatch(eval, index, half)) {
+              return FailedPreconditionError(fmt::format(
+                  "expert parallelism: the cost model cannot price half of micro-batch {} of "
+                  "replica {} (split to give its expert-parallel group equal micro-batch counts)",
+                  pick, first + static_cast<int64_t>(m)));
+            }
+          }
+          mbs[pick] = std::move(a);
+          mbs.insert(mbs.begin() + static_cast<std::ptrdiff_t>(pick) + 1, std::move(b));
+          ++changes;
         }
-        mbs[pick] = std::move(a);
-        mbs.insert(mbs.begin() + static_cast<std::ptrdiff_t>(pick) + 1, std::move(b));
-        ++changes;
       }
-    }
-    for (int64_t d = first; d < first + ep; ++d) {
-      std::vector<MicroBatch>& mbs = plan->replicas[d];
-      const size_t had = mbs.size();
-      while (mbs.size() > target) {
-        // Two of its own micro-batches, else one of them into another member's (the sample moves
-        // to that replica): whichever fits at the smallest added time, own pairs first.
-        bool merged = MergeCheapestPair(eval, index, &mbs, &mbs);
-        for (int64_t e = first; e < first + ep && !merged; ++e) {
-          if (e != d) merged = MergeCheapestPair(eval, index, &mbs, &plan->replicas[e]);
+      size_t low = 0, high = 0;
+      for (size_t m = 0; m < group.size(); ++m) {
+        if (count(m) < count(low)) low = m;
+        if (count(m) > count(high)) high = m;
+      }
+      if (count(low) == count(high)) break;
+      // 2. A member of one-sample micro-batches stays below: two or more below the largest count,
+      //    it takes one of the fullest member's micro-batches.
+      if (count(high) - count(low) >= 2 && MoveShortest(eval, group[high], group[low])) {
+        ++changes;
+        continue;
+      }
+      // 3. Else every member at the largest count loses one: two of its own micro-batches merge,
+      //    or one of them merges into another member's.
+      for (size_t m = 0; m < group.size(); ++m) {
+        if (count(m) != target) continue;
+        bool merged = MergeCheapestPair(eval, index, group[m], group[m]);
+        for (size_t e = 0; e < group.size() && !merged; ++e) {
+          if (e != m) merged = MergeCheapestPair(eval, index, group[m], group[e]);
         }
         if (!merged) {
           return FailedPreconditionError(fmt::format(
               "expert parallelism: replicas {}-{} form an expert-parallel group (ep = {}) whose "
               "all-to-alls pair up one by one, so they need equal micro-batch counts; replica {} "
-              "has {} micro-batches, but another member of its group holds only {} sample{} and "
-              "no micro-batch of replica {} merges with another of the group within the memory "
-              "limit; give the replicas more samples (more tokens per batch) or more memory",
-              first, first + ep - 1, ep, d, had, target, target == 1 ? "" : "s", d));
+              "has {} micro-batches and replica {} only {} of one sample each, and no micro-batch "
+              "of replica {} merges with another of the group (within the memory limit, priced "
+              "by the cost model) or moves; give the replicas more samples (more tokens per "
+              "batch) or more memory",
+              first, first + ep - 1, ep, first + static_cast<int64_t>(m), target,
+              first + static_cast<int64_t>(low), count(low), first + static_cast<int64_t>(m)));
         }
         ++changes;
       }

@@ -131,10 +131,26 @@ TEST(ExpertGroupsMemoryTest, NoMergeWithinTheMemoryLimitSaysWhy) {
   std::vector<Sample> batch;
   for (int64_t i = 0; i < 4; ++i) batch.push_back(Sample{.id = i, .input_len = len});
   const BatchIndex index(batch);
+  // Counts 3 and 1 of one long sequence each: one moves, 2 and 2, nothing merged.
+  {
+    BatchPlan moved;
+    moved.replicas = {
+        {Priced(eval, index, {{0}}), Priced(eval, index, {{1}}), Priced(eval, index, {{2}})},
+        {Priced(eval, index, {{3}})}};
+    StatusOr<int64_t> r = EqualizeExpertGroups(&moved, batch, eval, 2);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, 1);
+    ASSERT_EQ(moved.replicas[0].size(), 2u);
+    ASSERT_EQ(moved.replicas[1].size(), 2u);
+    for (const auto& replica : moved.replicas) {
+      for (const MicroBatch& mb : replica) EXPECT_EQ(mb.rows.size(), 1u);
+    }
+    EXPECT_TRUE(ValidateBatchPlan(moved, batch, eval).ok());
+  }
+  // Counts 2 and 1: no two long sequences share a micro-batch, so they cannot agree.
   BatchPlan plan;
-  plan.replicas = {
-      {Priced(eval, index, {{0}}), Priced(eval, index, {{1}}), Priced(eval, index, {{2}})},
-      {Priced(eval, index, {{3}})}};
+  plan.replicas = {{Priced(eval, index, {{0}}), Priced(eval, index, {{1}})},
+                   {Priced(eval, index, {{3}})}};
   // Where two long sequences do not fit together but a short one fits beside another short one
   // on the other replica, the short one moves there.
   {
@@ -159,8 +175,8 @@ TEST(ExpertGroupsMemoryTest, NoMergeWithinTheMemoryLimitSaysWhy) {
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(),
               AllOf(HasSubstr("replicas 0-1"), HasSubstr("ep = 2"),
-                    HasSubstr("replica 0 has 3 micro-batches"), HasSubstr("only 1 sample"),
-                    HasSubstr("merges with another of the group within the memory limit")));
+                    HasSubstr("replica 0 has 2 micro-batches and replica 1 only 1 of one sample"),
+                    HasSubstr("merges with another of the group (within the memory limit")));
 }
 
 }  // namespace

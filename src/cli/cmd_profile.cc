@@ -129,7 +129,6 @@ Status RunProfile(const ProfileFlags& f) {
   // Output path first: a bad one, or the model file itself, should not cost the measurements.
   SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
   SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, {{"--model", f.model}}));
-  SLUICE_ASSIGN_OR_RETURN(runtime::DistEnv env, runtime::ReadDistEnv());
   if (f.all_to_all != 0 && (f.all_to_all < 2 || f.all_to_all > 8)) {
     return InvalidArgumentError(fmt::format(
         "--all-to-all: {} ranks (allowed: 2 to 8 local ranks, one node; 0 = no all-to-all)",
@@ -138,7 +137,9 @@ Status RunProfile(const ProfileFlags& f) {
   if (f.all_to_all == 0 && !f.cluster_out.empty()) {
     return InvalidArgumentError("--cluster-out: needs --all-to-all N (the link it writes)");
   }
+  runtime::DistEnv env;  // the torchrun variables matter only to --all-to-all's ranks
   if (f.all_to_all > 0) {
+    SLUICE_ASSIGN_OR_RETURN(env, runtime::ReadDistEnv());
     if (f.cluster_out.empty()) {
       return InvalidArgumentError(
           "--all-to-all: give --cluster-out FILE, where the measured link is written");

@@ -124,6 +124,28 @@ std::string ShapeText(LayerKind kind, const LayerShape& s) {
   return fmt::format("{}x{}", s.mbs, s.seqlen);
 }
 
+// An MoE table's mean layer (what the analytic model prices for kEncoder): (1 - phi) x the dense
+// layer's value + phi x the MoE layer's, at the points both rows measured (phi = 1: the MoE rows).
+CostSeries MeanLayerSeries(const CostSeries& dense, const CostSeries& moe, double phi) {
+  if (phi >= 1) return moe;
+  CostSeries out;
+  for (const CostRow& m : moe) {
+    auto d = std::find_if(dense.begin(), dense.end(),
+                          [&](const CostRow& r) { return r.seqlen == m.seqlen; });
+    if (d == dense.end()) continue;
+    CostRow row{m.seqlen, 0, {}, {}};
+    for (size_t i = 0; i < m.mbs.size(); ++i) {
+      auto at = std::find(d->mbs.begin(), d->mbs.end(), m.mbs[i]);
+      if (at == d->mbs.end()) continue;
+      row.mbs.push_back(m.mbs[i]);
+      row.value.push_back((1 - phi) * d->value[static_cast<size_t>(at - d->mbs.begin())] +
+                          phi * m.value[i]);
+    }
+    if (!row.mbs.empty()) out.push_back(std::move(row));
+  }
+  return out;
+}
+
 }  // namespace
 
 NelderMeadResult MinimizeNelderMead(const std::function<double(const std::vector<double>&)>& f,
@@ -220,7 +242,20 @@ StatusOr<FitReport> FitAnalyticToTable(const LayerCostTable& table, const ModelS
       if (!c.forward_ms[s].empty()) groups.push_back({kind, false, &c.forward_ms[s]});
       if (!c.backward_ms[s].empty()) groups.push_back({kind, true, &c.backward_ms[s]});
     };
-    add(LayerKind::kEncoder, TableStage::kEncoder);
+    // MoE models: the encoder factors are fitted to the stack's mean layer, which the analytic
+    // model prices (its work is the mean layer's), from the dense and the MoE layer's rows.
+    const double phi = MoeLayerFraction(model, LayerKind::kEncoder);
+    CostSeries mean_forward, mean_backward;
+    if (phi > 0) {
+      const int e = static_cast<int>(TableStage::kEncoder);
+      const int me = static_cast<int>(TableStage::kMoeEncoder);
+      mean_forward = MeanLayerSeries(c.forward_ms[e], c.forward_ms[me], phi);
+      mean_backward = MeanLayerSeries(c.backward_ms[e], c.backward_ms[me], phi);
+      if (!mean_forward.empty()) groups.push_back({LayerKind::kEncoder, false, &mean_forward});
+      if (!mean_backward.empty()) groups.push_back({LayerKind::kEncoder, true, &mean_backward});
+    } else {
+      add(LayerKind::kEncoder, TableStage::kEncoder);
+    }
     if (model.is_encoder_decoder()) add(LayerKind::kDecoder, TableStage::kDecoder);
     add(LayerKind::kOutputHead, TableStage::kPostprocess);
     LayerFactors fitted[4] = {};

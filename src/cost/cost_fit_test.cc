@@ -108,6 +108,37 @@ TEST(CostFitTest, SmoothMaxBeatsSumAndHardMax) {
   EXPECT_GT(fit(60), 1.3 * fitted);
 }
 
+// An MoE table: the encoder factors are fitted to the stack's mean layer, built from the dense
+// and the MoE layer's rows at the points both have (every point here: the MoE rows copy the
+// dense ones, 1.5x slower).
+TEST(CostFitTest, MoeTablesFitTheMeanLayer) {
+  StatusOr<LayerCostTable> t = ReadLayerCostTable(cost_test::GptTablePath());
+  ASSERT_TRUE(t.ok());
+  const StatusOr<FitReport> dense = FitAnalyticToTable(*t, cost_test::Gpt67b(), cost_test::A100());
+  ASSERT_TRUE(dense.ok());
+  for (const int64_t interval : {2, 1}) {
+    LayerCostTable moe = *t;
+    moe.model.moe = MoeSpec{.experts = 8, .top_k = 2, .layer_interval = interval};
+    const int e = static_cast<int>(TableStage::kEncoder);
+    const int me = static_cast<int>(TableStage::kMoeEncoder);
+    for (TableConfig& c : moe.configs) {
+      for (auto* series : {&c.forward_ms, &c.backward_ms}) {
+        (*series)[me] = (*series)[e];
+        for (CostRow& row : (*series)[me]) {
+          for (double& v : row.value) v *= 1.5;
+        }
+        if (interval == 1) (*series)[e].clear();
+      }
+    }
+    ModelSpec model = cost_test::Gpt67b();
+    model.moe = moe.model.moe;
+    StatusOr<FitReport> r = FitAnalyticToTable(moe, model, cost_test::A100());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->groups.size(), dense->groups.size()) << interval;
+    EXPECT_EQ(r->points, dense->points) << interval;
+  }
+}
+
 TEST(CostFitTest, RejectsAMismatchedModel) {
   StatusOr<LayerCostTable> t = ReadLayerCostTable(cost_test::GptTablePath());
   ASSERT_TRUE(t.ok());

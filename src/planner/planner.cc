@@ -92,10 +92,14 @@ StatusOr<BatchPlan> Planner::BatchWith(std::span<const Sample> batch, bool split
   }
   const ParallelConfig& par = eval_->parallel();
   if (plan.outcome == PlanOutcome::kOk && par.ep > 1 && par.dp % par.ep == 0) {
-    // The replicas of an expert-parallel group pair their all-to-alls one by one.
-    SLUICE_ASSIGN_OR_RETURN(const int64_t splits,
-                            EqualizeExpertGroups(&plan, batch, *eval_, par.ep));
-    (void)splits;
+    // The replicas of an expert-parallel group pair their all-to-alls one by one. A group that
+    // cannot be equalised within the memory limit makes the batch infeasible (an outcome).
+    StatusOr<int64_t> changes = EqualizeExpertGroups(&plan, batch, *eval_, par.ep);
+    if (!changes.ok()) {
+      if (changes.status().code() != StatusCode::kFailedPrecondition) return changes.status();
+      plan.outcome = PlanOutcome::kOutOfMemory;
+      plan.infeasible_reason = changes.status().message();
+    }
   }
   return plan;
 }
@@ -268,6 +272,7 @@ StatusOr<PlanResult> Planner::PlanBatchedOnce(std::span<const Sample> batch,
       std::optional<int64_t> best;
       Duration best_time;
       std::vector<ScheduleEstimate> best_estimates;
+      std::string first_problem;  // why the first rejected order was
       for (int64_t c = first; c < first + ep; ++c) {
         std::vector<ScheduleEstimate> estimates;
         Duration slowest;
@@ -275,6 +280,10 @@ StatusOr<PlanResult> Planner::PlanBatchedOnce(std::span<const Sample> batch,
         for (int64_t d = first; d < first + ep && ok; ++d) {
           ScheduleEstimate e = EstimateSchedule(schedules[c], replica_costs[d]);
           ok = e.completed && e.fits_memory;
+          if (!ok && first_problem.empty()) {
+            first_problem = fmt::format("replica {}'s order on replica {}: {}", c, d,
+                                        e.completed ? e.memory_problem : e.problem);
+          }
           slowest = std::max(slowest, e.makespan);
           estimates.push_back(std::move(e));
         }
@@ -288,8 +297,8 @@ StatusOr<PlanResult> Planner::PlanBatchedOnce(std::span<const Sample> batch,
         result.outcome = PlanOutcome::kOutOfMemory;
         result.infeasible_reason = fmt::format(
             "expert parallelism: replicas {}-{} (ep = {}) must run one action order so that their "
-            "all-to-alls pair up, and no member's {} order fits every member's memory",
-            first, first + ep - 1, ep, ScheduleKindName(options_.schedule));
+            "all-to-alls pair up, and no member's {} order runs on every member ({})",
+            first, first + ep - 1, ep, ScheduleKindName(options_.schedule), first_problem);
         return finish(std::move(result));
       }
       for (int64_t d = first; d < first + ep; ++d) {
