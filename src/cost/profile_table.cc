@@ -361,13 +361,14 @@ Status CheckTableMatchesModel(const LayerCostTable& t, const ModelSpec& m) {
   auto describe = [&](const std::optional<MoeSpec>& moe, int64_t ffn) -> std::string {
     if (!moe.has_value()) return "a dense model";
     return fmt::format(
-        "MoE layers of {} experts, top-{}, capacity factor {:g}, every {} layer(s), expert width "
-        "{}",
-        moe->experts, moe->top_k, moe->capacity_factor, moe->layer_interval,
-        moe->expert_ffn_hidden > 0 ? moe->expert_ffn_hidden : ffn);
+        "MoE layers of {} experts, top-{}, capacity factor {:g}, expert width {}", moe->experts,
+        moe->top_k, moe->capacity_factor, moe->expert_ffn_hidden > 0 ? moe->expert_ffn_hidden : ffn);
   };
+  // The rows measure one dense and one MoE layer, whatever the interval between MoE layers: a
+  // table serves any interval (ProfiledCostModel requires the rows the model's mix needs).
   auto normalised = [](std::optional<MoeSpec> moe, int64_t ffn) {
     if (moe.has_value() && moe->expert_ffn_hidden == 0) moe->expert_ffn_hidden = ffn;
+    if (moe.has_value()) moe->layer_interval = 1;
     return moe;
   };
   if (normalised(tm.moe, tm.ffn_hidden) != normalised(m.moe, m.ffn_hidden)) {

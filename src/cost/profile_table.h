@@ -99,8 +99,9 @@ StatusOr<LayerCostTable> LayerCostTableFromJson(const nlohmann::json& j, std::st
 StatusOr<LayerCostTable> ReadLayerCostTable(const std::string& path);
 // OK when `table` profiles `model`'s layer shape: same kind, hidden, heads, head width
 // (kv_channels) and ffn_hidden, multi-head attention and a two-matrix MLP (what the tables
-// measured), and the same MoE layers (`model.moe` equal to the model's, expert width 0 read as
-// ffn_hidden; both absent for a dense model). The message names the file, the field and both
+// measured), and the same MoE layers (`model.moe` equal to the model's but for layer_interval,
+// which the rows do not depend on; expert width 0 read as ffn_hidden; both absent for a dense
+// model). The message names the file, the field and both
 // values.
 Status CheckTableMatchesModel(const LayerCostTable& table, const ModelSpec& model);
 // The inverse of LayerCostTableFromJson (round-trips every field the reader keeps).

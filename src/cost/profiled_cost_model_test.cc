@@ -376,6 +376,9 @@ TEST(ProfiledCostModelTest, MoeTablesMatchOnlyTheirMoeModel) {
   auto c = ProfiledCostModel::Create(MoeGridTable(2), other);
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(), HasSubstr("16 experts"));
+  // The interval between MoE layers is the model's: a table with both rows serves any.
+  EXPECT_TRUE(ProfiledCostModel::Create(MoeGridTable(2), MoeGpt(4)).ok());
+  EXPECT_TRUE(ProfiledCostModel::Create(MoeGridTable(2), MoeGpt(1)).ok());
   // The MoE rows are required where MoE layers are; the dense rows only where dense ones are.
   LayerCostTable no_moe_rows = MoeGridTable(2);
   const int me = static_cast<int>(TableStage::kMoeEncoder);
