@@ -9,18 +9,13 @@
 #include <string>
 
 #include "runtime/comm.h"
+#include "runtime/profiler.h"
 #include "runtime/torch_pch.h"
 
 namespace sluice::runtime {
 namespace {
 
 constexpr int64_t kRowFloats = 256;  // 1 KiB rows of fp32
-
-Duration MedianOf(std::vector<Duration> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : Duration::Nanos((v[n / 2 - 1].nanos() + v[n / 2].nanos()) / 2);
-}
 
 }  // namespace
 
@@ -55,7 +50,7 @@ StatusOr<AllToAllProfile> ProfileAllToAll(const DistEnv& env, const AllToAllProf
             Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
       }
     }
-    medians.push_back(MedianOf(std::move(times)));
+    medians.push_back(MedianDuration(std::move(times)));
   }
   // Every rank's medians to rank 0, which keeps the slowest rank's per size.
   std::string mine;

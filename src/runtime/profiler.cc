@@ -243,13 +243,7 @@ StatusOr<std::optional<Pass>> RunOnce(const Chunk& chunk, PointInputs& in, Recom
   }
 }
 
-double MedianMs(std::vector<Duration> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const Duration mid =
-      n % 2 == 1 ? v[n / 2] : Duration::Nanos((v[n / 2 - 1].nanos() + v[n / 2].nanos()) / 2);
-  return mid.millis();
-}
+double MedianMs(std::vector<Duration> v) { return MedianDuration(std::move(v)).millis(); }
 
 struct PointResult {
   double forward_ms = 0, backward_ms = 0;
@@ -310,6 +304,13 @@ struct LayerSeries {
 };
 
 }  // namespace
+
+Duration MedianDuration(std::vector<Duration> v) {
+  SLUICE_CHECK(!v.empty());
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : Duration::Nanos((v[n / 2 - 1].nanos() + v[n / 2].nanos()) / 2);
+}
 
 StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptions& o,
                                       Progress* progress) {

@@ -77,6 +77,10 @@ int64_t ProfileWorkUnits(const ModelSpec& model, const ProfileOptions& options);
 // A description of the CPU and thread count for the table's `measured_on`.
 std::string DescribeCpu(int64_t threads);
 
+// The median of timed runs (the mean of the two middle ones for an even count), as the table's
+// times and the all-to-all profile (link_profiler.h) take them. REQUIRES: !v.empty().
+Duration MedianDuration(std::vector<Duration> v);
+
 // Runs the grid and returns the table (tp 1, one entry per recompute level, sorted as the options
 // give them). `progress`, when not null, advances by ProfileWorkUnits in total. Errors: invalid
 // options, a counter that cannot be installed, an output head whose time cannot be told apart
