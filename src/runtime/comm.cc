@@ -353,12 +353,18 @@ bool Watchdog::Abort(const std::string& message) {
   return n.ok();
 }
 
-std::optional<std::string> Watchdog::PostedFailure() {
+StatusOr<std::optional<std::string>> Watchdog::ReadPostedFailure() {
   StatusOr<int64_t> n = store_->Add(kAbortCount, 0);
-  if (!n.ok() || *n == 0) return std::nullopt;
+  if (!n.ok()) return n.status();
+  if (*n == 0) return std::optional<std::string>();
   StatusOr<std::string> m = store_->GetString(kAbortMessage);
-  if (!m.ok()) return std::nullopt;
-  return *m;
+  if (!m.ok()) return m.status();
+  return std::optional<std::string>(*m);
+}
+
+std::optional<std::string> Watchdog::PostedFailure() {
+  StatusOr<std::optional<std::string>> r = ReadPostedFailure();
+  return r.ok() ? *r : std::nullopt;
 }
 
 void Watchdog::Finish() {

@@ -148,7 +148,10 @@ class Watchdog {
   // before its connections close (pointless when the store is unreachable).
   bool Abort(const std::string& message);
   // The failure another rank posted first, if any (a rank that fails because a peer went away
-  // reports the peer's posted cause instead of blaming the peer it lost).
+  // reports the peer's posted cause instead of blaming the peer it lost); an error when the
+  // store does not answer (rank 0, which serves it, died or stopped).
+  StatusOr<std::optional<std::string>> ReadPostedFailure();
+  // ReadPostedFailure, with an unreachable store read as "nothing posted".
   std::optional<std::string> PostedFailure();
   // How long a failing rank keeps its connections (and rank 0 the store) open before exiting.
   static constexpr std::chrono::milliseconds kLinger{3000};

@@ -146,8 +146,20 @@ class Trainer {
     Status s = Loop();
     if (!s.ok()) {
       // A failure another rank posted first is the cause (this one may only have lost a peer).
-      const std::optional<std::string> posted = watchdog_->PostedFailure();
-      if (!posted) watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
+      const StatusOr<std::optional<std::string>> read = watchdog_->ReadPostedFailure();
+      const std::optional<std::string> posted = read.ok() ? *read : std::nullopt;
+      if (!read.ok()) {
+        // Nothing can be posted or read: rank 0, which serves the store, died or stopped, and
+        // the peer this rank lost most likely went away because of it (a rank that loses the
+        // store exits without being able to post why).
+        s = Status(s.code(), fmt::format("{}; the rendezvous store served by rank 0 at {}:{} does "
+                                         "not answer either: rank 0 died, stopped or hung, or "
+                                         "the network failed ({})",
+                                         s.message(), env_.master_addr, env_.master_port,
+                                         read.status().message()));
+      } else if (!posted) {
+        watchdog_->Abort(fmt::format("rank {} failed: {}", env_.rank, s.message()));
+      }
       watchdog_->Stop();
       // What ran before the failure is kept: this rank's trace, and rank 0's metrics lines.
       FlushAfterFailure();
