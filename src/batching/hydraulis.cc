@@ -150,46 +150,113 @@ int64_t MaxStored(const MicroBatch& mb) {
   return m.count();
 }
 
-// Turns a partition into priced varlen micro-batches in descending order of real tokens: each at
-// the fastest allowed level whose memory rule holds alone with v in flight, then raised one level
-// at a time (largest stored activations first) until the sequence passes CheckSequenceMemory,
-// then lowered where a lighter level is faster and the sequence still passes. False when pricing
-// fails or even the heaviest levels overflow.
-bool Materialize(std::span<const Sample> samples, const StageCostEvaluator& eval,
-                 const BatchIndex& index, const std::vector<Recompute>& levels,
-                 const Partition& part, int64_t v, std::vector<MicroBatch>* out) {
-  std::vector<std::vector<int64_t>> bins(static_cast<size_t>(v));
-  for (size_t i = 0; i < samples.size(); ++i) bins[part.bin[i]].push_back(static_cast<int64_t>(i));
-  std::erase_if(bins, [](const std::vector<int64_t>& b) { return b.empty(); });
-  const int64_t m = static_cast<int64_t>(bins.size());
-  std::vector<MicroBatch> mbs;
-  std::vector<size_t> level_of;
-  for (auto& bin : bins) {
+// A partition's non-empty bins as varlen micro-batches to be: sample positions (longest
+// first), their lengths, and their partition loads.
+struct PackedBins {
+  std::vector<std::vector<int64_t>> bins;
+  std::vector<VarlenLengths> lengths;
+  std::vector<size_t> by_load;  // bin indices, heaviest partition load first
+  int64_t m = 0;                // non-empty bins
+};
+
+PackedBins BinsOf(std::span<const Sample> samples, std::span<const PartitionItem> items,
+                  const StageCostEvaluator& eval, const Partition& part, int64_t v) {
+  PackedBins p;
+  p.bins.resize(static_cast<size_t>(v));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    p.bins[part.bin[i]].push_back(static_cast<int64_t>(i));
+  }
+  std::erase_if(p.bins, [](const std::vector<int64_t>& b) { return b.empty(); });
+  p.m = static_cast<int64_t>(p.bins.size());
+  const bool encdec = eval.model().is_encoder_decoder();
+  p.lengths.resize(p.bins.size());
+  std::vector<int64_t> load(p.bins.size(), 0);
+  for (size_t b = 0; b < p.bins.size(); ++b) {
+    std::vector<int64_t>& bin = p.bins[b];
     std::stable_sort(bin.begin(), bin.end(), [&](int64_t x, int64_t y) {
       return eval.SeqLen(samples[x]) > eval.SeqLen(samples[y]);
     });
-    VarlenLengths lengths;
+    for (int64_t i : bin) {
+      p.lengths[b].enc.push_back(eval.SeqLen(samples[i]));
+      if (encdec) p.lengths[b].dec.push_back(eval.DecLen(samples[i]));
+      load[b] += items[i].cost;
+    }
+  }
+  p.by_load.resize(p.bins.size());
+  std::iota(p.by_load.begin(), p.by_load.end(), 0);
+  std::stable_sort(p.by_load.begin(), p.by_load.end(),
+                   [&](size_t x, size_t y) { return load[x] > load[y]; });
+  return p;
+}
+
+// Bin b at every level: the least bottleneck (a level whose lookup fails counts as zero) and the
+// fastest level whose memory rule holds alone with m in flight (the last level when none).
+struct BinLevels {
+  Duration floor = Duration::Infinite();
+  size_t fastest = 0;
+};
+BinLevels LevelsOf(const StageCostEvaluator& eval, const PackedBins& p, size_t b,
+                   const std::vector<Recompute>& levels) {
+  BinLevels out{Duration::Infinite(), levels.size() - 1};
+  Duration fastest = Duration::Infinite();
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const CostSummary s = SummarizeLengths(eval, p.lengths[b], levels[l], p.m);
+    out.floor = std::min(out.floor, s.bottleneck);
+    if (s.feasible && s.bottleneck < fastest) {
+      fastest = s.bottleneck;
+      out.fastest = l;
+    }
+  }
+  return out;
+}
+
+// A lower bound on the objective of any micro-batches made of `p`: every micro-batch ends at one
+// of `levels`, so its bottleneck is at least its bin's floor (LevelsOf), and Objective at least
+// the largest floor times (pp - 1 + m). This one uses the heaviest bin only.
+Duration HeaviestBinBound(const StageCostEvaluator& eval, const PackedBins& p,
+                          const std::vector<Recompute>& levels) {
+  return LevelsOf(eval, p, p.by_load.front(), levels).floor * (eval.pp() - 1 + p.m);
+}
+
+// What Materialize made of a partition.
+enum class Materialized {
+  kOk,       // `out` holds the priced micro-batches
+  kFailed,   // pricing failed, or even the heaviest levels overflow
+  kBounded,  // it cannot beat the incumbent: not built
+};
+
+// Turns a partition's bins into priced varlen micro-batches in descending order of real tokens:
+// each at the fastest allowed level whose memory rule holds alone with m in flight, then raised
+// one level at a time (largest stored activations first) until the sequence passes
+// CheckSequenceMemory, then lowered where a lighter level is faster and the sequence still
+// passes. Before pricing anything it bounds the objective bin by bin, heaviest first (as
+// HeaviestBinBound, over the bins seen so far), and stops with kBounded as soon as the bound
+// shows it cannot beat `incumbent` (Infinite: nothing yet): above it, or equal to it when
+// `ties_win` is false; `*bound` is then that bound.
+Materialized Materialize(const PackedBins& p, std::span<const Sample> samples,
+                         const StageCostEvaluator& eval, const BatchIndex& index,
+                         const std::vector<Recompute>& levels, Duration incumbent, bool ties_win,
+                         std::vector<MicroBatch>* out, Duration* bound) {
+  std::vector<size_t> level_of(p.bins.size(), levels.size() - 1);
+  Duration slowest_floor = Duration::Zero();
+  for (size_t b : p.by_load) {
+    const BinLevels l = LevelsOf(eval, p, b, levels);
+    level_of[b] = l.fastest;
+    slowest_floor = std::max(slowest_floor, l.floor);
+    *bound = slowest_floor * (eval.pp() - 1 + p.m);
+    if (!incumbent.is_infinite() && (*bound > incumbent || (*bound == incumbent && !ties_win))) {
+      return Materialized::kBounded;
+    }
+  }
+  std::vector<MicroBatch> mbs;
+  for (size_t b = 0; b < p.bins.size(); ++b) {
     MicroBatch mb;
     mb.varlen = true;
     mb.rows.emplace_back();
-    for (int64_t i : bin) {
-      mb.rows[0].push_back(samples[i].id);
-      lengths.enc.push_back(eval.SeqLen(samples[i]));
-      if (eval.model().is_encoder_decoder()) lengths.dec.push_back(eval.DecLen(samples[i]));
-    }
-    size_t chosen = levels.size() - 1;
-    Duration fastest = Duration::Infinite();
-    for (size_t l = 0; l < levels.size(); ++l) {
-      const CostSummary s = SummarizeLengths(eval, lengths, levels[l], m);
-      if (s.feasible && s.bottleneck < fastest) {
-        fastest = s.bottleneck;
-        chosen = l;
-      }
-    }
-    mb.recompute = levels[chosen];
-    if (!PriceMicroBatch(eval, index, &mb)) return false;
+    for (int64_t i : p.bins[b]) mb.rows[0].push_back(samples[i].id);
+    mb.recompute = levels[level_of[b]];
+    if (!PriceMicroBatch(eval, index, &mb)) return Materialized::kFailed;
     mbs.push_back(std::move(mb));
-    level_of.push_back(chosen);
   }
   std::vector<size_t> order(mbs.size());
   std::iota(order.begin(), order.end(), 0);
@@ -209,10 +276,10 @@ bool Materialize(std::span<const Sample> samples, const StageCostEvaluator& eval
         raise = static_cast<int64_t>(j);
       }
     }
-    if (raise < 0) return false;
+    if (raise < 0) return Materialized::kFailed;
     MicroBatch& mb = (*out)[raise];
     mb.recompute = levels[++levels_in_order[raise]];
-    if (!PriceMicroBatch(eval, index, &mb)) return false;
+    if (!PriceMicroBatch(eval, index, &mb)) return Materialized::kFailed;
   }
   // Raising is greedy; lower again every micro-batch that can run faster at a lighter level
   // while the sequence still fits, until none can.
@@ -235,7 +302,7 @@ bool Materialize(std::span<const Sample> samples, const StageCostEvaluator& eval
       }
     }
   }
-  return true;
+  return Materialized::kOk;
 }
 
 Duration Objective(std::span<const MicroBatch> mbs, int64_t pp) {
@@ -358,7 +425,9 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
   SLUICE_RETURN_IF_ERROR(CheckSampleLengths(samples, eval, options).status());
   HydraulisPackDetail local;
   HydraulisPackDetail& d = detail ? *detail : local;
+  const bool exhaustive = d.exhaustive;
   d = HydraulisPackDetail{};
+  d.exhaustive = exhaustive;
   if (samples.empty()) return ReplicaBatches{};
 
   const std::vector<Recompute> levels = RecomputeLevels(options);
@@ -446,43 +515,103 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
   for (Recompute rc : levels)
     level_cappers.emplace_back(eval, std::vector<Recompute>{rc}, longest, samples[longest_at],
                                d.total_tokens);
+  // The options: a partition per (v, cap), in the search's order (v ascending, then caps
+  // descending); the best objective wins, ties the first option. They are built best bound first
+  // (HeaviestBinBound), and the search stops at the first whose bound shows it cannot win: the
+  // same choice as building every option in order, with far fewer built.
+  struct Option {
+    size_t k = 0;  // its v's index in d.tried_v
+    int64_t cap = 0;
+    PackedBins bins;
+    Duration bound;
+  };
   std::vector<MicroBatch> best, candidate;
   Duration best_obj = Duration::Infinite();
-  const std::vector<int64_t> counts = MicroBatchCounts(d.v_min, d.v_max);
-  for (size_t k = 0;; ++k) {
-    // Past v_max only while nothing was feasible (bin packing may need more bins).
-    const int64_t v =
-        k < counts.size() ? counts[k] : d.v_max + static_cast<int64_t>(k - counts.size()) + 1;
-    if (v > n || (k >= counts.size() && !best_obj.is_infinite())) break;
-    std::vector<int64_t> caps = {capper.Cap(v)};
-    for (TokenCapper& c : level_cappers) caps.push_back(c.Cap(v));
-    std::sort(caps.begin(), caps.end(), std::greater<>());
-    caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
-    Duration obj = Duration::Infinite();
-    int64_t obj_cap = caps.front();
-    std::vector<std::vector<int64_t>> seen;  // partitions already materialised at this v
-    for (int64_t cap : caps) {
-      if (cap < longest || v * cap < d.total_tokens) continue;
-      const Partition part = MinMaxPartition(items, v, cap);
-      // A cap that does not bind gives the partition of a larger one: same micro-batches, same
-      // objective, which would not replace it (ties keep the first).
-      if (!part.feasible || std::find(seen.begin(), seen.end(), part.bin) != seen.end()) continue;
-      seen.push_back(part.bin);
-      if (!Materialize(samples, eval, index, levels, part, v, &candidate)) continue;
-      const Duration o = Objective(candidate, eval.pp());
-      if (o < obj) {
-        obj = o;
-        obj_cap = cap;
-        if (o < best_obj) {
-          best_obj = o;
-          best = std::move(candidate);
-          d.chosen_v = v;
+  size_t best_option = 0;  // its position in the search's order
+  size_t positions = 0;    // options so far
+  // Partitions, bounds and builds the options of d.tried_v[first..].
+  auto search = [&](size_t first) {
+    std::vector<Option> options;
+    for (size_t k = first; k < d.tried_v.size(); ++k) {
+      const int64_t v = d.tried_v[k];
+      std::vector<int64_t> caps = {capper.Cap(v)};
+      for (TokenCapper& c : level_cappers) caps.push_back(c.Cap(v));
+      std::sort(caps.begin(), caps.end(), std::greater<>());
+      caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+      d.token_cap[k] = caps.front();
+      std::vector<std::vector<int64_t>> seen;  // partitions already taken at this v
+      for (int64_t cap : caps) {
+        if (cap < longest || v * cap < d.total_tokens) continue;
+        const Partition part = MinMaxPartition(items, v, cap);
+        // A cap that does not bind gives the partition of a larger one: same micro-batches, same
+        // objective, which would not replace it (ties keep the first).
+        if (!part.feasible || std::find(seen.begin(), seen.end(), part.bin) != seen.end()) {
+          continue;
         }
+        seen.push_back(part.bin);
+        Option o{k, cap, BinsOf(samples, items, eval, part, v), Duration::Zero()};
+        o.bound = HeaviestBinBound(eval, o.bins, levels);
+        options.push_back(std::move(o));
       }
     }
+    std::vector<size_t> order(options.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return options[x].bound < options[y].bound; });
+    std::vector<bool> built(options.size(), false);
+    for (size_t i : order) {
+      Option& o = options[i];
+      const size_t position = positions + i;  // in the search's order
+      const bool ties_win = position < best_option;
+      const Duration incumbent = exhaustive ? Duration::Infinite() : best_obj;
+      if (!incumbent.is_infinite() &&
+          (o.bound > best_obj || (o.bound == best_obj && !ties_win))) {
+        continue;  // it cannot win; later ones may still tie earlier in the order
+      }
+      Duration bound = o.bound;
+      const Materialized made = Materialize(o.bins, samples, eval, index, levels, incumbent,
+                                            ties_win, &candidate, &bound);
+      o.bound = std::max(o.bound, bound);
+      if (made != Materialized::kOk) {
+        if (made == Materialized::kFailed) o.bound = Duration::Infinite();
+        continue;
+      }
+      built[i] = true;
+      o.bound = Objective(candidate, eval.pp());
+      if (best_obj.is_infinite() || o.bound < best_obj || (o.bound == best_obj && ties_win)) {
+        best_obj = o.bound;
+        best = std::move(candidate);
+        best_option = position;
+        d.chosen_v = d.tried_v[o.k];
+      }
+    }
+    // Per v: its best option's objective and cap, or the least bound when that is lower.
+    for (size_t i = 0; i < options.size(); ++i) {
+      const Option& o = options[i];
+      if (o.bound < d.objective[o.k]) {
+        d.objective[o.k] = o.bound;
+        d.token_cap[o.k] = o.cap;
+        d.bounded[o.k] = !built[i];
+      }
+    }
+    positions += options.size();
+  };
+  const std::vector<int64_t> counts = MicroBatchCounts(d.v_min, d.v_max);
+  for (const int64_t v : counts) {
+    if (v > n) break;
     d.tried_v.push_back(v);
-    d.token_cap.push_back(obj_cap);
-    d.objective.push_back(obj);
+  }
+  d.token_cap.assign(d.tried_v.size(), 0);
+  d.objective.assign(d.tried_v.size(), Duration::Infinite());
+  d.bounded.assign(d.tried_v.size(), false);
+  search(0);
+  // Past v_max only while nothing was feasible (bin packing may need more bins).
+  for (int64_t v = d.v_max + 1; best_obj.is_infinite() && v <= n; ++v) {
+    d.tried_v.push_back(v);
+    d.token_cap.push_back(0);
+    d.objective.push_back(Duration::Infinite());
+    d.bounded.push_back(false);
+    search(d.tried_v.size() - 1);
   }
   if (best_obj.is_infinite()) {
     ReplicaBatches oom;

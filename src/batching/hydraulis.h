@@ -22,6 +22,9 @@
 // grow together), f(s) is EstimateSampleCosts' share of a padded micro-batch of copies (there is
 // no quadratic fit), the token cap's worst composition is copies of the sample with the most
 // tokens, and micro-batches are priced by the encoder-decoder varlen rule of stage_cost.h.
+// A partition is only built (priced, its levels raised and lowered) when a lower bound on its
+// objective (each micro-batch at its fastest level, memory aside) is below the best objective so
+// far: the chosen micro-batches are the same as building every partition, found faster.
 //
 // Thread safety: stateless functions and objects; concurrent calls are safe.
 #pragma once
@@ -107,6 +110,11 @@ struct HydraulisPackDetail {
   std::vector<int64_t> tried_v;     // v values partitioned
   std::vector<int64_t> token_cap;   // the cap that gave the best objective per tried v
   std::vector<Duration> objective;  // (C* + c)(pp - 1 + v) per tried v; Infinite if infeasible
+  // Per tried v: its objective is a lower bound, not the objective (its partitions could not
+  // beat the best objective found before them, so they were bounded instead of built).
+  std::vector<bool> bounded;
+  // In: build every option instead of bounding (for tests: the choice must not change).
+  bool exhaustive = false;
   int64_t chosen_v = 0;
 };
 // Stage 2 for one replica's samples. InvalidArgument when the evaluator has no varlen pricing;

@@ -1,5 +1,6 @@
 #include "batching/hydraulis.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -346,6 +348,61 @@ TEST(HydraulisBatcherTest, ChosenVMinimisesTheFormula) {
       for (const MicroBatch& mb : rb->micro_batches) EXPECT_LE(mb.real_tokens, cap);
     }
   }
+}
+
+// Options are built best bound first and bounded (hydraulis.h): the same micro-batches, v and
+// per-v caps as building every option, and the bounds stay below the objectives they stand for.
+TEST(HydraulisBatcherTest, BoundingChoosesAsBuildingEveryOption) {
+  struct Case {
+    std::string model;
+    Layout layout;
+    bool encdec;
+  };
+  const Case cases[] = {{"gpt-6.7b", {2, 4, 1}, false}, {"gpt-6.7b", {4, 2, 1}, false},
+                        {"gpt-6.7b", {2, 1, 4}, false}, {"gpt-6.7b", {1, 8, 1}, false},
+                        {"t5-11b", {1, 2, 4}, true}};
+  int64_t bounded = 0;
+  for (const Case& c : cases) {
+    const auto setup =
+        MakeTestSetup(c.model, TestParallel(c.layout.dp, c.layout.pp, c.layout.tp));
+    const StageCostEvaluator& eval = setup->evaluator();
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      const std::vector<Sample> batch = c.encdec ? RandomBatch(seed, 40 + 10 * seed, 1024, true)
+                                                 : LongTailBatch(seed + 30, 30 + 20 * seed,
+                                                                 kMaxSeqlen);
+      for (const std::optional<Recompute> rc :
+           {std::optional<Recompute>(), std::optional<Recompute>(Recompute::kSelective)}) {
+        BatchingOptions o = Options(seed);
+        o.recompute = rc;
+        HydraulisPackDetail fast, every;
+        every.exhaustive = true;
+        const auto a = HydraulisPackReplica(batch, eval, o, &fast);
+        const auto b = HydraulisPackReplica(batch, eval, o, &every);
+        ASSERT_TRUE(a.ok() && b.ok());
+        SCOPED_TRACE(fmt::format("{} pp {} seed {} {}", c.model, c.layout.pp, seed,
+                                 rc ? RecomputeName(*rc) : "any level"));
+        EXPECT_EQ(a->outcome, b->outcome);
+        EXPECT_EQ(a->micro_batches, b->micro_batches);
+        EXPECT_EQ(fast.chosen_v, every.chosen_v);
+        EXPECT_EQ(fast.tried_v, every.tried_v);
+        ASSERT_EQ(fast.objective.size(), every.objective.size());
+        for (size_t k = 0; k < fast.objective.size(); ++k) {
+          EXPECT_FALSE(every.bounded[k]);
+          if (fast.bounded[k]) {
+            ++bounded;
+            EXPECT_LE(fast.objective[k], every.objective[k]);
+            EXPECT_GE(fast.objective[k], every.objective[std::min_element(every.objective.begin(),
+                                                                          every.objective.end()) -
+                                                          every.objective.begin()]);
+          } else {
+            EXPECT_EQ(fast.objective[k], every.objective[k]);
+            EXPECT_EQ(fast.token_cap[k], every.token_cap[k]);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(bounded, 0);  // the bound did prune here
 }
 
 TEST(HydraulisBatcherTest, RespectsAFixedRecomputeLevel) {
