@@ -564,8 +564,7 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
       const size_t position = positions + i;  // in the search's order
       const bool ties_win = position < best_option;
       const Duration incumbent = exhaustive ? Duration::Infinite() : best_obj;
-      if (!incumbent.is_infinite() &&
-          (o.bound > best_obj || (o.bound == best_obj && !ties_win))) {
+      if (!incumbent.is_infinite() && (o.bound > best_obj || (o.bound == best_obj && !ties_win))) {
         continue;  // it cannot win; later ones may still tie earlier in the order
       }
       Duration bound = o.bound;
