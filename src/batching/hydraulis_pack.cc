@@ -165,8 +165,10 @@ PackedBins BinsOf(std::span<const Sample> samples, std::span<const PartitionItem
   return p;
 }
 
-// Bin b at every level: the least bottleneck (a level whose lookup fails counts as zero) and the
-// fastest level whose memory rule holds alone with m in flight (the last level when none).
+// Bin b at every level: the least bottleneck of the levels at which it could be part of a
+// sequence that fits (its peak and buffers within every stage's budget; a level whose lookup
+// fails counts as zero; Infinite: none) and the fastest level whose memory rule holds alone with
+// m in flight (the last level when none).
 struct BinLevels {
   Duration floor = Duration::Infinite();
   size_t fastest = 0;
@@ -177,7 +179,7 @@ BinLevels LevelsOf(const StageCostEvaluator& eval, const PackedBins& p, size_t b
   Duration fastest = Duration::Infinite();
   for (size_t l = 0; l < levels.size(); ++l) {
     const CostSummary s = SummarizeLengths(eval, p.lengths[b], levels[l], p.m);
-    out.floor = std::min(out.floor, s.bottleneck);
+    if (s.memory_load_alone <= 1.0) out.floor = std::min(out.floor, s.bottleneck);
     if (s.feasible && s.bottleneck < fastest) {
       fastest = s.bottleneck;
       out.fastest = l;
@@ -186,12 +188,17 @@ BinLevels LevelsOf(const StageCostEvaluator& eval, const PackedBins& p, size_t b
   return out;
 }
 
+// `t` x `slots`; Infinite stays Infinite.
+Duration TimesSlots(Duration t, int64_t slots) {
+  return t.is_infinite() ? t : t * slots;
+}
+
 // A lower bound on the objective of any micro-batches made of `p`: every micro-batch ends at one
 // of `levels`, so its bottleneck is at least its bin's floor (LevelsOf), and Objective at least
 // the largest floor times (pp - 1 + m). This one uses the heaviest bin only.
 Duration HeaviestBinBound(const StageCostEvaluator& eval, const PackedBins& p,
                           const std::vector<Recompute>& levels) {
-  return LevelsOf(eval, p, p.by_load.front(), levels).floor * (eval.pp() - 1 + p.m);
+  return TimesSlots(LevelsOf(eval, p, p.by_load.front(), levels).floor, eval.pp() - 1 + p.m);
 }
 
 // What Materialize made of a partition.
@@ -217,9 +224,10 @@ Materialized Materialize(const PackedBins& p, std::span<const Sample> samples,
   Duration slowest_floor = Duration::Zero();
   for (size_t b : p.by_load) {
     const BinLevels l = LevelsOf(eval, p, b, levels);
+    if (l.floor.is_infinite()) return Materialized::kFailed;  // no level can fit in a sequence
     level_of[b] = l.fastest;
     slowest_floor = std::max(slowest_floor, l.floor);
-    *bound = slowest_floor * (eval.pp() - 1 + p.m);
+    *bound = TimesSlots(slowest_floor, eval.pp() - 1 + p.m);
     if (!incumbent.is_infinite() && (*bound > incumbent || (*bound == incumbent && !ties_win))) {
       return Materialized::kBounded;
     }

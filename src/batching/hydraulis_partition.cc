@@ -169,7 +169,9 @@ Partition LocalSearch(std::span<const PartitionItem> items, int64_t bins, int64_
     for (int64_t x : b.items[top]) {
       const int64_t cx = items[x].cost;
       for (int64_t j = 0; j < bins; ++j) {
-        if (j == top) continue;
+        // A move to j or a swap with a cheaper item of j leaves j at or above its load: no
+        // better than best_val when that load already is.
+        if (j == top || b.load[j] >= best_val) continue;
         if (b.used[j] + items[x].size <= cap) {
           consider(std::max(top_load - cx, b.load[j] + cx), x, j, -1);
         }

@@ -60,6 +60,9 @@ class SummaryBuilder {
         ((s.stored + held) * (in_flight - 1) + s.peak + held + transient).count());
     summary_.memory_load =
         std::max(summary_.memory_load, need / static_cast<double>(budget.count()));
+    summary_.memory_load_alone =
+        std::max(summary_.memory_load_alone, static_cast<double>((s.peak + held + transient).count()) /
+                                                 static_cast<double>(budget.count()));
   }
   CostSummary Finish(bool lookups_ok) {
     summary_.feasible = lookups_ok && summary_.memory_load <= 1.0;

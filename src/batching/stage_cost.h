@@ -100,6 +100,9 @@ struct CostSummary {
   Bytes max_stored;          // max over stages
   Bytes max_peak;            // max over stages
   double memory_load = 0;    // max over stages of the memory rule's need / budget_s
+  // Max over stages of (peak + buffers) / budget_s: the need with nothing else in flight. Above
+  // 1, no sequence of micro-batches holding this one fits (FindMemoryViolation).
+  double memory_load_alone = 0;
 
   friend bool operator==(const CostSummary&, const CostSummary&) = default;
 };
