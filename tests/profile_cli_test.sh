@@ -50,6 +50,13 @@ expect all-to-all-no-cluster-out 2 "--all-to-all: give --cluster-out FILE" -- pr
   --all-to-all 2 --out "$tmp/x.json"
 expect cluster-out-alone 2 "--cluster-out: needs --all-to-all N" -- profile \
   --cluster-out "$tmp/c.json" --out "$tmp/x.json"
+expect all-to-all-not-a-number 2 "--all-to-all: 'abc' is not an integer; allowed: 0 \(no all-to-all\) or 2 to 8 local ranks" -- \
+  profile --all-to-all abc --cluster-out "$tmp/c.json" --out "$tmp/x.json"
+expect all-to-all-huge 2 "--all-to-all: 99999999999999999999 is out of range" -- \
+  profile --all-to-all 99999999999999999999 --cluster-out "$tmp/c.json" --out "$tmp/x.json"
+# Two outputs on one file not written yet (it used to measure, then overwrite the link).
+expect cluster-out-is-out 2 "--cluster-out '.*new-same.json' and --out '.*new-same.json' are the same file" -- \
+  profile --all-to-all 2 --cluster-out "$tmp/new-same.json" --out "$tmp/./new-same.json"
 
 # sluice train's number flags (rejected before any process starts).
 expect train-lr-nan 2 "--lr: 'nan' is not allowed; allowed: a number in \(0, 1000\]" -- train --lr nan

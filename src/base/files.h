@@ -74,8 +74,10 @@ class AtomicFileWriter {
   Status status_;
 };
 
-// True when `a` and `b` both exist and are the same file (same device and inode, after following
-// symbolic links), so "out.json" and "./sub/../out.json" or a hard link compare equal.
+// True when `a` and `b` name the same file: both exist and are one (same device and inode, after
+// following symbolic links), so "out.json" and "./sub/../out.json" or a hard link compare equal;
+// or neither exists yet and their absolute paths are equal once normalised (the existing part
+// of each resolved through its symbolic links), so two outputs about to be written are too.
 bool SameFile(const std::string& a, const std::string& b);
 
 }  // namespace sluice

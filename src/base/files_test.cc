@@ -171,6 +171,12 @@ TEST_F(FilesTest, SameFileComparesInodes) {
   ASSERT_TRUE(WriteFileAtomically(Path("b.json"), "x").ok());
   EXPECT_FALSE(SameFile(a, Path("b.json")));
   EXPECT_FALSE(SameFile(a, Path("missing.json")));
+  // Two paths of a file not written yet: the same once normalised, through symbolic links.
+  EXPECT_TRUE(SameFile(Path("new.json"), (dir_ / "sub" / ".." / "new.json").string()));
+  EXPECT_FALSE(SameFile(Path("new.json"), Path("other.json")));
+  fs::create_directory_symlink(dir_, Path("link"));
+  EXPECT_TRUE(SameFile(Path("new.json"), (dir_ / "link" / "new.json").string()));
+  EXPECT_FALSE(SameFile(Path("new.json"), ""));
 }
 
 }  // namespace

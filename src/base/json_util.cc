@@ -22,7 +22,12 @@ std::string TypeName(const nlohmann::json& v) {
   return std::string(v.type_name()) == "array" ? "an array" : fmt::format("a {}", v.type_name());
 }
 
-std::string Short(const nlohmann::json& v) { return JsonPreview(v); }
+// A value for "got ..." in messages: its kind and a preview ("a string \"x\""), or "null".
+std::string JsonDescribe(const nlohmann::json& v) {
+  if (v.is_null()) return "null";
+  return fmt::format("{} {}", TypeName(v), JsonPreview(v));
+}
+
 
 // Thrown by the parse callback to stop parsing at a depth or duplicate-key problem.
 struct JsonShapeError {
@@ -68,6 +73,7 @@ std::string JsonPreview(const nlohmann::json& v, size_t max_chars) {
   if (s.size() > max_chars) s = s.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
   return s;
 }
+
 
 std::string JoinAllowed(std::span<const std::string_view> allowed) {
   std::string out;
@@ -121,21 +127,21 @@ Status JsonObjectReader::OptionalInt(std::string_view key, int64_t* out, int64_t
   const nlohmann::json* v = Lookup(key);
   if (v == nullptr) return Status::Ok();
   int64_t value = 0;
-  if (v->is_number_integer()) {
-    value = v->get<int64_t>();
-  } else if (v->is_number_unsigned()) {
+  if (v->is_number_unsigned()) {
     const uint64_t u = v->get<uint64_t>();
     if (u > static_cast<uint64_t>(max)) {
       return Error(key, fmt::format("must be an integer in [{}, {}], got {}", min, max, u));
     }
     value = static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    value = v->get<int64_t>();
   } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
              std::floor(v->get<double>()) == v->get<double>() &&
              std::fabs(v->get<double>()) < 9e15) {
     value = static_cast<int64_t>(v->get<double>());
   } else {
-    return Error(key, fmt::format("must be an integer in [{}, {}], got {} {}", min, max,
-                                  TypeName(*v), Short(*v)));
+    return Error(key, fmt::format("must be an integer in [{}, {}], got {}", min, max,
+                                  JsonDescribe(*v)));
   }
   if (value < min || value > max) {
     return Error(key, fmt::format("must be an integer in [{}, {}], got {}", min, max, value));
@@ -166,8 +172,8 @@ Status JsonObjectReader::OptionalDouble(std::string_view key, double* out, doubl
   const nlohmann::json* v = Lookup(key);
   if (v == nullptr) return Status::Ok();
   if (!v->is_number()) {
-    return Error(key, fmt::format("must be a number in [{}, {}], got {} {}", min, max,
-                                  TypeName(*v), Short(*v)));
+    return Error(key, fmt::format("must be a number in [{}, {}], got {}", min, max,
+                                  JsonDescribe(*v)));
   }
   const double value = v->get<double>();
   if (!std::isfinite(value) || value < min || value > max) {
@@ -191,7 +197,7 @@ Status JsonObjectReader::OptionalString(std::string_view key, std::string* out) 
   const nlohmann::json* v = Lookup(key);
   if (v == nullptr) return Status::Ok();
   if (!v->is_string()) {
-    return Error(key, fmt::format("must be a string, got {} {}", TypeName(*v), Short(*v)));
+    return Error(key, fmt::format("must be a string, got {}", JsonDescribe(*v)));
   }
   *out = v->get<std::string>();
   return Status::Ok();
@@ -202,7 +208,7 @@ Status JsonObjectReader::OptionalBool(std::string_view key, bool* out) {
   const nlohmann::json* v = Lookup(key);
   if (v == nullptr) return Status::Ok();
   if (!v->is_boolean()) {
-    return Error(key, fmt::format("must be true or false, got {} {}", TypeName(*v), Short(*v)));
+    return Error(key, fmt::format("must be true or false, got {}", JsonDescribe(*v)));
   }
   *out = v->get<bool>();
   return Status::Ok();
@@ -232,7 +238,7 @@ Status JsonObjectReader::OptionalEnum(std::string_view key, std::string* out,
       }
     }
   }
-  return Error(key, fmt::format("must be one of {}, got {}", JoinAllowed(allowed), Short(*v)));
+  return Error(key, fmt::format("must be one of {}, got {}", JoinAllowed(allowed), JsonPreview(*v)));
 }
 
 const nlohmann::json* JsonObjectReader::Child(std::string_view key) { return Lookup(key); }

@@ -50,6 +50,19 @@ TEST(JsonObjectReaderTest, ErrorsNameFileFieldAndAllowed) {
   EXPECT_THAT(fin.message(), HasSubstr("'c', 'missing', 'n' or 'w'"));
 }
 
+// An unsigned 64-bit value is shown as written (it used to wrap to -1), null as "null".
+TEST(JsonObjectReaderTest, ShowsHugeUnsignedAndNullValuesAsWritten) {
+  auto j = nlohmann::json::parse(R"({"u": 18446744073709551615, "n": null, "s": null})");
+  JsonObjectReader r(j, "t.json");
+  int64_t v = 0;
+  EXPECT_EQ(r.OptionalInt("u", &v, 2, 64).message(),
+            "t.json: field 'u': must be an integer in [2, 64], got 18446744073709551615");
+  EXPECT_EQ(r.OptionalInt("n", &v, 2, 64).message(),
+            "t.json: field 'n': must be an integer in [2, 64], got null");
+  std::string s;
+  EXPECT_EQ(r.OptionalString("s", &s).message(), "t.json: field 's': must be a string, got null");
+}
+
 TEST(JsonObjectReaderTest, RejectsFractionalInteger) {
   auto j = nlohmann::json::parse(R"({"n": 2.5})");
   JsonObjectReader r(j, "t.json");

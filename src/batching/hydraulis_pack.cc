@@ -64,19 +64,43 @@ VarlenLengths WorstComposition(int64_t tokens, int64_t longest, const StageCostE
   return out;
 }
 
+// Whether the worst composition of `tokens` tokens out of sequences no longer than `longest`
+// (WorstComposition) fits the memory rule at level rc with v micro-batches in flight: a pure
+// function of (tokens, rc, the in-flight counts of v), each asked once. A replica's token cappers
+// share one: their binary searches probe the same token counts until their answers part.
+class FitsMemo {
+ public:
+  FitsMemo(const StageCostEvaluator& eval, int64_t longest, const Sample& widest)
+      : eval_(eval), longest_(longest), widest_(widest) {}
+
+  bool Fits(int64_t tokens, Recompute rc, int64_t v) {
+    std::vector<int64_t> key{tokens, static_cast<int64_t>(rc)};
+    for (int64_t s = 0; s < eval_.pp(); ++s) key.push_back(eval_.InFlight(s, v));
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    const VarlenLengths lengths = WorstComposition(tokens, longest_, eval_, widest_);
+    const bool fits = SummarizeLengths(eval_, lengths, rc, v).feasible;
+    memo_.emplace(std::move(key), fits);
+    return fits;
+  }
+
+ private:
+  const StageCostEvaluator& eval_;
+  int64_t longest_;
+  Sample widest_;
+  std::map<std::vector<int64_t>, bool> memo_;
+};
+
 // S_cap(v): the most tokens a varlen micro-batch may hold so that any composition of sequences
 // no longer than `longest` fits the memory rule with v micro-batches in flight, at some allowed
 // recompute level (the most memory-saving one, in practice).
 // Memoised by the in-flight counts (1F1B: the same for every v >= pp).
 class TokenCapper {
  public:
+  // `fits`: the replica's FitsMemo (of the same `longest`); it outlives the capper.
   TokenCapper(const StageCostEvaluator& eval, std::vector<Recompute> levels, int64_t longest,
-              const Sample& widest, int64_t total)
-      : eval_(eval),
-        levels_(std::move(levels)),
-        longest_(longest),
-        widest_(widest),
-        total_(total) {}
+              int64_t total, FitsMemo* fits)
+      : eval_(eval), levels_(std::move(levels)), longest_(longest), total_(total), fits_(fits) {}
 
   // 0 when even one sequence of `longest` breaks the rule; at most `total`.
   int64_t Cap(int64_t v) {
@@ -106,17 +130,15 @@ class TokenCapper {
 
  private:
   bool Fits(int64_t tokens, int64_t v) const {
-    const VarlenLengths lengths = WorstComposition(tokens, longest_, eval_, widest_);
-    return std::any_of(levels_.begin(), levels_.end(), [&](Recompute rc) {
-      return SummarizeLengths(eval_, lengths, rc, v).feasible;
-    });
+    return std::any_of(levels_.begin(), levels_.end(),
+                       [&](Recompute rc) { return fits_->Fits(tokens, rc, v); });
   }
 
   const StageCostEvaluator& eval_;
   std::vector<Recompute> levels_;
   int64_t longest_;
-  Sample widest_;
   int64_t total_;
+  FitsMemo* fits_;
   std::map<std::vector<int64_t>, int64_t> memo_;
 };
 
@@ -189,9 +211,7 @@ BinLevels LevelsOf(const StageCostEvaluator& eval, const PackedBins& p, size_t b
 }
 
 // `t` x `slots`; Infinite stays Infinite.
-Duration TimesSlots(Duration t, int64_t slots) {
-  return t.is_infinite() ? t : t * slots;
-}
+Duration TimesSlots(Duration t, int64_t slots) { return t.is_infinite() ? t : t * slots; }
 
 // A lower bound on the objective of any micro-batches made of `p`: every micro-batch ends at one
 // of `levels`, so its bottleneck is at least its bin's floor (LevelsOf), and Objective at least
@@ -373,7 +393,8 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
       q.b > 0 && q.c > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q.c / q.b))) : 1;
 
   const BatchIndex index(samples);
-  TokenCapper capper(eval, levels, longest, samples[longest_at], d.total_tokens);
+  FitsMemo fits(eval, longest, samples[longest_at]);
+  TokenCapper capper(eval, levels, longest, d.total_tokens, &fits);
   int64_t v_fail = 0;  // the first v whose cap is below the longest sequence
   for (int64_t v = 1; v <= n; ++v) {
     const int64_t cap = capper.Cap(v);
@@ -419,8 +440,7 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
   // without (or with less) recomputation, so each distinct cap is tried.
   std::vector<TokenCapper> level_cappers;
   for (Recompute rc : levels)
-    level_cappers.emplace_back(eval, std::vector<Recompute>{rc}, longest, samples[longest_at],
-                               d.total_tokens);
+    level_cappers.emplace_back(eval, std::vector<Recompute>{rc}, longest, d.total_tokens, &fits);
   // The options: a partition per (v, cap), in the search's order (v ascending, then caps
   // descending); the best objective wins, ties the first option. They are built best bound first
   // (HeaviestBinBound), and the search stops at the first whose bound shows it cannot win: the

@@ -485,7 +485,7 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                   ->capture_default_str();
   o["--ep"] = c->add_option("--ep", f->ep,
                             "Expert-parallel degrees the configuration search tries (MoE models; "
-                            "ep divides the experts and dp x tp): comma-separated, e.g. 1,4,8, or "
+                            "ep divides the experts and dp): comma-separated, e.g. 1,4,8, or "
                             "'all' (every power of two that fits)")
                   ->type_name("N,...|all")
                   ->capture_default_str();

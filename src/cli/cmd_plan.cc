@@ -141,6 +141,7 @@ Status RunPlan(const PlanFlags& f) {
   int64_t real_tokens = 0;
   const bool several = sc.iterations != 1;
   std::string first_written;  // the first plan file written (named in the summary)
+  std::string first_reason;   // why the first batch that did not plan did not
   while ((sc.iterations == 0 || done < sc.iterations) && sc.batcher->Next(&batch)) {
     small.Add(batch);
     StatusOr<PlanResult> planned = planner.Plan(batch.samples);
@@ -159,6 +160,9 @@ Status RunPlan(const PlanFlags& f) {
     }
     progress.Clear();
     PrintResult(r, batch, sc.parallel->pp, done < f.show);
+    if (r.outcome != PlanOutcome::kOk && first_reason.empty()) {
+      first_reason = fmt::format("batch {}: {}", batch.index, r.infeasible_reason);
+    }
     if (r.outcome == PlanOutcome::kOk) {
       ++ok;
       makespan_ms += r.makespan.millis();
@@ -216,8 +220,9 @@ Status RunPlan(const PlanFlags& f) {
   }
   if (ok == 0 && done > 0) {
     return FailedPreconditionError(fmt::format(
-        "no batch could be planned within memory with method '{}' and schedule '{}'", f.planner.method,
-        f.planner.schedule));
+        "no batch could be planned within memory with method '{}' and schedule '{}' (the first: "
+        "{})",
+        f.planner.method, f.planner.schedule, first_reason));
   }
   return Status::Ok();
 }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/files.h"
 #include "base/json_util.h"
 #include "base/progress.h"
 #include "cli/cli_common.h"
@@ -145,8 +146,13 @@ Status RunProfile(const ProfileFlags& f) {
           "--all-to-all: give --cluster-out FILE, where the measured link is written");
     }
     SLUICE_RETURN_IF_ERROR(CheckOutputFile("--cluster-out", f.cluster_out));
-    SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--cluster-out", f.cluster_out,
-                                           {{"--model", f.model}, {"--out", f.out}}));
+    if (SameFile(f.cluster_out, f.out)) {
+      return InvalidArgumentError(fmt::format(
+          "--cluster-out '{}' and --out '{}' are the same file: the table would overwrite the "
+          "measured link; allowed: two different files",
+          f.cluster_out, f.out));
+    }
+    SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--cluster-out", f.cluster_out, {{"--model", f.model}}));
     if (env.launched) return RunAllToAllRank(f, env);
     if (env.world_size > 1) {
       return InvalidArgumentError(fmt::format(
@@ -275,6 +281,7 @@ void RegisterProfileCommands(CLI::App* app, RunState* state) {
                 "Also measure the expert-parallel all-to-all between N local ranks (Gloo; 2 to "
                 "8) and write the fitted link to --cluster-out; 0 = do not")
       ->type_name("N")
+      ->check(IntegerCheck(0, 8, "0 (no all-to-all) or 2 to 8 local ranks"))
       ->capture_default_str();
   p->add_option("--cluster-out", f->cluster_out,
                 "With --all-to-all: where to write the cluster file (the cpu preset with the "

@@ -1,6 +1,6 @@
 #include "compare/compare.h"
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +34,33 @@ struct Resolved {
   std::string description;
 };
 
+// Every expert-parallel degree the search is asked for can run somewhere: an MoE model whose
+// experts it divides, on at most the cluster's devices (a degree that never fits would leave
+// the search with nothing to try and the report blaming memory).
+Status CheckSearchEp(std::span<const int64_t> eps, const ModelSpec& model,
+                     const ClusterSpec& cluster, const FieldNamer& field_name) {
+  std::vector<int64_t> allowed{1};
+  if (model.moe.has_value()) {
+    for (int64_t e = 2; e <= std::min(model.moe->experts, cluster.num_devices()); ++e) {
+      if (model.moe->experts % e == 0) allowed.push_back(e);
+    }
+  }
+  for (const int64_t ep : eps) {
+    if (std::find(allowed.begin(), allowed.end(), ep) != allowed.end()) continue;
+    const std::string why =
+        !model.moe.has_value()
+            ? fmt::format("model '{}' is dense (expert parallelism needs an MoE model)",
+                          model.name)
+            : fmt::format("ep must divide moe.experts = {} of model '{}' and fit the {} devices "
+                          "of cluster '{}'",
+                          model.moe->experts, model.name, cluster.num_devices(), cluster.name);
+    return InvalidArgumentError(fmt::format("{}: ep = {} cannot run: {} (allowed: {})",
+                                            field_name("search.ep"), ep, why,
+                                            fmt::join(allowed, ", ")));
+  }
+  return Status::Ok();
+}
+
 StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_name) {
   ScenarioSpec spec;
   spec.model = sc.model;
@@ -59,6 +86,7 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
   };
   Resolved r;
   SLUICE_ASSIGN_OR_RETURN(r.sc, ResolveScenario(spec, spec_field));
+  SLUICE_RETURN_IF_ERROR(CheckSearchEp(sc.search.ep, r.sc.model, r.sc.cluster, field_name));
   GlobalBatch batch;
   while ((sc.iterations == 0 || static_cast<int64_t>(r.batches.size()) < sc.iterations) &&
          r.sc.batcher->Next(&batch)) {

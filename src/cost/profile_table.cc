@@ -27,8 +27,7 @@ Status FieldError(std::string_view source, std::string_view path, std::string_vi
 }
 
 std::string Describe(const nlohmann::json& v) {
-  const std::string s = JsonPreview(v);
-  return fmt::format("{} {}", v.type_name(), s);
+  return v.is_null() ? "null" : fmt::format("{} {}", v.type_name(), JsonPreview(v));
 }
 
 // The stages a table of `model` may list (decoder rows only for encoder-decoder models, MoE

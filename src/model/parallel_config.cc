@@ -105,12 +105,14 @@ Status CheckEp(const ParallelConfig& config, const ModelSpec& model, std::string
         "{}: model '{}': ep = {} needs an MoE model, and this one is dense (allowed ep: 1)", source,
         model.name, config.ep));
   }
-  const int64_t dp_tp = config.dp * config.tp;
-  if (model.moe->experts % config.ep == 0 && dp_tp % config.ep == 0) return Status::Ok();
+  // Expert-parallel groups are ep consecutive data-parallel replicas (plan/lower.h): groups
+  // inside tensor-parallel ranks are not lowered.
+  if (model.moe->experts % config.ep == 0 && config.dp % config.ep == 0) return Status::Ok();
   return InvalidArgumentError(fmt::format(
-      "{}: model '{}': ep = {} must divide both moe.experts = {} and dp*tp = {} (allowed ep: {})",
-      source, model.name, config.ep, model.moe->experts, dp_tp,
-      JoinInts(Divisors(std::gcd(model.moe->experts, dp_tp)))));
+      "{}: model '{}': ep = {} must divide both moe.experts = {} and dp = {} (expert-parallel "
+      "groups are ep data-parallel replicas) (allowed ep: {})",
+      source, model.name, config.ep, model.moe->experts, config.dp,
+      JoinInts(Divisors(std::gcd(model.moe->experts, config.dp)))));
 }
 
 Status CheckCp(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {

@@ -5,8 +5,8 @@
 // with load-balanced causal chunks, cost/context_parallel.h); decoder-only models only. One
 // pipeline position (a plan rank) holds tp * cp devices: [rank * tp * cp, (rank + 1) * tp * cp),
 // tp innermost (Megatron-Core's tp-cp-dp-pp order).
-// ep (expert parallelism) groups ranks that hold different experts of an MoE layer and must
-// divide dp * tp. vpp is the number of virtual (interleaved) stages per device. zero is the
+// ep (expert parallelism) groups ep consecutive data-parallel replicas that hold different experts
+// of an MoE layer, and must divide dp. vpp is the number of virtual (interleaved) stages per device. zero is the
 // ZeRO stage (0: replicated states, 1: optimizer states sharded over dp, 2: + gradients,
 // 3: + parameters).
 //
@@ -76,7 +76,7 @@ Status ValidateParallelConfig(const ParallelConfig& config, std::string_view sou
 //     decoder_layers (equal runs of the concatenated stack); model/chunk_cut.h;
 //   - tp divides heads and ffn_hidden (and moe->expert_ffn_hidden), and kv_heads % tp == 0 or
 //     tp % kv_heads == 0;
-//   - ep > 1 only for MoE models, and ep divides moe->experts and dp*tp;
+//   - ep > 1 only for MoE models, and ep divides moe->experts and dp;
 //   - cp > 1 only for decoder-only models;
 //   - with a cluster: dp*pp*tp*cp <= devices, memory_limit <= the device's memory, memory_reserve
 //     < the device's memory.

@@ -259,10 +259,14 @@ TEST(ParallelFitsTest, ExpertParallelNeedsMoe) {
               AllOf(HasSubstr("ep = 2 needs an MoE model"), HasSubstr("(allowed ep: 1)")));
   const ModelSpec moe = *ModelPreset("gpt-tiny-moe");
   EXPECT_TRUE(Fits("dp=2,ep=2", moe));
-  EXPECT_TRUE(Fits("dp=2,tp=2,ep=4", moe));
-  EXPECT_THAT(
-      FitError("dp=2,ep=4", moe),
-      HasSubstr("ep = 4 must divide both moe.experts = 4 and dp*tp = 2 (allowed ep: 1, 2)"));
+  EXPECT_TRUE(Fits("dp=2,tp=2,ep=2", moe));
+  EXPECT_TRUE(Fits("dp=4,tp=2,ep=4", moe));
+  EXPECT_THAT(FitError("dp=2,ep=4", moe),
+              AllOf(HasSubstr("ep = 4 must divide both moe.experts = 4 and dp = 2"),
+                    HasSubstr("(allowed ep: 1, 2)")));
+  // Groups inside tensor-parallel ranks are not lowered: ep divides dp, not dp * tp.
+  EXPECT_THAT(FitError("dp=2,tp=2,ep=4", moe), HasSubstr("(allowed ep: 1, 2)"));
+  EXPECT_THAT(FitError("dp=1,tp=2,ep=2", moe), HasSubstr("(allowed ep: 1)"));
   EXPECT_THAT(FitError("dp=3,ep=3", moe), HasSubstr("(allowed ep: 1)"));
 }
 
