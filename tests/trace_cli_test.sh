@@ -153,7 +153,19 @@ PY
     "$tmp/t.html"
   expect "replay against another plan is refused" 2 \
     "trace-rank-0.json: .*rank 0 .*iteration 0 .*a trace of another plan" \
-    -- replay "$tmp/t" --plan "${plans[1]}" "${plans[0]}"
+    -- replay "$tmp/t" --plan "${plans[1]}" "${plans[0]}" "${plans[@]:2}"
+  expect "fewer plans than traced iterations are refused" 2 \
+    "the traces hold 6 iterations but 5 plan file\(s\) are given: iteration 5 has no plan" \
+    -- replay "$tmp/t" --plan "${plans[@]:0:5}"
+  mkdir -p "$tmp/t-one" && cp "$tmp/t/trace-rank-0.json" "$tmp/t-one/"
+  expect "a rank's trace missing is refused" 2 "has 2 ranks but the traces hold 1 \(missing: rank 1\)" \
+    -- calibrate "$tmp/t-one" --plan "${plans[@]}" --out "$tmp/c-one.json"
+  cp -r "$tmp/t" "$tmp/t-copy"
+  expect "calibrate --out onto one of its traces is refused" 2 \
+    "--out '.*t-copy/trace-rank-1.json' and trace '.*t-copy/trace-rank-1.json' are the same file" \
+    -- calibrate "$tmp/t-copy" --plan "${plans[@]}" --out "$tmp/t-copy/trace-rank-1.json"
+  expect "a what-if that matches no op is refused" 2 "'no-such-op' matches no op of the trace" \
+    -- replay "$tmp/t" --what-if no-such-op=2
   # What-if with another plan's order: the same six batches planned with zb-h1 (the same
   # micro-batches in another order, the backward split in halves), replayed from the 1f1b trace.
   expect "plan the same batches with zb-h1" 0 "plans written" -- plan "${common[@]}" \
@@ -268,7 +280,7 @@ PY
   expect "simulate with the calibration" 0 "outcome: ok" -- simulate "${plans[4]}" \
     --calibration "$tmp/cal.json"
   expect "calibration against another plan is refused" 2 "a trace of another plan" -- \
-    calibrate "$tmp/t" --plan "${plans[1]}" "${plans[0]}" --out "$tmp/cal2.json"
+    calibrate "$tmp/t" --plan "${plans[1]}" "${plans[0]}" "${plans[@]:2}" --out "$tmp/cal2.json"
   expect "plan priced with the calibration" 0 "mean makespan" -- plan "${common[@]}" \
     --iterations 1 --show 0 --calibration "$tmp/cal.json"
   printf '{"format": "sluice-calibration/1", "ops": [{"op": 3}]}' > "$tmp/badcal2.json"

@@ -139,7 +139,9 @@ Status CheckOutputFile(std::string_view flag, const std::string& path) {
 Status CheckNotAnInput(std::string_view flag, const std::string& path,
                        const std::vector<NamedInput>& inputs) {
   for (const NamedInput& in : inputs) {
-    if (SameFile(path, in.path)) {
+    // An input that does not exist is reported by its reader ("cannot open"), not here.
+    std::error_code ec;
+    if (std::filesystem::exists(in.path, ec) && SameFile(path, in.path)) {
       return InvalidArgumentError(fmt::format(
           "{} '{}' and {} '{}' are the same file: writing the output would destroy the input; "
           "allowed: an output path that is not an input",

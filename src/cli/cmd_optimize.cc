@@ -200,7 +200,7 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
       ->type_name("FILE")
       ->check(PathCheck());
   o->add_option("--budget-ms", flags->budget_ms, "Wall-clock budget of the search in ms")
-      ->check(NumberCheck(0, true, 1e9, "a number of ms in (0, 1e9]"))
+      ->check(NumberCheck(1e-3, false, 1e9, "a number of ms in [0.001, 1e9]"))
       ->capture_default_str();
   o->add_option("--steps", flags->steps, "Simulations of candidates at most")
       ->check(IntegerCheck(0, 1000000))

@@ -267,6 +267,12 @@ Status RunCalibrate(const CalibrateFlags& f) {
           r.source, trace::TraceFormatName(r.format)));
     }
   }
+  // --out must not be one of the inputs (a trace found in a folder included).
+  std::vector<NamedInput> inputs;
+  for (const trace::RankTrace& r : a.set.ranks) inputs.push_back({"trace", r.source});
+  for (const std::string& p : f.plans) inputs.push_back({"--plan", p});
+  if (!f.metrics.empty()) inputs.push_back({"--metrics", f.metrics});
+  SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, inputs));
   std::vector<ExecutionPlan> plans;
   for (const std::string& p : f.plans) {
     SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFile(p));

@@ -27,8 +27,10 @@ Status Engine::Prepare() {
   const ParallelConfig& par = plan_.parallel;
   const int64_t n = static_cast<int64_t>(plan_.ranks.size());
   if (par.dp < 1 || par.pp < 1 || par.tp < 1 || par.vpp < 1 || n != par.dp * par.pp) {
-    return PlanError(fmt::format("has {} rank programs for dp {} x pp {} (need dp * pp >= 1)", n,
-                                 par.dp, par.pp));
+    return PlanError(fmt::format(
+        "has {} rank programs for dp {} x pp {} (need dp * pp = {} programs, dp, pp, tp and vpp "
+        ">= 1)",
+        n, par.dp, par.pp, par.dp * par.pp));
   }
   if (static_cast<int64_t>(plan_.replicas.size()) != par.dp ||
       static_cast<int64_t>(plan_.model_states.size()) != par.pp) {

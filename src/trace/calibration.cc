@@ -1,6 +1,6 @@
 #include "trace/calibration.h"
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -291,6 +291,19 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
   std::set<int64_t> wanted(options.iterations.begin(), options.iterations.end());
   if (wanted.empty()) {
     for (size_t k = 0; k < plans.size(); ++k) wanted.insert(static_cast<int64_t>(k));
+    // Every traced iteration is then tied to a plan: fewer plans would leave iterations out
+    // without a word.
+    int64_t traced = 0;
+    for (const RankTrace& r : set.ranks) {
+      for (const TraceOp& op : r.ops) traced = std::max(traced, op.iteration + 1);
+    }
+    if (traced > static_cast<int64_t>(plans.size())) {
+      return InvalidArgumentError(fmt::format(
+          "the traces hold {} iterations but {} plan file(s) are given: iteration {} has no plan "
+          "(--plan, one per iteration in the order sluice train ran them; calibrate "
+          "--fit-iterations picks some)",
+          traced, plans.size(), plans.size()));
+    }
   }
   for (int64_t k : wanted) {
     if (k < 0 || k >= static_cast<int64_t>(plans.size())) {
@@ -298,6 +311,20 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
           "iteration {} has no plan: {} plan file(s) given (--plan, one per iteration in the "
           "order sluice train ran them)",
           k, plans.size()));
+    }
+    // Every rank of the plan has its trace: a missing one would bias every fit.
+    const ExecutionPlan& plan = plans[static_cast<size_t>(k)];
+    std::vector<int64_t> missing;
+    for (int64_t rank = 0; rank < static_cast<int64_t>(plan.ranks.size()); ++rank) {
+      const bool traced = std::any_of(set.ranks.begin(), set.ranks.end(),
+                                      [&](const RankTrace& r) { return r.rank == rank; });
+      if (!traced) missing.push_back(rank);
+    }
+    if (!missing.empty()) {
+      return InvalidArgumentError(fmt::format(
+          "the plan of iteration {} has {} ranks but the traces hold {} (missing: rank {}): give "
+          "every rank's trace (sluice train --trace-dir writes one per rank)",
+          k, plan.ranks.size(), set.ranks.size(), fmt::join(missing, ", rank ")));
     }
   }
   std::map<std::pair<int64_t, std::string>, std::vector<Point>> points;  // (stage, op)

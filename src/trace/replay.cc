@@ -134,9 +134,10 @@ std::vector<int64_t> FittedCommTimes(const Graph& g, int64_t* groups, std::vecto
 StatusOr<WhatIf> ParseWhatIf(std::string_view text) {
   auto bad = [&] {
     return InvalidArgumentError(fmt::format(
-        "--what-if '{}': expected WHAT=FACTOR (a number >= 0) or WHAT+=DURATION (a number >= 0 "
-        "with ns, us, ms or s), WHAT one of compute, comm, link, gap, optimizer or a text the "
-        "op's name or annotation contains (e.g. comm=0.5, link+=2ms, 'forward=1.2')",
+        "--what-if '{}': expected WHAT=FACTOR (a number in [0, 1e6]) or WHAT+=DURATION (a number "
+        ">= 0 with ns, us, ms or s, at most 1e6 s), WHAT one of compute, comm, link, gap, "
+        "optimizer or a text the op's name or annotation contains, without '=' (e.g. comm=0.5, "
+        "link+=2ms, 'forward=1.2')",
         text));
   };
   const size_t eq = text.rfind('=');
@@ -146,6 +147,7 @@ StatusOr<WhatIf> ParseWhatIf(std::string_view text) {
   if (what_end == 0) return bad();
   WhatIf w;
   w.match = std::string(text.substr(0, what_end));
+  if (w.match.find('=') != std::string::npos) return bad();
   std::string value(text.substr(eq + 1));
   double unit = 1;  // ns per unit of the value
   if (add) {
@@ -170,7 +172,9 @@ StatusOr<WhatIf> ParseWhatIf(std::string_view text) {
   } catch (const std::exception&) {
     return bad();
   }
-  if (!(x >= 0) || !std::isfinite(x) || (add && x * unit > 1e15)) return bad();
+  if (!(x >= 0) || !std::isfinite(x) || (add ? x * unit > 1e15 : x > kMaxWhatIfFactor)) {
+    return bad();
+  }
   if (add) {
     w.add_ns = std::llround(x * unit);
   } else {
@@ -250,10 +254,10 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
   }
   int64_t link_delay = 0;  // "link+=D": the send post -> transfer edges
   for (const WhatIf& w : options.what_if) {
-    if (!(w.factor >= 0) || !std::isfinite(w.factor) || w.add_ns < 0) {
+    if (!(w.factor >= 0) || w.factor > kMaxWhatIfFactor || w.add_ns < 0 || w.add_ns > 1e15) {
       return InvalidArgumentError(
-          fmt::format("what-if '{}': the factor must be a finite number >= 0 and the addition "
-                      ">= 0",
+          fmt::format("what-if '{}': the factor must be a number in [0, 1e6] and the addition "
+                      "in [0, 1e6 s]",
                       WhatIfText(w)));
     }
     if (w.match == "link" && w.add_ns > 0) {
@@ -262,10 +266,14 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
     }
     const int64_t add = w.match == "link" ? 0 : w.add_ns;
     auto change = [&](int64_t x) { return std::llround(static_cast<double>(x) * w.factor) + add; };
+    int64_t hits = 0;
     for (size_t v = 0; v < n; ++v) {
       const GraphNode& node = g.nodes[v];
       if (w.match == "gap") {
-        if (node.stream_pred >= 0) gap[v] = change(gap[v]);
+        if (node.stream_pred >= 0) {
+          gap[v] = change(gap[v]);
+          ++hits;
+        }
         continue;
       }
       bool hit = false;
@@ -282,7 +290,17 @@ StatusOr<ReplayResult> Replay(const Graph& g, const TraceSet& set, const ReplayO
         hit = op.name.find(w.match) != std::string::npos ||
               op.label.find(w.match) != std::string::npos;
       }
-      if (hit) own[v] = change(own[v]);
+      if (hit) {
+        own[v] = change(own[v]);
+        ++hits;
+      }
+    }
+    if (hits == 0) {
+      return InvalidArgumentError(fmt::format(
+          "--what-if '{}': '{}' matches no op of the trace, so it would change nothing (allowed: "
+          "compute, comm, link, gap, optimizer, or a text an op's name or annotation contains, "
+          "e.g. 'forward' or '1F0')",
+          WhatIfText(w), w.match));
     }
   }
   ReplayResult r;

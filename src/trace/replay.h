@@ -38,13 +38,14 @@ namespace sluice::trace {
 // receive's post still gates it and the sender's compute goes on).
 struct WhatIf {
   std::string match;
-  double factor = 1.0;  // >= 0, finite
-  int64_t add_ns = 0;   // >= 0
+  double factor = 1.0;  // in [0, kMaxWhatIfFactor]
+  int64_t add_ns = 0;   // in [0, 1e15]
 };
+inline constexpr double kMaxWhatIfFactor = 1e6;
 
 // "WHAT=FACTOR" (e.g. "comm=0.5") or "WHAT+=DURATION" with DURATION a number >= 0 and a unit
 // ns, us, ms or s (e.g. "link+=2ms", "forward+=150us"). InvalidArgument naming the text and
-// the forms allowed.
+// the forms allowed. A what-if whose WHAT matches no op of the trace is an error of the replay.
 StatusOr<WhatIf> ParseWhatIf(std::string_view text);
 // The form ParseWhatIf reads: "comm=0.5", "link+=2ms" (exact to the ns: "link+=1500us").
 std::string WhatIfText(const WhatIf& w);

@@ -137,6 +137,12 @@ TEST(Replay, WhatIfFasterComputeShortensTheIteration) {
   ReplayOptions bad;
   bad.what_if = {{"compute", -1}};
   EXPECT_FALSE(Replay(a->graph, a->set, bad).ok());
+  // A target that matches no op would change nothing: an error naming it.
+  ReplayOptions none;
+  none.what_if = {{"no-such-op", 2.0}};
+  auto nothing = Replay(a->graph, a->set, none);
+  ASSERT_FALSE(nothing.ok());
+  EXPECT_THAT(nothing.status().message(), HasSubstr("'no-such-op' matches no op of the trace"));
 }
 
 // The plan PipelineEvents ran (one micro-batch, two stages); `split`: rank 1's backward as
@@ -282,7 +288,8 @@ TEST(WhatIf, ParsesFactorsAndDurations) {
   EXPECT_EQ(ParseWhatIf("forward=1.2")->match, "forward");
   for (const char* bad :
        {"link+=2", "=2", "+=2ms", "comm=", "comm", "comm=-1", "link+=-1ms", "link+=ms",
-        "link+=2 ms", "comm=nan", "comm=inf", "comm=1x", "link+=2msx", "link+=1e300s"}) {
+        "link+=2 ms", "comm=nan", "comm=inf", "comm=1x", "link+=2msx", "link+=1e300s",
+        "compute=1e300", "compute=1000001", "compute=2=3"}) {
     auto b = ParseWhatIf(bad);
     ASSERT_FALSE(b.ok()) << bad;
     EXPECT_THAT(b.status().message(), HasSubstr("WHAT+=DURATION")) << bad;
