@@ -26,6 +26,8 @@ for i, g in enumerate(h['groups']):
 "
 check hetero-out-groups-valid "$sluice" plan check "$tmp/g0.json" "$tmp/g1.json"
 expect hetero-search 0 "best mix: .* \+ " -- hetero --search --iterations 1 --top 1 --scenario "$(dirname "$0")/../examples/compare-small.json"
+# The compare-only fields of a scenario are named, not silently dropped.
+expect hetero-ignored-fields 0 "warning: .*compare-small.json: sluice hetero ignores field\(s\) methods " -- hetero --search --iterations 1 --top 1 --scenario "$(dirname "$0")/../examples/compare-small.json"
 
 # Bad specs.
 expect hetero-not-covering 2 "--replicas: the replica groups use 6 devices .* has 8; .*allowed: groups summing to 8" -- hetero --replicas 'dp=1,tp=4,zero=1;dp=1,tp=2,zero=1' --iterations 1

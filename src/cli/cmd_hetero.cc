@@ -7,7 +7,7 @@
 // Exit codes: 0 when the run finished (batches that did not fit are counted and reported); 1 when
 // no batch ran or the search found no feasible mix; 2 for bad flags or input (a spec that does not
 // cover the cluster's devices, or whose groups cannot hold the run's longest sample).
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +56,20 @@ StatusOr<Resolved> ResolveRun(const HeteroFlags& f) {
   if (f.iterations > 0) r.cs.iterations = f.iterations;
   const std::string source = f.scenario_file.empty() ? "default scenario" : f.scenario_file;
   SLUICE_RETURN_IF_ERROR(ValidateCompareScenario(r.cs, source));
+  // A compare scenario's fields that hetero has no use for: said, not silently dropped.
+  const CompareScenario unset;
+  std::vector<std::string> ignored;
+  if (r.cs.methods != unset.methods) ignored.push_back("methods");
+  if (r.cs.reference != unset.reference) ignored.push_back("reference");
+  if (r.cs.controlled_method != unset.controlled_method) ignored.push_back("controlled_method");
+  if (r.cs.controlled != unset.controlled) ignored.push_back("controlled");
+  if (r.cs.moe_overlap != unset.moe_overlap) ignored.push_back("moe_overlap");
+  if (!ignored.empty()) {
+    fmt::print(stderr,
+               "warning: {}: sluice hetero ignores field(s) {} (sluice compare's; hetero plans "
+               "its own mixes of dense replicas)\n",
+               source, fmt::join(ignored, ", "));
+  }
   ScenarioSpec spec;
   spec.model = r.cs.model;
   spec.cluster = r.cs.cluster;
