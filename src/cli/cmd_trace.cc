@@ -306,8 +306,13 @@ Status RunCalibrate(const CalibrateFlags& f) {
                100 * o.mean_abs_error_before, 100 * o.mean_abs_error_after, o.Describe());
   }
   if (c.link.fitted) {
-    fmt::print("  link: latency {:.1f} us, bandwidth {:.3f} GB/s (plan bytes) from {} transfers\n",
-               c.link.latency_us, c.link.bandwidth_gb_per_s, c.link.samples);
+    // 1e6 GB/s is the fit's stand-in for "no measurable time per byte" (calibration.cc).
+    const std::string bandwidth =
+        c.link.bandwidth_gb_per_s >= 1e6
+            ? std::string("unbounded (the transfers' time did not grow with their size)")
+            : fmt::format("{:.3f} GB/s (plan bytes)", c.link.bandwidth_gb_per_s);
+    fmt::print("  link: latency {:.1f} us, bandwidth {} from {} transfers\n", c.link.latency_us,
+               bandwidth, c.link.samples);
   }
   if (nested_a2a_ns > 0) {
     fmt::print(
