@@ -216,9 +216,11 @@ Duration TimesSlots(Duration t, int64_t slots) { return t.is_infinite() ? t : t 
 // A lower bound on the objective of any micro-batches made of `p`: every micro-batch ends at one
 // of `levels`, so its bottleneck is at least its bin's floor (LevelsOf), and Objective at least
 // the largest floor times (pp - 1 + m). This one uses the heaviest bin only.
+// `*heaviest`: that bin's LevelsOf, which Materialize reuses.
 Duration HeaviestBinBound(const StageCostEvaluator& eval, const PackedBins& p,
-                          const std::vector<Recompute>& levels) {
-  return TimesSlots(LevelsOf(eval, p, p.by_load.front(), levels).floor, eval.pp() - 1 + p.m);
+                          const std::vector<Recompute>& levels, BinLevels* heaviest) {
+  *heaviest = LevelsOf(eval, p, p.by_load.front(), levels);
+  return TimesSlots(heaviest->floor, eval.pp() - 1 + p.m);
 }
 
 // What Materialize made of a partition.
@@ -238,12 +240,13 @@ enum class Materialized {
 // `ties_win` is false; `*bound` is then that bound.
 Materialized Materialize(const PackedBins& p, std::span<const Sample> samples,
                          const StageCostEvaluator& eval, const BatchIndex& index,
-                         const std::vector<Recompute>& levels, Duration incumbent, bool ties_win,
-                         std::vector<MicroBatch>* out, Duration* bound) {
+                         const std::vector<Recompute>& levels, const BinLevels& heaviest,
+                         Duration incumbent, bool ties_win, std::vector<MicroBatch>* out,
+                         Duration* bound) {
   std::vector<size_t> level_of(p.bins.size(), levels.size() - 1);
   Duration slowest_floor = Duration::Zero();
   for (size_t b : p.by_load) {
-    const BinLevels l = LevelsOf(eval, p, b, levels);
+    const BinLevels l = b == p.by_load.front() ? heaviest : LevelsOf(eval, p, b, levels);
     if (l.floor.is_infinite()) return Materialized::kFailed;  // no level can fit in a sequence
     level_of[b] = l.fastest;
     slowest_floor = std::max(slowest_floor, l.floor);
@@ -450,6 +453,7 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
     int64_t cap = 0;
     PackedBins bins;
     Duration bound;
+    BinLevels heaviest;  // its heaviest bin's LevelsOf (HeaviestBinBound)
   };
   std::vector<MicroBatch> best, candidate;
   Duration best_obj = Duration::Infinite();
@@ -475,8 +479,8 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
           continue;
         }
         seen.push_back(part.bin);
-        Option o{k, cap, BinsOf(samples, items, eval, part, v), Duration::Zero()};
-        o.bound = HeaviestBinBound(eval, o.bins, levels);
+        Option o{k, cap, BinsOf(samples, items, eval, part, v), Duration::Zero(), BinLevels{}};
+        o.bound = HeaviestBinBound(eval, o.bins, levels, &o.heaviest);
         options.push_back(std::move(o));
       }
     }
@@ -494,8 +498,8 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
         continue;  // it cannot win; later ones may still tie earlier in the order
       }
       Duration bound = o.bound;
-      const Materialized made = Materialize(o.bins, samples, eval, index, levels, incumbent,
-                                            ties_win, &candidate, &bound);
+      const Materialized made = Materialize(o.bins, samples, eval, index, levels, o.heaviest,
+                                            incumbent, ties_win, &candidate, &bound);
       o.bound = std::max(o.bound, bound);
       if (made != Materialized::kOk) {
         if (made == Materialized::kFailed) o.bound = Duration::Infinite();
