@@ -13,7 +13,7 @@
 #      iteration; the MoE all-to-alls inside whole ops are taken out of the compute fit): the
 #      calibration every variant is then predicted with;
 #   3. `sluice train --plan ... --calibration` executes them as lowered (`whole`) and rewritten
-#      by each MoE overlap pass the runtime runs (none, dw, megatron at pp 1), one run per
+#      by each MoE overlap pass the runtime runs (none, dw, tutel, megatron at pp 1), one run per
 #      variant in turn, REPEATS rounds (so a load change on the machine hits every variant
 #      alike); each plan's prediction is the trainer's own (`predicted_time_s`,
 #      `predicted_exposed_all_to_all_s` of --metrics: the simulation of the calibrated plan that
@@ -63,7 +63,7 @@ json.dump(p, open(sys.argv[1], "w"))' "$dir/plan-$b.json" "$RUN_LIMIT"
     --plan "${plans[@]}" --trace-dir "$dir/calib-trace" > "$dir/calib-train.log" 2>&1
   "$SLUICE" calibrate "$dir/calib-trace" --plan "${plans[@]}" --out "$dir/cal.json" \
     > "$dir/calibrate.log" 2>&1
-  variants=(whole none dw)
+  variants=(whole none dw tutel)
   if [ "${pp:-1}" = 1 ]; then variants+=(megatron); fi
   echo "${variants[*]}" > "$dir/variants"
   for r in $(seq 1 "$REPEATS"); do

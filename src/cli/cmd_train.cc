@@ -143,13 +143,12 @@ Status RunTrain(const TrainFlags& f) {
           "1); model '{}' at ep {} has no all-to-all to overlap",
           f.moe_overlap, sc.model.name, sc.parallel->ep));
     }
-    if (*overlap == passes::MoeOverlap::kTutel || *overlap == passes::MoeOverlap::kPartition ||
-        *overlap == passes::MoeOverlap::kLancet) {
+    if (*overlap == passes::MoeOverlap::kPartition || *overlap == passes::MoeOverlap::kLancet) {
       return InvalidArgumentError(fmt::format(
-          "--moe-overlap {}: the runtime executes segmented MoE ops whose segments and "
-          "all-to-alls are whole (allowed: none, dw, megatron); {} cuts them into slices (tutel: "
-          "of the expert capacity; partition and lancet: of the tokens, whose routing needs an "
-          "all-to-allv with run-time counts), which the runtime does not run (docs/moe.md); "
+          "--moe-overlap {}: the runtime executes segmented MoE ops whose segments are whole or "
+          "cut into slices of the expert capacity (allowed: none, dw, megatron, tutel); {} cuts "
+          "the forward into slices of the tokens, whose routing needs an all-to-allv with "
+          "run-time counts, which the runtime does not run (docs/moe.md); "
           "`sluice simulate --moe-overlap {}` predicts it",
           f.moe_overlap, f.moe_overlap, f.moe_overlap));
     }
@@ -331,8 +330,9 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--moe-overlap", flags->moe_overlap,
                 "Rewrite every plan with an MoE overlap pass before it runs (passes/moe_overlap.h): "
                 "none (segmented, all-to-alls blocking), dw (Lancet's weight gradients in the "
-                "backward all-to-alls' windows) or megatron (pp 1: a backward interleaved with "
-                "the next forward); the rewritten plan is simulated and its prediction printed "
+                "backward all-to-alls' windows), megatron (pp 1: a backward interleaved with "
+                "the next forward) or tutel (each MoE block's dispatch, experts and combine cut "
+                "into 4 capacity slices; 1F1B-style schedules); the rewritten plan is simulated and its prediction printed "
                 "beside the measured time (needs an MoE model and ep > 1)")
       ->type_name("NAME");
   t->add_option("--plan", flags->plans,

@@ -224,20 +224,37 @@ class IterationRun {
   // their (micro-batch, stage) until that F completes, then to its B or I. Also finds each
   // segmented op's last piece and each stage's last backward instruction.
   Status PrepareAllToAlls() {
+    // Slices: of the expert segments and their all-to-alls (Tutel's capacity slices) of F and
+    // B only; a sliced segment before or after the experts cuts the tokens (the forward
+    // partition), and a split backward takes its weight gradients from a tape the sliced
+    // experts do not write.
+    for (size_t i = 0; i < program_.instructions.size(); ++i) {
+      const Instruction& in = program_.instructions[i];
+      if (in.chunks <= 0 || !IsCompute(in.op)) continue;
+      if (in.segment % 2 == 0) {
+        return FailedPreconditionError(fmt::format(
+            "instruction {} ({}) is a token slice ({} of {}) of a segmented MoE op (the forward "
+            "partition of --moe-overlap partition or lancet): the runtime runs whole segments "
+            "and capacity slices of the experts (--moe-overlap none, dw, megatron, tutel), not "
+            "token slices, whose routing needs an all-to-allv with run-time counts (docs/moe.md); "
+            "simulate this plan (sluice simulate) instead",
+            i, InstructionText(in), in.chunk, in.chunks));
+      }
+      if (in.op != OpKind::kForward && in.op != OpKind::kBackward) {
+        return FailedPreconditionError(fmt::format(
+            "instruction {} ({}) is a capacity slice ({} of {}) of a {}: the runtime runs "
+            "sliced experts in forward and backward ops only, not in a split backward (a "
+            "zero-bubble schedule's I and W take the experts' weight gradients from a tape "
+            "that sliced experts do not write); use a 1F1B-style schedule with --moe-overlap "
+            "tutel (docs/moe.md)",
+            i, InstructionText(in), in.chunk, in.chunks, OpKindName(in.op)));
+      }
+    }
     int64_t owner = -1;
     std::set<std::pair<int64_t, int64_t>> forward_done;
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& in = program_.instructions[i];
       const auto idx = static_cast<int64_t>(i);
-      if (in.chunks > 0) {
-        return FailedPreconditionError(fmt::format(
-            "instruction {} ({}) is a slice ({} of {}) of a segmented MoE op: the runtime "
-            "executes segmented ops whose segments and all-to-alls are whole (--moe-overlap "
-            "none, dw, megatron) but not sliced ones (tutel, partition, lancet: a slice's "
-            "routing needs all-to-allv with run-time counts, docs/moe.md); simulate this plan "
-            "(sluice simulate) instead",
-            i, InstructionText(in), in.chunk, in.chunks));
-      }
       if (IsCompute(in.op) && in.op != OpKind::kForward) {
         last_backward_[in.stage] = idx;
       }

@@ -29,11 +29,12 @@
 //                    all-to-alls received; its replay in the backward reads that instead of
 //                    communicating (the plan lists no all-to-all for a replay).
 //   segmented ops    (an MoE-overlap rewrite, plan/moe_segments.h; pieces whose segments and
-//                    all-to-alls are whole): the op's code runs in a Fiber that stops at each
-//                    all-to-all (moe_exchange.h); the all-to-all instruction posts it (blocking
-//                    at tag -1, else completed at its all-to-all-wait), the op's next piece
-//                    resumes the fiber, a backward-weight piece adds one segment's weight
-//                    gradients. Sliced pieces (chunks > 0) are refused. A gradient bucket posted
+//                    all-to-alls are whole or, in F and B, capacity slices of the experts): the
+//                    op's code runs in a Fiber that stops where it needs an all-to-all's result
+//                    (moe_exchange.h); the all-to-all instruction posts it (blocking at tag -1,
+//                    else completed at its all-to-all-wait), the op's next piece resumes the
+//                    fiber, a backward-weight piece adds one segment's weight gradients. Token
+//                    slices and slices of a split backward are refused. A gradient bucket posted
 //                    before its stage's last backward instruction is posted right after it.
 // MoE: the chunk's load-balancing loss (moe.h) is differentiated with its outputs.
 // Context parallelism (cp > 1, context_parallel.h): this process runs its plan rank's program on

@@ -116,15 +116,26 @@ class ExpertExchange {
  public:
   virtual ~ExpertExchange() = default;
   // The receive splits (rows from each member of the group) of the next all-to-all of the
-  // running compute op, which must be `kind` at MoE layer `layer`. Throws std::runtime_error
-  // (with the reason) when the plan's next all-to-all is another one.
+  // running compute op, which must be `kind` at MoE layer `layer` (summed over its slices when
+  // the plan cuts it into slices). Throws std::runtime_error (with the reason) when the plan's
+  // next all-to-all is another one.
   virtual std::vector<int64_t> NextRecvSplits(OpKind kind, int64_t layer) = 0;
-  // Performs that all-to-all: sends rows [sum(send), hidden] (send[j] rows to member j, in
-  // member order) and returns the rows received [sum(recv), hidden]. Throws std::runtime_error
-  // when the splits differ from the plan's or the transfer fails.
+  // How many slices the plan cuts that all-to-all into (Tutel's capacity slices, docs/formats.md
+  // "Segmented MoE ops"; slice c moves SplitPart(x, c, n) rows of every split x); 0: whole.
+  virtual int64_t NextSlices(OpKind kind, int64_t layer) = 0;
+  // Performs that (whole) all-to-all: sends rows [sum(send), hidden] (send[j] rows to member j,
+  // in member order) and returns the rows received [sum(recv), hidden]. Throws
+  // std::runtime_error when the splits differ from the plan's or the transfer fails.
   virtual at::Tensor Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
                               const std::vector<int64_t>& send,
                               const std::vector<int64_t>& recv) = 0;
+  // Slice `slice` of it, posted without waiting (the splits are the slice's); returns a ticket
+  // for Wait. Throws as Exchange.
+  virtual int64_t Post(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
+                       const std::vector<int64_t>& send, const std::vector<int64_t>& recv) = 0;
+  // What the posted slices `tickets` received, in that order. In a segmented op the code stops
+  // here until the plan has completed them (its next piece).
+  virtual std::vector<at::Tensor> Wait(const std::vector<int64_t>& tickets) = 0;
 };
 
 // What the MoE layers of one chunk's forward need and report.

@@ -3,10 +3,12 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
 #include "plan/execution_plan.h"
+#include "plan/moe_segments.h"
 
 namespace sluice::runtime {
 namespace {
@@ -74,6 +76,181 @@ at::Tensor ExpertMlp(const ModelSpec& m, const Expert& e, const at::Tensor& x,
 
 at::Tensor IndexTensor(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); }
 
+// Each local expert on its rows of `rows` [sum(recv), hidden]: member j's block is [local
+// experts][C_j] with C_j = recv[j] / local. Returns the outputs in the same layout.
+at::Tensor RunLocalExperts(const ModelSpec& model, const MoeMlp& moe, const at::Tensor& rows,
+                           const std::vector<int64_t>& recv, WeightGradTape* tape) {
+  const auto local = static_cast<int64_t>(moe.experts.size());
+  std::vector<std::vector<at::Tensor>> pieces(recv.size());  // [member][local expert]
+  std::vector<int64_t> offsets;
+  int64_t offset = 0;
+  for (const int64_t r : recv) {
+    offsets.push_back(offset);
+    offset += r;
+  }
+  for (int64_t l = 0; l < local; ++l) {
+    std::vector<at::Tensor> in;
+    std::vector<int64_t> sizes;
+    for (size_t j = 0; j < recv.size(); ++j) {
+      const int64_t cj = recv[j] / local;
+      in.push_back(rows.narrow(0, offsets[j] + l * cj, cj));
+      sizes.push_back(cj);
+    }
+    const at::Tensor out =
+        ExpertMlp(model, moe.experts[l], in.size() == 1 ? in[0] : at::cat(in), tape);
+    const auto parts = out.split_with_sizes(sizes, 0);
+    for (size_t j = 0; j < recv.size(); ++j) pieces[j].push_back(parts[j]);
+  }
+  std::vector<at::Tensor> ordered;
+  for (auto& member : pieces) ordered.insert(ordered.end(), member.begin(), member.end());
+  return ordered.size() == 1 ? ordered[0] : at::cat(ordered);
+}
+
+// Slices (plan/moe_segments.h): slice c of n of a split x is SplitPart(x, c, n) rows from
+// SliceStart(x, c, n) of that member's block.
+int64_t SliceStart(int64_t x, int64_t c, int64_t n) { return c * (x / n) + std::min(c, x % n); }
+
+std::vector<int64_t> SliceSplits(const std::vector<int64_t>& splits, int64_t c, int64_t n) {
+  std::vector<int64_t> out;
+  for (const int64_t x : splits) out.push_back(SplitPart(x, c, n));
+  return out;
+}
+
+// Slice c of `rows` [sum(splits), hidden] laid out in member blocks: each block's slice, in
+// member order.
+at::Tensor GatherSlice(const at::Tensor& rows, const std::vector<int64_t>& splits, int64_t c,
+                       int64_t n) {
+  std::vector<at::Tensor> parts;
+  int64_t offset = 0;
+  for (const int64_t x : splits) {
+    parts.push_back(rows.narrow(0, offset + SliceStart(x, c, n), SplitPart(x, c, n)));
+    offset += x;
+  }
+  return at::cat(parts).contiguous();
+}
+
+// The inverse: the n slices back into member blocks [sum(splits), hidden].
+at::Tensor ScatterSlices(const std::vector<at::Tensor>& slices, const std::vector<int64_t>& splits,
+                         int64_t n) {
+  std::vector<at::Tensor> parts;
+  for (size_t j = 0; j < splits.size(); ++j) {
+    for (int64_t c = 0; c < n; ++c) {
+      int64_t offset = 0;
+      for (size_t i = 0; i < j; ++i) offset += SplitPart(splits[i], c, n);
+      parts.push_back(slices[static_cast<size_t>(c)].narrow(0, offset, SplitPart(splits[j], c, n)));
+    }
+  }
+  return at::cat(parts);
+}
+
+// The local experts on slice c of the received rows (`x`: [sum(SliceSplits(recv, c, n)),
+// hidden]): each row's expert is its position in its member's whole block over C_j.
+at::Tensor RunExpertsOnSlice(const ModelSpec& model, const MoeMlp& moe, const at::Tensor& x,
+                             const std::vector<int64_t>& recv, int64_t c, int64_t n) {
+  const auto local = static_cast<int64_t>(moe.experts.size());
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(local));
+  int64_t position = 0;
+  for (const int64_t x_j : recv) {
+    const int64_t cj = x_j / local, start = SliceStart(x_j, c, n);
+    for (int64_t i = 0; i < SplitPart(x_j, c, n); ++i) {
+      rows_of[static_cast<size_t>((start + i) / cj)].push_back(position++);
+    }
+  }
+  std::vector<int64_t> order;
+  std::vector<at::Tensor> outs;
+  for (int64_t l = 0; l < local; ++l) {
+    const std::vector<int64_t>& idx = rows_of[static_cast<size_t>(l)];
+    if (idx.empty()) continue;
+    outs.push_back(ExpertMlp(model, moe.experts[l], x.index_select(0, IndexTensor(idx)), nullptr));
+    order.insert(order.end(), idx.begin(), idx.end());
+  }
+  if (outs.empty()) return torch::zeros_like(x);
+  return torch::zeros_like(x).index_copy(0, IndexTensor(order), at::cat(outs));
+}
+
+// Tutel's capacity slices: dispatch, the local experts and combine cut into n slices, slice c's
+// all-to-all posted before slice c-1's experts run (the plan's order: every dispatch slice
+// posted at once, then per slice: wait, experts, post its combine). One autograd node: its
+// backward runs the reverse (every combine gradient posted at once, then per slice: wait, the
+// experts' backward of that slice, post its dispatch gradient) in the order the plan lists for
+// the backward, which autograd's own order over per-slice nodes would not give. Input: the
+// dispatch buffer [sum(send), hidden]; output: what combine returned, same layout.
+struct SlicedExpertsFunction : torch::autograd::Function<SlicedExpertsFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& dispatch, int64_t exchange,
+                            int64_t model, int64_t moe, int64_t slices, std::vector<int64_t> send,
+                            std::vector<int64_t> recv, bool grad) {
+    auto* ex = reinterpret_cast<ExpertExchange*>(exchange);
+    const auto& m = *reinterpret_cast<const ModelSpec*>(model);
+    const auto& mlp = *reinterpret_cast<const MoeMlp*>(moe);
+    const int64_t n = slices;
+    const at::Tensor rows = dispatch.contiguous();
+    std::vector<int64_t> posted;
+    for (int64_t c = 0; c < n; ++c) {
+      posted.push_back(ex->Post(OpKind::kAllToAllDispatch, mlp.layer, c,
+                                GatherSlice(rows, send, c, n), SliceSplits(send, c, n),
+                                SliceSplits(recv, c, n)));
+    }
+    std::vector<at::Tensor> xs, ys;
+    std::vector<int64_t> back;
+    for (int64_t c = 0; c < n; ++c) {
+      const at::Tensor r = ex->Wait({posted[static_cast<size_t>(c)]}).front();
+      const at::Tensor x = grad ? r.detach().requires_grad_(true) : r;
+      at::Tensor y;
+      {
+        const at::AutoGradMode mode(grad);
+        y = RunExpertsOnSlice(m, mlp, x, recv, c, n);
+      }
+      back.push_back(ex->Post(OpKind::kAllToAllCombine, mlp.layer, c, y.detach().contiguous(),
+                              SliceSplits(recv, c, n), SliceSplits(send, c, n)));
+      if (grad) {
+        xs.push_back(x);
+        ys.push_back(y);
+      }
+    }
+    const at::Tensor out = ScatterSlices(ex->Wait(back), send, n);
+    ctx->saved_data["exchange"] = exchange;
+    ctx->saved_data["layer"] = mlp.layer;
+    ctx->saved_data["slices"] = n;
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["recv"] = recv;
+    ctx->saved_data["x"] = xs;
+    ctx->saved_data["y"] = ys;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* ex = reinterpret_cast<ExpertExchange*>(ctx->saved_data["exchange"].toInt());
+    const int64_t layer = ctx->saved_data["layer"].toInt();
+    const int64_t n = ctx->saved_data["slices"].toInt();
+    const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector();
+    const std::vector<int64_t> recv = ctx->saved_data["recv"].toIntVector();
+    const std::vector<at::Tensor> xs = ctx->saved_data["x"].toTensorVector();
+    const std::vector<at::Tensor> ys = ctx->saved_data["y"].toTensorVector();
+    SLUICE_CHECK(static_cast<int64_t>(xs.size()) == n && static_cast<int64_t>(ys.size()) == n);
+    // Every member must take part, also when no gradient reached the output.
+    const at::Tensor g = grads[0].defined()
+                             ? grads[0].contiguous()
+                             : torch::zeros({Sum(send), xs.front().size(1)});
+    std::vector<int64_t> posted;
+    for (int64_t c = 0; c < n; ++c) {
+      posted.push_back(ex->Post(OpKind::kAllToAllCombine, layer, c, GatherSlice(g, send, c, n),
+                                SliceSplits(send, c, n), SliceSplits(recv, c, n)));
+    }
+    std::vector<int64_t> back;
+    for (int64_t c = 0; c < n; ++c) {
+      const auto k = static_cast<size_t>(c);
+      const at::Tensor gy = ex->Wait({posted[k]}).front();
+      if (ys[k].requires_grad()) torch::autograd::backward({ys[k]}, {gy});
+      const at::Tensor gx = xs[k].grad().defined() ? xs[k].grad() : torch::zeros_like(xs[k]);
+      back.push_back(ex->Post(OpKind::kAllToAllDispatch, layer, c, gx.contiguous(),
+                              SliceSplits(recv, c, n), SliceSplits(send, c, n)));
+    }
+    at::Tensor out = ScatterSlices(ex->Wait(back), send, n);
+    return {out,          at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertShard& shard,
@@ -123,13 +300,14 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
   const at::Tensor dispatch =
       torch::zeros({experts * capacity, hidden}).index_add(0, slots, xf.index_select(0, tokens));
 
-  // The rows this rank's experts work on: its own buffer (ep = 1), or what every member sent.
+  // The rows this rank's experts work on: its own buffer (ep = 1), or what every member sent;
+  // expert_out: what the experts made of this rank's slots, in the dispatch buffer's layout.
   const int64_t local = experts / shard.ep;
+  SLUICE_CHECK(static_cast<int64_t>(moe.experts.size()) == local);
   std::vector<int64_t> send(static_cast<size_t>(shard.ep), local * capacity), recv;
-  at::Tensor rows;
+  at::Tensor expert_out;
   if (shard.ep == 1) {
-    recv = send;
-    rows = dispatch;
+    expert_out = RunLocalExperts(model, moe, dispatch, send, tape);
   } else {
     recv = ctx->exchange->NextRecvSplits(OpKind::kAllToAllDispatch, moe.layer);
     if (static_cast<int64_t>(recv.size()) != shard.ep) {
@@ -146,44 +324,31 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
             moe.layer, r, local));
       }
     }
-    rows = AllToAll(ctx->exchange, OpKind::kAllToAllDispatch, moe.layer, dispatch, send, recv);
-  }
-  // Member j's rows are [local experts][C_j]; each expert runs on its slots of every member.
-  std::vector<std::vector<at::Tensor>> pieces(recv.size());  // [member][local expert]
-  std::vector<int64_t> offsets;
-  int64_t offset = 0;
-  for (const int64_t r : recv) {
-    offsets.push_back(offset);
-    offset += r;
-  }
-  SLUICE_CHECK(static_cast<int64_t>(moe.experts.size()) == local);
-  for (int64_t l = 0; l < local; ++l) {
-    std::vector<at::Tensor> in;
-    std::vector<int64_t> sizes;
-    for (size_t j = 0; j < recv.size(); ++j) {
-      const int64_t cj = recv[j] / local;
-      in.push_back(rows.narrow(0, offsets[j] + l * cj, cj));
-      sizes.push_back(cj);
+    const int64_t slices = ctx->exchange->NextSlices(OpKind::kAllToAllDispatch, moe.layer);
+    if (slices > 0) {
+      if (tape != nullptr) {
+        throw std::runtime_error(fmt::format(
+            "MoE layer {}: the plan cuts its all-to-alls into slices in an op whose backward is "
+            "split (input and weight gradients): sliced experts run in whole backward ops only",
+            moe.layer));
+      }
+      expert_out = SlicedExpertsFunction::apply(
+          dispatch, reinterpret_cast<int64_t>(ctx->exchange), reinterpret_cast<int64_t>(&model),
+          reinterpret_cast<int64_t>(&moe), slices, send, recv, at::GradMode::is_enabled());
+    } else {
+      const at::Tensor rows =
+          AllToAll(ctx->exchange, OpKind::kAllToAllDispatch, moe.layer, dispatch, send, recv);
+      const at::Tensor out = RunLocalExperts(model, moe, rows, recv, tape);
+      const std::vector<int64_t> back =
+          ctx->exchange->NextRecvSplits(OpKind::kAllToAllCombine, moe.layer);
+      if (back != send) {
+        throw std::runtime_error(fmt::format(
+            "MoE layer {}: the plan's combine receives [{}] rows, the layer's capacity {} x {} "
+            "local experts",
+            moe.layer, fmt::join(back, ", "), capacity, local));
+      }
+      expert_out = AllToAll(ctx->exchange, OpKind::kAllToAllCombine, moe.layer, out, recv, send);
     }
-    const at::Tensor out =
-        ExpertMlp(model, moe.experts[l], in.size() == 1 ? in[0] : at::cat(in), tape);
-    const auto parts = out.split_with_sizes(sizes, 0);
-    for (size_t j = 0; j < recv.size(); ++j) pieces[j].push_back(parts[j]);
-  }
-  std::vector<at::Tensor> ordered;
-  for (auto& member : pieces) ordered.insert(ordered.end(), member.begin(), member.end());
-  at::Tensor expert_out = ordered.size() == 1 ? ordered[0] : at::cat(ordered);
-  if (shard.ep > 1) {
-    const std::vector<int64_t> back =
-        ctx->exchange->NextRecvSplits(OpKind::kAllToAllCombine, moe.layer);
-    if (back != send) {
-      throw std::runtime_error(fmt::format(
-          "MoE layer {}: the plan's combine receives [{}] rows, the layer's capacity {} x {} "
-          "local experts",
-          moe.layer, fmt::join(back, ", "), capacity, local));
-    }
-    expert_out =
-        AllToAll(ctx->exchange, OpKind::kAllToAllCombine, moe.layer, expert_out, recv, send);
   }
   // Combine: each kept assignment's expert output times its router probability.
   const at::Tensor gates = top_p.reshape({n * top_k}).index_select(0, IndexTensor(gate_of));

@@ -25,7 +25,9 @@
 // the plan); the rank runs each of its experts on the rows of all members, and combine returns
 // them. Both are one ExpertExchange::Exchange each in the forward and, reversed with swapped
 // splits, in the backward (an autograd function), so the gradients equal those of the ep = 1
-// layer up to summation order.
+// layer up to summation order. When the plan cuts them into capacity slices (Tutel), the
+// dispatch, the experts and the combine run slice by slice as one autograd node, posting and
+// waiting in the plan's order forward and backward (docs/moe.md, "Capacity slices").
 //
 // Thread safety: as model.h.
 #pragma once

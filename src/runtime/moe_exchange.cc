@@ -21,6 +21,7 @@ void PlanExchange::Begin(const std::vector<const Instruction*>* list, WeightGrad
   s.list = list;
   s.next = 0;
   s.tape = tape;
+  s.results.clear();
   if (tape != nullptr) tape->set_segment(0);
 }
 
@@ -40,6 +41,7 @@ Status PlanExchange::End(std::string_view what) {
   s.record = nullptr;
   s.replay = nullptr;
   s.tape = nullptr;
+  s.results.clear();
   if (done != want) {
     return InvalidArgumentError(fmt::format(
         "the {} performed {} of the plan's {} all-to-alls (does the plan's model match?)", what,
@@ -49,13 +51,58 @@ Status PlanExchange::End(std::string_view what) {
 }
 
 std::vector<int64_t> PlanExchange::NextRecvSplits(OpKind kind, int64_t layer) {
-  return Expect(kind, layer).recv_splits;
+  const Instruction& in = Expect(kind, layer);
+  if (in.chunks <= 0) return in.recv_splits;
+  // A sliced one: its slices follow one another in the op's list; their splits sum to the
+  // whole one's.
+  const OpState& s = State();
+  std::vector<int64_t> whole(in.recv_splits.size(), 0);
+  for (int64_t c = 0; c < in.chunks; ++c) {
+    const size_t k = s.next + static_cast<size_t>(c);
+    const Instruction* slice = k < s.list->size() ? (*s.list)[k] : nullptr;
+    if (slice == nullptr || slice->op != kind || slice->layer != layer || slice->chunk != c ||
+        slice->chunks != in.chunks || slice->recv_splits.size() != whole.size()) {
+      throw std::runtime_error(fmt::format(
+          "{}: slice {} of {} is not the op's next all-to-all after slice {} (the runtime posts "
+          "an all-to-all's slices one after another)",
+          InstructionText(in), c, in.chunks, c - 1));
+    }
+    for (size_t j = 0; j < whole.size(); ++j) whole[j] += slice->recv_splits[j];
+  }
+  return whole;
+}
+
+int64_t PlanExchange::NextSlices(OpKind kind, int64_t layer) {
+  return Expect(kind, layer).chunks;
 }
 
 at::Tensor PlanExchange::Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
                                   const std::vector<int64_t>& send,
                                   const std::vector<int64_t>& recv) {
+  const int64_t ticket = PostOne(kind, layer, -1, rows, send, recv);
+  at::Tensor out = Wait({ticket}).front();
+  OpState& s = State();
+  if (s.tape != nullptr) s.tape->set_segment(static_cast<int64_t>(s.next));
+  return out;
+}
+
+int64_t PlanExchange::Post(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
+                           const std::vector<int64_t>& send, const std::vector<int64_t>& recv) {
+  if (slice < 0) throw std::runtime_error("PlanExchange::Post: a slice index is >= 0");
+  return PostOne(kind, layer, slice, rows, send, recv);
+}
+
+int64_t PlanExchange::PostOne(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
+                              const std::vector<int64_t>& send,
+                              const std::vector<int64_t>& recv) {
   const Instruction& in = Expect(kind, layer);
+  if (slice < 0 ? in.chunks > 0 : (in.chunks <= 0 || in.chunk != slice)) {
+    throw std::runtime_error(fmt::format(
+        "the MoE layer {} runs its {} {}, the plan's next all-to-all is {}", layer,
+        OpKindName(kind),
+        slice < 0 ? std::string("whole") : fmt::format("as slice {}", slice),
+        InstructionText(in)));
+  }
   if (send != in.send_splits || recv != in.recv_splits) {
     throw std::runtime_error(fmt::format(
         "{}: the MoE layer sends [{}] and receives [{}] rows, the plan says [{}] and [{}]",
@@ -65,33 +112,56 @@ at::Tensor PlanExchange::Exchange(OpKind kind, int64_t layer, const at::Tensor& 
   int64_t total = 0;
   for (const int64_t r : recv) total += r;
   OpState& s = State();
-  at::Tensor out;
+  const auto ticket = static_cast<int64_t>(s.next);
   if (s.replay != nullptr) {
     if (s.next >= s.replay->size() || (*s.replay)[s.next].size(0) != total) {
       throw std::runtime_error(fmt::format(
           "{}: the replayed forward's all-to-all has no recorded result", InstructionText(in)));
     }
-    out = (*s.replay)[s.next].clone();
+    s.results[ticket] = (*s.replay)[s.next].clone();
   } else if (s.channel != nullptr) {
-    // Segmented op: the executor posts it when the program reaches it; a later piece resumes
-    // this fiber with what arrived.
-    s.channel->request = &in;
-    s.channel->rows = rows.contiguous();
-    s.channel->received = at::Tensor();
-    s.channel->fiber->Suspend();
-    out = s.channel->received;
-    s.channel->received = at::Tensor();
-    if (!out.defined() || out.size(0) != total) {
-      throw std::runtime_error(
-          fmt::format("{}: resumed without the all-to-all's result", InstructionText(in)));
-    }
+    // Segmented op: the executor posts it when the program reaches it and delivers the result
+    // when it completes.
+    s.channel->posts.push_back({&in, rows.contiguous(), ticket});
   } else {
-    out = Synchronous(in, rows, send, recv);
+    s.results[ticket] = Synchronous(in, rows, send, recv);
     performed_.insert(&in);
   }
   ++s.next;
-  if (s.tape != nullptr) s.tape->set_segment(static_cast<int64_t>(s.next));
-  if (s.record != nullptr) s.record->push_back(out);
+  return ticket;
+}
+
+std::vector<at::Tensor> PlanExchange::Wait(const std::vector<int64_t>& tickets) {
+  OpState& s = State();
+  auto missing = [&] {
+    for (const int64_t t : tickets) {
+      if (s.results.count(t) == 0) return true;
+    }
+    return false;
+  };
+  if (missing()) {
+    if (s.channel == nullptr) {
+      throw std::runtime_error("PlanExchange::Wait: a ticket that was never posted");
+    }
+    s.channel->awaiting = tickets;
+    s.channel->fiber->Suspend();
+    s.channel->awaiting.clear();
+    if (missing()) {
+      throw std::runtime_error(fmt::format(
+          "{}: the op resumed without the all-to-all's result",
+          InstructionText(*(*s.list)[static_cast<size_t>(tickets.front())])));
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (const int64_t t : tickets) {
+    auto it = s.results.find(t);
+    out.push_back(std::move(it->second));
+    s.results.erase(it);
+    if (s.record != nullptr) {
+      if (s.record->size() <= static_cast<size_t>(t)) s.record->resize(static_cast<size_t>(t) + 1);
+      (*s.record)[static_cast<size_t>(t)] = out.back();
+    }
+  }
   return out;
 }
 

@@ -4,10 +4,11 @@
 //    are performed synchronously inside it, on the calling (main) thread: alltoall_base on the
 //    ep group, waited for at once;
 //  - a segmented op (an MoE-overlap pass's rewrite, plan/moe_segments.h): the op runs in a Fiber
-//    (fiber.h) and each all-to-all it reaches is handed to the executor through its
-//    SegmentChannel: the fiber suspends with the rows to send, the executor posts the
-//    all-to-all when the program reaches it (blocking, or posted and waited for at its
-//    all-to-all-wait) and resumes the fiber with what arrived at the op's next piece.
+//    (fiber.h) and each all-to-all (or slice of one, Post) it reaches is handed to the executor
+//    through its SegmentChannel; the fiber suspends when it needs a result not delivered yet
+//    (Wait), the executor posts each all-to-all when the program reaches it (blocking, or
+//    posted and waited for at its all-to-all-wait) and resumes the fiber, with what arrived, at
+//    the op's next piece.
 // Either way the layer's kind, MoE layer and split sizes are checked against the plan's
 // instruction, so no sizes are exchanged at run time.
 //
@@ -20,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -35,12 +38,19 @@
 
 namespace sluice::runtime {
 
-// Between a segmented op's fiber and the executor.
+// Between a segmented op's fiber and the executor. The op hands over what it posts (in its
+// order, which must be the plan's) and stops when it needs a result the executor has not
+// delivered yet; the executor posts each when the program reaches its instruction and delivers
+// what arrived (PlanExchange::OpState::results) when it completes.
 struct SegmentChannel {
+  struct Request {
+    const Instruction* in = nullptr;  // the plan's all-to-all (or slice of one)
+    at::Tensor rows;                  // what it sends
+    int64_t ticket = 0;               // where its result goes
+  };
   Fiber* fiber = nullptr;
-  const Instruction* request = nullptr;  // the all-to-all the fiber waits for (null: none)
-  at::Tensor rows;                       // what it sends
-  at::Tensor received;                   // set by the executor when that all-to-all completed
+  std::deque<Request> posts;      // handed over, not yet posted by the executor
+  std::vector<int64_t> awaiting;  // the tickets the fiber stopped for (empty: not stopped)
 };
 
 // Waits for the all-to-all `in` posted at `posted_ns` (announced to the watchdog, which names the
@@ -62,6 +72,7 @@ class PlanExchange final : public ExpertExchange {
     const std::vector<at::Tensor>* replay = nullptr;  // answer from these
     WeightGradTape* tape = nullptr;     // a forward's: set_segment(next) after each all-to-all
     SegmentChannel* channel = nullptr;  // segmented op: hand all-to-alls to the executor
+    std::map<int64_t, at::Tensor> results;  // [ticket: the all-to-all's index in `list`]
   };
 
   PlanExchange(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
@@ -94,12 +105,19 @@ class PlanExchange final : public ExpertExchange {
   int64_t nanos() const { return nanos_; }
 
   std::vector<int64_t> NextRecvSplits(OpKind kind, int64_t layer) override;
+  int64_t NextSlices(OpKind kind, int64_t layer) override;
   at::Tensor Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
                       const std::vector<int64_t>& send, const std::vector<int64_t>& recv) override;
+  int64_t Post(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
+               const std::vector<int64_t>& send, const std::vector<int64_t>& recv) override;
+  std::vector<at::Tensor> Wait(const std::vector<int64_t>& tickets) override;
 
  private:
   OpState& State();
   const Instruction& Expect(OpKind kind, int64_t layer);
+  // Post for a whole all-to-all (slice -1) or a slice.
+  int64_t PostOne(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
+                  const std::vector<int64_t>& send, const std::vector<int64_t>& recv);
   at::Tensor Synchronous(const Instruction& in, const at::Tensor& rows,
                          const std::vector<int64_t>& send, const std::vector<int64_t>& recv);
 

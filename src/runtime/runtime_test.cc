@@ -602,6 +602,18 @@ std::vector<MoeCase> MoeCases() {
       {"gpt_moe_dp2_ep2_full_seg_dw", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "full",
        "dw"},
       {"t5_moe_dp2_ep2_seg_dw", "t5-tiny-moe", 2, 1, 2, 1, "1f1b", 600, "55", "none", "dw"},
+      // Tutel's capacity slices: each MoE block's dispatch, experts and combine in 4 slices
+      // (one autograd node per block runs the backward's slices in the plan's order).
+      {"gpt_moe_dp2_ep2_seg_tutel", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "none",
+       "tutel"},
+      {"gpt_moe_dp2_ep2_pp2_seg_tutel", "gpt-tiny-moe", 2, 2, 2, 4, "1f1b", 600, "55", "none",
+       "tutel"},
+      {"gpt_moe_dp2_ep2_full_seg_tutel", "gpt-tiny-moe", 2, 1, 2, 4, "1f1b", 600, "55", "full",
+       "tutel"},
+      {"gpt_moe_dp4_ep4_seg_tutel", "gpt-tiny-moe", 4, 1, 4, 1, "1f1b", 600, "55", "none",
+       "tutel"},
+      {"t5_moe_dp2_ep2_seg_tutel", "t5-tiny-moe", 2, 1, 2, 1, "1f1b", 600, "55", "none",
+       "tutel"},
   };
 }
 
@@ -668,7 +680,7 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
 
   std::vector<MicroBatchReferenceBatch> batches;
   int64_t all_to_alls = 0, split_backwards = 0, recomputed = 0;
-  int64_t pieces = 0, weight_pieces = 0, posted = 0, waits = 0;
+  int64_t pieces = 0, weight_pieces = 0, sliced = 0, posted = 0, waits = 0;
   for (int64_t i = 0; i < kIterations; ++i) {
     StatusOr<std::string> bytes = ReadFileToString(dir + "/" + PackageDumpName(i));
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -694,6 +706,7 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
         split_backwards += in.op == OpKind::kBackwardInput ? 1 : 0;
         pieces += in.segment >= 0 ? 1 : 0;
         weight_pieces += in.segment >= 0 && in.op == OpKind::kBackwardWeight ? 1 : 0;
+        sliced += IsCompute(in.op) && in.chunks > 0 ? 1 : 0;
         posted += IsAllToAll(in.op) && in.tag >= 0 ? 1 : 0;
         waits += in.op == OpKind::kAllToAllWait ? 1 : 0;
       }
@@ -708,8 +721,13 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
     EXPECT_EQ(posted, waits);
     if (c.moe_overlap != "none") {
       EXPECT_GT(posted, 0) << "no all-to-all was posted: nothing overlapped";
+    }
+    if (c.moe_overlap == "tutel") {
+      EXPECT_GT(sliced, 0) << "no capacity slice ran";
+    } else if (c.moe_overlap != "none") {
       EXPECT_GT(weight_pieces, 0);
     }
+    if (c.moe_overlap != "tutel") EXPECT_EQ(sliced, 0);
   } else {
     EXPECT_EQ(pieces, 0);
   }
@@ -756,37 +774,66 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
 INSTANTIATE_TEST_SUITE_P(ExpertParallel, MoeTest, ::testing::ValuesIn(MoeCases()),
                          [](const auto& info) { return info.param.name; });
 
-// A plan file rewritten with sliced pieces (Tutel's capacity slices) reaches the executor, which
-// refuses it naming the instruction; `--moe-overlap tutel` is refused before anything runs
+// Plan files with slices the runtime does not run reach the executor, which refuses them naming
+// the instruction: the forward partition's token slices, and capacity slices of a split
+// backward (zero-bubble I). `--moe-overlap partition` is refused before anything runs
 // (profile_cli_test).
-TEST(PlanCheckTest, SlicedMoePiecesAreRefusedNamingTheInstruction) {
-  const std::string dir = MakeDir("sliced");
+struct RefusedSlicing {
+  std::string name, parallel, schedule;
+  int64_t nproc;
+  passes::MoeOverlap overlap;
+  std::string message;
+};
+
+class SlicedPlanTest : public ::testing::TestWithParam<RefusedSlicing> {};
+
+TEST_P(SlicedPlanTest, RefusedNamingTheInstruction) {
+  const RefusedSlicing& c = GetParam();
+  const std::string dir = MakeDir("sliced-" + c.name);
   const std::vector<std::string> common = {
-      "--model", "gpt-tiny-moe", "--parallel", "dp=2,ep=2", "--method", "padding",
+      "--model", "gpt-tiny-moe", "--parallel", c.parallel, "--method", "padding",
       "--recompute", "none", "--data", "mixture-4task", "--tokens-per-batch", "1200",
-      "--max-seqlen", "96", "--memory-limit", "55", "--seed", "4", "--iterations", "1"};
-  std::vector<std::string> plan = {"plan", "--cluster", "cpu:2", "--out", dir + "/p.json"};
+      "--max-seqlen", "96", "--schedule", c.schedule, "--seed", "4", "--iterations", "1",
+      "--memory-limit"};
+  std::vector<std::string> plan = {"plan", "--cluster", fmt::format("cpu:{}", c.nproc), "--out",
+                                   dir + "/p.json"};
   plan.insert(plan.end(), common.begin(), common.end());
+  plan.push_back("55");
   const Outcome planned = RunSluice(plan, dir, 60);
   ASSERT_EQ(planned.status, 0) << planned.output;
   StatusOr<ExecutionPlan> p = ReadPlanFile(dir + "/p.json");
   ASSERT_TRUE(p.ok()) << p.status().message();
-  p->parallel.memory_limit = Bytes::MB(100);  // room for the slices
-  StatusOr<passes::PassRecord> r = passes::MoeOverlapPass(passes::MoeOverlap::kTutel).Run(&*p);
+  p->parallel.memory_limit = Bytes::MB(100);  // room for the rewrite
+  passes::MoeOverlapOptions options;
+  options.overlap_grad_reduction = false;
+  StatusOr<passes::PassRecord> r = passes::MoeOverlapPass(c.overlap, options).Run(&*p);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_TRUE(r->rejected.empty()) << r->rejected;
+  int64_t sliced = 0;
+  for (const RankProgram& prog : p->ranks) {
+    for (const Instruction& in : prog.instructions) sliced += in.chunks > 0 ? 1 : 0;
+  }
+  ASSERT_GT(sliced, 0) << "the rewrite cut nothing into slices";
   ASSERT_TRUE(WritePlanFile(*p, dir + "/sliced.json").ok());
-  std::vector<std::string> train = {"train", "--nproc", "2", "--threads", "1", "--timeout", "60",
-                                    "--plan", dir + "/sliced.json"};
+  std::vector<std::string> train = {"train", "--nproc", std::to_string(c.nproc), "--threads", "1",
+                                    "--timeout", "60", "--plan", dir + "/sliced.json"};
   train.insert(train.end(), common.begin(), common.end());
-  train[train.size() - 5] = "100";  // --memory-limit: the plan's
+  train.push_back("100");  // the plan's
   const Outcome run = RunSluice(train, dir, 120);
   EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("is a slice"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("but not sliced ones (tutel, partition, lancet"), std::string::npos)
-      << run.output;
+  EXPECT_NE(run.output.find(c.message), std::string::npos) << run.output;
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    MoeSlices, SlicedPlanTest,
+    ::testing::Values(RefusedSlicing{"partition", "dp=2,ep=2", "1f1b", 2,
+                                     passes::MoeOverlap::kPartition, "is a token slice"},
+                      RefusedSlicing{"tutel_zbh1", "dp=2,pp=2,ep=2", "zb-h1", 4,
+                                     passes::MoeOverlap::kTutel,
+                                     "of a backward-input: the runtime runs sliced experts in "
+                                     "forward and backward ops only"}),
+    [](const auto& info) { return info.param.name; });
 
 // One gpt-tiny batch planned at pp 2 (the flags `train` must repeat to run it).
 std::vector<std::string> TinyPlanFlags() {

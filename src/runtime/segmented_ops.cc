@@ -78,20 +78,29 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
       return InvalidArgumentError("a piece of an op that is not running (its first piece?)");
     }
     op = it->second.get();
-    if (in.segment != op->segment + 1) {
+    const bool more_slices = op->chunks > 0 && op->chunk + 1 < op->chunks;
+    const int64_t want_segment = more_slices ? op->segment : op->segment + 1;
+    const int64_t want_chunk = more_slices ? op->chunk + 1 : (in.chunks > 0 ? 0 : -1);
+    if (in.segment != want_segment || in.chunk != want_chunk) {
       return InvalidArgumentError(fmt::format(
-          "segment {} after segment {}: the runtime runs a segmented op's segments in order",
-          in.segment, op->segment));
+          "segment {}{} after segment {}{}: the runtime runs a segmented op's segments, and the "
+          "slices of each, in order",
+          in.segment, in.chunks > 0 ? fmt::format(" slice {}", in.chunk) : "", op->segment,
+          op->chunks > 0 ? fmt::format(" slice {}", op->chunk) : ""));
     }
-    if (!op->channel.received.defined()) {
-      return InvalidArgumentError(fmt::format(
-          "segment {} needs the op's all-to-all before it complete{}", in.segment,
-          op->channel.request != nullptr
-              ? fmt::format(" ({} is not posted yet)", InstructionText(*op->channel.request))
-              : " (posted, not waited for)"));
+    for (const int64_t t : op->channel.awaiting) {
+      if (op->a2a.results.count(t) > 0) continue;
+      const Instruction* need = (*op->a2a.list)[static_cast<size_t>(t)];
+      bool queued = false;
+      for (const auto& r : op->channel.posts) queued = queued || r.ticket == t;
+      return InvalidArgumentError(
+          fmt::format("segment {} needs {} complete before it ({})", in.segment,
+                      InstructionText(*need), queued ? "not posted yet" : "posted, not waited for"));
     }
   }
   op->segment = in.segment;
+  op->chunk = in.chunk;
+  op->chunks = in.chunks;
   op->fiber->Resume();
   if (op->fiber->error()) std::rethrow_exception(op->fiber->error());
   if (op->fiber->finished()) {
@@ -106,7 +115,7 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
     }
     return Status::Ok();
   }
-  if ((role & kLastPiece) != 0 || op->channel.request == nullptr) {
+  if ((role & kLastPiece) != 0 || op->channel.awaiting.empty()) {
     return InvalidArgumentError(
         fmt::format("the op did not complete at its last piece (segment {}): it waits for another "
                     "all-to-all (does the plan's model match?)",
@@ -117,20 +126,22 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
 
 Status SegmentedOps::PostAllToAll(const Instruction& in, int64_t index, int64_t* bytes) {
   const auto it = ops_.find(a2a_owner_.at(index));
-  if (it == ops_.end() || it->second->channel.request != &in) {
-    return InvalidArgumentError(
-        fmt::format("the MoE op this all-to-all belongs to has not reached it ({})",
-                    it == ops_.end() ? "the op is not running"
-                    : it->second->channel.request == nullptr
-                        ? "it waits for none"
-                        : "it waits for " + InstructionText(*it->second->channel.request)));
+  if (it == ops_.end() || it->second->channel.posts.empty() ||
+      it->second->channel.posts.front().in != &in) {
+    return InvalidArgumentError(fmt::format(
+        "the MoE op this all-to-all belongs to has not reached it ({})",
+        it == ops_.end()                       ? "the op is not running"
+        : it->second->channel.posts.empty()    ? "it has handed over no all-to-all to post"
+                                               : "its next is " + InstructionText(
+                                                     *it->second->channel.posts.front().in)));
   }
   Op& op = *it->second;
   Posted p;
   p.op = &op;
   p.in = &in;
-  p.rows = std::move(op.channel.rows);
-  op.channel.request = nullptr;
+  p.rows = std::move(op.channel.posts.front().rows);
+  p.ticket = op.channel.posts.front().ticket;
+  op.channel.posts.pop_front();
   int64_t total = 0;
   for (const int64_t r : in.recv_splits) total += r;
   p.out = torch::empty({total, p.rows.size(1)}, p.rows.options());
@@ -161,7 +172,7 @@ Status SegmentedOps::Complete(Posted& p) {
       AwaitAllToAll(comm_, watchdog_, trace_, *p.in, p.handle, p.posted_ns, iteration_, now_));
   exposed_ns_ += waited;
   span_ns_ += now_() - p.posted_ns;
-  p.op->channel.received = p.out;
+  p.op->a2a.results[p.ticket] = p.out;
   return Status::Ok();
 }
 

@@ -7,7 +7,9 @@
 // plan's splits); a blocking one (tag -1) completes at once, a posted one at its
 // all-to-all-wait, and what arrived goes to the op for its next piece. Weight-gradient pieces
 // are the executor's (they need its stage runs); Running tells it whether an I is still in
-// flight. Only pieces whose segments and all-to-alls are whole: the executor refuses slices.
+// flight. Slices of the expert segments and their all-to-alls (Tutel's capacity slices) run
+// like whole ones, one piece and one all-to-all each; token slices (the forward partition) are
+// refused by the executor.
 //
 // Figures: exposed_ns is the time blocked in the blocking all-to-alls and the waits, span_ns
 // from each post to its observed completion.
@@ -77,12 +79,14 @@ class SegmentedOps {
     std::unique_ptr<Fiber> fiber;
     Status status;         // what the op's code returned
     int64_t segment = -1;  // the last piece run
+    int64_t chunk = -1, chunks = 0;  // its slice (-1, 0: whole)
   };
   struct Posted {
     Communicator::Handle handle;
     at::Tensor rows, out;  // sent (kept alive until it completes) and received
     Op* op = nullptr;
     const Instruction* in = nullptr;
+    int64_t ticket = 0;
     int64_t posted_ns = 0;
   };
   // Waits for `p` (the wait is its exposed time) and hands what arrived to its op.
