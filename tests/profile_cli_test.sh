@@ -75,6 +75,7 @@ expect train-moe-overlap-sliced 2 "--moe-overlap partition: the runtime executes
 expect train-moe-overlap-name 2 "--moe-overlap 'bogus' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet" -- train --model gpt-tiny-moe --parallel dp=2,ep=2 --moe-overlap bogus
 expect train-moe-overlap-dense 2 "--moe-overlap dw: needs an MoE model with expert parallelism .*model 'gpt-tiny' at ep 1" -- train --moe-overlap dw
 expect train-moe-overlap-megatron-pp 2 "--moe-overlap megatron: .*needs pp = 1 \(--parallel has pp = 2\)" -- train --model gpt-tiny-moe --parallel dp=2,pp=2,ep=2 --moe-overlap megatron
+expect train-moe-overlap-tutel-zb 2 "--moe-overlap tutel: the runtime runs capacity slices in forward and backward ops, not in a split backward \(--schedule zb-h1" -- train --model gpt-tiny-moe --parallel dp=2,pp=2,ep=2 --schedule zb-h1 --moe-overlap tutel
 expect train-moe-overlap-replicas 2 "--replicas with --moe-overlap" -- train --replicas 'dp=1,pp=2;dp=1' --moe-overlap dw
 expect bad-mbs 2 "--mbs: micro-batch size 0 is out of range \(allowed: 1 to" -- profile --mbs 0,1 --out "$tmp/x.json"
 expect bad-seqlen 2 "--seqlen: .*4097.*max_position" -- profile --seqlen 4097 --out "$tmp/x.json"

@@ -152,6 +152,13 @@ Status RunTrain(const TrainFlags& f) {
           "`sluice simulate --moe-overlap {}` predicts it",
           f.moe_overlap, f.moe_overlap, f.moe_overlap));
     }
+    if (*overlap == passes::MoeOverlap::kTutel && f.planner.schedule == "zb-h1") {
+      return InvalidArgumentError(
+          "--moe-overlap tutel: the runtime runs capacity slices in forward and backward ops, "
+          "not in a split backward (--schedule zb-h1 splits every backward into I and W, whose "
+          "experts' weight gradients come from a tape that sliced experts do not write); use "
+          "--schedule 1f1b, interleaved, gpipe or adaptive, or --moe-overlap none or dw");
+    }
     if (*overlap == passes::MoeOverlap::kMegatron && sc.parallel->pp > 1) {
       return InvalidArgumentError(fmt::format(
           "--moe-overlap megatron: interleaves a backward with the next forward on one stage, so "
@@ -328,12 +335,13 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       ->check(NumberCheck(1, false, 86400, "an integer in [1, 86400]"))
       ->capture_default_str();
   t->add_option("--moe-overlap", flags->moe_overlap,
-                "Rewrite every plan with an MoE overlap pass before it runs (passes/moe_overlap.h): "
-                "none (segmented, all-to-alls blocking), dw (Lancet's weight gradients in the "
-                "backward all-to-alls' windows), megatron (pp 1: a backward interleaved with "
-                "the next forward) or tutel (each MoE block's dispatch, experts and combine cut "
-                "into 4 capacity slices; 1F1B-style schedules); the rewritten plan is simulated and its prediction printed "
-                "beside the measured time (needs an MoE model and ep > 1)")
+                "Rewrite every plan with an MoE overlap pass before it runs "
+                "(passes/moe_overlap.h): none (segmented, all-to-alls blocking), dw (Lancet's "
+                "weight gradients in the backward all-to-alls' windows), megatron (pp 1: a "
+                "backward interleaved with the next forward) or tutel (each MoE block's "
+                "dispatch, experts and combine cut into 4 capacity slices; not with zb-h1); the "
+                "rewritten plan is simulated and its prediction printed beside the measured time "
+                "(needs an MoE model and ep > 1)")
       ->type_name("NAME");
   t->add_option("--plan", flags->plans,
                 "Execute these plan files (sluice plan --out), one per iteration, instead of "

@@ -2,7 +2,8 @@
 // thread that resumes it. Exactly one of the two runs at any moment: Resume() blocks the caller
 // until the body calls Suspend() or returns, and Suspend() blocks the body until the next
 // Resume(). The executor runs a segmented MoE compute op this way (executor.cc): the op's code
-// (a forward, or an autograd backward that is inside the engine) stops at each all-to-all, the
+// (a forward, or an autograd backward that is inside the engine) stops where it needs an
+// all-to-all's result, the
 // executor goes on with the program (other pieces, weight gradients, transfers) while the
 // all-to-all travels, and a later piece resumes the op where it stopped. The handoff through one
 // mutex orders every memory access of the body before the caller's next step and back, so the

@@ -228,9 +228,8 @@ struct SlicedExpertsFunction : torch::autograd::Function<SlicedExpertsFunction> 
     const std::vector<at::Tensor> ys = ctx->saved_data["y"].toTensorVector();
     SLUICE_CHECK(static_cast<int64_t>(xs.size()) == n && static_cast<int64_t>(ys.size()) == n);
     // Every member must take part, also when no gradient reached the output.
-    const at::Tensor g = grads[0].defined()
-                             ? grads[0].contiguous()
-                             : torch::zeros({Sum(send), xs.front().size(1)});
+    const at::Tensor g =
+        grads[0].defined() ? grads[0].contiguous() : torch::zeros({Sum(send), xs.front().size(1)});
     std::vector<int64_t> posted;
     for (int64_t c = 0; c < n; ++c) {
       posted.push_back(ex->Post(OpKind::kAllToAllCombine, layer, c, GatherSlice(g, send, c, n),
@@ -246,8 +245,8 @@ struct SlicedExpertsFunction : torch::autograd::Function<SlicedExpertsFunction> 
                               SliceSplits(recv, c, n), SliceSplits(send, c, n)));
     }
     at::Tensor out = ScatterSlices(ex->Wait(back), send, n);
-    return {out,          at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+    return {out,          at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -331,6 +330,12 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
             "MoE layer {}: the plan cuts its all-to-alls into slices in an op whose backward is "
             "split (input and weight gradients): sliced experts run in whole backward ops only",
             moe.layer));
+      }
+      if (at::GradMode::is_enabled() && !dispatch.requires_grad()) {
+        // The experts' weights reach autograd only through this node, which exists only when
+        // its input needs a gradient.
+        throw std::runtime_error(fmt::format(
+            "MoE layer {}: sliced experts need their input to require a gradient", moe.layer));
       }
       expert_out = SlicedExpertsFunction::apply(
           dispatch, reinterpret_cast<int64_t>(ctx->exchange), reinterpret_cast<int64_t>(&model),

@@ -37,11 +37,19 @@ Status PlanExchange::End(std::string_view what) {
   OpState& s = State();
   const size_t want = s.list != nullptr ? s.list->size() : 0;
   const size_t done = s.next;
+  const size_t unread = s.results.size();
+  const size_t unposted = s.channel != nullptr ? s.channel->posts.size() : 0;
   s.list = nullptr;
   s.record = nullptr;
   s.replay = nullptr;
   s.tape = nullptr;
   s.results.clear();
+  if (unread > 0 || unposted > 0) {
+    return InternalError(fmt::format(
+        "the {} ended with {} all-to-all results it did not read and {} it handed over that "
+        "were not posted",
+        what, unread, unposted));
+  }
   if (done != want) {
     return InvalidArgumentError(fmt::format(
         "the {} performed {} of the plan's {} all-to-alls (does the plan's model match?)", what,
@@ -63,18 +71,17 @@ std::vector<int64_t> PlanExchange::NextRecvSplits(OpKind kind, int64_t layer) {
     if (slice == nullptr || slice->op != kind || slice->layer != layer || slice->chunk != c ||
         slice->chunks != in.chunks || slice->recv_splits.size() != whole.size()) {
       throw std::runtime_error(fmt::format(
-          "{}: slice {} of {} is not the op's next all-to-all after slice {} (the runtime posts "
-          "an all-to-all's slices one after another)",
-          InstructionText(in), c, in.chunks, c - 1));
+          "{}: slice {} of {} is not the op's all-to-all {} (the runtime needs an all-to-all's "
+          "slices listed one after another, in the order of docs/moe.md, \"Capacity slices\")",
+          InstructionText(in), c, in.chunks,
+          c == 0 ? std::string("next") : fmt::format("after slice {}", c - 1)));
     }
     for (size_t j = 0; j < whole.size(); ++j) whole[j] += slice->recv_splits[j];
   }
   return whole;
 }
 
-int64_t PlanExchange::NextSlices(OpKind kind, int64_t layer) {
-  return Expect(kind, layer).chunks;
-}
+int64_t PlanExchange::NextSlices(OpKind kind, int64_t layer) { return Expect(kind, layer).chunks; }
 
 at::Tensor PlanExchange::Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
                                   const std::vector<int64_t>& send,
@@ -93,14 +100,12 @@ int64_t PlanExchange::Post(OpKind kind, int64_t layer, int64_t slice, const at::
 }
 
 int64_t PlanExchange::PostOne(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
-                              const std::vector<int64_t>& send,
-                              const std::vector<int64_t>& recv) {
+                              const std::vector<int64_t>& send, const std::vector<int64_t>& recv) {
   const Instruction& in = Expect(kind, layer);
   if (slice < 0 ? in.chunks > 0 : (in.chunks <= 0 || in.chunk != slice)) {
     throw std::runtime_error(fmt::format(
         "the MoE layer {} runs its {} {}, the plan's next all-to-all is {}", layer,
-        OpKindName(kind),
-        slice < 0 ? std::string("whole") : fmt::format("as slice {}", slice),
+        OpKindName(kind), slice < 0 ? std::string("whole") : fmt::format("as slice {}", slice),
         InstructionText(in)));
   }
   if (send != in.send_splits || recv != in.recv_splits) {
@@ -139,7 +144,7 @@ std::vector<at::Tensor> PlanExchange::Wait(const std::vector<int64_t>& tickets) 
     }
     return false;
   };
-  if (missing()) {
+  if (missing() || (s.channel != nullptr && s.channel->slice_piece && s.replay == nullptr)) {
     if (s.channel == nullptr) {
       throw std::runtime_error("PlanExchange::Wait: a ticket that was never posted");
     }
@@ -147,9 +152,9 @@ std::vector<at::Tensor> PlanExchange::Wait(const std::vector<int64_t>& tickets) 
     s.channel->fiber->Suspend();
     s.channel->awaiting.clear();
     if (missing()) {
-      throw std::runtime_error(fmt::format(
-          "{}: the op resumed without the all-to-all's result",
-          InstructionText(*(*s.list)[static_cast<size_t>(tickets.front())])));
+      throw std::runtime_error(
+          fmt::format("{}: the op resumed without the all-to-all's result",
+                      InstructionText(*(*s.list)[static_cast<size_t>(tickets.front())])));
     }
   }
   std::vector<at::Tensor> out;
@@ -180,9 +185,8 @@ StatusOr<int64_t> AwaitAllToAll(Communicator& comm, Watchdog& watchdog, TraceRec
   watchdog.EndWait();
   if (!st.ok()) {
     const std::string blame = watchdog.Blame(peers, what);
-    return FailedPreconditionError(fmt::format("{} failed{}: {}", what,
-                                               blame.empty() ? "" : " (" + blame + ")",
-                                               st.message()));
+    return FailedPreconditionError(fmt::format(
+        "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", st.message()));
   }
   const int64_t end = now();
   TraceEvent e;

@@ -51,6 +51,9 @@ struct SegmentChannel {
   Fiber* fiber = nullptr;
   std::deque<Request> posts;      // handed over, not yet posted by the executor
   std::vector<int64_t> awaiting;  // the tickets the fiber stopped for (empty: not stopped)
+  // Set by the executor before each piece: the piece is a slice (chunks > 0), so every wait
+  // ends it, also when the results are already there (a slice's work is one slice's).
+  bool slice_piece = false;
 };
 
 // Waits for the all-to-all `in` posted at `posted_ns` (announced to the watchdog, which names the
@@ -70,8 +73,8 @@ class PlanExchange final : public ExpertExchange {
     size_t next = 0;
     std::vector<at::Tensor>* record = nullptr;        // keep what each received
     const std::vector<at::Tensor>* replay = nullptr;  // answer from these
-    WeightGradTape* tape = nullptr;     // a forward's: set_segment(next) after each all-to-all
-    SegmentChannel* channel = nullptr;  // segmented op: hand all-to-alls to the executor
+    WeightGradTape* tape = nullptr;         // a forward's: set_segment(next) after each all-to-all
+    SegmentChannel* channel = nullptr;      // segmented op: hand all-to-alls to the executor
     std::map<int64_t, at::Tensor> results;  // [ticket: the all-to-all's index in `list`]
   };
 

@@ -93,14 +93,16 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
       const Instruction* need = (*op->a2a.list)[static_cast<size_t>(t)];
       bool queued = false;
       for (const auto& r : op->channel.posts) queued = queued || r.ticket == t;
-      return InvalidArgumentError(
-          fmt::format("segment {} needs {} complete before it ({})", in.segment,
-                      InstructionText(*need), queued ? "not posted yet" : "posted, not waited for"));
+      return InvalidArgumentError(fmt::format(
+          "segment {}{} needs {} complete before it ({})", in.segment,
+          in.chunks > 0 ? fmt::format(" slice {}", in.chunk) : "", InstructionText(*need),
+          queued ? "not posted yet" : "posted, not waited for"));
     }
   }
   op->segment = in.segment;
   op->chunk = in.chunk;
   op->chunks = in.chunks;
+  op->channel.slice_piece = in.chunks > 0;
   op->fiber->Resume();
   if (op->fiber->error()) std::rethrow_exception(op->fiber->error());
   if (op->fiber->finished()) {
@@ -128,12 +130,12 @@ Status SegmentedOps::PostAllToAll(const Instruction& in, int64_t index, int64_t*
   const auto it = ops_.find(a2a_owner_.at(index));
   if (it == ops_.end() || it->second->channel.posts.empty() ||
       it->second->channel.posts.front().in != &in) {
-    return InvalidArgumentError(fmt::format(
-        "the MoE op this all-to-all belongs to has not reached it ({})",
-        it == ops_.end()                       ? "the op is not running"
-        : it->second->channel.posts.empty()    ? "it has handed over no all-to-all to post"
-                                               : "its next is " + InstructionText(
-                                                     *it->second->channel.posts.front().in)));
+    return InvalidArgumentError(
+        fmt::format("the MoE op this all-to-all belongs to has not reached it ({})",
+                    it == ops_.end() ? "the op is not running"
+                    : it->second->channel.posts.empty()
+                        ? "it has handed over no all-to-all to post"
+                        : "its next is " + InstructionText(*it->second->channel.posts.front().in)));
   }
   Op& op = *it->second;
   Posted p;

@@ -1,8 +1,9 @@
 // SegmentedOps: the segmented MoE ops (plan/moe_segments.h) of one rank's iteration, as the
 // executor runs them (executor.cc). A segmented F, B or I runs the whole op's code (the
-// executor's forward or backward, given as RunOp) in a Fiber (fiber.h) that stops at each
-// all-to-all its MoE layers reach (moe_exchange.h, SegmentChannel): the op's first piece starts
-// it, each later piece resumes it for one segment, its last piece completes it. An all-to-all
+// executor's forward or backward, given as RunOp) in a Fiber (fiber.h) that stops where its MoE
+// layers need an all-to-all's result (moe_exchange.h, SegmentChannel; at every slice boundary
+// in a sliced piece): the op's first piece starts it, each later piece resumes it for one
+// segment or slice, its last piece completes it. An all-to-all
 // instruction of a segmented op posts the rows the fiber handed over (alltoall_base with the
 // plan's splits); a blocking one (tag -1) completes at once, a posted one at its
 // all-to-all-wait, and what arrived goes to the op for its next piece. Weight-gradient pieces
@@ -77,8 +78,8 @@ class SegmentedOps {
     PlanExchange::OpState a2a;
     SegmentChannel channel;
     std::unique_ptr<Fiber> fiber;
-    Status status;         // what the op's code returned
-    int64_t segment = -1;  // the last piece run
+    Status status;                   // what the op's code returned
+    int64_t segment = -1;            // the last piece run
     int64_t chunk = -1, chunks = 0;  // its slice (-1, 0: whole)
   };
   struct Posted {
