@@ -257,8 +257,9 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
   const int64_t groups = static_cast<int64_t>(config_.groups.size());
   std::optional<HeteroPlanResult> best;
   std::vector<double> scale(static_cast<size_t>(groups), 1.0);
+  GroupPlans plans;
   for (int64_t round = 0; round <= std::max<int64_t>(0, options_.refine_rounds); ++round) {
-    SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale));
+    SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale, &plans));
     const bool better =
         !best.has_value() || (r.outcome == PlanOutcome::kOk &&
                               (best->outcome != PlanOutcome::kOk || r.makespan < best->makespan));
@@ -283,7 +284,8 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
 }
 
 StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batch,
-                                                    std::span<const double> scale) const {
+                                                    std::span<const double> scale,
+                                                    GroupPlans* plans) const {
   HeteroPlanResult out;
   out.reductions = reductions_;
   out.pieces = pieces_;
@@ -296,8 +298,11 @@ StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batc
     return out;
   }
   out.samples.resize(static_cast<size_t>(groups));
-  for (size_t i = 0; i < batch.size(); ++i)
+  std::vector<std::vector<int64_t>> indices(static_cast<size_t>(groups));
+  for (size_t i = 0; i < batch.size(); ++i) {
     out.samples[out.dispatch.group_of[i]].push_back(batch[i]);
+    indices[out.dispatch.group_of[i]].push_back(static_cast<int64_t>(i));
+  }
   Duration slowest;
   for (int64_t g = 0; g < groups; ++g) {
     if (static_cast<int64_t>(out.samples[g].size()) < config_.groups[g].dp) {
@@ -308,7 +313,13 @@ StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batc
       out.groups.clear();
       return out;
     }
-    SLUICE_ASSIGN_OR_RETURN(PlanResult r, planners_[g].Plan(out.samples[g]));
+    std::pair<int64_t, std::vector<int64_t>> key{g, std::move(indices[g])};
+    auto known = plans->find(key);
+    if (known == plans->end()) {
+      SLUICE_ASSIGN_OR_RETURN(PlanResult made, planners_[g].Plan(out.samples[g]));
+      known = plans->emplace(std::move(key), std::move(made)).first;
+    }
+    PlanResult r = known->second;
     if (r.outcome != PlanOutcome::kOk) {
       out.outcome = r.outcome;
       out.infeasible_reason = fmt::format("{}: {}", GroupName(config_, g), r.infeasible_reason);

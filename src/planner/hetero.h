@@ -53,6 +53,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -160,9 +161,13 @@ class HeteroPlanner {
 
  private:
   HeteroPlanner() = default;
-  // One round of Plan: stage 1 with `scale`, then every group's planner.
-  StatusOr<HeteroPlanResult> PlanRound(std::span<const Sample> batch,
-                                       std::span<const double> scale) const;
+  // The groups' plans of earlier rounds of one Plan call, by (group, the batch indices of its
+  // sequences): a group's planner is deterministic, so a round that gives a group the same
+  // sequences takes the plan already made.
+  using GroupPlans = std::map<std::pair<int64_t, std::vector<int64_t>>, PlanResult>;
+  // One round of Plan: stage 1 with `scale`, then every group's planner (through `plans`).
+  StatusOr<HeteroPlanResult> PlanRound(std::span<const Sample> batch, std::span<const double> scale,
+                                       GroupPlans* plans) const;
   HeteroConfig config_;
   ClusterSpec cluster_;
   HeteroPlannerOptions options_;
