@@ -74,9 +74,21 @@ struct Partition {
 // Sequences up to this count are partitioned exactly by MinMaxPartition.
 inline constexpr int64_t kExactPartitionLimit = 12;
 
+// The two item orders LPT uses: by cost descending (ties: size descending, then position), and
+// by size descending (ties: cost descending, then position). They depend on the items only, so
+// a caller partitioning the same items into several bin counts or caps computes them once.
+struct PartitionOrders {
+  std::vector<int64_t> by_cost;
+  std::vector<int64_t> by_size;
+};
+PartitionOrders OrdersOf(std::span<const PartitionItem> items);
+
 // LPT: items by cost descending (ties: size descending, then position) each to the least-loaded
 // bin with room; when that fails, by size descending to the least-loaded bin with room.
 Partition LptPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap);
+// The same with the orders given. REQUIRES: orders == OrdersOf(items).
+Partition LptPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
+                       const PartitionOrders& orders);
 // Improves a feasible partition: while some move of one item out of a most-loaded bin, or swap
 // of an item there with a cheaper item of another bin, lowers the larger of the two bins' loads
 // below the most-loaded one's, apply the best such move or swap. Swap partners are the few items
@@ -88,8 +100,14 @@ Partition LocalSearch(std::span<const PartitionItem> items, int64_t bins, int64_
 // incumbent `start` when feasible). REQUIRES: items.size() <= kExactPartitionLimit.
 Partition ExactPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
                          const Partition& start);
+// The same with OrdersOf(items).by_cost given.
+Partition ExactPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
+                         const Partition& start, std::span<const int64_t> by_cost);
 // LPT + local search; exact when items.size() <= kExactPartitionLimit.
 Partition MinMaxPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap);
+// The same with the orders given. REQUIRES: orders == OrdersOf(items).
+Partition MinMaxPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
+                          const PartitionOrders& orders);
 
 // ---- Stage 2: one replica ----
 

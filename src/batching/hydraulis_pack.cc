@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -74,21 +75,36 @@ class FitsMemo {
       : eval_(eval), longest_(longest), widest_(widest) {}
 
   bool Fits(int64_t tokens, Recompute rc, int64_t v) {
-    std::vector<int64_t> key{tokens, static_cast<int64_t>(rc)};
-    for (int64_t s = 0; s < eval_.pp(); ++s) key.push_back(eval_.InFlight(s, v));
+    const std::array<int64_t, 3> key{tokens, static_cast<int64_t>(rc), InFlightId(v)};
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
     const VarlenLengths lengths = WorstComposition(tokens, longest_, eval_, widest_);
     const bool fits = SummarizeLengths(eval_, lengths, rc, v).feasible;
-    memo_.emplace(std::move(key), fits);
+    memo_.emplace(key, fits);
     return fits;
+  }
+
+  // A number per distinct vector of in-flight counts (eval.InFlight(s, v) for every stage s):
+  // equal for two v exactly when their vectors are.
+  int64_t InFlightId(int64_t v) {
+    auto known = id_of_v_.find(v);
+    if (known != id_of_v_.end()) return known->second;
+    std::vector<int64_t> counts;
+    for (int64_t s = 0; s < eval_.pp(); ++s) counts.push_back(eval_.InFlight(s, v));
+    auto at = std::find(vectors_.begin(), vectors_.end(), counts);
+    const int64_t id = at - vectors_.begin();
+    if (at == vectors_.end()) vectors_.push_back(std::move(counts));
+    id_of_v_.emplace(v, id);
+    return id;
   }
 
  private:
   const StageCostEvaluator& eval_;
   int64_t longest_;
   Sample widest_;
-  std::map<std::vector<int64_t>, bool> memo_;
+  std::map<std::array<int64_t, 3>, bool> memo_;  // (tokens, level, InFlightId) -> fits
+  std::map<int64_t, int64_t> id_of_v_;
+  std::vector<std::vector<int64_t>> vectors_;  // [InFlightId] the in-flight counts
 };
 
 // S_cap(v): the most tokens a varlen micro-batch may hold so that any composition of sequences
@@ -104,8 +120,7 @@ class TokenCapper {
 
   // 0 when even one sequence of `longest` breaks the rule; at most `total`.
   int64_t Cap(int64_t v) {
-    std::vector<int64_t> key;
-    for (int64_t s = 0; s < eval_.pp(); ++s) key.push_back(eval_.InFlight(s, v));
+    const int64_t key = fits_->InFlightId(v);
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
     int64_t cap = 0;
@@ -124,7 +139,7 @@ class TokenCapper {
       }
       cap = good;
     }
-    memo_.emplace(std::move(key), cap);
+    memo_.emplace(key, cap);
     return cap;
   }
 
@@ -139,7 +154,7 @@ class TokenCapper {
   int64_t longest_;
   int64_t total_;
   FitsMemo* fits_;
-  std::map<std::vector<int64_t>, int64_t> memo_;
+  std::map<int64_t, int64_t> memo_;  // by the FitsMemo's InFlightId of v
 };
 
 int64_t MaxStored(const MicroBatch& mb) {
@@ -396,6 +411,7 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
       q.b > 0 && q.c > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q.c / q.b))) : 1;
 
   const BatchIndex index(samples);
+  const PartitionOrders orders = OrdersOf(items);
   FitsMemo fits(eval, longest, samples[longest_at]);
   TokenCapper capper(eval, levels, longest, d.total_tokens, &fits);
   int64_t v_fail = 0;  // the first v whose cap is below the longest sequence
@@ -472,7 +488,7 @@ StatusOr<ReplicaBatches> HydraulisPackReplica(std::span<const Sample> samples,
       std::vector<std::vector<int64_t>> seen;  // partitions already taken at this v
       for (int64_t cap : caps) {
         if (cap < longest || v * cap < d.total_tokens) continue;
-        const Partition part = MinMaxPartition(items, v, cap);
+        const Partition part = MinMaxPartition(items, v, cap, orders);
         // A cap that does not bind gives the partition of a larger one: same micro-batches, same
         // objective, which would not replace it (ties keep the first).
         if (!part.feasible || std::find(seen.begin(), seen.end(), part.bin) != seen.end()) {

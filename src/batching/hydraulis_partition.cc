@@ -24,6 +24,9 @@ struct Bins {
 Bins Tally(std::span<const PartitionItem> items, int64_t bins, std::span<const int64_t> bin_of) {
   Bins b{std::vector<int64_t>(bins, 0), std::vector<int64_t>(bins, 0),
          std::vector<std::vector<int64_t>>(bins)};
+  std::vector<int64_t> count(bins, 0);
+  for (const int64_t bin : bin_of) ++count[bin];
+  for (int64_t k = 0; k < bins; ++k) b.items[k].reserve(static_cast<size_t>(count[k]));
   for (size_t i = 0; i < items.size(); ++i) {
     b.load[bin_of[i]] += items[i].cost;
     b.used[bin_of[i]] += items[i].size;
@@ -90,9 +93,11 @@ void FillEmptyBins(std::span<const PartitionItem> items, int64_t bins, Partition
     const int64_t i = *it;
     b.items[from].erase(it);
     b.items[e].push_back(i);
+    b.load[from] -= items[i].cost;
+    b.load[e] += items[i].cost;
     p->bin[i] = e;
   }
-  p->max_load = MaxLoad(Tally(items, bins, p->bin));
+  p->max_load = MaxLoad(b);
 }
 
 struct Search {
@@ -137,10 +142,20 @@ struct Search {
 
 }  // namespace
 
+PartitionOrders OrdersOf(std::span<const PartitionItem> items) {
+  return PartitionOrders{OrderBy(items, false), OrderBy(items, true)};
+}
+
 Partition LptPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap) {
+  return LptPartition(items, bins, cap, OrdersOf(items));
+}
+
+Partition LptPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
+                       const PartitionOrders& orders) {
   SLUICE_CHECK(bins >= 1);
-  Partition p = Greedy(items, bins, cap, OrderBy(items, false));
-  if (!p.feasible) p = Greedy(items, bins, cap, OrderBy(items, true));
+  SLUICE_CHECK(orders.by_cost.size() == items.size() && orders.by_size.size() == items.size());
+  Partition p = Greedy(items, bins, cap, orders.by_cost);
+  if (!p.feasible) p = Greedy(items, bins, cap, orders.by_size);
   return p;
 }
 
@@ -215,10 +230,15 @@ Partition LocalSearch(std::span<const PartitionItem> items, int64_t bins, int64_
 
 Partition ExactPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
                          const Partition& start) {
+  return ExactPartition(items, bins, cap, start, OrderBy(items, false));
+}
+
+Partition ExactPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
+                         const Partition& start, std::span<const int64_t> by_cost) {
   SLUICE_CHECK(static_cast<int64_t>(items.size()) <= kExactPartitionLimit && bins >= 1);
   Search s;
   s.items = items;
-  s.order = OrderBy(items, false);
+  s.order.assign(by_cost.begin(), by_cost.end());
   s.cap = cap;
   int64_t total = 0, largest = 0;
   for (const PartitionItem& it : items) {
@@ -244,9 +264,14 @@ Partition ExactPartition(std::span<const PartitionItem> items, int64_t bins, int
 }
 
 Partition MinMaxPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap) {
-  Partition p = LocalSearch(items, bins, cap, LptPartition(items, bins, cap));
+  return MinMaxPartition(items, bins, cap, OrdersOf(items));
+}
+
+Partition MinMaxPartition(std::span<const PartitionItem> items, int64_t bins, int64_t cap,
+                          const PartitionOrders& orders) {
+  Partition p = LocalSearch(items, bins, cap, LptPartition(items, bins, cap, orders));
   if (static_cast<int64_t>(items.size()) <= kExactPartitionLimit) {
-    p = ExactPartition(items, bins, cap, p);
+    p = ExactPartition(items, bins, cap, p, orders.by_cost);
   }
   if (p.feasible) FillEmptyBins(items, bins, &p);
   return p;

@@ -256,10 +256,12 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
   const auto start = Clock::now();
   const int64_t groups = static_cast<int64_t>(config_.groups.size());
   std::optional<HeteroPlanResult> best;
+  std::vector<PlanResult*> best_groups;  // in `plans`
   std::vector<double> scale(static_cast<size_t>(groups), 1.0);
   GroupPlans plans;
   for (int64_t round = 0; round <= std::max<int64_t>(0, options_.refine_rounds); ++round) {
-    SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale, &plans));
+    std::vector<PlanResult*> made;
+    SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale, &plans, &made));
     const bool better =
         !best.has_value() || (r.outcome == PlanOutcome::kOk &&
                               (best->outcome != PlanOutcome::kOk || r.makespan < best->makespan));
@@ -271,12 +273,18 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
           refine = false;
           break;
         }
-        scale[g] =
-            static_cast<double>(r.groups[g].makespan.nanos()) / static_cast<double>(predicted);
+        scale[g] = static_cast<double>(made[g]->makespan.nanos()) / static_cast<double>(predicted);
       }
     }
-    if (better) best = std::move(r);
+    if (better) {
+      best = std::move(r);
+      best_groups = std::move(made);
+    }
     if (!refine) break;
+  }
+  if (best->outcome == PlanOutcome::kOk) {
+    // Distinct entries of `plans` (one per group), moved out once no round needs them.
+    for (PlanResult* g : best_groups) best->groups.push_back(std::move(*g));
   }
   best->planning_time = Duration::Nanos(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
@@ -285,12 +293,14 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
 
 StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batch,
                                                     std::span<const double> scale,
-                                                    GroupPlans* plans) const {
+                                                    GroupPlans* plans,
+                                                    std::vector<PlanResult*>* made) const {
   HeteroPlanResult out;
   out.reductions = reductions_;
   out.pieces = pieces_;
   out.cross_sync = cross_sync_;
   out.dispatch = Dispatch(batch, scale);
+  made->clear();
   const int64_t groups = static_cast<int64_t>(config_.groups.size());
   if (!out.dispatch.ok) {
     out.outcome = PlanOutcome::kOutOfMemory;
@@ -310,24 +320,24 @@ StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batc
       out.infeasible_reason =
           fmt::format("{} got {} sequences for its {} replicas", GroupName(config_, g),
                       out.samples[g].size(), config_.groups[g].dp);
-      out.groups.clear();
+      made->clear();
       return out;
     }
     std::pair<int64_t, std::vector<int64_t>> key{g, std::move(indices[g])};
     auto known = plans->find(key);
     if (known == plans->end()) {
-      SLUICE_ASSIGN_OR_RETURN(PlanResult made, planners_[g].Plan(out.samples[g]));
-      known = plans->emplace(std::move(key), std::move(made)).first;
+      SLUICE_ASSIGN_OR_RETURN(PlanResult p, planners_[g].Plan(out.samples[g]));
+      known = plans->emplace(std::move(key), std::move(p)).first;
     }
-    PlanResult r = known->second;
+    const PlanResult& r = known->second;
     if (r.outcome != PlanOutcome::kOk) {
       out.outcome = r.outcome;
       out.infeasible_reason = fmt::format("{}: {}", GroupName(config_, g), r.infeasible_reason);
-      out.groups.clear();
+      made->clear();
       return out;
     }
     slowest = std::max(slowest, r.makespan + group_sync_[g]);
-    out.groups.push_back(std::move(r));
+    made->push_back(&known->second);
   }
   out.makespan = slowest + cross_sync_;
   return out;

@@ -165,9 +165,11 @@ class HeteroPlanner {
   // sequences): a group's planner is deterministic, so a round that gives a group the same
   // sequences takes the plan already made.
   using GroupPlans = std::map<std::pair<int64_t, std::vector<int64_t>>, PlanResult>;
-  // One round of Plan: stage 1 with `scale`, then every group's planner (through `plans`).
+  // One round of Plan: stage 1 with `scale`, then every group's planner (through `plans`). The
+  // result's `groups` stay empty: `*made` gets each group's plan in `plans` (all of them only
+  // when the outcome is kOk), which Plan moves out for the round it keeps (no copies per round).
   StatusOr<HeteroPlanResult> PlanRound(std::span<const Sample> batch, std::span<const double> scale,
-                                       GroupPlans* plans) const;
+                                       GroupPlans* plans, std::vector<PlanResult*>* made) const;
   HeteroConfig config_;
   ClusterSpec cluster_;
   HeteroPlannerOptions options_;
