@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "batching/micro_batch.h"
+#include "batching/nonneg_fit.h"
 #include "model/chunk_cut.h"
 
 namespace sluice {
@@ -72,66 +73,6 @@ class SummaryBuilder {
  private:
   CostSummary summary_;
 };
-
-// Non-negative least squares with weights w over up to three basis columns: tries every subset
-// of active columns, keeps the best solution with all coefficients >= 0. Returns the coefficients.
-template <int K>
-std::array<double, K> FitNonNegative(const std::vector<std::array<double, K>>& x,
-                                     const std::vector<double>& y, const std::vector<double>& w) {
-  std::array<double, K> best{};
-  double best_err = -1;
-  for (int mask = 1; mask < (1 << K); ++mask) {
-    int idx[K];
-    int n = 0;
-    for (int k = 0; k < K; ++k) {
-      if (mask & (1 << k)) idx[n++] = k;
-    }
-    // Normal equations A c = b over the active columns, Gaussian elimination with pivoting.
-    double a[K][K + 1] = {};
-    for (size_t p = 0; p < y.size(); ++p) {
-      for (int r = 0; r < n; ++r) {
-        for (int c = 0; c < n; ++c) a[r][c] += w[p] * x[p][idx[r]] * x[p][idx[c]];
-        a[r][n] += w[p] * x[p][idx[r]] * y[p];
-      }
-    }
-    bool singular = false;
-    for (int col = 0; col < n && !singular; ++col) {
-      int piv = col;
-      for (int r = col + 1; r < n; ++r) {
-        if (std::abs(a[r][col]) > std::abs(a[piv][col])) piv = r;
-      }
-      if (std::abs(a[piv][col]) < 1e-300) {
-        singular = true;
-        break;
-      }
-      for (int c = 0; c <= n; ++c) std::swap(a[col][c], a[piv][c]);
-      for (int r = 0; r < n; ++r) {
-        if (r == col) continue;
-        const double f = a[r][col] / a[col][col];
-        for (int c = col; c <= n; ++c) a[r][c] -= f * a[col][c];
-      }
-    }
-    if (singular) continue;
-    std::array<double, K> coef{};
-    bool nonneg = true;
-    for (int r = 0; r < n; ++r) {
-      coef[idx[r]] = a[r][n] / a[r][r];
-      if (!(coef[idx[r]] >= 0)) nonneg = false;
-    }
-    if (!nonneg) continue;
-    double err = 0;
-    for (size_t p = 0; p < y.size(); ++p) {
-      double v = 0;
-      for (int k = 0; k < K; ++k) v += coef[k] * x[p][k];
-      err += w[p] * (v - y[p]) * (v - y[p]);
-    }
-    if (best_err < 0 || err < best_err) {
-      best_err = err;
-      best = coef;
-    }
-  }
-  return best;
-}
 
 // Lengths the varlen fits sample: 64, 96, 128, 192, ... up to max_position (included).
 std::vector<int64_t> FitLengths(int64_t max_position) {
@@ -686,110 +627,6 @@ StageCostEvaluator::Quadratic StageCostEvaluator::BottleneckQuadratic(Recompute 
     }
   }
   return fits[best].time;
-}
-
-Bytes StageCostEvaluator::BoundaryBytes(const LayerShape& shape, int64_t stage) const {
-  Bytes out;
-  for (int64_t v = 0; v < par_.vpp; ++v) {
-    out = std::max(out, ChunkBoundaryBytes(shape, stage + v * par_.pp));
-  }
-  return out;
-}
-
-Bytes StageCostEvaluator::ChunkBoundaryBytes(const LayerShape& shape, int64_t chunk) const {
-  const int64_t chunks = par_.chunks();
-  if (chunk >= chunks - 1) return Bytes::Zero();
-  int64_t tokens = shape.mbs * shape.seqlen;
-  if (model().is_encoder_decoder() && chunk >= EncoderEndChunk(model(), chunks)) {
-    tokens += shape.mbs * shape.dec_seqlen;
-  }
-  return Bytes::Of(2 * tokens * model().hidden);
-}
-
-Bytes StageCostEvaluator::ChunkHeldBuffers(const LayerShape& shape, int64_t chunk) const {
-  const int64_t chunks = par_.chunks();
-  const bool encdec = model().is_encoder_decoder();
-  int64_t tokens = 0;  // int64 token ids and labels loaded
-  if (chunk == 0) tokens += shape.mbs * (shape.seqlen + (encdec ? shape.dec_seqlen : 0));
-  if (chunk == chunks - 1) tokens += shape.mbs * (encdec ? shape.dec_seqlen : shape.seqlen);
-  return ChunkBoundaryBytes(shape, chunk) + Bytes::Of(8 * tokens);
-}
-
-Bytes StageCostEvaluator::HeldBuffers(const LayerShape& shape, int64_t stage) const {
-  Bytes out;
-  for (int64_t c = stage; c < par_.chunks(); c += par_.pp) out += ChunkHeldBuffers(shape, c);
-  return out;
-}
-
-Bytes StageCostEvaluator::TransientBuffers(const LayerShape& shape, int64_t stage) const {
-  if (par_.pp == 1) return Bytes::Zero();
-  Bytes largest;
-  for (int64_t c = stage; c < par_.chunks(); c += par_.pp) {
-    largest = std::max(largest, ChunkBoundaryBytes(shape, c));
-    if (c > 0) largest = std::max(largest, ChunkBoundaryBytes(shape, c - 1));
-  }
-  return largest * options_.transient_boundary_buffers;
-}
-
-std::optional<MemoryViolation> FindMemoryViolation(const StageCostEvaluator& eval,
-                                                   std::span<const MicroBatch> micro_batches) {
-  const int64_t m = static_cast<int64_t>(micro_batches.size());
-  std::vector<Bytes> held(static_cast<size_t>(m)), transient(static_cast<size_t>(m));
-  for (int64_t s = 0; s < eval.pp(); ++s) {
-    const int64_t k = eval.InFlight(s, m);
-    const Bytes budget = eval.ActivationBudget(s);
-    for (int64_t i = 0; i < m; ++i) {
-      held[i] = eval.HeldBuffers(micro_batches[i].shape, s);
-      transient[i] = eval.TransientBuffers(micro_batches[i].shape, s);
-    }
-    // Windows [w, w + k); with m <= k there is one window holding all of them.
-    for (int64_t w = 0; w < m; ++w) {
-      const int64_t end = std::min(m, w + k);
-      Bytes stored, buffers;
-      Bytes reserve;  // the window's largest transient
-      for (int64_t i = w; i < end; ++i) {
-        stored += micro_batches[i].stages[s].stored;
-        buffers += held[i];
-        reserve = std::max(reserve, transient[i]);
-      }
-      buffers += reserve;
-      for (int64_t i = w; i < end; ++i) {
-        const MicroBatch& run = micro_batches[i];
-        const Bytes need = stored - run.stages[s].stored + run.stages[s].peak + buffers;
-        if (need > budget) return MemoryViolation{s, w, end, i, need, buffers, budget};
-      }
-      if (end == m) break;
-    }
-  }
-  return std::nullopt;
-}
-
-bool SequenceFitsMemory(const StageCostEvaluator& eval, std::span<const MicroBatch> micro_batches) {
-  for (const MicroBatch& mb : micro_batches) {
-    if (static_cast<int64_t>(mb.stages.size()) != eval.pp()) return false;
-  }
-  return !FindMemoryViolation(eval, micro_batches).has_value();
-}
-
-std::string CheckSequenceMemory(const StageCostEvaluator& eval,
-                                std::span<const MicroBatch> micro_batches) {
-  const int64_t pp = eval.pp();
-  for (size_t i = 0; i < micro_batches.size(); ++i) {
-    const MicroBatch& mb = micro_batches[i];
-    if (static_cast<int64_t>(mb.stages.size()) != pp) {
-      return fmt::format("micro-batch {}: memory given for {} stages, the pipeline has {}", i,
-                         mb.stages.size(), pp);
-    }
-  }
-  const std::optional<MemoryViolation> v = FindMemoryViolation(eval, micro_batches);
-  if (!v) return "";
-  return fmt::format(
-      "stage {}: micro-batches {}..{} in flight with {} running need {} (stored activations of "
-      "the others + its peak {} + buffers {}), budget {} (memory limit {} - model states {})",
-      v->stage, v->begin, v->end - 1, v->running, FormatBytes(v->need),
-      FormatBytes(micro_batches[v->running].stages[v->stage].peak), FormatBytes(v->buffers),
-      FormatBytes(v->budget), FormatBytes(eval.memory_limit()),
-      FormatBytes(eval.stage_states()[v->stage].total()));
 }
 
 }  // namespace sluice

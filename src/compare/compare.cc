@@ -11,6 +11,7 @@
 #include "compare/compare_dynamic.h"
 #include "compare/compare_hetero.h"
 #include "compare/compare_run.h"
+#include "compare/compare_summary.h"
 #include "data/global_batcher.h"
 #include "passes/moe_overlap.h"
 #include "planner/optimizer.h"
@@ -96,128 +97,6 @@ StatusOr<Resolved> Resolve(const CompareScenario& sc, const FieldNamer& field_na
   r.description =
       r.sc.Describe({.parallel = false, .batches_taken = static_cast<int64_t>(r.batches.size())});
   return r;
-}
-
-// What a run's batches need once R is known: their accounts and the useful FLOPs they placed.
-struct RunAccounts {
-  std::vector<BatchAccount> account;
-  std::vector<double> useful;
-  std::vector<double> length_aware;  // device-seconds of the placed samples at R(L)
-};
-
-// The runs of one comparison (own or controlled), one per method, with their accounts.
-struct Runs {
-  std::vector<MethodRun> runs;
-  std::vector<RunAccounts> accounts;
-};
-
-// The summary of a run, its batches' ideal times and breakdowns, under the achievable rate R.
-void Summarize(MethodRun* run, double rate, int64_t devices, const RunAccounts& accounts) {
-  const std::vector<BatchAccount>& acc = accounts.account;
-  const std::vector<double>& useful = accounts.useful;
-  int64_t tokens = 0, padded = 0;
-  double time = 0, ideal = 0, length_aware = 0, bubble = 0, comm = 0, plan = 0, a2a = 0,
-         exposed_a2a = 0;
-  BatchAccount total;
-  run->ok_batches = 0;
-  for (size_t i = 0; i < run->batches.size(); ++i) {
-    BatchRecord& b = run->batches[i];
-    if (b.outcome != BatchOutcome::kOk) continue;
-    b.ideal_ms = rate > 0 ? 1e3 * useful[i] / (static_cast<double>(devices) * rate) : 0;
-    b.length_aware_ms = 1e3 * accounts.length_aware[i] / static_cast<double>(devices);
-    b.breakdown = Finalize(acc[i], rate);
-    total.Add(acc[i]);
-    ++run->ok_batches;
-    tokens += b.real_tokens;
-    padded += b.padded_tokens;
-    time += b.iteration_ms;
-    ideal += b.ideal_ms;
-    length_aware += b.length_aware_ms;
-    bubble += b.bubble * b.iteration_ms;
-    comm += b.comm * b.iteration_ms;
-    plan += b.planning_ms;
-    a2a += b.all_to_all_ms;
-    exposed_a2a += b.exposed_all_to_all_ms;
-    run->peak_memory_mb = std::max(run->peak_memory_mb, b.peak_memory_mb);
-  }
-  run->untrained_tokens = 0;
-  for (const BatchRecord& b : run->batches) {
-    if (b.outcome != BatchOutcome::kOk) run->untrained_tokens += b.tokens;
-  }
-  if (run->ok_batches == 0) return;
-  // Throughput counts every batch (run_tally.h); the other figures the batches that ran.
-  const RunTally tally = TallyOf(*run);
-  run->tokens_per_s = tally.TokensPerSecond();
-  run->ran_tokens_per_s = tally.RanTokensPerSecond();
-  run->charged_ms = 1e3 * tally.charged_seconds();
-  run->ideal_tokens_per_s = ideal > 0 ? 1e3 * static_cast<double>(tokens) / ideal : 0;
-  run->fraction_of_ideal = time > 0 ? ideal / (time + run->charged_ms) : 0;
-  run->fraction_of_length_aware = time > 0 ? length_aware / (time + run->charged_ms) : 0;
-  run->padding =
-      padded > 0 ? static_cast<double>(padded - tokens) / static_cast<double>(padded) : 0;
-  run->bubble = time > 0 ? bubble / time : 0;
-  run->comm = time > 0 ? comm / time : 0;
-  run->planning_ms = plan / static_cast<double>(run->ok_batches);
-  run->all_to_all_ms = a2a / static_cast<double>(run->ok_batches);
-  run->exposed_all_to_all_ms = exposed_a2a / static_cast<double>(run->ok_batches);
-  run->breakdown = Finalize(total, rate);
-}
-
-bool SameShared(const ParallelConfig& a, const ParallelConfig& b) {
-  return a.dp == b.dp && a.pp == b.pp && a.tp == b.tp && a.cp == b.cp && a.ep == b.ep &&
-         a.zero == b.zero;
-}
-
-// The search's counts and choice (or why there is none) into a run about to be made.
-void FillFromSearch(const MethodSearch& search, bool cancelled, MethodRun* run) {
-  run->candidates = static_cast<int64_t>(search.ranked.size());
-  for (const CandidateScore& s : search.ranked) {
-    if (s.complete()) ++run->feasible;
-    if (s.simulated) ++run->simulated;
-  }
-  if (search.best.has_value()) {
-    run->config = search.best->candidate;
-  } else if (cancelled) {
-    run->state = RunState::kNotRun;
-    run->reason = "interrupted during the search";
-  } else {
-    run->state = search.unsupported ? RunState::kUnsupported : RunState::kOutOfMemory;
-    run->reason = search.reason;
-  }
-}
-
-// A method whose space holds another method's chosen configuration, and whose own choice (scored
-// on a few batches) ranks after that one over the whole run (RanksBefore, run_tally.h: a run that
-// failed a batch never wins over one that ran all), takes that run over: it is a configuration
-// its own search could have returned, judged on every batch.
-void Adopt(const std::vector<MethodSpec>& methods, Runs* runs) {
-  const Runs before = *runs;
-  for (size_t i = 0; i < methods.size(); ++i) {
-    const MethodSpec& m = methods[i];
-    if (m.kind != MethodKind::kHomogeneous) continue;  // no configuration to adopt into
-    const MethodRun& mine = before.runs[i];
-    RunTally best = mine.config.has_value() ? TallyOf(mine) : RunTally{};
-    for (size_t j = 0; j < before.runs.size(); ++j) {
-      const MethodRun& other = before.runs[j];
-      if (j == i || !other.config.has_value() || !other.adopted_from.empty()) continue;
-      if (other.batches.size() != mine.batches.size() && mine.config.has_value()) continue;
-      const Candidate& c = *other.config;
-      const bool in_space =
-          std::find(m.batching.begin(), m.batching.end(), c.batching) != m.batching.end() &&
-          std::find(m.schedules.begin(), m.schedules.end(), c.schedule) != m.schedules.end();
-      const RunTally theirs = TallyOf(other);
-      if (!in_space || theirs.ran() == 0 || !RanksBefore(theirs, best)) continue;
-      best = theirs;
-      MethodRun adopted = other;
-      adopted.method = m.name;
-      adopted.candidates = mine.candidates;
-      adopted.feasible = mine.feasible;
-      adopted.simulated = mine.simulated;
-      adopted.adopted_from = other.method;
-      runs->runs[i] = std::move(adopted);
-      runs->accounts[i] = before.accounts[j];
-    }
-  }
 }
 
 // The search's score batches among the run's (PickScoreBatches).
@@ -317,7 +196,7 @@ class Comparison {
       const ParallelConfig& fixed = *r_.sc.parallel;
       const bool listed =
           std::any_of(space.configs.begin(), space.configs.end(),
-                      [&](const ParallelConfig& p) { return SameShared(p, fixed); });
+                      [&](const ParallelConfig& p) { return SameSharedLayout(p, fixed); });
       if (!listed) space.configs.push_back(fixed);
     }
     int64_t total = 0;
@@ -355,9 +234,9 @@ class Comparison {
     return Status::Ok();
   }
 
-  // Each method under its own best configuration (or another method's, Adopt).
-  StatusOr<Runs> RunOwnConfigs(CompareResult* out) {
-    Runs own;
+  // Each method under its own best configuration (or another method's, AdoptRuns).
+  StatusOr<CompareRuns> RunOwnConfigs(CompareResult* out) {
+    CompareRuns own;
     own.runs.resize(methods_.size());
     own.accounts.resize(methods_.size());
     for (size_t i = 0; i < methods_.size(); ++i) {
@@ -394,14 +273,14 @@ class Comparison {
       }
     }
     progress.Finish();
-    Adopt(methods_, &own);
+    AdoptRuns(methods_, &own);
     if (options_.optimize_budget_ms > 0) SLUICE_RETURN_IF_ERROR(RunOptimized(&own, out));
     return own;
   }
 
   // The "optimized" rows (CompareOptions::optimize_budget_ms): each run that ran, again with the
   // optimizer; kept when it changed some plan.
-  Status RunOptimized(Runs* own, CompareResult* out) {
+  Status RunOptimized(CompareRuns* own, CompareResult* out) {
     const size_t n = own->runs.size();
     int64_t runs = 0;
     for (size_t i = 0; i < n; ++i) runs += own->runs[i].config.has_value();
@@ -425,8 +304,8 @@ class Comparison {
 
   // Every method on one (dp, pp, tp, ZeRO), its best schedule there: the fixed controlled
   // configuration, else the controlled method's own choice. No runs when there is neither.
-  StatusOr<Runs> RunControlled(const Runs& own, CompareResult* out) {
-    Runs controlled;
+  StatusOr<CompareRuns> RunControlled(const CompareRuns& own, CompareResult* out) {
+    CompareRuns controlled;
     if (r_.sc.parallel.has_value()) {
       out->controlled_config = *r_.sc.parallel;
     } else {
@@ -454,7 +333,7 @@ class Comparison {
       }
       std::vector<Candidate> shared;
       for (const Candidate& c : candidates_[i]) {
-        if (SameShared(c.parallel, shared_config)) shared.push_back(c);
+        if (SameSharedLayout(c.parallel, shared_config)) shared.push_back(c);
       }
       SLUICE_ASSIGN_OR_RETURN(
           MethodSearch s, SearchMethod(scorer_, methods_[i].name, shared, sc_.search.simulate_top,
@@ -486,15 +365,15 @@ class Comparison {
       SLUICE_RETURN_IF_ERROR(RunAll(&run, &controlled.accounts[i], &progress, out));
     }
     progress.Finish();
-    Adopt(methods_, &controlled);
+    AdoptRuns(methods_, &controlled);
     return controlled;
   }
 
   // R (the sweep, or a compared plan's fastest op when higher), the ideal, every run's summary
   // and ratio to the reference; a run none of whose batches fit memory is out-of-memory.
-  void Summarise(Runs own, Runs controlled, CompareResult* out) const {
+  void Summarise(CompareRuns own, CompareRuns controlled, CompareResult* out) const {
     double max_op_rate = 0;
-    for (const Runs* runs : {&own, &controlled}) {
+    for (const CompareRuns* runs : {&own, &controlled}) {
       for (const RunAccounts& acc : runs->accounts) {
         for (const BatchAccount& a : acc.account) {
           max_op_rate = std::max(max_op_rate, a.max_op_rate);
@@ -525,9 +404,9 @@ class Comparison {
       out->length_aware_tokens_per_s =
           static_cast<double>(all_tokens) * static_cast<double>(out->devices) / all_length_aware;
     }
-    for (Runs* runs : {&own, &controlled}) {
+    for (CompareRuns* runs : {&own, &controlled}) {
       for (size_t i = 0; i < runs->runs.size(); ++i) {
-        Summarize(&runs->runs[i], out->rate.flops_per_s, out->devices, runs->accounts[i]);
+        SummarizeRun(&runs->runs[i], out->rate.flops_per_s, out->devices, runs->accounts[i]);
       }
       double ref = 0;
       for (const MethodRun& m : runs->runs) {
@@ -722,50 +601,6 @@ class Comparison {
 
 }  // namespace
 
-RunTally TallyOf(const MethodRun& run) {
-  RunTally tally;
-  for (const BatchRecord& b : run.batches) {
-    if (b.outcome == BatchOutcome::kOk) {
-      tally.AddRan(b.real_tokens, b.iteration_ms / 1e3);
-    } else {
-      tally.AddFailed();
-    }
-  }
-  return tally;
-}
-
-bool RunRanksBefore(const MethodRun& a, const MethodRun& b) {
-  return RanksBefore(TallyOf(a), TallyOf(b));
-}
-
-std::string_view BatchOutcomeName(BatchOutcome outcome) {
-  switch (outcome) {
-    case BatchOutcome::kOk:
-      return "ok";
-    case BatchOutcome::kOutOfMemory:
-      return "out-of-memory";
-    case BatchOutcome::kSimOutOfMemory:
-      return "sim-out-of-memory";
-    case BatchOutcome::kDeadlock:
-      return "deadlock";
-  }
-  return "?";
-}
-
-std::string_view RunStateName(RunState state) {
-  switch (state) {
-    case RunState::kOk:
-      return "ok";
-    case RunState::kOutOfMemory:
-      return "out-of-memory";
-    case RunState::kUnsupported:
-      return "unsupported";
-    case RunState::kNotRun:
-      return "not-run";
-  }
-  return "?";
-}
-
 StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptions& options,
                                    std::string_view source) {
   // Resolve: the scenario, checked, and the global batches of the run.
@@ -779,8 +614,8 @@ StatusOr<CompareResult> RunCompare(const CompareScenario& sc, const CompareOptio
   comparison.SweepLengths(&out);
   SLUICE_RETURN_IF_ERROR(comparison.Search(&out));
   const auto run_start = Clock::now();
-  SLUICE_ASSIGN_OR_RETURN(Runs own, comparison.RunOwnConfigs(&out));
-  SLUICE_ASSIGN_OR_RETURN(Runs controlled, comparison.RunControlled(own, &out));
+  SLUICE_ASSIGN_OR_RETURN(CompareRuns own, comparison.RunOwnConfigs(&out));
+  SLUICE_ASSIGN_OR_RETURN(CompareRuns controlled, comparison.RunControlled(own, &out));
   out.run_seconds = SecondsSince(run_start);
   if (comparison.Cancelled()) out.partial = true;
   comparison.Summarise(std::move(own), std::move(controlled), &out);

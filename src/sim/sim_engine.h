@@ -19,8 +19,8 @@
 // Events (EventQueue, on (time, sequence)): a transfer's data phase, a flow's completion, a
 // collective's start, step latency and (closed form) end. The run reads the plan only through
 // its compiled form (sim_program.h). sim_engine_setup.cc checks and compiles the plan;
-// sim_engine.cc runs the hosts, transfers and collectives; sim_engine_result.cc runs the event
-// loop and turns the state into a SimResult.
+// sim_engine.cc runs the hosts and transfers, sim_engine_collectives.cc the collectives and
+// all-to-alls; sim_engine_result.cc runs the event loop and turns the state into a SimResult.
 //
 // Thread safety: one Engine per simulation, used by one thread.
 #pragma once

@@ -177,9 +177,14 @@ StatusOr<Calibration> FitCalibration(const Analysis& analysis,
                                      const std::vector<ExecutionPlan>& plans,
                                      const FitOptions& options);
 
+// Whether a calibration fits and applies corrections to ops of this kind: compute ops (F, B, I,
+// W), the optimizer step and input loads; transfers and collectives are priced by the links.
+bool IsCalibratedOp(OpKind op);
+
 // Rewrites durations (and links) of `plan`. Stages or ops without a correction keep theirs.
 void ApplyCalibration(const Calibration& calibration, ExecutionPlan* plan);
 
+// The calibration file (docs/formats.md, calibration_json.cc).
 std::string CalibrationToJson(const Calibration& calibration);
 StatusOr<Calibration> CalibrationFromJson(std::string_view text, std::string_view source);
 StatusOr<Calibration> ReadCalibrationFile(const std::string& path);
