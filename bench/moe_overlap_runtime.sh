@@ -23,6 +23,12 @@
 #      (`all_to_all_s`: the max over ranks of the time blocked in all-to-alls) and the iteration
 #      time, measured and predicted, and the ratio to the whole-op run of the same round.
 #
+# PROFILE=1: first `sluice profile --model gpt-tiny-moe --threads 1` (the MoE layer's parts
+# included, docs/profiling.md), and the plans priced with that table (`--cost profiled:TABLE`)
+# instead of the preset's analytic model: they then carry the measured slice overhead
+# (`moe_slice_overhead_ns`) that the rewrites (tutel) price their slices with; the profile's
+# summary is printed first.
+#
 # Usage, from the repository root (knobs as environment variables, defaults below):
 #   SLUICE=build/sluice bench/moe_overlap_runtime.sh
 set -euo pipefail
@@ -42,6 +48,13 @@ COMMON=(--model gpt-tiny-moe --method padding --recompute none --data mixture-4t
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
+if [ "${PROFILE:-0}" = 1 ]; then
+  "$SLUICE" profile --model gpt-tiny-moe --threads 1 --mbs 1,2,4,8 --seqlen 16,32,64,96 \
+    --repeats 5 --warmup 2 --out "$OUT/moe-table.json" > "$OUT/profile.log" 2>&1 || {
+      echo "profile failed: see $OUT/profile.log" >&2; exit 1; }
+  sed -n '/^moe layer parts/,$p' "$OUT/profile.log" | grep -v "^wrote"
+  COMMON+=(--cost "profiled:$OUT/moe-table.json")
+fi
 for cfg in "${CONFIGS[@]}"; do
   IFS=: read -r name par seed batches <<<"$cfg"
   dir="$OUT/$name"

@@ -96,6 +96,50 @@ void PrintSummary(const LayerCostTable& table) {
       }
     }
   }
+  if (!table.moe_parts.has_value()) return;
+  // The MoE layer's parts: forward/backward per part, their sum against the whole layer's row
+  // (recompute none: attention, norms and residuals are the rest), the per-piece slice overhead.
+  const MoePartsTable& parts = *table.moe_parts;
+  const TableConfig* none = table.Find(1, Recompute::kNone);
+  const auto me = static_cast<size_t>(TableStage::kMoeEncoder);
+  const auto ex = static_cast<size_t>(MoePart::kExperts);
+  const auto sl = static_cast<size_t>(MoePart::kExpertsSliced);
+  fmt::print(
+      "moe layer parts (forward/backward ms, all experts on this rank; experts_sliced: {} "
+      "capacity slices):\n",
+      parts.slices);
+  const CostSeries& first = parts.forward_ms[0];
+  for (size_t r = 0; r < first.size(); ++r) {
+    for (size_t i = 0; i < first[r].mbs.size(); ++i) {
+      std::vector<std::string> cells;
+      double sum = 0;
+      auto at = [&](const CostSeries& series, size_t k) { return series[r].value[k]; };
+      for (int k = 0; k < kNumMoeParts; ++k) {
+        const double f = at(parts.forward_ms[k], i), b = at(parts.backward_ms[k], i);
+        cells.push_back(
+            fmt::format("{} {:.3f}/{:.3f}", MoePartName(static_cast<MoePart>(k)), f, b));
+        if (k != static_cast<int>(MoePart::kExpertsSliced)) sum += f + b;
+      }
+      std::string whole;
+      if (none != nullptr && r < none->forward_ms[me].size() &&
+          i < none->forward_ms[me][r].value.size()) {
+        const double layer = none->forward_ms[me][r].value[i] + none->backward_ms[me][r].value[i];
+        whole = fmt::format("; parts {:.3f} ms = {:.0f}% of the layer's {:.3f}", sum,
+                            100.0 * sum / layer, layer);
+      }
+      const double piece = ((at(parts.forward_ms[sl], i) - at(parts.forward_ms[ex], i)) +
+                            (at(parts.backward_ms[sl], i) - at(parts.backward_ms[ex], i))) /
+                           (2.0 * static_cast<double>(parts.slices));
+      fmt::print("  seqlen {:>5} mbs {}: {}{}; slice overhead {:.3f} ms per piece\n",
+                 first[r].seqlen, first[r].mbs[i], fmt::join(cells, " | "), whole, piece);
+    }
+  }
+  if (const std::optional<Duration> o = MoeSliceOverhead(table)) {
+    fmt::print(
+        "slice overhead: {:.3f} ms per sliced compute piece (median over the points, at "
+        "least 0); plans priced with this table carry it for the MoE overlap rewrites\n",
+        o->millis());
+  }
 }
 
 // A rank of the --all-to-all job: measures, and rank 0 writes the cluster file.

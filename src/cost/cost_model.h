@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -120,6 +121,12 @@ class CostModel {
 
   // Parameters of ONE layer of `kind` on one tp rank (kOutputHead: 0 when tied to the embedding).
   virtual int64_t LayerParams(LayerKind kind, int64_t tp) const = 0;
+
+  // What cutting an MoE layer's computation into slices adds to each sliced compute piece
+  // (smaller GEMMs, the gathers and scatters, one more call each), when this model measured it
+  // (a profiled table with MoE layer parts, profile_table.h); nullopt: unknown. The lowering
+  // writes it into the plan, where the MoE overlap passes price their slices with it.
+  virtual std::optional<Duration> MoeSliceOverhead() const { return std::nullopt; }
 
   // Model states of one device holding `stage` under `par` (tp, dp, ep, zero). Stage parameters
   // are layers x LayerParams plus embedding/head; MoE expert parameters (an analytic count) are

@@ -2,7 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -13,6 +15,9 @@ namespace sluice {
 namespace {
 
 constexpr std::string_view kStageNames[] = {"encoder", "decoder", "postprocess", "moe_encoder"};
+constexpr std::string_view kMoePartNames[] = {"route", "dispatch", "experts", "combine",
+                                              "experts_sliced"};
+constexpr int64_t kMaxSlices = 4096;
 constexpr std::string_view kKindNames[] = {"decoder-only", "encoder-decoder"};
 constexpr std::string_view kRecomputeNames[] = {"none", "selective", "full"};
 constexpr int64_t kMaxMbs = int64_t{1} << 24;
@@ -301,6 +306,45 @@ Status ReadConfig(const nlohmann::json& j, std::string_view source, const std::s
   return r.Finish();
 }
 
+// moe_parts: {"slices": n, "time_ms": {"<part>_forward": rows, "<part>_backward": rows}}.
+Status ReadMoeParts(const nlohmann::json& j, std::string_view source, const TableModel& model,
+                    MoePartsTable* out) {
+  JsonObjectReader r(j, std::string(source), "moe_parts");
+  SLUICE_RETURN_IF_ERROR(r.status());
+  if (!model.moe.has_value()) {
+    return FieldError(source, "moe_parts",
+                      "only tables of MoE models have MoE layer parts (model.moe is absent)");
+  }
+  SLUICE_RETURN_IF_ERROR(r.Int("slices", &out->slices, 2, kMaxSlices));
+  const nlohmann::json* times = r.Child("time_ms");
+  if (times == nullptr) return r.Error("time_ms", "is required (an object of part series)");
+  const std::string path = r.FieldPath("time_ms");
+  if (!times->is_object()) {
+    return FieldError(source, path, fmt::format("must be an object, got {}", Describe(*times)));
+  }
+  std::vector<std::string> allowed;
+  for (std::string_view part : kMoePartNames) {
+    allowed.push_back(fmt::format("{}_forward", part));
+    allowed.push_back(fmt::format("{}_backward", part));
+  }
+  for (auto it = times->begin(); it != times->end(); ++it) {
+    const std::string at = fmt::format("{}.{}", path, it.key());
+    int index = -1;
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      if (allowed[i] == it.key()) index = static_cast<int>(i);
+    }
+    if (index < 0) {
+      std::vector<std::string_view> views(allowed.begin(), allowed.end());
+      return FieldError(source, at,
+                        fmt::format("unknown part key; allowed keys here: {}", JoinAllowed(views)));
+    }
+    CostSeries* series =
+        index % 2 == 0 ? &out->forward_ms[index / 2] : &out->backward_ms[index / 2];
+    SLUICE_RETURN_IF_ERROR(ReadSeries(*it, source, at, /*pair_keys=*/false, series));
+  }
+  return r.Finish();
+}
+
 nlohmann::json SeriesToJson(const CostSeries& series, bool pair_keys) {
   nlohmann::json out = nlohmann::json::array();
   for (const CostRow& row : series) {
@@ -379,6 +423,37 @@ Status CheckTableMatchesModel(const LayerCostTable& t, const ModelSpec& m) {
 
 std::string_view TableStageName(TableStage stage) { return kStageNames[static_cast<int>(stage)]; }
 
+std::string_view MoePartName(MoePart part) { return kMoePartNames[static_cast<int>(part)]; }
+
+std::optional<Duration> MoeSliceOverhead(const LayerCostTable& table) {
+  if (!table.moe_parts.has_value()) return std::nullopt;
+  const MoePartsTable& p = *table.moe_parts;
+  const auto e = static_cast<size_t>(MoePart::kExperts);
+  const auto s = static_cast<size_t>(MoePart::kExpertsSliced);
+  // (seqlen, mbs) -> value, per series.
+  auto points = [](const CostSeries& series) {
+    std::map<std::pair<int64_t, int64_t>, double> out;
+    for (const CostRow& row : series) {
+      for (size_t i = 0; i < row.mbs.size(); ++i) out[{row.seqlen, row.mbs[i]}] = row.value[i];
+    }
+    return out;
+  };
+  const auto ef = points(p.forward_ms[e]), eb = points(p.backward_ms[e]);
+  const auto sf = points(p.forward_ms[s]), sb = points(p.backward_ms[s]);
+  std::vector<double> per_piece;
+  for (const auto& [key, sliced_f] : sf) {
+    if (ef.count(key) == 0 || eb.count(key) == 0 || sb.count(key) == 0) continue;
+    per_piece.push_back(((sliced_f - ef.at(key)) + (sb.at(key) - eb.at(key))) /
+                        (2.0 * static_cast<double>(p.slices)));
+  }
+  if (per_piece.empty()) return std::nullopt;
+  std::sort(per_piece.begin(), per_piece.end());
+  const size_t n = per_piece.size();
+  const double median =
+      n % 2 == 1 ? per_piece[n / 2] : (per_piece[n / 2 - 1] + per_piece[n / 2]) / 2.0;
+  return Duration::Millis(std::max(0.0, median));
+}
+
 const TableConfig* LayerCostTable::Find(int64_t tp, Recompute rc) const {
   for (const TableConfig& c : configs) {
     if (c.tp == tp && c.recompute == rc) return &c;
@@ -418,6 +493,10 @@ StatusOr<LayerCostTable> LayerCostTableFromJson(const nlohmann::json& j, std::st
                                     RecomputeName(config.recompute)));
     }
     table.configs.push_back(std::move(config));
+  }
+  if (const nlohmann::json* parts = r.Child("moe_parts")) {
+    table.moe_parts.emplace();
+    SLUICE_RETURN_IF_ERROR(ReadMoeParts(*parts, source, table.model, &*table.moe_parts));
   }
   SLUICE_RETURN_IF_ERROR(r.Finish());
   return table;
@@ -476,6 +555,18 @@ nlohmann::json LayerCostTableToJson(const LayerCostTable& table) {
     tables.push_back(std::move(t));
   }
   j["tables"] = std::move(tables);
+  if (table.moe_parts.has_value()) {
+    const MoePartsTable& p = *table.moe_parts;
+    nlohmann::json times = nlohmann::json::object();
+    for (int k = 0; k < kNumMoeParts; ++k) {
+      const std::string name(kMoePartNames[k]);
+      if (!p.forward_ms[k].empty()) times[name + "_forward"] = SeriesToJson(p.forward_ms[k], false);
+      if (!p.backward_ms[k].empty()) {
+        times[name + "_backward"] = SeriesToJson(p.backward_ms[k], false);
+      }
+    }
+    j["moe_parts"] = {{"slices", p.slices}, {"time_ms", std::move(times)}};
+  }
   return j;
 }
 

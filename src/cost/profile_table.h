@@ -65,6 +65,25 @@ struct TableConfig {
   friend bool operator==(const TableConfig&, const TableConfig&) = default;
 };
 
+// The parts of one MoE layer that `sluice profile` times one by one (the file's `moe_parts`):
+// "route" (router linear, softmax, top-k and the slot assignment), "dispatch" (the kept tokens
+// into the capacity buffer), "experts" (every expert on its capacity rows), "combine" (expert
+// outputs times their gates back to the tokens) and "experts_sliced" (the experts again, cut into
+// `slices` capacity slices as the runtime runs Tutel's slices, without the all-to-alls).
+enum class MoePart { kRoute = 0, kDispatch = 1, kExperts = 2, kCombine = 3, kExpertsSliced = 4 };
+inline constexpr int kNumMoeParts = 5;
+std::string_view MoePartName(MoePart part);
+
+// The file's `moe_parts` object (tables of MoE models only): per part, rows keyed by sequence
+// length as the stage series (ms, one MoE layer, ep 1, recompute none).
+struct MoePartsTable {
+  int64_t slices = 0;  // capacity slices of "experts_sliced", >= 2
+  std::array<CostSeries, kNumMoeParts> forward_ms;
+  std::array<CostSeries, kNumMoeParts> backward_ms;
+
+  friend bool operator==(const MoePartsTable&, const MoePartsTable&) = default;
+};
+
 // The file's `model` object: what was profiled.
 struct TableModel {
   std::string name;
@@ -86,6 +105,7 @@ struct LayerCostTable {
   std::string layout;       // the file's own description of its layout (optional)
   TableModel model;
   std::vector<TableConfig> configs;  // unique (tp, recompute)
+  std::optional<MoePartsTable> moe_parts;  // MoE tables written by `sluice profile`
 
   // The entry for (tp, rc), or nullptr.
   const TableConfig* Find(int64_t tp, Recompute rc) const;
@@ -104,6 +124,11 @@ StatusOr<LayerCostTable> ReadLayerCostTable(const std::string& path);
 // model). The message names the file, the field and both
 // values.
 Status CheckTableMatchesModel(const LayerCostTable& table, const ModelSpec& model);
+// What one sliced compute piece adds to the time of its share, measured by `table.moe_parts`:
+// at each (seqlen, mbs) with all four series, ((sliced forward - experts forward) + (sliced
+// backward - experts backward)) / (2 * slices), i.e. per piece of a forward or backward cut into
+// `slices`; the median over those points, at least 0. nullopt without moe_parts or points.
+std::optional<Duration> MoeSliceOverhead(const LayerCostTable& table);
 // The inverse of LayerCostTableFromJson (round-trips every field the reader keeps).
 nlohmann::json LayerCostTableToJson(const LayerCostTable& table);
 

@@ -1,5 +1,6 @@
 #include "cost/profile_table.h"
 
+#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -199,6 +200,93 @@ TEST(LayerCostTableTest, MoeTableRoundTripsAndNamesItsStage) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->model, t->model);
   EXPECT_EQ(back->configs, t->configs);
+}
+
+// The MoE table with measured parts: experts 1.0/2.0 ms whole; sliced (4 slices) at seqlen 16:
+// mbs 1 +0.4/+0.4 ms (0.1 ms per piece), mbs 2 +0.8/+0.8 (0.2); at seqlen 32 mbs 1: -0.4/-0.4
+// (a faster sliced run: -0.1).
+nlohmann::json MoeTableWithParts() {
+  nlohmann::json j = SmallMoeTable();
+  auto rows = [](double a, double b, double c) {
+    return nlohmann::json::parse(fmt::format(
+        R"([{{"seqlen": 16, "mbs": [1, 2], "value": [{}, {}]}}, {{"seqlen": 32, "mbs": [1], "value": [{}]}}])",
+        a, b, c));
+  };
+  nlohmann::json times = nlohmann::json::object();
+  for (const char* part : {"route", "dispatch", "combine"}) {
+    times[fmt::format("{}_forward", part)] = rows(0.1, 0.2, 0.2);
+    times[fmt::format("{}_backward", part)] = rows(0.2, 0.4, 0.4);
+  }
+  times["experts_forward"] = rows(1.0, 2.0, 2.0);
+  times["experts_backward"] = rows(2.0, 4.0, 4.0);
+  times["experts_sliced_forward"] = rows(1.4, 2.8, 1.6);
+  times["experts_sliced_backward"] = rows(2.4, 4.8, 3.6);
+  j["moe_parts"] = {{"slices", 4}, {"time_ms", times}};
+  return j;
+}
+
+TEST(LayerCostTableTest, MoePartsRoundTripAndGiveTheSliceOverhead) {
+  StatusOr<LayerCostTable> t = LayerCostTableFromJson(MoeTableWithParts(), "moe.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE(t->moe_parts.has_value());
+  EXPECT_EQ(t->moe_parts->slices, 4);
+  const auto experts = static_cast<size_t>(MoePart::kExperts);
+  EXPECT_EQ(t->moe_parts->forward_ms[experts].size(), 2u);
+  EXPECT_EQ(MoePartName(MoePart::kExpertsSliced), "experts_sliced");
+  // Per piece: (0.4 + 0.4) / 8 = 0.1, (0.8 + 0.8) / 8 = 0.2, (-0.4 - 0.4) / 8 = -0.1: median 0.1.
+  ASSERT_TRUE(MoeSliceOverhead(*t).has_value());
+  EXPECT_EQ(MoeSliceOverhead(*t)->nanos(), 100000);
+  StatusOr<LayerCostTable> back = LayerCostTableFromJson(LayerCostTableToJson(*t), "moe.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->moe_parts, t->moe_parts);
+  // A faster sliced run everywhere is no negative overhead; a table without parts has none.
+  nlohmann::json faster = MoeTableWithParts();
+  faster["moe_parts"]["time_ms"]["experts_sliced_forward"] =
+      faster["moe_parts"]["time_ms"]["experts_forward"];
+  faster["moe_parts"]["time_ms"]["experts_sliced_backward"] = nlohmann::json::parse(
+      R"([{"seqlen": 16, "mbs": [1, 2], "value": [1.0, 3.0]}, {"seqlen": 32, "mbs": [1], "value": [3.0]}])");
+  StatusOr<LayerCostTable> f = LayerCostTableFromJson(faster, "moe.json");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(MoeSliceOverhead(*f), Duration::Zero());
+  StatusOr<LayerCostTable> plain = LayerCostTableFromJson(SmallMoeTable(), "moe.json");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(MoeSliceOverhead(*plain).has_value());
+  // Without the sliced series there is nothing to compare.
+  nlohmann::json no_sliced = MoeTableWithParts();
+  no_sliced["moe_parts"]["time_ms"].erase("experts_sliced_forward");
+  StatusOr<LayerCostTable> n = LayerCostTableFromJson(no_sliced, "moe.json");
+  ASSERT_TRUE(n.ok());
+  EXPECT_FALSE(MoeSliceOverhead(*n).has_value());
+}
+
+TEST(LayerCostTableErrorsTest, MoeParts) {
+  // Only MoE tables; known part keys; slices >= 2; rows as the stage series.
+  EXPECT_THAT(ErrorAfter([](nlohmann::json& j) {
+                j["moe_parts"] = {{"slices", 4}, {"time_ms", nlohmann::json::object()}};
+              }),
+              AllOf(HasSubstr("bad.json: field 'moe_parts'"), HasSubstr("MoE models")));
+  auto moe_error = [](auto edit) {
+    nlohmann::json j = MoeTableWithParts();
+    edit(j);
+    StatusOr<LayerCostTable> t = LayerCostTableFromJson(j, "moe.json");
+    EXPECT_FALSE(t.ok());
+    return t.ok() ? std::string() : t.status().message();
+  };
+  EXPECT_THAT(moe_error([](nlohmann::json& j) {
+                j["moe_parts"]["time_ms"]["router_forward"] = nlohmann::json::array();
+              }),
+              AllOf(HasSubstr("'moe_parts.time_ms.router_forward': unknown part key"),
+                    HasSubstr("'route_forward'"), HasSubstr("'experts_sliced_backward'")));
+  EXPECT_THAT(moe_error([](nlohmann::json& j) { j["moe_parts"]["slices"] = 1; }),
+              HasSubstr("'moe_parts.slices'"));
+  EXPECT_THAT(moe_error([](nlohmann::json& j) { j["moe_parts"].erase("time_ms"); }),
+              HasSubstr("'moe_parts.time_ms': is required"));
+  EXPECT_THAT(moe_error([](nlohmann::json& j) { j["moe_parts"]["degree"] = 4; }),
+              HasSubstr("'moe_parts.degree'"));
+  EXPECT_THAT(moe_error([](nlohmann::json& j) {
+                j["moe_parts"]["time_ms"]["experts_forward"][0]["value"][0] = -1;
+              }),
+              HasSubstr("'moe_parts.time_ms.experts_forward[0].value[0]'"));
 }
 
 TEST(LayerCostTableErrorsTest, MoeRowsOnlyInMoeTables) {

@@ -66,6 +66,10 @@ class ProfiledCostModel final : public CostModel {
   int64_t LayerParams(LayerKind kind, int64_t tp) const override;
 
   const LayerCostTable& table() const { return table_; }
+  // The table's MoeSliceOverhead (its `moe_parts`), nullopt without them.
+  std::optional<Duration> MoeSliceOverhead() const override {
+    return sluice::MoeSliceOverhead(table_);
+  }
 
   // A dense grid over up to three sorted axes (the last is the micro-batch size) holding
   // `metrics` values per point; NaN marks a hole. Public for tests and benchmarks.

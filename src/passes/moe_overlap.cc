@@ -228,8 +228,8 @@ class Emitter {
     const int64_t n = s.d.cut[step.element];
     if (step.kind == Kind::kPiece) {
       const OpKind op = s.d.dw && whole.op == OpKind::kBackward ? OpKind::kBackwardInput : whole.op;
-      const Duration d = n > 0 ? Duration::Nanos(s.t.seg[j].nanos() / n) + options_.slice_overhead
-                               : s.t.seg[j];
+      const Duration d =
+          n > 0 ? Duration::Nanos(s.t.seg[j].nanos() / n) + *options_.slice_overhead : s.t.seg[j];
       Instruction in = PieceOf(s, op, j, step.slice, d);
       if (!s.started) in.inputs = whole.inputs;
       if (--s.pieces_left == 0) {
@@ -369,6 +369,11 @@ std::vector<double> MoeSegmentShares(const ExecutionPlan& plan, int64_t dp_index
   return seg;
 }
 
+Duration SliceOverheadFor(const ExecutionPlan& plan, const MoeOverlapOptions& options) {
+  if (options.slice_overhead.has_value()) return *options.slice_overhead;
+  return plan.moe_slice_overhead.value_or(kDefaultSliceOverhead);
+}
+
 std::string MoeOverlapPass::Describe() const {
   switch (overlap_) {
     case MoeOverlap::kTutel:
@@ -384,6 +389,10 @@ std::string MoeOverlapPass::Describe() const {
 StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
   PassRecord record;
   record.pass = Describe();
+  // The slice overhead: the options', else the one the plan's cost model measured, else 20 us.
+  MoeOverlapOptions options = options_;
+  options.slice_overhead = SliceOverheadFor(*plan, options_);
+  const Duration slice_overhead = *options.slice_overhead;
   if (options_.tutel_degree < 2 || options_.max_chunks < 2) {
     return InvalidArgumentError(fmt::format(
         "moe-overlap: tutel_degree ({}) and max_chunks ({}) must be >= 2",
@@ -441,8 +450,8 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
             worst.latency[j] = std::max(worst.latency[j], t.latency[j]);
           }
         }
-        const std::vector<int64_t> cut = internal::PartitionDp(
-            worst.seg, worst.a2a, worst.latency, options_.max_chunks, options_.slice_overhead);
+        const std::vector<int64_t> cut = internal::PartitionDp(worst.seg, worst.a2a, worst.latency,
+                                                               options_.max_chunks, slice_overhead);
         for (int64_t g : group) {
           if (k < decide[g].size()) decide[g][k].cut = cut;
         }
@@ -462,7 +471,7 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
     std::vector<Parsed> parsed_copy = parsed;  // the megatron slot renaming edits blocks
   for (size_t r = 0; r < R; ++r) {
     std::vector<Parsed>& parsed = parsed_copy;
-    Emitter emit(*plan, static_cast<int64_t>(r), options_);
+    Emitter emit(*plan, static_cast<int64_t>(r), options);
     RankProgram& program = candidate.ranks[r];
     std::vector<Unit>& units = parsed[r].units;
     std::vector<Instruction> out;

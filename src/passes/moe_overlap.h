@@ -24,7 +24,8 @@
 //    c the better of the run whole and its best pipelined time on a two-stream model;
 //  - kLancet: kDw and kPartition together.
 // Segment times are the op's duration split by analytic FLOP shares (MoeSegmentShares); a slice
-// of a segment costs its share plus `slice_overhead`; a slice of an all-to-all costs its
+// of a segment costs its share plus the slice overhead (measured by `sluice profile` when the
+// plan's cost model has it, else 20 us); a slice of an all-to-all costs its
 // group's latencies plus its share of the rest. The ep members of a group take the same
 // decisions (from the group's largest times) so their all-to-alls pair up.
 //
@@ -36,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,10 +53,16 @@ std::string_view MoeOverlapName(MoeOverlap overlap);
 // The inverse; the error names `flag` and lists the allowed names.
 StatusOr<MoeOverlap> ParseMoeOverlap(std::string_view name, std::string_view flag);
 
+// The slice overhead of a plan whose cost model did not measure one: launches and smaller GEMMs,
+// a modelling choice, not a measurement.
+inline constexpr Duration kDefaultSliceOverhead = Duration::Micros(20);
+
 struct MoeOverlapOptions {
   int64_t tutel_degree = 4;                       // kTutel: slices of each MoE block
   int64_t max_chunks = 8;                         // kPartition: largest n the DP tries
-  Duration slice_overhead = Duration::Micros(20);  // extra time of each sliced compute piece
+  // Extra time of each sliced compute piece; nullopt: the plan's (ExecutionPlan::
+  // moe_slice_overhead, measured by `sluice profile`), else kDefaultSliceOverhead.
+  std::optional<Duration> slice_overhead;
   // Every rewrite (kNone included): post each data-parallel gradient bucket as soon as the
   // segmented last backward has produced its gradients, as PyTorch DDP does
   // (passes/grad_overlap.h); false: the lowering's runs after the whole backward.
@@ -68,6 +76,9 @@ struct MoeOverlapOptions {
 // REQUIRES: NumSegments(plan, stage) > 0.
 std::vector<double> MoeSegmentShares(const ExecutionPlan& plan, int64_t dp_index, int64_t mb,
                                      int64_t stage, bool weight_grad);
+
+// The slice overhead the pass prices `plan`'s slices with (see MoeOverlapOptions).
+Duration SliceOverheadFor(const ExecutionPlan& plan, const MoeOverlapOptions& options);
 
 class MoeOverlapPass : public PlanPass {
  public:

@@ -253,6 +253,48 @@ TEST(MoeOverlapTest, SlicedAllToAllsSumToTheWholeOnes) {
   EXPECT_GT(sliced, 0);
 }
 
+// The sliced compute pieces of a rewritten plan: how many, and their total time.
+std::pair<int64_t, Duration> SlicedPieces(const ExecutionPlan& plan) {
+  int64_t n = 0;
+  Duration total;
+  for (const RankProgram& p : plan.ranks) {
+    for (const Instruction& in : p.instructions) {
+      if (IsAllToAll(in.op) || in.chunks <= 0 || in.segment < 0) continue;
+      if (in.op != OpKind::kForward && in.op != OpKind::kBackward) continue;
+      ++n;
+      total += in.duration;
+    }
+  }
+  return {n, total};
+}
+
+TEST(MoeOverlapTest, SlicesArePricedWithThePlansMeasuredOverhead) {
+  auto f = MakePlanFixture(MoeCase(2, 1, 2, 5));
+  ASSERT_TRUE(f->no_schedule.empty());
+  ExecutionPlan plan = f->plan;
+  EXPECT_EQ(SliceOverheadFor(plan, {}), kDefaultSliceOverhead);
+  StatusOr<PassResult> base = ApplyPass(MoeOverlapPass(MoeOverlap::kTutel), plan);
+  ASSERT_TRUE(base.ok());
+  const auto [n, base_total] = SlicedPieces(base->plan);
+  ASSERT_GT(n, 0);
+  // A cost model that measured 1 ms per piece (`sluice profile`'s moe_parts) puts it in the plan.
+  plan.moe_slice_overhead = Duration::Millis(1);
+  EXPECT_EQ(SliceOverheadFor(plan, {}), Duration::Millis(1));
+  StatusOr<PassResult> measured = ApplyPass(MoeOverlapPass(MoeOverlap::kTutel), plan);
+  ASSERT_TRUE(measured.ok());
+  const auto [n2, measured_total] = SlicedPieces(measured->plan);
+  ASSERT_EQ(n2, n);
+  EXPECT_EQ(measured_total - base_total, (Duration::Millis(1) - kDefaultSliceOverhead) * n);
+  EXPECT_GT(Sim(measured->plan).iteration_time, Sim(base->plan).iteration_time);
+  // An explicit option wins over the plan's.
+  MoeOverlapOptions o;
+  o.slice_overhead = kDefaultSliceOverhead;
+  EXPECT_EQ(SliceOverheadFor(plan, o), kDefaultSliceOverhead);
+  StatusOr<PassResult> forced = ApplyPass(MoeOverlapPass(MoeOverlap::kTutel, o), plan);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(SlicedPieces(forced->plan).second, base_total);
+}
+
 // A Tutel plan with one thing broken at a time.
 TEST(MoeOverlapTest, ValidatorCatchesBrokenSegmentations) {
   const auto f = MakePlanFixture(MoeCase(2, 1, 2, 5));

@@ -86,6 +86,9 @@ struct ExecutionPlan {
   ClusterSpec cluster;
   ParallelConfig parallel;
   std::string cost_model;               // CostModel::Describe() of the model it was planned with
+  // CostModel::MoeSliceOverhead() of that model: what each sliced compute piece of an MoE
+  // overlap rewrite adds (passes/moe_overlap.h); nullopt: not measured (the pass's default).
+  std::optional<Duration> moe_slice_overhead;
   std::string method;                   // batching method, e.g. "dynapipe"
   std::vector<int64_t> sample_ids;      // the global batch's sample ids, ascending
   std::vector<UnplacedSample> dropped;  // samples of the batch no micro-batch holds, with reasons

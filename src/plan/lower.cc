@@ -449,6 +449,7 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
   plan.cluster = cluster;
   plan.parallel = par;
   plan.cost_model = eval.cost_model().Describe();
+  if (par.ep > 1) plan.moe_slice_overhead = eval.cost_model().MoeSliceOverhead();
   plan.method = batch_plan.method;
   for (const Sample& s : batch) plan.sample_ids.push_back(s.id);
   std::sort(plan.sample_ids.begin(), plan.sample_ids.end());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
 
 #include "plan/execution_plan.h"
 #include "plan/lower.h"
@@ -15,6 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::MakePlanFixture;
+using ::testing::Not;
 using testing::PlanCase;
 
 PlanCase MoeCase(int64_t dp, int64_t pp, int64_t ep) {
@@ -227,6 +229,24 @@ TEST(MoePlanTest, JsonAndMsgpackRoundTrip) {
   StatusOr<ExecutionPlan> packed = PlanFromMsgpack(PlanToMsgpack(f->plan), "test");
   ASSERT_TRUE(packed.ok()) << packed.status().ToString();
   EXPECT_EQ(*packed, f->plan);
+  // The slice overhead a profiled cost model measured travels with the plan; absent, it is not
+  // written.
+  EXPECT_THAT(json, Not(HasSubstr("moe_slice_overhead_ns")));
+  ExecutionPlan measured = f->plan;
+  measured.moe_slice_overhead = Duration::Micros(812.5);
+  const std::string with = PlanToJsonText(measured);
+  EXPECT_THAT(with, HasSubstr("\"moe_slice_overhead_ns\":812500"));
+  back = PlanFromJsonText(with, "test");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, measured);
+  packed = PlanFromMsgpack(PlanToMsgpack(measured), "test");
+  ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+  EXPECT_EQ(*packed, measured);
+  const std::string negative = std::regex_replace(
+      with, std::regex("\"moe_slice_overhead_ns\":812500"), "\"moe_slice_overhead_ns\":-1");
+  StatusOr<ExecutionPlan> bad = PlanFromJsonText(negative, "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("moe_slice_overhead_ns"));
 }
 
 }  // namespace

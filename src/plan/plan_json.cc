@@ -327,17 +327,21 @@ json PlanToJson(const ExecutionPlan& plan) {
                      {"buffer_slots", p.buffer_slots},
                      {"instructions", std::move(list)}});
   }
-  return {{"format", kPlanFormat},
-          {"model", ModelSpecToJson(plan.model)},
-          {"cluster", ClusterSpecToJson(plan.cluster)},
-          {"parallel", ParallelConfigToJson(plan.parallel)},
-          {"cost_model", plan.cost_model},
-          {"method", plan.method},
-          {"sample_ids", plan.sample_ids},
-          {"dropped", std::move(dropped)},
-          {"model_states_bytes", std::move(states)},
-          {"replicas", std::move(replicas)},
-          {"ranks", std::move(ranks)}};
+  json out = {{"format", kPlanFormat},
+              {"model", ModelSpecToJson(plan.model)},
+              {"cluster", ClusterSpecToJson(plan.cluster)},
+              {"parallel", ParallelConfigToJson(plan.parallel)},
+              {"cost_model", plan.cost_model},
+              {"method", plan.method},
+              {"sample_ids", plan.sample_ids},
+              {"dropped", std::move(dropped)},
+              {"model_states_bytes", std::move(states)},
+              {"replicas", std::move(replicas)},
+              {"ranks", std::move(ranks)}};
+  if (plan.moe_slice_overhead.has_value()) {
+    out["moe_slice_overhead_ns"] = plan.moe_slice_overhead->nanos();
+  }
+  return out;
 }
 
 StatusOr<ExecutionPlan> PlanFromJson(const json& j, std::string_view source) {
@@ -365,6 +369,9 @@ StatusOr<ExecutionPlan> PlanFromJson(const json& j, std::string_view source) {
   SLUICE_ASSIGN_OR_RETURN(plan.parallel,
                           ParallelConfigFromJson(*parallel, fmt::format("{} (parallel)", source)));
   SLUICE_RETURN_IF_ERROR(r.String("cost_model", &plan.cost_model));
+  int64_t slice_overhead_ns = -1;
+  SLUICE_RETURN_IF_ERROR(r.OptionalInt("moe_slice_overhead_ns", &slice_overhead_ns, 0, kMaxAmount));
+  if (slice_overhead_ns >= 0) plan.moe_slice_overhead = Duration::Nanos(slice_overhead_ns);
   SLUICE_RETURN_IF_ERROR(r.String("method", &plan.method));
   const json* ids = r.Child("sample_ids");
   SLUICE_RETURN_IF_ERROR(e.Array(ids, [] { return std::string("sample_ids"); }));

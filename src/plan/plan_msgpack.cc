@@ -426,7 +426,7 @@ std::vector<uint8_t> PlanToMsgpack(const ExecutionPlan& plan) {
   std::vector<uint8_t> out;
   out.reserve(64 * 1024);
   MsgpackWriter w(&out);
-  w.Map(11);
+  w.Map(plan.moe_slice_overhead.has_value() ? 12 : 11);
   w.Str("format");
   w.Str(kPlanFormat);
   w.Str("model");
@@ -437,6 +437,10 @@ std::vector<uint8_t> PlanToMsgpack(const ExecutionPlan& plan) {
   w.Json(ParallelConfigToJson(plan.parallel));
   w.Str("cost_model");
   w.Str(plan.cost_model);
+  if (plan.moe_slice_overhead.has_value()) {
+    w.Str("moe_slice_overhead_ns");
+    w.Int(plan.moe_slice_overhead->nanos());
+  }
   w.Str("method");
   w.Str(plan.method);
   w.Str("sample_ids");
@@ -512,6 +516,12 @@ StatusOr<ExecutionPlan> PlanFromMsgpack(std::span<const uint8_t> bytes, std::str
         if (key == "cluster") return sub_json(p(), ClusterSpecFromJson, &plan.cluster);
         if (key == "parallel") return sub_json(p(), ParallelConfigFromJson, &plan.parallel);
         if (key == "cost_model") return ReadString(r, p, &plan.cost_model);
+        if (key == "moe_slice_overhead_ns") {
+          int64_t ns = 0;
+          SLUICE_RETURN_IF_ERROR(ReadInt(r, p, 0, kPlanMaxAmount, &ns));
+          plan.moe_slice_overhead = Duration::Nanos(ns);
+          return Status::Ok();
+        }
         if (key == "method") return ReadString(r, p, &plan.method);
         if (key == "sample_ids") {
           return ReadInts(r, p, std::numeric_limits<int64_t>::min(),

@@ -304,13 +304,15 @@ at::Tensor Chunk::RunBlock(const Block& b, const at::Tensor& x, const at::Tensor
   return h + Mlp(m, b, y, tape);
 }
 
-bool Chunk::has_moe() const {
+bool Chunk::has_moe() const { return first_moe() != nullptr; }
+
+const MoeMlp* Chunk::first_moe() const {
   for (const auto* stack : {&encoder_, &decoder_}) {
     for (const Block& b : *stack) {
-      if (b.moe.has_value()) return true;
+      if (b.moe.has_value()) return &*b.moe;
     }
   }
-  return false;
+  return nullptr;
 }
 
 std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,

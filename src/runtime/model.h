@@ -232,6 +232,8 @@ class Chunk {
                                   WeightGradTape* tape = nullptr, MoeContext* moe = nullptr) const;
   // Whether any layer of the chunk is an MoE layer.
   bool has_moe() const;
+  // The MLP of the chunk's first MoE layer; nullptr when it has none.
+  const MoeMlp* first_moe() const;
   // This chunk's parameters (the shared word embedding included when it uses it).
   const std::vector<at::Tensor>& parameters() const { return params_; }
 

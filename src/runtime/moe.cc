@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <vector>
 
@@ -250,6 +251,98 @@ struct SlicedExpertsFunction : torch::autograd::Function<SlicedExpertsFunction> 
   }
 };
 
+// The router's decisions on one micro-batch's tokens xf [n, hidden] (moe.h): each kept
+// assignment's token, slot (expert * capacity + place) and gate (index into top_p), in slot
+// order; the per-expert assignments before dropping and the counts.
+struct Routing {
+  at::Tensor probs;  // [n, E], in the graph
+  at::Tensor top_p;  // [n, top_k], in the graph
+  at::Tensor tokens, slots;
+  std::vector<int64_t> gate_of;
+  std::vector<int64_t> assigned;  // per expert, before dropping
+  int64_t real_tokens = 0, assignments = 0, dropped = 0;
+};
+
+Routing Route(const MoeMlp& moe, const at::Tensor& xf, const at::Tensor& real, int64_t experts,
+              int64_t top_k, int64_t capacity) {
+  Routing out;
+  const int64_t n = xf.size(0);
+  out.probs = at::softmax(at::linear(xf, moe.router.weight), -1);  // [n, E]
+  auto [top_p, top_e] = out.probs.topk(top_k, -1);                 // [n, k]
+  out.top_p = top_p;
+  // Slots: choice by choice, then by position (see moe.h). No graph.
+  std::vector<int64_t> token_of, slot_of;
+  out.assigned.assign(static_cast<size_t>(experts), 0);
+  std::vector<int64_t> used(out.assigned);
+  const at::Tensor r = real.reshape({n}).to(torch::kBool).contiguous();
+  const at::Tensor e = top_e.contiguous();
+  const bool* rp = r.data_ptr<bool>();
+  const int64_t* ep = e.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) out.real_tokens += rp[i] ? 1 : 0;
+  for (int64_t c = 0; c < top_k; ++c) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!rp[i]) continue;
+      const int64_t ex = ep[i * top_k + c];
+      ++out.assigned[ex];
+      ++out.assignments;
+      if (used[ex] >= capacity) {
+        ++out.dropped;
+        continue;
+      }
+      token_of.push_back(i);
+      slot_of.push_back(ex * capacity + used[ex]++);
+      out.gate_of.push_back(i * top_k + c);
+    }
+  }
+  out.tokens = IndexTensor(token_of);
+  out.slots = IndexTensor(slot_of);
+  return out;
+}
+
+// The kept tokens into the capacity buffer [rows, hidden] (empty slots zero).
+at::Tensor Dispatch(const at::Tensor& xf, const Routing& r, int64_t rows) {
+  return torch::zeros({rows, xf.size(1)}).index_add(0, r.slots, xf.index_select(0, r.tokens));
+}
+
+// Each kept assignment's expert output times its router probability, summed per token: [n,
+// hidden].
+at::Tensor Combine(const at::Tensor& expert_out, const at::Tensor& top_p, const Routing& r,
+                   int64_t n) {
+  const int64_t top_k = top_p.size(1);
+  const at::Tensor gates = top_p.reshape({n * top_k}).index_select(0, IndexTensor(r.gate_of));
+  return torch::zeros({n, expert_out.size(1)})
+      .index_add(0, r.tokens, expert_out.index_select(0, r.slots) * gates.unsqueeze(1));
+}
+
+// ep 1: every all-to-all hands back what it was given (the profile's sliced experts run the
+// training code path without the transfers).
+class LoopbackExchange final : public ExpertExchange {
+ public:
+  LoopbackExchange(int64_t slices, std::vector<int64_t> splits)
+      : slices_(slices), splits_(std::move(splits)) {}
+  std::vector<int64_t> NextRecvSplits(OpKind, int64_t) override { return splits_; }
+  int64_t NextSlices(OpKind, int64_t) override { return slices_; }
+  at::Tensor Exchange(OpKind, int64_t, const at::Tensor& rows, const std::vector<int64_t>&,
+                      const std::vector<int64_t>&) override {
+    return rows;
+  }
+  int64_t Post(OpKind, int64_t, int64_t, const at::Tensor& rows, const std::vector<int64_t>&,
+               const std::vector<int64_t>&) override {
+    posted_.push_back(rows);
+    return static_cast<int64_t>(posted_.size()) - 1;
+  }
+  std::vector<at::Tensor> Wait(const std::vector<int64_t>& tickets) override {
+    std::vector<at::Tensor> out;
+    for (const int64_t t : tickets) out.push_back(posted_[static_cast<size_t>(t)]);
+    return out;
+  }
+
+ private:
+  int64_t slices_;
+  std::vector<int64_t> splits_;
+  std::vector<at::Tensor> posted_;
+};
+
 }  // namespace
 
 at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertShard& shard,
@@ -266,39 +359,10 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
   const int64_t capacity = ExpertCapacity(model, shape, moe.layer);
 
   const at::Tensor xf = x.reshape({n, hidden});
-  const at::Tensor probs = at::softmax(at::linear(xf, moe.router.weight), -1);  // [n, E]
-  const auto [top_p, top_e] = probs.topk(top_k, -1);                            // [n, k]
-
-  // Slots: choice by choice, then by position (see moe.h). No graph.
-  std::vector<int64_t> token_of, slot_of, gate_of;  // per kept assignment
-  std::vector<int64_t> assigned(static_cast<size_t>(experts), 0), used(assigned);
-  int64_t real_tokens = 0;
-  {
-    const at::Tensor r = real.reshape({n}).to(torch::kBool).contiguous();
-    const at::Tensor e = top_e.contiguous();
-    const bool* rp = r.data_ptr<bool>();
-    const int64_t* ep = e.data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) real_tokens += rp[i] ? 1 : 0;
-    for (int64_t c = 0; c < top_k; ++c) {
-      for (int64_t i = 0; i < n; ++i) {
-        if (!rp[i]) continue;
-        const int64_t ex = ep[i * top_k + c];
-        ++assigned[ex];
-        ++ctx->assignments;
-        if (used[ex] >= capacity) {
-          ++ctx->dropped;
-          continue;
-        }
-        token_of.push_back(i);
-        slot_of.push_back(ex * capacity + used[ex]++);
-        gate_of.push_back(i * top_k + c);
-      }
-    }
-  }
-  const at::Tensor tokens = IndexTensor(token_of), slots = IndexTensor(slot_of);
-  const at::Tensor dispatch =
-      torch::zeros({experts * capacity, hidden}).index_add(0, slots, xf.index_select(0, tokens));
-
+  const Routing routing = Route(moe, xf, real, experts, top_k, capacity);
+  ctx->assignments += routing.assignments;
+  ctx->dropped += routing.dropped;
+  const at::Tensor dispatch = Dispatch(xf, routing, experts * capacity);
   // The rows this rank's experts work on: its own buffer (ep = 1), or what every member sent;
   // expert_out: what the experts made of this rank's slots, in the dispatch buffer's layout.
   const int64_t local = experts / shard.ep;
@@ -355,18 +419,14 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
       expert_out = AllToAll(ctx->exchange, OpKind::kAllToAllCombine, moe.layer, out, recv, send);
     }
   }
-  // Combine: each kept assignment's expert output times its router probability.
-  const at::Tensor gates = top_p.reshape({n * top_k}).index_select(0, IndexTensor(gate_of));
-  const at::Tensor y =
-      torch::zeros({n, hidden})
-          .index_add(0, tokens, expert_out.index_select(0, slots) * gates.unsqueeze(1));
+  const at::Tensor y = Combine(expert_out, routing.top_p, routing, n);
 
-  if (real_tokens > 0) {
+  if (routing.real_tokens > 0) {
     const at::Tensor mask = real.reshape({n, 1}).to(torch::kFloat32);
-    const double nr = static_cast<double>(real_tokens);
-    const at::Tensor mean_p = (probs * mask).sum(0) / nr;  // P_i
+    const double nr = static_cast<double>(routing.real_tokens);
+    const at::Tensor mean_p = (routing.probs * mask).sum(0) / nr;  // P_i
     std::vector<float> f;
-    for (const int64_t a : assigned) {
+    for (const int64_t a : routing.assigned) {
       f.push_back(static_cast<float>(static_cast<double>(a) / (nr * static_cast<double>(top_k))));
     }
     const at::Tensor aux = (mean_p * torch::tensor(f)).sum() *
@@ -374,6 +434,80 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
     ctx->aux_loss = ctx->aux_loss.defined() ? ctx->aux_loss + aux : aux;
   }
   return y.reshape({b, t, hidden});
+}
+
+MoePartTimes TimeMoeParts(const ModelSpec& model, const MoeMlp& moe, const at::Tensor& x,
+                          int64_t slices, at::Generator& gen) {
+  using Clock = std::chrono::steady_clock;
+  SLUICE_CHECK(model.moe.has_value() && slices >= 2);
+  const int64_t experts = model.moe->experts, top_k = model.moe->top_k;
+  SLUICE_CHECK(static_cast<int64_t>(moe.experts.size()) == experts);
+  const int64_t b = x.size(0), t = x.size(1), hidden = x.size(2), n = b * t;
+  LayerShape shape;
+  shape.mbs = b;
+  shape.seqlen = t;
+  const int64_t capacity = ExpertCapacity(model, shape, moe.layer);
+  const int64_t rows = experts * capacity;
+  const at::Tensor real = torch::ones({b, t}, torch::kBool);
+  const at::Tensor xf = x.reshape({n, hidden}).detach();
+  auto leaf = [](const at::Tensor& v) { return v.detach().clone().requires_grad_(true); };
+  auto grad_like = [&](at::IntArrayRef sizes) {
+    return torch::randn(sizes, gen, torch::kFloat32) * 1e-3;
+  };
+  auto since = [](Clock::time_point a, Clock::time_point b) {
+    return Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+  };
+  MoePartTimes out;
+  auto record = [&](MoePart part, Clock::time_point t0, Clock::time_point t1,
+                    Clock::time_point t2) {
+    out.forward[static_cast<size_t>(part)] = since(t0, t1);
+    out.backward[static_cast<size_t>(part)] = since(t1, t2);
+  };
+
+  // Route: the router's gradient comes from the gates (combine) and the load-balancing loss.
+  const at::Tensor g_probs = grad_like({n, experts}), g_top = grad_like({n, top_k});
+  const at::Tensor xr = leaf(xf);
+  Clock::time_point t0 = Clock::now();
+  const Routing routing = Route(moe, xr, real, experts, top_k, capacity);
+  Clock::time_point t1 = Clock::now();
+  torch::autograd::backward({routing.probs, routing.top_p}, {g_probs, g_top});
+  record(MoePart::kRoute, t0, t1, Clock::now());
+
+  const at::Tensor g_rows = grad_like({rows, hidden});
+  const at::Tensor xd = leaf(xf);
+  t0 = Clock::now();
+  const at::Tensor buffer = Dispatch(xd, routing, rows);
+  t1 = Clock::now();
+  torch::autograd::backward({buffer}, {g_rows});
+  record(MoePart::kDispatch, t0, t1, Clock::now());
+
+  const std::vector<int64_t> splits = {rows};
+  const at::Tensor xe = leaf(buffer);
+  t0 = Clock::now();
+  const at::Tensor expert_out = RunLocalExperts(model, moe, xe, splits, nullptr);
+  t1 = Clock::now();
+  torch::autograd::backward({expert_out}, {g_rows});
+  record(MoePart::kExperts, t0, t1, Clock::now());
+
+  const at::Tensor g_y = grad_like({n, hidden});
+  const at::Tensor xc = leaf(expert_out), pc = leaf(routing.top_p);
+  t0 = Clock::now();
+  const at::Tensor y = Combine(xc, pc, routing, n);
+  t1 = Clock::now();
+  torch::autograd::backward({y}, {g_y});
+  record(MoePart::kCombine, t0, t1, Clock::now());
+
+  LoopbackExchange loopback(slices, splits);
+  const at::Tensor xs = leaf(buffer);
+  t0 = Clock::now();
+  const at::Tensor sliced = SlicedExpertsFunction::apply(
+      xs, reinterpret_cast<int64_t>(static_cast<ExpertExchange*>(&loopback)),
+      reinterpret_cast<int64_t>(&model), reinterpret_cast<int64_t>(&moe), slices, splits, splits,
+      true);
+  t1 = Clock::now();
+  torch::autograd::backward({sliced}, {g_rows});
+  record(MoePart::kExpertsSliced, t0, t1, Clock::now());
+  return out;
 }
 
 }  // namespace sluice::runtime

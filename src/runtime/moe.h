@@ -32,8 +32,11 @@
 // Thread safety: as model.h.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
+#include "base/units.h"
+#include "cost/profile_table.h"
 #include "model/model_spec.h"
 #include "runtime/model.h"
 
@@ -48,5 +51,20 @@ inline constexpr double kMoeAuxLossCoef = 0.01;
 at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertShard& shard,
                       const at::Tensor& x, const at::Tensor& real, double loss_scale,
                       WeightGradTape* tape, MoeContext* ctx);
+
+// One MoE layer's parts (cost/profile_table.h, MoePart) timed one by one, for `sluice profile`:
+// each part runs forward and backward on its own (its inputs are fresh leaves, its backward takes
+// random output gradients), with the functions MoeForward runs, on x [B, T, hidden] with every
+// token real and every expert on this rank (ep 1). kExpertsSliced is the experts through the
+// sliced-experts node of Tutel's capacity slices, `slices` of them, with an all-to-all that hands
+// back what it was given (no transfers). Wall-clock times of one run (the caller warms up and
+// takes medians). Expert weights accumulate gradients as in training.
+// REQUIRES: model.moe, moe holds every expert, slices >= 2.
+struct MoePartTimes {
+  std::array<Duration, kNumMoeParts> forward;
+  std::array<Duration, kNumMoeParts> backward;
+};
+MoePartTimes TimeMoeParts(const ModelSpec& model, const MoeMlp& moe, const at::Tensor& x,
+                          int64_t slices, at::Generator& gen);
 
 }  // namespace sluice::runtime

@@ -124,7 +124,8 @@ int64_t ProfileWorkUnits(const ModelSpec& model, const ProfileOptions& o) {
   if (!model.is_encoder_decoder()) {
     // layer rows (a dense and an MoE row for an MoE model with dense layers), heads
     const int64_t rows = !model.moe.has_value() ? 1 : model.moe->layer_interval >= 2 ? 2 : 1;
-    return s * m * (rows * r + 1);
+    // MoE models: the MoE layer's parts at every point (one unit each).
+    return s * m * (rows * r + 1 + (model.moe.has_value() ? 1 : 0));
   }
   const int64_t d =
       static_cast<int64_t>(o.dec_seqlens.empty() ? o.seqlens.size() : o.dec_seqlens.size());

@@ -14,6 +14,7 @@
 #include "runtime/batch_layout.h"
 #include "runtime/memory_stats.h"
 #include "runtime/model.h"
+#include "runtime/moe.h"
 #include "runtime/token_source.h"
 #include "runtime/torch_pch.h"
 
@@ -271,6 +272,50 @@ StatusOr<std::optional<PointResult>> MeasureLayer(const Chunk& chunk, PointInput
   return std::optional<PointResult>(r);
 }
 
+// The capacity slices of the MoE parts' "experts_sliced" (the tutel rewrite's default degree,
+// passes/moe_overlap.h).
+constexpr int64_t kProfileMoeSlices = 4;
+
+// The MoE layer's parts at one point: warm-up, then `repeats` timed runs, medians; nullopt when
+// it ran out of memory.
+StatusOr<std::optional<MoePartTimes>> MeasureMoeParts(const ModelSpec& model, const MoeMlp& moe,
+                                                      const LayerShape& shape,
+                                                      const ProfileOptions& o,
+                                                      CpuMemoryCounter& counter,
+                                                      at::Generator& gen) {
+  std::array<std::vector<Duration>, kNumMoeParts> fwd, bwd;
+  counter.SetLimit(o.activation_limit.has_value()
+                       ? std::optional<Bytes>(counter.current() + *o.activation_limit)
+                       : std::nullopt);
+  struct ClearLimit {
+    CpuMemoryCounter& c;
+    ~ClearLimit() { c.SetLimit(std::nullopt); }
+  } clear_limit{counter};
+  try {
+    const at::Tensor x =
+        torch::randn({shape.mbs, shape.seqlen, model.hidden}, gen, torch::kFloat32);
+    for (int64_t i = 0; i < o.warmup + o.repeats; ++i) {
+      const MoePartTimes t = TimeMoeParts(model, moe, x, kProfileMoeSlices, gen);
+      if (i < o.warmup) continue;
+      for (size_t k = 0; k < static_cast<size_t>(kNumMoeParts); ++k) {
+        fwd[k].push_back(t.forward[k]);
+        bwd[k].push_back(t.backward[k]);
+      }
+    }
+  } catch (const std::exception& e) {
+    if (IsOutOfMemory(e, counter)) return std::optional<MoePartTimes>();
+    const std::string what = e.what();
+    return InternalError(fmt::format("profile: libtorch failed in the MoE layer parts: {}",
+                                     what.substr(0, what.find('\n'))));
+  }
+  MoePartTimes out;
+  for (size_t k = 0; k < static_cast<size_t>(kNumMoeParts); ++k) {
+    out.forward[k] = MedianDuration(fwd[k]);
+    out.backward[k] = MedianDuration(bwd[k]);
+  }
+  return std::optional<MoePartTimes>(out);
+}
+
 // Results by (key, dec key) -> mbs -> value, for one series.
 using SeriesMap = std::map<std::pair<int64_t, int64_t>, std::map<int64_t, double>>;
 
@@ -397,6 +442,30 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
                                        enc_dec ? seqlens.front() : len, len, {Recompute::kNone},
                                        &head));
   }
+  // MoE models: the MoE layer's parts, one by one, at every point (recompute does not apply).
+  std::array<SeriesMap, kNumMoeParts> part_fwd, part_bwd;
+  if (probes.moe != nullptr) {
+    const MoeMlp* mlp = probes.moe_chunk().first_moe();
+    SLUICE_CHECK(mlp != nullptr);
+    for (const int64_t len : seqlens) {
+      bool out_of_memory = false;  // a larger micro-batch cannot fit either
+      for (const int64_t mbs : mbs_list) {
+        advance(1);
+        if (out_of_memory) continue;
+        SLUICE_ASSIGN_OR_RETURN(
+            std::optional<MoePartTimes> t,
+            MeasureMoeParts(probes.model, *mlp, LayerShape{mbs, len, 0}, o, *counter, gen));
+        if (!t.has_value()) {
+          out_of_memory = true;
+          continue;
+        }
+        for (size_t k = 0; k < static_cast<size_t>(kNumMoeParts); ++k) {
+          part_fwd[k][{len, 0}][mbs] = std::max(t->forward[k].millis(), 1e-6);
+          part_bwd[k][{len, 0}][mbs] = std::max(t->backward[k].millis(), 1e-6);
+        }
+      }
+    }
+  }
   const SeriesMap& head_fwd = head[Recompute::kNone].forward;
   const SeriesMap& head_bwd = head[Recompute::kNone].backward;
 
@@ -480,6 +549,15 @@ StatusOr<LayerCostTable> ProfileModel(const ModelSpec& model, const ProfileOptio
           RecomputeName(rc)));
     }
     table.configs.push_back(std::move(c));
+  }
+  if (probes.moe != nullptr && !part_fwd[0].empty()) {
+    MoePartsTable parts;
+    parts.slices = kProfileMoeSlices;
+    for (size_t k = 0; k < static_cast<size_t>(kNumMoeParts); ++k) {
+      parts.forward_ms[k] = ToSeries(part_fwd[k], false);
+      parts.backward_ms[k] = ToSeries(part_bwd[k], false);
+    }
+    table.moe_parts = std::move(parts);
   }
   return table;
 }

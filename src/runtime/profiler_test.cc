@@ -339,7 +339,8 @@ TEST(ProfilerTest, MoeTableHasTheMoeAndTheDenseLayerAndLoads) {
   // An MoE layer every 2nd layer: both rows; every layer: the MoE rows only.
   for (const int64_t interval : {2, 1}) {
     const ModelSpec model = TinyMoe(interval);
-    EXPECT_EQ(ProfileWorkUnits(model, o), 2 * 2 * ((interval == 2 ? 2 : 1) * 2 + 1));
+    // Per point: the layer rows at each recompute level, the head, the MoE layer's parts.
+    EXPECT_EQ(ProfileWorkUnits(model, o), 2 * 2 * ((interval == 2 ? 2 : 1) * 2 + 1 + 1));
     StatusOr<LayerCostTable> t = ProfileModel(model, o, nullptr);
     ASSERT_TRUE(t.ok()) << t.status().message();
     ASSERT_TRUE(t->model.moe.has_value());
@@ -358,12 +359,38 @@ TEST(ProfilerTest, MoeTableHasTheMoeAndTheDenseLayerAndLoads) {
         EXPECT_GT(At(c.stored_activation_mb[kMoe], 32, 2), At(c.stored_activation_mb[kEnc], 32, 2));
       }
     }
+    // The MoE layer's parts, one by one, at every point: each positive; the parts without the
+    // attention and norms are less than the whole layer; the sliced experts give a per-piece
+    // overhead that the cost model passes on.
+    ASSERT_TRUE(t->moe_parts.has_value());
+    EXPECT_EQ(t->moe_parts->slices, 4);
+    const TableConfig& layer = *t->Find(1, Recompute::kNone);
+    double parts = 0;
+    for (int k = 0; k < kNumMoeParts; ++k) {
+      const auto part = static_cast<MoePart>(k);
+      ASSERT_EQ(t->moe_parts->forward_ms[k].size(), 2u) << MoePartName(part);
+      ASSERT_EQ(t->moe_parts->backward_ms[k].size(), 2u) << MoePartName(part);
+      for (const int64_t len : {16, 32}) {
+        for (const int64_t mbs : {1, 2}) {
+          EXPECT_GT(At(t->moe_parts->forward_ms[k], len, mbs), 0) << MoePartName(part);
+          EXPECT_GT(At(t->moe_parts->backward_ms[k], len, mbs), 0) << MoePartName(part);
+        }
+      }
+      if (part != MoePart::kExpertsSliced) {
+        parts += At(t->moe_parts->forward_ms[k], 32, 2) + At(t->moe_parts->backward_ms[k], 32, 2);
+      }
+    }
+    EXPECT_LT(parts, 3 * (At(layer.forward_ms[kMoe], 32, 2) + At(layer.backward_ms[kMoe], 32, 2)))
+        << "parts of one layer, each with its own autograd call";
+    ASSERT_TRUE(MoeSliceOverhead(*t).has_value());
     // Through the file format, as `sluice profile` writes it, into the cost model of the model.
     StatusOr<LayerCostTable> back =
         LayerCostTableFromJson(LayerCostTableToJson(*t), "moe-profile.json");
     ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->moe_parts, t->moe_parts);
     auto cost = ProfiledCostModel::Create(*back, model);
     ASSERT_TRUE(cost.ok()) << cost.status().message();
+    EXPECT_EQ((*cost)->MoeSliceOverhead(), MoeSliceOverhead(*t));
     const TableConfig& none = *t->Find(1, Recompute::kNone);
     const double phi = interval == 2 ? 0.5 : 1.0;
     const double dense = interval == 2 ? At(none.forward_ms[kEnc], 32, 2) : 0;
