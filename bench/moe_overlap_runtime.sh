@@ -27,7 +27,9 @@
 # included, docs/profiling.md), and the plans priced with that table (`--cost profiled:TABLE`)
 # instead of the preset's analytic model: they then carry the measured slice overhead
 # (`moe_slice_overhead_ns`) that the rewrites (tutel) price their slices with; the profile's
-# summary is printed first.
+# summary is printed first. The variant `tutel-20us` then runs the same plans with that field
+# taken out (the rewrite's default of 20 us per sliced piece): the same program runs, only the
+# prediction differs.
 #
 # Usage, from the repository root (knobs as environment variables, defaults below):
 #   SLUICE=build/sluice bench/moe_overlap_runtime.sh
@@ -65,27 +67,41 @@ for cfg in "${CONFIGS[@]}"; do
     --memory-limit "$PLAN_LIMIT" --iterations "$batches" --out "$dir/plan.json" --show 0 \
     > "$dir/plan.log" 2>&1
   plans=()
+  default_plans=()
   for b in $(seq 0 $((batches - 1))); do
     "$PY" -c 'import json, sys
 p = json.load(open(sys.argv[1])); p["parallel"]["memory_limit_mb"] = float(sys.argv[2])
-json.dump(p, open(sys.argv[1], "w"))' "$dir/plan-$b.json" "$RUN_LIMIT"
+json.dump(p, open(sys.argv[1], "w"))
+p.pop("moe_slice_overhead_ns", None); json.dump(p, open(sys.argv[3], "w"))' \
+      "$dir/plan-$b.json" "$RUN_LIMIT" "$dir/plan-$b-default.json"
     plans+=("$dir/plan-$b.json")
+    default_plans+=("$dir/plan-$b-default.json")
   done
+  if [ "${PROFILE:-0}" = 1 ] && ! grep -q moe_slice_overhead_ns "$dir/plan-0.json"; then
+    echo "$name: the profiled plans carry no moe_slice_overhead_ns" >&2; exit 1
+  fi
   MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
     --memory-limit "$RUN_LIMIT" --seed "$seed" --cluster "cpu:$nproc" --threads 1 \
     --plan "${plans[@]}" --trace-dir "$dir/calib-trace" > "$dir/calib-train.log" 2>&1
   "$SLUICE" calibrate "$dir/calib-trace" --plan "${plans[@]}" --out "$dir/cal.json" \
     > "$dir/calibrate.log" 2>&1
   variants=(whole none dw tutel)
+  if [ "${PROFILE:-0}" = 1 ]; then variants+=(tutel-20us); fi
   if [ "${pp:-1}" = 1 ]; then variants+=(megatron); fi
   echo "${variants[*]}" > "$dir/variants"
   for r in $(seq 1 "$REPEATS"); do
     for v in "${variants[@]}"; do
       extra=()
-      if [ "$v" != whole ]; then extra=(--moe-overlap "$v"); fi
+      run_plans=("${plans[@]}")
+      if [ "$v" = tutel-20us ]; then
+        extra=(--moe-overlap tutel)
+        run_plans=("${default_plans[@]}")
+      elif [ "$v" != whole ]; then
+        extra=(--moe-overlap "$v")
+      fi
       MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
         --memory-limit "$RUN_LIMIT" --seed "$seed" --cluster "cpu:$nproc" --threads 1 \
-        --plan "${plans[@]}" "${extra[@]}" --calibration "$dir/cal.json" \
+        --plan "${run_plans[@]}" "${extra[@]}" --calibration "$dir/cal.json" \
         --metrics "$dir/metrics-$v-$r.jsonl" \
         > "$dir/train-$v-$r.log" 2>&1 || {
           echo "train $name $v round $r failed: see $dir/train-$v-$r.log" >&2; exit 1; }
@@ -101,7 +117,7 @@ done
 import glob, json, os, statistics, sys
 out, repeats = sys.argv[1], int(sys.argv[2])
 med = lambda v: statistics.median(v) if v else float("nan")
-print(f"{'config':<12} {'variant':<9} {'iters':>5} {'exposed a2a ms':>15} {'predicted':>10} "
+print(f"{'config':<12} {'variant':<10} {'iters':>5} {'exposed a2a ms':>15} {'predicted':>10} "
       f"{'iteration ms':>13} {'predicted':>10} {'error':>7} {'vs whole':>9} {'predicted':>10}")
 for cfg in sys.argv[3:]:
     name = cfg.split(":")[0]
@@ -131,7 +147,7 @@ for cfg in sys.argv[3:]:
             ratios.append(med([p[0] for p in pairs]) / med([p[0] for p in w]))
             pred.append(med([p[1] for p in pairs]) / med([p[1] for p in w]))
         err = 100 * (med(it_p) / med(it) - 1)
-        print(f"{name:<12} {v:<9} {len(it):>5} {med(a2a):>15.1f} {med(a2a_p):>10.1f} "
+        print(f"{name:<12} {v:<10} {len(it):>5} {med(a2a):>15.1f} {med(a2a_p):>10.1f} "
               f"{med(it):>13.1f} {med(it_p):>10.1f} {err:>+6.1f}% {med(ratios):>9.3f} "
               f"{med(pred):>10.3f}")
 PYEOF
