@@ -40,6 +40,12 @@ OUT=${OUT:-/tmp/sluice-moe-overlap}
 REPEATS=${REPEATS:-3}
 PORT=${PORT:-29760}
 PY=${PY:-/usr/bin/python3}
+# The profiled table's activations (the runtime's fp32 tensors) are larger than the preset's
+# analytic ones: with PROFILE=1 the limits default higher.
+if [ "${PROFILE:-0}" = 1 ]; then
+  PLAN_LIMIT=${PLAN_LIMIT:-120}
+  RUN_LIMIT=${RUN_LIMIT:-200}
+fi
 PLAN_LIMIT=${PLAN_LIMIT:-55}
 RUN_LIMIT=${RUN_LIMIT:-100}
 # name:parallel:seed:batches (the seeds give the replicas of every ep group equal micro-batch
@@ -65,7 +71,7 @@ for cfg in "${CONFIGS[@]}"; do
   nproc=$(( ${dp:-1} * ${pp:-1} ))
   "$SLUICE" plan "${COMMON[@]}" --parallel "$par" --seed "$seed" --cluster "cpu:$nproc" \
     --memory-limit "$PLAN_LIMIT" --iterations "$batches" --out "$dir/plan.json" --show 0 \
-    > "$dir/plan.log" 2>&1
+    > "$dir/plan.log" 2>&1 || { echo "plan $name failed: see $dir/plan.log" >&2; exit 1; }
   plans=()
   default_plans=()
   for b in $(seq 0 $((batches - 1))); do
