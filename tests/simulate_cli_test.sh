@@ -125,6 +125,14 @@ assert any(e['ph'] == 'X' and '.s1' in e['name'] for e in t), 'no segment in the
 assert any(e['ph'] == 'M' and e['name'] == 'thread_name' and e['args']['name'] == 'all-to-all' for e in t)
 "
 expect moe-overlap-all 0 "^lancet +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x" -- simulate "$tmp/moe.json" --moe-overlap all
+expect moe-overlap-default-slice 0 "priced with 20.0 us each: the default" -- simulate "$tmp/moe.json" --moe-overlap all
+# A slice overhead measured by the plan's cost model (a `sluice profile` table with moe_parts)
+# travels in the plan and prices the slices.
+"$python" -c "
+import json, sys
+p = json.load(open(sys.argv[1])); p['moe_slice_overhead_ns'] = 250000
+json.dump(p, open(sys.argv[2], 'w'))" "$tmp/moe.json" "$tmp/moe-measured.json"
+expect moe-overlap-measured-slice 0 "priced with 250.0 us each: measured by the plan's cost model" -- simulate "$tmp/moe-measured.json" --moe-overlap all
 expect moe-overlap-bad 2 "--moe-overlap 'fast' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, all" -- simulate "$tmp/moe.json" --moe-overlap fast
 expect moe-overlap-dense 2 "--moe-overlap tutel: .* has no expert parallelism" -- simulate "$tmp/plan.json" --moe-overlap tutel
 
