@@ -13,6 +13,7 @@
 #include "plan/instruction.h"
 #include "plan/moe_segments.h"
 #include "runtime/context_parallel.h"
+#include "runtime/grad_reduction.h"
 #include "runtime/layout.h"
 #include "runtime/moe_exchange.h"
 #include "runtime/segmented_ops.h"
@@ -47,19 +48,6 @@ struct Transfer {
   int64_t peer = -1;
 };
 
-struct Collective {
-  Communicator::Handle handle;
-  int64_t stage = -1, bucket = -1;
-  int64_t posted_ns = 0, bytes = 0;
-};
-
-// One stage's flattened gradient while its buckets are reduced.
-struct StageGrad {
-  at::Tensor flat;
-  std::vector<std::pair<int64_t, int64_t>> ranges;  // per bucket of the stage, in issue order
-  std::vector<int64_t> bucket_ids;
-};
-
 class IterationRun {
  public:
   IterationRun(ModelShard* shard, Communicator* comm, torch::optim::Optimizer* optimizer,
@@ -84,6 +72,7 @@ class IterationRun {
         exchange_(
             *comm, *watchdog, *trace, [this] { return Now(); }, iteration),
         cp_gather_(comm, watchdog),
+        grads_(*shard, *comm, *watchdog, *trace, iteration, [this] { return Now(); }),
         segmented_(program_, *comm, *watchdog, *trace, [this] { return Now(); }, iteration,
                    [this](const Instruction& whole, const std::vector<const Instruction*>* a2a) {
                      return whole.op == OpKind::kForward ? Forward(whole, a2a)
@@ -99,7 +88,7 @@ class IterationRun {
       SLUICE_ASSIGN_OR_RETURN(labels, GlobalLabelTokens(plan_, samples_));
     }
     loss_scale_ = 1.0 / static_cast<double>(std::max<int64_t>(labels, 1));
-    SLUICE_RETURN_IF_ERROR(PrepareBuckets());
+    SLUICE_RETURN_IF_ERROR(grads_.Prepare(program_));
     for (const Instruction& in : program_.instructions) {
       if (in.op == OpKind::kBackwardInput) split_.insert(Key(in));
     }
@@ -131,18 +120,18 @@ class IterationRun {
           in.op == OpKind::kAllToAllWait) {
         wait_ns_ += end - start;
       }
-      if (Status f = PostDeferredReductions(static_cast<int64_t>(i)); !f.ok()) {
+      if (Status f = grads_.PostDeferred(static_cast<int64_t>(i), last_backward_); !f.ok()) {
         return Status(f.code(), fmt::format("rank {}, iteration {}, instruction {} ({}): {}",
                                             rank_, iteration_, i, InstructionText(in),
                                             f.message()));
       }
     }
-    if (!runs_.empty() || !transfers_.empty() || !collectives_.empty() ||
+    if (!runs_.empty() || !transfers_.empty() || grads_.outstanding() > 0 ||
         segmented_.running() > 0 || segmented_.posted() > 0) {
       return InternalError(fmt::format(
           "rank {}: the program ended with {} stage runs, {} transfers, {} reductions, {} "
           "segmented ops and {} posted all-to-alls outstanding",
-          rank_, runs_.size(), transfers_.size(), collectives_.size(), segmented_.running(),
+          rank_, runs_.size(), transfers_.size(), grads_.outstanding(), segmented_.running(),
           segmented_.posted()));
     }
     result.loss = loss_;
@@ -198,7 +187,8 @@ class IterationRun {
         SLUICE_RETURN_IF_ERROR(CheckSlot(in.inputs.at(0)));
         slots_[in.inputs[0]].clear();
         return Status::Ok();
-      case OpKind::kAllReduceGrad: return AllReduce(in);
+      case OpKind::kAllReduceGrad:
+        return grads_.AllReduce(in, pc_, last_backward_, &last_bytes_);
       case OpKind::kReduceScatterGrad:
       case OpKind::kAllGatherParams:
         return InvalidArgumentError(
@@ -648,194 +638,13 @@ class IterationRun {
     return Status::Ok();
   }
 
-  // Pre-scans the program: which buckets each stage reduces, in issue order, with their bytes.
-  Status PrepareBuckets() {
-    std::map<int64_t, std::vector<Bytes>> bytes;
-    for (const Instruction& in : program_.instructions) {
-      if (in.op != OpKind::kAllReduceGrad) continue;
-      if (!shard_.HasChunk(in.stage)) {
-        return InvalidArgumentError(fmt::format(
-            "bucket {} reduces stage {}, which does not run on this rank", in.bucket, in.stage));
-      }
-      if (in.bytes.count() <= 0) {
-        return InvalidArgumentError(fmt::format("bucket {} has no bytes", in.bucket));
-      }
-      stage_grads_[in.stage].bucket_ids.push_back(in.bucket);
-      bytes[in.stage].push_back(in.bytes);
-    }
-    for (auto& [stage, g] : stage_grads_) {
-      int64_t elements = 0;
-      for (const at::Tensor& p : shard_.StageParameters(stage)) elements += p.numel();
-      g.ranges = BucketRanges(bytes[stage], elements);
-    }
-    return Status::Ok();
-  }
-
-  // A bucket posted before its stage's last backward instruction (a plan whose reduction overlaps
-  // a segmented backward, passes/grad_overlap.h) waits until that backward is complete: the
-  // runtime flattens a stage's gradients once, when they are final, so the reduction is correct
-  // for any bucket placement, only later than planned.
-  Status AllReduce(const Instruction& in) {
-    const auto last = last_backward_.find(in.stage);
-    if (last != last_backward_.end() && pc_ < last->second) {
-      deferred_[in.stage].push_back(&in);
-      ++deferred_count_;
-      return Status::Ok();
-    }
-    return AllReduceNow(in);
-  }
-
-  // After instruction `index`: posts the deferred buckets of every stage whose last backward it
-  // was.
-  Status PostDeferredReductions(int64_t index) {
-    if (deferred_.empty()) return Status::Ok();
-    for (auto it = deferred_.begin(); it != deferred_.end();) {
-      if (last_backward_.at(it->first) != index) {
-        ++it;
-        continue;
-      }
-      for (const Instruction* b : it->second) SLUICE_RETURN_IF_ERROR(AllReduceNow(*b));
-      it = deferred_.erase(it);
-    }
-    return Status::Ok();
-  }
-
-  Status AllReduceNow(const Instruction& in) {
-    auto it = stage_grads_.find(in.stage);
-    if (it == stage_grads_.end()) return InternalError("bucket missed by the pre-scan");
-    StageGrad& g = it->second;
-    if (!g.flat.defined()) {  // the stage's first bucket: its gradients are final now
-      Tensors parts;
-      for (const at::Tensor& p : shard_.StageParameters(in.stage)) {
-        parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
-                                           : torch::zeros({p.numel()}, torch::kFloat32));
-      }
-      g.flat = torch::cat(parts);
-    }
-    const auto pos = std::find(g.bucket_ids.begin(), g.bucket_ids.end(), in.bucket);
-    const auto [begin, end] = g.ranges[pos - g.bucket_ids.begin()];
-    Collective c;
-    c.stage = in.stage;
-    c.bucket = in.bucket;
-    c.posted_ns = Now();
-    if (end > begin) {
-      const at::Tensor slice = g.flat.narrow(0, begin, end - begin);
-      c.bytes = slice.numel() * slice.element_size();
-      SLUICE_ASSIGN_OR_RETURN(c.handle, comm_.AllReduceDp(slice));
-    }
-    last_bytes_ = c.bytes;
-    collectives_.push_back(std::move(c));
-    return Status::Ok();
-  }
-
   Status Step() {
-    for (Collective& c : collectives_) {
-      if (!c.handle) continue;
-      const std::string what =
-          fmt::format("the all-reduce of gradient bucket {} (iteration {})", c.bucket, iteration_);
-      watchdog_.BeginWait(what, comm_.dp_peers());
-      Status s = comm_.Wait(c.handle);
-      watchdog_.EndWait();
-      if (!s.ok()) {
-        const std::string blame = watchdog_.Blame(comm_.dp_peers(), what);
-        return FailedPreconditionError(
-            fmt::format("{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")",
-                        s.message()));
-      }
-      TraceEvent e;
-      e.name = fmt::format("ALLREDUCE(b{})", c.bucket);
-      e.op = std::string(OpKindName(OpKind::kAllReduceGrad));
-      e.stream = TraceStream::kCollective;
-      e.iteration = iteration_;
-      e.stage = c.stage;
-      e.start_ns = c.posted_ns;
-      e.end_ns = Now();
-      e.bytes = c.bytes;
-      trace_.Add(std::move(e));
-    }
-    collectives_.clear();
+    SLUICE_RETURN_IF_ERROR(grads_.Finish());
     torch::NoGradGuard no_grad;
-    for (auto& [stage, g] : stage_grads_) {
-      if (!g.flat.defined()) continue;
-      int64_t offset = 0;
-      for (const at::Tensor& p : shard_.StageParameters(stage)) {
-        const at::Tensor reduced = g.flat.narrow(0, offset, p.numel()).view_as(p);
-        if (p.grad().defined()) {
-          p.mutable_grad().copy_(reduced);
-        } else {
-          p.mutable_grad() = reduced.clone();
-        }
-        offset += p.numel();
-      }
-      g.flat = at::Tensor();
-    }
-    SLUICE_RETURN_IF_ERROR(ReduceExpertGrads());
-    const at::Tensor& wte = shard_.word_embedding();
-    if (comm_.has_embedding_group() && wte.defined()) {
-      if (!wte.grad().defined()) wte.mutable_grad() = torch::zeros_like(wte);
-      SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h, comm_.AllReduceEmbedding(wte.grad()));
-      const std::string what =
-          fmt::format("the word-embedding gradient sum (iteration {})", iteration_);
-      watchdog_.BeginWait(what, comm_.embedding_peers());
-      Status s = comm_.Wait(h);
-      watchdog_.EndWait();
-      if (!s.ok()) {
-        const std::string blame = watchdog_.Blame(comm_.embedding_peers(), what);
-        return FailedPreconditionError(
-            fmt::format("{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")",
-                        s.message()));
-      }
-    }
     if (*before_step_) SLUICE_RETURN_IF_ERROR((*before_step_)());
     optimizer_.step();
     for (const at::Tensor& p : shard_.Parameters()) {
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
-    }
-    return Status::Ok();
-  }
-
-  // ep > 1, dp > ep: sums the expert gradients over the replicas that hold the same experts (the
-  // ep group's all-to-alls already brought every replica's tokens of the group to them).
-  Status ReduceExpertGrads() {
-    const std::vector<at::Tensor>& params = shard_.ExpertParameters();
-    if (!comm_.has_expert_dp_group() || params.empty()) return Status::Ok();
-    Tensors parts;
-    for (const at::Tensor& p : params) {
-      parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
-                                         : torch::zeros({p.numel()}, torch::kFloat32));
-    }
-    const at::Tensor flat = torch::cat(parts);
-    const int64_t start = Now();
-    SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h, comm_.AllReduceExpertDp(flat));
-    const std::string what = fmt::format(
-        "the expert-gradient sum over the expert data-parallel group (iteration {})", iteration_);
-    watchdog_.BeginWait(what, comm_.expert_dp_peers());
-    Status s = comm_.Wait(h);
-    watchdog_.EndWait();
-    if (!s.ok()) {
-      const std::string blame = watchdog_.Blame(comm_.expert_dp_peers(), what);
-      return FailedPreconditionError(fmt::format(
-          "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
-    }
-    TraceEvent e;
-    e.name = "ALLREDUCE(experts)";
-    e.op = std::string(OpKindName(OpKind::kAllReduceGrad));
-    e.stream = TraceStream::kCollective;
-    e.iteration = iteration_;
-    e.start_ns = start;
-    e.end_ns = Now();
-    e.bytes = flat.numel() * flat.element_size();
-    trace_.Add(std::move(e));
-    torch::NoGradGuard no_grad;
-    int64_t offset = 0;
-    for (const at::Tensor& p : params) {
-      const at::Tensor reduced = flat.narrow(0, offset, p.numel()).view_as(p);
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(reduced);
-      } else {
-        p.mutable_grad() = reduced.clone();
-      }
-      offset += p.numel();
     }
     return Status::Ok();
   }
@@ -866,18 +675,15 @@ class IterationRun {
   std::map<std::pair<int64_t, int64_t>, StageRun> runs_;
   std::set<std::pair<int64_t, int64_t>> split_;  // (micro-batch, stage) with a split backward
   std::map<std::pair<bool, int64_t>, Transfer> transfers_;
-  std::map<int64_t, StageGrad> stage_grads_;
-  std::vector<Collective> collectives_;
   PlanExchange exchange_;
   CpGather cp_gather_;
   int64_t pc_ = -1;                                            // the instruction being executed
   std::map<int64_t, std::vector<const Instruction*>> a2a_of_;  // compute op -> its all-to-alls
   double aux_loss_ = 0;
   int64_t moe_assignments_ = 0, moe_dropped_ = 0;
-  // Each stage's last backward instruction, and the buckets deferred to it.
+  // Each stage's last backward instruction (buckets posted before it wait for it).
   std::map<int64_t, int64_t> last_backward_;
-  std::map<int64_t, std::vector<const Instruction*>> deferred_;
-  int64_t deferred_count_ = 0;
+  GradientReduction grads_;
   // Last: destroyed first, aborting any fiber still suspended while the state it uses exists.
   SegmentedOps segmented_;
 };
