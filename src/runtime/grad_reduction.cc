@@ -121,15 +121,14 @@ Status GradientReduction::AllReduceNow(const Instruction& in, int64_t* bytes) {
 }
 
 Status GradientReduction::WaitWatched(const Communicator::Handle& h,
-                                      const std::vector<int64_t>& peers,
-                                      const std::string& what) {
+                                      const std::vector<int64_t>& peers, const std::string& what) {
   watchdog_.BeginWait(what, peers);
   Status s = comm_.Wait(h);
   watchdog_.EndWait();
   if (s.ok()) return s;
   const std::string blame = watchdog_.Blame(peers, what);
-  return FailedPreconditionError(fmt::format(
-      "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
+  return FailedPreconditionError(
+      fmt::format("{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
 }
 
 Status GradientReduction::Finish() {

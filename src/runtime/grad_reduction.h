@@ -29,8 +29,8 @@ namespace sluice::runtime {
 class GradientReduction {
  public:
   // `now`: nanoseconds on the trace's clock. REQUIRES: every reference outlives this.
-  GradientReduction(ModelShard& shard, Communicator& comm, Watchdog& watchdog,
-                    TraceRecorder& trace, int64_t iteration, std::function<int64_t()> now);
+  GradientReduction(ModelShard& shard, Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
+                    int64_t iteration, std::function<int64_t()> now);
 
   // Pre-scans `program`: which buckets each stage reduces, in issue order, with their bytes.
   // Errors: a bucket of a stage this rank does not run, or one of no bytes.
