@@ -34,14 +34,18 @@ expect profile-moe-a2a 0 "wrote .*moe.json \(1 recompute level" -- profile \
   --model gpt-tiny-moe --mbs 1,2 --seqlen 16,32 --repeats 2 --warmup 1 --threads 1 \
   --all-to-all 2 --cluster-out "$a2a" --out "$moe"
 unset MASTER_PORT
-if grep -q '"moe_encoder_forward"' "$moe" && grep -q '"intra_node"' "$a2a"; then
+if grep -q '"moe_encoder_forward"' "$moe" && grep -q '"intra_node"' "$a2a" &&
+   grep -q '"experts_sliced_backward"' "$moe"; then
   echo "ok   profile-moe-files"; passed=$((passed + 1))
 else
   echo "FAIL profile-moe-files: $(head -c 300 "$moe") / $(head -c 300 "$a2a")"; failed=$((failed + 1))
 fi
 expect plan-moe-profiled 0 "\(2 planned, 0 out of memory\)" -- plan --model gpt-tiny-moe \
   --cluster "$a2a" --parallel dp=2,ep=2 --tokens-per-batch 600 --max-seqlen 32 --iterations 2 \
-  --cost "profiled:$moe" --show 0
+  --cost "profiled:$moe" --show 0 --out "$tmp/moe-plan.json"
+# The slice overhead the profile measured travels in the plans (ep > 1) and prices the slices.
+expect plan-moe-slice-overhead 0 "measured by the plan's cost model" -- simulate \
+  "$tmp/moe-plan-0.json" --moe-overlap all
 expect cost-show-moe-table-dense-model 2 "field 'model.moe': the table profiles MoE layers" -- \
   cost show --model gpt-tiny --cost "profiled:$moe" --seqlen 16 --mbs 1
 expect bad-all-to-all 2 "--all-to-all: 1 ranks \(allowed: 2 to 8" -- profile --all-to-all 1 \
