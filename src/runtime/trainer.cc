@@ -33,6 +33,7 @@
 #include "runtime/plan_service.h"
 #include "runtime/token_source.h"
 #include "runtime/trace_recorder.h"
+#include "runtime/trainer_report.h"
 
 namespace sluice::runtime {
 namespace {
@@ -82,61 +83,6 @@ void InjectFault(const FaultSpec& f, int64_t rank, int64_t iteration) {
 
 // Rank 0's planner thread: plans (or reads) iteration i's plan while rank 0 runs an earlier one
 // and publishes it in the store, at most `lookahead` iterations ahead.
-// One rank's figures of one iteration, posted to the store.
-struct RankStats {
-  double loss = 0;
-  int64_t start_ns = 0, end_ns = 0, peak_rss = 0, compute_ns = 0, wait_ns = 0;
-  int64_t peak_tensors = -1;  // peak CPU tensor bytes (CpuMemoryCounter); -1: not counted
-  double moe_aux_loss = 0;    // MoE (executor.h IterationResult)
-  int64_t moe_assignments = 0, moe_dropped = 0, all_to_all_ns = 0;
-  int64_t micro_batches = 0;  // the replica's, on its first process (else 0)
-  int64_t all_to_all_span_ns = 0;  // post to completion (IterationResult::all_to_all_span)
-};
-
-std::string StatsToText(const RankStats& s) {
-  return nlohmann::json{{"loss", s.loss},
-                        {"start_ns", s.start_ns},
-                        {"end_ns", s.end_ns},
-                        {"peak_rss", s.peak_rss},
-                        {"compute_ns", s.compute_ns},
-                        {"wait_ns", s.wait_ns},
-                        {"peak_tensors", s.peak_tensors},
-                        {"moe_aux_loss", s.moe_aux_loss},
-                        {"moe_assignments", s.moe_assignments},
-                        {"moe_dropped", s.moe_dropped},
-                        {"all_to_all_ns", s.all_to_all_ns},
-                        {"micro_batches", s.micro_batches},
-                        {"all_to_all_span_ns", s.all_to_all_span_ns}}
-      .dump();
-}
-
-StatusOr<RankStats> StatsFromText(const std::string& text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InternalError("malformed rank statistics");
-  RankStats s;
-  s.loss = j.value("loss", 0.0);
-  s.start_ns = j.value("start_ns", int64_t{0});
-  s.end_ns = j.value("end_ns", int64_t{0});
-  s.peak_rss = j.value("peak_rss", int64_t{0});
-  s.compute_ns = j.value("compute_ns", int64_t{0});
-  s.wait_ns = j.value("wait_ns", int64_t{0});
-  s.peak_tensors = j.value("peak_tensors", int64_t{-1});
-  s.moe_aux_loss = j.value("moe_aux_loss", 0.0);
-  s.moe_assignments = j.value("moe_assignments", int64_t{0});
-  s.moe_dropped = j.value("moe_dropped", int64_t{0});
-  s.all_to_all_ns = j.value("all_to_all_ns", int64_t{0});
-  s.micro_batches = j.value("micro_batches", int64_t{0});
-  s.all_to_all_span_ns = j.value("all_to_all_span_ns", int64_t{0});
-  return s;
-}
-
-// What rank 0 knows about an iteration until every rank's figures are in.
-struct IterationInfo {
-  int64_t iteration = 0, batch_index = 0, tokens = 0, micro_batches = 0;
-  std::optional<IterationOptimization> optimized;  // --optimize-budget-ms: what it did
-  std::optional<IterationPrediction> predicted;    // --calibration: the simulated plan
-};
-
 class Trainer {
  public:
   Trainer(const TrainOptions& o, const DistEnv& env) : o_(o), env_(env) {}
@@ -472,48 +418,20 @@ class Trainer {
   // Rank 0, --optimize-budget-ms: what the optimizer did over every plan it ran on.
   void PrintOptimizerSummary() {
     if (!service_) return;
-    const OptimizerTotals t = service_->optimizer_totals();
-    if (t.plans == 0) return;
-    const double n = static_cast<double>(t.plans);
-    fmt::print(
-        "optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), {} of "
-        "{} plan{} changed, mean optimizer time {:.1f} ms{}\n",
-        t.before_ms / n, t.after_ms / n,
-        t.before_ms > 0 ? 100.0 * (t.before_ms - t.after_ms) / t.before_ms : 0.0, t.changed,
-        t.plans, t.plans == 1 ? "" : "s", t.wall_ms / n,
-        t.budget_hit > 0 ? fmt::format("; the time budget ended {} search{} (not reproducible)",
-                                       t.budget_hit, t.budget_hit == 1 ? "" : "es")
-                         : std::string());
+    const std::string summary = OptimizerSummary(service_->optimizer_totals());
+    if (!summary.empty()) fmt::print("{}\n", summary);
   }
 
   // Rank 0, --calibration: the calibrated simulator against what ran.
   void PrintPredictionSummary() {
-    if (predictions_.n == 0) return;
-    const double n = static_cast<double>(predictions_.n);
-    fmt::print(
-        "{} over {} iteration{}: mean |error| {:.1f}% per iteration, total "
-        "{:.2f} s predicted vs {:.2f} s measured ({:+.1f}%){}\n",
-        o_.adjust_plan ? "calibrated prediction" : "prediction (the simulated plan)", predictions_.n, predictions_.n == 1 ? "" : "s", 100 * predictions_.abs_error / n,
-        predictions_.predicted_ms * 1e-3, predictions_.measured_ms * 1e-3,
-        predictions_.measured_ms > 0
-            ? 100 * (predictions_.predicted_ms / predictions_.measured_ms - 1)
-            : 0.0,
-        predictions_.memory_n > 0
-            ? fmt::format(
-                  "; peak tensor memory per rank mean |error| {:.1f}%",
-                  100 * predictions_.memory_abs_error / static_cast<double>(predictions_.memory_n))
-            : std::string());
+    const std::string summary = predictions_.Summary(static_cast<bool>(o_.adjust_plan));
+    if (!summary.empty()) fmt::print("{}\n", summary);
   }
 
   // Rank 0: collects every rank's figures of an iteration and prints its line.
   Status Report(IterationInfo info) {
     if (info.micro_batches < 0) info.micro_batches = 0;  // summed over the ranks below
-    const bool sum_micro_batches = o_.replicas.has_value();
-    double loss = 0, aux = 0;
-    int64_t assignments = 0, dropped = 0, a2a_max_ns = 0, a2a_span_max_ns = 0;
-    int64_t start = INT64_MAX, end = 0, peak = 0, peak_rank = 0;
-    int64_t tensors = -1, tensors_rank = 0;
-    std::vector<int64_t> tensors_by_rank;
+    IterationFigures f;
     for (int64_t r = 0; r < env_.world_size; ++r) {
       watchdog_->BeginWait(fmt::format("the figures of iteration {}", info.iteration), r);
       StatusOr<std::string> text = comm_->store().GetString(StatsKey(info.iteration, r));
@@ -521,125 +439,25 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(text.status());
       SLUICE_RETURN_IF_ERROR(comm_->store().Delete(StatsKey(info.iteration, r)));
       SLUICE_ASSIGN_OR_RETURN(RankStats s, StatsFromText(*text));
-      loss += s.loss;
-      if (sum_micro_batches) info.micro_batches += s.micro_batches;
-      aux += s.moe_aux_loss;
-      assignments += s.moe_assignments;
-      dropped += s.moe_dropped;
-      a2a_max_ns = std::max(a2a_max_ns, s.all_to_all_ns);
-      a2a_span_max_ns = std::max(a2a_span_max_ns, s.all_to_all_span_ns);
-      start = std::min(start, s.start_ns);
-      end = std::max(end, s.end_ns);
-      if (s.peak_rss > peak) {
-        peak = s.peak_rss;
-        peak_rank = r;
-      }
-      if (s.peak_tensors > tensors) {
-        tensors = s.peak_tensors;
-        tensors_rank = r;
-      }
-      tensors_by_rank.push_back(s.peak_tensors);
+      f.Add(r, s);
     }
-    const double seconds = static_cast<double>(end - start) * 1e-9;
-    const double tps = seconds > 0 ? static_cast<double>(info.tokens) / seconds : 0;
-    if (first_start_ns_ < 0) first_start_ns_ = start;
-    last_end_ns_ = end;
+    if (o_.replicas.has_value()) info.micro_batches += f.micro_batches;
+    if (first_start_ns_ < 0) first_start_ns_ = f.start_ns;
+    last_end_ns_ = f.end_ns;
     total_tokens_ += info.tokens;
-    if (losses_.empty()) first_loss_ = loss;
-    losses_.push_back(loss);
-    std::string predicted_text;
-    if (info.predicted) {
-      const IterationPrediction& pr = *info.predicted;
-      const double measured_ms = seconds * 1e3;
-      const double error = measured_ms > 0 ? pr.iteration_ms / measured_ms - 1 : 0;
-      predictions_.n += 1;
-      predictions_.abs_error += std::abs(error);
-      predictions_.predicted_ms += pr.iteration_ms;
-      predictions_.measured_ms += measured_ms;
-      int64_t peak_pred = 0, peak_meas = 0;
-      for (size_t r = 0; r < pr.peak_bytes.size() && r < tensors_by_rank.size(); ++r) {
-        if (tensors_by_rank[r] < 0) continue;
-        peak_pred = std::max(peak_pred, pr.peak_bytes[r]);
-        peak_meas = std::max(peak_meas, tensors_by_rank[r]);
-        if (tensors_by_rank[r] > 0) {
-          predictions_.memory_n += 1;
-          predictions_.memory_abs_error +=
-              std::abs(static_cast<double>(pr.peak_bytes[r]) / tensors_by_rank[r] - 1);
-        }
-      }
-      predicted_text = fmt::format(
-          " | predicted {:.3f} s ({:+.1f}%){}", pr.iteration_ms * 1e-3, 100 * error,
-          peak_meas > 0
-              ? fmt::format(
-                    ", peak {:.1f} MB ({:+.1f}%)", static_cast<double>(peak_pred) / 1e6,
-                    100.0 * (static_cast<double>(peak_pred) / static_cast<double>(peak_meas) - 1))
-              : std::string());
-    }
+    if (losses_.empty()) first_loss_ = f.loss;
+    losses_.push_back(f.loss);
+    const std::string predicted_text =
+        info.predicted ? predictions_.Add(*info.predicted, f) : std::string();
+    const bool moe = o_.model.moe.has_value();
     if (o_.print) {
       progress_->Clear();
-      const std::string tensor_text =
-          tensors >= 0 ? fmt::format("peak tensors {:.1f} MB (rank {}), ",
-                                     static_cast<double>(tensors) / 1e6, tensors_rank)
-                       : std::string();
-      const std::string opt_text =
-          info.optimized
-              ? fmt::format(" | optimizer: simulated {:.1f} -> {:.1f} ms, {} change{}",
-                            info.optimized->before_ms, info.optimized->after_ms,
-                            info.optimized->changes, info.optimized->changes == 1 ? "" : "s")
-              : std::string();
-      const std::string moe_text =
-          o_.model.moe.has_value()
-              ? fmt::format(" | moe: aux loss {:.5f}, dropped {} of {} assignments{}", aux, dropped,
-                            assignments,
-                            o_.parallel.ep > 1 ? fmt::format(", all-to-all {:.3f} s",
-                                                             static_cast<double>(a2a_max_ns) * 1e-9)
-                                               : std::string())
-              : std::string();
-      fmt::print(
-          "iter {:>4} (batch {:>4}): loss {:.4f} | {:>3} micro-batches, {:>6} tokens | "
-          "{:.3f} s, {:>7.0f} tokens/s | {}RSS {:.0f} MB (rank {}){}{}{}\n",
-          info.iteration, info.batch_index, loss, info.micro_batches, info.tokens, seconds, tps,
-          tensor_text, static_cast<double>(peak) / 1e6, peak_rank, moe_text, opt_text,
-          predicted_text);
+      fmt::print("{}\n", IterationLine(info, f, moe, o_.parallel.ep, predicted_text));
       std::fflush(stdout);
       progress_->Add();
     }
     if (metrics_) {
-      nlohmann::json line{{"iteration", info.iteration},
-                          {"batch", info.batch_index},
-                          {"loss", loss},
-                          {"tokens", info.tokens},
-                          {"micro_batches", info.micro_batches},
-                          {"time_s", seconds},
-                          {"tokens_per_s", tps},
-                          {"peak_rss_bytes", peak},
-                          {"peak_rss_rank", peak_rank}};
-      if (tensors >= 0) {
-        line["peak_tensor_bytes"] = tensors;
-        line["peak_tensor_rank"] = tensors_rank;
-        line["peak_tensor_bytes_by_rank"] = tensors_by_rank;
-      }
-      if (info.predicted) {
-        line["predicted_time_s"] = info.predicted->iteration_ms * 1e-3;
-        line["predicted_peak_bytes_by_rank"] = info.predicted->peak_bytes;
-        if (o_.model.moe.has_value()) {
-          line["predicted_all_to_all_s"] = info.predicted->all_to_all_ms * 1e-3;
-          line["predicted_exposed_all_to_all_s"] = info.predicted->exposed_all_to_all_ms * 1e-3;
-        }
-      }
-      if (o_.model.moe.has_value()) {
-        line["moe_aux_loss"] = aux;
-        line["moe_assignments"] = assignments;
-        line["moe_dropped"] = dropped;
-        line["all_to_all_s"] = static_cast<double>(a2a_max_ns) * 1e-9;
-        line["all_to_all_span_s"] = static_cast<double>(a2a_span_max_ns) * 1e-9;
-      }
-      if (info.optimized) {
-        line["sim_before_ms"] = info.optimized->before_ms;
-        line["sim_after_ms"] = info.optimized->after_ms;
-        line["optimizer_changes"] = info.optimized->changes;
-      }
-      SLUICE_RETURN_IF_ERROR(metrics_->Append(line.dump() + "\n"));
+      SLUICE_RETURN_IF_ERROR(metrics_->Append(MetricsLine(info, f, moe).dump() + "\n"));
     }
     return Status::Ok();
   }
@@ -749,10 +567,7 @@ class Trainer {
   Clock::time_point epoch_;
   std::optional<IterationInfo> pending_;
   int64_t iterations_ = 0, total_tokens_ = 0;
-  struct {
-    int64_t n = 0, memory_n = 0;
-    double abs_error = 0, predicted_ms = 0, measured_ms = 0, memory_abs_error = 0;
-  } predictions_;  // rank 0, --calibration
+  PredictionTotals predictions_;  // rank 0, --calibration
   int64_t first_start_ns_ = -1, last_end_ns_ = 0;
   double first_loss_ = 0;
   std::vector<double> losses_;
