@@ -9,13 +9,9 @@
 #include "runtime/layout.h"
 
 namespace sluice::runtime {
-namespace {
 
-using Tensors = std::vector<at::Tensor>;
-
-// `params`' gradients (zeros where a parameter has none) as one flat fp32 tensor.
-at::Tensor FlatGrads(const std::vector<at::Tensor>& params) {
-  Tensors parts;
+at::Tensor FlattenGrads(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> parts;
   for (const at::Tensor& p : params) {
     parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
                                        : torch::zeros({p.numel()}, torch::kFloat32));
@@ -23,8 +19,7 @@ at::Tensor FlatGrads(const std::vector<at::Tensor>& params) {
   return torch::cat(parts);
 }
 
-// Writes `flat` (FlatGrads' layout) back into `params`' .grad.
-void WriteGrads(const at::Tensor& flat, const std::vector<at::Tensor>& params) {
+void WriteFlatGrads(const at::Tensor& flat, const std::vector<at::Tensor>& params) {
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
   for (const at::Tensor& p : params) {
@@ -37,8 +32,6 @@ void WriteGrads(const at::Tensor& flat, const std::vector<at::Tensor>& params) {
     offset += p.numel();
   }
 }
-
-}  // namespace
 
 GradientReduction::GradientReduction(ModelShard& shard, Communicator& comm, Watchdog& watchdog,
                                      TraceRecorder& trace, int64_t iteration,
@@ -103,7 +96,7 @@ Status GradientReduction::AllReduceNow(const Instruction& in, int64_t* bytes) {
   if (it == stage_grads_.end()) return InternalError("bucket missed by the pre-scan");
   StageGrad& g = it->second;
   // The stage's first bucket: its gradients are final now.
-  if (!g.flat.defined()) g.flat = FlatGrads(shard_.StageParameters(in.stage));
+  if (!g.flat.defined()) g.flat = FlattenGrads(shard_.StageParameters(in.stage));
   const auto pos = std::find(g.bucket_ids.begin(), g.bucket_ids.end(), in.bucket);
   const auto [begin, end] = g.ranges[pos - g.bucket_ids.begin()];
   Collective c;
@@ -151,7 +144,7 @@ Status GradientReduction::Finish() {
   collectives_.clear();
   for (auto& [stage, g] : stage_grads_) {
     if (!g.flat.defined()) continue;
-    WriteGrads(g.flat, shard_.StageParameters(stage));
+    WriteFlatGrads(g.flat, shard_.StageParameters(stage));
     g.flat = at::Tensor();
   }
   SLUICE_RETURN_IF_ERROR(ReduceExpertGrads());
@@ -163,7 +156,7 @@ Status GradientReduction::Finish() {
 Status GradientReduction::ReduceExpertGrads() {
   const std::vector<at::Tensor>& params = shard_.ExpertParameters();
   if (!comm_.has_expert_dp_group() || params.empty()) return Status::Ok();
-  const at::Tensor flat = FlatGrads(params);
+  const at::Tensor flat = FlattenGrads(params);
   const int64_t start = now_();
   SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h, comm_.AllReduceExpertDp(flat));
   SLUICE_RETURN_IF_ERROR(WaitWatched(
@@ -179,7 +172,7 @@ Status GradientReduction::ReduceExpertGrads() {
   e.end_ns = now_();
   e.bytes = flat.numel() * flat.element_size();
   trace_.Add(std::move(e));
-  WriteGrads(flat, params);
+  WriteFlatGrads(flat, params);
   return Status::Ok();
 }
 

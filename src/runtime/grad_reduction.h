@@ -26,6 +26,12 @@
 
 namespace sluice::runtime {
 
+// `params`' gradients (zeros where a parameter has none) as one flat fp32 tensor.
+at::Tensor FlattenGrads(const std::vector<at::Tensor>& params);
+// Writes `flat` (FlattenGrads' layout) back into `params`' .grad, as their reduced gradients (a
+// parameter without one gets a copy).
+void WriteFlatGrads(const at::Tensor& flat, const std::vector<at::Tensor>& params);
+
 class GradientReduction {
  public:
   // `now`: nanoseconds on the trace's clock. REQUIRES: every reference outlives this.

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "runtime/batch_layout.h"
+#include "runtime/grad_reduction.h"
 
 namespace sluice::runtime {
 
@@ -114,12 +115,7 @@ StatusOr<std::unique_ptr<CrossGroupSync>> CrossGroupSync::Create(Communicator* c
 Status CrossGroupSync::Run(int64_t iteration) {
   torch::NoGradGuard no_grad;
   for (Reduction& red : mine_) {
-    std::vector<at::Tensor> parts;
-    for (const at::Tensor& p : red.params) {
-      parts.push_back(p.grad().defined() ? p.grad().reshape({-1})
-                                         : torch::zeros({p.numel()}, torch::kFloat32));
-    }
-    at::Tensor flat = torch::cat(parts);
+    at::Tensor flat = FlattenGrads(red.params);
     if (red.weight != 1.0) flat.mul_(red.weight);
     std::vector<int64_t> peers;
     for (const int64_t r : red.members) {
@@ -143,16 +139,7 @@ Status CrossGroupSync::Run(int64_t iteration) {
       return FailedPreconditionError(fmt::format(
           "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", s.message()));
     }
-    int64_t offset = 0;
-    for (const at::Tensor& p : red.params) {
-      const at::Tensor reduced = flat.narrow(0, offset, p.numel()).view_as(p);
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(reduced);
-      } else {
-        p.mutable_grad() = reduced.clone();
-      }
-      offset += p.numel();
-    }
+    WriteFlatGrads(flat, red.params);
   }
   return Status::Ok();
 }
