@@ -263,8 +263,11 @@ Status ReadMicroBatch(const Errors& e, const json& j, const std::string& base, P
                                   [&] { return fmt::format("{}[{}]", r.FieldPath("rows"), i); },
                                   std::numeric_limits<int64_t>::min(), kMaxId, &mb->rows[i]));
   }
-  for (auto [key, lens] : {std::pair{"seg_lens", &mb->seg_lens},
-                           std::pair{"dec_seg_lens", &mb->dec_seg_lens}}) {
+  for (const auto& field : {std::pair{"seg_lens", &mb->seg_lens},
+                            std::pair{"dec_seg_lens", &mb->dec_seg_lens}}) {
+    // Not a structured binding: lambdas cannot capture those before C++20 (clang-14).
+    const char* const key = field.first;
+    std::vector<std::vector<int64_t>>* const lens = field.second;
     const json* list = r.Child(key);
     if (list == nullptr) continue;
     SLUICE_RETURN_IF_ERROR(e.Array(list, [&] { return r.FieldPath(key); }));
