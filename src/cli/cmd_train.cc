@@ -143,15 +143,6 @@ Status RunTrain(const TrainFlags& f) {
           "1); model '{}' at ep {} has no all-to-all to overlap",
           f.moe_overlap, sc.model.name, sc.parallel->ep));
     }
-    if (*overlap == passes::MoeOverlap::kPartition || *overlap == passes::MoeOverlap::kLancet) {
-      return InvalidArgumentError(fmt::format(
-          "--moe-overlap {}: the runtime executes segmented MoE ops whose segments are whole or "
-          "cut into slices of the expert capacity (allowed: none, dw, megatron, tutel); {} cuts "
-          "the forward into slices of the tokens, whose routing needs an all-to-allv with "
-          "run-time counts, which the runtime does not run (docs/moe.md); "
-          "`sluice simulate --moe-overlap {}` predicts it",
-          f.moe_overlap, f.moe_overlap, f.moe_overlap));
-    }
     if (*overlap == passes::MoeOverlap::kTutel && f.planner.schedule == "zb-h1") {
       return InvalidArgumentError(
           "--moe-overlap tutel: the runtime runs capacity slices in forward and backward ops, "

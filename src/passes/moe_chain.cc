@@ -66,9 +66,16 @@ std::vector<ChainStep> ChainSteps(const std::vector<int64_t>& cut, bool async_wh
   return steps;
 }
 
+Duration SliceTime(Duration a2a, Duration latency, int64_t n, int64_t j, bool token_slices) {
+  Duration d = latency + Duration::Nanos((a2a - latency).nanos() / n);
+  if (token_slices && j % 2 == 0) d += latency;
+  return d;
+}
+
 Duration PipelinedTime(const std::vector<ChainStep>& steps, const std::vector<int64_t>& cut,
                        const std::vector<Duration>& seg, const std::vector<Duration>& a2a,
-                       const std::vector<Duration>& latency, Duration overhead) {
+                       const std::vector<Duration>& latency, Duration overhead,
+                       bool token_slices) {
   Duration host, compute, stream;
   std::map<std::pair<int64_t, int64_t>, Duration> done;  // all-to-all slice -> its end
   for (const ChainStep& s : steps) {
@@ -78,7 +85,7 @@ Duration PipelinedTime(const std::vector<ChainStep>& steps, const std::vector<in
       compute = std::max(compute, host) + d;
     } else if (s.kind == ChainStep::Kind::kPost) {
       const int64_t j = s.element / 2;
-      const Duration d = n > 1 ? latency[j] + Duration::Nanos((a2a[j] - latency[j]).nanos() / n) : a2a[j];
+      const Duration d = n > 1 ? SliceTime(a2a[j], latency[j], n, j, token_slices) : a2a[j];
       stream = std::max({stream, compute, host}) + d;
       done[{s.element, s.slice}] = stream;
       // A blocking one (never waited) holds the host until it ends.
@@ -100,36 +107,49 @@ std::vector<int64_t> PartitionDp(const std::vector<Duration>& seg, const std::ve
                                  Duration overhead) {
   const int64_t P = static_cast<int64_t>(seg.size());
   SLUICE_CHECK(P >= 1 && static_cast<int64_t>(a2a.size()) == P - 1);
-  // c(j, i): segments [j, i) with the all-to-alls between them, whole or cut into n.
+  // c(j, i): segments [j, i) with the all-to-alls between them, whole or cut into n. The
+  // segment offsets keep the all-to-all parity (dispatch at even j) of the whole chain.
   auto range_time = [&](int64_t j, int64_t i, int64_t n) {
     std::vector<int64_t> cut(static_cast<size_t>(2 * (i - j) - 1), n);
     std::vector<Duration> s(seg.begin() + j, seg.begin() + i);
     std::vector<Duration> a(a2a.begin() + j, a2a.begin() + (i - 1));
     std::vector<Duration> l(latency.begin() + j, latency.begin() + (i - 1));
-    return PipelinedTime(ChainSteps(cut, false), cut, s, a, l, overhead);
+    return PipelinedTime(ChainSteps(cut, false), cut, s, a, l, overhead, /*token_slices=*/true);
   };
-  std::vector<Duration> D(static_cast<size_t>(P + 1), Duration::Nanos(INT64_MAX / 4));
-  std::vector<int64_t> from(static_cast<size_t>(P + 1), 0), chunks(static_cast<size_t>(P + 1), 0);
-  D[0] = Duration::Zero();
-  for (int64_t i = 1; i <= P; ++i) {
-    for (int64_t j = 0; j < i; ++j) {
-      const Duration before = D[j] + (j > 0 ? a2a[j - 1] : Duration::Zero());
-      Duration best = range_time(j, i, 0);
-      int64_t best_n = 0;
-      for (int64_t n = 2; i - j >= 2 && n <= max_chunks; ++n) {
-        const Duration t = range_time(j, i, n);
-        if (t < best) {
-          best = t;
-          best_n = n;
+  // One DP per n (runs whole or cut into n), the best of them.
+  Duration best_total = Duration::Nanos(INT64_MAX / 4);
+  std::vector<int64_t> best_from, best_chunks;
+  for (int64_t n = 2; n <= std::max<int64_t>(max_chunks, 2); ++n) {
+    std::vector<Duration> D(static_cast<size_t>(P + 1), Duration::Nanos(INT64_MAX / 4));
+    std::vector<int64_t> from(static_cast<size_t>(P + 1), 0), chunks(static_cast<size_t>(P + 1), 0);
+    D[0] = Duration::Zero();
+    for (int64_t i = 1; i <= P; ++i) {
+      for (int64_t j = 0; j < i; ++j) {
+        const Duration before = D[j] + (j > 0 ? a2a[j - 1] : Duration::Zero());
+        Duration best = range_time(j, i, 0);
+        int64_t best_n = 0;
+        if (max_chunks >= 2 && i - j >= 2 && j % 2 == 0) {
+          const Duration t = range_time(j, i, n);
+          if (t < best) {
+            best = t;
+            best_n = n;
+          }
+        }
+        if (before + best < D[i]) {
+          D[i] = before + best;
+          from[i] = j;
+          chunks[i] = best_n;
         }
       }
-      if (before + best < D[i]) {
-        D[i] = before + best;
-        from[i] = j;
-        chunks[i] = best_n;
-      }
+    }
+    if (D[P] < best_total) {
+      best_total = D[P];
+      best_from = from;
+      best_chunks = chunks;
     }
   }
+  const std::vector<int64_t>& from = best_from;
+  const std::vector<int64_t>& chunks = best_chunks;
   std::vector<int64_t> cut(static_cast<size_t>(2 * P - 1), 0);
   for (int64_t i = P; i > 0; i = from[i]) {
     for (int64_t e = 2 * from[i]; e <= 2 * (i - 1); ++e) cut[e] = chunks[i];

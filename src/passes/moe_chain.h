@@ -32,13 +32,24 @@ std::vector<ChainStep> ChainSteps(const std::vector<int64_t>& cut, bool async_wh
 
 // The time the steps take on two streams: `seg[j]` the whole segment j, `a2a[j]` the whole
 // all-to-all j, `latency[j]` its latency part (a slice of n costs latency + (a2a - latency) / n),
-// a sliced compute piece costs seg / n + overhead.
+// a sliced compute piece costs seg / n + overhead. `token_slices`: the slices cut the tokens
+// (the forward partition), so a dispatch slice (even j) first exchanges its row counts: one
+// latency more (TokenSliceTime).
 Duration PipelinedTime(const std::vector<ChainStep>& steps, const std::vector<int64_t>& cut,
                        const std::vector<Duration>& seg, const std::vector<Duration>& a2a,
-                       const std::vector<Duration>& latency, Duration overhead);
+                       const std::vector<Duration>& latency, Duration overhead,
+                       bool token_slices = false);
 
-// Lancet's DP over a forward chain: the runs of segments [j, i) and their n (0 or 2..max_chunks)
-// that minimise PipelinedTime; returns the cut per element.
+// Slice of n of all-to-all j (whole time `a2a`, latency part `latency`): latency + (a2a -
+// latency) / n, plus one latency for a token slice of a dispatch (j even), whose receivers learn
+// the row counts from a count exchange first (docs/moe.md, "Token slices").
+Duration SliceTime(Duration a2a, Duration latency, int64_t n, int64_t j, bool token_slices);
+
+// Lancet's DP over a forward chain: the runs of segments [j, i) and their n that minimise
+// PipelinedTime (token slices); returns the cut per element. What the runtime can execute
+// (docs/moe.md, "Token slices") shapes it: one n in 2..max_chunks for every run of the chain
+// (the op's rows are cut once), and a run starts at an even segment (attention and router: a
+// token slice of the experts needs the rows' positions, which a whole dispatch does not give).
 std::vector<int64_t> PartitionDp(const std::vector<Duration>& seg, const std::vector<Duration>& a2a,
                                  const std::vector<Duration>& latency, int64_t max_chunks,
                                  Duration overhead);

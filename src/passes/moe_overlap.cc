@@ -94,6 +94,7 @@ struct Decision {
   std::vector<int64_t> cut;  // per chain element (0: whole)
   bool async = false;        // whole all-to-alls posted and waited
   bool dw = false;           // B -> I + W pieces, W packed into all-to-all windows
+  bool tokens = false;       // the slices cut the tokens (the forward partition)
 };
 
 // The times of a block's chain on its rank.
@@ -246,7 +247,7 @@ class Emitter {
       const Instruction& a = s.block->a2a[j];
       Instruction in = n > 0 ? AllToAllSlice(a, step.slice, n, plan_.model.hidden, rank_) : a;
       if (n > 0) {
-        in.duration = s.t.latency[j] + Duration::Nanos((a.duration - s.t.latency[j]).nanos() / n);
+        in.duration = internal::SliceTime(a.duration, s.t.latency[j], n, j, s.d.tokens);
       }
       const bool async = n > 0 || s.d.async;
       if (async) {
@@ -436,7 +437,12 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       const std::vector<int64_t> group = EpGroupOf(*plan, static_cast<int64_t>(r));
       if (group.front() != static_cast<int64_t>(r)) continue;
       for (size_t k = 0; k < parsed[r].blocks.size(); ++k) {
-        if (parsed[r].blocks[k].op.op != OpKind::kForward) continue;
+        // A forward the backward replays (recompute full) stays whole: the runtime replays a
+        // forward whole, from what its all-to-alls received.
+        if (parsed[r].blocks[k].op.op != OpKind::kForward ||
+            parsed[r].blocks[k].op.recompute == Recompute::kFull) {
+          continue;
+        }
         ChainTimes worst;
         for (int64_t g : group) {
           if (k >= parsed[g].blocks.size()) continue;
@@ -450,10 +456,23 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
             worst.latency[j] = std::max(worst.latency[j], t.latency[j]);
           }
         }
-        const std::vector<int64_t> cut = internal::PartitionDp(worst.seg, worst.a2a, worst.latency,
-                                                               options_.max_chunks, slice_overhead);
+        // Token slices cut the micro-batch's rows (Lancet's batch dimension): at most as many
+        // as the group's smallest micro-batch has.
+        int64_t rows = options_.max_chunks;
         for (int64_t g : group) {
-          if (k < decide[g].size()) decide[g][k].cut = cut;
+          if (k >= parsed[g].blocks.size()) continue;
+          const RankProgram& p = plan->ranks[static_cast<size_t>(g)];
+          rows = std::min(rows, plan->replicas[p.dp_index]
+                                    .micro_batches[parsed[g].blocks[k].op.microbatch]
+                                    .shape.mbs);
+        }
+        const std::vector<int64_t> cut =
+            internal::PartitionDp(worst.seg, worst.a2a, worst.latency, rows, slice_overhead);
+        for (int64_t g : group) {
+          if (k < decide[g].size()) {
+            decide[g][k].cut = cut;
+            decide[g][k].tokens = true;
+          }
         }
       }
     }

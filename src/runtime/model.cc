@@ -275,6 +275,18 @@ MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchL
   return in;
 }
 
+MicroBatchInputs SliceRows(const MicroBatchInputs& mb, int64_t start, int64_t rows) {
+  auto cut = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, start, rows) : t; };
+  MicroBatchInputs out = mb;
+  out.shape.mbs = rows;
+  for (at::Tensor* t : {&out.tokens, &out.dec_tokens, &out.labels, &out.positions,
+                        &out.dec_positions, &out.self_mask, &out.dec_self_mask, &out.cross_mask,
+                        &out.real, &out.dec_real}) {
+    *t = cut(*t);
+  }
+  return out;
+}
+
 at::Tensor Chunk::RunBlock(const Block& b, const at::Tensor& x, const at::Tensor& mask,
                            const at::Tensor& enc_out, const at::Tensor& cross_mask,
                            const at::Tensor& real, double loss_scale, bool selective,

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,9 @@ struct MicroBatchInputs {
 // REQUIRES: `layout` came from LayoutMicroBatch for `model`.
 MicroBatchInputs BuildMicroBatchInputs(const ModelSpec& model, const MicroBatchLayout& layout,
                                        const TokenSource& tokens, double loss_scale);
+// Rows [start, start + rows) of `mb` (every per-row tensor narrowed, shape.mbs = rows): a token
+// slice of a partitioned forward. REQUIRES: the range lies within mb's rows.
+MicroBatchInputs SliceRows(const MicroBatchInputs& mb, int64_t start, int64_t rows);
 
 struct Linear {
   at::Tensor weight;  // [out, in]
@@ -129,18 +133,37 @@ class ExpertExchange {
   virtual at::Tensor Exchange(OpKind kind, int64_t layer, const at::Tensor& rows,
                               const std::vector<int64_t>& send,
                               const std::vector<int64_t>& recv) = 0;
-  // Slice `slice` of it, posted without waiting (the splits are the slice's); returns a ticket
-  // for Wait. Throws as Exchange.
+  // Slice `slice` of it (-1: the whole one), posted without waiting (the splits are the
+  // slice's); returns a ticket for Wait. Throws as Exchange.
   virtual int64_t Post(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
                        const std::vector<int64_t>& send, const std::vector<int64_t>& recv) = 0;
+  // A token slice of a partitioned forward (docs/moe.md, "Token slices"): what it moves depends
+  // on the routing, so its sizes are the layer's, not the plan's. `send_counts` [ep, local]
+  // int64: the rows for each member's local experts, in that order; `recv_counts` likewise for
+  // what arrives, or undefined (a dispatch): the members exchange their counts first, and
+  // ReceivedCounts(ticket) gives them. Posted without waiting; Wait gives the rows. Throws as
+  // Exchange, and outside a segmented op.
+  virtual int64_t PostTokenSlice(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
+                                 const at::Tensor& send_counts, const at::Tensor& recv_counts) = 0;
+  // The counts a token slice posted with undefined recv_counts received [ep, local]; once per
+  // ticket, after its Wait.
+  virtual at::Tensor ReceivedCounts(int64_t ticket) = 0;
   // What the posted slices `tickets` received, in that order. In a segmented op the code stops
   // here until the plan has completed them (its next piece).
   virtual std::vector<at::Tensor> Wait(const std::vector<int64_t>& tickets) = 0;
 };
 
+class MoePartition;  // moe.h
+
 // What the MoE layers of one chunk's forward need and report.
 struct MoeContext {
   ExpertExchange* exchange = nullptr;  // required when the shard's ep > 1
+  // A token slice of a partitioned forward (moe.h, MoePartition): the slices' shared state, this
+  // slice's index, and how it stops at the end of a segment until the executor runs its next
+  // piece. The counts and the load-balancing loss are then the partition's, not these fields.
+  MoePartition* partition = nullptr;
+  int64_t slice = -1;
+  std::function<void()> park;
   at::Tensor aux_loss;      // out: the scaled load-balancing losses of the chunk's MoE layers,
                             // summed, part of the graph (undefined when it has none)
   int64_t assignments = 0;  // out: (real token, choice) pairs the routers assigned

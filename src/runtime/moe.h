@@ -29,11 +29,25 @@
 // dispatch, the experts and the combine run slice by slice as one autograd node, posting and
 // waiting in the plan's order forward and backward (docs/moe.md, "Capacity slices").
 //
+// Token slices (the forward partition of `--moe-overlap partition|lancet`, docs/moe.md): a
+// partitioned forward runs the op's rows in n slices, each a forward of its own (the executor's
+// fibers, segmented_ops.h) that stops at every all-to-all boundary. The slices share a
+// MoePartition: each MoE layer's expert capacity is the whole micro-batch's and threaded from
+// slice to slice (slice c's router continues the per-expert slot counters where slice c-1 left
+// them, so with top-1 every token gets the slot, or is dropped, as in the whole layer); a
+// sliced dispatch sends each member only the slice's rows for its experts (an all-to-allv after
+// a count exchange) and the combine returns them; a whole all-to-all inside a partitioned op
+// moves the whole layer's capacity buffer, posted by the slice that completes it. Each
+// all-to-all of a layer, over all slices, is one autograd node whose backward is the whole
+// layer's all-to-all (the plan's backward ops are whole), so the backward runs as for the
+// unpartitioned layer. The load-balancing loss is the whole micro-batch's (AuxLoss).
+//
 // Thread safety: as model.h.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 
 #include "base/units.h"
 #include "cost/profile_table.h"
@@ -45,9 +59,35 @@ namespace sluice::runtime {
 // The load-balancing loss coefficient (Switch Transformer's alpha; ModelSpec has no field).
 inline constexpr double kMoeAuxLossCoef = 0.01;
 
+// The state the token slices of one partitioned forward share (see above).
+class MoePartition {
+ public:
+  // `slices` of a micro-batch of `rows` rows.
+  MoePartition(int64_t slices, int64_t rows);
+  ~MoePartition();
+  MoePartition(const MoePartition&) = delete;
+  MoePartition& operator=(const MoePartition&) = delete;
+
+  int64_t slices() const;
+  int64_t rows() const;
+  // Once every slice ran: the scaled load-balancing losses of the MoE layers over the whole
+  // micro-batch, summed (undefined when none had a real token), and the router's counts.
+  at::Tensor AuxLoss(const ModelSpec& model, double loss_scale) const;
+  int64_t assignments() const;
+  int64_t dropped() const;
+
+  struct Impl;  // moe.cc
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // One MoE layer's MLP on x [B, T, hidden] (the LayerNorm already applied); returns [B, T,
 // hidden]. `real`: [B, T] bool. Adds its auxiliary loss and counts to `ctx`. `tape`: records
-// the experts' linear layers (model.h). REQUIRES: ctx; ctx->exchange when shard.ep > 1.
+// the experts' linear layers (model.h). With ctx->partition, x is one token slice's rows (see
+// above; the loss and counts go to the partition). REQUIRES: ctx; ctx->exchange when
+// shard.ep > 1.
 at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertShard& shard,
                       const at::Tensor& x, const at::Tensor& real, double loss_scale,
                       WeightGradTape* tape, MoeContext* ctx);

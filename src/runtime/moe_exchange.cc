@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace sluice::runtime {
@@ -13,6 +14,8 @@ thread_local PlanExchange::OpState* tls_state = nullptr;
 }  // namespace
 
 void PlanExchange::Bind(OpState* state) { tls_state = state; }
+
+PlanExchange::OpState* PlanExchange::Bound() { return tls_state; }
 
 PlanExchange::OpState& PlanExchange::State() { return tls_state != nullptr ? *tls_state : main_; }
 
@@ -44,6 +47,7 @@ Status PlanExchange::End(std::string_view what) {
   s.replay = nullptr;
   s.tape = nullptr;
   s.results.clear();
+  s.counts.clear();
   if (unread > 0 || unposted > 0) {
     return InternalError(fmt::format(
         "the {} ended with {} all-to-all results it did not read and {} it handed over that "
@@ -95,8 +99,64 @@ at::Tensor PlanExchange::Exchange(OpKind kind, int64_t layer, const at::Tensor& 
 
 int64_t PlanExchange::Post(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
                            const std::vector<int64_t>& send, const std::vector<int64_t>& recv) {
-  if (slice < 0) throw std::runtime_error("PlanExchange::Post: a slice index is >= 0");
-  return PostOne(kind, layer, slice, rows, send, recv);
+  return PostOne(kind, layer, std::max<int64_t>(slice, -1), rows, send, recv);
+}
+
+namespace {
+
+std::vector<int64_t> RowSums(const at::Tensor& counts) {
+  std::vector<int64_t> out;
+  const at::Tensor sums = counts.sum(1).contiguous();
+  const int64_t* p = sums.data_ptr<int64_t>();
+  out.assign(p, p + sums.numel());
+  return out;
+}
+
+}  // namespace
+
+int64_t PlanExchange::PostTokenSlice(OpKind kind, int64_t layer, int64_t slice,
+                                     const at::Tensor& rows, const at::Tensor& send_counts,
+                                     const at::Tensor& recv_counts) {
+  const Instruction& in = Expect(kind, layer);
+  if (in.chunks <= 0 || in.chunk != slice) {
+    throw std::runtime_error(fmt::format(
+        "the MoE layer {} runs its {} as token slice {}, the plan's next all-to-all is {}", layer,
+        OpKindName(kind), slice, InstructionText(in)));
+  }
+  OpState& s = State();
+  if (s.channel == nullptr || s.replay != nullptr) {
+    throw std::runtime_error(fmt::format(
+        "{}: token slices run in a segmented op, never replayed", InstructionText(in)));
+  }
+  SegmentChannel::Request r;
+  r.in = &in;
+  r.rows = rows.contiguous();
+  r.ticket = static_cast<int64_t>(s.next);
+  r.send_splits = RowSums(send_counts);
+  if (recv_counts.defined()) {
+    r.recv_splits = RowSums(recv_counts);
+  } else {
+    r.counts = send_counts.to(torch::kInt64).contiguous();
+  }
+  if (r.send_splits.size() != in.group.size() ||
+      (!r.recv_splits.empty() && r.recv_splits.size() != in.group.size())) {
+    throw std::runtime_error(fmt::format("{}: counts for {} members, the group has {}",
+                                         InstructionText(in), r.send_splits.size(),
+                                         in.group.size()));
+  }
+  s.channel->posts.push_back(std::move(r));
+  return static_cast<int64_t>(s.next++);
+}
+
+at::Tensor PlanExchange::ReceivedCounts(int64_t ticket) {
+  OpState& s = State();
+  const auto it = s.counts.find(ticket);
+  if (it == s.counts.end()) {
+    throw std::runtime_error("PlanExchange::ReceivedCounts: no count exchange for this ticket");
+  }
+  at::Tensor out = std::move(it->second);
+  s.counts.erase(it);
+  return out;
 }
 
 int64_t PlanExchange::PostOne(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
@@ -127,7 +187,11 @@ int64_t PlanExchange::PostOne(OpKind kind, int64_t layer, int64_t slice, const a
   } else if (s.channel != nullptr) {
     // Segmented op: the executor posts it when the program reaches it and delivers the result
     // when it completes.
-    s.channel->posts.push_back({&in, rows.contiguous(), ticket});
+    SegmentChannel::Request r;
+    r.in = &in;
+    r.rows = rows.contiguous();
+    r.ticket = ticket;
+    s.channel->posts.push_back(std::move(r));
   } else {
     s.results[ticket] = Synchronous(in, rows, send, recv);
     performed_.insert(&in);
@@ -173,7 +237,7 @@ std::vector<at::Tensor> PlanExchange::Wait(const std::vector<int64_t>& tickets) 
 StatusOr<int64_t> AwaitAllToAll(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
                                 const Instruction& in, Communicator::Handle& handle,
                                 int64_t posted_ns, int64_t iteration,
-                                const std::function<int64_t()>& now) {
+                                const std::function<int64_t()>& now, bool record) {
   std::vector<int64_t> peers;
   for (const int64_t r : in.group) {
     if (r != comm.rank()) peers.push_back(r);
@@ -189,6 +253,7 @@ StatusOr<int64_t> AwaitAllToAll(Communicator& comm, Watchdog& watchdog, TraceRec
         "{} failed{}: {}", what, blame.empty() ? "" : " (" + blame + ")", st.message()));
   }
   const int64_t end = now();
+  if (!record) return end - wait_start;
   TraceEvent e;
   e.name = InstructionText(in);
   e.op = std::string(OpKindName(in.op));

@@ -47,6 +47,10 @@ struct SegmentChannel {
     const Instruction* in = nullptr;  // the plan's all-to-all (or slice of one)
     at::Tensor rows;                  // what it sends
     int64_t ticket = 0;               // where its result goes
+    // A token slice (ExpertExchange::PostTokenSlice): its own splits (empty: the plan's), and
+    // the row counts [ep, local] to exchange first when the receive splits are not known yet.
+    std::vector<int64_t> send_splits, recv_splits;
+    at::Tensor counts;
   };
   Fiber* fiber = nullptr;
   std::deque<Request> posts;      // handed over, not yet posted by the executor
@@ -54,16 +58,22 @@ struct SegmentChannel {
   // Set by the executor before each piece: the piece is a slice (chunks > 0), so every wait
   // ends it, also when the results are already there (a slice's work is one slice's).
   bool slice_piece = false;
+  // Set by the executor before each piece: its slice (-1: whole). A token-sliced forward
+  // (RunTokenSlices) runs that slice's fiber, or every slice's, and then stops by itself
+  // (`yielded`) rather than in a wait.
+  int64_t piece_chunk = -1;
+  bool yielded = false;
 };
 
 // Waits for the all-to-all `in` posted at `posted_ns` (announced to the watchdog, which names the
 // group member that keeps it on a timeout), records it on the collective stream from its post to
 // its completion, and returns the time blocked in the wait (ns). Errors name the instruction and
 // the iteration. Whole ops (PlanExchange) and segmented ops (segmented_ops.h) both wait here.
+// `record` false: no trace event (a token slice's count exchange, part of its all-to-all).
 StatusOr<int64_t> AwaitAllToAll(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
                                 const Instruction& in, Communicator::Handle& handle,
                                 int64_t posted_ns, int64_t iteration,
-                                const std::function<int64_t()>& now);
+                                const std::function<int64_t()>& now, bool record = true);
 
 class PlanExchange final : public ExpertExchange {
  public:
@@ -76,6 +86,7 @@ class PlanExchange final : public ExpertExchange {
     WeightGradTape* tape = nullptr;         // a forward's: set_segment(next) after each all-to-all
     SegmentChannel* channel = nullptr;      // segmented op: hand all-to-alls to the executor
     std::map<int64_t, at::Tensor> results;  // [ticket: the all-to-all's index in `list`]
+    std::map<int64_t, at::Tensor> counts;   // [ticket] what a token slice's count exchange got
   };
 
   PlanExchange(Communicator& comm, Watchdog& watchdog, TraceRecorder& trace,
@@ -89,6 +100,8 @@ class PlanExchange final : public ExpertExchange {
   // From a fiber's thread, before its op runs: its calls use `state` (the main thread's use the
   // exchange's own).
   static void Bind(OpState* state);
+  // The state this thread's calls use (null: the exchange's own, a whole op's).
+  static OpState* Bound();
 
   // The all-to-alls the compute op about to run performs, in order; `tape`: the forward's.
   void Begin(const std::vector<const Instruction*>* list, WeightGradTape* tape = nullptr);
@@ -113,6 +126,9 @@ class PlanExchange final : public ExpertExchange {
                       const std::vector<int64_t>& send, const std::vector<int64_t>& recv) override;
   int64_t Post(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
                const std::vector<int64_t>& send, const std::vector<int64_t>& recv) override;
+  int64_t PostTokenSlice(OpKind kind, int64_t layer, int64_t slice, const at::Tensor& rows,
+                         const at::Tensor& send_counts, const at::Tensor& recv_counts) override;
+  at::Tensor ReceivedCounts(int64_t ticket) override;
   std::vector<at::Tensor> Wait(const std::vector<int64_t>& tickets) override;
 
  private:

@@ -58,7 +58,23 @@ struct MoeCase {
   // memory_limit (a rewrite that holds more than the planner's micro-batches fills, megatron).
   std::string plan_memory_limit;
   int64_t iterations = 2;
+  // Plan for a cluster whose link is slow (SlowLinkCluster): all-to-alls dear enough that the
+  // forward partition's DP cuts the forwards into token slices.
+  bool slow_link = false;
 };
+
+// A CPU cluster of `devices` with a 0.02 GB/s, 50 us link, written to `dir`; returns its path.
+std::string SlowLinkCluster(const std::string& dir, int64_t devices) {
+  const std::string path = fmt::format("{}/slow-link-{}.json", dir, devices);
+  SLUICE_CHECK(WriteStringToFile(
+                   path, fmt::format(R"({{"name": "cpu-slow-link",
+ "device": {{"name": "cpu-1t", "peak_tflops": 0.17, "memory_gib": 4, "hbm_gb_per_s": 12.9}},
+ "nodes": 1, "devices_per_node": {},
+ "intra_node": {{"bandwidth_gb_per_s": 0.02, "latency_us": 50}}}})",
+                                     devices))
+                   .ok());
+  return path;
+}
 
 void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.name; }
 
@@ -103,6 +119,20 @@ std::vector<MoeCase> MoeCases() {
        "tutel"},
       {"gpt_moe_dp4_ep4_seg_tutel", "gpt-tiny-moe", 4, 1, 4, 1, "1f1b", 600, "55", "none", "tutel"},
       {"t5_moe_dp2_ep2_seg_tutel", "t5-tiny-moe", 2, 1, 2, 1, "1f1b", 600, "55", "none", "tutel"},
+      // Lancet's forward partition: forwards cut into token slices of their rows, expert
+      // capacity threaded from slice to slice, an all-to-allv per slice (docs/moe.md, "Token
+      // slices"). Top-1 (Switch, Lancet's setting), where the partitioned layer routes and drops
+      // exactly as the whole one, so the micro-batch reference (unpartitioned) must match.
+      {"gpt_moe_top1_dp2_ep2_seg_partition", "gpt-tiny-moe-top1", 2, 1, 2, 4, "1f1b", 600, "100",
+       "none", "partition", "", 2, true},
+      {"gpt_moe_top1_dp2_ep2_seg_lancet", "gpt-tiny-moe-top1", 2, 1, 2, 4, "1f1b", 600, "100",
+       "none", "lancet", "", 2, true},
+      {"gpt_moe_top1_dp2_ep2_pp2_seg_lancet", "gpt-tiny-moe-top1", 2, 2, 2, 4, "1f1b", 600, "100",
+       "none", "lancet", "", 2, true},
+      {"gpt_moe_top1_dp4_ep4_seg_partition", "gpt-tiny-moe-top1", 4, 1, 4, 1, "1f1b", 600, "100",
+       "none", "partition", "", 2, true},
+      {"t5_moe_dp2_ep2_seg_lancet", "t5-tiny-moe", 2, 1, 2, 1, "1f1b", 600, "70", "none", "lancet",
+       "", 2, true},
   };
 }
 
@@ -135,14 +165,19 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
     args.push_back(flag);
     args.push_back(value);
   }
+  const std::string cluster =
+      c.slow_link ? SlowLinkCluster(dir, c.dp * c.pp) : fmt::format("cpu:{}", c.dp * c.pp);
+  if (c.slow_link) {
+    args.push_back("--cluster");
+    args.push_back(cluster);
+  }
   if (!c.moe_overlap.empty()) {
     args.push_back("--moe-overlap");
     args.push_back(c.moe_overlap);
   }
   if (!c.plan_memory_limit.empty()) {
-    std::vector<std::string> plan = {
-        "plan",   "--cluster", fmt::format("cpu:{}", c.dp * c.pp), "--out", dir + "/plan.json",
-        "--show", "0"};
+    std::vector<std::string> plan = {"plan",         "--cluster", cluster, "--out",
+                                     dir + "/plan.json", "--show",    "0"};
     for (const auto& [flag, value] : flags) {
       if (flag == "--lr" || flag == "--threads" || flag == "--timeout" || flag == "--dump-dir" ||
           flag == "--metrics") {
@@ -170,7 +205,7 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
 
   std::vector<MicroBatchReferenceBatch> batches;
   int64_t all_to_alls = 0, split_backwards = 0, recomputed = 0;
-  int64_t pieces = 0, weight_pieces = 0, sliced = 0, posted = 0, waits = 0;
+  int64_t pieces = 0, weight_pieces = 0, sliced = 0, token_sliced = 0, posted = 0, waits = 0;
   for (int64_t i = 0; i < kIterations; ++i) {
     StatusOr<std::string> bytes = ReadFileToString(dir + "/" + PackageDumpName(i));
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -197,6 +232,7 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
         pieces += in.segment >= 0 ? 1 : 0;
         weight_pieces += in.segment >= 0 && in.op == OpKind::kBackwardWeight ? 1 : 0;
         sliced += IsCompute(in.op) && in.chunks > 0 ? 1 : 0;
+        token_sliced += IsCompute(in.op) && in.chunks > 0 && in.segment % 2 == 0 ? 1 : 0;
         posted += IsAllToAll(in.op) && in.tag >= 0 ? 1 : 0;
         waits += in.op == OpKind::kAllToAllWait ? 1 : 0;
       }
@@ -212,12 +248,18 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
     if (c.moe_overlap != "none") {
       EXPECT_GT(posted, 0) << "no all-to-all was posted: nothing overlapped";
     }
+    const bool partition = c.moe_overlap == "partition" || c.moe_overlap == "lancet";
     if (c.moe_overlap == "tutel") {
       EXPECT_GT(sliced, 0) << "no capacity slice ran";
-    } else if (c.moe_overlap != "none") {
+      EXPECT_EQ(token_sliced, 0);
+    } else if (partition) {
+      EXPECT_GT(token_sliced, 0) << "no token slice ran";
+    } else {
+      EXPECT_EQ(sliced, 0);
+    }
+    if (c.moe_overlap != "none" && c.moe_overlap != "tutel" && c.moe_overlap != "partition") {
       EXPECT_GT(weight_pieces, 0);
     }
-    if (c.moe_overlap != "tutel") EXPECT_EQ(sliced, 0);
   } else {
     EXPECT_EQ(pieces, 0);
   }
@@ -265,16 +307,16 @@ INSTANTIATE_TEST_SUITE_P(ExpertParallel, MoeTest, ::testing::ValuesIn(MoeCases()
                          [](const auto& info) { return info.param.name; });
 
 // Plan files with slices the runtime does not run reach the executor, which refuses them naming
-// the instruction: the forward partition's token slices, and capacity slices of a split
-// backward (zero-bubble I). `--moe-overlap partition` is refused before anything runs
-// (profile_cli_test). And a valid order the tutel rewrite does not write runs: every slice
-// blocking (no waits), so results are already in when a slice piece waits for them.
+// the instruction: capacity slices of a split backward (zero-bubble I). And valid orders the
+// tutel and partition rewrites do not write run: every slice blocking (no waits), so results
+// are already in when a slice piece waits for them.
 struct SlicedPlanCase {
   std::string name, parallel, schedule;
   int64_t nproc;
   passes::MoeOverlap overlap;
   std::string message;    // empty: the plan runs
   bool blocking = false;  // every posted all-to-all made blocking, its wait removed
+  bool slow_link = false;  // planned for SlowLinkCluster (the partition DP then cuts forwards)
 };
 
 class SlicedPlanTest : public ::testing::TestWithParam<SlicedPlanCase> {};
@@ -303,10 +345,12 @@ TEST_P(SlicedPlanTest, RunsOrIsRefusedNamingTheInstruction) {
                                            "--iterations",
                                            "1",
                                            "--memory-limit"};
-  std::vector<std::string> plan = {"plan", "--cluster", fmt::format("cpu:{}", c.nproc), "--out",
-                                   dir + "/p.json"};
+  std::vector<std::string> plan = {
+      "plan", "--cluster",
+      c.slow_link ? SlowLinkCluster(dir, c.nproc) : fmt::format("cpu:{}", c.nproc), "--out",
+      dir + "/p.json"};
   plan.insert(plan.end(), common.begin(), common.end());
-  plan.push_back("55");
+  plan.push_back(c.slow_link ? "100" : "55");
   const Outcome planned = RunSluice(plan, dir, 60);
   ASSERT_EQ(planned.status, 0) << planned.output;
   StatusOr<ExecutionPlan> p = ReadPlanFile(dir + "/p.json");
@@ -354,8 +398,8 @@ TEST_P(SlicedPlanTest, RunsOrIsRefusedNamingTheInstruction) {
 
 INSTANTIATE_TEST_SUITE_P(
     MoeSlices, SlicedPlanTest,
-    ::testing::Values(SlicedPlanCase{"partition", "dp=2,ep=2", "1f1b", 2,
-                                     passes::MoeOverlap::kPartition, "is a token slice"},
+    ::testing::Values(SlicedPlanCase{"partition_blocking", "dp=2,ep=2", "1f1b", 2,
+                                     passes::MoeOverlap::kPartition, "", true, true},
                       SlicedPlanCase{"tutel_zbh1", "dp=2,pp=2,ep=2", "zb-h1", 4,
                                      passes::MoeOverlap::kTutel,
                                      "of a backward-input: the runtime runs sliced experts in "

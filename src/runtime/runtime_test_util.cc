@@ -137,6 +137,13 @@ ModelSpec TestModel(const std::string& name) {
     m.layers = 6;
     return m;
   }
+  if (name == "gpt-tiny-moe-top1") {  // gpt-tiny-moe with Switch top-1 routing, factor 1.0
+    ModelSpec m = Preset("gpt-tiny-moe");
+    m.name = name;
+    m.moe->top_k = 1;
+    m.moe->capacity_factor = 1.0;
+    return m;
+  }
   if (name == "t5-tiny-moe") {  // MoE in every encoder and decoder layer, Switch top-1
     ModelSpec m = Preset("t5-tiny");
     m.name = name;

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <exception>
+#include <stdexcept>
 #include <utility>
 
 #include "plan/instruction.h"
@@ -29,6 +30,60 @@ SegmentedOps::SegmentedOps(const RankProgram& program, Communicator& comm, Watch
 
 void SegmentedOps::AddPiece(const Instruction& in, int64_t index) {
   if (in.op != OpKind::kBackwardWeight) last_piece_[KeyOf(in)] = index;
+  if (in.op == OpKind::kForward && in.segment % 2 == 0 && in.chunks > 0) {
+    auto [it, added] = token_slices_.emplace(KeyOf(in), in.chunks);
+    if (!added && it->second != in.chunks) it->second = -1;
+  }
+}
+
+void RunTokenSlices(
+    int64_t n, const std::function<void(int64_t slice, const std::function<void()>& park)>& body) {
+  PlanExchange::OpState* state = PlanExchange::Bound();
+  if (state == nullptr || state->channel == nullptr || state->channel->fiber == nullptr) {
+    throw std::runtime_error("token slices run in a segmented op's fiber");
+  }
+  SegmentChannel& ch = *state->channel;
+  Fiber* const op_fiber = ch.fiber;
+  std::vector<std::unique_ptr<Fiber>> fibers;
+  for (int64_t c = 0; c < n; ++c) {
+    fibers.push_back(std::make_unique<Fiber>([state, c, &body, &fibers] {
+      PlanExchange::Bind(state);
+      body(c, [c, &fibers] { fibers[static_cast<size_t>(c)]->Suspend(); });
+    }));
+  }
+  for (;;) {
+    const int64_t chunk = ch.piece_chunk;
+    if (chunk >= n) {
+      throw std::runtime_error(fmt::format("a piece of slice {} of an op cut into {}", chunk, n));
+    }
+    ch.slice_piece = false;
+    for (int64_t c = chunk >= 0 ? chunk : 0; c < (chunk >= 0 ? chunk + 1 : n); ++c) {
+      Fiber& f = *fibers[static_cast<size_t>(c)];
+      if (f.finished()) {
+        if (chunk >= 0) {
+          throw std::runtime_error(
+              fmt::format("slice {} has run its last segment; the plan has another piece of it", c));
+        }
+        continue;
+      }
+      ch.fiber = &f;
+      f.Resume();
+      ch.fiber = op_fiber;
+      if (f.error()) std::rethrow_exception(f.error());
+      if (!ch.awaiting.empty()) {
+        const int64_t t = ch.awaiting.front();
+        throw std::runtime_error(fmt::format(
+            "token slice {} needs {} complete before this piece",
+            c, InstructionText(*(*state->list)[static_cast<size_t>(t)])));
+      }
+    }
+    bool done = true;
+    for (const auto& f : fibers) done = done && f->finished();
+    if (done) return;
+    ch.yielded = true;
+    op_fiber->Suspend();
+    ch.yielded = false;
+  }
 }
 
 void SegmentedOps::AddAllToAll(const Instruction& in, int64_t index, bool forward_done) {
@@ -52,6 +107,14 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
     op = made.get();
     op->whole = in;
     op->whole.segment = -1;
+    op->whole.chunk = -1;
+    const auto slices = token_slices_.find(key);
+    op->whole.chunks = slices == token_slices_.end() ? 0 : slices->second;
+    if (op->whole.chunks < 0) {
+      return InvalidArgumentError(
+          "the op's token slices are not one cut: its segments are cut into different numbers "
+          "of slices (the runtime cuts a partitioned forward's rows once)");
+    }
     const Instruction& last = program_.instructions.at(static_cast<size_t>(last_piece_.at(key)));
     op->whole.outputs = last.outputs;
     op->whole.shapes = last.shapes;
@@ -103,6 +166,7 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
   op->chunk = in.chunk;
   op->chunks = in.chunks;
   op->channel.slice_piece = in.chunks > 0;
+  op->channel.piece_chunk = in.chunks > 0 ? in.chunk : -1;
   op->fiber->Resume();
   if (op->fiber->error()) std::rethrow_exception(op->fiber->error());
   if (op->fiber->finished()) {
@@ -117,7 +181,7 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
     }
     return Status::Ok();
   }
-  if ((role & kLastPiece) != 0 || op->channel.awaiting.empty()) {
+  if ((role & kLastPiece) != 0 || (op->channel.awaiting.empty() && !op->channel.yielded)) {
     return InvalidArgumentError(
         fmt::format("the op did not complete at its last piece (segment {}): it waits for another "
                     "all-to-all (does the plan's model match?)",
@@ -138,19 +202,40 @@ Status SegmentedOps::PostAllToAll(const Instruction& in, int64_t index, int64_t*
                         : "its next is " + InstructionText(*it->second->channel.posts.front().in)));
   }
   Op& op = *it->second;
+  SegmentChannel::Request req = std::move(op.channel.posts.front());
+  op.channel.posts.pop_front();
   Posted p;
   p.op = &op;
   p.in = &in;
-  p.rows = std::move(op.channel.posts.front().rows);
-  p.ticket = op.channel.posts.front().ticket;
-  op.channel.posts.pop_front();
-  int64_t total = 0;
-  for (const int64_t r : in.recv_splits) total += r;
-  p.out = torch::empty({total, p.rows.size(1)}, p.rows.options());
+  p.rows = std::move(req.rows);
+  p.ticket = req.ticket;
   p.posted_ns = now_();
-  SLUICE_ASSIGN_OR_RETURN(p.handle,
-                          comm_.AllToAllEp(p.out, p.rows, in.recv_splits, in.send_splits));
+  std::vector<int64_t> send = req.send_splits.empty() ? in.send_splits : req.send_splits;
+  std::vector<int64_t> recv = req.recv_splits.empty() ? in.recv_splits : req.recv_splits;
   *bytes = in.bytes.count();
+  if (req.counts.defined()) {
+    // A token slice of a dispatch: the members' row counts first (blocking: its time is exposed).
+    at::Tensor got = torch::empty_like(req.counts);
+    const std::vector<int64_t> ones(static_cast<size_t>(req.counts.size(0)), 1);
+    SLUICE_ASSIGN_OR_RETURN(Communicator::Handle h,
+                            comm_.AllToAllEp(got, req.counts, ones, ones));
+    SLUICE_ASSIGN_OR_RETURN(const int64_t waited,
+                            AwaitAllToAll(comm_, watchdog_, trace_, in, h, p.posted_ns,
+                                          iteration_, now_, /*record=*/false));
+    exposed_ns_ += waited;
+    const at::Tensor sums = got.sum(1).contiguous();
+    recv.assign(sums.data_ptr<int64_t>(), sums.data_ptr<int64_t>() + sums.numel());
+    op.a2a.counts[p.ticket] = got;
+  }
+  if (!req.send_splits.empty()) {  // a token slice moves what its routing gave
+    int64_t rows = 0;
+    for (const int64_t r : send) rows += r;
+    *bytes = rows * p.rows.size(1) * p.rows.element_size();
+  }
+  int64_t total = 0;
+  for (const int64_t r : recv) total += r;
+  p.out = torch::empty({total, p.rows.size(1)}, p.rows.options());
+  SLUICE_ASSIGN_OR_RETURN(p.handle, comm_.AllToAllEp(p.out, p.rows, recv, send));
   if (in.tag < 0) return Complete(p);
   if (!posted_.emplace(in.tag, std::move(p)).second) {
     return InvalidArgumentError(fmt::format("all-to-all tag {} is already in flight", in.tag));

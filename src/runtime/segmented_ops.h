@@ -9,8 +9,12 @@
 // all-to-all-wait, and what arrived goes to the op for its next piece. Weight-gradient pieces
 // are the executor's (they need its stage runs); Running tells it whether an I is still in
 // flight. Slices of the expert segments and their all-to-alls (Tutel's capacity slices) run
-// like whole ones, one piece and one all-to-all each; token slices (the forward partition) are
-// refused by the executor.
+// like whole ones, one piece and one all-to-all each. A forward whose pieces cut the tokens
+// (the forward partition: a sliced even segment) runs its rows in n slices (the executor calls
+// RunTokenSlices from the op's code; `whole.chunks` is n): each slice's forward in a fiber of its
+// own, resumed by the piece of its slice (or, for a whole piece, each in turn), stopping at each
+// all-to-all boundary (moe.h, MoePartition). A token slice's all-to-all exchanges its row counts
+// first when the receivers do not know them (a dispatch), then moves exactly the slice's rows.
 //
 // Figures: exposed_ns is the time blocked in the blocking all-to-alls and the waits, span_ns
 // from each post to its observed completion.
@@ -34,6 +38,15 @@
 #include "runtime/trace_recorder.h"
 
 namespace sluice::runtime {
+
+// From a token-sliced forward's code (running in its op's fiber, which PlanExchange::Bind bound):
+// runs body(c, park) for c in [0, n), each in a fiber of its own, driven by the op's pieces (the
+// slice of each piece, every slice for a whole one); `park` stops the calling slice until the
+// executor runs its next piece. Returns once every body returned; rethrows a body's exception.
+// Throws std::runtime_error when a piece names a slice that has completed, or a slice needs an
+// all-to-all the plan has not completed before its piece.
+void RunTokenSlices(int64_t n,
+                    const std::function<void(int64_t slice, const std::function<void()>& park)>& body);
 
 class SegmentedOps {
  public:
@@ -105,6 +118,7 @@ class SegmentedOps {
   std::map<Key, std::vector<const Instruction*>> a2a_;
   std::map<int64_t, Key> a2a_owner_;
   std::map<int64_t, Posted> posted_;  // [tag]
+  std::map<Key, int64_t> token_slices_;  // [F] n of its token slices (-1: two different n)
   int64_t exposed_ns_ = 0, span_ns_ = 0;
   // Last: destroyed first, aborting any fiber still suspended.
   std::map<Key, std::unique_ptr<Op>> ops_;
