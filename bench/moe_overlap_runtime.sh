@@ -13,7 +13,7 @@
 #      iteration; the MoE all-to-alls inside whole ops are taken out of the compute fit): the
 #      calibration every variant is then predicted with;
 #   3. `sluice train --plan ... --calibration` executes them as lowered (`whole`) and rewritten
-#      by each MoE overlap pass the runtime runs (none, dw, tutel, megatron at pp 1), one run per
+#      by each MoE overlap pass the runtime runs (none, dw, tutel, partition, lancet, megatron at pp 1), one run per
 #      variant in turn, REPEATS rounds (so a load change on the machine hits every variant
 #      alike); each plan's prediction is the trainer's own (`predicted_time_s`,
 #      `predicted_exposed_all_to_all_s` of --metrics: the simulation of the calibrated plan that
@@ -48,11 +48,14 @@ if [ "${PROFILE:-0}" = 1 ]; then
 fi
 PLAN_LIMIT=${PLAN_LIMIT:-55}
 RUN_LIMIT=${RUN_LIMIT:-100}
-# name:parallel:seed:batches (the seeds give the replicas of every ep group equal micro-batch
-# counts on the first batches, which the lowering requires, docs/moe.md).
-CONFIGS=(${CONFIGS:-dp2-ep2:dp=2,ep=2:4:3 dp2-ep2-pp2:dp=2,pp=2,ep=2:4:3})
+# name:parallel:seed:batches[:tokens:plan_limit] (the seeds give the replicas of every ep group
+# equal micro-batch counts on the first batches, which the lowering requires, docs/moe.md;
+# tokens per batch default 1200, the plan limit PLAN_LIMIT, run within twice a given plan limit).
+# dp2-ep2-rows: micro-batches of several rows, which the forward partition can cut (its token
+# slices cut a micro-batch's rows; at 1,200 tokens and 55 MB they hold one or two).
+CONFIGS=(${CONFIGS:-dp2-ep2:dp=2,ep=2:4:3 dp2-ep2-pp2:dp=2,pp=2,ep=2:4:3 dp2-ep2-rows:dp=2,ep=2:4:3:2400:150})
 COMMON=(--model gpt-tiny-moe --method padding --recompute none --data mixture-4task
-        --tokens-per-batch 1200 --max-seqlen 96)
+        --max-seqlen 96)
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -64,13 +67,17 @@ if [ "${PROFILE:-0}" = 1 ]; then
   COMMON+=(--cost "profiled:$OUT/moe-table.json")
 fi
 for cfg in "${CONFIGS[@]}"; do
-  IFS=: read -r name par seed batches <<<"$cfg"
+  IFS=: read -r name par seed batches tokens plan_limit <<<"$cfg"
+  tokens=${tokens:-1200}
+  run_limit=$RUN_LIMIT
+  if [ -n "${plan_limit:-}" ]; then run_limit=$(( plan_limit * 2 )); else plan_limit=$PLAN_LIMIT; fi
   dir="$OUT/$name"
   mkdir -p "$dir"
   dp=$(sed -n 's/.*dp=\([0-9]*\).*/\1/p' <<<"$par"); pp=$(sed -n 's/.*pp=\([0-9]*\).*/\1/p' <<<"$par")
   nproc=$(( ${dp:-1} * ${pp:-1} ))
-  "$SLUICE" plan "${COMMON[@]}" --parallel "$par" --seed "$seed" --cluster "cpu:$nproc" \
-    --memory-limit "$PLAN_LIMIT" --iterations "$batches" --out "$dir/plan.json" --show 0 \
+  "$SLUICE" plan "${COMMON[@]}" --tokens-per-batch "$tokens" --parallel "$par" --seed "$seed" \
+    --cluster "cpu:$nproc" --memory-limit "$plan_limit" --iterations "$batches" \
+    --out "$dir/plan.json" --show 0 \
     > "$dir/plan.log" 2>&1 || { echo "plan $name failed: see $dir/plan.log" >&2; exit 1; }
   plans=()
   default_plans=()
@@ -79,7 +86,7 @@ for cfg in "${CONFIGS[@]}"; do
 p = json.load(open(sys.argv[1])); p["parallel"]["memory_limit_mb"] = float(sys.argv[2])
 json.dump(p, open(sys.argv[1], "w"))
 p.pop("moe_slice_overhead_ns", None); json.dump(p, open(sys.argv[3], "w"))' \
-      "$dir/plan-$b.json" "$RUN_LIMIT" "$dir/plan-$b-default.json"
+      "$dir/plan-$b.json" "$run_limit" "$dir/plan-$b-default.json"
     plans+=("$dir/plan-$b.json")
     default_plans+=("$dir/plan-$b-default.json")
   done
@@ -87,11 +94,11 @@ p.pop("moe_slice_overhead_ns", None); json.dump(p, open(sys.argv[3], "w"))' \
     echo "$name: the profiled plans carry no moe_slice_overhead_ns" >&2; exit 1
   fi
   MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
-    --memory-limit "$RUN_LIMIT" --seed "$seed" --cluster "cpu:$nproc" --threads 1 \
-    --plan "${plans[@]}" --trace-dir "$dir/calib-trace" > "$dir/calib-train.log" 2>&1
+    --tokens-per-batch "$tokens" --memory-limit "$run_limit" --seed "$seed" \
+    --cluster "cpu:$nproc" --threads 1 --plan "${plans[@]}" --trace-dir "$dir/calib-trace" > "$dir/calib-train.log" 2>&1
   "$SLUICE" calibrate "$dir/calib-trace" --plan "${plans[@]}" --out "$dir/cal.json" \
     > "$dir/calibrate.log" 2>&1
-  variants=(whole none dw tutel)
+  variants=(whole none dw tutel partition lancet)
   if [ "${PROFILE:-0}" = 1 ]; then variants+=(tutel-20us); fi
   if [ "${pp:-1}" = 1 ]; then variants+=(megatron); fi
   echo "${variants[*]}" > "$dir/variants"
@@ -106,7 +113,8 @@ p.pop("moe_slice_overhead_ns", None); json.dump(p, open(sys.argv[3], "w"))' \
         extra=(--moe-overlap "$v")
       fi
       MASTER_PORT=$PORT "$SLUICE" train --nproc "$nproc" "${COMMON[@]}" --parallel "$par" \
-        --memory-limit "$RUN_LIMIT" --seed "$seed" --cluster "cpu:$nproc" --threads 1 \
+        --tokens-per-batch "$tokens" --memory-limit "$run_limit" --seed "$seed" \
+        --cluster "cpu:$nproc" --threads 1 \
         --plan "${run_plans[@]}" "${extra[@]}" --calibration "$dir/cal.json" \
         --metrics "$dir/metrics-$v-$r.jsonl" \
         > "$dir/train-$v-$r.log" 2>&1 || {

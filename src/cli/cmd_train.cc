@@ -329,8 +329,10 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "Rewrite every plan with an MoE overlap pass before it runs "
                 "(passes/moe_overlap.h): none (segmented, all-to-alls blocking), dw (Lancet's "
                 "weight gradients in the backward all-to-alls' windows), megatron (pp 1: a "
-                "backward interleaved with the next forward) or tutel (each MoE block's "
-                "dispatch, experts and combine cut into 4 capacity slices; not with zb-h1); the "
+                "backward interleaved with the next forward), tutel (each MoE block's "
+                "dispatch, experts and combine cut into 4 capacity slices; not with zb-h1), "
+                "partition (Lancet's forward partition: forwards cut into token slices of their "
+                "rows where the DP finds it shorter) or lancet (dw and partition); the "
                 "rewritten plan is simulated and its prediction printed beside the measured time "
                 "(needs an MoE model and ep > 1)")
       ->type_name("NAME");

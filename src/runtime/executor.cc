@@ -15,7 +15,6 @@
 #include "runtime/context_parallel.h"
 #include "runtime/grad_reduction.h"
 #include "runtime/layout.h"
-#include "runtime/moe.h"
 #include "runtime/moe_exchange.h"
 #include "runtime/segmented_ops.h"
 
@@ -425,7 +424,10 @@ class IterationRun {
     MoeContext* moe_ptr = chunk->has_moe() ? &moe : nullptr;
     exchange_.Begin(a2a, run.tape.get());
     if (in.chunks > 0 && in.segment < 0) {  // token slices (segmented_ops.h)
-      SLUICE_ASSIGN_OR_RETURN(outputs, TokenSlicedForward(*chunk, in, *mb, run, &moe));
+      SLUICE_ASSIGN_OR_RETURN(
+          outputs, TokenSlicedForward(*chunk, plan_.model, in.chunks, *mb, run.inputs, run.labels,
+                                      in.recompute == Recompute::kSelective, run.tape.get(),
+                                      &exchange_, in.stage == num_stages_ - 1, &moe));
     } else if (run.replay) {
       run.a2a_forward = a2a;
       exchange_.Record(&run.a2a_received);
@@ -454,54 +456,6 @@ class IterationRun {
       return InvalidArgumentError("the micro-batch already ran forward on this stage");
     }
     return Status::Ok();
-  }
-
-  // A forward cut into in.chunks token slices of its rows (segmented_ops.h, moe.h
-  // MoePartition): each slice's forward on its rows, the outputs joined, the MoE counts and the
-  // load-balancing loss the whole micro-batch's (into *moe).
-  StatusOr<Tensors> TokenSlicedForward(const Chunk& chunk, const Instruction& in,
-                                       const MicroBatchInputs& mb, StageRun& run,
-                                       MoeContext* moe) {
-    const int64_t n = in.chunks, rows = mb.tokens.size(0);
-    if (!chunk.has_moe() || n > rows) {
-      return InvalidArgumentError(fmt::format(
-          "the op is cut into {} token slices, but its micro-batch has {} rows{}", n, rows,
-          chunk.has_moe() ? "" : " and its stage no MoE layer"));
-    }
-    MoePartition partition(n, rows);
-    std::vector<MicroBatchInputs> mbs;
-    std::vector<Tensors> inputs(static_cast<size_t>(n)), outputs(static_cast<size_t>(n));
-    std::vector<at::Tensor> labels(static_cast<size_t>(n));
-    std::vector<MoeContext> ctx(static_cast<size_t>(n));
-    int64_t start = 0;
-    for (int64_t c = 0; c < n; ++c) {
-      const auto k = static_cast<size_t>(c);
-      const int64_t len = SplitPart(rows, c, n);
-      mbs.push_back(SliceRows(mb, start, len));
-      for (const at::Tensor& x : run.inputs) inputs[k].push_back(x.narrow(0, start, len));
-      if (run.labels.defined()) labels[k] = run.labels.narrow(0, start, len);
-      ctx[k].exchange = &exchange_;
-      ctx[k].partition = &partition;
-      ctx[k].slice = c;
-      start += len;
-    }
-    const bool selective = in.recompute == Recompute::kSelective;
-    RunTokenSlices(n, [&](int64_t c, const std::function<void()>& park) {
-      const auto k = static_cast<size_t>(c);
-      ctx[k].park = park;
-      if (run.tape) run.tape->set_segment(0);
-      outputs[k] = chunk.Forward(inputs[k], labels[k], mbs[k], selective, run.tape.get(), &ctx[k]);
-    });
-    moe->aux_loss = partition.AuxLoss(plan_.model, mb.loss_scale);
-    moe->assignments = partition.assignments();
-    moe->dropped = partition.dropped();
-    Tensors joined;
-    for (size_t j = 0; j < outputs.front().size(); ++j) {
-      Tensors parts;
-      for (const Tensors& o : outputs) parts.push_back(o.at(j));
-      joined.push_back(in.stage == num_stages_ - 1 ? at::stack(parts).sum() : at::cat(parts));
-    }
-    return joined;
   }
 
   static std::pair<int64_t, int64_t> Key(const Instruction& in) {

@@ -10,7 +10,9 @@
 //    posted and waited for at its all-to-all-wait) and resumes the fiber, with what arrived, at
 //    the op's next piece.
 // Either way the layer's kind, MoE layer and split sizes are checked against the plan's
-// instruction, so no sizes are exchanged at run time.
+// instruction, so no sizes are exchanged at run time; except for a token slice of a partitioned
+// forward (PostTokenSlice), which moves what its routing gave: a dispatch slice's row counts are
+// exchanged first (segmented_ops.h).
 //
 // Which op a call belongs to is per thread: the main thread's whole ops use the exchange's own
 // state, a fiber binds its op's state (Bind) before it runs. The autograd function of an

@@ -8,12 +8,58 @@
 
 #include "plan/instruction.h"
 #include "plan/moe_segments.h"
+#include "runtime/moe.h"
 
 namespace sluice::runtime {
 
 SegmentedOps::Key SegmentedOps::KeyOf(const Instruction& in) {
   const int cls = in.op == OpKind::kForward ? 0 : (in.op == OpKind::kBackwardWeight ? 2 : 1);
   return {cls, in.microbatch, in.stage};
+}
+
+StatusOr<std::vector<at::Tensor>> TokenSlicedForward(
+    const Chunk& chunk, const ModelSpec& model, int64_t n, const MicroBatchInputs& mb,
+    const std::vector<at::Tensor>& inputs, const at::Tensor& labels, bool selective,
+    WeightGradTape* tape, ExpertExchange* exchange, bool last, MoeContext* moe) {
+  const int64_t rows = mb.tokens.size(0);
+  if (!chunk.has_moe() || n > rows) {
+    return InvalidArgumentError(fmt::format(
+        "the op is cut into {} token slices, but its micro-batch has {} rows{}", n, rows,
+        chunk.has_moe() ? "" : " and its stage no MoE layer"));
+  }
+  MoePartition partition(n, rows);
+  const auto N = static_cast<size_t>(n);
+  std::vector<MicroBatchInputs> mbs;
+  std::vector<std::vector<at::Tensor>> ins(N), outs(N);
+  std::vector<at::Tensor> labs(N);
+  std::vector<MoeContext> ctx(N);
+  int64_t start = 0;
+  for (size_t k = 0; k < N; ++k) {
+    const int64_t len = SplitPart(rows, static_cast<int64_t>(k), n);
+    mbs.push_back(SliceRows(mb, start, len));
+    for (const at::Tensor& x : inputs) ins[k].push_back(x.narrow(0, start, len));
+    if (labels.defined()) labs[k] = labels.narrow(0, start, len);
+    ctx[k].exchange = exchange;
+    ctx[k].partition = &partition;
+    ctx[k].slice = static_cast<int64_t>(k);
+    start += len;
+  }
+  RunTokenSlices(n, [&](int64_t c, const std::function<void()>& park) {
+    const auto k = static_cast<size_t>(c);
+    ctx[k].park = park;
+    if (tape != nullptr) tape->set_segment(0);
+    outs[k] = chunk.Forward(ins[k], labs[k], mbs[k], selective, tape, &ctx[k]);
+  });
+  moe->aux_loss = partition.AuxLoss(model, mb.loss_scale);
+  moe->assignments = partition.assignments();
+  moe->dropped = partition.dropped();
+  std::vector<at::Tensor> joined;
+  for (size_t j = 0; j < outs.front().size(); ++j) {
+    std::vector<at::Tensor> parts;
+    for (const auto& o : outs) parts.push_back(o.at(j));
+    joined.push_back(last ? at::stack(parts).sum() : at::cat(parts));
+  }
+  return joined;
 }
 
 SegmentedOps::SegmentedOps(const RankProgram& program, Communicator& comm, Watchdog& watchdog,

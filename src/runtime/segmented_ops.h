@@ -48,6 +48,16 @@ namespace sluice::runtime {
 void RunTokenSlices(int64_t n,
                     const std::function<void(int64_t slice, const std::function<void()>& park)>& body);
 
+// A forward cut into n token slices of its rows (moe.h, MoePartition), from the op's code:
+// each slice's Chunk::Forward on its rows (RunTokenSlices), the outputs joined (boundary
+// activations concatenated; on the last stage, `last`, the losses summed), and the MoE counts
+// and the load-balancing loss the whole micro-batch's, into *moe. Errors: n above the rows, a
+// stage without MoE layers; throws as RunTokenSlices.
+StatusOr<std::vector<at::Tensor>> TokenSlicedForward(
+    const Chunk& chunk, const ModelSpec& model, int64_t n, const MicroBatchInputs& mb,
+    const std::vector<at::Tensor>& inputs, const at::Tensor& labels, bool selective,
+    WeightGradTape* tape, ExpertExchange* exchange, bool last, MoeContext* moe);
+
 class SegmentedOps {
  public:
   // (F 0 | B or I 1 | W 2, micro-batch, stage).
