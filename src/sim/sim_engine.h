@@ -155,6 +155,9 @@ struct alignas(64) RankState {
   int64_t a2a_posted = 0;    // all-to-alls posted
   int64_t wait_a2a = -1;     // Wait::kAllToAll: the group's all-to-all it waits for
   std::vector<std::pair<int64_t, int64_t>> a2a_tags;  // posted (tag >= 0) and not waited: (tag, k)
+  // [instruction] 1: a token slice of a partitioned forward's dispatch, which exchanges the row
+  // counts first (one more round of latencies; docs/moe.md, "Token slices"). Empty: none.
+  std::vector<uint8_t> counted_a2a;
   Duration a2a, a2a_exposed;  // all-to-all busy time, and the part the compute stream idled
   double compute_factor = 1.0;
   // Figures.

@@ -200,16 +200,20 @@ void Engine::TryStartAllToAll(int32_t gi) {
     }
     largest = std::max(largest, rows);
   }
+  // A token slice's dispatch exchanges the row counts first: one more round of latencies.
+  const RankState& first = ranks_[g.members[0]];
+  const bool counted = !first.counted_a2a.empty() &&
+                       first.counted_a2a[static_cast<size_t>(a.instr[0])] != 0;
   if (options_.collectives == CollectiveMode::kClosedForm) {
     // (n-1) latencies + the busiest member's remote bytes over the slowest link it uses: the
     // α-β all-to-all (cost/comm_model.h) with unequal splits.
-    const Duration d =
-        comm_.PointToPoint(Bytes::Of(2 * plan_.model.hidden * largest), spans) +
-        comm_.PointToPoint(Bytes::Zero(), spans) * (n - 2);
+    Duration d = comm_.PointToPoint(Bytes::Of(2 * plan_.model.hidden * largest), spans) +
+                 comm_.PointToPoint(Bytes::Zero(), spans) * (n - 2);
+    if (counted) d += comm_.PointToPoint(Bytes::Zero(), spans) * (n - 1);
     Push(a.start + d, EventType::kA2aDone, gi);
     return;
   }
-  Push(a.start + latency * (n - 1), EventType::kA2aStart, gi);
+  Push(a.start + latency * ((n - 1) * (counted ? 2 : 1)), EventType::kA2aStart, gi);
 }
 
 void Engine::OnAllToAllStart(int32_t gi, Duration now) {

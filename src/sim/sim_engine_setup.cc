@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <set>
 
 #include "plan/program_check.h"
 #include "sim/sim_engine.h"
@@ -170,6 +171,31 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
   std::array<size_t, 4> posts = {};
   size_t collectives = 0;
   const std::vector<uint8_t> roles = PieceRoles(p);
+  {  // Token slices: a forward whose attention segment is sliced; its sliced dispatches.
+    std::set<std::pair<int64_t, int64_t>> partitioned;
+    for (const Instruction& in : p.instructions) {
+      if (in.op == OpKind::kForward && in.segment >= 0 && in.segment % 2 == 0 && in.chunks > 0) {
+        partitioned.insert({in.microbatch, in.stage});
+      }
+    }
+    rs.counted_a2a.clear();
+    if (!partitioned.empty()) {
+      rs.counted_a2a.assign(p.instructions.size(), 0);
+      std::set<std::pair<int64_t, int64_t>> forward_done;
+      for (size_t i = 0; i < p.instructions.size(); ++i) {
+        const Instruction& in = p.instructions[i];
+        if (in.op == OpKind::kForward && in.segment >= 0 &&
+            (roles[i] & kLastPiece) != 0) {
+          forward_done.insert({in.microbatch, in.stage});
+        }
+        const std::pair<int64_t, int64_t> key{in.microbatch, in.stage};
+        if (in.op == OpKind::kAllToAllDispatch && in.chunks > 0 && partitioned.count(key) > 0 &&
+            forward_done.count(key) == 0) {
+          rs.counted_a2a[i] = 1;
+        }
+      }
+    }
+  }
   for (size_t i = 0; i < p.instructions.size(); ++i, ++op) {
     const Instruction& in = p.instructions[i];
     auto field = [&](std::string_view name, std::string problem) {
