@@ -77,7 +77,7 @@ fi
 if [ "$train" = "1" ]; then
   common=(--model gpt-tiny --cluster "$root/examples/cluster-cpu-2.json" --parallel pp=2
           --data mixture-4task --samples 200 --tokens-per-batch 1024 --max-seqlen 128 --seed 0)
-  mkdir -p "$tmp/p"
+  mkdir -p "$tmp/p" "$tmp/m"
   expect "plan six batches" 0 "plans written" -- plan "${common[@]}" --iterations 6 \
     --method dynapipe --schedule 1f1b --show 0 --out "$tmp/p/plan.json"
   plans=()
@@ -85,6 +85,23 @@ if [ "$train" = "1" ]; then
   port=$((29650 + RANDOM % 100))
   MASTER_PORT=$port expect "train with traces" 0 "trained 6 iterations" -- train --nproc 2 \
     "${common[@]}" --threads 1 --plan "${plans[@]}" --trace-dir "$tmp/t" --metrics "$tmp/t.jsonl"
+  # The trace dir also holds the plans as they ran; calibrate matches the traces against them.
+  expect "calibrate from the plans the run wrote" 0 "calibration written" -- calibrate "$tmp/t" \
+    --plan "$tmp/t/plan-0.json" "$tmp/t/plan-1.json" "$tmp/t/plan-2.json" \
+    "$tmp/t/plan-3.json" "$tmp/t/plan-4.json" "$tmp/t/plan-5.json" --out "$tmp/t-cal.json"
+  # A run whose plans --moe-overlap rewrote (segmented MoE ops, Lancet's dW scheduling): its
+  # traces match the plans it wrote, and not the plans it was given.
+  moe=(--model gpt-tiny-moe --parallel dp=2,ep=2 --method padding --recompute none
+       --data mixture-4task --tokens-per-batch 1200 --max-seqlen 96 --memory-limit 100 --seed 4)
+  expect "plan MoE batches" 0 "plans written" -- plan "${moe[@]}" --cluster cpu:2 \
+    --iterations 2 --show 0 --out "$tmp/m/plan.json"
+  MASTER_PORT=$((port + 2)) expect "train rewritten MoE plans with traces" 0 "trained 2 iterations" \
+    -- train --nproc 2 "${moe[@]}" --threads 1 --plan "$tmp/m/plan-0.json" "$tmp/m/plan-1.json" \
+    --moe-overlap dw --trace-dir "$tmp/tm"
+  expect "calibrate a rewritten run" 0 "calibration written" -- calibrate "$tmp/tm" \
+    --plan "$tmp/tm/plan-0.json" "$tmp/tm/plan-1.json" --out "$tmp/tm-cal.json"
+  expect "the given plans are not what ran" 2 "ran the plan-K.json files its --trace-dir holds" \
+    -- calibrate "$tmp/tm" --plan "$tmp/m/plan-0.json" "$tmp/m/plan-1.json" --out "$tmp/x.json"
   expect "sluice traces: every transfer matched" 0 "0 op\(s\) unmatched" -- replay "$tmp/t"
   expect "sluice traces: measured replay exact" 0 "ops end within 0.000 ms" -- \
     replay "$tmp/t"

@@ -412,7 +412,9 @@ void RegisterCalibrateCommand(CLI::App* app, RunState* state) {
       ->required()
       ->type_name("DIR|FILE...");
   c->add_option("--plan", f->plans,
-                "The plan files the run executed, in order (iteration k ran the k-th)")
+                "The plan files the run executed, in order (iteration k ran the k-th); a train "
+                "--trace-dir holds them as plan-K.json (as run: rewritten by --moe-overlap, "
+                "adjusted by --calibration)")
       ->required()
       ->type_name("FILE");
   c->add_option("--fit-iterations", f->fit_iterations,

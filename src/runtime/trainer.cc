@@ -295,7 +295,16 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(WriteStringToFile(
           path, std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
     }
-    return DecodePackage(*bytes, source);
+    SLUICE_ASSIGN_OR_RETURN(PlanPackage p, DecodePackage(*bytes, source));
+    if (env_.rank == offset_ && !o_.trace_dir.empty() && p.kind == PackageKind::kPlan) {
+      // The plan as it ran (rewritten by --moe-overlap, adjusted by --calibration), which
+      // `sluice calibrate` and `sluice replay` match the traces against.
+      SLUICE_RETURN_IF_ERROR(WritePlanFile(
+          p.plan, fmt::format("{}/{}", o_.trace_dir,
+                              g < 0 ? fmt::format("plan-{}.json", i)
+                                    : fmt::format("plan-{}-group-{}.json", i, g))));
+    }
+    return p;
   }
 
   Status DumpGrads(int64_t i) {

@@ -382,7 +382,9 @@ StatusOr<Calibration> FitCalibration(const Analysis& a, const std::vector<Execut
       if (ops.size() != program.instructions.size()) {
         return InvalidArgumentError(fmt::format(
             "{}: rank {} ran {} instructions in iteration {} but its plan has {}: a trace of "
-            "another plan (give the plans in the order sluice train ran them)",
+            "another plan (give the plans in the order sluice train ran them; a run that "
+            "rewrote or adjusted them, --moe-overlap or --calibration, ran the plan-K.json files "
+            "its --trace-dir holds)",
             r.source, r.rank, ops.size(), k, program.instructions.size()));
       }
       double pending = 0;
