@@ -92,7 +92,7 @@ class IterationRun {
     for (const Instruction& in : program_.instructions) {
       if (in.op == OpKind::kBackwardInput) split_.insert(Key(in));
     }
-    SLUICE_RETURN_IF_ERROR(PrepareAllToAlls());
+    SLUICE_RETURN_IF_ERROR(AttachAllToAlls(program_, comm_.ep_group(), segmented_, &a2a_of_, &last_backward_));
     slots_.assign(static_cast<size_t>(program_.buffer_slots), Tensors{});
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
       const Instruction& in = program_.instructions[i];
@@ -206,84 +206,6 @@ class IterationRun {
         return Status::Ok();
     }
     return InternalError("unknown op");
-  }
-
-  // Attaches every all-to-all to the compute op it belongs to: a whole op's follow it (the last
-  // Forward, Backward or BackwardInput before it, only FreeBuffers and all-to-alls between); a
-  // segmented op's (plan/moe_segments.h) lie anywhere between its pieces and belong to the F of
-  // their (micro-batch, stage) until that F completes, then to its B or I. Also finds each
-  // segmented op's last piece and each stage's last backward instruction.
-  Status PrepareAllToAlls() {
-    // Slices: token slices (a sliced segment before or after the experts: the forward
-    // partition) in forward ops only, not replayed; capacity slices of the expert segments and
-    // their all-to-alls (Tutel's) in F and B only: a split backward takes its weight gradients
-    // from a tape the sliced experts do not write.
-    std::set<std::pair<int64_t, int64_t>> token_sliced;
-    for (size_t i = 0; i < program_.instructions.size(); ++i) {
-      const Instruction& in = program_.instructions[i];
-      if (in.chunks <= 0 || !IsCompute(in.op)) continue;
-      if (in.segment % 2 == 0) {
-        if (in.op != OpKind::kForward || in.recompute == Recompute::kFull) {
-          return FailedPreconditionError(fmt::format(
-              "instruction {} ({}) is a token slice ({} of {}) of a {}{}: the runtime runs the "
-              "forward partition's token slices (--moe-overlap partition, lancet) in forward ops "
-              "that are not replayed (docs/moe.md, \"Token slices\")",
-              i, InstructionText(in), in.chunk, in.chunks, OpKindName(in.op),
-              in.recompute == Recompute::kFull ? " with recompute full" : ""));
-        }
-        token_sliced.insert(Key(in));
-        continue;
-      }
-      if (in.op == OpKind::kForward && token_sliced.count(Key(in)) > 0) continue;
-      if (in.op != OpKind::kForward && in.op != OpKind::kBackward) {
-        return FailedPreconditionError(fmt::format(
-            "instruction {} ({}) is a capacity slice ({} of {}) of a {}: the runtime runs "
-            "sliced experts in forward and backward ops only, not in a split backward (a "
-            "zero-bubble schedule's I and W take the experts' weight gradients from a tape "
-            "that sliced experts do not write); use a 1F1B-style schedule with --moe-overlap "
-            "tutel (docs/moe.md)",
-            i, InstructionText(in), in.chunk, in.chunks, OpKindName(in.op)));
-      }
-    }
-    int64_t owner = -1;
-    std::set<std::pair<int64_t, int64_t>> forward_done;
-    for (size_t i = 0; i < program_.instructions.size(); ++i) {
-      const Instruction& in = program_.instructions[i];
-      const auto idx = static_cast<int64_t>(i);
-      if (IsCompute(in.op) && in.op != OpKind::kForward) {
-        last_backward_[in.stage] = idx;
-      }
-      if (IsCompute(in.op) && in.segment >= 0) {
-        segmented_.AddPiece(in, idx);
-        if (in.op == OpKind::kForward && (segmented_.Role(idx) & kLastPiece) != 0) {
-          forward_done.insert(Key(in));
-        }
-        owner = -1;
-        continue;
-      }
-      if (IsAllToAll(in.op)) {
-        if (comm_.ep_group() != in.group) {
-          return InvalidArgumentError(fmt::format(
-              "instruction {} ({}): group [{}], but this rank's expert-parallel group is [{}]", i,
-              InstructionText(in), fmt::join(in.group, ", "), fmt::join(comm_.ep_group(), ", ")));
-        }
-        const Instruction* c = owner >= 0 ? &program_.instructions[owner] : nullptr;
-        if (c != nullptr && c->microbatch == in.microbatch && c->stage == in.stage &&
-            in.tag < 0) {
-          a2a_of_[owner].push_back(&in);
-          continue;
-        }
-        segmented_.AddAllToAll(in, idx, forward_done.count(Key(in)) > 0);
-        continue;
-      }
-      if (IsCompute(in.op) && in.op != OpKind::kBackwardWeight) {
-        owner = idx;
-        if (in.op == OpKind::kForward) forward_done.insert(Key(in));
-      } else if (in.op != OpKind::kFreeBuffer) {
-        owner = -1;
-      }
-    }
-    return Status::Ok();
   }
 
   // The all-to-alls of the instruction being executed (null when it has none).

@@ -1,8 +1,10 @@
 #include "runtime/segmented_ops.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <exception>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -60,6 +62,83 @@ StatusOr<std::vector<at::Tensor>> TokenSlicedForward(
     joined.push_back(last ? at::stack(parts).sum() : at::cat(parts));
   }
   return joined;
+}
+
+Status AttachAllToAlls(const RankProgram& program, const std::vector<int64_t>& ep_group,
+                       SegmentedOps& segmented,
+                       std::map<int64_t, std::vector<const Instruction*>>* a2a_of,
+                       std::map<int64_t, int64_t>* last_backward) {
+  auto Key = [](const Instruction& in) { return std::make_pair(in.microbatch, in.stage); };
+  // Slices: token slices (a sliced segment before or after the experts: the forward
+  // partition) in forward ops only, not replayed; capacity slices of the expert segments and
+  // their all-to-alls (Tutel's) in F and B only: a split backward takes its weight gradients
+  // from a tape the sliced experts do not write.
+  std::set<std::pair<int64_t, int64_t>> token_sliced;
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& in = program.instructions[i];
+    if (in.chunks <= 0 || !IsCompute(in.op)) continue;
+    if (in.segment % 2 == 0) {
+      if (in.op != OpKind::kForward || in.recompute == Recompute::kFull) {
+        return FailedPreconditionError(fmt::format(
+            "instruction {} ({}) is a token slice ({} of {}) of a {}{}: the runtime runs the "
+            "forward partition's token slices (--moe-overlap partition, lancet) in forward ops "
+            "that are not replayed (docs/moe.md, \"Token slices\")",
+            i, InstructionText(in), in.chunk, in.chunks, OpKindName(in.op),
+            in.recompute == Recompute::kFull ? " with recompute full" : ""));
+      }
+      token_sliced.insert(Key(in));
+      continue;
+    }
+    if (in.op == OpKind::kForward && token_sliced.count(Key(in)) > 0) continue;
+    if (in.op != OpKind::kForward && in.op != OpKind::kBackward) {
+      return FailedPreconditionError(fmt::format(
+          "instruction {} ({}) is a capacity slice ({} of {}) of a {}: the runtime runs "
+          "sliced experts in forward and backward ops only, not in a split backward (a "
+          "zero-bubble schedule's I and W take the experts' weight gradients from a tape "
+          "that sliced experts do not write); use a 1F1B-style schedule with --moe-overlap "
+          "tutel (docs/moe.md)",
+          i, InstructionText(in), in.chunk, in.chunks, OpKindName(in.op)));
+    }
+  }
+  int64_t owner = -1;
+  std::set<std::pair<int64_t, int64_t>> forward_done;
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& in = program.instructions[i];
+    const auto idx = static_cast<int64_t>(i);
+    if (IsCompute(in.op) && in.op != OpKind::kForward) {
+      (*last_backward)[in.stage] = idx;
+    }
+    if (IsCompute(in.op) && in.segment >= 0) {
+      segmented.AddPiece(in, idx);
+      if (in.op == OpKind::kForward && (segmented.Role(idx) & kLastPiece) != 0) {
+        forward_done.insert(Key(in));
+      }
+      owner = -1;
+      continue;
+    }
+    if (IsAllToAll(in.op)) {
+      if (ep_group != in.group) {
+        return InvalidArgumentError(fmt::format(
+            "instruction {} ({}): group [{}], but this rank's expert-parallel group is [{}]", i,
+            InstructionText(in), fmt::join(in.group, ", "), fmt::join(ep_group, ", ")));
+      }
+      const Instruction* c = owner >= 0 ? &program.instructions[owner] : nullptr;
+      if (c != nullptr && c->microbatch == in.microbatch && c->stage == in.stage &&
+          in.tag < 0) {
+        (*a2a_of)[owner].push_back(&in);
+        continue;
+      }
+      segmented.AddAllToAll(in, idx, forward_done.count(Key(in)) > 0);
+      continue;
+    }
+    if (IsCompute(in.op) && in.op != OpKind::kBackwardWeight) {
+      owner = idx;
+      if (in.op == OpKind::kForward) forward_done.insert(Key(in));
+    } else if (in.op != OpKind::kFreeBuffer) {
+      owner = -1;
+    }
+  }
+  return Status::Ok();
 }
 
 SegmentedOps::SegmentedOps(const RankProgram& program, Communicator& comm, Watchdog& watchdog,

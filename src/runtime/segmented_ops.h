@@ -58,6 +58,21 @@ StatusOr<std::vector<at::Tensor>> TokenSlicedForward(
     const std::vector<at::Tensor>& inputs, const at::Tensor& labels, bool selective,
     WeightGradTape* tape, ExpertExchange* exchange, bool last, MoeContext* moe);
 
+class SegmentedOps;
+
+// The executor's pre-scan of a rank's program: attaches every all-to-all to the compute op it
+// belongs to (`a2a_of`: a whole op's follow it, the last Forward, Backward or BackwardInput before
+// it with only FreeBuffers and all-to-alls between), hands a segmented op's pieces and
+// all-to-alls to `segmented` (they lie anywhere between its pieces and belong to the F of their
+// (micro-batch, stage) until that F completes, then to its B or I), and records each stage's
+// last backward instruction. Errors: slices the runtime does not run (a token slice outside a
+// forward, or of a replayed one; a capacity slice of a split backward), and an all-to-all whose
+// group is not `ep_group`; each names the instruction.
+Status AttachAllToAlls(const RankProgram& program, const std::vector<int64_t>& ep_group,
+                       SegmentedOps& segmented,
+                       std::map<int64_t, std::vector<const Instruction*>>* a2a_of,
+                       std::map<int64_t, int64_t>* last_backward);
+
 class SegmentedOps {
  public:
   // (F 0 | B or I 1 | W 2, micro-batch, stage).
