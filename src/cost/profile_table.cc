@@ -412,6 +412,7 @@ Status CheckTableMatchesModel(const LayerCostTable& t, const ModelSpec& m) {
   auto normalised = [](std::optional<MoeSpec> moe, int64_t ffn) {
     if (moe.has_value() && moe->expert_ffn_hidden == 0) moe->expert_ffn_hidden = ffn;
     if (moe.has_value()) moe->layer_interval = 1;
+    if (moe.has_value()) moe->drop_policy = MoeDropPolicy::kChoice;  // routing, not cost
     return moe;
   };
   if (normalised(tm.moe, tm.ffn_hidden) != normalised(m.moe, m.ffn_hidden)) {

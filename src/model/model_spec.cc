@@ -31,6 +31,7 @@ constexpr double kMaxCapacityFactor = 1000;
 
 constexpr std::string_view kKindNames[] = {"decoder-only", "encoder-decoder"};
 constexpr std::string_view kMlpNames[] = {"gelu", "swiglu"};
+constexpr std::string_view kDropPolicyNames[] = {"choice", "position"};
 
 Status ValidateMoe(const MoeSpec& moe, int64_t layers, std::string_view source) {
   SLUICE_RETURN_IF_ERROR(CheckIntRange(source, "moe.experts", moe.experts, 2, kMaxExperts));
@@ -117,18 +118,30 @@ StatusOr<MoeSpec> MoeSpecFromJson(const nlohmann::json& j, std::string_view sour
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("layer_interval", &moe.layer_interval, 1, kMaxLayers));
   SLUICE_RETURN_IF_ERROR(
       r.OptionalInt("expert_ffn_hidden", &moe.expert_ffn_hidden, 0, kMaxFfnHidden));
+  std::string policy(kDropPolicyNames[0]);
+  SLUICE_RETURN_IF_ERROR(r.OptionalEnum("drop_policy", &policy, kDropPolicyNames));
+  moe.drop_policy = policy == kDropPolicyNames[1] ? MoeDropPolicy::kPosition : MoeDropPolicy::kChoice;
   SLUICE_RETURN_IF_ERROR(r.Finish());
   return moe;
 }
 
 nlohmann::json MoeSpecToJson(const MoeSpec& moe) {
-  return {
+  nlohmann::json j = {
       {"experts", moe.experts},
       {"top_k", moe.top_k},
       {"capacity_factor", model_internal::NumberJson(moe.capacity_factor)},
       {"layer_interval", moe.layer_interval},
       {"expert_ffn_hidden", moe.expert_ffn_hidden},
   };
+  // Written only when not the default, so that every other model reads and writes as before.
+  if (moe.drop_policy != MoeDropPolicy::kChoice) {
+    j["drop_policy"] = MoeDropPolicyName(moe.drop_policy);
+  }
+  return j;
+}
+
+std::string_view MoeDropPolicyName(MoeDropPolicy policy) {
+  return kDropPolicyNames[policy == MoeDropPolicy::kPosition ? 1 : 0];
 }
 
 std::string_view ModelKindName(ModelKind kind) {

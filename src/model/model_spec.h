@@ -30,12 +30,21 @@ enum class MlpKind { kGelu, kSwiGlu };
 std::string_view ModelKindName(ModelKind kind);  // "decoder-only" | "encoder-decoder"
 std::string_view MlpKindName(MlpKind kind);      // "gelu" | "swiglu"
 
+// Which assignments an expert over capacity drops (the runtime's router, runtime/moe.h):
+// kChoice gives every token's first choice a slot before any second choice (GShard, Switch);
+// kPosition gives slots token by token in position order, each token's choices in turn
+// (Megatron-Core's --moe-token-drop-policy position), which a forward cut into token slices
+// reproduces exactly for any top_k.
+enum class MoeDropPolicy { kChoice, kPosition };
+std::string_view MoeDropPolicyName(MoeDropPolicy policy);  // "choice" | "position"
+
 struct MoeSpec {
   int64_t experts = 8;             // experts per MoE layer
   int64_t top_k = 2;               // experts each token is routed to
   double capacity_factor = 1.25;   // expert capacity = factor * tokens * top_k / experts
   int64_t layer_interval = 1;      // every k-th layer is MoE (1 = all layers)
   int64_t expert_ffn_hidden = 0;   // MLP width of one expert; 0 = the model's ffn_hidden
+  MoeDropPolicy drop_policy = MoeDropPolicy::kChoice;  // no effect on cost, only on routing
 
   friend bool operator==(const MoeSpec&, const MoeSpec&) = default;
 };

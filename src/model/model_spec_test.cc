@@ -164,6 +164,24 @@ TEST(ModelSpecTest, CustomModelRoundTrips) {
   EXPECT_EQ(*back, *spec);
 }
 
+TEST(ModelSpecTest, MoeDropPolicyRoundTripsAndIsWrittenOnlyWhenNotTheDefault) {
+  nlohmann::json j = SmallModel();
+  j["moe"] = {{"experts", 4}, {"top_k", 2}, {"drop_policy", "position"}};
+  StatusOr<ModelSpec> spec = ModelSpecFromJson(j, "m.json");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->moe->drop_policy, MoeDropPolicy::kPosition);
+  EXPECT_EQ(ModelSpecToJson(*spec)["moe"]["drop_policy"], "position");
+  StatusOr<ModelSpec> back = ModelSpecFromJson(ModelSpecToJson(*spec), "rt");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *spec);
+  spec->moe->drop_policy = MoeDropPolicy::kChoice;
+  EXPECT_FALSE(ModelSpecToJson(*spec)["moe"].contains("drop_policy"));
+  EXPECT_EQ(MoeDropPolicyName(MoeDropPolicy::kChoice), "choice");
+  j["moe"]["drop_policy"] = "probs";
+  EXPECT_THAT(ErrorOf(j), AllOf(HasSubstr("m.json: field 'moe.drop_policy'"),
+                                HasSubstr("choice"), HasSubstr("position")));
+}
+
 TEST(ModelSpecTest, MoeLayers) {
   ModelSpec spec = *ModelPreset("gpt-tiny");
   EXPECT_FALSE(spec.IsMoeLayer(0));

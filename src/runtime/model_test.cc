@@ -229,10 +229,15 @@ TEST(WeightGradTapeSegmentTest, PerSegmentWeightPassEqualsOneBackward) {
 }
 
 // The MoE layer (ep = 1) against a per-token loop over moe.h's rules: slots choice by choice,
-// then by position; dropped assignments add nothing; the output is the router probability times
-// the expert's MLP; padding is not routed; Switch's auxiliary loss.
-TEST(MoeLayerTest, MatchesAPerTokenLoopOfTheDocumentedRules) {
+// then by position (or token by token, MoeDropPolicy kPosition); dropped assignments add
+// nothing; the output is the router probability times the expert's MLP; padding is not routed;
+// Switch's auxiliary loss.
+class MoeLayerTest : public ::testing::TestWithParam<MoeDropPolicy> {};
+
+TEST_P(MoeLayerTest, MatchesAPerTokenLoopOfTheDocumentedRules) {
+  const MoeDropPolicy policy = GetParam();
   ModelSpec m = *ModelPreset("gpt-tiny-moe");
+  m.moe->drop_policy = policy;
   m.moe->top_k = 2;
   m.moe->capacity_factor = 0.6;  // C = ceil(0.6 * 12 * 2 / 4) = 4 of 2 x 10 real assignments
   const int64_t experts = m.moe->experts, k = m.moe->top_k, h = m.hidden, ffn = m.ffn_hidden;
@@ -265,20 +270,23 @@ TEST(MoeLayerTest, MatchesAPerTokenLoopOfTheDocumentedRules) {
   at::Tensor want = torch::zeros({n, h});
   std::vector<int64_t> used(experts, 0), assigned(experts, 0);
   int64_t dropped = 0, real_tokens = 0;
-  for (int64_t c = 0; c < k; ++c) {
-    for (int64_t i = 0; i < n; ++i) {
-      if (!real.reshape({n})[i].item<bool>()) continue;
-      real_tokens += c == 0 ? 1 : 0;
-      const int64_t e = p[i].argsort(0, /*descending=*/true)[c].item<int64_t>();
-      ++assigned[e];
-      if (used[e]++ >= capacity) {
-        ++dropped;
-        continue;
-      }
-      const Expert& ex = moe.experts[e];
-      const at::Tensor out = at::linear(at::gelu(at::linear(xf[i], ex.fc1.weight, ex.fc1.bias)),
-                                        ex.fc2.weight, ex.fc2.bias);
-      want[i] += p[i][e] * out;
+  auto visit = [&](int64_t i, int64_t c) {
+    if (!real.reshape({n})[i].item<bool>()) return;
+    real_tokens += c == 0 ? 1 : 0;
+    const int64_t e = p[i].argsort(0, /*descending=*/true)[c].item<int64_t>();
+    ++assigned[e];
+    if (used[e]++ >= capacity) {
+      ++dropped;
+      return;
+    }
+    const Expert& ex = moe.experts[e];
+    const at::Tensor out = at::linear(at::gelu(at::linear(xf[i], ex.fc1.weight, ex.fc1.bias)),
+                                      ex.fc2.weight, ex.fc2.bias);
+    want[i] += p[i][e] * out;
+  };
+  for (int64_t a = 0; a < (policy == MoeDropPolicy::kPosition ? n : k); ++a) {
+    for (int64_t b2 = 0; b2 < (policy == MoeDropPolicy::kPosition ? k : n); ++b2) {
+      policy == MoeDropPolicy::kPosition ? visit(a, b2) : visit(b2, a);
     }
   }
   EXPECT_EQ(ctx.assignments, 2 * 10);
@@ -299,6 +307,10 @@ TEST(MoeLayerTest, MatchesAPerTokenLoopOfTheDocumentedRules) {
   ASSERT_TRUE(ctx.aux_loss.defined());
   EXPECT_NEAR(ctx.aux_loss.item<double>(), aux, 1e-6 * aux);
 }
+
+INSTANTIATE_TEST_SUITE_P(DropPolicies, MoeLayerTest,
+                         ::testing::Values(MoeDropPolicy::kChoice, MoeDropPolicy::kPosition),
+                         [](const auto& info) { return std::string(MoeDropPolicyName(info.param)); });
 
 }  // namespace
 }  // namespace sluice::runtime

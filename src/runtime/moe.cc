@@ -72,13 +72,15 @@ at::Tensor RunLocalExperts(const ModelSpec& model, const MoeMlp& moe, const at::
 
 // `threaded`: the per-expert slots already taken (by earlier token slices), updated; null: none.
 Routing Route(const MoeMlp& moe, const at::Tensor& xf, const at::Tensor& real, int64_t experts,
-              int64_t top_k, int64_t capacity, std::vector<int64_t>* threaded) {
+              int64_t top_k, int64_t capacity, MoeDropPolicy policy,
+              std::vector<int64_t>* threaded) {
   Routing out;
   const int64_t n = xf.size(0);
   out.probs = at::softmax(at::linear(xf, moe.router.weight), -1);  // [n, E]
   auto [top_p, top_e] = out.probs.topk(top_k, -1);                 // [n, k]
   out.top_p = top_p;
-  // Slots: choice by choice, then by position (see moe.h). No graph.
+  // Slots: choice by choice, then by position; or token by token (kPosition). See moe.h. No
+  // graph.
   std::vector<int64_t> token_of, slot_of;
   out.assigned.assign(static_cast<size_t>(experts), 0);
   std::vector<int64_t> used = threaded != nullptr ? *threaded : out.assigned;
@@ -87,19 +89,26 @@ Routing Route(const MoeMlp& moe, const at::Tensor& xf, const at::Tensor& real, i
   const bool* rp = r.data_ptr<bool>();
   const int64_t* ep = e.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) out.real_tokens += rp[i] ? 1 : 0;
-  for (int64_t c = 0; c < top_k; ++c) {
+  auto assign = [&](int64_t i, int64_t c) {
+    if (!rp[i]) return;
+    const int64_t ex = ep[i * top_k + c];
+    ++out.assigned[ex];
+    ++out.assignments;
+    if (used[ex] >= capacity) {
+      ++out.dropped;
+      return;
+    }
+    token_of.push_back(i);
+    slot_of.push_back(ex * capacity + used[ex]++);
+    out.gate_of.push_back(i * top_k + c);
+  };
+  if (policy == MoeDropPolicy::kPosition) {
     for (int64_t i = 0; i < n; ++i) {
-      if (!rp[i]) continue;
-      const int64_t ex = ep[i * top_k + c];
-      ++out.assigned[ex];
-      ++out.assignments;
-      if (used[ex] >= capacity) {
-        ++out.dropped;
-        continue;
-      }
-      token_of.push_back(i);
-      slot_of.push_back(ex * capacity + used[ex]++);
-      out.gate_of.push_back(i * top_k + c);
+      for (int64_t c = 0; c < top_k; ++c) assign(i, c);
+    }
+  } else {
+    for (int64_t c = 0; c < top_k; ++c) {
+      for (int64_t i = 0; i < n; ++i) assign(i, c);
     }
   }
   out.tokens = IndexTensor(token_of);
@@ -371,7 +380,8 @@ at::Tensor MoeForward(const ModelSpec& model, const MoeMlp& moe, const ExpertSha
   const int64_t capacity = ExpertCapacity(model, shape, moe.layer);
 
   const at::Tensor xf = x.reshape({n, hidden});
-  const Routing routing = Route(moe, xf, real, experts, top_k, capacity);
+  const Routing routing =
+      Route(moe, xf, real, experts, top_k, capacity, model.moe->drop_policy);
   ctx->assignments += routing.assignments;
   ctx->dropped += routing.dropped;
   const at::Tensor dispatch = Dispatch(xf, routing, experts * capacity);
@@ -480,7 +490,8 @@ MoePartTimes TimeMoeParts(const ModelSpec& model, const MoeMlp& moe, const at::T
   const at::Tensor g_probs = grad_like({n, experts}), g_top = grad_like({n, top_k});
   const at::Tensor xr = leaf(xf);
   Clock::time_point t0 = Clock::now();
-  const Routing routing = Route(moe, xr, real, experts, top_k, capacity);
+  const Routing routing =
+      Route(moe, xr, real, experts, top_k, capacity, model.moe->drop_policy);
   Clock::time_point t1 = Clock::now();
   torch::autograd::backward({routing.probs, routing.top_p}, {g_probs, g_top});
   record(MoePart::kRoute, t0, t1, Clock::now());

@@ -37,8 +37,10 @@ struct Routing {
   int64_t real_tokens = 0, assignments = 0, dropped = 0;
 };
 // `threaded`: the per-expert slots already taken (by earlier token slices), updated; null: none.
+// `policy`: the order slots are given in (model_spec.h MoeDropPolicy).
 Routing Route(const MoeMlp& moe, const at::Tensor& xf, const at::Tensor& real, int64_t experts,
-              int64_t top_k, int64_t capacity, std::vector<int64_t>* threaded = nullptr);
+              int64_t top_k, int64_t capacity, MoeDropPolicy policy,
+              std::vector<int64_t>* threaded = nullptr);
 // The kept tokens into the capacity buffer [rows, hidden] (empty slots zero).
 at::Tensor Dispatch(const at::Tensor& xf, const Routing& r, int64_t rows);
 // Each kept assignment's expert output (expert_out's row at its slot) times its router

@@ -220,7 +220,7 @@ at::Tensor PartitionedMoeForward(const ModelSpec& model, const MoeMlp& moe,
   ++L.next_slice;
   const int64_t C = L.capacity;
   const at::Tensor xf = x.reshape({ntok, hidden});
-  const Routing r = Route(moe, xf, real, experts, top_k, C, &L.used);
+  const Routing r = Route(moe, xf, real, experts, top_k, C, model.moe->drop_policy, &L.used);
   P.assignments += r.assignments;
   P.dropped += r.dropped;
   for (size_t e = 0; e < L.assigned.size(); ++e) L.assigned[e] += r.assigned[e];

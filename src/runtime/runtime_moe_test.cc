@@ -131,6 +131,10 @@ std::vector<MoeCase> MoeCases() {
        "none", "lancet", "", 2, true},
       {"gpt_moe_top1_dp4_ep4_seg_partition", "gpt-tiny-moe-top1", 4, 1, 4, 1, "1f1b", 600, "100",
        "none", "partition", "", 2, true},
+      // Top-2 dropping by token position (MoeDropPolicy::kPosition): threaded slice by slice,
+      // exact for any top_k.
+      {"gpt_moe_position_dp2_ep2_seg_lancet", "gpt-tiny-moe-position", 2, 1, 2, 4, "1f1b", 600,
+       "100", "none", "lancet", "", 2, true},
       {"t5_moe_dp2_ep2_seg_lancet", "t5-tiny-moe", 2, 1, 2, 1, "1f1b", 600, "70", "none", "lancet",
        "", 2, true},
   };

@@ -144,6 +144,12 @@ ModelSpec TestModel(const std::string& name) {
     m.moe->capacity_factor = 1.0;
     return m;
   }
+  if (name == "gpt-tiny-moe-position") {  // gpt-tiny-moe (top-2) dropping by token position
+    ModelSpec m = Preset("gpt-tiny-moe");
+    m.name = name;
+    m.moe->drop_policy = MoeDropPolicy::kPosition;
+    return m;
+  }
   if (name == "t5-tiny-moe") {  // MoE in every encoder and decoder layer, Switch top-1
     ModelSpec m = Preset("t5-tiny");
     m.name = name;
