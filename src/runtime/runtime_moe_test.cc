@@ -129,6 +129,8 @@ std::vector<MoeCase> MoeCases() {
        "none", "lancet", "", 2, true},
       {"gpt_moe_top1_dp2_ep2_pp2_seg_lancet", "gpt-tiny-moe-top1", 2, 2, 2, 4, "1f1b", 600, "100",
        "none", "lancet", "", 2, true},
+      {"gpt_moe_top1_dp2_ep2_pp2_zbh1_seg_partition", "gpt-tiny-moe-top1", 2, 2, 2, 4, "zb-h1",
+       600, "100", "none", "partition", "", 2, true},
       {"gpt_moe_top1_dp4_ep4_seg_partition", "gpt-tiny-moe-top1", 4, 1, 4, 1, "1f1b", 600, "100",
        "none", "partition", "", 2, true},
       // Top-2 dropping by token position (MoeDropPolicy::kPosition): threaded slice by slice,
