@@ -132,6 +132,21 @@ at::Tensor Combine(const at::Tensor& expert_out, const at::Tensor& top_p, const 
       .index_add(0, r.tokens, expert_out.index_select(0, r.slots) * gates.unsqueeze(1));
 }
 
+at::Tensor RunExpertsOnRowGroups(const ModelSpec& model, const MoeMlp& moe, const at::Tensor& x,
+                                 const std::vector<std::vector<int64_t>>& rows_of,
+                                 WeightGradTape* tape) {
+  std::vector<int64_t> order;
+  std::vector<at::Tensor> outs;
+  for (size_t l = 0; l < rows_of.size(); ++l) {
+    const std::vector<int64_t>& idx = rows_of[l];
+    if (idx.empty()) continue;
+    outs.push_back(ExpertMlp(model, moe.experts[l], x.index_select(0, IndexTensor(idx)), tape));
+    order.insert(order.end(), idx.begin(), idx.end());
+  }
+  if (outs.empty()) return torch::zeros_like(x);
+  return torch::zeros_like(x).index_copy(0, IndexTensor(order), at::cat(outs));
+}
+
 }  // namespace moe_internal
 
 namespace {
@@ -230,16 +245,7 @@ at::Tensor RunExpertsOnSlice(const ModelSpec& model, const MoeMlp& moe, const at
       rows_of[static_cast<size_t>((start + i) / cj)].push_back(position++);
     }
   }
-  std::vector<int64_t> order;
-  std::vector<at::Tensor> outs;
-  for (int64_t l = 0; l < local; ++l) {
-    const std::vector<int64_t>& idx = rows_of[static_cast<size_t>(l)];
-    if (idx.empty()) continue;
-    outs.push_back(ExpertMlp(model, moe.experts[l], x.index_select(0, IndexTensor(idx)), nullptr));
-    order.insert(order.end(), idx.begin(), idx.end());
-  }
-  if (outs.empty()) return torch::zeros_like(x);
-  return torch::zeros_like(x).index_copy(0, IndexTensor(order), at::cat(outs));
+  return RunExpertsOnRowGroups(model, moe, x, rows_of, nullptr);
 }
 
 // Tutel's capacity slices: dispatch, the local experts and combine cut into n slices, slice c's

@@ -24,6 +24,11 @@ at::Tensor ExpertMlp(const ModelSpec& m, const Expert& e, const at::Tensor& x,
 // experts][C_j] with C_j = recv[j] / local. Returns the outputs in the same layout.
 at::Tensor RunLocalExperts(const ModelSpec& model, const MoeMlp& moe, const at::Tensor& rows,
                            const std::vector<int64_t>& recv, WeightGradTape* tape);
+// Local expert l on the rows `rows_of[l]` of x [rows, hidden]; the outputs in x's layout (zero
+// in rows no expert took).
+at::Tensor RunExpertsOnRowGroups(const ModelSpec& model, const MoeMlp& moe, const at::Tensor& x,
+                                 const std::vector<std::vector<int64_t>>& rows_of,
+                                 WeightGradTape* tape);
 
 // The router's decisions on one micro-batch's tokens xf [n, hidden] (moe.h): each kept
 // assignment's token, slot (expert * capacity + place) and gate (index into top_p), in the

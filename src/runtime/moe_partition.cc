@@ -94,18 +94,7 @@ at::Tensor RunExpertsOnRows(const ModelSpec& model, const MoeMlp& moe, const at:
       for (int64_t i = 0; i < cnt[j][l]; ++i) rows_of[static_cast<size_t>(l)].push_back(position++);
     }
   }
-  std::vector<int64_t> order;
-  std::vector<at::Tensor> outs;
-  for (int64_t l = 0; l < local; ++l) {
-    const std::vector<int64_t>& idx = rows_of[static_cast<size_t>(l)];
-    if (idx.empty()) continue;
-    outs.push_back(
-        ExpertMlp(model, moe.experts[static_cast<size_t>(l)], rows.index_select(0, IndexTensor(idx)),
-                  tape));
-    order.insert(order.end(), idx.begin(), idx.end());
-  }
-  if (outs.empty()) return torch::zeros_like(rows);
-  return torch::zeros_like(rows).index_copy(0, IndexTensor(order), at::cat(outs));
+  return RunExpertsOnRowGroups(model, moe, rows, rows_of, tape);
 }
 
 // One MoE layer's state over the token slices of a partitioned forward.
