@@ -33,7 +33,7 @@ expect bad-ep 2 "--ep '2,0': '0' is not allowed; allowed: comma-separated intege
 # Expert-parallel degrees no configuration can run are refused up front, naming the allowed ones.
 expect ep-not-dividing-experts 2 "--ep: ep = 3 cannot run: ep must divide moe.experts = 4 of model 'gpt-tiny-moe' .* \(allowed: 1, 2, 4\)" -- compare --model gpt-tiny-moe --cluster cpu:8 --ep 3,2 --iterations 1
 expect ep-dense-model 2 "--ep: ep = 2 cannot run: model 'gpt-tiny' is dense .*\(allowed: 1\)" -- compare --model gpt-tiny --cluster cpu:8 --ep 2 --iterations 1
-expect bad-moe-overlap 2 "--moe-overlap 'fast' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, off" -- compare --moe-overlap fast
+expect bad-moe-overlap 2 "--moe-overlap 'fast' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, lancet-megatron, off" -- compare --moe-overlap fast
 # Expert parallelism: --ep in the search (the ep 2 configurations appear among the candidates),
 # the all-to-all columns per method row, in results.json and the report's all-to-all timeline
 # row; lancet's rewrite exposes less all-to-all than the segmented plans with nothing overlapped.

@@ -75,7 +75,7 @@ expect train-replicas-partial 2 "--replicas with --allow-partial" -- train --rep
 expect train-replicas-t5 2 "--replicas: heterogeneous replicas support decoder-only models" -- train --model t5-tiny --replicas 'dp=1,pp=2;dp=1'
 expect train-cp-t5 2 "--parallel: model .t5-tiny.: cp = 2 needs a decoder-only model" -- train --model t5-tiny --parallel cp=2 --nproc 2
 # sluice train --moe-overlap: what the runtime executes (docs/moe.md, "Segmented ops in the runtime").
-expect train-moe-overlap-name 2 "--moe-overlap 'bogus' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet" -- train --model gpt-tiny-moe --parallel dp=2,ep=2 --moe-overlap bogus
+expect train-moe-overlap-name 2 "--moe-overlap 'bogus' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, lancet-megatron" -- train --model gpt-tiny-moe --parallel dp=2,ep=2 --moe-overlap bogus
 expect train-moe-overlap-dense 2 "--moe-overlap dw: needs an MoE model with expert parallelism .*model 'gpt-tiny' at ep 1" -- train --moe-overlap dw
 expect train-moe-overlap-megatron-pp 2 "--moe-overlap megatron: .*needs pp = 1 \(--parallel has pp = 2\)" -- train --model gpt-tiny-moe --parallel dp=2,pp=2,ep=2 --moe-overlap megatron
 expect train-moe-overlap-tutel-zb 2 "--moe-overlap tutel: the runtime runs capacity slices in forward and backward ops, not in a split backward \(--schedule zb-h1" -- train --model gpt-tiny-moe --parallel dp=2,pp=2,ep=2 --schedule zb-h1 --moe-overlap tutel

@@ -133,7 +133,7 @@ import json, sys
 p = json.load(open(sys.argv[1])); p['moe_slice_overhead_ns'] = 250000
 json.dump(p, open(sys.argv[2], 'w'))" "$tmp/moe.json" "$tmp/moe-measured.json"
 expect moe-overlap-measured-slice 0 "priced with 250.0 us each: measured by the plan's cost model" -- simulate "$tmp/moe-measured.json" --moe-overlap all
-expect moe-overlap-bad 2 "--moe-overlap 'fast' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, all" -- simulate "$tmp/moe.json" --moe-overlap fast
+expect moe-overlap-bad 2 "--moe-overlap 'fast' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, lancet-megatron, all" -- simulate "$tmp/moe.json" --moe-overlap fast
 expect moe-overlap-dense 2 "--moe-overlap tutel: .* has no expert parallelism" -- simulate "$tmp/plan.json" --moe-overlap tutel
 
 # Ctrl-C (SIGINT from `timeout -s INT 4`) while the plan is still being read from a pipe that is

@@ -494,7 +494,8 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                     "Rewrite every planned batch of an expert-parallel configuration with this "
                     "MoE overlap before simulating it (passes/moe_overlap.h): off (the plans as "
                     "lowered), none (segmented, nothing overlapped), tutel, megatron, dw, "
-                    "partition, lancet; the configuration search does not see it")
+                    "partition, lancet, lancet-megatron; the configuration search does not see "
+                    "it")
           ->type_name("NAME")
           ->capture_default_str();
   o["--calibration"] =

@@ -124,10 +124,10 @@ Status FlagError(const Status& s) {
 // --moe-overlap all: every rewrite of passes/moe_overlap.h simulated side by side.
 Status CompareMoeOverlaps(const ExecutionPlan& plan, const SimOptions& options) {
   fmt::print("\nMoE overlap (passes/moe_overlap.h), each rewrite of this plan simulated:\n");
-  fmt::print("{:<10} {:>14} {:>16} {:>18} {:>9} {:>10}  {}\n", "overlap", "iteration ms",
+  fmt::print("{:<16} {:>14} {:>16} {:>18} {:>9} {:>10}  {}\n", "overlap", "iteration ms",
              "all-to-all ms", "exposed a2a ms", "speedup", "exposed %", "note");
   Duration base_time, base_exposed;
-  for (int k = 0; k <= static_cast<int>(passes::MoeOverlap::kLancet); ++k) {
+  for (int k = 0; k <= static_cast<int>(passes::MoeOverlap::kLancetMegatron); ++k) {
     const auto overlap = static_cast<passes::MoeOverlap>(k);
     ExecutionPlan next = plan;
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
@@ -148,22 +148,23 @@ Status CompareMoeOverlaps(const ExecutionPlan& plan, const SimOptions& options) 
     }
     std::string note = run->outcome == SimOutcome::kOk ? "" : run->problem;
     if (!record.rejected.empty()) note = "not applied: " + record.rejected;
-    fmt::print("{:<10} {:>14.3f} {:>16.3f} {:>18.3f} {:>8.3f}x {:>9.1f}%  {}\n",
-               passes::MoeOverlapName(overlap), run->iteration_time.millis(), mean_a2a.millis(),
-               mean_exposed.millis(),
-               run->iteration_time.nanos() > 0 ? base_time.millis() / run->iteration_time.millis()
-                                                : 0.0,
-               base_exposed.nanos() > 0 ? 100.0 * mean_exposed.millis() / base_exposed.millis()
-                                        : 0.0,
-               note);
+    fmt::print(
+        "{:<16} {:>14.3f} {:>16.3f} {:>18.3f} {:>8.3f}x {:>9.1f}%  {}\n",
+        passes::MoeOverlapName(overlap), run->iteration_time.millis(), mean_a2a.millis(),
+        mean_exposed.millis(),
+        run->iteration_time.nanos() > 0 ? base_time.millis() / run->iteration_time.millis() : 0.0,
+        base_exposed.nanos() > 0 ? 100.0 * mean_exposed.millis() / base_exposed.millis() : 0.0,
+        note);
   }
   fmt::print("(speedup and exposed % against none: the plan's MoE ops segmented, nothing "
              "overlapped; all-to-all and exposed: mean per rank)\n");
-  fmt::print("(sliced pieces of tutel, partition and lancet priced with {:.1f} us each: {})\n",
-             passes::SliceOverheadFor(plan, {}).micros(),
-             plan.moe_slice_overhead.has_value()
-                 ? "measured by the plan's cost model (moe_slice_overhead_ns)"
-                 : "the default; a `sluice profile` table with moe_parts measures it");
+  fmt::print(
+      "(sliced pieces of tutel, partition, lancet and lancet-megatron priced with {:.1f} us each: "
+      "{})\n",
+      passes::SliceOverheadFor(plan, {}).micros(),
+      plan.moe_slice_overhead.has_value()
+          ? "measured by the plan's cost model (moe_slice_overhead_ns)"
+          : "the default; a `sluice profile` table with moe_parts measures it");
   return Status::Ok();
 }
 

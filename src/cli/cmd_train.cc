@@ -150,11 +150,14 @@ Status RunTrain(const TrainFlags& f) {
           "experts' weight gradients come from a tape that sliced experts do not write); use "
           "--schedule 1f1b, interleaved, gpipe or adaptive, or --moe-overlap none or dw");
     }
-    if (*overlap == passes::MoeOverlap::kMegatron && sc.parallel->pp > 1) {
+    if ((*overlap == passes::MoeOverlap::kMegatron ||
+         *overlap == passes::MoeOverlap::kLancetMegatron) &&
+        sc.parallel->pp > 1) {
       return InvalidArgumentError(fmt::format(
-          "--moe-overlap megatron: interleaves a backward with the next forward on one stage, so "
-          "it needs pp = 1 (--parallel has pp = {}); use none or dw with pipelines",
-          sc.parallel->pp));
+          "--moe-overlap {}: interleaves a backward with the next forward on one stage, so it "
+          "needs pp = 1 (--parallel has pp = {}); use none, dw, partition or lancet with "
+          "pipelines",
+          f.moe_overlap, sc.parallel->pp));
     }
     // The runtime flattens a stage's gradients once its backward is complete, so the buckets
     // stay after the backward (a reduction overlapped with a segmented backward would be
@@ -332,7 +335,8 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "backward interleaved with the next forward), tutel (each MoE block's "
                 "dispatch, experts and combine cut into 4 capacity slices; not with zb-h1), "
                 "partition (Lancet's forward partition: forwards cut into token slices of their "
-                "rows where the DP finds it shorter) or lancet (dw and partition); the "
+                "rows where the DP finds it shorter), lancet (dw and partition) or "
+                "lancet-megatron (pp 1: megatron's pairs, the unpaired forwards partitioned); the "
                 "rewritten plan is simulated and its prediction printed beside the measured time "
                 "(needs an MoE model and ep > 1)")
       ->type_name("NAME");

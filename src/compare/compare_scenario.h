@@ -56,8 +56,9 @@ struct CompareScenario {
   // Simulator: collectives step by step with link contention (the simulator's default), or
   // one closed-form α-β interval each (faster, "closed-form").
   bool stepwise_collectives = true;
-  // MoE overlap rewrite (passes/moe_overlap.h: none, tutel, megatron, dw, partition, lancet)
-  // applied to every planned batch of an expert-parallel configuration before it is simulated;
+  // MoE overlap rewrite (passes/moe_overlap.h: none, tutel, megatron, dw, partition, lancet,
+  // lancet-megatron) applied to every planned batch of an expert-parallel configuration before it
+  // is simulated;
   // empty: the plans as lowered (whole MoE ops). The configuration search does not see it.
   std::string moe_overlap;
 

@@ -19,7 +19,8 @@ namespace {
 using internal::ChainStep;
 using Kind = ChainStep::Kind;
 
-constexpr std::string_view kNames[] = {"none", "tutel", "megatron", "dw", "partition", "lancet"};
+constexpr std::string_view kNames[] = {"none",      "tutel",  "megatron",       "dw",
+                                       "partition", "lancet", "lancet-megatron"};
 
 // A whole MoE compute op (F, B or I) of a rank's program with its all-to-alls and the
 // FreeBuffers the lowering put between them.
@@ -315,8 +316,9 @@ StatusOr<MoeOverlap> ParseMoeOverlap(std::string_view name, std::string_view fla
     if (kNames[i] == name) return static_cast<MoeOverlap>(i);
   }
   return InvalidArgumentError(fmt::format(
-      "{} '{}' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet", flag,
-      name));
+      "{} '{}' is not an MoE overlap; allowed: none, tutel, megatron, dw, partition, lancet, "
+      "lancet-megatron",
+      flag, name));
 }
 
 std::string MoeOverlapPass::Describe() const {
@@ -325,6 +327,7 @@ std::string MoeOverlapPass::Describe() const {
       return fmt::format("moe-overlap(tutel, {} slices)", options_.tutel_degree);
     case MoeOverlap::kPartition:
     case MoeOverlap::kLancet:
+    case MoeOverlap::kLancetMegatron:
       return fmt::format("moe-overlap({}, n <= {})", MoeOverlapName(overlap_), options_.max_chunks);
     default:
       return fmt::format("moe-overlap({})", MoeOverlapName(overlap_));
@@ -344,8 +347,12 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
         options_.tutel_degree, options_.max_chunks));
   }
   if (plan->parallel.ep <= 1 || !plan->model.moe.has_value()) return record;
-  if (overlap_ == MoeOverlap::kMegatron && plan->pp() > 1) {
-    record.rejected = "megatron overlap needs pp = 1 (Megatron-Core: PP = 1 or virtual PP)";
+  // Megatron's B/F interleaving, alone or under Lancet's passes.
+  const bool interleave =
+      overlap_ == MoeOverlap::kMegatron || overlap_ == MoeOverlap::kLancetMegatron;
+  if (interleave && plan->pp() > 1) {
+    record.rejected = fmt::format("{} overlap needs pp = 1 (Megatron-Core: PP = 1 or virtual PP)",
+                                  MoeOverlapName(overlap_));
     return record;
   }
   const size_t R = plan->ranks.size();
@@ -356,9 +363,9 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       return record;
     }
   }
-  const bool dw = overlap_ == MoeOverlap::kDw || overlap_ == MoeOverlap::kLancet ||
-                  overlap_ == MoeOverlap::kMegatron;
-  const bool partition = overlap_ == MoeOverlap::kPartition || overlap_ == MoeOverlap::kLancet;
+  const bool dw = overlap_ == MoeOverlap::kDw || overlap_ == MoeOverlap::kLancet || interleave;
+  const bool partition = overlap_ == MoeOverlap::kPartition || overlap_ == MoeOverlap::kLancet ||
+                         overlap_ == MoeOverlap::kLancetMegatron;
   // Decisions per rank and block; the partition DP's are the group's (largest times).
   std::vector<std::vector<Decision>> decide(R);
   for (size_t r = 0; r < R; ++r) {
@@ -367,7 +374,7 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       Decision d;
       d.cut.assign(static_cast<size_t>(2 * P - 1), 0);
       d.dw = dw && b.op.op == OpKind::kBackward;
-      d.async = d.dw || overlap_ == MoeOverlap::kMegatron;
+      d.async = d.dw || interleave;
       if (overlap_ == MoeOverlap::kTutel) {
         for (int64_t e = 1; e + 2 < 2 * P - 1; e += 4) {
           d.cut[e] = d.cut[e + 1] = d.cut[e + 2] = options_.tutel_degree;
@@ -446,8 +453,7 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       }
       const Block& b = parsed[r].blocks[units[u].block];
       const Decision& d = decide[r][units[u].block];
-      if (overlap_ == MoeOverlap::kMegatron && b.op.op == OpKind::kBackward &&
-          backward_blocks++ % stride == 0) {
+      if (interleave && b.op.op == OpKind::kBackward && backward_blocks++ % stride == 0) {
         // The forward block after it, past only loads and frees.
         size_t v = u + 1;
         while (v < units.size() && units[v].block < 0 &&
@@ -496,7 +502,13 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
             out.push_back(load);
           }
           const Block& f = parsed[r].blocks[units[v].block];
-          emit.Pair(b, d, f, decide[r][units[v].block], &out);
+          // A paired forward stays whole (lancet-megatron: its all-to-alls are under the
+          // backward's computation already), its all-to-alls posted.
+          Decision df = decide[r][units[v].block];
+          std::fill(df.cut.begin(), df.cut.end(), 0);
+          df.tokens = false;
+          df.async = true;
+          emit.Pair(b, d, f, df, &out);
           for (const Instruction& fr : b.frees) out.push_back(fr);
           for (size_t x = u + 1; x < v; ++x) {
             if (units[x].plain.op == OpKind::kFreeBuffer) out.push_back(units[x].plain);
@@ -514,8 +526,7 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
         "rank {}: {} MoE ops segmented, {} sliced pieces, {} posted all-to-alls, {} W segments "
         "packed into all-to-all windows{}",
         r, parsed[r].blocks.size(), emit.sliced(), emit.posted(), emit.packed(),
-        overlap_ == MoeOverlap::kMegatron ? fmt::format(", {} B/F pairs interleaved", pairs)
-                                          : std::string()));
+        interleave ? fmt::format(", {} B/F pairs interleaved", pairs) : std::string()));
   }
   if (options_.overlap_grad_reduction) {
     const int64_t moved = OverlapGradientReduction(&candidate);
@@ -544,7 +555,7 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
   Built built = build(1);
   const std::string first_problem = built.problem;
   int64_t stride = 1;
-  while (!built.problem.empty() && overlap_ == MoeOverlap::kMegatron && stride < max_backward) {
+  while (!built.problem.empty() && interleave && stride < max_backward) {
     built = build(++stride);
   }
   if (!built.problem.empty()) {

@@ -23,6 +23,10 @@
 //    n (2 .. max_chunks) are chosen by Lancet's DP over the chain, D[i] = min_j D[j] + c(j, i),
 //    c the better of the run whole and its best pipelined time on a two-stream model;
 //  - kLancet: kDw and kPartition together.
+//  - kLancetMegatron: Lancet's passes composed with Megatron's interleaving (pp = 1): each
+//    backward interleaved with the next forward as kMegatron does, and every forward left
+//    unpaired (a rank's first, or those a memory-bound stride skips) cut by kPartition's DP; a
+//    paired forward stays whole, its all-to-alls already under the backward's computation.
 // Segment times are the op's duration split by analytic FLOP shares (MoeSegmentShares); a slice
 // of a segment costs its share plus the slice overhead (measured by `sluice profile` when the
 // plan's cost model has it, else 20 us); a slice of an all-to-all costs its
@@ -46,9 +50,9 @@
 
 namespace sluice::passes {
 
-enum class MoeOverlap { kNone, kTutel, kMegatron, kDw, kPartition, kLancet };
+enum class MoeOverlap { kNone, kTutel, kMegatron, kDw, kPartition, kLancet, kLancetMegatron };
 
-// "none", "tutel", "megatron", "dw", "partition", "lancet".
+// "none", "tutel", "megatron", "dw", "partition", "lancet", "lancet-megatron".
 std::string_view MoeOverlapName(MoeOverlap overlap);
 // The inverse; the error names `flag` and lists the allowed names.
 StatusOr<MoeOverlap> ParseMoeOverlap(std::string_view name, std::string_view flag);
@@ -86,7 +90,7 @@ class MoeOverlapPass : public PlanPass {
       : overlap_(overlap), options_(options) {}
   std::string Describe() const override;
   // No-op (changed = false, nothing rejected) for plans without expert parallelism; rejected for
-  // plans already segmented, and (kMegatron) for pp > 1.
+  // plans already segmented, and (kMegatron, kLancetMegatron) for pp > 1.
   StatusOr<PassRecord> Run(ExecutionPlan* plan) const override;
 
  private:

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "passes/moe_chain.h"
@@ -24,9 +25,9 @@ using ::sluice::testing::MakePlanFixture;
 using ::sluice::testing::PlanCase;
 using ::testing::HasSubstr;
 
-constexpr MoeOverlap kAll[] = {MoeOverlap::kNone,      MoeOverlap::kTutel, MoeOverlap::kMegatron,
-                               MoeOverlap::kDw,        MoeOverlap::kPartition,
-                               MoeOverlap::kLancet};
+constexpr MoeOverlap kAll[] = {
+    MoeOverlap::kNone,      MoeOverlap::kTutel,  MoeOverlap::kMegatron,      MoeOverlap::kDw,
+    MoeOverlap::kPartition, MoeOverlap::kLancet, MoeOverlap::kLancetMegatron};
 
 PlanCase MoeCase(int64_t dp, int64_t pp, int64_t ep, uint64_t seed, bool t5 = false,
                  ScheduleKind kind = ScheduleKind::k1F1B) {
@@ -174,6 +175,70 @@ TEST(MoeOverlapTest, MegatronInterleavesFewerPairsWhereAllDoNotFit) {
     EXPECT_THAT(r->record.changes.front(), HasSubstr("B/F pairs one interleaved (all of them: "));
   }
   EXPECT_GT(thinned, 0);
+}
+
+// lancet-megatron: Megatron's pairs, and Lancet's token slices only in forwards outside them
+// (those lancet also cuts); pipelines are refused as for megatron. The plans' all-to-alls are
+// made 20x dearer so that the partition DP cuts, and their micro-batches hold 1-4 rows.
+TEST(MoeOverlapTest, LancetMegatronCutsOnlyTheUnpairedForwards) {
+  int64_t paired_plans = 0, sliced_forwards = 0;
+  std::vector<PlanCase> cases;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    cases.push_back(MoeCase(2, 1, 2, seed));
+    cases.push_back(MoeCase(4, 1, 4, seed));
+  }
+  for (PlanCase c : cases) {
+    c.fixed_shapes = false;
+    const auto f = MakePlanFixture(c);
+    if (!f->no_schedule.empty()) continue;
+    SCOPED_TRACE(testing::Describe(c));
+    ExecutionPlan roomy = f->plan;
+    roomy.parallel.memory_limit = roomy.cluster.device.memory;
+    for (RankProgram& p : roomy.ranks) {
+      for (Instruction& in : p.instructions) {
+        if (IsAllToAll(in.op)) in.duration = in.duration * 20;
+      }
+    }
+    StatusOr<PassResult> r = ApplyPass(MoeOverlapPass(MoeOverlap::kLancetMegatron), roomy);
+    StatusOr<PassResult> lancet = ApplyPass(MoeOverlapPass(MoeOverlap::kLancet), roomy);
+    ASSERT_TRUE(r.ok() && lancet.ok());
+    ASSERT_TRUE(r->record.rejected.empty()) << r->record.rejected;
+    ASSERT_TRUE(lancet->record.rejected.empty()) << lancet->record.rejected;
+    EXPECT_TRUE(ValidatePlan(r->plan).ok());
+    ASSERT_FALSE(r->record.changes.empty());
+    EXPECT_THAT(r->record.changes.front(), HasSubstr("B/F pairs interleaved"));
+    for (size_t k = 0; k < r->plan.ranks.size(); ++k) {
+      // Micro-batches whose forward lancet cuts on this rank.
+      std::set<int64_t> cut_by_lancet;
+      for (const Instruction& in : lancet->plan.ranks[k].instructions) {
+        if (in.op == OpKind::kForward && in.chunks > 0) cut_by_lancet.insert(in.microbatch);
+      }
+      bool backward_open = false, paired = false;
+      for (const Instruction& in : r->plan.ranks[k].instructions) {
+        if (in.segment < 0) continue;
+        if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {
+          backward_open = in.outputs.empty();
+        }
+        if (in.op != OpKind::kForward) continue;
+        paired = paired || backward_open;
+        if (in.chunks > 0) {
+          EXPECT_FALSE(backward_open) << "a forward inside a pair is cut: " << InstructionText(in);
+          EXPECT_EQ(cut_by_lancet.count(in.microbatch), 1u) << InstructionText(in);
+          sliced_forwards += in.segment % 2 == 0;
+        }
+      }
+      paired_plans += paired;
+    }
+  }
+  EXPECT_GT(paired_plans, 0);
+  EXPECT_GT(sliced_forwards, 0);
+  // Pipelines: refused, as megatron is.
+  const auto f = MakePlanFixture(MoeCase(2, 2, 2, 5));
+  ASSERT_TRUE(f->no_schedule.empty());
+  StatusOr<PassResult> r = ApplyPass(MoeOverlapPass(MoeOverlap::kLancetMegatron), f->plan);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->record.rejected, HasSubstr("lancet-megatron overlap needs pp = 1"));
+  EXPECT_FALSE(r->record.changed);
 }
 
 // Segments in order with blocking all-to-alls do the whole op's work.

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -129,8 +130,8 @@ std::vector<MoeCase> MoeCases() {
        "none", "lancet", "", 2, true},
       {"gpt_moe_top1_dp2_ep2_pp2_seg_lancet", "gpt-tiny-moe-top1", 2, 2, 2, 4, "1f1b", 600, "100",
        "none", "lancet", "", 2, true},
-      {"gpt_moe_top1_dp2_ep2_pp2_zbh1_seg_partition", "gpt-tiny-moe-top1", 2, 2, 2, 4, "zb-h1",
-       600, "100", "none", "partition", "", 2, true},
+      {"gpt_moe_top1_dp2_ep2_pp2_zbh1_seg_partition", "gpt-tiny-moe-top1", 2, 2, 2, 4, "zb-h1", 600,
+       "100", "none", "partition", "", 2, true},
       {"gpt_moe_top1_dp4_ep4_seg_partition", "gpt-tiny-moe-top1", 4, 1, 4, 1, "1f1b", 600, "100",
        "none", "partition", "", 2, true},
       // Top-2 dropping by token position (MoeDropPolicy::kPosition): threaded slice by slice,
@@ -139,6 +140,11 @@ std::vector<MoeCase> MoeCases() {
        "100", "none", "lancet", "", 2, true},
       {"t5_moe_dp2_ep2_seg_lancet", "t5-tiny-moe", 2, 1, 2, 1, "1f1b", 600, "70", "none", "lancet",
        "", 2, true},
+      // Lancet's passes under Megatron's B/F interleaving: a rank's first forward cut into token
+      // slices, each later one interleaved whole with the backward before it (both micro-batches
+      // held: planned within 70 MB, three rows per micro-batch, run within 130 MB).
+      {"gpt_moe_top1_dp2_ep2_seg_lancet_megatron", "gpt-tiny-moe-top1", 2, 1, 2, 4, "1f1b", 600,
+       "130", "none", "lancet-megatron", "70", 2, true},
   };
 }
 
@@ -212,6 +218,7 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
   std::vector<MicroBatchReferenceBatch> batches;
   int64_t all_to_alls = 0, split_backwards = 0, recomputed = 0;
   int64_t pieces = 0, weight_pieces = 0, sliced = 0, token_sliced = 0, posted = 0, waits = 0;
+  int64_t interleaved = 0;  // forward pieces run between two pieces of one backward
   for (int64_t i = 0; i < kIterations; ++i) {
     StatusOr<std::string> bytes = ReadFileToString(dir + "/" + PackageDumpName(i));
     ASSERT_TRUE(bytes.ok()) << bytes.status().message();
@@ -232,7 +239,14 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
       }
     }
     for (const RankProgram& prog : p->plan.ranks) {
+      std::optional<int64_t> open_backward;  // micro-batch of a backward begun, not ended
       for (const Instruction& in : prog.instructions) {
+        if (in.segment >= 0 && (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput)) {
+          open_backward = in.outputs.empty() ? std::optional<int64_t>(in.microbatch) : std::nullopt;
+        }
+        if (open_backward.has_value() && in.segment >= 0 && in.op == OpKind::kForward) {
+          ++interleaved;
+        }
         all_to_alls += IsAllToAll(in.op) ? 1 : 0;
         split_backwards += in.op == OpKind::kBackwardInput ? 1 : 0;
         pieces += in.segment >= 0 ? 1 : 0;
@@ -254,7 +268,13 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
     if (c.moe_overlap != "none") {
       EXPECT_GT(posted, 0) << "no all-to-all was posted: nothing overlapped";
     }
-    const bool partition = c.moe_overlap == "partition" || c.moe_overlap == "lancet";
+    const bool partition = c.moe_overlap == "partition" || c.moe_overlap == "lancet" ||
+                           c.moe_overlap == "lancet-megatron";
+    if (c.moe_overlap == "megatron" || c.moe_overlap == "lancet-megatron") {
+      EXPECT_GT(interleaved, 0) << "no forward ran inside a backward";
+    } else {
+      EXPECT_EQ(interleaved, 0);
+    }
     if (c.moe_overlap == "tutel") {
       EXPECT_GT(sliced, 0) << "no capacity slice ran";
       EXPECT_EQ(token_sliced, 0);
