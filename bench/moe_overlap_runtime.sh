@@ -13,7 +13,8 @@
 #      iteration; the MoE all-to-alls inside whole ops are taken out of the compute fit): the
 #      calibration every variant is then predicted with;
 #   3. `sluice train --plan ... --calibration` executes them as lowered (`whole`) and rewritten
-#      by each MoE overlap pass the runtime runs (none, dw, tutel, partition, lancet, megatron at pp 1), one run per
+#      by each MoE overlap pass the runtime runs (none, dw, tutel, partition, lancet; megatron
+#      and lancet-megatron at pp 1; VARIANTS, if set, names a subset, whole always in), one run per
 #      variant in turn, REPEATS rounds (so a load change on the machine hits every variant
 #      alike); each plan's prediction is the trainer's own (`predicted_time_s`,
 #      `predicted_exposed_all_to_all_s` of --metrics: the simulation of the calibrated plan that
@@ -100,7 +101,14 @@ p.pop("moe_slice_overhead_ns", None); json.dump(p, open(sys.argv[3], "w"))' \
     > "$dir/calibrate.log" 2>&1
   variants=(whole none dw tutel partition lancet)
   if [ "${PROFILE:-0}" = 1 ]; then variants+=(tutel-20us); fi
-  if [ "${pp:-1}" = 1 ]; then variants+=(megatron); fi
+  if [ "${pp:-1}" = 1 ]; then variants+=(megatron lancet-megatron); fi
+  if [ -n "${VARIANTS:-}" ]; then
+    keep=(whole)
+    for v in "${variants[@]}"; do
+      if [ "$v" != whole ] && [[ " $VARIANTS " == *" $v "* ]]; then keep+=("$v"); fi
+    done
+    variants=("${keep[@]}")
+  fi
   echo "${variants[*]}" > "$dir/variants"
   for r in $(seq 1 "$REPEATS"); do
     for v in "${variants[@]}"; do
@@ -131,7 +139,7 @@ done
 import glob, json, os, statistics, sys
 out, repeats = sys.argv[1], int(sys.argv[2])
 med = lambda v: statistics.median(v) if v else float("nan")
-print(f"{'config':<12} {'variant':<10} {'iters':>5} {'exposed a2a ms':>15} {'predicted':>10} "
+print(f"{'config':<12} {'variant':<15} {'iters':>5} {'exposed a2a ms':>15} {'predicted':>10} "
       f"{'iteration ms':>13} {'predicted':>10} {'error':>7} {'vs whole':>9} {'predicted':>10}")
 for cfg in sys.argv[3:]:
     name = cfg.split(":")[0]
@@ -161,7 +169,7 @@ for cfg in sys.argv[3:]:
             ratios.append(med([p[0] for p in pairs]) / med([p[0] for p in w]))
             pred.append(med([p[1] for p in pairs]) / med([p[1] for p in w]))
         err = 100 * (med(it_p) / med(it) - 1)
-        print(f"{name:<12} {v:<10} {len(it):>5} {med(a2a):>15.1f} {med(a2a_p):>10.1f} "
+        print(f"{name:<12} {v:<15} {len(it):>5} {med(a2a):>15.1f} {med(a2a_p):>10.1f} "
               f"{med(it):>13.1f} {med(it_p):>10.1f} {err:>+6.1f}% {med(ratios):>9.3f} "
               f"{med(pred):>10.3f}")
 PYEOF
