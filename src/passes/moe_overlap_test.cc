@@ -13,6 +13,7 @@
 
 #include "passes/moe_chain.h"
 #include "plan/memory_rule.h"
+#include "plan/moe_segments.h"
 #include "plan/plan_test_util.h"
 #include "plan/validate.h"
 #include "planner/optimizer.h"
@@ -217,7 +218,8 @@ TEST(MoeOverlapTest, LancetMegatronCutsOnlyTheUnpairedForwards) {
       for (const Instruction& in : r->plan.ranks[k].instructions) {
         if (in.segment < 0) continue;
         if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {
-          backward_open = in.outputs.empty();
+          // Its last piece is its last segment's (a first stage's backward has no outputs).
+          backward_open = in.segment + 1 < NumSegments(r->plan, in.stage);
         }
         if (in.op != OpKind::kForward) continue;
         paired = paired || backward_open;

@@ -28,6 +28,7 @@
 #include "base/json_util.h"
 #include "model/model_spec.h"
 #include "passes/moe_overlap.h"
+#include "plan/moe_segments.h"
 #include "plan/plan_json.h"
 #include "plan/validate.h"
 #include "runtime/dump.h"
@@ -242,7 +243,10 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
       std::optional<int64_t> open_backward;  // micro-batch of a backward begun, not ended
       for (const Instruction& in : prog.instructions) {
         if (in.segment >= 0 && (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput)) {
-          open_backward = in.outputs.empty() ? std::optional<int64_t>(in.microbatch) : std::nullopt;
+          // Its last piece is its last segment's (a first stage's backward has no outputs).
+          open_backward = in.segment + 1 < NumSegments(p->plan, in.stage)
+                              ? std::optional<int64_t>(in.microbatch)
+                              : std::nullopt;
         }
         if (open_backward.has_value() && in.segment >= 0 && in.op == OpKind::kForward) {
           ++interleaved;

@@ -1,5 +1,6 @@
 #include "runtime/segmented_ops.h"
 
+#include <ATen/Parallel.h>
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
@@ -161,6 +162,13 @@ void SegmentedOps::AddPiece(const Instruction& in, int64_t index) {
   }
 }
 
+std::unique_ptr<Fiber> NewComputeFiber(std::function<void()> body) {
+  return std::make_unique<Fiber>([body = std::move(body)] {
+    at::init_num_threads();  // this thread's OpenMP team: the process's torch::set_num_threads
+    body();
+  });
+}
+
 void RunTokenSlices(
     int64_t n, const std::function<void(int64_t slice, const std::function<void()>& park)>& body) {
   PlanExchange::OpState* state = PlanExchange::Bound();
@@ -171,7 +179,7 @@ void RunTokenSlices(
   Fiber* const op_fiber = ch.fiber;
   std::vector<std::unique_ptr<Fiber>> fibers;
   for (int64_t c = 0; c < n; ++c) {
-    fibers.push_back(std::make_unique<Fiber>([state, c, &body, &fibers] {
+    fibers.push_back(NewComputeFiber([state, c, &body, &fibers] {
       PlanExchange::Bind(state);
       body(c, [c, &fibers] { fibers[static_cast<size_t>(c)]->Suspend(); });
     }));
@@ -246,7 +254,7 @@ Status SegmentedOps::Piece(const Instruction& in, int64_t index) {
     const auto a2a = a2a_.find(key);
     const std::vector<const Instruction*>* list = a2a == a2a_.end() ? nullptr : &a2a->second;
     op->a2a.channel = &op->channel;
-    op->fiber = std::make_unique<Fiber>([this, op, list] {
+    op->fiber = NewComputeFiber([this, op, list] {
       PlanExchange::Bind(&op->a2a);
       try {
         op->status = run_(op->whole, list);

@@ -39,6 +39,12 @@
 
 namespace sluice::runtime {
 
+// A Fiber for torch computation: its thread takes this process's intra-op thread count
+// (torch::set_num_threads: `sluice train --threads`) before `body` runs. A new thread otherwise
+// starts with OpenMP's default team (every core), and the BLAS calls in it (the GEMMs of a
+// segmented op) would use it whatever --threads said.
+std::unique_ptr<Fiber> NewComputeFiber(std::function<void()> body);
+
 // From a token-sliced forward's code (running in its op's fiber, which PlanExchange::Bind bound):
 // runs body(c, park) for c in [0, n), each in a fiber of its own, driven by the op's pieces (the
 // slice of each piece, every slice for a whole one); `park` stops the calling slice until the
