@@ -428,8 +428,8 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       }
     }
   }
-  // One rewrite; megatron interleaves only every `stride`-th B/F pair of a rank (the ranks of an
-  // ep group run identical schedules, so they pick the same pairs).
+  // One rewrite; megatron interleaves only every `stride`-th B/F pair of a rank (0: none; the ranks
+  // of an ep group run identical schedules, so they pick the same pairs).
   struct Built {
     ExecutionPlan plan;
     std::vector<std::string> changes;
@@ -453,7 +453,8 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       }
       const Block& b = parsed[r].blocks[units[u].block];
       const Decision& d = decide[r][units[u].block];
-      if (interleave && b.op.op == OpKind::kBackward && backward_blocks++ % stride == 0) {
+      if (interleave && stride > 0 && b.op.op == OpKind::kBackward &&
+          backward_blocks++ % stride == 0) {
         // The forward block after it, past only loads and frees.
         size_t v = u + 1;
         while (v < units.size() && units[v].block < 0 &&
@@ -558,14 +559,23 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
   while (!built.problem.empty() && interleave && stride < max_backward) {
     built = build(++stride);
   }
+  // lancet-megatron where no pair fits: Lancet's passes alone (what it is without pairs).
+  if (!built.problem.empty() && overlap_ == MoeOverlap::kLancetMegatron) {
+    built = build(stride = 0);
+  }
   if (!built.problem.empty()) {
     record.rejected = first_problem;
     return record;
   }
   record.changes = std::move(built.changes);
-  if (stride > 1 && !record.changes.empty()) {
-    record.changes.front() += fmt::format(
-        "; every {} B/F pairs one interleaved (all of them: {})", stride, first_problem);
+  if (stride != 1 && !record.changes.empty()) {
+    record.changes.front() +=
+        stride == 0 ? fmt::format(
+                          "; no B/F pair interleaved, Lancet's passes alone (every "
+                          "stride of pairs breaks a check; all of them: {})",
+                          first_problem)
+                    : fmt::format("; every {} B/F pairs one interleaved (all of them: {})", stride,
+                                  first_problem);
   }
   ExecutionPlan& candidate = built.plan;
   record.changed = !(candidate == *plan);

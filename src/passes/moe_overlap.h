@@ -27,6 +27,7 @@
 //    backward interleaved with the next forward as kMegatron does, and every forward left
 //    unpaired (a rank's first, or those a memory-bound stride skips) cut by kPartition's DP; a
 //    paired forward stays whole, its all-to-alls already under the backward's computation.
+//    Where no stride of pairs fits the memory limit: no pair (Lancet's passes alone).
 // Segment times are the op's duration split by analytic FLOP shares (MoeSegmentShares); a slice
 // of a segment costs its share plus the slice overhead (measured by `sluice profile` when the
 // plan's cost model has it, else 20 us); a slice of an all-to-all costs its

@@ -243,6 +243,55 @@ TEST(MoeOverlapTest, LancetMegatronCutsOnlyTheUnpairedForwards) {
   EXPECT_FALSE(r->record.changed);
 }
 
+// Where no stride of pairs fits the memory limit, lancet-megatron is Lancet's passes alone: never
+// refused where lancet is not.
+TEST(MoeOverlapTest, LancetMegatronWithoutRoomForPairsIsLancet) {
+  int64_t alone = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    PlanCase c = MoeCase(2, 1, 2, seed);
+    c.fixed_shapes = false;
+    const auto f = MakePlanFixture(c);
+    if (!f->no_schedule.empty()) continue;
+    SCOPED_TRACE(testing::Describe(c));
+    MoeOverlapOptions o;
+    o.overlap_grad_reduction = false;
+    // The limit: the peak of lancet's rewrite (room for no more than it holds).
+    ExecutionPlan tight = f->plan;
+    tight.parallel.memory_limit = tight.cluster.device.memory;
+    StatusOr<PassResult> roomy = ApplyPass(MoeOverlapPass(MoeOverlap::kLancet, o), tight);
+    ASSERT_TRUE(roomy.ok() && roomy->record.rejected.empty());
+    Bytes peak;
+    for (const RankProgram& r : roomy->plan.ranks) {
+      peak = std::max(peak, ReplayRankMemory(roomy->plan, r, tight.cluster.device.memory).peak);
+    }
+    tight.parallel.memory_limit = peak;
+    StatusOr<PassResult> lancet = ApplyPass(MoeOverlapPass(MoeOverlap::kLancet, o), tight);
+    StatusOr<PassResult> both = ApplyPass(MoeOverlapPass(MoeOverlap::kLancetMegatron, o), tight);
+    StatusOr<PassResult> megatron = ApplyPass(MoeOverlapPass(MoeOverlap::kMegatron, o), tight);
+    ASSERT_TRUE(lancet.ok() && both.ok() && megatron.ok());
+    if (!lancet->record.rejected.empty()) continue;
+    ASSERT_TRUE(both->record.rejected.empty()) << both->record.rejected;
+    EXPECT_TRUE(ValidatePlan(both->plan).ok());
+    if (megatron->record.rejected.empty()) continue;
+    // No pair fits: the record says so, and no forward runs inside a backward.
+    ++alone;
+    ASSERT_FALSE(both->record.changes.empty());
+    EXPECT_THAT(both->record.changes.front(), HasSubstr("no B/F pair interleaved"));
+    for (const RankProgram& p : both->plan.ranks) {
+      bool backward_open = false;
+      for (const Instruction& in : p.instructions) {
+        if (in.segment < 0) continue;
+        if (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput) {
+          backward_open = in.segment + 1 < NumSegments(both->plan, in.stage);
+        }
+        EXPECT_FALSE(backward_open && in.op == OpKind::kForward) << InstructionText(in);
+      }
+    }
+    EXPECT_LE(Sim(both->plan).iteration_time, Sim(lancet->plan).iteration_time.Scaled(1.001));
+  }
+  EXPECT_GT(alone, 0);
+}
+
 // Segments in order with blocking all-to-alls do the whole op's work.
 TEST(MoeOverlapTest, PlainSegmentationChangesNoSimulatedFigure) {
   for (const PlanCase& c : Sweep()) {
