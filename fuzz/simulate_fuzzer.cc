@@ -5,7 +5,10 @@
 // never a crash or a hang, and the writers of a result (summary table, JSON, Chrome trace) must
 // take it. For plans that pass ValidatePlan the simulator must agree with the validator: no
 // deadlock (the static replay proved there is none) and, counting no buffers, every rank's peak
-// memory equal to PredictPeakMemory's.
+// memory equal to PredictPeakMemory's. A valid plan with expert parallelism is also rewritten by
+// every MoE overlap pass (passes/moe_overlap.h, as `sluice simulate --moe-overlap all` does): a
+// pass gives a record or a Status; a rejected rewrite leaves the plan as it was, and a kept one is
+// valid and simulates without deadlock.
 //
 // Cost is bounded by capping the plan: at most kMaxRanks programs and kMaxInstructions
 // instructions in all (the engine's work is linear in instructions, times the ring length for
@@ -16,6 +19,7 @@
 #include <span>
 #include <string_view>
 
+#include "passes/moe_overlap.h"
 #include "plan/plan_json.h"
 #include "plan/validate.h"
 #include "sim/chrome_trace.h"
@@ -62,6 +66,20 @@ void Simulate(const sluice::ExecutionPlan& plan, bool closed_form) {
       sluice::PredictPeakMemory(plan, sluice::MemoryRuleOptions{.count_buffers = false});
   for (size_t k = 0; k < predicted.size(); ++k) {
     if (bare->ranks[k].peak_memory != predicted[k]) std::abort();
+  }
+  if (plan.parallel.ep <= 1 || !plan.model.moe.has_value()) return;
+  for (int k = 0; k <= static_cast<int>(sluice::passes::MoeOverlap::kLancetMegatron); ++k) {
+    sluice::ExecutionPlan next = plan;
+    sluice::StatusOr<sluice::passes::PassRecord> record =
+        sluice::passes::MoeOverlapPass(static_cast<sluice::passes::MoeOverlap>(k)).Run(&next);
+    if (!record.ok()) continue;
+    if (!record->rejected.empty() || !record->changed) {
+      if (!(next == plan)) std::abort();
+      continue;
+    }
+    if (!sluice::ValidatePlan(next).ok()) std::abort();
+    sluice::StatusOr<sluice::SimResult> rewritten = sluice::Simulate(next, options);
+    if (!rewritten.ok() || rewritten->outcome == sluice::SimOutcome::kDeadlock) std::abort();
   }
 }
 
