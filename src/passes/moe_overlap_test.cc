@@ -226,7 +226,7 @@ TEST(MoeOverlapTest, LancetMegatronCutsOnlyTheUnpairedForwards) {
         if (in.chunks > 0) {
           EXPECT_FALSE(backward_open) << "a forward inside a pair is cut: " << InstructionText(in);
           EXPECT_EQ(cut_by_lancet.count(in.microbatch), 1u) << InstructionText(in);
-          sliced_forwards += in.segment % 2 == 0;
+          sliced_forwards += IsTokenSlice(in);
         }
       }
       paired_plans += paired;

@@ -41,6 +41,13 @@ Instruction AllToAllSlice(const Instruction& whole, int64_t c, int64_t n, int64_
 inline constexpr uint8_t kFirstPiece = 1, kLastPiece = 2;
 std::vector<uint8_t> PieceRoles(const RankProgram& program);
 
+// Whether `in` is a token slice (the forward partition's, passes/moe_overlap.h): a compute piece
+// of an even (attention) segment cut into slices. Capacity slices (Tutel's) cut only the odd
+// (MoE block) segments.
+inline bool IsTokenSlice(const Instruction& in) {
+  return IsCompute(in.op) && in.segment >= 0 && in.segment % 2 == 0 && in.chunks > 0;
+}
+
 // One rank's segmented ops. Feed it every piece (compute op with segment >= 0), every all-to-all
 // that does not belong to a whole compute op, and every all-to-all wait, in program order.
 class SegmentTracker {

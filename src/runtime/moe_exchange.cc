@@ -102,17 +102,11 @@ int64_t PlanExchange::Post(OpKind kind, int64_t layer, int64_t slice, const at::
   return PostOne(kind, layer, std::max<int64_t>(slice, -1), rows, send, recv);
 }
 
-namespace {
-
 std::vector<int64_t> RowSums(const at::Tensor& counts) {
-  std::vector<int64_t> out;
-  const at::Tensor sums = counts.sum(1).contiguous();
+  const at::Tensor sums = counts.sum(1).to(torch::kInt64).contiguous();
   const int64_t* p = sums.data_ptr<int64_t>();
-  out.assign(p, p + sums.numel());
-  return out;
+  return std::vector<int64_t>(p, p + sums.numel());
 }
-
-}  // namespace
 
 int64_t PlanExchange::PostTokenSlice(OpKind kind, int64_t layer, int64_t slice,
                                      const at::Tensor& rows, const at::Tensor& send_counts,

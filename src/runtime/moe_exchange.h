@@ -152,4 +152,8 @@ class PlanExchange final : public ExpertExchange {
   int64_t nanos_ = 0;
 };
 
+// The sums of each row of a 2-D integer tensor (a members x experts count matrix: the rows each
+// member sends or receives).
+std::vector<int64_t> RowSums(const at::Tensor& counts);
+
 }  // namespace sluice::runtime

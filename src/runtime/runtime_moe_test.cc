@@ -256,7 +256,7 @@ TEST_P(MoeTest, LossesGradientsAndDropsMatchTheMicroBatchReference) {
         pieces += in.segment >= 0 ? 1 : 0;
         weight_pieces += in.segment >= 0 && in.op == OpKind::kBackwardWeight ? 1 : 0;
         sliced += IsCompute(in.op) && in.chunks > 0 ? 1 : 0;
-        token_sliced += IsCompute(in.op) && in.chunks > 0 && in.segment % 2 == 0 ? 1 : 0;
+        token_sliced += IsTokenSlice(in) ? 1 : 0;
         posted += IsAllToAll(in.op) && in.tag >= 0 ? 1 : 0;
         waits += in.op == OpKind::kAllToAllWait ? 1 : 0;
       }

@@ -78,7 +78,7 @@ Status AttachAllToAlls(const RankProgram& program, const std::vector<int64_t>& e
   for (size_t i = 0; i < program.instructions.size(); ++i) {
     const Instruction& in = program.instructions[i];
     if (in.chunks <= 0 || !IsCompute(in.op)) continue;
-    if (in.segment % 2 == 0) {
+    if (IsTokenSlice(in)) {
       if (in.op != OpKind::kForward || in.recompute == Recompute::kFull) {
         return FailedPreconditionError(fmt::format(
             "instruction {} ({}) is a token slice ({} of {}) of a {}{}: the runtime runs the "
@@ -156,7 +156,7 @@ SegmentedOps::SegmentedOps(const RankProgram& program, Communicator& comm, Watch
 
 void SegmentedOps::AddPiece(const Instruction& in, int64_t index) {
   if (in.op != OpKind::kBackwardWeight) last_piece_[KeyOf(in)] = index;
-  if (in.op == OpKind::kForward && in.segment % 2 == 0 && in.chunks > 0) {
+  if (in.op == OpKind::kForward && IsTokenSlice(in)) {
     auto [it, added] = token_slices_.emplace(KeyOf(in), in.chunks);
     if (!added && it->second != in.chunks) it->second = -1;
   }
@@ -356,8 +356,7 @@ Status SegmentedOps::PostAllToAll(const Instruction& in, int64_t index, int64_t*
                             AwaitAllToAll(comm_, watchdog_, trace_, in, h, p.posted_ns,
                                           iteration_, now_, /*record=*/false));
     exposed_ns_ += waited;
-    const at::Tensor sums = got.sum(1).contiguous();
-    recv.assign(sums.data_ptr<int64_t>(), sums.data_ptr<int64_t>() + sums.numel());
+    recv = RowSums(got);
     op.a2a.counts[p.ticket] = got;
   }
   if (!req.send_splits.empty()) {  // a token slice moves what its routing gave

@@ -174,7 +174,7 @@ Status Engine::CompileRank(int64_t r, SimOp* op, double* work_ns, double* memory
   {  // Token slices: a forward whose attention segment is sliced; its sliced dispatches.
     std::set<std::pair<int64_t, int64_t>> partitioned;
     for (const Instruction& in : p.instructions) {
-      if (in.op == OpKind::kForward && in.segment >= 0 && in.segment % 2 == 0 && in.chunks > 0) {
+      if (in.op == OpKind::kForward && IsTokenSlice(in)) {
         partitioned.insert({in.microbatch, in.stage});
       }
     }
