@@ -366,9 +366,10 @@ void RegisterSimulateCommands(CLI::App* app, RunState* state) {
   s->add_option("--moe-overlap", flags->moe_overlap,
                 "Rewrite the plan's MoE ops to overlap all-to-all with compute before simulating "
                 "(passes/moe_overlap.h): none (segmented, no overlap), tutel, megatron, dw, "
-                "partition, lancet (dw + partition); all: simulate the plan as given, then "
+                "partition, lancet (dw + partition), lancet-megatron (pp 1: megatron's B/F pairs, "
+                "the forwards outside them partitioned); all: simulate the plan as given, then "
                 "every rewrite side by side")
-      ->type_name("none|tutel|megatron|dw|partition|lancet|all");
+      ->type_name("none|tutel|megatron|dw|partition|lancet|lancet-megatron|all");
   SetHandler(s, state, [flags] { return RunSimulate(*flags); });
 }
 
