@@ -127,6 +127,9 @@ p.pop("moe_slice_overhead_ns", None); json.dump(p, open(sys.argv[3], "w"))' \
         --metrics "$dir/metrics-$v-$r.jsonl" \
         > "$dir/train-$v-$r.log" 2>&1 || {
           echo "train $name $v round $r failed: see $dir/train-$v-$r.log" >&2; exit 1; }
+      if grep -q "applied with less" "$dir/train-$v-$r.log"; then
+        echo "note: train $name $v round $r: $(grep -m1 -o 'applied with less: .\{0,160\}' "$dir/train-$v-$r.log")"
+      fi
       if grep -q "moe-overlap not applied" "$dir/train-$v-$r.log"; then
         echo "train $name $v round $r: the rewrite was not applied: see $dir/train-$v-$r.log" >&2
         exit 1

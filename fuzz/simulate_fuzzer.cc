@@ -78,6 +78,7 @@ void Simulate(const sluice::ExecutionPlan& plan, bool closed_form) {
       continue;
     }
     if (!sluice::ValidatePlan(next).ok()) std::abort();
+    if (!SmallEnough(next)) continue;  // slices multiply the instructions
     sluice::StatusOr<sluice::SimResult> rewritten = sluice::Simulate(next, options);
     if (!rewritten.ok() || rewritten->outcome == sluice::SimOutcome::kDeadlock) std::abort();
   }

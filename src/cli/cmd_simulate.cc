@@ -241,6 +241,9 @@ Status RunSimulate(const SimulateFlags& f) {
         fmt::print("--moe-overlap {}: {} ({} ranks like it)\n", f.moe_overlap,
                    record.changes.front(), record.changes.size() - 1);
       }
+      if (!record.degraded.empty()) {
+        fmt::print("--moe-overlap {}: {}\n", f.moe_overlap, record.degraded);
+      }
     } else if (plan.parallel.ep <= 1 || !plan.model.moe.has_value()) {
       return InvalidArgumentError(fmt::format(
           "--moe-overlap all: {} has no expert parallelism (needs an MoE model and ep > 1)",

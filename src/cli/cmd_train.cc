@@ -171,6 +171,10 @@ Status RunTrain(const TrainFlags& f) {
         return fmt::format("--moe-overlap not applied (the plan runs whole ops): {}",
                            record->rejected);
       }
+      if (!record->degraded.empty()) {
+        return fmt::format("--moe-overlap {} applied with less: {}",
+                           passes::MoeOverlapName(overlap), record->degraded);
+      }
       return "";
     };
   }

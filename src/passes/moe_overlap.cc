@@ -374,7 +374,9 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
       Decision d;
       d.cut.assign(static_cast<size_t>(2 * P - 1), 0);
       d.dw = dw && b.op.op == OpKind::kBackward;
-      d.async = d.dw || interleave;
+      // Whole all-to-alls posted (megatron posts every one; lancet-megatron those of its pairs,
+      // below, and Lancet's elsewhere).
+      d.async = d.dw || overlap_ == MoeOverlap::kMegatron;
       if (overlap_ == MoeOverlap::kTutel) {
         for (int64_t e = 1; e + 2 < 2 * P - 1; e += 4) {
           d.cut[e] = d.cut[e + 1] = d.cut[e + 2] = options_.tutel_degree;
@@ -564,18 +566,21 @@ StatusOr<PassRecord> MoeOverlapPass::Run(ExecutionPlan* plan) const {
     built = build(stride = 0);
   }
   if (!built.problem.empty()) {
-    record.rejected = first_problem;
+    // lancet-megatron: why Lancet's passes alone broke a check as well.
+    record.rejected = stride == 0 && built.problem != first_problem
+                          ? fmt::format("{} (with no B/F pair: {})", first_problem, built.problem)
+                          : first_problem;
     return record;
   }
   record.changes = std::move(built.changes);
-  if (stride != 1 && !record.changes.empty()) {
-    record.changes.front() +=
-        stride == 0 ? fmt::format(
-                          "; no B/F pair interleaved, Lancet's passes alone (every "
-                          "stride of pairs breaks a check; all of them: {})",
-                          first_problem)
-                    : fmt::format("; every {} B/F pairs one interleaved (all of them: {})", stride,
-                                  first_problem);
+  if (stride == 0) {
+    record.degraded = fmt::format(
+        "no B/F pair interleaved, Lancet's passes alone (every stride of pairs breaks a check; "
+        "all of them: {})",
+        first_problem);
+  } else if (stride > 1) {
+    record.degraded =
+        fmt::format("every {} B/F pairs one interleaved (all of them: {})", stride, first_problem);
   }
   ExecutionPlan& candidate = built.plan;
   record.changed = !(candidate == *plan);

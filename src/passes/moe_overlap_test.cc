@@ -173,7 +173,7 @@ TEST(MoeOverlapTest, MegatronInterleavesFewerPairsWhereAllDoNotFit) {
     EXPECT_TRUE(ValidatePlan(r->plan).ok());
     EXPECT_LE(peak(r->plan), whole);
     ASSERT_FALSE(r->record.changes.empty());
-    EXPECT_THAT(r->record.changes.front(), HasSubstr("B/F pairs one interleaved (all of them: "));
+    EXPECT_THAT(r->record.degraded, HasSubstr("B/F pairs one interleaved (all of them: "));
   }
   EXPECT_GT(thinned, 0);
 }
@@ -276,7 +276,7 @@ TEST(MoeOverlapTest, LancetMegatronWithoutRoomForPairsIsLancet) {
     // No pair fits: the record says so, and no forward runs inside a backward.
     ++alone;
     ASSERT_FALSE(both->record.changes.empty());
-    EXPECT_THAT(both->record.changes.front(), HasSubstr("no B/F pair interleaved"));
+    EXPECT_THAT(both->record.degraded, HasSubstr("no B/F pair interleaved"));
     for (const RankProgram& p : both->plan.ranks) {
       bool backward_open = false;
       for (const Instruction& in : p.instructions) {
@@ -287,7 +287,7 @@ TEST(MoeOverlapTest, LancetMegatronWithoutRoomForPairsIsLancet) {
         EXPECT_FALSE(backward_open && in.op == OpKind::kForward) << InstructionText(in);
       }
     }
-    EXPECT_LE(Sim(both->plan).iteration_time, Sim(lancet->plan).iteration_time.Scaled(1.001));
+    EXPECT_EQ(both->plan, lancet->plan);
   }
   EXPECT_GT(alone, 0);
 }

@@ -29,6 +29,9 @@ struct PassRecord {
   bool changed = false;              // the plan differs from the one given
   std::vector<std::string> changes;  // one line per change, e.g. "rank 3: 2W5 before 2F7"
   std::string rejected;              // why nothing changed (empty when changed or a no-op)
+  // Applied, but less than the pass aims for, and why (e.g. an MoE overlap that interleaves fewer
+  // B/F pairs because all of them break the memory limit); empty otherwise.
+  std::string degraded;
 
   friend bool operator==(const PassRecord&, const PassRecord&) = default;
 };

@@ -102,7 +102,7 @@ struct TrainOptions {
   // Rank 0 (--moe-overlap): applied to every plan after adjust_plan, before it is published
   // (planned or read from --plan); what runs is the rewritten plan, and it is simulated and
   // printed beside the measured time as with adjust_plan. Returns a note when it left the plan
-  // as it was (a rewrite the pass rejected), else "".
+  // as it was (a rewrite the pass rejected) or applied less than asked, else "".
   std::function<std::string(ExecutionPlan*)> rewrite_plan;
 };
 
