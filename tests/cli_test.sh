@@ -60,6 +60,8 @@ expect plan-memory-inf 2 "--memory-limit: 'inf' is not allowed" -- plan --memory
 expect cost-show-mbs-zero 2 "--mbs: '0' is not allowed; allowed: an integer >= 1" -- cost show --mbs 0
 expect cost-fit-sharpness-nan 2 "--fixed-sharpness: 'nan' is not allowed" -- cost fit --fixed-sharpness nan
 expect stats-samples-negative 2 "--samples: '-5' is not allowed" -- data stats --samples -5
+expect compare-dynamic-screen-one 2 "--dynamic-screen: '1' is not allowed; allowed: off, or a margin in \\[0, 1\\)" -- compare --dynamic-screen 1
+expect compare-dynamic-screen-nan 2 "--dynamic-screen: 'nan' is not allowed" -- compare --dynamic-screen nan
 
 # Lost data: how many samples and tokens were clipped or dropped, and why (item 4 of "honest
 # numbers"); tiny inputs warn, an input with no batch says why.

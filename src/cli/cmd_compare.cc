@@ -51,9 +51,25 @@ struct CompareFlags {
   std::string cp = "1";  // --cp: context-parallel degrees searched
   std::string ep = "1";  // --ep: expert-parallel degrees searched
   std::string moe_overlap = "off";  // --moe-overlap: off or a passes::MoeOverlap name
+  // --dynamic-screen: sluice-dynamic's screen margin, or "off" (checked by DynamicScreenMargin).
+  std::string dynamic_screen = fmt::format("{}", kDynamicScreenMargin);
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
+
+// --dynamic-screen's value: nullopt for "off", else the margin; an error names what is allowed.
+StatusOr<std::optional<double>> DynamicScreenMargin(std::string_view in) {
+  if (in == "off") return std::optional<double>();
+  double v = 0;
+  const char* end = in.data() + in.size();
+  auto [ptr, ec] = std::from_chars(in.data(), end, v);
+  if (ec != std::errc() || ptr != end || !(v >= 0 && v < 1)) {
+    return InvalidArgumentError(
+        fmt::format("'{}' is not allowed; allowed: off, or a margin in [0, 1) (e.g. {})", in,
+                    kDynamicScreenMargin));
+  }
+  return std::optional<double>(v);
+}
 
 bool Given(const CompareFlags& f, const std::string& name) {
   auto it = f.options.find(name);
@@ -266,6 +282,7 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   options.cancelled = [] { return Interrupted(); };
   options.field_name = CompareFieldNamer(f, source);
   options.optimize_budget_ms = f.optimize_budget_ms;
+  SLUICE_ASSIGN_OR_RETURN(options.dynamic_screen, DynamicScreenMargin(f.dynamic_screen));
   if (!f.calibration.empty()) {
     StatusOr<trace::Calibration> c = trace::ReadCalibrationFile(f.calibration);
     if (!c.ok()) return c.status().WithPrefix("--calibration");
@@ -518,6 +535,19 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--closed-form"] = c->add_flag("--closed-form", f->closed_form,
                                    "Deprecated: --collectives closed-form")
                            ->group("");
+  o["--dynamic-screen"] =
+      c->add_option("--dynamic-screen", f->dynamic_screen,
+                    "sluice-dynamic: skip planning a heterogeneous strategy for a batch when its "
+                    "stage-1 estimate, less this margin, still loses to the best strategy planned "
+                    "(a margin in [0, 1); 'off' plans every strategy on every batch)")
+          ->type_name("MARGIN|off")
+          ->check(CLI::Validator(
+              [](std::string& in) -> std::string {
+                const StatusOr<std::optional<double>> m = DynamicScreenMargin(in);
+                return m.ok() ? std::string() : std::string(m.status().message());
+              },
+              ""))
+          ->capture_default_str();
   c->add_flag("--no-html", f->no_html, "Do not write report.html (default: off, it is written)");
   c->add_option("--optimize-budget-ms", f->optimize_budget_ms,
                 "Also run each method's configuration with the plan optimizer (`sluice "

@@ -96,8 +96,16 @@ std::string ConfigText(const MethodRun& m) {
     for (size_t i = 0; i < m.strategies.size(); ++i) {
       list += fmt::format("{}[{}] {}", i ? "; " : "", i, m.strategies[i]);
     }
-    return fmt::format("per batch among {} strategies, {} switches: {}", m.strategies.size(),
-                       m.switches, list);
+    // The heterogeneous plans the screen skipped, of those it could have (compare_dynamic.h).
+    int64_t screened = 0, hetero = 0;
+    for (const BatchRecord& b : m.batches) screened += static_cast<int64_t>(b.screened.size());
+    for (const std::string& s : m.strategies) hetero += s.starts_with("heterogeneous") ? 1 : 0;
+    return fmt::format(
+        "per batch among {} strategies, {} switches{}: {}", m.strategies.size(), m.switches,
+        screened > 0 ? fmt::format(", {} of {} heterogeneous plans screened out", screened,
+                                   hetero * static_cast<int64_t>(m.batches.size()))
+                     : "",
+        list);
   }
   if (!m.config.has_value()) return "-";
   if (m.adopted_from.empty()) return m.config->Describe();

@@ -540,9 +540,10 @@ class Comparison {
   StatusOr<bool> RunDynamicBatches(MethodRun* run, RunAccounts* accounts, Progress* progress) {
     size_t i = 0;
     while (methods_[i].name != run->method) ++i;
-    SLUICE_ASSIGN_OR_RETURN(DynamicRunner runner,
-                            DynamicRunner::Create(scorer_, *r_.sc.cost, r_.sc.cluster, methods_[i],
-                                                  sc_, strategies_[i]));
+    SLUICE_ASSIGN_OR_RETURN(
+        DynamicRunner runner,
+        DynamicRunner::Create(scorer_, *r_.sc.cost, r_.sc.cluster, methods_[i], sc_, strategies_[i],
+                              {.screen_margin = options_.dynamic_screen}));
     SimOptions sim = ScenarioSim(sc_);
     sim.record_memory = false;
     for (const GlobalBatch& batch : r_.batches) {

@@ -45,6 +45,9 @@
 
 namespace sluice {
 
+// sluice-dynamic's default screen margin (CompareOptions::dynamic_screen).
+inline constexpr double kDynamicScreenMargin = 0.15;
+
 struct CompareOptions {
   // Polled between candidates and batches; true stops the run with partial results.
   std::function<bool()> cancelled;
@@ -60,6 +63,9 @@ struct CompareOptions {
   // Applied to each planned batch before it is simulated (e.g. `--calibration`: calibrated op
   // durations and links); the configuration search does not see it. Empty: none.
   std::function<void(ExecutionPlan*)> adjust_plan;
+  // sluice-dynamic's screen (compare_dynamic.h): the margin in [0, 1); nullopt plans every
+  // strategy on every batch.
+  std::optional<double> dynamic_screen = kDynamicScreenMargin;
 };
 
 // How one method's global batch went.
@@ -108,6 +114,8 @@ struct BatchRecord {
   // the modelled time of switching to it from the previous batch's (included in iteration_ms).
   int64_t strategy = -1;
   double switch_ms = 0;
+  // sluice-dynamic: the strategies its screen did not plan for this batch (DynamicOptions).
+  std::vector<int64_t> screened;
 
   friend bool operator==(const BatchRecord&, const BatchRecord&) = default;
 };

@@ -103,10 +103,12 @@ Duration SwitchCost(const std::optional<HeteroConfig>& from, const HeteroConfig&
 }
 
 StatusOr<DynamicRunner> DynamicRunner::Create(CandidateScorer& scorer, const CostModel& cost,
-                                              const ClusterSpec& cluster,
-                                              const MethodSpec& method, const CompareScenario& cs,
-                                              std::vector<Strategy> strategies) {
+                                              const ClusterSpec& cluster, const MethodSpec& method,
+                                              const CompareScenario& cs,
+                                              std::vector<Strategy> strategies,
+                                              DynamicOptions options) {
   DynamicRunner r;
+  r.options_ = options;
   r.cluster_ = &cluster;
   r.cost_ = &cost;
   r.strategies_ = std::move(strategies);
@@ -125,6 +127,8 @@ StatusOr<DynamicRunner> DynamicRunner::Create(CandidateScorer& scorer, const Cos
       r.hetero_planners_.emplace_back();
     }
   }
+  r.scale_.resize(r.strategies_.size());
+  r.screened_since_.assign(r.strategies_.size(), 0);
   // Homogeneous strategies that batch alike (one configuration under several schedules) share
   // one batching per batch.
   for (size_t s = 0; s < r.strategies_.size(); ++s) {
@@ -151,9 +155,30 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
   Duration best_cost, best_switch;
   std::optional<HeteroConfig> from;
   if (previous_.has_value()) from = strategies_[*previous_].Layout();
+  std::vector<int64_t> screened;
+  // The strategy's estimated makespan as the choice weighs it.
+  auto weigh = [&](size_t s, Duration estimate, Duration sw) {
+    return Duration::Nanos(static_cast<int64_t>(static_cast<double>(estimate.nanos()) *
+                                                strategies_[s].calibration)) +
+           sw;
+  };
   for (size_t s = 0; s < n; ++s) {
     Duration estimate;
     bool ok = false;
+    const Duration sw = SwitchCost(from, strategies_[s].Layout(), cost_->model(), *cluster_);
+    if (hetero_planners_[s].has_value() && options_.screen_margin.has_value() && best.has_value() &&
+        !scale_[s].empty() && screened_since_[s] + 1 < kScreenRefresh) {
+      const std::optional<Duration> guess = hetero_planners_[s]->Screen(batch.samples, scale_[s]);
+      if (guess.has_value() &&
+          weigh(s,
+                Duration::Nanos(static_cast<int64_t>(static_cast<double>(guess->nanos()) *
+                                                     (1 - *options_.screen_margin))),
+                sw) >= best_cost) {
+        screened.push_back(static_cast<int64_t>(s));
+        ++screened_since_[s];
+        continue;
+      }
+    }
     if (planners_[s].has_value()) {
       std::optional<BatchPlan>& shared = batched[batching_of_[s]];
       if (!shared.has_value()) {
@@ -167,14 +192,12 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
       SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult p, hetero_planners_[s]->Plan(batch.samples));
       ok = p.outcome == PlanOutcome::kOk;
       estimate = p.makespan;
+      screened_since_[s] = 0;
+      if (ok) scale_[s] = p.scale;
       het[s] = std::move(p);
     }
     if (!ok) continue;
-    const Duration sw = SwitchCost(from, strategies_[s].Layout(), cost_->model(), *cluster_);
-    const Duration cost =
-        Duration::Nanos(static_cast<int64_t>(static_cast<double>(estimate.nanos()) *
-                                             strategies_[s].calibration)) +
-        sw;
+    const Duration cost = weigh(s, estimate, sw);
     if (!best.has_value() || cost < best_cost) {
       best = s;
       best_cost = cost;
@@ -211,6 +234,7 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
   }
   out.rec.planning_ms = planning_ms;
   out.rec.strategy = static_cast<int64_t>(s);
+  out.rec.screened = std::move(screened);
   const bool changed = previous_.has_value() && *previous_ != static_cast<int64_t>(s);
   previous_ = static_cast<int64_t>(s);
   if (changed) ++switches_;

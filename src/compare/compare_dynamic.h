@@ -9,15 +9,26 @@
 // over its simulated throughput on the score batches (1 when it was not simulated), so that one
 // estimator's bias between shapes does not decide the choice.
 //
-// Per batch: every strategy plans it (Planner::Plan, HeteroPlanner::Plan); its estimate is the
-// planner's makespan plus its gradient synchronisation (EstimateGradientSync; a heterogeneous
-// plan's makespan includes both syncs) times its calibration factor; the strategy chosen
-// minimises estimate + the cost of switching to it from the previous batch's strategy (the
-// first batch switches from nothing). Only the chosen plan is simulated; its iteration is the
-// simulated one plus the switch. The batch's planning time is the wall time of planning with
-// every strategy and choosing. Homogeneous strategies whose planners batch alike (the same
+// Per batch: the strategies plan it in order (Planner::Plan, HeteroPlanner::Plan); a strategy's
+// estimate is the planner's makespan plus its gradient synchronisation (EstimateGradientSync; a
+// heterogeneous plan's makespan includes both syncs) times its calibration factor; the strategy
+// chosen minimises estimate + the cost of switching to it from the previous batch's strategy
+// (the first batch switches from nothing). Only the chosen plan is simulated; its iteration is
+// the simulated one plus the switch. The batch's planning time is the wall time of planning and
+// choosing, the screen included. Homogeneous strategies whose planners batch alike (the same
 // configuration under several schedules: Planner::SameBatching) share one batching of the batch
 // (Planner::Batch, then PlanBatched each): the same plans as planning each from scratch.
+//
+// The screen (DynamicOptions::screen_margin; Hydraulis' "ranked by the estimator"): planning a
+// heterogeneous strategy in full (three rounds of stage 1, every group batched, scheduled and
+// lowered) costs several times a homogeneous one. Once a heterogeneous strategy has been planned
+// in full, its stage 1 alone prices later batches (HeteroPlanner::Screen, with the per-group
+// scales its last full plan learnt). When a batch's screened estimate, calibrated and less the
+// margin, plus the switch, is still no better than the best strategy planned so far, the
+// strategy is not planned for that batch (BatchRecord::screened). The screen is an estimate:
+// a strategy it skips could have won by more than the margin; `compare --dynamic-screen off`
+// plans every strategy, and docs/benchmarks.md measures the two side by side. A strategy is
+// planned in full at least every kScreenRefresh batches so that its scales follow the data.
 //
 // Switching cost (SwitchCost): a change of layout re-shards the parameters and optimizer states
 // (fp16 weights and the fp32 master weights and Adam moments, ZeRO-sharded; gradients are rebuilt
@@ -73,19 +84,28 @@ std::vector<Strategy> PickStrategies(const MethodSearch& search,
 Duration SwitchCost(const std::optional<HeteroConfig>& from, const HeteroConfig& to,
                     const ModelSpec& model, const ClusterSpec& cluster);
 
+struct DynamicOptions {
+  // The screen's margin (see the header), in [0, 1); nullopt: no screen, every strategy plans
+  // every batch.
+  std::optional<double> screen_margin = kDynamicScreenMargin;
+};
+
+// Batches after which a screened strategy is planned in full again.
+inline constexpr int64_t kScreenRefresh = 8;
+
 class DynamicRunner {
  public:
   // Planners for every strategy. REQUIRES: `scorer`, `cs`, `cluster` and the cost model outlive
   // the runner. Errors: a strategy that cannot be planned (bugs: each ran in its search).
   static StatusOr<DynamicRunner> Create(CandidateScorer& scorer, const CostModel& cost,
                                         const ClusterSpec& cluster, const MethodSpec& method,
-                                        const CompareScenario& cs,
-                                        std::vector<Strategy> strategies);
+                                        const CompareScenario& cs, std::vector<Strategy> strategies,
+                                        DynamicOptions options = {});
 
   const std::vector<Strategy>& strategies() const { return strategies_; }
 
-  // Plans `batch` with every strategy, chooses one, simulates it. The record's strategy and
-  // switch_ms are set, and its iteration includes the switch.
+  // Plans `batch` with every strategy the screen keeps, chooses one, simulates it. The record's
+  // strategy, switch_ms and screened are set, and its iteration includes the switch.
   StatusOr<BatchRun> Run(const GlobalBatch& batch, const SimOptions& sim, const FlopCounter& flops,
                          int64_t devices);
   // Batches whose strategy differs from the previous batch's (a layout change or not).
@@ -102,6 +122,11 @@ class DynamicRunner {
   // [strategy] the first strategy whose planner batches alike (Planner::SameBatching; itself
   // when none): its batching of a batch is computed once and shared.
   std::vector<size_t> batching_of_;
+  DynamicOptions options_;
+  // [strategy] heterogeneous: the scales of its last full plan (HeteroPlanResult::scale; empty
+  // before the first), and the batches screened out since.
+  std::vector<std::vector<double>> scale_;
+  std::vector<int64_t> screened_since_;
   std::optional<int64_t> previous_;
   int64_t switches_ = 0;
 };

@@ -97,6 +97,78 @@ const MethodRun* Find(const std::vector<MethodRun>& runs, const std::string& nam
   return nullptr;
 }
 
+CompareScenario SmallDynamic(int64_t iterations) {
+  CompareScenario s;
+  s.name = "small-dynamic";
+  s.tokens_per_batch = 16384;
+  s.max_seqlen = 1024;
+  s.iterations = iterations;
+  s.memory_limit_mb = 36000;
+  s.search.score_batches = 1;
+  s.search.simulate_top = 2;
+  s.search.pp = {1, 2, 4};
+  s.search.cp = {1, 2};
+  s.methods = {*MethodSpecFor("sluice", "test"), *MethodSpecFor("sluice-dynamic", "test")};
+  s.reference = "sluice";
+  return s;
+}
+
+// The screen (DynamicOptions::screen_margin): off, every strategy plans every batch; at margin 0
+// (the most it can skip) it skips only heterogeneous strategies, never the one chosen, never on
+// the first batch nor on kScreenRefresh batches in a row; a batch whose choice and history are
+// those of the unscreened run is the unscreened run's batch, planning time aside.
+TEST(DynamicCompareTest, TheScreenSkipsOnlyLosingHeterogeneousStrategiesAndRefreshesThem) {
+  const CompareScenario s = SmallDynamic(2 * kScreenRefresh);
+  CompareOptions off;
+  off.progress = nullptr;
+  off.dynamic_screen = std::nullopt;
+  CompareOptions on = off;
+  on.dynamic_screen = 0.0;
+  auto a = RunCompare(s, off);
+  auto b = RunCompare(s, on);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const MethodRun* u = Find(a->own, "sluice-dynamic");
+  const MethodRun* d = Find(b->own, "sluice-dynamic");
+  ASSERT_NE(u, nullptr);
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(u->state, RunState::kOk) << u->reason;
+  ASSERT_EQ(d->strategies, u->strategies);
+  ASSERT_EQ(d->batches.size(), u->batches.size());
+  std::vector<int64_t> in_a_row(d->strategies.size(), 0);
+  int64_t screened = 0;
+  bool same_so_far = true;
+  for (size_t i = 0; i < d->batches.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(u->batches[i].screened.empty());
+    const BatchRecord& r = d->batches[i];
+    if (i == 0) EXPECT_TRUE(r.screened.empty());
+    std::vector<int64_t> now(d->strategies.size(), 0);
+    for (int64_t k : r.screened) {
+      ASSERT_GE(k, 0);
+      ASSERT_LT(k, static_cast<int64_t>(d->strategies.size()));
+      EXPECT_EQ(d->strategies[k].find("heterogeneous"), 0u) << d->strategies[k];
+      EXPECT_NE(k, r.strategy);
+      now[k] = in_a_row[k] + 1;
+      EXPECT_LT(now[k], kScreenRefresh);
+    }
+    in_a_row = now;
+    screened += static_cast<int64_t>(r.screened.size());
+    same_so_far = same_so_far && r.strategy == u->batches[i].strategy;
+    if (same_so_far) {
+      BatchRecord x = r, y = u->batches[i];
+      x.planning_ms = y.planning_ms = 0;
+      x.screened.clear();
+      EXPECT_EQ(x, y);
+    }
+  }
+  // This scenario's mixes lose to the homogeneous strategies by more than the screen's error.
+  EXPECT_GT(screened, 0);
+  auto back = CompareResultFromJson(CompareResultToJson(*b), "results.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *b);
+}
+
 // The row: every batch ran one of the strategies, the first strategy is the homogeneous search's
 // choice, a batch's iteration includes its switch, and the run round-trips through JSON.
 TEST(DynamicCompareTest, EveryBatchRunsOneStrategyAndSwitchesAreCharged) {

@@ -67,6 +67,7 @@ nlohmann::json BatchToJson(const BatchRecord& b) {
   if (b.strategy >= 0) {
     j["strategy"] = b.strategy;
     j["switch_ms"] = b.switch_ms;
+    if (!b.screened.empty()) j["screened"] = b.screened;
   }
   // Written only for runs with all-to-alls (expert parallelism): other results keep their bytes.
   if (b.all_to_all_ms > 0) {
@@ -101,6 +102,15 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
   SLUICE_RETURN_IF_ERROR(BreakdownFromJson(r, "breakdown", &b->breakdown));
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("strategy", &b->strategy, 0, INT64_MAX));
   SLUICE_RETURN_IF_ERROR(r.OptionalDouble("switch_ms", &b->switch_ms, 0, kBig));
+  if (const nlohmann::json* screened = r.Child("screened")) {
+    if (!screened->is_array()) return r.Error("screened", "must be an array of strategy indices");
+    for (const nlohmann::json& i : *screened) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0) {
+        return r.Error("screened", "must be an array of strategy indices (integers >= 0)");
+      }
+      b->screened.push_back(i.get<int64_t>());
+    }
+  }
   SLUICE_RETURN_IF_ERROR(r.OptionalDouble("all_to_all_ms", &b->all_to_all_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(
       r.OptionalDouble("exposed_all_to_all_ms", &b->exposed_all_to_all_ms, 0, kBig));

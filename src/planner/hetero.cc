@@ -285,10 +285,30 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
   if (best->outcome == PlanOutcome::kOk) {
     // Distinct entries of `plans` (one per group), moved out once no round needs them.
     for (PlanResult* g : best_groups) best->groups.push_back(std::move(*g));
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t predicted = best->dispatch.group_time[g];
+      best->scale.push_back(predicted > 0 ? static_cast<double>(best->groups[g].makespan.nanos()) /
+                                                static_cast<double>(predicted)
+                                          : 1.0);
+    }
   }
   best->planning_time = Duration::Nanos(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
   return std::move(*best);
+}
+
+std::optional<Duration> HeteroPlanner::Screen(std::span<const Sample> batch,
+                                              std::span<const double> scale) const {
+  const HeteroDispatch d = Dispatch(batch, scale);
+  if (!d.ok) return std::nullopt;
+  Duration slowest;
+  for (size_t g = 0; g < config_.groups.size(); ++g) {
+    const double f = g < scale.size() ? scale[g] : 1.0;
+    slowest = std::max(
+        slowest, Duration::Nanos(static_cast<int64_t>(f * static_cast<double>(d.group_time[g]))) +
+                     group_sync_[g]);
+  }
+  return slowest + cross_sync_;
 }
 
 StatusOr<HeteroPlanResult> HeteroPlanner::PlanRound(std::span<const Sample> batch,

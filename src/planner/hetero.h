@@ -136,6 +136,10 @@ struct HeteroPlanResult {
   // plus cross_sync.
   Duration makespan;
   Duration planning_time;  // wall time of Plan()
+  // [group] the kept round's planned makespan over stage 1's time for the group (HeteroDispatch::
+  // group_time): how far stage 1's per-sequence costs were off for this batch (empty unless kOk;
+  // 1 for a group stage 1 gave no time). HeteroPlanner::Screen prices another batch with them.
+  std::vector<double> scale;
 };
 
 class HeteroPlanner {
@@ -158,6 +162,13 @@ class HeteroPlanner {
   // sequences than replicas, a group's plan out of memory) is the outcome; errors are bugs or
   // Planner::Plan's.
   StatusOr<HeteroPlanResult> Plan(std::span<const Sample> batch) const;
+  // Stage 1's estimate of Plan(batch).makespan without planning the groups: stage 1 with f_g
+  // scaled by `scale` (an earlier batch's HeteroPlanResult::scale), then max over groups of
+  // (scale[g] x stage 1's time for the group + the group's gradient sync) + the cross-group
+  // sync. nullopt when stage 1 fails (a sequence no group holds). Costs stage 1 alone: no group
+  // is batched or scheduled. An estimate, not a bound: Plan may come out either side of it.
+  std::optional<Duration> Screen(std::span<const Sample> batch,
+                                 std::span<const double> scale) const;
 
  private:
   HeteroPlanner() = default;

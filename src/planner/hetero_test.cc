@@ -14,6 +14,7 @@
 #include "cost/layer_work.h"
 #include "model/chunk_cut.h"
 #include "plan/validate.h"
+#include "planner/config_search.h"
 
 namespace sluice {
 namespace {
@@ -389,6 +390,55 @@ TEST(HeteroPlannerTest, OneGroupIsTheHomogeneousPlanner) {
   EXPECT_EQ(a->cross_sync, Duration::Zero());
 }
 
+// HeteroPlanResult::scale is what the kept round's groups planned over stage 1's time for them,
+// and Screen prices a batch as stage 1 with those scales plus the syncs, without planning it.
+TEST(HeteroPlannerTest, ScreenIsStageOneWithTheScalesOfAFullPlan) {
+  auto setup = Setup16();
+  const std::vector<HeteroConfig> mixes = {
+      {.groups = {Group(1, 8), Group(4, 2)}},
+      {.groups = {Group(1, 4, 2), Group(2, 2, 2)}},
+      {.groups = {Group(1, 8), Group(1, 4), Group(2, 2)}},
+      {.groups = {Zero2(Group(1, 2, 1, 4)), Zero2(Group(4, 1, 1, 2))}},
+  };
+  const std::vector<Sample> batch = MixedBatch(4096, 2);
+  const std::vector<Sample> next = MixedBatch(4096, 3);
+  for (const HeteroConfig& h : mixes) {
+    SCOPED_TRACE(DescribeHetero(h));
+    StatusOr<HeteroPlanner> planner =
+        HeteroPlanner::Create(*setup->cost, h, setup->cluster, Options());
+    ASSERT_TRUE(planner.ok()) << planner.status().ToString();
+    StatusOr<HeteroPlanResult> r = planner->Plan(batch);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
+    ASSERT_EQ(r->scale.size(), h.groups.size());
+    for (size_t g = 0; g < h.groups.size(); ++g) {
+      ASSERT_GT(r->dispatch.group_time[g], 0);
+      EXPECT_NEAR(r->scale[g] * static_cast<double>(r->dispatch.group_time[g]),
+                  static_cast<double>(r->groups[g].makespan.nanos()), 1.0);
+    }
+    for (const std::vector<Sample>* b : {&batch, &next}) {
+      const HeteroDispatch d = planner->Dispatch(*b, r->scale);
+      ASSERT_TRUE(d.ok);
+      Duration expected;
+      for (size_t g = 0; g < h.groups.size(); ++g) {
+        expected = std::max(
+            expected,
+            Duration::Nanos(
+                static_cast<int64_t>(r->scale[g] * static_cast<double>(d.group_time[g]))) +
+                EstimateGradientSync(planner->group_planner(static_cast<int64_t>(g)).evaluator(),
+                                     setup->cluster));
+      }
+      for (const ReductionGroup& red : planner->reductions()) expected += red.cross_group_time;
+      EXPECT_EQ(planner->Screen(*b, r->scale), expected);
+    }
+    // On the batch its scales came from, the screen lands near the plan: what the dynamic
+    // strategy choice's margin relies on (compare_dynamic.h).
+    const std::optional<Duration> again = planner->Screen(batch, r->scale);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_NEAR(again->millis() / r->makespan.millis(), 1.0, 0.15);
+  }
+}
+
 TEST(HeteroPlannerTest, ASampleNoGroupHoldsIsInfeasibleWithTheReason) {
   auto setup = Setup16();
   const HeteroConfig h{.groups = {Group(4, 2, 1, 1, 30000), Group(4, 2, 1, 1, 30000)}};
@@ -401,6 +451,7 @@ TEST(HeteroPlannerTest, ASampleNoGroupHoldsIsInfeasibleWithTheReason) {
   EXPECT_EQ(r->outcome, PlanOutcome::kOutOfMemory);
   EXPECT_THAT(r->infeasible_reason, HasSubstr("fits no replica group"));
   EXPECT_THAT(r->infeasible_reason, HasSubstr("8192 tokens"));
+  EXPECT_EQ(planner->Screen(MixedBatch(8192, 1), std::vector<double>{1.0, 1.0}), std::nullopt);
 }
 
 TEST(HeteroSearchTest, MixesCoverTheClusterAndTheSearchRanksThem) {

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# sluice-dynamic's screen (compare/compare_dynamic.h) against planning every strategy, side by
+# side on one binary.
+#
+#   bench/dynamic_screen.sh [SLUICE] [ITERATIONS] [MARGIN] [REPEATS] [SCENARIO...]
+#
+# For each scenario (default: the GPT-6.7B 8-GPU 64K-token scenario, where the homogeneous
+# strategies win, and the LLaMA-7B 16-GPU 16K one, where a heterogeneous mix wins) it runs
+# `compare --methods sluice,sluice-dynamic --cp 1,2,4,8` over ITERATIONS global batches (default
+# 12) with `--dynamic-screen off` and `--dynamic-screen MARGIN` (default 0.15) alternately,
+# REPEATS times (default 1), and prints per scenario: the planning time per batch of each (mean
+# and max over the batches of the fastest repeat per batch, and the ratio), the heterogeneous
+# plans the screen skipped, the batches each ran (failures count), the batches on which the
+# screened run chose another strategy than the unscreened one and what that cost in simulated
+# iteration time, and tokens/s of both. The scenario's lost data (clipped or dropped samples) is
+# printed from results.json. Exit 1 when a run fails. It is a timing: run it on a quiet machine.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+sluice="${1:-$here/../build/sluice}"
+iterations="${2:-12}"
+margin="${3:-0.15}"
+repeats="${4:-1}"
+shift $(($# < 4 ? $# : 4))
+scenarios=("$@")
+if [ ${#scenarios[@]} -eq 0 ]; then
+  scenarios=("$here/scenarios/dynapipe-gpt-08gpu-len2048-tok065k.json"
+             "$here/scenarios/hydraulis-llama7b-16gpu-len16k.json")
+fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+for s in "${scenarios[@]}"; do
+  name="$(basename "$s" .json)"
+  for r in $(seq 1 "$repeats"); do
+    for m in off "$margin"; do
+      "$sluice" compare --scenario "$s" --methods sluice,sluice-dynamic --iterations "$iterations" \
+        --cp 1,2,4,8 --no-html --dynamic-screen "$m" --out "$out/$name-$m-$r" \
+        > "$out/$name-$m-$r.txt" 2>&1 || { cat "$out/$name-$m-$r.txt"; exit 1; }
+    done
+  done
+done
+/usr/bin/python3 - "$out" "$margin" "$repeats" "${scenarios[@]}" <<'PY'
+import json, os, sys
+out, margin, repeats, scenarios = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+
+def run_of(path):
+    d = json.load(open(path))
+    return d, next(x for x in d['own'] if x['method'] == 'sluice-dynamic')
+
+print(f'margin {margin}; planning ms per batch: the fastest of {repeats} repeat(s) of each batch')
+print(f'{"scenario":44} {"plan ms off":>11} {"(max)":>7} {"screened":>9} {"(max)":>7} '
+      f'{"ratio":>6} {"skipped":>9} {"ran off/on":>10} {"choice differs":>14} '
+      f'{"iter cost":>9} {"tok/s off":>10} {"tok/s on":>10} {"on/off":>7}')
+for s in scenarios:
+    name = os.path.basename(s)[:-5]
+    runs = {m: [run_of(f'{out}/{name}-{m}-{r}/results.json') for r in range(1, repeats + 1)]
+            for m in ('off', margin)}
+    d, off = runs['off'][0]
+    _, on = runs[margin][0]
+    plan = {m: [min(x) for x in zip(*[[b['planning_ms'] for b in run['batches']]
+                                      for _, run in runs[m]])] for m in runs}
+    mean = {m: sum(v) / len(v) for m, v in plan.items()}
+    hetero = sum(1 for st in on['strategies'] if st.startswith('heterogeneous'))
+    skipped = sum(len(b.get('screened', [])) for b in on['batches'])
+    possible = hetero * len(on['batches'])
+    differs = [(a, b) for a, b in zip(off['batches'], on['batches'])
+               if a.get('strategy') != b.get('strategy') or a['outcome'] != b['outcome']]
+    extra = sum(b['iteration_ms'] - a['iteration_ms'] for a, b in differs
+                if a['outcome'] == 'ok' and b['outcome'] == 'ok')
+    total = sum(a['iteration_ms'] for a in off['batches'] if a['outcome'] == 'ok')
+    loss = d['data_loss']
+    ran = f'{off["ok_batches"]}/{on["ok_batches"]}'
+    changed = f'{len(differs)}/{len(off["batches"])}'
+    print(f'{name:44} {mean["off"]:11.2f} {max(plan["off"]):7.1f} {mean[margin]:9.2f} '
+          f'{max(plan[margin]):7.1f} {mean[margin] / mean["off"]:6.3f} '
+          f'{f"{skipped}/{possible}":>9} {ran:>10} {changed:>14} '
+          f'{100 * extra / max(total, 1e-9):+8.2f}% {off["tokens_per_s"]:10,.0f} '
+          f'{on["tokens_per_s"]:10,.0f} {on["tokens_per_s"] / off["tokens_per_s"]:7.4f}')
+    print(f'{"":44} lost: {loss["clipped_samples"]} samples clipped ({loss["clipped_tokens"]:,} '
+          f'tokens), {loss["dropped_long_samples"] + loss["dropped_budget_samples"]} dropped, of '
+          f'{loss["samples"]:,} samples ({loss["tokens"]:,} tokens)')
+PY
