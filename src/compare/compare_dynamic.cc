@@ -79,8 +79,8 @@ std::vector<Strategy> PickStrategies(const MethodSearch& search,
   for (int64_t k = 0; k < limits.hetero && k < static_cast<int64_t>(mixes.size()); ++k) {
     const HeteroCandidate& c = *mixes[k];
     out.push_back({.hetero = c.config,
-                   .calibration =
-                       Calibration(c.estimated_tokens_per_s, c.simulated_tokens_per_s)});
+                   .calibration = Calibration(c.estimated_tokens_per_s, c.simulated_tokens_per_s),
+                   .screen_scale = c.scale});
   }
   return out;
 }
@@ -127,8 +127,17 @@ StatusOr<DynamicRunner> DynamicRunner::Create(CandidateScorer& scorer, const Cos
       r.hetero_planners_.emplace_back();
     }
   }
-  r.scale_.resize(r.strategies_.size());
+  // The screen starts from the search's scales; the mixes' full re-plans are staggered over
+  // the refresh period so that one batch re-plans at most one mix (of up to kScreenRefresh).
+  int64_t mixes = 0;
+  for (const Strategy& s : r.strategies_) mixes += s.hetero.has_value() ? 1 : 0;
   r.screened_since_.assign(r.strategies_.size(), 0);
+  for (size_t s = 0, k = 0; s < r.strategies_.size(); ++s) {
+    r.scale_.push_back(r.strategies_[s].screen_scale);
+    if (r.strategies_[s].hetero.has_value()) {
+      r.screened_since_[s] = static_cast<int64_t>(k++) * kScreenRefresh / mixes;
+    }
+  }
   // Homogeneous strategies that batch alike (one configuration under several schedules) share
   // one batching per batch.
   for (size_t s = 0; s < r.strategies_.size(); ++s) {

@@ -22,13 +22,15 @@
 // The screen (DynamicOptions::screen_margin; Hydraulis' "ranked by the estimator"): planning a
 // heterogeneous strategy in full (three rounds of stage 1, every group batched, scheduled and
 // lowered) costs several times a homogeneous one. Once a heterogeneous strategy has been planned
-// in full, its stage 1 alone prices later batches (HeteroPlanner::Screen, with the per-group
-// scales its last full plan learnt). When a batch's screened estimate, calibrated and less the
-// margin, plus the switch, is still no better than the best strategy planned so far, the
-// strategy is not planned for that batch (BatchRecord::screened). The screen is an estimate:
-// a strategy it skips could have won by more than the margin; `compare --dynamic-screen off`
-// plans every strategy, and docs/benchmarks.md measures the two side by side. A strategy is
-// planned in full at least every kScreenRefresh batches so that its scales follow the data.
+// in full (by the search, on its score batches, or here), its stage 1 alone prices later batches
+// (HeteroPlanner::Screen, with the per-group scales its last full plan learnt). When a batch's
+// screened estimate, calibrated and less the margin, plus the switch, is still no better than the
+// best strategy planned so far, the strategy is not planned for that batch (BatchRecord::screened).
+// The screen is an estimate: a strategy it skips could have won by more than the margin; `compare
+// --dynamic-screen off` plans every strategy, and docs/benchmarks.md measures the two side by side.
+// A strategy is planned in full at least every kScreenRefresh batches so that its scales follow the
+// data; the mixes' refreshes are staggered over that period (mix k of m starts k x kScreenRefresh /
+// m batches into it), so one batch re-plans at most one of up to kScreenRefresh mixes.
 //
 // Switching cost (SwitchCost): a change of layout re-shards the parameters and optimizer states
 // (fp16 weights and the fp32 master weights and Adam moments, ZeRO-sharded; gradients are rebuilt
@@ -64,6 +66,9 @@ struct Strategy {
   std::optional<Candidate> candidate;
   std::optional<HeteroConfig> hetero;
   double calibration = 1;  // simulated time / estimated time on the score batches
+  // A mix: its scales on the search's last score batch (HeteroCandidate::scale), which the
+  // screen starts from; empty: the mix is planned in full on the first batch.
+  std::vector<double> screen_scale;
 
   HeteroConfig Layout() const;  // a candidate as one group
   std::string Describe() const;

@@ -265,6 +265,9 @@ struct HeteroCandidate {
   double estimated_tokens_per_s = 0;  // real tokens / sum of HeteroPlanResult::makespan
   bool simulated = false;
   double simulated_tokens_per_s = 0;  // real tokens / sum of simulated iterations
+  // The last score batch's HeteroPlanResult::scale (empty unless feasible): what a screen of
+  // later batches starts from (HeteroPlanner::Screen, compare/compare_dynamic.h).
+  std::vector<double> scale;
 };
 struct HeteroSearch {
   std::vector<HeteroCandidate> ranked;  // feasible by estimate first, best first

@@ -93,6 +93,7 @@ StatusOr<HeteroSearch> SearchHetero(const CostModel& cost, const ClusterSpec& cl
       }
       tokens += b.tokens;
       time += r.makespan;
+      c.scale = std::move(r.scale);
     }
     if (c.feasible && time > Duration::Zero()) {
       c.estimated_tokens_per_s = static_cast<double>(tokens) / time.seconds();
