@@ -21,6 +21,14 @@ iterations="${2:-12}"
 margin="${3:-0.15}"
 repeats="${4:-1}"
 shift $(($# < 4 ? $# : 4))
+if ! [[ "$margin" =~ ^(0(\.[0-9]+)?|\.[0-9]+)$ ]]; then
+  echo "dynamic_screen.sh: MARGIN '$margin' must be a number in [0, 1) (the run it is compared with is 'off')" >&2
+  exit 2
+fi
+if ! [[ "$repeats" =~ ^[1-9][0-9]*$ && "$iterations" =~ ^[1-9][0-9]*$ ]]; then
+  echo "dynamic_screen.sh: ITERATIONS and REPEATS must be integers >= 1" >&2
+  exit 2
+fi
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   scenarios=("$here/scenarios/dynapipe-gpt-08gpu-len2048-tok065k.json"
@@ -74,7 +82,7 @@ for s in scenarios:
           f'{max(plan[margin]):7.1f} {mean[margin] / mean["off"]:6.3f} '
           f'{f"{skipped}/{possible}":>9} {ran:>10} {changed:>14} '
           f'{100 * extra / max(total, 1e-9):+8.2f}% {off["tokens_per_s"]:10,.0f} '
-          f'{on["tokens_per_s"]:10,.0f} {on["tokens_per_s"] / off["tokens_per_s"]:7.4f}')
+          f'{on["tokens_per_s"]:10,.0f} {on["tokens_per_s"] / max(off["tokens_per_s"], 1e-9):7.4f}')
     print(f'{"":44} lost: {loss["clipped_samples"]} samples clipped ({loss["clipped_tokens"]:,} '
           f'tokens), {loss["dropped_long_samples"] + loss["dropped_budget_samples"]} dropped, of '
           f'{loss["samples"]:,} samples ({loss["tokens"]:,} tokens)')

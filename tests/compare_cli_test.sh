@@ -93,6 +93,14 @@ assert h['ok_batches'] == 2 and 0 < h['fraction_of_ideal'] <= h['fraction_of_len
 assert ctl['sluice-hetero']['state'] == 'not-run', ctl['sluice-hetero']
 assert r['controlled_config'] is not None
 " "$tmp/hetero/results.json"
+# sluice-dynamic with its screen off: every strategy planned on every batch, and the run says so.
+expect dynamic-screen-off 0 "sluice-dynamic .*per batch among [0-9]+ strategies, [0-9]+ switches, screen off: " -- compare --methods sluice,sluice-dynamic --cp 1,2 "${quick[@]}" --dynamic-screen off --out "$tmp/dyn"
+check dynamic-screen-off-results python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+d = {x['method']: x for x in r['own']}['sluice-dynamic']
+assert d['screen_margin'] == 'off' and all('screened' not in b for b in d['batches']), d
+" "$tmp/dyn/results.json"
 expect no-devices 2 "--cluster: cluster 'a100-40g:0': the device count must be in \[1, " -- compare --cluster a100-40g:0 "${quick[@]}" --out "$tmp/x"
 expect help-defaults 0 "--samples INT=0 " -- compare --help
 # Every flag of `compare --help` shows its default ("=VALUE" or "default: ...").

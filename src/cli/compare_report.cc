@@ -100,12 +100,14 @@ std::string ConfigText(const MethodRun& m) {
     int64_t screened = 0, hetero = 0;
     for (const BatchRecord& b : m.batches) screened += static_cast<int64_t>(b.screened.size());
     for (const std::string& s : m.strategies) hetero += s.starts_with("heterogeneous") ? 1 : 0;
-    return fmt::format(
-        "per batch among {} strategies, {} switches{}: {}", m.strategies.size(), m.switches,
-        screened > 0 ? fmt::format(", {} of {} heterogeneous plans screened out", screened,
-                                   hetero * static_cast<int64_t>(m.batches.size()))
-                     : "",
-        list);
+    const std::string screen =
+        hetero == 0 ? ""
+        : m.screen_margin.has_value()
+            ? fmt::format(", screen {}: {} of {} heterogeneous plans skipped", *m.screen_margin,
+                          screened, hetero * static_cast<int64_t>(m.batches.size()))
+            : ", screen off";
+    return fmt::format("per batch among {} strategies, {} switches{}: {}", m.strategies.size(),
+                       m.switches, screen, list);
   }
   if (!m.config.has_value()) return "-";
   if (m.adopted_from.empty()) return m.config->Describe();

@@ -552,6 +552,7 @@ class Comparison {
                               runner.Run(batch, sim, flops_, r_.sc.cluster.num_devices()));
       Record(std::move(b), run, accounts);
       run->switches = runner.switches();
+      run->screen_margin = options_.dynamic_screen;
       if (progress != nullptr) progress->Add();
     }
     return true;

@@ -143,6 +143,8 @@ struct MethodRun {
   // ("dp 2 x cp 4, ZeRO-2, 1f1b, hydraulis" or a mix), and how many batches switched strategy.
   std::vector<std::string> strategies;
   int64_t switches = 0;
+  // sluice-dynamic: its screen's margin (CompareOptions::dynamic_screen; nullopt: off).
+  std::optional<double> screen_margin;
   int64_t candidates = 0;  // search: candidates scored, feasible by estimate, simulated
   int64_t feasible = 0;
   int64_t simulated = 0;
@@ -179,11 +181,11 @@ struct MethodRun {
     return a.method == b.method && a.state == b.state && a.reason == b.reason &&
            a.config == b.config && a.adopted_from == b.adopted_from && a.hetero == b.hetero &&
            a.strategies == b.strategies && a.switches == b.switches &&
-           a.candidates == b.candidates && a.feasible == b.feasible && a.simulated == b.simulated &&
-           a.batches == b.batches && a.ok_batches == b.ok_batches &&
-           a.tokens_per_s == b.tokens_per_s && a.ran_tokens_per_s == b.ran_tokens_per_s &&
-           a.untrained_tokens == b.untrained_tokens && a.charged_ms == b.charged_ms &&
-           a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
+           a.screen_margin == b.screen_margin && a.candidates == b.candidates &&
+           a.feasible == b.feasible && a.simulated == b.simulated && a.batches == b.batches &&
+           a.ok_batches == b.ok_batches && a.tokens_per_s == b.tokens_per_s &&
+           a.ran_tokens_per_s == b.ran_tokens_per_s && a.untrained_tokens == b.untrained_tokens &&
+           a.charged_ms == b.charged_ms && a.ideal_tokens_per_s == b.ideal_tokens_per_s &&
            a.fraction_of_ideal == b.fraction_of_ideal &&
            a.fraction_of_length_aware == b.fraction_of_length_aware &&
            a.ratio_to_reference == b.ratio_to_reference && a.padding == b.padding &&

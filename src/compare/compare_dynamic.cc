@@ -127,8 +127,8 @@ StatusOr<DynamicRunner> DynamicRunner::Create(CandidateScorer& scorer, const Cos
       r.hetero_planners_.emplace_back();
     }
   }
-  // The screen starts from the search's scales; the mixes' full re-plans are staggered over
-  // the refresh period so that one batch re-plans at most one mix (of up to kScreenRefresh).
+  // The screen starts from the search's scales; the mixes' refresh counters start staggered
+  // over the refresh period (see the header).
   int64_t mixes = 0;
   for (const Strategy& s : r.strategies_) mixes += s.hetero.has_value() ? 1 : 0;
   r.screened_since_.assign(r.strategies_.size(), 0);

@@ -29,8 +29,9 @@
 // The screen is an estimate: a strategy it skips could have won by more than the margin; `compare
 // --dynamic-screen off` plans every strategy, and docs/benchmarks.md measures the two side by side.
 // A strategy is planned in full at least every kScreenRefresh batches so that its scales follow the
-// data; the mixes' refreshes are staggered over that period (mix k of m starts k x kScreenRefresh /
-// m batches into it), so one batch re-plans at most one of up to kScreenRefresh mixes.
+// data. The mixes' refresh counters start staggered over that period (mix k of m starts k x
+// kScreenRefresh / m batches into it), so that their refreshes do not fall on one batch while the
+// screen skips them; a mix the screen lets through is planned, and its counter restarts.
 //
 // Switching cost (SwitchCost): a change of layout re-shards the parameters and optimizer states
 // (fp16 weights and the fp32 master weights and Adam moments, ZeRO-sharded; gradients are rebuilt

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "compare/compare.h"
 #include "compare/compare_json.h"
 #include "model/model_spec.h"
@@ -166,9 +168,42 @@ TEST(DynamicCompareTest, TheScreenSkipsOnlyLosingHeterogeneousStrategiesAndRefre
   }
   // This scenario's mixes lose to the homogeneous strategies by more than the screen's error.
   EXPECT_GT(screened, 0);
-  auto back = CompareResultFromJson(CompareResultToJson(*b), "results.json");
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(*back, *b);
+  EXPECT_EQ(u->screen_margin, std::nullopt);
+  EXPECT_EQ(d->screen_margin, 0.0);
+  for (const CompareResult* result : {&*a, &*b}) {
+    auto back = CompareResultFromJson(CompareResultToJson(*result), "results.json");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, *result);
+  }
+  // What the reader refuses in a dynamic run: a screened strategy that is not one of the run's
+  // or is the batch's own, a screened list without a strategy, a margin out of range.
+  nlohmann::json j = CompareResultToJson(*b);
+  nlohmann::json* run = nullptr;
+  for (nlohmann::json& m : j["own"]) {
+    if (m["method"] == "sluice-dynamic") run = &m;
+  }
+  ASSERT_NE(run, nullptr);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& what) {
+    nlohmann::json bad = j;
+    for (nlohmann::json& m : bad["own"]) {
+      if (m["method"] == "sluice-dynamic") edit(m);
+    }
+    auto r = CompareResultFromJson(bad, "results.json");
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_THAT(r.status().message(), HasSubstr(what));
+  };
+  const int64_t n = static_cast<int64_t>(d->strategies.size());
+  refused([&](nlohmann::json& m) { m["batches"][0]["screened"] = {n}; }, "screened");
+  refused([&](nlohmann::json& m) { m["batches"][0]["screened"] = {m["batches"][0]["strategy"]}; },
+          "screened");
+  refused(
+      [&](nlohmann::json& m) {
+        m["batches"][0].erase("strategy");
+        m["batches"][0]["screened"] = {0};
+      },
+      "written only with 'strategy'");
+  refused([&](nlohmann::json& m) { m["screen_margin"] = 1.0; }, "screen_margin");
+  refused([&](nlohmann::json& m) { m["screen_margin"] = "on"; }, "screen_margin");
 }
 
 // The row: every batch ran one of the strategies, the first strategy is the homogeneous search's

@@ -110,6 +110,7 @@ Status BatchFromJson(const nlohmann::json& j, std::string_view source, const std
       }
       b->screened.push_back(i.get<int64_t>());
     }
+    if (b->strategy < 0) return r.Error("screened", "is written only with 'strategy'");
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalDouble("all_to_all_ms", &b->all_to_all_ms, 0, kBig));
   SLUICE_RETURN_IF_ERROR(
@@ -154,6 +155,8 @@ nlohmann::json RunToJson(const MethodRun& m) {
   if (!m.strategies.empty()) {
     j["strategies"] = m.strategies;
     j["switches"] = m.switches;
+    j["screen_margin"] =
+        m.screen_margin.has_value() ? nlohmann::json(*m.screen_margin) : nlohmann::json("off");
   }
   if (m.all_to_all_ms > 0) {  // as for the batches
     j["all_to_all_ms"] = m.all_to_all_ms;
@@ -209,6 +212,13 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
     }
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("switches", &m->switches, 0, INT64_MAX));
+  if (const nlohmann::json* margin = r.Child("screen_margin")) {
+    if (margin->is_number() && margin->get<double>() >= 0 && margin->get<double>() < 1) {
+      m->screen_margin = margin->get<double>();
+    } else if (*margin != "off") {
+      return r.Error("screen_margin", "must be \"off\" or a number in [0, 1)");
+    }
+  }
   const nlohmann::json* search = r.Child("search");
   if (search == nullptr) return r.Error("search", "is required");
   JsonObjectReader s(*search, std::string(source), r.FieldPath("search"));
@@ -243,8 +253,24 @@ Status RunFromJson(const nlohmann::json& j, std::string_view source, const std::
   if (batches == nullptr || !batches->is_array()) return r.Error("batches", "must be an array");
   for (size_t i = 0; i < batches->size(); ++i) {
     BatchRecord b;
-    SLUICE_RETURN_IF_ERROR(
-        BatchFromJson((*batches)[i], source, fmt::format("{}[{}]", r.FieldPath("batches"), i), &b));
+    const std::string path = fmt::format("{}[{}]", r.FieldPath("batches"), i);
+    SLUICE_RETURN_IF_ERROR(BatchFromJson((*batches)[i], source, path, &b));
+    // A dynamic run's indices name its strategies; a screened one did not run the batch.
+    const int64_t n = static_cast<int64_t>(m->strategies.size());
+    if (b.strategy >= n) {
+      return InvalidArgumentError(
+          fmt::format("{}: field '{}.strategy': {} is not one of the {} "
+                      "strategies of the run",
+                      source, path, b.strategy, n));
+    }
+    for (int64_t k : b.screened) {
+      if (k >= n || k == b.strategy) {
+        return InvalidArgumentError(
+            fmt::format("{}: field '{}.screened': {} is not a strategy of the run other than the "
+                        "batch's ({} strategies; the batch ran {})",
+                        source, path, k, n, b.strategy));
+      }
+    }
     m->batches.push_back(std::move(b));
   }
   return r.Finish();

@@ -299,11 +299,13 @@ StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) co
 
 std::optional<Duration> HeteroPlanner::Screen(std::span<const Sample> batch,
                                               std::span<const double> scale) const {
+  // Scales of another mix (another group count) are not this one's: stage 1 unscaled.
+  if (scale.size() != config_.groups.size()) scale = {};
   const HeteroDispatch d = Dispatch(batch, scale);
   if (!d.ok) return std::nullopt;
   Duration slowest;
   for (size_t g = 0; g < config_.groups.size(); ++g) {
-    const double f = g < scale.size() ? scale[g] : 1.0;
+    const double f = scale.empty() ? 1.0 : scale[g];
     slowest = std::max(
         slowest, Duration::Nanos(static_cast<int64_t>(f * static_cast<double>(d.group_time[g]))) +
                      group_sync_[g]);

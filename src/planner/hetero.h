@@ -156,7 +156,8 @@ class HeteroPlanner {
   const std::vector<ReductionGroup>& reductions() const { return reductions_; }
   const Planner& group_planner(int64_t g) const { return planners_[g]; }
 
-  // Stage 1 with f_g multiplied by scale[g] (empty: 1 for every group).
+  // Stage 1 with f_g multiplied by scale[g] (empty: 1 for every group). REQUIRES: scale is empty
+  // or has one entry per group.
   HeteroDispatch Dispatch(std::span<const Sample> batch, std::span<const double> scale = {}) const;
   // Plans one global batch. Infeasible (a sequence no group holds, a group left with fewer
   // sequences than replicas, a group's plan out of memory) is the outcome; errors are bugs or
@@ -167,6 +168,7 @@ class HeteroPlanner {
   // (scale[g] x stage 1's time for the group + the group's gradient sync) + the cross-group
   // sync. nullopt when stage 1 fails (a sequence no group holds). Costs stage 1 alone: no group
   // is batched or scheduled. An estimate, not a bound: Plan may come out either side of it.
+  // `scale` with another count than the groups' is taken as empty (1 for every group).
   std::optional<Duration> Screen(std::span<const Sample> batch,
                                  std::span<const double> scale) const;
 
@@ -265,8 +267,8 @@ struct HeteroCandidate {
   double estimated_tokens_per_s = 0;  // real tokens / sum of HeteroPlanResult::makespan
   bool simulated = false;
   double simulated_tokens_per_s = 0;  // real tokens / sum of simulated iterations
-  // The last score batch's HeteroPlanResult::scale (empty unless feasible): what a screen of
-  // later batches starts from (HeteroPlanner::Screen, compare/compare_dynamic.h).
+  // The last score batch's HeteroPlanResult::scale (empty unless feasible by estimate): what a
+  // screen of later batches starts from (HeteroPlanner::Screen, compare/compare_dynamic.h).
   std::vector<double> scale;
 };
 struct HeteroSearch {

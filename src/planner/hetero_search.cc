@@ -89,6 +89,7 @@ StatusOr<HeteroSearch> SearchHetero(const CostModel& cost, const ClusterSpec& cl
       if (r.outcome != PlanOutcome::kOk) {
         c.feasible = false;
         c.reason = r.infeasible_reason;
+        c.scale.clear();
         break;
       }
       tokens += b.tokens;
