@@ -209,18 +209,9 @@ TEST(DynamicCompareTest, TheScreenSkipsOnlyLosingHeterogeneousStrategiesAndRefre
 // The row: every batch ran one of the strategies, the first strategy is the homogeneous search's
 // choice, a batch's iteration includes its switch, and the run round-trips through JSON.
 TEST(DynamicCompareTest, EveryBatchRunsOneStrategyAndSwitchesAreCharged) {
-  CompareScenario s;
-  s.name = "small-dynamic";
-  s.tokens_per_batch = 16384;
-  s.max_seqlen = 1024;
-  s.iterations = 4;
-  s.memory_limit_mb = 36000;
-  s.search.score_batches = 1;
-  s.search.simulate_top = 2;
-  s.search.pp = {1, 2, 4};
-  s.search.cp = {1, 2};
-  s.methods = {*MethodSpecFor("packing", "test"), *MethodSpecFor("sluice", "test"),
-               *MethodSpecFor("sluice-dynamic", "test")};
+  CompareScenario s = SmallDynamic(4);
+  s.methods.insert(s.methods.begin(), *MethodSpecFor("packing", "test"));
+  s.reference = "packing";
   CompareOptions o;
   o.progress = nullptr;
   auto r = RunCompare(s, o);
