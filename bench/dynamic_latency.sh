@@ -4,7 +4,7 @@
 #   bench/dynamic_latency.sh BEFORE AFTER [REPEATS] [ITERATIONS] [SCENARIO] [OUT]
 #
 # Runs `compare --methods sluice-dynamic` (cp 1,2,4,8) with BEFORE and AFTER alternately REPEATS
-# times (default 3) on SCENARIO (default the GPT-6.7B 8-GPU 65,536-token scenario) over
+# times (default 3; which goes first alternates too, so use an even count) on SCENARIO (default the GPT-6.7B 8-GPU 65,536-token scenario) over
 # ITERATIONS global batches (default 12), and prints per run the mean planning time per batch
 # (every strategy's plan and the choice; the strategies are planned one after another on one
 # core) and the mean over the batches the search did not score, then the median per binary and
@@ -22,7 +22,11 @@ scenario="${5:-$here/scenarios/dynapipe-gpt-08gpu-len2048-tok065k.json}"
 out="${6:-$(mktemp -d)}"
 mkdir -p "$out"
 for r in $(seq 1 "$repeats"); do
-  for which in before after; do
+  # A process that follows another on the same scenario planned faster on this VM (about
+  # 0.7-0.8x, docs/benchmarks.md "sluice-dynamic's screen"): the order alternates between repeats.
+  order=(before after)
+  [ $((r % 2)) -eq 0 ] && order=(after before)
+  for which in "${order[@]}"; do
     bin="$before"
     [ "$which" = after ] && bin="$after"
     "$bin" compare --scenario "$scenario" --methods sluice-dynamic --iterations "$iterations" \
