@@ -4,8 +4,8 @@
 #   bench/dynamic_latency.sh BEFORE AFTER [REPEATS] [ITERATIONS] [SCENARIO] [OUT]
 #
 # Runs `compare --methods sluice-dynamic` (cp 1,2,4,8) with BEFORE and AFTER alternately REPEATS
-# times (default 3; which goes first alternates too, so use an even count) on SCENARIO (default the GPT-6.7B 8-GPU 65,536-token scenario) over
-# ITERATIONS global batches (default 12), and prints per run the mean planning time per batch
+# times (default 3; which goes first alternates too, so use an even count) on SCENARIO (default
+# the GPT-6.7B 8-GPU 65,536-token scenario) over ITERATIONS global batches (default 12), and prints per run the mean planning time per batch
 # (every strategy's plan and the choice; the strategies are planned one after another on one
 # core) and the mean over the batches the search did not score, then the median per binary and
 # the ratio, and the same from the fastest of the repeats of each batch (the least disturbed
