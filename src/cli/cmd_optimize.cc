@@ -178,6 +178,7 @@ Status RunOptimize(const OptimizeFlags& f) {
   }
   for (const passes::PassRecord& p : r.applied) {
     for (const std::string& c : p.changes) fmt::print("  {}: {}\n", p.pass, c);
+    if (!p.degraded.empty()) fmt::print("  {}: {}\n", p.pass, p.degraded);
   }
   SLUICE_RETURN_IF_ERROR(WritePlanFile(r.plan, f.out).WithPrefix("--out"));
   fmt::print("wrote {}\n", f.out);

@@ -4,14 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "passes/gradient_bucketing.h"
 #include "passes/pass.h"
 #include "passes/recompute.h"
 #include "passes/reorder.h"
+#include "plan/memory_rule.h"
 #include "plan/plan_test_util.h"
 #include "plan/validate.h"
 
@@ -250,6 +254,95 @@ TEST(RecomputePassTest, PlacementLowersEveryLevelThatFits) {
   EXPECT_EQ(r->changes.size(), 3u);
   EXPECT_TRUE(ValidatePlan(p).ok());
   EXPECT_EQ(p, f->plan);
+}
+
+// A pricer as the planner's is: a function of the micro-batch and the level only (the lowered
+// plan's costs, slower and smaller the more is recomputed).
+class LevelPricer final : public RecomputePricer {
+ public:
+  explicit LevelPricer(const ExecutionPlan& plan) {
+    for (const PlanReplica& r : plan.replicas) {
+      auto& costs = base_.emplace_back();
+      for (const PlanMicroBatch& mb : r.micro_batches) costs.push_back(mb.stages);
+    }
+  }
+  std::optional<std::vector<ChunkCost>> Price(const ExecutionPlan&, int64_t d, int64_t mb,
+                                              Recompute level) const override {
+    const int64_t k = level == Recompute::kFull ? 2 : level == Recompute::kSelective ? 1 : 0;
+    std::vector<ChunkCost> out = base_[d][mb];
+    for (ChunkCost& c : out) {
+      c.backward_input += Duration::Millis(2.0 * static_cast<double>(k));
+      c.stored = Bytes::Of(c.stored.count() * (4 - k));
+      c.stored_until_w = std::min(c.stored_until_w, c.stored);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::vector<ChunkCost>>> base_;
+};
+
+// Under a limit that lets some (micro-batch, stage) pairs drop recompute and not others, the
+// placement gives exactly the plan of its recorded changes applied one by one with
+// RecomputePass, and a deadline already past leaves the plan as it was and says so.
+TEST(RecomputePassTest, PlacementIsItsChangesAppliedInOrderAndStopsAtItsDeadline) {
+  PlanCase c;
+  c.pp = 2;
+  c.dp = 2;
+  const auto f = MakePlanFixture(c);
+  ExecutionPlan full = f->plan;
+  auto pricer = std::make_shared<LevelPricer>(f->plan);
+  for (int64_t d = 0; d < full.dp(); ++d) {
+    for (int64_t mb = 0; mb < static_cast<int64_t>(full.replicas[d].micro_batches.size()); ++mb) {
+      for (int64_t s = 0; s < full.num_stages(); ++s) {
+        StatusOr<PassRecord> r = RecomputePass(pricer, d, mb, s, Recompute::kFull).Run(&full);
+        ASSERT_TRUE(r.ok() && r->changed) << (r.ok() ? r->rejected : r.status().ToString());
+      }
+    }
+  }
+  // A limit halfway between the largest rank at full recompute and at none.
+  ExecutionPlan none = full;
+  ASSERT_TRUE(RecomputePlacementPass(pricer).Run(&none).ok());
+  Bytes at_full, at_none;
+  for (const RankProgram& r : full.ranks) {
+    at_full = std::max(at_full, ReplayRankMemory(full, r, Bytes::Of(INT64_MAX / 2)).peak);
+  }
+  for (const RankProgram& r : none.ranks) {
+    at_none = std::max(at_none, ReplayRankMemory(none, r, Bytes::Of(INT64_MAX / 2)).peak);
+  }
+  ASSERT_GT(at_none, at_full);
+  full.parallel.memory_limit = Bytes::Of((at_full.count() + at_none.count()) / 2);
+  ASSERT_TRUE(ValidatePlan(full).ok());
+
+  ExecutionPlan placed = full;
+  StatusOr<PassRecord> r = RecomputePlacementPass(pricer).Run(&placed);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->changed) << r->rejected;
+  EXPECT_TRUE(r->degraded.empty());
+  EXPECT_TRUE(ValidatePlan(placed).ok());
+  EXPECT_NE(placed, none);  // the limit kept some recompute
+  // The same changes, one pass each, in the recorded order.
+  ExecutionPlan one_by_one = full;
+  for (const std::string& change : r->changes) {
+    int64_t d = -1, mb = -1, s = -1;
+    char from[16] = {}, to[16] = {};
+    ASSERT_EQ(std::sscanf(change.c_str(), "replica %ld micro-batch %ld stage %ld: %15s -> %15s", &d,
+                          &mb, &s, from, to),
+              5)
+        << change;
+    const Recompute level = std::string(to) == "none" ? Recompute::kNone : Recompute::kSelective;
+    StatusOr<PassRecord> one = RecomputePass(pricer, d, mb, s, level).Run(&one_by_one);
+    ASSERT_TRUE(one.ok() && one->changed) << change;
+  }
+  EXPECT_EQ(one_by_one, placed);
+
+  ExecutionPlan late = full;
+  StatusOr<PassRecord> stopped =
+      RecomputePlacementPass(pricer, std::chrono::steady_clock::now()).Run(&late);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_FALSE(stopped->changed);
+  EXPECT_THAT(stopped->degraded, HasSubstr("options untried"));
+  EXPECT_EQ(late, full);
 }
 
 TEST(RecomputePassTest, RefusesALevelOverTheMemoryLimit) {

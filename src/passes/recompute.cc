@@ -25,6 +25,82 @@ std::optional<Recompute> RecomputeAt(const ExecutionPlan& plan, int64_t dp_index
   return std::nullopt;
 }
 
+namespace {
+
+// The compute instructions (F, B, I, W) of (micro-batch `mb`, stage `stage`) in `p`, in order.
+std::vector<size_t> ComputeOf(const RankProgram& p, int64_t mb, int64_t stage) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const Instruction& in = p.instructions[i];
+    if (IsCompute(in.op) && in.microbatch == mb && in.stage == stage) out.push_back(i);
+  }
+  return out;
+}
+
+// The level the F among `indices` of `p` runs at; nullopt without an F.
+std::optional<Recompute> LevelOf(const RankProgram& p, const std::vector<size_t>& indices) {
+  for (size_t i : indices) {
+    if (p.instructions[i].op == OpKind::kForward) return p.instructions[i].recompute;
+  }
+  return std::nullopt;
+}
+
+// Sets (micro-batch `mb`, stage `stage`) of replica `d` to `level` at `cost`: its instructions
+// `indices` on rank `rank` and the plan's per-stage cost. Only durations, levels and that cost
+// change, so the structure stays as valid as before and only the rank's memory (ValidatePlan's
+// check 7) can change: when the rank no longer fits, everything is put back and the replay that
+// failed is returned (first_over >= 0).
+RankMemory SetLevel(ExecutionPlan* plan, int64_t d, int64_t mb, int64_t stage, int64_t rank,
+                    const std::vector<size_t>& indices, const ChunkCost& cost, Recompute level) {
+  ChunkCost& recorded = plan->replicas[d].micro_batches[mb].stages[stage];
+  const ChunkCost old_cost = recorded;
+  // What is overwritten, to put back (a copy of the whole rank program per attempt was most of
+  // the placement pass's time).
+  struct Saved {
+    Duration duration;
+    Recompute recompute;
+  };
+  std::vector<Saved> saved;
+  saved.reserve(indices.size());
+  recorded = cost;
+  std::vector<Instruction>& instructions = plan->ranks[rank].instructions;
+  for (size_t i : indices) {
+    Instruction& in = instructions[i];
+    saved.push_back({in.duration, in.recompute});
+    switch (in.op) {
+      case OpKind::kForward:
+        in.duration = cost.forward;
+        break;
+      case OpKind::kBackward:
+        in.duration = cost.backward();
+        break;
+      case OpKind::kBackwardInput:
+        in.duration = cost.backward_input;
+        break;
+      default:
+        in.duration = cost.backward_weight;
+        break;
+    }
+    if (in.op != OpKind::kBackwardWeight) in.recompute = level;
+  }
+  RankMemory memory = ReplayRankMemory(*plan, plan->ranks[rank], plan->memory_limit());
+  if (memory.first_over >= 0) {
+    for (size_t k = 0; k < indices.size(); ++k) {
+      instructions[indices[k]].duration = saved[k].duration;
+      instructions[indices[k]].recompute = saved[k].recompute;
+    }
+    recorded = old_cost;
+  }
+  return memory;
+}
+
+std::string ChangeText(int64_t d, int64_t mb, int64_t stage, Recompute from, Recompute to) {
+  return fmt::format("replica {} micro-batch {} stage {}: {} -> {}", d, mb, stage,
+                     RecomputeName(from), RecomputeName(to));
+}
+
+}  // namespace
+
 StatusOr<PassRecord> RecomputePass::Run(ExecutionPlan* plan) const {
   if (dp_index_ < 0 || dp_index_ >= plan->dp()) {
     return InvalidArgumentError(
@@ -40,7 +116,9 @@ StatusOr<PassRecord> RecomputePass::Run(ExecutionPlan* plan) const {
   }
   PassRecord record;
   record.pass = Describe();
-  const std::optional<Recompute> now = RecomputeAt(*plan, dp_index_, microbatch_, stage_);
+  const int64_t rank = plan->RankId(dp_index_, plan->PipelineRankOf(stage_));
+  const std::vector<size_t> indices = ComputeOf(plan->ranks[rank], microbatch_, stage_);
+  const std::optional<Recompute> now = LevelOf(plan->ranks[rank], indices);
   if (!now.has_value() || *now == level_) return record;
   const std::optional<std::vector<ChunkCost>> costs =
       pricer_->Price(*plan, dp_index_, microbatch_, level_);
@@ -49,45 +127,15 @@ StatusOr<PassRecord> RecomputePass::Run(ExecutionPlan* plan) const {
                                   RecomputeName(level_));
     return record;
   }
-  const ChunkCost& cost = (*costs)[stage_];
-  ChunkCost& recorded = replica.micro_batches[microbatch_].stages[stage_];
-  const ChunkCost old_cost = recorded;
-  const int64_t rank = plan->RankId(dp_index_, plan->PipelineRankOf(stage_));
-  RankProgram original = plan->ranks[rank];
-  recorded = cost;
-  for (Instruction& in : plan->ranks[rank].instructions) {
-    if (!IsCompute(in.op) || in.microbatch != microbatch_ || in.stage != stage_) continue;
-    switch (in.op) {
-      case OpKind::kForward:
-        in.duration = cost.forward;
-        break;
-      case OpKind::kBackward:
-        in.duration = cost.backward();
-        break;
-      case OpKind::kBackwardInput:
-        in.duration = cost.backward_input;
-        break;
-      default:
-        in.duration = cost.backward_weight;
-        break;
-    }
-    if (in.op != OpKind::kBackwardWeight) in.recompute = level_;
-  }
-  record.changed = true;
-  record.changes.push_back(fmt::format("replica {} micro-batch {} stage {}: {} -> {}", dp_index_,
-                                       microbatch_, stage_, RecomputeName(*now),
-                                       RecomputeName(level_)));
-  // Only durations, levels and this cost changed: the structure is as valid as before, and only
-  // this rank's memory (check 7) can change.
-  const RankMemory memory = ReplayRankMemory(*plan, plan->ranks[rank], plan->memory_limit());
+  const RankMemory memory =
+      SetLevel(plan, dp_index_, microbatch_, stage_, rank, indices, (*costs)[stage_], level_);
   if (memory.first_over >= 0) {
-    plan->ranks[rank] = std::move(original);
-    plan->replicas[dp_index_].micro_batches[microbatch_].stages[stage_] = old_cost;
-    record.changed = false;
-    record.changes.clear();
     record.rejected = fmt::format("rank {} would need {:.0f} MB of its {:.0f} MB limit", rank,
                                   memory.over_level.mb(), plan->memory_limit().mb());
+    return record;
   }
+  record.changed = true;
+  record.changes.push_back(ChangeText(dp_index_, microbatch_, stage_, *now, level_));
   return record;
 }
 
@@ -96,28 +144,56 @@ std::string RecomputePlacementPass::Describe() const { return "recompute-placeme
 StatusOr<PassRecord> RecomputePlacementPass::Run(ExecutionPlan* plan) const {
   PassRecord record;
   record.pass = Describe();
-  // Every (replica, micro-batch, stage) that recomputes, with the time a lower level saves.
+  const int64_t stages = plan->num_stages();
+  // The compute instructions of every (replica, micro-batch, stage), found in one scan per rank.
+  std::vector<std::vector<std::vector<size_t>>> at(static_cast<size_t>(plan->dp()));
+  for (int64_t d = 0; d < plan->dp(); ++d) {
+    at[d].resize(plan->replicas[d].micro_batches.size() * static_cast<size_t>(stages));
+  }
+  for (const RankProgram& p : plan->ranks) {
+    const int64_t d = p.dp_index;
+    if (d < 0 || d >= plan->dp()) continue;
+    const int64_t m = static_cast<int64_t>(plan->replicas[d].micro_batches.size());
+    for (size_t i = 0; i < p.instructions.size(); ++i) {
+      const Instruction& in = p.instructions[i];
+      if (!IsCompute(in.op) || in.microbatch < 0 || in.microbatch >= m || in.stage < 0 ||
+          in.stage >= stages || plan->RankId(d, plan->PipelineRankOf(in.stage)) != p.rank) {
+        continue;
+      }
+      at[d][in.microbatch * stages + in.stage].push_back(i);
+    }
+  }
+  auto rank_of = [&](int64_t d, int64_t s) { return plan->RankId(d, plan->PipelineRankOf(s)); };
+  // Every (replica, micro-batch, stage) that recomputes, with the time a lower level saves and
+  // the prices of that level (one Price call per (micro-batch, level), kept for the rewrite).
   struct Option {
     Duration saved;
     int64_t d, mb, stage;
     Recompute level;
+    size_t price;  // index into `prices`
   };
   std::vector<Option> options;
+  std::vector<std::vector<ChunkCost>> prices;
   for (int64_t d = 0; d < plan->dp(); ++d) {
     const int64_t m = static_cast<int64_t>(plan->replicas[d].micro_batches.size());
     for (int64_t mb = 0; mb < m; ++mb) {
       for (Recompute level : {Recompute::kNone, Recompute::kSelective}) {
-        std::optional<std::vector<ChunkCost>> costs;
-        for (int64_t s = 0; s < plan->num_stages(); ++s) {
-          const std::optional<Recompute> now = RecomputeAt(*plan, d, mb, s);
+        std::optional<size_t> price;
+        for (int64_t s = 0; s < stages; ++s) {
+          const std::optional<Recompute> now =
+              LevelOf(plan->ranks[rank_of(d, s)], at[d][mb * stages + s]);
           if (!now.has_value() || *now == Recompute::kNone) continue;
           if (level == Recompute::kSelective && *now != Recompute::kFull) continue;
-          if (!costs.has_value()) costs = pricer_->Price(*plan, d, mb, level);
-          if (!costs.has_value()) break;
+          if (!price.has_value()) {
+            std::optional<std::vector<ChunkCost>> costs = pricer_->Price(*plan, d, mb, level);
+            if (!costs.has_value() || static_cast<int64_t>(costs->size()) != stages) break;
+            price = prices.size();
+            prices.push_back(std::move(*costs));
+          }
           const ChunkCost& was = plan->replicas[d].micro_batches[mb].stages[s];
-          const Duration saved =
-              was.forward + was.backward() - (*costs)[s].forward - (*costs)[s].backward();
-          if (saved > Duration::Zero()) options.push_back({saved, d, mb, s, level});
+          const ChunkCost& cost = prices[*price][s];
+          const Duration saved = was.forward + was.backward() - cost.forward - cost.backward();
+          if (saved > Duration::Zero()) options.push_back({saved, d, mb, s, level, *price});
         }
       }
     }
@@ -125,20 +201,29 @@ StatusOr<PassRecord> RecomputePlacementPass::Run(ExecutionPlan* plan) const {
   // Largest saving first; ties by position (deterministic).
   std::stable_sort(options.begin(), options.end(),
                    [](const Option& a, const Option& b) { return a.saved > b.saved; });
-  for (const Option& o : options) {
-    const std::optional<Recompute> now = RecomputeAt(*plan, o.d, o.mb, o.stage);
+  for (size_t k = 0; k < options.size(); ++k) {
+    const Option& o = options[k];
+    if (deadline_.has_value() && std::chrono::steady_clock::now() >= *deadline_) {
+      record.degraded = fmt::format("the time budget ended the placement: {} of {} options untried",
+                                    options.size() - k, options.size());
+      break;
+    }
+    const int64_t rank = rank_of(o.d, o.stage);
+    const std::vector<size_t>& indices = at[o.d][o.mb * stages + o.stage];
+    const std::optional<Recompute> now = LevelOf(plan->ranks[rank], indices);
     if (!now.has_value() || *now == Recompute::kNone ||
         (o.level == Recompute::kSelective && *now != Recompute::kFull)) {
       continue;
     }
-    SLUICE_ASSIGN_OR_RETURN(PassRecord one,
-                            RecomputePass(pricer_, o.d, o.mb, o.stage, o.level).Run(plan));
-    if (!one.changed) continue;
+    const RankMemory memory =
+        SetLevel(plan, o.d, o.mb, o.stage, rank, indices, prices[o.price][o.stage], o.level);
+    if (memory.first_over >= 0) continue;
     record.changed = true;
-    for (std::string& c : one.changes) record.changes.push_back(std::move(c));
+    record.changes.push_back(ChangeText(o.d, o.mb, o.stage, *now, o.level));
   }
   if (!record.changed && !options.empty()) {
-    record.rejected = "no lower recompute level fits the memory limit";
+    record.rejected = record.degraded.empty() ? "no lower recompute level fits the memory limit"
+                                              : record.degraded;
   }
   return record;
 }

@@ -16,6 +16,7 @@
 // Thread safety: immutable values; a pricer must allow concurrent Price calls.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -63,16 +64,22 @@ class RecomputePass final : public PlanPass {
 // when its rank still fits the memory limit (greedy: the bytes a cheap saving takes are not
 // offered to a bigger one later). The record lists every change. Prices: one Price call per
 // (micro-batch, level).
+// With a deadline (the optimizer's wall-clock budget), no option is tried after it: the plan
+// keeps the options applied so far (the largest savings) and PassRecord::degraded says how many
+// were left untried. Without one the result is deterministic.
 class RecomputePlacementPass final : public PlanPass {
  public:
+  using Deadline = std::chrono::steady_clock::time_point;
   // REQUIRES: pricer != nullptr.
-  explicit RecomputePlacementPass(std::shared_ptr<const RecomputePricer> pricer)
-      : pricer_(std::move(pricer)) {}
+  explicit RecomputePlacementPass(std::shared_ptr<const RecomputePricer> pricer,
+                                  std::optional<Deadline> deadline = std::nullopt)
+      : pricer_(std::move(pricer)), deadline_(deadline) {}
   std::string Describe() const override;
   StatusOr<PassRecord> Run(ExecutionPlan* plan) const override;
 
  private:
   std::shared_ptr<const RecomputePricer> pricer_;
+  std::optional<Deadline> deadline_;
 };
 
 // The recompute level (micro-batch `microbatch`, stage `stage`) of replica `dp_index` runs at in

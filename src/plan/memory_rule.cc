@@ -71,6 +71,9 @@ RankMemory ReplayRankMemory(const ExecutionPlan& plan, const RankProgram& progra
     if (SlotState* slot = slot_at(s)) *slot = SlotState{true, activation, false, -1, -1, bytes};
   };
   const Bytes zero = Bytes::Zero();
+  // The covered slots, in ascending id order (a B or I releases its own in that order): only
+  // these are looked at when a B or I ends, not every slot.
+  std::vector<int64_t> covered;
   const std::vector<uint8_t> roles = PieceRoles(program);
   for (size_t idx = 0; idx < program.instructions.size(); ++idx) {
     const Instruction& in = program.instructions[idx];
@@ -94,6 +97,8 @@ RankMemory ReplayRankMemory(const ExecutionPlan& plan, const RankProgram& progra
             slot->covered = true;
             slot->cover_mb = in.microbatch;
             slot->cover_stage = in.stage;
+            const auto at = std::lower_bound(covered.begin(), covered.end(), s);
+            if (at == covered.end() || *at != s) covered.insert(at, s);
             level.Add(zero, zero - slot->bytes, i);
           }
         }
@@ -125,14 +130,18 @@ RankMemory ReplayRankMemory(const ExecutionPlan& plan, const RankProgram& progra
             (in.op == OpKind::kBackward || in.op == OpKind::kBackwardInput)) {
           // The stage input leaves the stored activations with them: a buffer until freed. (A
           // segmented op read it at its first piece: every slot it covers is looked at.)
-          for (SlotState& slot : slots) {
-            if (!slot.live || !slot.covered || slot.cover_mb != in.microbatch ||
-                slot.cover_stage != in.stage) {
+          size_t kept = 0;
+          for (const int64_t s : covered) {
+            SlotState& slot = slots[s];
+            if (!slot.covered) continue;  // re-allocated since it was covered
+            if (!slot.live || slot.cover_mb != in.microbatch || slot.cover_stage != in.stage) {
+              covered[kept++] = s;
               continue;
             }
             slot.covered = false;
             level.Add(zero, slot.bytes, i);
           }
+          covered.resize(kept);
         }
         break;
       }

@@ -216,6 +216,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     return Duration::Nanos(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
   };
+  // What checking and simulating one plan costs: the order search and the placement end this
+  // much before their share of the budget, so scoring what they found stays within it.
+  const Duration eval_cost = elapsed();
   if (base.outcome != SimOutcome::kOk) {
     result.wall = elapsed();
     return result;
@@ -244,9 +247,10 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       orders[d].resize(static_cast<size_t>(rl.size(d)));
       for (int64_t i = 0; i < rl.size(d); ++i) orders[d][i] = i;
     }
-    const Duration order_end = Duration::Nanos(
-        static_cast<int64_t>(static_cast<double>(options.budget.nanos()) *
-                             options.order_budget_share));
+    const Duration order_end =
+        Duration::Nanos(static_cast<int64_t>(static_cast<double>(options.budget.nanos()) *
+                                             options.order_budget_share)) -
+        eval_cost;
     std::vector<bool> searched(static_cast<size_t>(dp), false);
     std::vector<Duration> estimate(static_cast<size_t>(dp), Duration::Zero());
     std::vector<std::vector<int64_t>> found = orders;
@@ -365,13 +369,19 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   // With a pricer: the whole-plan recompute placement, the one bulk move (it changes many
   // (micro-batch, stage) pairs at once, which single moves would take many steps to reach).
   if (options.pricer != nullptr && options.max_steps > 0 &&
-      result.simulations < options.max_steps) {
+      result.simulations < options.max_steps && elapsed() + eval_cost >= options.budget) {
+    result.budget_hit = true;
+  } else if (options.pricer != nullptr && options.max_steps > 0 &&
+             result.simulations < options.max_steps) {
     const Clock::time_point c0 = Clock::now();
     CandidateKindStats& stats = StatsOf(&result, "recompute-placement");
     ++stats.tried;
     ExecutionPlan next = current;
+    const Clock::time_point deadline =
+        t0 + std::chrono::nanoseconds((options.budget - eval_cost).nanos());
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
-                            passes::RecomputePlacementPass(options.pricer).Run(&next));
+                            passes::RecomputePlacementPass(options.pricer, deadline).Run(&next));
+    if (!record.degraded.empty()) result.budget_hit = true;
     if (record.changed) {
       SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
       ++result.simulations;
@@ -381,7 +391,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         stats.gain += current_time - r.iteration_time;
         keep(std::move(next), std::move(r), std::move(record));
       }
-    } else if (!record.rejected.empty()) {
+    } else if (!record.rejected.empty() && record.degraded.empty()) {
       ++result.invalid;
     }
     stats.wall += Duration::Nanos(
@@ -429,8 +439,11 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   // The candidates are tried on `next`, a copy of `current` kept between steps: after a refused
   // or rejected candidate only what the pass changed is copied back (RestoreFrom).
   ExecutionPlan next = current;
+  // A step is not started when the longest one so far would end past the budget (a step, a
+  // simulation of the whole plan, takes milliseconds on large plans).
+  Duration longest_step = Duration::Zero();
   while (result.simulations < options.max_steps && !pool.empty()) {
-    if (elapsed() >= options.budget) {
+    if (elapsed() + longest_step >= options.budget) {
       result.budget_hit = true;
       break;
     }
@@ -440,8 +453,10 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     pool.erase(pool.begin() + pick);
     CandidateKindStats& stats = StatsOf(&result, KindOf(candidate->Describe()));
     auto charge = [&] {
-      stats.wall += Duration::Nanos(
+      const Duration step = Duration::Nanos(
           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
+      stats.wall += step;
+      longest_step = std::max(longest_step, step);
     };
     ++stats.tried;
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record, candidate->Run(&next));

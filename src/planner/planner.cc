@@ -389,6 +389,13 @@ StatusOr<PlanResult> Planner::PlanBatchedOnce(std::span<const Sample> batch,
           Relowerer::Create(result.plan, *eval_, cluster_, batch, so, options_.lower);
       if (rl.ok()) o.relowerer = std::make_shared<const Relowerer>(std::move(rl).value());
     }
+    // The budget covers the preparation above too (the pricer's index, the relowering, the
+    // rounds check): the optimizer gets what is left of it, at least a microsecond.
+    o.budget =
+        std::max(Duration::Micros(1),
+                 o.budget - Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now() - opt_start)
+                                                .count()));
     SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(result.plan, o));
     std::vector<passes::PassRecord> applied;
     if (rounds_record) applied.push_back(std::move(*rounds_record));
