@@ -20,7 +20,8 @@
 # Knobs (environment, defaults below): SLUICE OUT MODEL PP ITERS REPEATS SCHEDULE RECOMPUTE
 # MEMORY (--memory-limit in MB, empty = the cluster's) COST (--cost of the plans, e.g.
 # profiled:TABLE from `sluice profile`; empty = the cluster's analytic model) BUDGET_MS TOKENS
-# MAXLEN PORT CALIB_ITERS (> 0: also a calibrated prediction, below).
+# MAXLEN PORT CALIB_ITERS (> 0: also a calibrated prediction, below) PAIRED (> 0: also paired
+# runs, below).
 #
 # With CALIB_ITERS=N (> 0), before the A/B runs: N other batches (the same flags, `--seed 1`, no
 # optimizer: plans like A's), each planned twice, at RECOMPUTE and at CALIB_RECOMPUTE (default
@@ -28,6 +29,12 @@
 # iterations 1..2N-1 (iteration 0 is warm-up), and every A and B plan is simulated again with
 # `--calibration`: the predicted gain then comes from costs calibrated on a trace of unoptimized
 # plans of other batches (nothing is fitted on the batches measured).
+# With PAIRED=N (> 0), after the A/B runs: N more training runs, each with the A and B plans of a
+# batch back to back (A0 B0 A1 B1 ...; every other run B first), so that each pair runs within
+# seconds of each other: this VM's speed drifts by up to 1.5x within a minute (docs/benchmarks.md),
+# which separate A and B runs take into the gain. The paired gain is computed as the separate
+# one (medians over runs per batch, batch 0 not counted), with a 90% interval from resampling
+# the runs (2,000 bootstrap draws, seeded), and set against both predictions.
 # Exit status 1 when the losses or gradients differ by more than TOL (1e-5), or when the optimizer
 # changed no plan (then nothing was compared).
 set -euo pipefail
@@ -48,6 +55,7 @@ MAXLEN=${MAXLEN:-512}
 PORT=${PORT:-29760}
 CALIB_ITERS=${CALIB_ITERS:-0}
 CALIB_RECOMPUTE=${CALIB_RECOMPUTE:-none}
+PAIRED=${PAIRED:-0}
 TOL=${TOL:-1e-5}
 PY=${PY:-/usr/bin/python3}
 
@@ -137,10 +145,22 @@ for r in $(seq 1 "$REPEATS"); do
   done
 done
 
-"$PY" - "$OUT" "$REPEATS" "$PP" "$TOL" <<'EOF'
-import glob, json, os, statistics, struct, sys
+for ((r = 1; r <= PAIRED; ++r)); do
+  plans=()
+  for k in "${!A_PLANS[@]}"; do
+    if ((r % 2 == 1)); then plans+=("${A_PLANS[k]}" "${B_PLANS[k]}"); else plans+=("${B_PLANS[k]}" "${A_PLANS[k]}"); fi
+  done
+  MASTER_PORT=$((PORT + 2 * REPEATS + 2 + r)) \
+    "$SLUICE" train "${TRAIN[@]}" --run-id "ab-p-$r" --plan "${plans[@]}" \
+    --metrics "$OUT/p-$r.jsonl" > "$OUT/train-p-$r.txt"
+  echo "paired run $r: $(tail -1 "$OUT/train-p-$r.txt" | grep -o 'trained.*tokens/s' || true)"
+done
+
+"$PY" - "$OUT" "$REPEATS" "$PP" "$TOL" "$PAIRED" <<'EOF'
+import glob, json, os, random, statistics, struct, sys
 
 out, repeats, pp, tol = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+paired = int(sys.argv[5])
 
 def metrics(v):
     runs = []
@@ -202,6 +222,37 @@ if ca and cb:
     print(f"calibrated predicted: A {qa / len(counted):.1f} ms, B {qb / len(counted):.1f} ms per "
           f"iteration: gain {cpred:.2f}%")
     print(f"measured - calibrated predicted gain: {meas - cpred:+.2f} percentage points")
+if paired > 0:
+    # Run r holds batch k's A and B at positions 2k and 2k+1, B first in even runs.
+    pa, pb = [], []
+    for r in range(1, paired + 1):
+        with open(f"{out}/p-{r}.jsonl") as f:
+            t = [json.loads(line)["time_s"] for line in f if line.strip()]
+        assert len(t) == 2 * iters, (r, len(t))
+        first, second = t[0::2], t[1::2]
+        pa.append(first if r % 2 == 1 else second)
+        pb.append(second if r % 2 == 1 else first)
+
+    def paired_gain(runs):
+        xa = sum(statistics.median(pa[r][i] for r in runs) for i in counted)
+        xb = sum(statistics.median(pb[r][i] for r in runs) for i in counted)
+        return 100 * (1 - xb / xa), xa, xb
+
+    pg, xa, xb = paired_gain(range(paired))
+    rng = random.Random(0)
+    draws = sorted(paired_gain([rng.randrange(paired) for _ in range(paired)])[0]
+                   for _ in range(2000))
+    lo, hi = draws[int(0.05 * len(draws))], draws[int(0.95 * len(draws)) - 1]
+    per_run = [100 * (1 - sum(pb[r][i] for i in counted) / sum(pa[r][i] for i in counted))
+               for r in range(paired)]
+    print(f"paired:    A {1e3 * xa / len(counted):.1f} ms, B {1e3 * xb / len(counted):.1f} ms "
+          f"per iteration "
+          f"(median of {paired} runs, each batch's A and B back to back): gain {pg:.2f}% "
+          f"(90% interval {lo:.2f}-{hi:.2f}%; per run {min(per_run):.2f}-{max(per_run):.2f}%)")
+    print(f"paired - predicted gain: {pg - pred:+.2f} percentage points")
+    if ca and cb:
+        print(f"paired - calibrated predicted gain: {pg - cpred:+.2f} percentage points "
+              f"(interval {lo - cpred:+.2f} to {hi - cpred:+.2f})")
 loss_diff = max(abs(x["loss"] - y["loss"]) for ra in ma for rb in mb for x, y in zip(ra, rb))
 print(f"loss max |A - B| over {iters} iterations x {repeats}x{repeats} runs: {loss_diff:.3g}")
 grad_diff, tensors = 0.0, 0

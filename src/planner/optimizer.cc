@@ -440,8 +440,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   // or rejected candidate only what the pass changed is copied back (RestoreFrom).
   ExecutionPlan next = current;
   // A step is not started when the longest one so far would end past the budget (a step, a
-  // simulation of the whole plan, takes milliseconds on large plans).
-  Duration longest_step = Duration::Zero();
+  // simulation of the whole plan, takes milliseconds on large plans); before the first, checking
+  // and simulating the input stands in for it.
+  Duration longest_step = eval_cost;
   while (result.simulations < options.max_steps && !pool.empty()) {
     if (elapsed() + longest_step >= options.budget) {
       result.budget_hit = true;

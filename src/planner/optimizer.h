@@ -33,7 +33,10 @@
 //     p = exp(beta * ln(step + 1) * (C_cur - C_new) / C_cur * 100)  (C: simulated iteration time;
 //     always when shorter), search kGreedy only when shorter. The best plan seen is kept.
 // The search ends after max_steps simulations, when no untried candidate is left (greedy: a
-// local optimum), or when the wall-clock budget is spent.
+// local optimum), or when the wall-clock budget is spent. Checking and simulating the input is
+// timed first and stands for the cost of scoring one plan: the order search ends that much
+// before its share, the placement gets a deadline that much before the budget, and a step is
+// started only when the longest step so far (that cost before the first) ends within it.
 //
 // Guarantees: the returned plan passes ValidatePlan and its simulated iteration time (with
 // `sim`) is at most the input's; the input is returned unchanged when nothing was shorter.
