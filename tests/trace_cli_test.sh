@@ -85,6 +85,13 @@ if [ "$train" = "1" ]; then
   port=$((29650 + RANDOM % 100))
   MASTER_PORT=$port expect "train with traces" 0 "trained 6 iterations" -- train --nproc 2 \
     "${common[@]}" --threads 1 --plan "${plans[@]}" --trace-dir "$tmp/t" --metrics "$tmp/t.jsonl"
+  # More plan files than --iterations' default (20): all of them run unless --iterations is given.
+  many=("${plans[@]}" "${plans[@]}" "${plans[@]}" "${plans[@]}")
+  MASTER_PORT=$((port + 3)) expect "train runs every plan file given" 0 "trained 24 iterations" \
+    -- train --nproc 2 "${common[@]}" --threads 1 --plan "${many[@]}"
+  MASTER_PORT=$((port + 4)) expect "train --iterations takes the first plan files" 0 \
+    "trained 3 iterations" -- train --nproc 2 "${common[@]}" --threads 1 --plan "${many[@]}" \
+    --iterations 3
   # The trace dir also holds the plans as they ran; calibrate matches the traces against them.
   expect "calibrate from the plans the run wrote" 0 "calibration written" -- calibrate "$tmp/t" \
     --plan "$tmp/t/plan-0.json" "$tmp/t/plan-1.json" "$tmp/t/plan-2.json" \

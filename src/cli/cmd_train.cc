@@ -42,7 +42,8 @@ struct TrainFlags {
   std::string calibration;  // --calibration FILE
   std::string moe_overlap;  // --moe-overlap NAME (passes/moe_overlap.h), empty: off
   std::string replicas;     // --replicas SPEC|FILE (heterogeneous replica groups)
-  const CLI::Option* parallel_option = nullptr;  // whether --parallel was given
+  const CLI::Option* parallel_option = nullptr;    // whether --parallel was given
+  const CLI::Option* iterations_option = nullptr;  // whether --iterations was given
 };
 
 // --replicas: the groups, checked against what the other flags ask for and what the runtime
@@ -224,10 +225,11 @@ Status RunTrain(const TrainFlags& f) {
   }
   o.iterations = sc.iterations;
   if (!f.plans.empty()) {
-    // One iteration per plan file, at most --iterations of them: the count the progress line
-    // shows and the run stops at (not --iterations alone, 20 by default).
+    // One iteration per plan file, all of them, or the first --iterations when it is given (its
+    // default, 20, does not cut a longer list of plans).
     const auto files = static_cast<int64_t>(f.plans.size());
-    o.iterations = sc.iterations > 0 ? std::min(sc.iterations, files) : files;
+    const bool given = f.iterations_option != nullptr && f.iterations_option->count() > 0;
+    o.iterations = given && sc.iterations > 0 ? std::min(sc.iterations, files) : files;
   }
   o.max_seqlen = sc.max_seqlen;
   o.allow_partial = f.allow_partial;
@@ -290,6 +292,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   AddScenarioFlags(t, &flags->scenario);
   AddPlannerFlags(t, &flags->planner);
   flags->parallel_option = t->get_option("--parallel");
+  flags->iterations_option = t->get_option("--iterations");
   t->add_option("--replicas", flags->replicas,
                 "Heterogeneous replica groups instead of --parallel: groups separated by ';', "
                 "each dp,pp,cp as --parallel (tp, ep, vpp 1, zero 0 or 1), e.g. "
@@ -346,7 +349,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
       ->type_name("NAME");
   t->add_option("--plan", flags->plans,
                 "Execute these plan files (sluice plan --out), one per iteration, instead of "
-                "planning")
+                "planning: all of them, or the first --iterations when that is given")
       ->type_name("FILE");
   t->add_option("--dump-dir", flags->dump_dir,
                 "Write each iteration's plan package and every rank's gradients (for checks)")
