@@ -48,10 +48,12 @@ std::optional<Recompute> LevelOf(const RankProgram& p, const std::vector<size_t>
 // Sets (micro-batch `mb`, stage `stage`) of replica `d` to `level` at `cost`: its instructions
 // `indices` on rank `rank` and the plan's per-stage cost. Only durations, levels and that cost
 // change, so the structure stays as valid as before and only the rank's memory (ValidatePlan's
-// check 7) can change: when the rank no longer fits, everything is put back and the replay that
-// failed is returned (first_over >= 0).
+// check 7) can change: with `check`, the rank's memory is replayed, and when it no longer fits
+// everything is put back and the replay that failed is returned (first_over >= 0); without, the
+// caller knows it fits and an empty RankMemory is returned.
 RankMemory SetLevel(ExecutionPlan* plan, int64_t d, int64_t mb, int64_t stage, int64_t rank,
-                    const std::vector<size_t>& indices, const ChunkCost& cost, Recompute level) {
+                    const std::vector<size_t>& indices, const ChunkCost& cost, Recompute level,
+                    bool check = true) {
   ChunkCost& recorded = plan->replicas[d].micro_batches[mb].stages[stage];
   const ChunkCost old_cost = recorded;
   // What is overwritten, to put back (a copy of the whole rank program per attempt was most of
@@ -83,6 +85,7 @@ RankMemory SetLevel(ExecutionPlan* plan, int64_t d, int64_t mb, int64_t stage, i
     }
     if (in.op != OpKind::kBackwardWeight) in.recompute = level;
   }
+  if (!check) return RankMemory{};
   RankMemory memory = ReplayRankMemory(*plan, plan->ranks[rank], plan->memory_limit());
   if (memory.first_over >= 0) {
     for (size_t k = 0; k < indices.size(); ++k) {
@@ -92,6 +95,17 @@ RankMemory SetLevel(ExecutionPlan* plan, int64_t d, int64_t mb, int64_t stage, i
     recorded = old_cost;
   }
   return memory;
+}
+
+// The most a rank's memory level can rise anywhere when one (micro-batch, stage) goes from cost
+// `was` to `now`. Under the memory rule (plan/memory_rule.h) the pair's own changes shift the
+// level by peak while its F runs, by stored from the F's end to its B or I, by max(peak, stored)
+// while the B or I runs, by stored_until_w from an I's end to its W's end, and by nothing
+// elsewhere; everything else on the rank is the same.
+Bytes RiseBound(const ChunkCost& was, const ChunkCost& now) {
+  const auto held = [](const ChunkCost& c) { return std::max(c.peak, c.stored); };
+  return std::max({Bytes::Zero(), now.peak - was.peak, now.stored - was.stored,
+                   held(now) - held(was), now.stored_until_w - was.stored_until_w});
 }
 
 std::string ChangeText(int64_t d, int64_t mb, int64_t stage, Recompute from, Recompute to) {
@@ -201,6 +215,8 @@ StatusOr<PassRecord> RecomputePlacementPass::Run(ExecutionPlan* plan) const {
   // Largest saving first; ties by position (deterministic).
   std::stable_sort(options.begin(), options.end(),
                    [](const Option& a, const Option& b) { return a.saved > b.saved; });
+  const Bytes limit = plan->memory_limit();
+  std::vector<std::optional<Bytes>> peak_bound(plan->ranks.size());  // per rank, >= its peak
   for (size_t k = 0; k < options.size(); ++k) {
     const Option& o = options[k];
     if (deadline_.has_value() && std::chrono::steady_clock::now() >= *deadline_) {
@@ -215,9 +231,23 @@ StatusOr<PassRecord> RecomputePlacementPass::Run(ExecutionPlan* plan) const {
         (o.level == Recompute::kSelective && *now != Recompute::kFull)) {
       continue;
     }
-    const RankMemory memory =
-        SetLevel(plan, o.d, o.mb, o.stage, rank, indices, prices[o.price][o.stage], o.level);
-    if (memory.first_over >= 0) continue;
+    // A replay of the rank's memory per offer was most of the pass's time: an offer whose
+    // largest possible rise (RiseBound) stays within the limit over a known upper bound of the
+    // rank's peak is applied without one, and the bound grows by that rise; otherwise the rank
+    // is replayed, which also makes its bound exact again. The decisions are the replays'.
+    const ChunkCost& cost = prices[o.price][o.stage];
+    const Bytes rise = RiseBound(plan->replicas[o.d].micro_batches[o.mb].stages[o.stage], cost);
+    if (!peak_bound[rank].has_value()) {
+      peak_bound[rank] = ReplayRankMemory(*plan, plan->ranks[rank], limit).peak;
+    }
+    if (*peak_bound[rank] + rise <= limit) {
+      SetLevel(plan, o.d, o.mb, o.stage, rank, indices, cost, o.level, /*check=*/false);
+      *peak_bound[rank] += rise;
+    } else {
+      const RankMemory memory = SetLevel(plan, o.d, o.mb, o.stage, rank, indices, cost, o.level);
+      if (memory.first_over >= 0) continue;
+      peak_bound[rank] = memory.peak;
+    }
     record.changed = true;
     record.changes.push_back(ChangeText(o.d, o.mb, o.stage, *now, o.level));
   }

@@ -63,7 +63,9 @@ class RecomputePass final : public PlanPass {
 // is offered a lower level (none; selective after full), largest time saved first, and keeps it
 // when its rank still fits the memory limit (greedy: the bytes a cheap saving takes are not
 // offered to a bigger one later). The record lists every change. Prices: one Price call per
-// (micro-batch, level).
+// (micro-batch, level). Memory: an offer whose largest possible rise stays within the limit over
+// an upper bound of its rank's peak is taken without a replay of the rank (the bound then grows
+// by that rise); otherwise the rank is replayed: the decisions are a replay per offer's.
 // With a deadline (the optimizer's wall-clock budget), no option is tried after it: the plan
 // keeps the options applied so far (the largest savings) and PassRecord::degraded says how many
 // were left untried. Without one the result is deterministic.
