@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 
+SUMMARY = re.compile(r"summary over (\d+) global batches \((\d+) planned, (\d+) out of memory\)")
 LINE = re.compile(r"optimizer: mean simulated iteration ([\d.]+) ms -> ([\d.]+) ms \(([-\d.]+)% "
                   r"shorter\), (\d+) of (\d+) plans changed, mean optimizer time ([\d.]+) ms")
 
@@ -50,9 +51,11 @@ def main():
     if a.searches:
         return compare_searches(a, here)
     rows = []
-    print("| scenario | schedule | method | unoptimized ms | optimized ms | shorter | plans "
-          "changed | optimizer ms/batch |")
-    print("|---|---|---|---|---|---|---|---|")
+    lost = {}  # per scenario: the planner's line on clipped and dropped samples
+    batches = [0, 0]  # global batches asked for, and of them out of memory (not planned)
+    print("| scenario | schedule | method | batches planned | unoptimized ms | optimized ms | "
+          "shorter | plans changed | optimizer ms/batch |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for path in sorted(glob.glob(os.path.join(here, "scenarios", "dynapipe-*.json"))):
         sc = json.load(open(path))
         if a.only not in sc["name"]:
@@ -70,17 +73,34 @@ def main():
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 m = LINE.search(p.stdout)
                 name = sc["name"].removeprefix("dynapipe-")
+                lost_line = re.search(r"^lost:\s*(.*)$", p.stdout, re.M)
+                if lost_line:
+                    lost[name] = lost_line.group(1)
+                # Batches the planner could not plan (out of memory) have no plan to optimize:
+                # counted here, not left out.
+                sm = SUMMARY.search(p.stdout)
+                planned = (f"{sm.group(2)} of {sm.group(1)}" +
+                           (f" ({sm.group(3)} out of memory)" if sm.group(3) != "0" else "")
+                           if sm else "-")
+                if sm:
+                    batches[0] += int(sm.group(1))
+                    batches[1] += int(sm.group(3))
                 if m is None:
                     why = (p.stdout + p.stderr).strip().splitlines()
-                    print(f"| {name} | {schedule} | {method} | - | - | - | - | - |"
+                    print(f"| {name} | {schedule} | {method} | {planned} | - | - | - | - | - |"
                           f" <!-- {why[-1] if why else 'no output'} -->")
                     continue
                 before, after, gain, changed, total, ms = m.groups()
                 rows.append((float(before), float(after), float(gain), float(ms)))
-                print(f"| {name} | {schedule} | {method} | {float(before):,.1f} | "
+                print(f"| {name} | {schedule} | {method} | {planned} | {float(before):,.1f} | "
                       f"{float(after):,.1f} | {float(gain):.2f}% | {changed}/{total} | "
                       f"{float(ms):.1f} |")
                 sys.stdout.flush()
+    if lost:
+        print()
+        print("Lost data (the whole data set, as `sluice plan` counts it):")
+        for name, line in lost.items():
+            print(f"- {name}: {line}")
     if rows:
         print()
         print(f"{len(rows)} rows; median unoptimized {statistics.median(r[0] for r in rows):,.1f} "
@@ -88,7 +108,8 @@ def main():
               f"gain {statistics.median(r[2] for r in rows):.2f}% (max "
               f"{max(r[2] for r in rows):.2f}%), median optimizer time "
               f"{statistics.median(r[3] for r in rows):.1f} ms/batch (max "
-              f"{max(r[3] for r in rows):.1f})")
+              f"{max(r[3] for r in rows):.1f}); {batches[1]} of {batches[0]} global batches out "
+              f"of memory (not planned, so not optimized; the means are over the planned ones)")
 
 
 OPT = re.compile(r"simulated iteration .* \(([-\d.]+)% shorter.*\n.*?(\d+) simulations.*?([\d.]+) ms")

@@ -481,11 +481,6 @@ class Comparison {
       double optimizer_ms = 0;
       if (plan.outcome == PlanOutcome::kOk && optimized != nullptr) {
         const auto opt_start = std::chrono::steady_clock::now();
-        auto since_start = [&] {
-          return Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now() - opt_start)
-                                     .count());
-        };
         SimOptions o_sim = sim;
         o_sim.samples = batch.samples;
         OptimizerOptions o;
@@ -502,9 +497,11 @@ class Comparison {
         if (rl.ok()) o.relowerer = std::make_shared<const Relowerer>(std::move(rl).value());
         // The budget and the time counted cover the pricer and the relowering too (as the
         // planner's --optimize-budget-ms does).
-        o.budget = std::max(Duration::Micros(1), o.budget - since_start());
+        o.budget = BudgetLeft(o.budget, opt_start);
         SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(plan.plan, o));
-        optimizer_ms = since_start().millis();
+        optimizer_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - opt_start)
+                .count();
         *optimized = *optimized || opt.changed();
         plan.plan = std::move(opt.plan);
       }

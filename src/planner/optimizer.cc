@@ -200,6 +200,13 @@ std::string_view OptimizerSearchName(OptimizerSearch search) {
   return search == OptimizerSearch::kMcmc ? "mcmc" : "greedy";
 }
 
+Duration BudgetLeft(Duration budget, std::chrono::steady_clock::time_point since) {
+  const Duration spent = Duration::Nanos(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
+  return std::max(Duration::Micros(1), budget - spent);
+}
+
 StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const OptimizerOptions& options) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
@@ -368,11 +375,11 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   }
   // With a pricer: the whole-plan recompute placement, the one bulk move (it changes many
   // (micro-batch, stage) pairs at once, which single moves would take many steps to reach).
-  if (options.pricer != nullptr && options.max_steps > 0 &&
-      result.simulations < options.max_steps && elapsed() + eval_cost >= options.budget) {
+  const bool place =
+      options.pricer != nullptr && options.max_steps > 0 && result.simulations < options.max_steps;
+  if (place && elapsed() + eval_cost >= options.budget) {
     result.budget_hit = true;
-  } else if (options.pricer != nullptr && options.max_steps > 0 &&
-             result.simulations < options.max_steps) {
+  } else if (place) {
     const Clock::time_point c0 = Clock::now();
     CandidateKindStats& stats = StatsOf(&result, "recompute-placement");
     ++stats.tried;

@@ -52,6 +52,7 @@
 // Thread safety: pure function.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -137,6 +138,11 @@ struct OptimizeResult {
   int64_t order_estimates = 0;              // schedule estimates of the order search
   bool changed() const { return !applied.empty(); }
 };
+
+// What is left of `budget` after the time since `since` (at least a microsecond): the budget a
+// caller that prepared the optimizer's inputs (pricer, relowerer) gives OptimizePlan, so that the
+// whole optimization stays within the budget it reports.
+Duration BudgetLeft(Duration budget, std::chrono::steady_clock::time_point since);
 
 // Optimizes `plan`. Errors: options out of range (InvalidArgument naming the field), the plan
 // fails ValidatePlan (InvalidArgument with the validator's message), or the simulator's errors.

@@ -391,11 +391,7 @@ StatusOr<PlanResult> Planner::PlanBatchedOnce(std::span<const Sample> batch,
     }
     // The budget covers the preparation above too (the pricer's index, the relowering, the
     // rounds check): the optimizer gets what is left of it, at least a microsecond.
-    o.budget =
-        std::max(Duration::Micros(1),
-                 o.budget - Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::steady_clock::now() - opt_start)
-                                                .count()));
+    o.budget = BudgetLeft(o.budget, opt_start);
     SLUICE_ASSIGN_OR_RETURN(OptimizeResult opt, OptimizePlan(result.plan, o));
     std::vector<passes::PassRecord> applied;
     if (rounds_record) applied.push_back(std::move(*rounds_record));
