@@ -17,7 +17,8 @@
 #
 # Usage, from the repository root (timings: under the build lock on a shared machine):
 #   flock /tmp/sluice-build.lock bench/calibration_heldout.sh
-# Knobs (environment): SLUICE OUT ITERS (17) REPEATS (4) NICE (a prefix for the train runs).
+# Knobs (environment): SLUICE OUT ITERS (17) REPEATS (4) NICE (a prefix for the train runs)
+# ALLOCATOR (train --host-allocator: cache, the default, or system; bench/host_allocator_ab.sh).
 set -euo pipefail
 
 SLUICE=${SLUICE:-build/sluice}
@@ -25,6 +26,7 @@ OUT=${OUT:-/tmp/sluice-calibration-heldout}
 ITERS=${ITERS:-17}
 REPEATS=${REPEATS:-4}
 NICE=${NICE:-}
+ALLOCATOR=${ALLOCATOR:-cache}
 PYTHON=${PYTHON:-/usr/bin/python3}
 FIT=$(((ITERS - 1) / 2))
 common=(--model gpt-tiny --cluster examples/cluster-cpu-2.json --parallel pp=2 --data mixture-4task
@@ -36,6 +38,7 @@ PD=()
 for ((i = 0; i < ITERS; i++)); do PD+=("$OUT/plans/plan-$i.json"); done
 for ((r = 0; r < REPEATS; r++)); do
   $NICE "$SLUICE" train --nproc 2 "${common[@]}" --threads 1 --plan "${PD[@]}" \
+    --host-allocator "$ALLOCATOR" \
     --trace-dir "$OUT/d$r" --metrics "$OUT/d$r.jsonl" > "$OUT/d$r.log" 2>&1
   "$SLUICE" calibrate "$OUT/d$r" --plan "${PD[@]}" --fit-iterations "1-$FIT" \
     --metrics "$OUT/d$r.jsonl" --out "$OUT/c$r.json" > "$OUT/c$r.log"
@@ -110,6 +113,12 @@ print(f"  noise, two runs against each other: |speed apart| mean {st.mean(nb):.1
 for r in range(repeats):
     print(f"  run {r} measured / simulated per iteration 1..{iters - 1}: " +
           " ".join(f"{t[r][k][0] / t[r][k][1]:.2f}" for k in range(1, iters)))
+# The same as one figure per run: the scatter (standard deviation over mean) of that ratio over
+# iterations 1..ITERS-1, which a steadier run keeps small whatever the model gets wrong.
+print("  within-run scatter of measured / simulated, per run: " +
+      ", ".join(f"{100 * st.pstdev(v) / st.mean(v):.1f}%"
+                for v in ([t[r][k][0] / t[r][k][1] for k in range(1, iters)]
+                          for r in range(repeats))))
 drift = [st.mean(t[r][k][0] for k in held) / st.mean(t[r][k][0] for k in range(1, fit + 1))
          for r in range(repeats)]
 drift_med = st.mean(med[k] for k in held) / st.mean(med[k] for k in range(1, fit + 1))

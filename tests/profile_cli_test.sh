@@ -12,11 +12,14 @@ root="$2"
 table="$tmp/cpu.json"
 expect profile-tiny 0 "wrote .*cpu.json \(2 recompute levels" -- profile --model gpt-tiny \
   --mbs 1,2 --seqlen 32,64 --recompute none,full --repeats 1 --warmup 0 --threads 1 --out "$table"
-if grep -q 'layer-cost-table/1' "$table" && grep -q '1 intra-op thread' "$table"; then
+if grep -q 'layer-cost-table/1' "$table" && grep -q '1 intra-op thread' "$table" &&
+  grep -q -- '--host-allocator cache' "$table"; then
   echo "ok   profile-file-header"; passed=$((passed + 1))
 else
   echo "FAIL profile-file-header: $(head -c 300 "$table")"; failed=$((failed + 1))
 fi
+expect profile-host-allocator-unknown 2 "^sluice: error: --host-allocator: 'tcmalloc' is not a host allocator policy \(allowed: cache, system\)" -- \
+  profile --model gpt-tiny --out "$tmp/unused.json" --host-allocator tcmalloc
 expect cost-show-profiled 0 "profiled: .*cpu.json" -- cost show --model gpt-tiny \
   --cluster "$root/examples/cluster-cpu-2.json" --cost "profiled:$table" --seqlen 48 --mbs 2
 expect cost-show-outside 0 "infeasible" -- cost show --model gpt-tiny \

@@ -172,6 +172,12 @@ if "$sluice" --help | grep -Eq "^  train "; then  # a build with libtorch
   expect train-plan-progress-total 0 "^training .* 2/2 " -- \
     train --model gpt-tiny --cluster a100-40g:2 --parallel pp=2 --tokens-per-batch 4096 \
     --max-seqlen 512 --iterations 20 --nproc 2 --plan "$tmp/p.json" "$tmp/p.json" --timeout 60
+  # The host allocator's policy is named before anything runs, and every run says which is used.
+  expect train-host-allocator-unknown 2 "^sluice: error: --host-allocator: 'jemalloc' is not a host allocator policy \(allowed: cache, system\)" -- \
+    train --model gpt-tiny --nproc 2 --host-allocator jemalloc
+  expect train-host-allocator-system 0 "^host allocator: system \(the C library's own policy\)" -- \
+    train --model gpt-tiny --cluster a100-40g:2 --parallel pp=2 --tokens-per-batch 4096 \
+    --max-seqlen 512 --nproc 2 --plan "$tmp/p.json" --host-allocator system --timeout 60
   # Output paths are checked before anything is planned or launched.
   expect train-metrics-no-folder 2 "^sluice: error: --metrics '/nonexistent-sluice/m.jsonl': the folder '/nonexistent-sluice' does not exist" -- \
     train --model gpt-tiny --nproc 2 --metrics /nonexistent-sluice/m.jsonl

@@ -23,6 +23,7 @@
 #include "cost/profiled_cost_model.h"
 #include "model/cluster_spec.h"
 #include "model/model_spec.h"
+#include "runtime/host_allocator.h"
 #include "runtime/launcher.h"
 #include "runtime/link_profiler.h"
 #include "runtime/profiler.h"
@@ -52,6 +53,7 @@ struct ProfileFlags {
   std::string out;
   int64_t all_to_all = 0;  // local ranks of the all-to-all measurement; 0 = none
   std::string cluster_out;
+  std::string host_allocator = "cache";  // --host-allocator (runtime/host_allocator.h)
 };
 
 std::string CommandLine(const ProfileFlags& f) {
@@ -62,6 +64,7 @@ std::string CommandLine(const ProfileFlags& f) {
                    fmt::join(f.recompute, ","), f.repeats, f.warmup, f.threads, f.seed);
   if (f.max_activation_mb > 0) s += fmt::format(" --max-activation-mb {}", f.max_activation_mb);
   if (f.all_to_all > 0) s += fmt::format(" --all-to-all {}", f.all_to_all);
+  s += fmt::format(" --host-allocator {}", f.host_allocator);
   return s;
 }
 
@@ -171,6 +174,10 @@ Status RunAllToAllRank(const ProfileFlags& f, const runtime::DistEnv& env) {
 }
 
 Status RunProfile(const ProfileFlags& f) {
+  // Measured under the allocator policy the training runs use (their costs are what it prices).
+  SLUICE_ASSIGN_OR_RETURN(const runtime::HostAllocator allocator,
+                          runtime::ParseHostAllocator(f.host_allocator, "--host-allocator"));
+  const std::string allocator_note = runtime::ConfigureHostAllocator(allocator);
   // Output path first: a bad one, or the model file itself, should not cost the measurements.
   SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", f.out));
   SLUICE_RETURN_IF_ERROR(CheckNotAnInput("--out", f.out, {{"--model", f.model}}));
@@ -249,7 +256,8 @@ Status RunProfile(const ProfileFlags& f) {
     SLUICE_RETURN_IF_ERROR(runtime::LaunchLocal(argv, lo).WithPrefix("--all-to-all"));
     std::fflush(stdout);
   }
-  fmt::print("profiling {} on {}\n", model.name, runtime::DescribeCpu(o.threads));
+  fmt::print("profiling {} on {}; host allocator {}\n", model.name, runtime::DescribeCpu(o.threads),
+             allocator_note);
   std::fflush(stdout);  // before the progress bar (stderr)
   const auto start = std::chrono::steady_clock::now();
   StatusOr<LayerCostTable> table = [&] {
@@ -310,6 +318,11 @@ void RegisterProfileCommands(CLI::App* app, RunState* state) {
                 "libtorch intra-op threads while measuring (0 = this machine's cores, what one "
                 "`sluice train` rank uses); for a table of N local ranks give cores / N, what "
                 "each rank of `sluice train --nproc N` uses")
+      ->capture_default_str();
+  p->add_option("--host-allocator", f->host_allocator,
+                "How freed CPU tensors are kept: cache (glibc's mmap and trim thresholds at 1 "
+                "GiB, so each repeat reuses memory instead of mapping it again; sluice train's "
+                "default) or system (glibc's own policy); profile as you train")
       ->capture_default_str();
   AddSeedFlag(p, &f->seed);
   p->add_option("--max-activation-mb", f->max_activation_mb,

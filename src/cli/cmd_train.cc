@@ -11,10 +11,11 @@
 
 #include "cli/cli_common.h"
 #include "cli/scenario_flags.h"
+#include "passes/moe_overlap.h"
 #include "planner/hetero.h"
+#include "runtime/host_allocator.h"
 #include "runtime/launcher.h"
 #include "runtime/trainer.h"
-#include "passes/moe_overlap.h"
 #include "trace/calibration.h"
 
 namespace sluice::cli {
@@ -42,6 +43,7 @@ struct TrainFlags {
   std::string calibration;  // --calibration FILE
   std::string moe_overlap;  // --moe-overlap NAME (passes/moe_overlap.h), empty: off
   std::string replicas;     // --replicas SPEC|FILE (heterogeneous replica groups)
+  std::string host_allocator = "cache";            // --host-allocator (runtime/host_allocator.h)
   const CLI::Option* parallel_option = nullptr;    // whether --parallel was given
   const CLI::Option* iterations_option = nullptr;  // whether --iterations was given
 };
@@ -96,6 +98,8 @@ Status RunTrain(const TrainFlags& f) {
   if (!f.iface.empty()) env.gloo_iface = f.iface;
   env.bind_addr = f.bind;
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
+  SLUICE_ASSIGN_OR_RETURN(const runtime::HostAllocator allocator,
+                          runtime::ParseHostAllocator(f.host_allocator, "--host-allocator"));
   // Read by the launcher and by every rank, so that a bad file fails before anything runs; rank
   // 0 applies it.
   std::optional<trace::Calibration> calibration;
@@ -272,6 +276,10 @@ Status RunTrain(const TrainFlags& f) {
     }
     std::fflush(stdout);
   }
+  // Every rank, before its model exists (the launcher's own process never gets here).
+  const std::string allocator_note = runtime::ConfigureHostAllocator(allocator);
+  if (env.rank == 0) fmt::print("host allocator: {}\n", allocator_note);
+  std::fflush(stdout);
   return runtime::Train(o, env);
 }
 
@@ -358,6 +366,13 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   t->add_option("--threads", flags->threads,
                 "Intra-op threads per rank (0 = cores / local ranks)")
       ->check(IntegerCheck(0, 4096, "an integer in [0, 4096], 0 = cores / local ranks"))
+      ->capture_default_str();
+  t->add_option("--host-allocator", flags->host_allocator,
+                "How freed CPU tensors are kept on every rank: cache (glibc's mmap and trim "
+                "thresholds at 1 GiB: each iteration reuses the memory the last one freed "
+                "instead of mapping and faulting it in again; steadier iteration times, resident "
+                "memory at its high-water mark) or system (glibc's own policy); the "
+                "MALLOC_*_ environment variables, when set, win")
       ->capture_default_str();
   t->add_option("--lookahead", flags->lookahead,
                 "Plans rank 0 keeps ready beyond the running iteration")

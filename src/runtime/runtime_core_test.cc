@@ -3,9 +3,13 @@
 // packages and the plan/job check, traces, dumps and the torchrun environment.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
-#include <nlohmann/json.hpp>
+#include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 
@@ -16,6 +20,7 @@
 #include "planner/planner.h"
 #include "runtime/batch_layout.h"
 #include "runtime/dump.h"
+#include "runtime/host_allocator.h"
 #include "runtime/launcher.h"
 #include "runtime/layout.h"
 #include "runtime/plan_package.h"
@@ -394,4 +399,38 @@ TEST(DistEnvTest, ReadsTorchrunVariables) {
 }
 
 }  // namespace
+
+// --host-allocator: the names, the environment's precedence, and on glibc that `cache` serves a
+// block glibc's own policy always maps (48 MiB: past its mmap threshold, which it raises to 32 MiB
+// at most) from the heap.
+TEST(HostAllocatorTest, ParsesPoliciesHonoursTheEnvironmentAndKeepsBlocksOnTheHeap) {
+  EXPECT_EQ(*ParseHostAllocator("cache", "--host-allocator"), HostAllocator::kCache);
+  EXPECT_EQ(*ParseHostAllocator("system", "--host-allocator"), HostAllocator::kSystem);
+  const StatusOr<HostAllocator> bad = ParseHostAllocator("jemalloc", "--host-allocator");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "--host-allocator: 'jemalloc' is not a host allocator policy (allowed: cache, system)");
+  EXPECT_EQ(ConfigureHostAllocator(HostAllocator::kSystem), "system (the C library's own policy)");
+  ASSERT_EQ(::setenv("MALLOC_TRIM_THRESHOLD_", "131072", 1), 0);
+  EXPECT_EQ(ConfigureHostAllocator(HostAllocator::kCache),
+            "system (MALLOC_TRIM_THRESHOLD_ is set in the environment; left as it says)");
+  ASSERT_EQ(::unsetenv("MALLOC_TRIM_THRESHOLD_"), 0);
+  ASSERT_EQ(::setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536", 1), 0);
+  EXPECT_EQ(ConfigureHostAllocator(HostAllocator::kCache),
+            "system (GLIBC_TUNABLES is set in the environment; left as it says)");
+  ASSERT_EQ(::unsetenv("GLIBC_TUNABLES"), 0);
+#if defined(__GLIBC__)
+  const std::string note = ConfigureHostAllocator(HostAllocator::kCache);
+  EXPECT_EQ(note.rfind("cache (", 0), 0u) << note;
+  const size_t mapped_before = mallinfo2().hblkhd;
+  constexpr size_t kBlock = size_t{48} << 20;
+  auto* block = static_cast<volatile char*>(std::malloc(kBlock));
+  ASSERT_NE(block, nullptr);
+  block[0] = 1;
+  block[kBlock - 1] = 1;
+  EXPECT_EQ(mallinfo2().hblkhd, mapped_before) << "the 48 MiB block was mapped, not heap memory";
+  std::free(const_cast<char*>(block));
+#endif
+}
+
 }  // namespace sluice::runtime
