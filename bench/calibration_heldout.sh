@@ -18,7 +18,8 @@
 # Usage, from the repository root (timings: under the build lock on a shared machine):
 #   flock /tmp/sluice-build.lock bench/calibration_heldout.sh
 # Knobs (environment): SLUICE OUT ITERS (17) REPEATS (4) NICE (a prefix for the train runs)
-# ALLOCATOR (train --host-allocator: cache, the default, or system; bench/host_allocator_ab.sh).
+# ALLOCATOR (train --host-allocator: cache, the default, or system; bench/host_allocator_ab.sh)
+# CPU_BIND (train --cpu-bind: none, the default, or cores).
 set -euo pipefail
 
 SLUICE=${SLUICE:-build/sluice}
@@ -27,6 +28,7 @@ ITERS=${ITERS:-17}
 REPEATS=${REPEATS:-4}
 NICE=${NICE:-}
 ALLOCATOR=${ALLOCATOR:-cache}
+CPU_BIND=${CPU_BIND:-none}
 PYTHON=${PYTHON:-/usr/bin/python3}
 FIT=$(((ITERS - 1) / 2))
 common=(--model gpt-tiny --cluster examples/cluster-cpu-2.json --parallel pp=2 --data mixture-4task
@@ -38,7 +40,7 @@ PD=()
 for ((i = 0; i < ITERS; i++)); do PD+=("$OUT/plans/plan-$i.json"); done
 for ((r = 0; r < REPEATS; r++)); do
   $NICE "$SLUICE" train --nproc 2 "${common[@]}" --threads 1 --plan "${PD[@]}" \
-    --host-allocator "$ALLOCATOR" \
+    --host-allocator "$ALLOCATOR" --cpu-bind "$CPU_BIND" \
     --trace-dir "$OUT/d$r" --metrics "$OUT/d$r.jsonl" > "$OUT/d$r.log" 2>&1
   "$SLUICE" calibrate "$OUT/d$r" --plan "${PD[@]}" --fit-iterations "1-$FIT" \
     --metrics "$OUT/d$r.jsonl" --out "$OUT/c$r.json" > "$OUT/c$r.log"

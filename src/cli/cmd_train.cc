@@ -13,6 +13,7 @@
 #include "cli/scenario_flags.h"
 #include "passes/moe_overlap.h"
 #include "planner/hetero.h"
+#include "runtime/cpu_bind.h"
 #include "runtime/host_allocator.h"
 #include "runtime/launcher.h"
 #include "runtime/trainer.h"
@@ -44,6 +45,7 @@ struct TrainFlags {
   std::string moe_overlap;  // --moe-overlap NAME (passes/moe_overlap.h), empty: off
   std::string replicas;     // --replicas SPEC|FILE (heterogeneous replica groups)
   std::string host_allocator = "cache";            // --host-allocator (runtime/host_allocator.h)
+  std::string cpu_bind = "none";                   // --cpu-bind (runtime/cpu_bind.h)
   const CLI::Option* parallel_option = nullptr;    // whether --parallel was given
   const CLI::Option* iterations_option = nullptr;  // whether --iterations was given
 };
@@ -100,6 +102,8 @@ Status RunTrain(const TrainFlags& f) {
   SLUICE_RETURN_IF_ERROR(ParseScheduleKind(f.planner.schedule).status());
   SLUICE_ASSIGN_OR_RETURN(const runtime::HostAllocator allocator,
                           runtime::ParseHostAllocator(f.host_allocator, "--host-allocator"));
+  SLUICE_ASSIGN_OR_RETURN(const runtime::CpuBind cpu_bind,
+                          runtime::ParseCpuBind(f.cpu_bind, "--cpu-bind"));
   // Read by the launcher and by every rank, so that a bad file fails before anything runs; rank
   // 0 applies it.
   std::optional<trace::Calibration> calibration;
@@ -279,6 +283,11 @@ Status RunTrain(const TrainFlags& f) {
   // Every rank, before its model exists (the launcher's own process never gets here).
   const std::string allocator_note = runtime::ConfigureHostAllocator(allocator);
   if (env.rank == 0) fmt::print("host allocator: {}\n", allocator_note);
+  SLUICE_ASSIGN_OR_RETURN(const std::string bind_note,
+                          runtime::BindCpus(cpu_bind, env.local_rank, env.local_world_size));
+  if (env.rank == 0 && cpu_bind != runtime::CpuBind::kNone) {
+    fmt::print("cpu binding: {}\n", bind_note);
+  }
   std::fflush(stdout);
   return runtime::Train(o, env);
 }
@@ -373,6 +382,11 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "instead of mapping and faulting it in again; steadier iteration times, resident "
                 "memory at its high-water mark) or system (glibc's own policy); the "
                 "MALLOC_*_ environment variables, when set, win")
+      ->capture_default_str();
+  t->add_option("--cpu-bind", flags->cpu_bind,
+                "none (the scheduler places every rank's threads) or cores (this machine's "
+                "allowed CPUs cut into one contiguous part per local rank, each rank bound to its "
+                "own, as torchrun's and numactl's core binding)")
       ->capture_default_str();
   t->add_option("--lookahead", flags->lookahead,
                 "Plans rank 0 keeps ready beyond the running iteration")

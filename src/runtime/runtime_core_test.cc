@@ -19,6 +19,7 @@
 #include "cost/cost_factory.h"
 #include "planner/planner.h"
 #include "runtime/batch_layout.h"
+#include "runtime/cpu_bind.h"
 #include "runtime/dump.h"
 #include "runtime/host_allocator.h"
 #include "runtime/launcher.h"
@@ -431,6 +432,26 @@ TEST(HostAllocatorTest, ParsesPoliciesHonoursTheEnvironmentAndKeepsBlocksOnTheHe
   EXPECT_EQ(mallinfo2().hblkhd, mapped_before) << "the 48 MiB block was mapped, not heap memory";
   std::free(const_cast<char*>(block));
 #endif
+}
+
+// --cpu-bind cores: the allowed CPUs cut into contiguous parts, one per local rank.
+TEST(CpuBindTest, CutsTheAllowedCpusIntoOnePartPerLocalRank) {
+  EXPECT_EQ(*ParseCpuBind("cores", "--cpu-bind"), CpuBind::kCores);
+  EXPECT_EQ(*ParseCpuBind("none", "--cpu-bind"), CpuBind::kNone);
+  EXPECT_EQ(ParseCpuBind("numa", "--cpu-bind").status().message(),
+            "--cpu-bind: 'numa' is not a CPU binding (allowed: none, cores)");
+  const std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(CpusOfLocalRank(eight, 0, 2), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(CpusOfLocalRank(eight, 1, 2), (std::vector<int>{4, 5, 6, 7}));
+  // 8 CPUs over 3 ranks: 3, 3, 2; every CPU once.
+  EXPECT_EQ(CpusOfLocalRank(eight, 0, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(CpusOfLocalRank(eight, 1, 3), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(CpusOfLocalRank(eight, 2, 3), (std::vector<int>{6, 7}));
+  // The allowed set need not start at 0 or be contiguous (taskset -c 2,5,9).
+  EXPECT_EQ(CpusOfLocalRank({2, 5, 9}, 1, 3), (std::vector<int>{5}));
+  // Fewer CPUs than ranks: they share, round robin.
+  EXPECT_EQ(CpusOfLocalRank({0, 1}, 2, 3), (std::vector<int>{0}));
+  EXPECT_EQ(*BindCpus(CpuBind::kNone, 0, 2), "none");
 }
 
 }  // namespace sluice::runtime
