@@ -101,6 +101,7 @@ r = json.load(open(sys.argv[1]))
 d = {x['method']: x for x in r['own']}['sluice-dynamic']
 assert d['screen_margin'] == 'off' and all('screened' not in b for b in d['batches']), d
 " "$tmp/dyn/results.json"
+expect dynamic-refresh-unknown 2 "^sluice: error: --dynamic-refresh 'lazy': allowed values are quick, full" -- compare --methods sluice-dynamic "${quick[@]}" --dynamic-refresh lazy --out "$tmp/x"
 expect no-devices 2 "--cluster: cluster 'a100-40g:0': the device count must be in \[1, " -- compare --cluster a100-40g:0 "${quick[@]}" --out "$tmp/x"
 expect help-defaults 0 "--samples INT=0 " -- compare --help
 # Every flag of `compare --help` shows its default ("=VALUE" or "default: ...").

@@ -53,6 +53,7 @@ struct CompareFlags {
   std::string moe_overlap = "off";  // --moe-overlap: off or a passes::MoeOverlap name
   // --dynamic-screen: sluice-dynamic's screen margin, or "off" (checked by DynamicScreenMargin).
   std::string dynamic_screen = fmt::format("{}", kDynamicScreenMargin);
+  std::string dynamic_refresh = "quick";  // --dynamic-refresh: quick | full
   // The options, to tell which flags were given explicitly.
   std::map<std::string, CLI::Option*> options;
 };
@@ -283,6 +284,11 @@ StatusOr<CompareResult> RunOne(const CompareFlags& f, const CompareScenario& s,
   options.field_name = CompareFieldNamer(f, source);
   options.optimize_budget_ms = f.optimize_budget_ms;
   SLUICE_ASSIGN_OR_RETURN(options.dynamic_screen, DynamicScreenMargin(f.dynamic_screen));
+  if (f.dynamic_refresh != "quick" && f.dynamic_refresh != "full") {
+    return InvalidArgumentError(
+        fmt::format("--dynamic-refresh '{}': allowed values are quick, full", f.dynamic_refresh));
+  }
+  options.dynamic_quick_refresh = f.dynamic_refresh == "quick";
   if (!f.calibration.empty()) {
     StatusOr<trace::Calibration> c = trace::ReadCalibrationFile(f.calibration);
     if (!c.ok()) return c.status().WithPrefix("--calibration");
@@ -535,6 +541,13 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
   o["--closed-form"] = c->add_flag("--closed-form", f->closed_form,
                                    "Deprecated: --collectives closed-form")
                            ->group("");
+  o["--dynamic-refresh"] =
+      c->add_option("--dynamic-refresh", f->dynamic_refresh,
+                    "sluice-dynamic: how a heterogeneous strategy the screen would skip is "
+                    "planned when its periodic refresh is due: quick (from the scales it has "
+                    "learnt, stage 1 once) or full (three rounds of stage 1, as when it competes)")
+          ->type_name("quick|full")
+          ->capture_default_str();
   o["--dynamic-screen"] =
       c->add_option("--dynamic-screen", f->dynamic_screen,
                     "sluice-dynamic: skip planning a heterogeneous strategy for a batch when its "

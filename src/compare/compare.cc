@@ -549,7 +549,8 @@ class Comparison {
     SLUICE_ASSIGN_OR_RETURN(
         DynamicRunner runner,
         DynamicRunner::Create(scorer_, *r_.sc.cost, r_.sc.cluster, methods_[i], sc_, strategies_[i],
-                              {.screen_margin = options_.dynamic_screen}));
+                              {.screen_margin = options_.dynamic_screen,
+                               .quick_refresh = options_.dynamic_quick_refresh}));
     SimOptions sim = ScenarioSim(sc_);
     sim.record_memory = false;
     for (const GlobalBatch& batch : r_.batches) {

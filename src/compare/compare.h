@@ -66,6 +66,9 @@ struct CompareOptions {
   // sluice-dynamic's screen (compare_dynamic.h): the margin in [0, 1); nullopt plans every
   // strategy on every batch.
   std::optional<double> dynamic_screen = kDynamicScreenMargin;
+  // sluice-dynamic: a mix the screen would skip but whose refresh is due is planned from its
+  // learnt scales in one round of stage 1 (true) or in full (false) (compare_dynamic.h).
+  bool dynamic_quick_refresh = true;
 };
 
 // How one method's global batch went.

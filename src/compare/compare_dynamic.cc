@@ -175,17 +175,22 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
     Duration estimate;
     bool ok = false;
     const Duration sw = SwitchCost(from, strategies_[s].Layout(), cost_->model(), *cluster_);
+    // A mix the screen would skip: skipped, or when its refresh is due, planned quickly.
+    bool quick = false;
     if (hetero_planners_[s].has_value() && options_.screen_margin.has_value() && best.has_value() &&
-        !scale_[s].empty() && screened_since_[s] + 1 < kScreenRefresh) {
+        !scale_[s].empty()) {
       const std::optional<Duration> guess = hetero_planners_[s]->Screen(batch.samples, scale_[s]);
       if (guess.has_value() &&
           weigh(s,
                 Duration::Nanos(static_cast<int64_t>(static_cast<double>(guess->nanos()) *
                                                      (1 - *options_.screen_margin))),
                 sw) >= best_cost) {
-        screened.push_back(static_cast<int64_t>(s));
-        ++screened_since_[s];
-        continue;
+        if (screened_since_[s] + 1 < kScreenRefresh) {
+          screened.push_back(static_cast<int64_t>(s));
+          ++screened_since_[s];
+          continue;
+        }
+        quick = options_.quick_refresh;
       }
     }
     if (planners_[s].has_value()) {
@@ -198,7 +203,9 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
       estimate = p.makespan + sync_[s];
       homo[s] = std::move(p);
     } else {
-      SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult p, hetero_planners_[s]->Plan(batch.samples));
+      SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult p,
+                              quick ? hetero_planners_[s]->PlanFrom(batch.samples, scale_[s])
+                                    : hetero_planners_[s]->Plan(batch.samples));
       ok = p.outcome == PlanOutcome::kOk;
       estimate = p.makespan;
       screened_since_[s] = 0;

@@ -28,10 +28,14 @@
 // best strategy planned so far, the strategy is not planned for that batch (BatchRecord::screened).
 // The screen is an estimate: a strategy it skips could have won by more than the margin; `compare
 // --dynamic-screen off` plans every strategy, and docs/benchmarks.md measures the two side by side.
-// A strategy is planned in full at least every kScreenRefresh batches so that its scales follow the
-// data. The mixes' refresh counters start staggered over that period (mix k of m starts k x
+// A strategy is planned at least every kScreenRefresh batches so that its scales follow the data.
+// The mixes' refresh counters start staggered over that period (mix k of m starts k x
 // kScreenRefresh / m batches into it), so that their refreshes do not fall on one batch while the
-// screen skips them; a mix the screen lets through is planned, and its counter restarts.
+// screen skips them; a mix the screen lets through is planned in full, and its counter restarts.
+// A refresh of a mix the screen would still skip is there for its scales, not for the choice:
+// with DynamicOptions::quick_refresh (the default; `compare --dynamic-refresh quick`) it is
+// planned from the scales it has learnt, stage 1 once (HeteroPlanner::PlanFrom) instead of three
+// rounds, and that plan competes for the batch like any other (docs/benchmarks.md measures both).
 //
 // Switching cost (SwitchCost): a change of layout re-shards the parameters and optimizer states
 // (fp16 weights and the fp32 master weights and Adam moments, ZeRO-sharded; gradients are rebuilt
@@ -94,6 +98,9 @@ struct DynamicOptions {
   // The screen's margin (see the header), in [0, 1); nullopt: no screen, every strategy plans
   // every batch.
   std::optional<double> screen_margin = kDynamicScreenMargin;
+  // A refresh of a mix the screen would skip: from its learnt scales in one round of stage 1
+  // (HeteroPlanner::PlanFrom) instead of in full (see the header).
+  bool quick_refresh = true;
 };
 
 // Batches after which a screened strategy is planned in full again.

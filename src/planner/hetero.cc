@@ -253,13 +253,26 @@ HeteroDispatch HeteroPlanner::Dispatch(std::span<const Sample> batch,
 }
 
 StatusOr<HeteroPlanResult> HeteroPlanner::Plan(std::span<const Sample> batch) const {
+  return PlanRounds(batch, std::vector<double>(config_.groups.size(), 1.0),
+                    std::max<int64_t>(0, options_.refine_rounds));
+}
+
+StatusOr<HeteroPlanResult> HeteroPlanner::PlanFrom(std::span<const Sample> batch,
+                                                   std::span<const double> scale) const {
+  std::vector<double> from(config_.groups.size(), 1.0);
+  if (scale.size() == from.size()) from.assign(scale.begin(), scale.end());
+  return PlanRounds(batch, std::move(from), 0);
+}
+
+StatusOr<HeteroPlanResult> HeteroPlanner::PlanRounds(std::span<const Sample> batch,
+                                                     std::vector<double> scale,
+                                                     int64_t rounds) const {
   const auto start = Clock::now();
   const int64_t groups = static_cast<int64_t>(config_.groups.size());
   std::optional<HeteroPlanResult> best;
   std::vector<PlanResult*> best_groups;  // in `plans`
-  std::vector<double> scale(static_cast<size_t>(groups), 1.0);
   GroupPlans plans;
-  for (int64_t round = 0; round <= std::max<int64_t>(0, options_.refine_rounds); ++round) {
+  for (int64_t round = 0; round <= rounds; ++round) {
     std::vector<PlanResult*> made;
     SLUICE_ASSIGN_OR_RETURN(HeteroPlanResult r, PlanRound(batch, scale, &plans, &made));
     const bool better =

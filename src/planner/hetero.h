@@ -163,6 +163,12 @@ class HeteroPlanner {
   // sequences than replicas, a group's plan out of memory) is the outcome; errors are bugs or
   // Planner::Plan's.
   StatusOr<HeteroPlanResult> Plan(std::span<const Sample> batch) const;
+  // A quick plan from scales learnt on earlier batches (an earlier HeteroPlanResult::scale):
+  // stage 1 once with f_g multiplied by scale[g], no refine rounds; the result's scale is this
+  // plan's, as Plan's. What sluice-dynamic's screen refreshes a mix it would skip with
+  // (compare/compare_dynamic.h). `scale` with another count than the groups' is taken as empty.
+  StatusOr<HeteroPlanResult> PlanFrom(std::span<const Sample> batch,
+                                      std::span<const double> scale) const;
   // Stage 1's estimate of Plan(batch).makespan without planning the groups: stage 1 with f_g
   // scaled by `scale` (an earlier batch's HeteroPlanResult::scale), then max over groups of
   // (scale[g] x stage 1's time for the group + the group's gradient sync) + the cross-group
@@ -181,6 +187,9 @@ class HeteroPlanner {
   // One round of Plan: stage 1 with `scale`, then every group's planner (through `plans`). The
   // result's `groups` stay empty: `*made` gets each group's plan in `plans` (all of them only
   // when the outcome is kOk), which Plan moves out for the round it keeps (no copies per round).
+  // Plan and PlanFrom: rounds of stage 1 from `scale`, at most `rounds` after the first.
+  StatusOr<HeteroPlanResult> PlanRounds(std::span<const Sample> batch, std::vector<double> scale,
+                                        int64_t rounds) const;
   StatusOr<HeteroPlanResult> PlanRound(std::span<const Sample> batch, std::span<const double> scale,
                                        GroupPlans* plans, std::vector<PlanResult*>* made) const;
   HeteroConfig config_;

@@ -439,6 +439,52 @@ TEST(HeteroPlannerTest, ScreenIsStageOneWithTheScalesOfAFullPlan) {
   }
 }
 
+// PlanFrom (sluice-dynamic's quick refresh): stage 1 once with the given scales, so its sequences
+// go where Dispatch with those scales sends them; its plans are valid; its scale is its own plan
+// over stage 1's time, as Plan's; without scales (or with another count) it is Plan with no
+// refine rounds; and Plan, which refines, is never worse than PlanFrom without scales.
+TEST(HeteroPlannerTest, PlanFromIsStageOneOnceWithTheGivenScales) {
+  auto setup = Setup16();
+  const std::vector<HeteroConfig> mixes = {
+      {.groups = {Group(1, 8), Group(4, 2)}},
+      {.groups = {Group(1, 4, 2), Group(2, 2, 2)}},
+      {.groups = {Zero2(Group(1, 2, 1, 4)), Zero2(Group(4, 1, 1, 2))}},
+  };
+  const std::vector<Sample> batch = MixedBatch(4096, 2);
+  const std::vector<Sample> next = MixedBatch(4096, 3);
+  for (const HeteroConfig& h : mixes) {
+    SCOPED_TRACE(DescribeHetero(h));
+    StatusOr<HeteroPlanner> planner =
+        HeteroPlanner::Create(*setup->cost, h, setup->cluster, Options());
+    ASSERT_TRUE(planner.ok()) << planner.status().ToString();
+    StatusOr<HeteroPlanResult> full = planner->Plan(batch);
+    ASSERT_TRUE(full.ok() && full->outcome == PlanOutcome::kOk);
+    StatusOr<HeteroPlanResult> quick = planner->PlanFrom(next, full->scale);
+    ASSERT_TRUE(quick.ok()) << quick.status().ToString();
+    ASSERT_EQ(quick->outcome, PlanOutcome::kOk) << quick->infeasible_reason;
+    EXPECT_EQ(quick->dispatch.replica_of, planner->Dispatch(next, full->scale).replica_of);
+    ASSERT_EQ(quick->scale.size(), h.groups.size());
+    for (size_t g = 0; g < h.groups.size(); ++g) {
+      EXPECT_TRUE(ValidatePlan(quick->groups[g].plan).ok());
+      EXPECT_NEAR(quick->scale[g] * static_cast<double>(quick->dispatch.group_time[g]),
+                  static_cast<double>(quick->groups[g].makespan.nanos()), 1.0);
+    }
+    HeteroPlannerOptions once = Options();
+    once.refine_rounds = 0;
+    StatusOr<HeteroPlanner> single = HeteroPlanner::Create(*setup->cost, h, setup->cluster, once);
+    ASSERT_TRUE(single.ok());
+    StatusOr<HeteroPlanResult> r0 = single->Plan(next);
+    StatusOr<HeteroPlanResult> unscaled = planner->PlanFrom(next, {});
+    StatusOr<HeteroPlanResult> other_count = planner->PlanFrom(next, std::vector<double>{2.0});
+    StatusOr<HeteroPlanResult> refined = planner->Plan(next);
+    ASSERT_TRUE(r0.ok() && unscaled.ok() && other_count.ok() && refined.ok());
+    EXPECT_EQ(unscaled->makespan, r0->makespan);
+    EXPECT_EQ(unscaled->dispatch.replica_of, r0->dispatch.replica_of);
+    EXPECT_EQ(other_count->dispatch.replica_of, r0->dispatch.replica_of);
+    EXPECT_LE(refined->makespan, unscaled->makespan);
+  }
+}
+
 TEST(HeteroPlannerTest, ASampleNoGroupHoldsIsInfeasibleWithTheReason) {
   auto setup = Setup16();
   const HeteroConfig h{.groups = {Group(4, 2, 1, 1, 30000), Group(4, 2, 1, 1, 30000)}};
