@@ -175,22 +175,24 @@ StatusOr<BatchRun> DynamicRunner::Run(const GlobalBatch& batch, const SimOptions
     Duration estimate;
     bool ok = false;
     const Duration sw = SwitchCost(from, strategies_[s].Layout(), cost_->model(), *cluster_);
-    // A mix the screen would skip: skipped, or when its refresh is due, planned quickly.
+    // A mix the screen would skip: skipped, or when its refresh is due, planned quickly (with
+    // full refreshes a due mix is planned in full without screening it).
     bool quick = false;
+    const bool due = screened_since_[s] + 1 >= kScreenRefresh;
     if (hetero_planners_[s].has_value() && options_.screen_margin.has_value() && best.has_value() &&
-        !scale_[s].empty()) {
+        !scale_[s].empty() && (!due || options_.quick_refresh)) {
       const std::optional<Duration> guess = hetero_planners_[s]->Screen(batch.samples, scale_[s]);
       if (guess.has_value() &&
           weigh(s,
                 Duration::Nanos(static_cast<int64_t>(static_cast<double>(guess->nanos()) *
                                                      (1 - *options_.screen_margin))),
                 sw) >= best_cost) {
-        if (screened_since_[s] + 1 < kScreenRefresh) {
+        if (!due) {
           screened.push_back(static_cast<int64_t>(s));
           ++screened_since_[s];
           continue;
         }
-        quick = options_.quick_refresh;
+        quick = true;
       }
     }
     if (planners_[s].has_value()) {
