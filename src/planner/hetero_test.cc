@@ -390,19 +390,23 @@ TEST(HeteroPlannerTest, OneGroupIsTheHomogeneousPlanner) {
   EXPECT_EQ(a->cross_sync, Duration::Zero());
 }
 
-// HeteroPlanResult::scale is what the kept round's groups planned over stage 1's time for them,
-// and Screen prices a batch as stage 1 with those scales plus the syncs, without planning it.
-TEST(HeteroPlannerTest, ScreenIsStageOneWithTheScalesOfAFullPlan) {
-  auto setup = Setup16();
-  const std::vector<HeteroConfig> mixes = {
+// Mixes of two and three groups (ZeRO-2 among them) that the scale tests run on.
+std::vector<HeteroConfig> ScaleMixes() {
+  return {
       {.groups = {Group(1, 8), Group(4, 2)}},
       {.groups = {Group(1, 4, 2), Group(2, 2, 2)}},
       {.groups = {Group(1, 8), Group(1, 4), Group(2, 2)}},
       {.groups = {Zero2(Group(1, 2, 1, 4)), Zero2(Group(4, 1, 1, 2))}},
   };
+}
+
+// HeteroPlanResult::scale is what the kept round's groups planned over stage 1's time for them,
+// and Screen prices a batch as stage 1 with those scales plus the syncs, without planning it.
+TEST(HeteroPlannerTest, ScreenIsStageOneWithTheScalesOfAFullPlan) {
+  auto setup = Setup16();
   const std::vector<Sample> batch = MixedBatch(4096, 2);
   const std::vector<Sample> next = MixedBatch(4096, 3);
-  for (const HeteroConfig& h : mixes) {
+  for (const HeteroConfig& h : ScaleMixes()) {
     SCOPED_TRACE(DescribeHetero(h));
     StatusOr<HeteroPlanner> planner =
         HeteroPlanner::Create(*setup->cost, h, setup->cluster, Options());
@@ -445,14 +449,9 @@ TEST(HeteroPlannerTest, ScreenIsStageOneWithTheScalesOfAFullPlan) {
 // refine rounds; and Plan, which refines, is never worse than PlanFrom without scales.
 TEST(HeteroPlannerTest, PlanFromIsStageOneOnceWithTheGivenScales) {
   auto setup = Setup16();
-  const std::vector<HeteroConfig> mixes = {
-      {.groups = {Group(1, 8), Group(4, 2)}},
-      {.groups = {Group(1, 4, 2), Group(2, 2, 2)}},
-      {.groups = {Zero2(Group(1, 2, 1, 4)), Zero2(Group(4, 1, 1, 2))}},
-  };
   const std::vector<Sample> batch = MixedBatch(4096, 2);
   const std::vector<Sample> next = MixedBatch(4096, 3);
-  for (const HeteroConfig& h : mixes) {
+  for (const HeteroConfig& h : ScaleMixes()) {
     SCOPED_TRACE(DescribeHetero(h));
     StatusOr<HeteroPlanner> planner =
         HeteroPlanner::Create(*setup->cost, h, setup->cluster, Options());
