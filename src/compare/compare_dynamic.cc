@@ -98,8 +98,9 @@ Duration SwitchCost(const std::optional<HeteroConfig>& from, const HeteroConfig&
     largest = std::max(largest, m.weights + m.optimizer);
   }
   const AlphaBetaCommModel comm(cluster);
-  return comm.Collective(CollectiveKind::kAllToAll, largest, cluster.num_devices(),
-                         cluster.nodes > 1);
+  return comm.Collective(CollectiveKind::kAllToAll, largest,
+                         CollectiveRing{.members = cluster.num_devices(),
+                                        .spans_nodes = cluster.nodes > 1});
 }
 
 StatusOr<DynamicRunner> DynamicRunner::Create(CandidateScorer& scorer, const CostModel& cost,

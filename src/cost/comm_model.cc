@@ -1,5 +1,7 @@
 #include "cost/comm_model.h"
 
+#include <algorithm>
+
 #include "base/status.h"
 
 namespace sluice {
@@ -23,16 +25,28 @@ Duration AlphaBetaCommModel::PointToPoint(Bytes size, bool inter_node) const {
   return link.latency + Duration::Seconds(static_cast<double>(size.count()) / link.bandwidth);
 }
 
-Duration AlphaBetaCommModel::Collective(CollectiveKind kind, Bytes size, int64_t group_size,
-                                        bool spans_nodes) const {
-  SLUICE_CHECK(group_size >= 1);
+double AlphaBetaCommModel::RingBandwidth(const CollectiveRing& ring) const {
+  if (!ring.spans_nodes) return intra_.bandwidth;
+  if (ring.crossing_shares <= 1) return inter_.bandwidth;
+  return std::min(intra_.bandwidth,
+                  static_cast<double>(ring.crossing_shares) * inter_.bandwidth);
+}
+
+Duration AlphaBetaCommModel::Collective(CollectiveKind kind, Bytes size,
+                                        const CollectiveRing& ring) const {
+  const int64_t group_size = ring.members;
+  SLUICE_CHECK(group_size >= 1 && ring.crossing_shares >= 1);
   if (group_size == 1) return Duration::Zero();
-  const LinkSpec& link = spans_nodes ? inter_ : intra_;
+  // All-to-all: every member's own flows, so one device's share whatever the ring.
+  const double bandwidth = kind == CollectiveKind::kAllToAll
+                               ? (ring.spans_nodes ? inter_ : intra_).bandwidth
+                               : RingBandwidth(ring);
+  const Duration latency = (ring.spans_nodes ? inter_ : intra_).latency;
   const double n = static_cast<double>(group_size);
   // Ring algorithms: `steps` messages of S/n bytes each, one after another.
   const int64_t steps = kind == CollectiveKind::kAllReduce ? 2 * (group_size - 1) : group_size - 1;
   const double bytes = static_cast<double>(steps) / n * static_cast<double>(size.count());
-  return Duration::Seconds(bytes / link.bandwidth) + link.latency * steps;
+  return Duration::Seconds(bytes / bandwidth) + latency * steps;
 }
 
 }  // namespace sluice

@@ -2,7 +2,11 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -52,7 +56,10 @@ struct DevicePreset {
   int64_t devices_per_node = kPresetDevicesPerNode;
   LinkSpec intra_node;
   LinkSpec inter_node;
+  RingCrossing ring_crossing = RingCrossing::kAllMembers;
 };
+
+constexpr std::array<std::string_view, 2> kRingCrossingNames = {"all-members", "one-connection"};
 
 std::vector<DevicePreset> DevicePresets() {
   std::vector<DevicePreset> presets;
@@ -98,6 +105,8 @@ std::vector<DevicePreset> DevicePresets() {
   cpu.device = {"cpu", 0.17e12, Bytes::GiB(4), 12.9e9};
   cpu.intra_node = {0.85e9, Duration::Micros(2000)};
   cpu.inter_node = {0.125e9, Duration::Micros(2000)};
+  // Gloo's ring collectives send each hop over one TCP connection.
+  cpu.ring_crossing = RingCrossing::kOneConnection;
   presets.push_back(cpu);
   return presets;
 }
@@ -180,6 +189,25 @@ Status ReadLink(JsonObjectReader& r, std::string_view field, bool used, bool hav
 
 }  // namespace
 
+std::string_view RingCrossingName(RingCrossing crossing) {
+  return crossing == RingCrossing::kOneConnection ? "one-connection" : "all-members";
+}
+
+CollectiveRing RingOverDevices(const ClusterSpec& cluster, std::span<const int64_t> devices) {
+  CollectiveRing ring;
+  ring.members = std::max<int64_t>(1, static_cast<int64_t>(devices.size()));
+  std::map<int64_t, int64_t> per_node;  // node -> devices of the ring on it
+  for (const int64_t device : devices) ++per_node[cluster.NodeOfDevice(device)];
+  ring.spans_nodes = per_node.size() > 1;
+  if (ring.spans_nodes && cluster.ring_crossing == RingCrossing::kAllMembers) {
+    ring.crossing_shares = std::numeric_limits<int64_t>::max();
+    for (const auto& [node, count] : per_node) {
+      ring.crossing_shares = std::min(ring.crossing_shares, count);
+    }
+  }
+  return ring;
+}
+
 Status ValidateClusterSpec(const ClusterSpec& spec, std::string_view source) {
   const DeviceSpec& d = spec.device;
   SLUICE_RETURN_IF_ERROR(CheckRange(source, "device.peak_tflops", d.peak_flops / kTeraFlops,
@@ -219,6 +247,7 @@ StatusOr<ClusterSpec> ClusterSpecFromJson(const nlohmann::json& j, std::string_v
     spec.devices_per_node = preset->devices_per_node;
     spec.intra_node = preset->intra_node;
     spec.inter_node = preset->inter_node;
+    spec.ring_crossing = preset->ring_crossing;
     have_preset_links = true;
   } else if (device->is_object()) {
     SLUICE_ASSIGN_OR_RETURN(spec.device, DeviceFromJson(*device, source));
@@ -233,6 +262,10 @@ StatusOr<ClusterSpec> ClusterSpecFromJson(const nlohmann::json& j, std::string_v
                                   source, &spec.intra_node));
   SLUICE_RETURN_IF_ERROR(
       ReadLink(r, "inter_node", spec.nodes > 1, have_preset_links, source, &spec.inter_node));
+  std::string crossing(RingCrossingName(spec.ring_crossing));
+  SLUICE_RETURN_IF_ERROR(r.OptionalEnum("ring_crossing", &crossing, kRingCrossingNames));
+  spec.ring_crossing =
+      crossing == "one-connection" ? RingCrossing::kOneConnection : RingCrossing::kAllMembers;
   SLUICE_RETURN_IF_ERROR(r.Finish());
   SLUICE_RETURN_IF_ERROR(ValidateClusterSpec(spec, source));
   return spec;
@@ -252,6 +285,10 @@ nlohmann::json ClusterSpecToJson(const ClusterSpec& spec) {
   // A link left at zero (unused: one device per node, or one node) is left out, as it was read.
   if (spec.intra_node != LinkSpec{}) j["intra_node"] = LinkToJson(spec.intra_node);
   if (spec.inter_node != LinkSpec{}) j["inter_node"] = LinkToJson(spec.inter_node);
+  // Written only when it is not the default, which a device object (as written) reads back as.
+  if (spec.ring_crossing != RingCrossing::kAllMembers) {
+    j["ring_crossing"] = std::string(RingCrossingName(spec.ring_crossing));
+  }
   return j;
 }
 
@@ -287,6 +324,7 @@ StatusOr<ClusterSpec> ClusterPreset(std::string_view device, int64_t n) {
   spec.devices_per_node = n <= per_node ? n : per_node;
   spec.intra_node = preset->intra_node;
   spec.inter_node = preset->inter_node;
+  spec.ring_crossing = preset->ring_crossing;
   return spec;
 }
 

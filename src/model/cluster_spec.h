@@ -3,7 +3,8 @@
 // A cluster is `nodes` x `devices_per_node` identical devices. Devices in one node talk over
 // the intra-node link (NVLink), across nodes over the inter-node link (InfiniBand/EFA); each
 // link is given as per-device, per-direction bandwidth and a latency, the alpha-beta model's
-// parameters. The device presets (a100-40g, a100-80g, h100-80g, cpu) and the source of each of
+// parameters. `ring_crossing` says how a ring collective's traffic leaves a node (NCCL spreads
+// it over the NICs of all the ring's devices there, Gloo sends it over one connection). The device presets (a100-40g, a100-80g, h100-80g, cpu) and the source of each of
 // their numbers are in cluster_spec.cc and docs/formats.md.
 //
 // Thread safety: value types.
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,13 +39,28 @@ struct LinkSpec {
   friend bool operator==(const LinkSpec&, const LinkSpec&) = default;
 };
 
+// How the inter-node traffic of a ring collective (all-reduce, reduce-scatter, all-gather) leaves
+// a node.
+enum class RingCrossing {
+  // NCCL: a collective runs one ring per channel, and the channels leave a node through the NICs
+  // of different GPUs, so the traffic between nodes moves over the inter-node share of every
+  // device of the ring on the node. A ring of 8 GPUs per node on p4d (4 x 100 Gbps EFA) crosses
+  // at the node's 50 GB/s, not at one GPU's 6.25 GB/s (nccl-tests' ring bus bandwidth across
+  // nodes is the node's network bandwidth; doc/PERFORMANCE.md).
+  kAllMembers,
+  // Gloo: one connection per ring hop, so a crossing moves over one device's share.
+  kOneConnection,
+};
+std::string_view RingCrossingName(RingCrossing crossing);  // "all-members", "one-connection"
+
 struct ClusterSpec {
   std::string name;              // e.g. "a100-40g:16"
   DeviceSpec device;
   int64_t nodes = 1;
   int64_t devices_per_node = 8;
   LinkSpec intra_node;           // within a node
-  LinkSpec inter_node;           // between nodes
+  LinkSpec inter_node;           // between nodes: each device's share
+  RingCrossing ring_crossing = RingCrossing::kAllMembers;
 
   int64_t num_devices() const { return nodes * devices_per_node; }
   // The node of device `device`: nodes are runs of devices_per_node consecutive devices.
@@ -66,6 +83,20 @@ inline bool RanksCrossNodes(const ClusterSpec& cluster, int64_t a, int64_t b, in
   }
   return false;
 }
+
+// Where a ring collective runs: its member count, whether it crosses nodes, and how many
+// devices' inter-node shares one crossing moves over: 1, or under RingCrossing::kAllMembers the
+// fewest devices the ring has on any of its nodes (a ring of 16 GPUs on two nodes of 8 crosses
+// over 8 shares; one of 2 GPUs on two nodes over 1).
+struct CollectiveRing {
+  int64_t members = 1;
+  bool spans_nodes = false;
+  int64_t crossing_shares = 1;
+
+  friend bool operator==(const CollectiveRing&, const CollectiveRing&) = default;
+};
+// The ring through `devices` (one device per member). An empty span is a ring of one.
+CollectiveRing RingOverDevices(const ClusterSpec& cluster, std::span<const int64_t> devices);
 
 // Checks every field: positive finite device numbers, nodes >= 1, devices_per_node >= 1, link
 // latencies >= 0, and a positive bandwidth on each link that is used (intra_node when

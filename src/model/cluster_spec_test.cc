@@ -238,6 +238,53 @@ TEST(ClusterSpecTest, ValidateChecksStructsBuiltInCode) {
   EXPECT_THAT(ValidateClusterSpec(spec, "code").message(), HasSubstr("'device.memory_gib'"));
 }
 
+TEST(ClusterSpecTest, RingCrossingDefaultsPresetsAndJson) {
+  EXPECT_EQ(ClusterPreset("a100-40g", 16)->ring_crossing, RingCrossing::kAllMembers);
+  EXPECT_EQ(ClusterPreset("h100-80g", 16)->ring_crossing, RingCrossing::kAllMembers);
+  EXPECT_EQ(ClusterPreset("cpu", 16)->ring_crossing, RingCrossing::kOneConnection);
+  StatusOr<ClusterSpec> custom = ClusterSpecFromJson(CustomCluster(), "c.json");
+  ASSERT_TRUE(custom.ok());
+  EXPECT_EQ(custom->ring_crossing, RingCrossing::kAllMembers);  // a device object's default
+
+  nlohmann::json j = CustomCluster();
+  j["ring_crossing"] = "one-connection";
+  StatusOr<ClusterSpec> gloo = ClusterSpecFromJson(j, "c.json");
+  ASSERT_TRUE(gloo.ok()) << gloo.status().ToString();
+  EXPECT_EQ(gloo->ring_crossing, RingCrossing::kOneConnection);
+  EXPECT_EQ(ClusterSpecToJson(*gloo), j);  // written when it is not the default
+
+  // A preset's crossing is the default a file may replace.
+  nlohmann::json cpu = {{"name", "hosts"}, {"device", "cpu"}, {"nodes", 2}};
+  EXPECT_EQ(ClusterSpecFromJson(cpu, "c.json")->ring_crossing, RingCrossing::kOneConnection);
+  cpu["ring_crossing"] = "all-members";
+  EXPECT_EQ(ClusterSpecFromJson(cpu, "c.json")->ring_crossing, RingCrossing::kAllMembers);
+
+  j["ring_crossing"] = "spread";
+  EXPECT_THAT(ErrorOf(j), AllOf(HasSubstr("c.json: field 'ring_crossing'"),
+                                HasSubstr("all-members"), HasSubstr("one-connection")));
+  j["ring_crossing"] = 2;
+  EXPECT_THAT(ErrorOf(j), HasSubstr("field 'ring_crossing'"));
+}
+
+// A ring crossing nodes moves over the inter-node shares of its fewest devices on one node
+// under NCCL's crossing, over one share under Gloo's.
+TEST(ClusterSpecTest, RingOverDevicesCountsTheCrossingShares) {
+  ClusterSpec c = *ClusterPreset("a100-40g", 32);  // 4 nodes of 8
+  const std::vector<int64_t> sixteen = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  EXPECT_EQ(RingOverDevices(c, sixteen),
+            (CollectiveRing{.members = 16, .spans_nodes = true, .crossing_shares = 8}));
+  EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{0, 8, 16, 24}),
+            (CollectiveRing{.members = 4, .spans_nodes = true, .crossing_shares = 1}));
+  // Uneven: 3 devices on node 0, 1 on node 1: the crossing into node 1 has one share.
+  EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{0, 2, 4, 8}).crossing_shares, 1);
+  EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{0, 1, 2, 3}),
+            (CollectiveRing{.members = 4, .spans_nodes = false, .crossing_shares = 1}));
+  EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{}), CollectiveRing{});
+  c.ring_crossing = RingCrossing::kOneConnection;
+  EXPECT_EQ(RingOverDevices(c, sixteen),
+            (CollectiveRing{.members = 16, .spans_nodes = true, .crossing_shares = 1}));
+}
+
 TEST(ClusterSpecTest, ResolveCluster) {
   StatusOr<ClusterSpec> sixteen = ResolveCluster("a100-40g:16");
   ASSERT_TRUE(sixteen.ok()) << sixteen.status().ToString();

@@ -66,6 +66,14 @@ Bytes DefaultMemoryReserve(const DeviceSpec& device);
 Bytes MemoryBudget(std::optional<Bytes> limit, std::optional<Bytes> reserve,
                    const DeviceSpec& device);
 
+// The ring that reduces the gradients of pipeline rank `pp_index` (and gathers its ZeRO
+// parameters): dp * cp members, the cp ranks of every replica in dp order, tensor-parallel copy
+// 0 of each (device = rank * tp * cp + cp_index * tp, rank = dp_index * pp + pp_index: the
+// placement of plan/execution_plan.h). The one rule the lowering, the passes, the planners and
+// the simulator price gradient collectives by. REQUIRES: 0 <= pp_index < par.pp.
+CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& par,
+                            int64_t pp_index);
+
 // Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 10^9] MB
 // (10^6 bytes), memory reserve in [0, 10^9] MB, not both a limit and a reserve.
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source);

@@ -14,16 +14,6 @@ bool IsReduction(OpKind op) {
   return op == OpKind::kAllReduceGrad || op == OpKind::kReduceScatterGrad;
 }
 
-// Whether the data-parallel group of pipeline rank `pp_index` spans nodes (the lowering's rule).
-bool GroupSpansNodes(const ExecutionPlan& plan, int64_t pp_index) {
-  for (int64_t d = 1; d < plan.dp(); ++d) {
-    if (plan.NodeOf(plan.RankId(0, pp_index)) != plan.NodeOf(plan.RankId(d, pp_index))) {
-      return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string BucketGradientsPass::Describe() const {
@@ -38,9 +28,9 @@ StatusOr<PassRecord> BucketGradientsPass::Run(ExecutionPlan* plan) const {
   PassRecord record;
   record.pass = Describe();
   const AlphaBetaCommModel comm(plan->cluster);
-  const int64_t dp = plan->dp();
   for (RankProgram& program : plan->ranks) {
-    const bool spans = GroupSpansNodes(*plan, program.pp_index);
+    // The lowering's ring (dp * cp members).
+    const CollectiveRing ring = GradientRing(plan->cluster, plan->parallel, program.pp_index);
     std::vector<Instruction> out;
     std::vector<Instruction> gathers;  // the new all-gathers, in bucket order
     out.reserve(program.instructions.size());
@@ -73,11 +63,11 @@ StatusOr<PassRecord> BucketGradientsPass::Run(ExecutionPlan* plan) const {
         r.bytes = Bytes::Of(total / n + (k < total % n ? 1 : 0));
         r.duration =
             comm.Collective(zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce,
-                            r.bytes, dp, spans);
+                            r.bytes, ring);
         out.push_back(r);
         if (zero2) {
           r.op = OpKind::kAllGatherParams;
-          r.duration = comm.Collective(CollectiveKind::kAllGather, r.bytes, dp, spans);
+          r.duration = comm.Collective(CollectiveKind::kAllGather, r.bytes, ring);
           gathers.push_back(r);
         }
       }

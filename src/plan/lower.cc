@@ -197,14 +197,8 @@ class RankAssembler {
 
   void EmitReduction(int64_t s) {
     const bool zero2 = c_.plan->parallel.zero >= 2;
-    const int64_t dp = c_.plan->dp();
     // The gradients of a position's cp ranks are reduced with the replicas': a ring of dp * cp.
-    const int64_t group = dp * c_.plan->parallel.cp;
-    bool spans = c_.plan->parallel.devices_per_rank() > c_.plan->cluster.devices_per_node;
-    for (int64_t d = 1; d < dp; ++d) {
-      spans = spans || c_.plan->NodeOf(c_.plan->RankId(0, r_)) !=
-                           c_.plan->NodeOf(c_.plan->RankId(d, r_));
-    }
+    const CollectiveRing ring = GradientRing(c_.plan->cluster, c_.plan->parallel, r_);
     for (const Bytes bytes : buckets_[s]) {
       Instruction in;
       in.op = zero2 ? OpKind::kReduceScatterGrad : OpKind::kAllReduceGrad;
@@ -212,11 +206,11 @@ class RankAssembler {
       in.bucket = next_bucket_++;
       in.bytes = bytes;
       in.duration = c_.comm->Collective(
-          zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, bytes, group, spans);
+          zero2 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, bytes, ring);
       out_.push_back(in);
       if (zero2) {
         in.op = OpKind::kAllGatherParams;
-        in.duration = c_.comm->Collective(CollectiveKind::kAllGather, bytes, group, spans);
+        in.duration = c_.comm->Collective(CollectiveKind::kAllGather, bytes, ring);
         gathers_.push_back(in);
       }
     }

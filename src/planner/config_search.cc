@@ -203,19 +203,18 @@ Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec&
   const int64_t group = par.dp * par.cp;  // the cp ranks reduce with the replicas
   if (group <= 1) return Duration::Zero();
   const AlphaBetaCommModel comm(cluster);
-  // The data-parallel group of pipeline rank 0 (ranks 0, pp, ..., (dp - 1) * pp) spans nodes.
-  const bool spans = par.devices_per_rank() > cluster.devices_per_node ||
-                     NodeOfRank(cluster, (par.dp - 1) * par.pp, par.devices_per_rank()) !=
-                     NodeOfRank(cluster, 0, par.devices_per_rank());
   Duration worst;
-  for (const ModelStateMemory& states : eval.stage_states()) {
-    const Bytes grads = Bytes::Of(states.params * 2);
+  const std::vector<ModelStateMemory>& stages = eval.stage_states();
+  for (size_t p = 0; p < stages.size(); ++p) {
+    const Bytes grads = Bytes::Of(stages[p].params * 2);
+    // The lowering's ring of this pipeline rank (dp * cp members).
+    const CollectiveRing ring = GradientRing(cluster, par, static_cast<int64_t>(p));
     Duration t;
     if (par.zero >= 2) {
-      t = comm.Collective(CollectiveKind::kReduceScatter, grads, group, spans) +
-          comm.Collective(CollectiveKind::kAllGather, grads, group, spans);
+      t = comm.Collective(CollectiveKind::kReduceScatter, grads, ring) +
+          comm.Collective(CollectiveKind::kAllGather, grads, ring);
     } else {
-      t = comm.Collective(CollectiveKind::kAllReduce, grads, group, spans);
+      t = comm.Collective(CollectiveKind::kAllReduce, grads, ring);
     }
     worst = std::max(worst, t);
   }

@@ -115,7 +115,7 @@ TEST(ContextParallelSimTest, GradientRingSpansDpTimesCp) {
                                   : in.op == OpKind::kReduceScatterGrad
                                       ? CollectiveKind::kReduceScatter
                                       : CollectiveKind::kAllGather;
-      const double want = comm.Collective(kind, in.bytes, 4, false).seconds();
+      const double want = comm.Collective(kind, in.bytes, CollectiveRing{.members = 4}).seconds();
       const double got = (iv.end - iv.start).seconds();
       if (mode == CollectiveMode::kClosedForm) {
         EXPECT_NEAR(got, want, 1e-9);

@@ -93,24 +93,28 @@ Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
   const std::vector<int64_t> offsets = config.DeviceOffsets();
   const AlphaBetaCommModel comm(cluster);
   int64_t cross = 0;
-  std::set<int64_t> nodes;
+  std::vector<int64_t> heads;  // the cross-group ring: each member's first device
   Duration gather;
   for (const ReductionMember& m : group.members) {
     const ParallelConfig& p = config.groups[m.group];
     const int64_t copies = p.cp * p.dp;  // devices holding each tp shard of the range
     cross = std::max(cross, 2 * group.params / (p.tp * copies));
-    nodes.insert(cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)));
+    heads.push_back(DeviceOf(config, offsets, m.group, 0, m.stage));
     if (copies > 1 && p.zero < 2) {
-      const int64_t last =
-          DeviceOf(config, offsets, m.group, p.dp - 1, m.stage) + p.devices_per_rank() - 1;
-      const bool spans = cluster.NodeOfDevice(DeviceOf(config, offsets, m.group, 0, m.stage)) !=
-                         cluster.NodeOfDevice(last);
+      // The group's own ring over its copies (tensor-parallel copy 0 of each).
+      std::vector<int64_t> devices;
+      for (int64_t d = 0; d < p.dp; ++d) {
+        for (int64_t c = 0; c < p.cp; ++c) {
+          devices.push_back(DeviceOf(config, offsets, m.group, d, m.stage) + c * p.tp);
+        }
+      }
       gather = std::max(gather, comm.Collective(CollectiveKind::kAllGather,
-                                                Bytes::Of(2 * group.params / p.tp), copies, spans));
+                                                Bytes::Of(2 * group.params / p.tp),
+                                                RingOverDevices(cluster, devices)));
     }
   }
   return comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(cross),
-                         static_cast<int64_t>(group.members.size()), nodes.size() > 1) +
+                         RingOverDevices(cluster, heads)) +
          gather;
 }
 

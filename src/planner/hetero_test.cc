@@ -162,8 +162,8 @@ TEST(ReductionGroupsTest, PriceIsTheAllReduceOfTheLargestShard) {
   const AlphaBetaCommModel comm(setup->cluster);
   for (const ReductionGroup& r : groups) {
     EXPECT_EQ(PriceReduction(r, h, setup->cluster),
-              comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(2 * r.params / 4), 2,
-                              /*spans_nodes=*/true));
+              comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(2 * r.params / 4),
+                              CollectiveRing{.members = 2, .spans_nodes = true}));
   }
 }
 
@@ -177,10 +177,11 @@ TEST(ReductionGroupsTest, CopiesShareTheCrossTrafficAndZero1Gathers) {
   const ReductionGroup r = ReductionGroupsOf(model, z1)[0];
   const AlphaBetaCommModel comm(setup->cluster);
   const Duration cross =
-      comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(2 * r.params / (2 * 4)), 2, true);
+      comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(2 * r.params / (2 * 4)),
+                      CollectiveRing{.members = 2, .spans_nodes = true});
   EXPECT_EQ(PriceReduction(r, z2, setup->cluster), cross);
   const Duration gather = comm.Collective(CollectiveKind::kAllGather, Bytes::Of(2 * r.params / 2),
-                                          4, /*spans_nodes=*/false);
+                                          CollectiveRing{.members = 4});
   EXPECT_EQ(PriceReduction(r, z1, setup->cluster), cross + gather);
 }
 

@@ -35,9 +35,10 @@ void FlowNetwork::Rerate(int32_t flow, Duration now) {
   Flow& f = flows_[flow];
   Advance(f, now);
   double rate = std::numeric_limits<double>::infinity();
-  for (int32_t p : f.ports) {
-    const Port& port = ports_[p];
-    rate = std::min(rate, port.capacity / static_cast<double>(port.flows.size()));
+  for (size_t i = 0; i < f.ports.size(); ++i) {
+    const Port& port = ports_[f.ports[i]];
+    const double w = f.weights.empty() ? 1.0 : f.weights[i];
+    rate = std::min(rate, port.capacity / (w * static_cast<double>(port.flows.size())));
   }
   if (rate != f.rate) {
     f.rate = rate;
@@ -58,7 +59,10 @@ void FlowNetwork::RerateOn(std::span<const int32_t> ports, Duration now) {
   }
 }
 
-int32_t FlowNetwork::Open(std::span<const int32_t> ports, Duration now) {
+int32_t FlowNetwork::Open(std::span<const int32_t> ports, Duration now,
+                          std::span<const double> weights) {
+  SLUICE_CHECK(weights.empty() || weights.size() == ports.size());
+  for (double w : weights) SLUICE_CHECK(w > 0 && w <= 1);
   int32_t id;
   if (!free_flows_.empty()) {
     id = free_flows_.back();
@@ -69,6 +73,7 @@ int32_t FlowNetwork::Open(std::span<const int32_t> ports, Duration now) {
   }
   Flow& f = flows_[id];
   f.ports.assign(ports.begin(), ports.end());
+  f.weights.assign(weights.begin(), weights.end());
   f.rate = 0;
   f.remaining = 0;
   f.updated = now;

@@ -4,8 +4,11 @@
 // every device an egress and an ingress port per link class (intra-node, inter-node), the
 // "per device, per direction" bandwidth of ClusterSpec. A flow holds a set of ports (a
 // point-to-point transfer: the sender's egress and the receiver's ingress; a ring collective: the
-// egress and ingress ports of every hop) and, while it has bytes to move, moves them at
-//   rate = min over its ports of capacity / (flows holding the port),
+// egress and ingress ports of every hop), each with a weight w in (0, 1], the share of the flow's
+// bytes that cross the port (1 unless given: a ring crossing spread over the NICs of several
+// devices puts 1/c of its bytes on each of c ports), and, while it has bytes to move, moves them
+// at
+//   rate = min over its ports of capacity / (w * flows holding the port),
 // the bottleneck fair share. Rates are piecewise constant: whenever a flow joins or leaves a port,
 // every flow on that port is advanced to `now` at its old rate and gets its new rate; their
 // predicted completions change, and the flows are listed in changed() so the simulator can
@@ -34,8 +37,10 @@ class FlowNetwork {
   int32_t AddPort(double bytes_per_second);
 
   // A new flow on `ports` at time `now`, with no bytes to move yet (SetBytes starts them). Flows
-  // sharing a port with it change rate.
-  int32_t Open(std::span<const int32_t> ports, Duration now);
+  // sharing a port with it change rate. `weights` is empty (every weight 1) or one weight in
+  // (0, 1] per port.
+  int32_t Open(std::span<const int32_t> ports, Duration now,
+               std::span<const double> weights = {});
   // Removes the flow from its ports; the flow id may be reused by a later Open.
   void Close(int32_t flow, Duration now);
   // Starts moving `bytes` (>= 0) at `now`; any bytes left from before are dropped.
@@ -59,6 +64,7 @@ class FlowNetwork {
   };
   struct Flow {
     std::vector<int32_t> ports;
+    std::vector<double> weights;  // empty: 1 on every port
     double rate = 0;       // bytes per second while moving
     double remaining = 0;  // bytes left at `updated`
     Duration updated;

@@ -199,10 +199,11 @@ struct Group {
   std::vector<Collective> colls;
   size_t next = 0;  // first collective not done
   bool started = false;
-  bool spans_nodes = false;
+  CollectiveRing span;         // GradientRing: members, nodes, crossing shares
   std::vector<int32_t> ports;  // ring: egress and ingress of every hop
+  std::vector<double> weights;  // per port: the share of a step's bytes that crosses it
   Duration step_latency;       // slowest hop's latency
-  double min_bandwidth = 0;    // slowest hop's bandwidth, bytes/s (dp * cp > 1)
+  double min_bandwidth = 0;    // a step's bandwidth uncontended, bytes/s (dp * cp > 1)
   int64_t ring = 1;            // ring size: dp * cp (the cp ranks of each member reduce with it)
   Duration prev_end;
   int32_t prev_interval = kNoInterval;

@@ -66,7 +66,7 @@ void Engine::TryStartCollective(int32_t gi) {
                               : c.op == OpKind::kReduceScatterGrad ? CollectiveKind::kReduceScatter
                                                                    : CollectiveKind::kAllGather;
   if (n == 1 || options_.collectives == CollectiveMode::kClosedForm) {
-    Push(c.start + comm_.Collective(kind, c.bytes, n, g.spans_nodes), EventType::kCollDone, gi);
+    Push(c.start + comm_.Collective(kind, c.bytes, g.span), EventType::kCollDone, gi);
     return;
   }
   c.steps_left = kind == CollectiveKind::kAllReduce ? 2 * (n - 1) : n - 1;
@@ -76,7 +76,7 @@ void Engine::TryStartCollective(int32_t gi) {
 void Engine::OnCollStart(int32_t gi, Duration now) {
   Group& g = groups_[gi];
   Collective& c = g.colls[g.next];
-  c.flow = net_.Open(g.ports, now);
+  c.flow = net_.Open(g.ports, now, g.weights);
   if (static_cast<size_t>(c.flow) >= owners_.size()) owners_.resize(c.flow + 1);
   owners_[c.flow] = {FlowOwner::Kind::kCollective, gi};
   DrainChanged();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <set>
+#include <unordered_map>
 
 #include "plan/program_check.h"
 #include "sim/sim_engine.h"
@@ -363,32 +364,58 @@ Status Engine::BuildGroups() {
     Group& g = groups_[p];
     for (int64_t d = 0; d < par.dp; ++d) g.members.push_back(static_cast<int32_t>(d * par.pp + p));
     const int64_t m = par.dp;
-    g.ring = par.dp * par.cp;
+    g.span = GradientRing(plan_.cluster, par, p);
+    g.ring = g.span.members;
+    // A crossing spread over c > 1 devices' NICs (ClusterSpec::ring_crossing) puts 1/c of a
+    // step's bytes on the inter-node port of each member on the node it leaves and of each on
+    // the node it enters; a member's port stands for its cp devices' ports, as its programme
+    // does for theirs. With c = 1 a crossing hop takes its two ends' ports.
+    const int64_t shares = g.span.crossing_shares;
+    std::unordered_map<int32_t, size_t> index;  // port -> its place in g.ports
+    auto add = [&](int32_t port, double w) {
+      const auto [it, fresh] = index.emplace(port, g.ports.size());
+      if (fresh) {
+        g.ports.push_back(port);
+        g.weights.push_back(w);
+      } else {
+        g.weights[it->second] = std::min(1.0, g.weights[it->second] + w);
+      }
+    };
+    auto add_node = [&](int32_t rank, bool ingress) {
+      for (int32_t other : g.members) {
+        if (!Inter(rank, other)) add(Port(other, true, ingress), 1.0 / static_cast<double>(shares));
+      }
+    };
     if (m == 1 && par.cp > 1) {
       // Only the cp ranks of one position: their ring stays on the position's own links.
-      const bool inter = par.devices_per_rank() > plan_.cluster.devices_per_node;
-      g.spans_nodes = inter;
-      g.ports.push_back(Port(g.members[0], inter, false));
-      g.ports.push_back(Port(g.members[0], inter, true));
+      const bool inter = g.span.spans_nodes;
+      add(Port(g.members[0], inter, false), inter && shares > 1 ? 1.0 / shares : 1.0);
+      add(Port(g.members[0], inter, true), inter && shares > 1 ? 1.0 / shares : 1.0);
+      if (inter && shares > 1) {  // the ring's hops inside each node
+        add(Port(g.members[0], false, false), 1.0);
+        add(Port(g.members[0], false, true), 1.0);
+      }
       g.step_latency = Link(inter).latency;
-      g.min_bandwidth = Link(inter).bandwidth;
     }
     for (int64_t i = 0; m > 1 && i < m; ++i) {
       const int32_t a = g.members[i], b = g.members[(i + 1) % m];
       const bool inter = Inter(a, b);
-      g.spans_nodes = g.spans_nodes || Inter(g.members[0], g.members[i]);
       if (Link(inter).bandwidth <= 0) {
         return PlanError(
             fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
                         "whose bandwidth in cluster '{}' is not positive",
                         p, inter ? "inter" : "intra", plan_.cluster.name));
       }
-      g.ports.push_back(Port(a, inter, false));
-      g.ports.push_back(Port(b, inter, true));
+      if (inter && shares > 1) {
+        add_node(a, false);
+        add_node(b, true);
+      } else {
+        add(Port(a, inter, false), 1.0);
+        add(Port(b, inter, true), 1.0);
+      }
       g.step_latency = std::max(g.step_latency, Link(inter).latency);
-      g.min_bandwidth =
-          i == 0 ? Link(inter).bandwidth : std::min(g.min_bandwidth, Link(inter).bandwidth);
     }
+    if (g.ring > 1) g.min_bandwidth = comm_.RingBandwidth(g.span);
   }
   return Status::Ok();
 }

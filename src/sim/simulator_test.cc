@@ -149,16 +149,33 @@ ExecutionPlan AllReducePlan(int64_t dp, Bytes bytes, int64_t devices_per_node) {
 
 TEST(SimulatorCollectiveTest, RingAllReduceMatchesTheAlphaBetaForm) {
   const Bytes size = Bytes::MiB(100);
-  // One node (NVLink) and two nodes of 4 (the ring crosses the inter-node link).
-  for (int64_t per_node : {8, 4}) {
-    const ExecutionPlan plan = AllReducePlan(8, size, per_node);
+  // One node (NVLink); two nodes of 4 whose crossings take one device's inter-node share (Gloo's
+  // one connection per hop) or all 4 (NCCL's channels through every device's NIC); 8 nodes of 1.
+  struct Case {
+    int64_t per_node;
+    RingCrossing crossing;
+  };
+  for (const Case c : {Case{8, RingCrossing::kAllMembers}, Case{4, RingCrossing::kOneConnection},
+                       Case{4, RingCrossing::kAllMembers}, Case{1, RingCrossing::kAllMembers}}) {
+    const int64_t per_node = c.per_node;
+    ExecutionPlan plan = AllReducePlan(8, size, per_node);
+    plan.cluster.ring_crossing = c.crossing;
     const LinkSpec link = per_node == 8 ? plan.cluster.intra_node : plan.cluster.inter_node;
+    const double shares = per_node < 8 && c.crossing == RingCrossing::kAllMembers
+                              ? static_cast<double>(per_node)
+                              : 1.0;
+    const double bandwidth =
+        per_node == 8 ? link.bandwidth
+                      : std::min(shares * link.bandwidth, plan.cluster.intra_node.bandwidth);
     const double n = 8;
     const double formula =
-        2 * (n - 1) / n * static_cast<double>(size.count()) / link.bandwidth * 1e9 +
+        2 * (n - 1) / n * static_cast<double>(size.count()) / bandwidth * 1e9 +
         2 * (n - 1) * static_cast<double>(link.latency.nanos());
-    const Duration closed = AlphaBetaCommModel(plan.cluster)
-                                .Collective(CollectiveKind::kAllReduce, size, 8, per_node != 8);
+    const CollectiveRing ring = GradientRing(plan.cluster, plan.parallel, 0);
+    EXPECT_EQ(ring.spans_nodes, per_node != 8);
+    EXPECT_EQ(ring.crossing_shares, static_cast<int64_t>(shares));
+    const Duration closed =
+        AlphaBetaCommModel(plan.cluster).Collective(CollectiveKind::kAllReduce, size, ring);
     EXPECT_NEAR(static_cast<double>(closed.nanos()), formula, 1);
     for (CollectiveMode mode : {CollectiveMode::kStepwise, CollectiveMode::kClosedForm}) {
       SimOptions options;
@@ -167,7 +184,8 @@ TEST(SimulatorCollectiveTest, RingAllReduceMatchesTheAlphaBetaForm) {
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ASSERT_EQ(r->outcome, SimOutcome::kOk) << r->problem;
       EXPECT_NEAR(static_cast<double>(r->iteration_time.nanos()), formula, formula * 0.01)
-          << "per node " << per_node << " mode " << static_cast<int>(mode);
+          << "per node " << per_node << " crossing " << RingCrossingName(c.crossing) << " mode "
+          << static_cast<int>(mode);
       for (const RankSimStats& s : r->ranks) {
         EXPECT_EQ(s.comm, r->iteration_time);
         EXPECT_EQ(s.exposed_comm, r->iteration_time);  // the step waits for it, compute idle
@@ -185,8 +203,9 @@ TEST(SimulatorCollectiveTest, ReduceScatterAndAllGatherTakeHalfTheSteps) {
     p.instructions.push_back(ag);
   }
   const AlphaBetaCommModel comm(plan.cluster);
-  const Duration want = comm.Collective(CollectiveKind::kReduceScatter, Bytes::MiB(64), 4, false) +
-                        comm.Collective(CollectiveKind::kAllGather, Bytes::MiB(64), 4, false);
+  const CollectiveRing ring{.members = 4};
+  const Duration want = comm.Collective(CollectiveKind::kReduceScatter, Bytes::MiB(64), ring) +
+                        comm.Collective(CollectiveKind::kAllGather, Bytes::MiB(64), ring);
   StatusOr<SimResult> r = Simulate(plan);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_NEAR(static_cast<double>(r->iteration_time.nanos()), static_cast<double>(want.nanos()),
