@@ -6,7 +6,6 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <optional>
 #include <utility>
 
@@ -196,14 +195,23 @@ std::string_view RingCrossingName(RingCrossing crossing) {
 CollectiveRing RingOverDevices(const ClusterSpec& cluster, std::span<const int64_t> devices) {
   CollectiveRing ring;
   ring.members = std::max<int64_t>(1, static_cast<int64_t>(devices.size()));
-  std::map<int64_t, int64_t> per_node;  // node -> devices of the ring on it
-  for (const int64_t device : devices) ++per_node[cluster.NodeOfDevice(device)];
-  ring.spans_nodes = per_node.size() > 1;
+  // Devices per node, counted in one pass over the nodes in order (a ring's devices come in
+  // placement order, so its nodes do: a planner's lowering calls this for every rank).
+  std::vector<int64_t> nodes;
+  nodes.reserve(devices.size());
+  for (const int64_t device : devices) nodes.push_back(cluster.NodeOfDevice(device));
+  if (!std::is_sorted(nodes.begin(), nodes.end())) std::sort(nodes.begin(), nodes.end());
+  int64_t fewest = std::numeric_limits<int64_t>::max(), distinct = 0;
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
+    fewest = std::min(fewest, static_cast<int64_t>(j - i));
+    ++distinct;
+    i = j;
+  }
+  ring.spans_nodes = distinct > 1;
   if (ring.spans_nodes && cluster.ring_crossing == RingCrossing::kAllMembers) {
-    ring.crossing_shares = std::numeric_limits<int64_t>::max();
-    for (const auto& [node, count] : per_node) {
-      ring.crossing_shares = std::min(ring.crossing_shares, count);
-    }
+    ring.crossing_shares = fewest;
   }
   return ring;
 }
