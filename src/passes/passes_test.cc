@@ -45,6 +45,14 @@ std::vector<PlanCase> DpCases() {
       cases.push_back(c);
     }
   }
+  // Context parallelism over two nodes: the gradient ring is dp x cp = 8 devices, 4 per node.
+  PlanCase cp;
+  cp.dp = 4;
+  cp.pp = 2;
+  cp.cp = 2;
+  cp.microbatches = 4;
+  cp.seed = 7;
+  cases.push_back(cp);
   return cases;
 }
 
@@ -66,7 +74,7 @@ TEST(BucketGradientsPassTest, IsTheLoweringsBucketing) {
       r = BucketGradientsPass(cap).Run(&rebucketed);
       ASSERT_TRUE(r.ok());
       EXPECT_EQ(rebucketed, lowered->plan)
-          << "zero " << c.zero << " pp " << c.pp << " cap " << cap.count();
+          << "zero " << c.zero << " pp " << c.pp << " cp " << c.cp << " cap " << cap.count();
       EXPECT_EQ(r->changed, !(rebucketed == base->plan));
       EXPECT_TRUE(ValidatePlan(rebucketed).ok());
     }

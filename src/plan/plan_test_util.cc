@@ -66,7 +66,8 @@ std::string Describe(const PlanCase& c) {
   return fmt::format("{}{} dp{} pp{} vpp{} zero{} {} m{} seed{}{}",
                      c.encoder_decoder ? "t5" : "gpt", c.moe ? "-moe" : "", c.dp, c.pp, c.vpp,
                      c.zero, ScheduleKindName(c.kind), c.microbatches, c.seed,
-                     c.ep > 1 ? fmt::format(" ep{}", c.ep) : "");
+                     c.ep > 1 ? fmt::format(" ep{}", c.ep) : "") +
+         (c.cp > 1 ? fmt::format(" cp{}", c.cp) : "");
 }
 
 std::unique_ptr<PlanFixture> MakePlanFixture(const PlanCase& c) {
@@ -76,13 +77,14 @@ std::unique_ptr<PlanFixture> MakePlanFixture(const PlanCase& c) {
     model.moe = MoeSpec{
         .experts = 4, .top_k = 2, .capacity_factor = 1.25, .layer_interval = 2};
   }
-  const int64_t devices = c.dp * c.pp;
+  const int64_t devices = c.dp * c.pp * c.cp;
   f->setup = std::make_unique<TestSetup>();
   f->setup->cluster =
       Unwrap(ClusterPreset("a100-40g", devices <= 8 ? 8 : (devices + 7) / 8 * 8), "cluster");
   f->setup->cost = Unwrap(AnalyticCostModel::Create(model, f->setup->cluster.device), "cost");
   f->setup->parallel = TestParallel(c.dp, c.pp, 1, c.memory_limit_mb, c.zero, c.vpp);
   f->setup->parallel.ep = c.ep;
+  f->setup->parallel.cp = c.cp;
   f->setup->eval.emplace(
       Unwrap(StageCostEvaluator::Create(*f->setup->cost, f->setup->parallel, f->setup->cluster),
              "evaluator"));

@@ -42,6 +42,7 @@ struct PlanCase {
   // groups (ep > 1 needs moe).
   bool moe = false;
   int64_t ep = 1;
+  int64_t cp = 1;  // context-parallel ranks per position (decoder-only)
 };
 
 struct PlanFixture {
