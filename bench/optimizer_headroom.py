@@ -17,9 +17,13 @@ global batch; the plan of `sluice plan --out`, as `optimizer_scenarios.py` plans
   - bound with the reduction: the larger of the bound and, per rank, a lower bound on the end of
     its last backward (its fill and compute; with whole backwards also the next rank's last
     backward's end plus its own shortest backward) + its tail: its gradient collectives
-    (uncontended, as the plan prices them) and optimizer step, which no plan the passes make can
-    start before the rank's last backward ends (the lowering posts them after it and the
-    bucketing pass keeps them there).
+    (uncontended, as the plan prices them) and optimizer step. It holds for the plans this
+    script makes (dense models, vpp 1, ZeRO-1) at the "large" plan's buckets and recompute: the
+    lowering posts a rank's reductions after its last backward and the bucketing pass keeps them
+    there (a finer bucketing would add 2(n-1) latencies per bucket, a coarser one save them:
+    about 0.1 ms per bucket here). Not for interleaved plans (a later chunk's reduction follows
+    that chunk's last backward) nor MoE plans (passes/grad_overlap.h moves buckets under the
+    last backward).
 and the gains in percent of the unoptimized time.
 
 Usage: bench/optimizer_headroom.py [--sluice build/sluice] [--only SUBSTRING,...]

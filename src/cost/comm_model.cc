@@ -27,9 +27,8 @@ Duration AlphaBetaCommModel::PointToPoint(Bytes size, bool inter_node) const {
 
 double AlphaBetaCommModel::RingBandwidth(const CollectiveRing& ring) const {
   if (!ring.spans_nodes) return intra_.bandwidth;
-  if (ring.crossing_shares <= 1) return inter_.bandwidth;
-  return std::min(intra_.bandwidth,
-                  static_cast<double>(ring.crossing_shares) * inter_.bandwidth);
+  const double crossing = static_cast<double>(ring.crossing_shares) * inter_.bandwidth;
+  return ring.intra_hops ? std::min(intra_.bandwidth, crossing) : crossing;
 }
 
 Duration AlphaBetaCommModel::Collective(CollectiveKind kind, Bytes size,

@@ -10,7 +10,7 @@
 // runs at the inter-node link's alpha and at B = min(intra-node B, c * inter-node B), c the
 // ring's crossing shares (model/cluster_spec.h, CollectiveRing: with NCCL the devices of the ring
 // on a node, whose NICs its channels leave by; 1 for Gloo and for rings with one device per
-// node, where c = 1 gives the inter-node B). The simulator refines this with per-link contention;
+// node); a ring with one device per node has no intra-node hop and runs at the inter-node B. The simulator refines this with per-link contention;
 // this model is what planners use.
 //
 // Thread safety: immutable after construction.

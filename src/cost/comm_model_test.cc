@@ -63,7 +63,8 @@ TEST(AlphaBetaCommModelTest, ACrossingMovesOverItsSharesUpToTheIntraNodeLink) {
   AlphaBetaCommModel m(kNvlink, kEfa);
   const Bytes size = Bytes::MB(800);
   for (int64_t shares : {1, 2, 8, 64}) {
-    const CollectiveRing ring{.members = 16, .spans_nodes = true, .crossing_shares = shares};
+    const CollectiveRing ring{.members = 16, .spans_nodes = true, .crossing_shares = shares,
+                              .intra_hops = shares > 1};
     const double bandwidth = std::min(300e9, static_cast<double>(shares) * 6.25e9);
     EXPECT_EQ(m.RingBandwidth(ring), shares == 1 ? 6.25e9 : bandwidth);
     const Duration want =
@@ -73,6 +74,12 @@ TEST(AlphaBetaCommModelTest, ACrossingMovesOverItsSharesUpToTheIntraNodeLink) {
     EXPECT_EQ(m.Collective(CollectiveKind::kAllToAll, size, ring),
               m.Collective(CollectiveKind::kAllToAll, size, Ring(16, true)));
   }
+  // One share and hops inside a node: the slower of the two links.
+  const AlphaBetaCommModel slow_nvlink(LinkSpec{4e9, Duration::Micros(3)}, kEfa);
+  EXPECT_EQ(slow_nvlink.RingBandwidth(CollectiveRing{.members = 4, .spans_nodes = true,
+                                                     .intra_hops = true}),
+            4e9);
+  EXPECT_EQ(slow_nvlink.RingBandwidth(CollectiveRing{.members = 4, .spans_nodes = true}), 6.25e9);
 }
 
 TEST(AlphaBetaCommModelTest, FromClusterSpec) {

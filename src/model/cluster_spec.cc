@@ -201,15 +201,17 @@ CollectiveRing RingOverDevices(const ClusterSpec& cluster, std::span<const int64
   nodes.reserve(devices.size());
   for (const int64_t device : devices) nodes.push_back(cluster.NodeOfDevice(device));
   if (!std::is_sorted(nodes.begin(), nodes.end())) std::sort(nodes.begin(), nodes.end());
-  int64_t fewest = std::numeric_limits<int64_t>::max(), distinct = 0;
+  int64_t fewest = std::numeric_limits<int64_t>::max(), most = 0, distinct = 0;
   for (size_t i = 0; i < nodes.size();) {
     size_t j = i;
     while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
     fewest = std::min(fewest, static_cast<int64_t>(j - i));
+    most = std::max(most, static_cast<int64_t>(j - i));
     ++distinct;
     i = j;
   }
   ring.spans_nodes = distinct > 1;
+  ring.intra_hops = most > 1;
   if (ring.spans_nodes && cluster.ring_crossing == RingCrossing::kAllMembers) {
     ring.crossing_shares = fewest;
   }

@@ -84,14 +84,16 @@ inline bool RanksCrossNodes(const ClusterSpec& cluster, int64_t a, int64_t b, in
   return false;
 }
 
-// Where a ring collective runs: its member count, whether it crosses nodes, and how many
-// devices' inter-node shares one crossing moves over: 1, or under RingCrossing::kAllMembers the
-// fewest devices the ring has on any of its nodes (a ring of 16 GPUs on two nodes of 8 crosses
-// over 8 shares; one of 2 GPUs on two nodes over 1).
+// Where a ring collective runs: its member count, whether it crosses nodes, how many devices'
+// inter-node shares one crossing moves over (1, or under RingCrossing::kAllMembers the fewest
+// devices the ring has on any of its nodes: a ring of 16 GPUs on two nodes of 8 crosses over 8
+// shares, one of 2 GPUs on two nodes over 1), and whether it has hops inside a node (some node
+// holds two or more of its devices).
 struct CollectiveRing {
   int64_t members = 1;
   bool spans_nodes = false;
   int64_t crossing_shares = 1;
+  bool intra_hops = false;
 
   friend bool operator==(const CollectiveRing&, const CollectiveRing&) = default;
 };

@@ -271,18 +271,18 @@ TEST(ClusterSpecTest, RingCrossingDefaultsPresetsAndJson) {
 TEST(ClusterSpecTest, RingOverDevicesCountsTheCrossingShares) {
   ClusterSpec c = *ClusterPreset("a100-40g", 32);  // 4 nodes of 8
   const std::vector<int64_t> sixteen = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  EXPECT_EQ(RingOverDevices(c, sixteen),
-            (CollectiveRing{.members = 16, .spans_nodes = true, .crossing_shares = 8}));
+  EXPECT_EQ(RingOverDevices(c, sixteen), (CollectiveRing{.members = 16, .spans_nodes = true,
+                                                         .crossing_shares = 8, .intra_hops = true}));
   EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{0, 8, 16, 24}),
             (CollectiveRing{.members = 4, .spans_nodes = true, .crossing_shares = 1}));
   // Uneven: 3 devices on node 0, 1 on node 1: the crossing into node 1 has one share.
   EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{0, 2, 4, 8}).crossing_shares, 1);
   EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{0, 1, 2, 3}),
-            (CollectiveRing{.members = 4, .spans_nodes = false, .crossing_shares = 1}));
+            (CollectiveRing{.members = 4, .spans_nodes = false, .intra_hops = true}));
   EXPECT_EQ(RingOverDevices(c, std::vector<int64_t>{}), CollectiveRing{});
   c.ring_crossing = RingCrossing::kOneConnection;
-  EXPECT_EQ(RingOverDevices(c, sixteen),
-            (CollectiveRing{.members = 16, .spans_nodes = true, .crossing_shares = 1}));
+  EXPECT_EQ(RingOverDevices(c, sixteen), (CollectiveRing{.members = 16, .spans_nodes = true,
+                                                         .crossing_shares = 1, .intra_hops = true}));
 }
 
 TEST(ClusterSpecTest, ResolveCluster) {

@@ -206,18 +206,21 @@ TEST(GradientRingTest, MembersNodesAndCrossingShares) {
     return GradientRing(c16, *ResolveParallel(spec), p);
   };
   EXPECT_EQ(ring("dp=16", 0), (CollectiveRing{.members = 16, .spans_nodes = true,
-                                               .crossing_shares = 8}));
+                                               .crossing_shares = 8, .intra_hops = true}));
   // dp 2 x pp 4 x tp 2: each replica fills a node; the two members of a stage's ring sit on
   // different nodes, one device each.
   EXPECT_EQ(ring("dp=2,pp=4,tp=2", 3),
             (CollectiveRing{.members = 2, .spans_nodes = true, .crossing_shares = 1}));
   // dp 4 x pp 4: ranks p, 4 + p, 8 + p, 12 + p, two on each node.
-  EXPECT_EQ(ring("dp=4,pp=4", 1),
-            (CollectiveRing{.members = 4, .spans_nodes = true, .crossing_shares = 2}));
+  EXPECT_EQ(ring("dp=4,pp=4", 1), (CollectiveRing{.members = 4, .spans_nodes = true,
+                                                   .crossing_shares = 2, .intra_hops = true}));
   // The cp ranks reduce with the replicas: dp 2 x cp 4 in one node, dp 2 x cp 8 over two.
-  EXPECT_EQ(ring("dp=2,cp=4", 0), (CollectiveRing{.members = 8, .crossing_shares = 1}));
+  EXPECT_EQ(ring("dp=2,cp=4", 0), (CollectiveRing{.members = 8, .intra_hops = true}));
   EXPECT_EQ(ring("dp=2,cp=8", 0), (CollectiveRing{.members = 16, .spans_nodes = true,
-                                                   .crossing_shares = 8}));
+                                                   .crossing_shares = 8, .intra_hops = true}));
+  // dp 3 x cp 3: the third member's cp devices (6, 7, 8) straddle the two nodes.
+  EXPECT_EQ(ring("dp=3,cp=3", 0), (CollectiveRing{.members = 9, .spans_nodes = true,
+                                                   .crossing_shares = 1, .intra_hops = true}));
   EXPECT_EQ(ring("dp=1,pp=2", 1), CollectiveRing{});
   // Gloo's crossing: one share whatever the ring.
   ClusterSpec cpu = *ClusterPreset("cpu", 16);

@@ -87,7 +87,8 @@ std::vector<size_t> PickScoreBatches(std::span<const GlobalBatch> batches, int64
 
 // Time of the data-parallel gradient synchronisation of the slowest stage, if fully exposed:
 // all-reduce of the fp16 gradients (ZeRO 0, 1) or reduce-scatter + all-gather (ZeRO >= 2) over
-// dp ranks, on the inter-node link when the group spans nodes. Zero when dp = 1.
+// the stage's GradientRing (dp * cp devices, priced by AlphaBetaCommModel with its crossing
+// shares). Zero when dp * cp = 1.
 Duration EstimateGradientSync(const StageCostEvaluator& eval, const ClusterSpec& cluster);
 
 // The outcome of one candidate on the score batches.

@@ -258,7 +258,8 @@ class Engine {
 
  private:
   // Whether ranks a and b talk over the inter-node link: their first devices are in different
-  // nodes (the lowering's rule, ExecutionPlan::NodeOf). REQUIRES: Prepare has run.
+  // nodes (ExecutionPlan::NodeOf; the gradient ring's own placement is GradientRing's).
+  // REQUIRES: Prepare has run.
   bool Inter(int64_t a, int64_t b) const { return node_[a] != node_[b]; }
   // Ports of rank r: 0 intra egress, 1 intra ingress, 2 inter egress, 3 inter ingress.
   int32_t Port(int64_t rank, bool inter, bool ingress) const {

@@ -366,11 +366,16 @@ Status Engine::BuildGroups() {
     const int64_t m = par.dp;
     g.span = GradientRing(plan_.cluster, par, p);
     g.ring = g.span.members;
-    // A crossing spread over c > 1 devices' NICs (ClusterSpec::ring_crossing) puts 1/c of a
-    // step's bytes on the inter-node port of each member on the node it leaves and of each on
-    // the node it enters; a member's port stands for its cp devices' ports, as its programme
-    // does for theirs. With c = 1 a crossing hop takes its two ends' ports.
-    const int64_t shares = g.span.crossing_shares;
+    if (g.ring <= 1) continue;
+    const CollectiveRing& span = g.span;
+    for (const bool inter : {false, true}) {
+      if ((inter ? span.spans_nodes : span.intra_hops) && Link(inter).bandwidth <= 0) {
+        return PlanError(
+            fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
+                        "whose bandwidth in cluster '{}' is not positive",
+                        p, inter ? "inter" : "intra", plan_.cluster.name));
+      }
+    }
     std::unordered_map<int32_t, size_t> index;  // port -> its place in g.ports
     auto add = [&](int32_t port, double w) {
       const auto [it, fresh] = index.emplace(port, g.ports.size());
@@ -381,41 +386,42 @@ Status Engine::BuildGroups() {
         g.weights[it->second] = std::min(1.0, g.weights[it->second] + w);
       }
     };
-    auto add_node = [&](int32_t rank, bool ingress) {
-      for (int32_t other : g.members) {
-        if (!Inter(rank, other)) add(Port(other, true, ingress), 1.0 / static_cast<double>(shares));
-      }
+    auto add_both = [&](int32_t rank, bool inter, double w) {
+      add(Port(rank, inter, false), w);
+      add(Port(rank, inter, true), w);
     };
-    if (m == 1 && par.cp > 1) {
-      // Only the cp ranks of one position: their ring stays on the position's own links.
-      const bool inter = g.span.spans_nodes;
-      add(Port(g.members[0], inter, false), inter && shares > 1 ? 1.0 / shares : 1.0);
-      add(Port(g.members[0], inter, true), inter && shares > 1 ? 1.0 / shares : 1.0);
-      if (inter && shares > 1) {  // the ring's hops inside each node
-        add(Port(g.members[0], false, false), 1.0);
-        add(Port(g.members[0], false, true), 1.0);
+    // A member's ports stand for its cp devices' ports, as its programme does for theirs.
+    if (span.spans_nodes && span.crossing_shares > 1) {
+      // NCCL's channels leave each node through the NICs of all its ring devices: every
+      // member's inter-node ports carry 1/c of a step's bytes (c the fewest ring devices on a
+      // node), and its intra-node ports the ring's hops inside its node.
+      const double share = 1.0 / static_cast<double>(span.crossing_shares);
+      for (const int32_t member : g.members) {
+        add_both(member, true, share);
+        add_both(member, false, 1.0);
       }
-      g.step_latency = Link(inter).latency;
-    }
-    for (int64_t i = 0; m > 1 && i < m; ++i) {
-      const int32_t a = g.members[i], b = g.members[(i + 1) % m];
-      const bool inter = Inter(a, b);
-      if (Link(inter).bandwidth <= 0) {
-        return PlanError(
-            fmt::format("data-parallel group of pipeline rank {} crosses the {}-node link, "
-                        "whose bandwidth in cluster '{}' is not positive",
-                        p, inter ? "inter" : "intra", plan_.cluster.name));
-      }
-      if (inter && shares > 1) {
-        add_node(a, false);
-        add_node(b, true);
-      } else {
+    } else {
+      // One share per crossing: each hop between members takes its two ends' ports, on the
+      // link between their first devices' nodes;
+      for (int64_t i = 0; m > 1 && i < m; ++i) {
+        const int32_t a = g.members[i], b = g.members[(i + 1) % m];
+        const bool inter = Inter(a, b);
         add(Port(a, inter, false), 1.0);
         add(Port(b, inter, true), 1.0);
       }
-      g.step_latency = std::max(g.step_latency, Link(inter).latency);
+      for (const int32_t member : g.members) {
+        const int64_t first = member * par.devices_per_rank();
+        const int64_t last = first + (par.cp - 1) * par.tp;  // its last ring device
+        // a member whose ring devices straddle nodes crosses inside itself;
+        if (plan_.cluster.NodeOfDevice(first) != plan_.cluster.NodeOfDevice(last)) {
+          add_both(member, true, 1.0);
+        }
+        // and its cp devices' hops within a node are on the intra-node link.
+        if (par.cp > 1 && span.intra_hops) add_both(member, false, 1.0);
+      }
     }
-    if (g.ring > 1) g.min_bandwidth = comm_.RingBandwidth(g.span);
+    g.step_latency = Link(span.spans_nodes).latency;
+    g.min_bandwidth = comm_.RingBandwidth(span);
   }
   return Status::Ok();
 }
