@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "batching/test_util.h"
 #include "cost/comm_model.h"
@@ -23,6 +24,23 @@ using testing::MakePlanFixture;
 using testing::PlanCase;
 
 constexpr double kMB = 1e6;
+
+// The plan simulated with `mode` collectives; a test failure (and nullopt) unless the
+// simulation ran every rank to its end.
+std::optional<SimResult> SimulateToTheEnd(const ExecutionPlan& plan, CollectiveMode mode) {
+  SimOptions options;
+  options.collectives = mode;
+  StatusOr<SimResult> r = Simulate(plan, options);
+  if (!r.ok()) {
+    ADD_FAILURE() << r.status().ToString();
+    return std::nullopt;
+  }
+  if (r->outcome != SimOutcome::kOk) {
+    ADD_FAILURE() << r->problem;
+    return std::nullopt;
+  }
+  return *std::move(r);
+}
 
 // A plan of `ranks` programs (dp x pp) with the test GPT model, for hand-written programs.
 ExecutionPlan HandPlan(int64_t dp, int64_t pp, int64_t devices_per_node = 8) {
@@ -89,11 +107,8 @@ TEST(SimulatorPipelineTest, UniformPipelinesMatchTheClosedForm) {
       const Duration f = Duration::Millis(3), b = Duration::Millis(5);
       MakeUniform(plan, f, b);
       for (CollectiveMode mode : {CollectiveMode::kStepwise, CollectiveMode::kClosedForm}) {
-        SimOptions options;
-        options.collectives = mode;
-        StatusOr<SimResult> r = Simulate(plan, options);
-        ASSERT_TRUE(r.ok()) << r.status().ToString();
-        ASSERT_EQ(r->outcome, SimOutcome::kOk) << r->problem;
+        const std::optional<SimResult> r = SimulateToTheEnd(plan, mode);
+        ASSERT_TRUE(r.has_value());
         const double want = static_cast<double>(((f + b) * (c.microbatches + pp - 1)).nanos());
         EXPECT_NEAR(static_cast<double>(r->iteration_time.nanos()), want, want * 1e-3)
             << ScheduleKindName(kind) << " pp " << pp;
@@ -178,11 +193,8 @@ TEST(SimulatorCollectiveTest, RingAllReduceMatchesTheAlphaBetaForm) {
         AlphaBetaCommModel(plan.cluster).Collective(CollectiveKind::kAllReduce, size, ring);
     EXPECT_NEAR(static_cast<double>(closed.nanos()), formula, 1);
     for (CollectiveMode mode : {CollectiveMode::kStepwise, CollectiveMode::kClosedForm}) {
-      SimOptions options;
-      options.collectives = mode;
-      StatusOr<SimResult> r = Simulate(plan, options);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ASSERT_EQ(r->outcome, SimOutcome::kOk) << r->problem;
+      const std::optional<SimResult> r = SimulateToTheEnd(plan, mode);
+      ASSERT_TRUE(r.has_value());
       EXPECT_NEAR(static_cast<double>(r->iteration_time.nanos()), formula, formula * 0.01)
           << "per node " << per_node << " crossing " << RingCrossingName(c.crossing) << " mode "
           << static_cast<int>(mode);
@@ -214,11 +226,8 @@ TEST(SimulatorCollectiveTest, StepwiseAndClosedFormAgreeOnContextParallelRings) 
     const Duration closed =
         AlphaBetaCommModel(plan.cluster).Collective(CollectiveKind::kAllReduce, size, ring);
     for (CollectiveMode mode : {CollectiveMode::kStepwise, CollectiveMode::kClosedForm}) {
-      SimOptions options;
-      options.collectives = mode;
-      StatusOr<SimResult> r = Simulate(plan, options);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      ASSERT_EQ(r->outcome, SimOutcome::kOk) << r->problem;
+      const std::optional<SimResult> r = SimulateToTheEnd(plan, mode);
+      ASSERT_TRUE(r.has_value());
       EXPECT_NEAR(static_cast<double>(r->iteration_time.nanos()),
                   static_cast<double>(closed.nanos()), 0.01 * closed.nanos())
           << "dp " << c.dp << " cp " << c.cp << " intra x" << c.intra_scale << " mode "
