@@ -168,13 +168,13 @@ Status CheckMemoryReserve(Bytes reserve, std::string_view source) {
 }  // namespace
 
 CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& par,
-                            int64_t pp_index) {
+                            int64_t pp_index, int64_t first_device) {
   std::vector<int64_t> devices;
   devices.reserve(static_cast<size_t>(par.dp * par.cp));
   for (int64_t d = 0; d < par.dp; ++d) {
     const int64_t rank = d * par.pp + pp_index;
     for (int64_t c = 0; c < par.cp; ++c) {
-      devices.push_back(rank * par.devices_per_rank() + c * par.tp);
+      devices.push_back(first_device + rank * par.devices_per_rank() + c * par.tp);
     }
   }
   return RingOverDevices(cluster, devices);

@@ -70,9 +70,11 @@ Bytes MemoryBudget(std::optional<Bytes> limit, std::optional<Bytes> reserve,
 // parameters): dp * cp members, the cp ranks of every replica in dp order, tensor-parallel copy
 // 0 of each (device = rank * tp * cp + cp_index * tp, rank = dp_index * pp + pp_index: the
 // placement of plan/execution_plan.h). The one rule the lowering, the passes, the planners and
-// the simulator price gradient collectives by. REQUIRES: 0 <= pp_index < par.pp.
+// the simulator price gradient collectives by. `first_device`: where the configuration's devices
+// start (a replica group of a heterogeneous configuration; 0 otherwise).
+// REQUIRES: 0 <= pp_index < par.pp.
 CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& par,
-                            int64_t pp_index);
+                            int64_t pp_index, int64_t first_device = 0);
 
 // Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 10^9] MB
 // (10^6 bytes), memory reserve in [0, 10^9] MB, not both a limit and a reserve.

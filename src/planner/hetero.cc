@@ -101,16 +101,11 @@ Duration PriceReduction(const ReductionGroup& group, const HeteroConfig& config,
     cross = std::max(cross, 2 * group.params / (p.tp * copies));
     heads.push_back(DeviceOf(config, offsets, m.group, 0, m.stage));
     if (copies > 1 && p.zero < 2) {
-      // The group's own ring over its copies (tensor-parallel copy 0 of each).
-      std::vector<int64_t> devices;
-      for (int64_t d = 0; d < p.dp; ++d) {
-        for (int64_t c = 0; c < p.cp; ++c) {
-          devices.push_back(DeviceOf(config, offsets, m.group, d, m.stage) + c * p.tp);
-        }
-      }
+      // The group's own ring over its copies, where the group's devices start.
       gather = std::max(gather, comm.Collective(CollectiveKind::kAllGather,
                                                 Bytes::Of(2 * group.params / p.tp),
-                                                RingOverDevices(cluster, devices)));
+                                                GradientRing(cluster, p, m.stage,
+                                                             offsets[m.group])));
     }
   }
   return comm.Collective(CollectiveKind::kAllReduce, Bytes::Of(cross),
