@@ -144,7 +144,7 @@ int Run(const Flags& f) {
   auto exec_shard = Must(runtime::ModelShard::Create(model, 1, 1, 0, f.seed));
   auto plain_shard = Must(runtime::ModelShard::Create(model, 1, 1, 0, f.seed));
   auto comm =
-      Must(runtime::Communicator::Create(env, par, runtime::WordEmbeddingRanks(model, 1, 1),
+      Must(runtime::Communicator::Create(env, par, runtime::WordEmbeddingRanks(model, 1, 1, {}),
                                          runtime::Backend::kGloo, std::chrono::seconds(60)));
   auto watchdog = Must(runtime::Watchdog::Start(env, std::chrono::seconds(60)));
   auto exec_opt = MakeAdamW(*exec_shard);

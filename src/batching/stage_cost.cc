@@ -47,7 +47,7 @@ StatusOr<StageCostEvaluator> StageCostEvaluator::Create(const CostModel& cost,
   e.options_ = options;
   e.limit_ = par.MemoryLimit(cluster);
   e.ring_ = CpRing{par.cp, CpRingLink(cluster, par)};
-  e.chunk_layers_ = ChunkStageLayers(model, par.chunks());
+  e.chunk_layers_ = ChunkStageLayers(model, par);
   const std::vector<StageLayers>& chunks = e.chunk_layers_;
   e.stage_layers_.assign(static_cast<size_t>(par.pp), StageLayers{});
   for (int64_t c = 0; c < par.chunks(); ++c) {

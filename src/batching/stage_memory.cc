@@ -25,7 +25,7 @@ Bytes StageCostEvaluator::ChunkBoundaryBytes(const LayerShape& shape, int64_t ch
   const int64_t chunks = par_.chunks();
   if (chunk >= chunks - 1) return Bytes::Zero();
   int64_t tokens = shape.mbs * shape.seqlen;
-  if (model().is_encoder_decoder() && chunk >= EncoderEndChunk(model(), chunks)) {
+  if (model().is_encoder_decoder() && chunk >= EncoderEndChunk(model(), par_)) {
     tokens += shape.mbs * shape.dec_seqlen;
   }
   return Bytes::Of(2 * tokens * model().hidden);

@@ -50,6 +50,7 @@ struct CompareFlags {
   double optimize_budget_ms = 0;  // --optimize-budget-ms: > 0 adds the "(optimized)" rows
   std::string cp = "1";  // --cp: context-parallel degrees searched
   std::string ep = "1";  // --ep: expert-parallel degrees searched
+  std::string layer_cut = "even";  // --layer-cut: even | balanced
   std::string moe_overlap = "off";  // --moe-overlap: off or a passes::MoeOverlap name
   // --dynamic-screen: sluice-dynamic's screen margin, or "off" (checked by DynamicScreenMargin).
   std::string dynamic_screen = fmt::format("{}", kDynamicScreenMargin);
@@ -143,6 +144,13 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
     s->search.score_extremes = v.search.score_extremes;
   }
   if (use("--simulate-top")) s->search.simulate_top = v.search.simulate_top;
+  if (use("--layer-cut")) {
+    if (f.layer_cut != "even" && f.layer_cut != "balanced") {
+      return InvalidArgumentError(fmt::format(
+          "--layer-cut: '{}' is not a cut rule (allowed: even, balanced)", f.layer_cut));
+    }
+    s->search.balance_layer_cut = f.layer_cut == "balanced";
+  }
   if (use("--cp")) {
     SLUICE_ASSIGN_OR_RETURN(s->search.cp, ParseDegrees("--cp", f.cp));
   }
@@ -512,6 +520,14 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
                             "'all' (every power of two that fits)")
                   ->type_name("N,...|all")
                   ->capture_default_str();
+  o["--layer-cut"] =
+      c->add_option("--layer-cut", f->layer_cut,
+                    "Layers per pipeline chunk: even (the same number each) or balanced (each "
+                    "method's best pipeline also tries the cut the layer cut search finds on the "
+                    "score batches, planner/layer_cut.h; overrides a scenario's "
+                    "search.layer_cut)")
+          ->type_name("even|balanced")
+          ->capture_default_str();
   o["--moe-overlap"] =
       c->add_option("--moe-overlap", f->moe_overlap,
                     "Rewrite every planned batch of an expert-parallel configuration with this "

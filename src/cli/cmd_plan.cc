@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -13,9 +14,11 @@
 #include "base/progress.h"
 #include "cli/cli_common.h"
 #include "cli/scenario_flags.h"
+#include "model/chunk_cut.h"
 #include "plan/plan_json.h"
 #include "plan/pytorch_csv.h"
 #include "plan/validate.h"
+#include "planner/layer_cut.h"
 #include "planner/planner.h"
 #include "sim/simulator.h"
 #include "trace/calibration.h"
@@ -29,8 +32,12 @@ struct PlanFlags {
   std::string out;
   bool out_given = false;  // --out was given (an empty value is refused by its check)
   int64_t show = 1;
-  std::string calibration;  // --calibration FILE
+  std::string calibration;         // --calibration FILE
+  std::string layer_cut = "even";  // even | balanced
 };
+
+// Global batches the balanced layer cut is chosen on: the first ones of the run.
+constexpr int64_t kLayerCutBatches = 3;
 
 struct CsvFlags {
   std::string file;
@@ -120,12 +127,64 @@ Status RunPlan(const PlanFlags& f) {
     calibration = std::move(*c);
   }
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(f.scenario));
+  // --layer-cut balanced: chosen on the first batches, which are then planned like the others.
+  std::vector<GlobalBatch> pending;
+  std::string cut_line;
+  if (f.layer_cut == "balanced") {
+    if (!sc.parallel->layer_cut.empty()) {
+      return InvalidArgumentError(fmt::format(
+          "--layer-cut balanced: --parallel already gives layer_cut={}; give one of them",
+          DescribeLayerCut(sc.parallel->layer_cut)));
+    }
+    SLUICE_ASSIGN_OR_RETURN(const Planner even, MakePlannerFromFlags(sc, f.scenario, f.planner));
+    const int64_t take =
+        sc.iterations == 0 ? kLayerCutBatches : std::min<int64_t>(kLayerCutBatches, sc.iterations);
+    GlobalBatch b;
+    while (static_cast<int64_t>(pending.size()) < take && sc.batcher->Next(&b)) {
+      pending.push_back(b);
+    }
+    std::vector<Sample> samples;
+    for (const GlobalBatch& g : pending)
+      samples.insert(samples.end(), g.samples.begin(), g.samples.end());
+    const ParallelConfig base = *sc.parallel;
+    const auto start = std::chrono::steady_clock::now();
+    SLUICE_ASSIGN_OR_RETURN(
+        LayerCutChoice choice,
+        ChooseLayerCut(*sc.cost, base, samples,
+                       PlannerLayerCutScorer(*sc.cost, sc.cluster, base, even.options(), pending)));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    sc.parallel->layer_cut = choice.cut;
+    auto score = [](const LayerCutScore& s) {
+      return s.failed_batches > 0 ? fmt::format("{:.1f} ms, {} batch(es) out of memory",
+                                                s.time.millis(), s.failed_batches)
+                                  : fmt::format("{:.1f} ms", s.time.millis());
+    };
+    if (!choice.searched) {
+      cut_line = fmt::format(
+          "layer cut: even ({}; the balanced cut is searched for vpp = 1 and more than one "
+          "chunk)\n",
+          sc.parallel->vpp > 1 ? "vpp > 1" : "one chunk");
+    } else {
+      cut_line = fmt::format(
+          "layer cut: {} ({}), chosen on the first {} batches by the planner's estimate: even "
+          "{} -> {}; {} cuts scored in {:.0f} ms\n",
+          choice.cut.empty() ? "even" : DescribeLayerCut(choice.cut),
+          choice.cut.empty() ? "no other cut was shorter" : "balanced", pending.size(),
+          choice.even_exists ? score(choice.even) : "(none: the layers do not divide)",
+          score(choice.chosen), choice.evaluated, ms);
+    }
+  } else if (f.layer_cut != "even") {
+    return InvalidArgumentError(
+        fmt::format("--layer-cut: '{}' is not a cut rule (allowed: even, balanced)", f.layer_cut));
+  }
   SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
   // A bad --out folder is reported before planning, not after the first batch.
   if (!f.out.empty()) {
     SLUICE_RETURN_IF_ERROR(CheckOutputFile("--out", OutPath(f.out, 0, sc.iterations != 1)));
   }
   fmt::print("{}\n", sc.Describe());
+  if (!cut_line.empty()) fmt::print("{}", cut_line);
   fmt::print("method:   {}, schedule {}{}\n\n", f.planner.method, f.planner.schedule,
              f.planner.no_search ? "" : ", micro-batch order searched");
 
@@ -142,7 +201,15 @@ Status RunPlan(const PlanFlags& f) {
   const bool several = sc.iterations != 1;
   std::string first_written;  // the first plan file written (named in the summary)
   std::string first_reason;   // why the first batch that did not plan did not
-  while ((sc.iterations == 0 || done < sc.iterations) && sc.batcher->Next(&batch)) {
+  size_t next_pending = 0;
+  auto next_batch = [&](GlobalBatch* out) {
+    if (next_pending < pending.size()) {
+      *out = pending[next_pending++];
+      return true;
+    }
+    return sc.batcher->Next(out);
+  };
+  while ((sc.iterations == 0 || done < sc.iterations) && next_batch(&batch)) {
     small.Add(batch);
     StatusOr<PlanResult> planned = planner.Plan(batch.samples);
     if (!planned.ok()) {
@@ -194,29 +261,32 @@ Status RunPlan(const PlanFlags& f) {
   fmt::print("\nsummary over {} global batches ({} planned, {} out of memory):\n", done, ok,
              done - ok);
   if (ok > 0) {
-    fmt::print("  mean makespan {:.1f} ms, mean bubble {:.1f}%, {:.0f} real tokens/s predicted, "
-               "mean planning time {:.2f} ms\n",
-               makespan_ms / ok, 100.0 * bubble / ok,
-               static_cast<double>(real_tokens) / (makespan_ms / 1e3), plan_ms / ok);
+    fmt::print(
+        "  mean makespan {:.1f} ms, mean bubble {:.1f}%, {:.0f} real tokens/s predicted, "
+        "mean planning time {:.2f} ms\n",
+        makespan_ms / ok, 100.0 * bubble / ok,
+        static_cast<double>(real_tokens) / (makespan_ms / 1e3), plan_ms / ok);
   }
   if (ok > 0 && sim_before_ms > 0) {
-    fmt::print("  optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), "
-               "{} of {} plans changed, mean optimizer time {:.1f} ms\n",
-               sim_before_ms / ok, sim_after_ms / ok,
-               100.0 * (sim_before_ms - sim_after_ms) / sim_before_ms, opt_changed, ok,
-               opt_ms / ok);
+    fmt::print(
+        "  optimizer: mean simulated iteration {:.1f} ms -> {:.1f} ms ({:.2f}% shorter), "
+        "{} of {} plans changed, mean optimizer time {:.1f} ms\n",
+        sim_before_ms / ok, sim_after_ms / ok,
+        100.0 * (sim_before_ms - sim_after_ms) / sim_before_ms, opt_changed, ok, opt_ms / ok);
     if (opt_budget_hit > 0) {
-      fmt::print("  optimizer: the time budget ended the search in {} of {} batches, so another "
-                 "run may return other plans; for reproducible plans give a budget the search "
-                 "does not reach (it stops after its step bound), or use `sluice optimize "
-                 "--steps N`\n",
-                 opt_budget_hit, ok);
+      fmt::print(
+          "  optimizer: the time budget ended the search in {} of {} batches, so another "
+          "run may return other plans; for reproducible plans give a budget the search "
+          "does not reach (it stops after its step bound), or use `sluice optimize "
+          "--steps N`\n",
+          opt_budget_hit, ok);
     }
   }
   if (f.out_given && ok > 0 && several) {
-    fmt::print("  plans written to {}: one file per planned batch, <batch> = the batch's index "
-               "(e.g. {})\n",
-               TaggedPath(f.out, "<batch>"), first_written);
+    fmt::print(
+        "  plans written to {}: one file per planned batch, <batch> = the batch's index "
+        "(e.g. {})\n",
+        TaggedPath(f.out, "<batch>"), first_written);
   }
   if (ok == 0 && done > 0) {
     return FailedPreconditionError(fmt::format(
@@ -233,11 +303,12 @@ Status RunPlanCheck(const std::string& file) {
   if (!valid.ok()) return InvalidArgumentError(fmt::format("{}: {}", file, valid.message()));
   size_t instructions = 0;
   for (const RankProgram& p : plan.ranks) instructions += p.instructions.size();
-  fmt::print("{}: valid plan of {} ({} dp x {} pp{}), {} rank programs, {} instructions, {} "
-             "samples\n",
-             file, plan.model.name, plan.dp(), plan.pp(),
-             plan.vpp() > 1 ? fmt::format(" x {} vpp", plan.vpp()) : "", plan.ranks.size(),
-             instructions, plan.sample_ids.size());
+  fmt::print(
+      "{}: valid plan of {} ({} dp x {} pp{}), {} rank programs, {} instructions, {} "
+      "samples\n",
+      file, plan.model.name, plan.dp(), plan.pp(),
+      plan.vpp() > 1 ? fmt::format(" x {} vpp", plan.vpp()) : "", plan.ranks.size(), instructions,
+      plan.sample_ids.size());
   return Status::Ok();
 }
 
@@ -273,7 +344,8 @@ Status RunPlanCsv(const CsvFlags& f) {
 void RegisterPlanCommands(CLI::App* app, RunState* state) {
   auto flags = std::make_shared<PlanFlags>();
   CLI::App* p = app->add_subcommand(
-      "plan", "Plan global batches into validated per-rank execution plans (and check/export them)");
+      "plan",
+      "Plan global batches into validated per-rank execution plans (and check/export them)");
   AddScenarioFlags(p, &flags->scenario);
   AddPlannerFlags(p, &flags->planner);
   CLI::Option* out =
@@ -287,6 +359,13 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
                 "durations, links and the makespan shown (the planner's choices keep the cost "
                 "model; default: none)")
       ->type_name("FILE");
+  p->add_option("--layer-cut", flags->layer_cut,
+                "Layers per pipeline chunk: even (the same number each, or --parallel's "
+                "layer_cut=...) or balanced (the cut whose plans of the first 3 batches the "
+                "planner estimates shortest, searched from the cost model's per-layer times; "
+                "planner/layer_cut.h)")
+      ->type_name("even|balanced")
+      ->capture_default_str();
   p->add_option("--show", flags->show, "Print micro-batches of this many first batches")
       ->check(IntegerCheck(0, kNoMaxInteger))
       ->capture_default_str();

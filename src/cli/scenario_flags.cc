@@ -62,6 +62,7 @@ std::string_view FlagForField(std::string_view field) {
       {"search.simulate_top", "--simulate-top"},
       {"search.cp", "--cp"},
       {"search.ep", "--ep"},
+      {"search.layer_cut", "--layer-cut"},
       {"moe_overlap", "--moe-overlap"},
   };
   for (const auto& [f, flag] : kFlags) {

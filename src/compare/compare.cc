@@ -131,7 +131,8 @@ class Comparison {
       SLUICE_ASSIGN_OR_RETURN(
           MethodSearch s, SearchMethod(
                               scorer_, methods_[i].name, candidates_[i], sc_.search.simulate_top,
-                              [&] { progress.Add(); }, [this] { return Cancelled(); }));
+                              [&] { progress.Add(); }, [this] { return Cancelled(); },
+                              sc_.search.balance_layer_cut));
       searches_.push_back(std::move(s));
       if (methods_[i].kind == MethodKind::kDynamic && !Cancelled()) {
         SLUICE_ASSIGN_OR_RETURN(hetero_[i], SearchHeteroMixes(r_.sc, sc_, methods_[i],
@@ -247,7 +248,8 @@ class Comparison {
       }
       SLUICE_ASSIGN_OR_RETURN(
           MethodSearch s, SearchMethod(scorer_, methods_[i].name, shared, sc_.search.simulate_top,
-                                       nullptr, [this] { return Cancelled(); }));
+                                       nullptr, [this] { return Cancelled(); },
+                                       sc_.search.balance_layer_cut));
       FillFromSearch(s, Cancelled(), &controlled.runs[i]);
     }
     // A controlled run identical to the method's own run is copied, not repeated.

@@ -289,6 +289,10 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     }
     SLUICE_RETURN_IF_ERROR(q.OptionalBool("score_extremes", &s.search.score_extremes));
     SLUICE_RETURN_IF_ERROR(q.OptionalInt("simulate_top", &s.search.simulate_top, 1, 64));
+    std::string cut = s.search.balance_layer_cut ? "balanced" : "even";
+    static constexpr std::array<std::string_view, 2> kCuts = {"even", "balanced"};
+    SLUICE_RETURN_IF_ERROR(q.OptionalEnum("layer_cut", &cut, kCuts));
+    s.search.balance_layer_cut = cut == "balanced";
     SLUICE_RETURN_IF_ERROR(q.Finish());
   }
   if (const nlohmann::json* sim = r.Child("simulator")) {
@@ -345,6 +349,7 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
   // cp is written only when it is not the default {1}: older results keep their bytes.
   if (s.search.cp != std::vector<int64_t>{1}) j["search"]["cp"] = s.search.cp;
   if (s.search.ep != std::vector<int64_t>{1}) j["search"]["ep"] = s.search.ep;  // likewise
+  if (s.search.balance_layer_cut) j["search"]["layer_cut"] = "balanced";  // likewise
   if (!s.moe_overlap.empty()) j["moe_overlap"] = s.moe_overlap;
   if (s.search.score_batches == 0) {
     j["search"]["score_batches"] = "all";

@@ -100,10 +100,10 @@ int64_t ReducedGradientParams(const CostModel& cost, const StageLayers& stage,
   return std::max<int64_t>(0, params);
 }
 
-std::vector<StageLayers> ChunkStageLayers(const ModelSpec& model, int64_t chunks) {
+std::vector<StageLayers> ChunkStageLayers(const ModelSpec& model, const ParallelConfig& par) {
   std::vector<StageLayers> out;
-  out.reserve(static_cast<size_t>(chunks));
-  for (const ChunkCut& cut : CutIntoChunks(model, chunks)) {
+  out.reserve(static_cast<size_t>(par.chunks()));
+  for (const ChunkCut& cut : CutIntoChunks(model, par)) {
     StageLayers l;
     l.encoder_layers = cut.encoder_layers;
     l.decoder_layers = cut.decoder_layers;

@@ -79,10 +79,10 @@ struct StageLayers {
   friend bool operator==(const StageLayers&, const StageLayers&) = default;
 };
 
-// The layers of each of the `chunks` pipeline chunks of `model` (model/chunk_cut.h's cut), the
-// embedding on the first chunk and the output head on the last.
-// REQUIRES: ChunksFit(model, chunks).
-std::vector<StageLayers> ChunkStageLayers(const ModelSpec& model, int64_t chunks);
+// The layers of each of the par.chunks() pipeline chunks of `model` (model/chunk_cut.h's cut,
+// par.layer_cut or the even one), the embedding on the first chunk and the output head on the
+// last. REQUIRES: as CutIntoChunks.
+std::vector<StageLayers> ChunkStageLayers(const ModelSpec& model, const ParallelConfig& par);
 
 // Model-state memory of one device: mixed-precision Adam (fp16 weights 2 B, fp16 gradients
 // 2 B, fp32 master weights + two moments 12 B per parameter) sharded as the ZeRO stage says.

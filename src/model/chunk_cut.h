@@ -14,6 +14,12 @@
 //    may hold the encoder's last layers and the decoder's first (T5 3 + 3 at pp = 3: [e0 e1],
 //    [e2 | d0], [d1 d2]). When both stacks have the same depth the two rules agree wherever both
 //    apply.
+// An explicit cut (ParallelConfig::layer_cut: layers per chunk, every chunk at least one, summing
+// to layers + decoder_layers) runs over the concatenated stack like the last rule: chunk c holds
+// layers [sum of the counts before c, + its count) of [encoder; decoder], so any pipeline depth
+// fits and the stages may be uneven (the output head's stage one layer lighter, T5's encoder on
+// more or fewer stages than its decoder). The even rules are the explicit cut of their counts
+// (EvenLayerCut): the two give the same chunks.
 // A model with no layers (`sluice profile`'s head-only probe; ModelSpec validation requires
 // layers >= 1 of user models) cuts into any number of empty decoder-only chunks, or into 1 or 2
 // encoder-decoder chunks.
@@ -25,9 +31,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "model/model_spec.h"
+#include "model/parallel_config.h"
 
 namespace sluice {
 
@@ -46,10 +55,21 @@ struct ChunkCut {
 bool ChunksFit(const ModelSpec& model, int64_t chunks);
 // Every chunk count ChunksFit accepts, ascending.
 std::vector<int64_t> AllowedChunkCounts(const ModelSpec& model);
-// The chunks, in pipeline order. REQUIRES: ChunksFit(model, chunks).
-std::vector<ChunkCut> CutIntoChunks(const ModelSpec& model, int64_t chunks);
+// The chunks, in pipeline order: `layer_cut` empty, the even rules (REQUIRES: ChunksFit(model,
+// chunks)); else the explicit cut (REQUIRES: `chunks` entries >= 1 summing to layers +
+// decoder_layers, which CheckParallelFits checks).
+std::vector<ChunkCut> CutIntoChunks(const ModelSpec& model, int64_t chunks,
+                                    std::span<const int64_t> layer_cut);
+// The chunks of a configuration: CutIntoChunks(model, par.chunks(), par.layer_cut).
+std::vector<ChunkCut> CutIntoChunks(const ModelSpec& model, const ParallelConfig& par);
 // Encoder-decoder: the index of the chunk that ends the encoder; -1 for decoder-only models.
-// O(1), no allocation. REQUIRES: ChunksFit(model, chunks).
-int64_t EncoderEndChunk(const ModelSpec& model, int64_t chunks);
+// No allocation; O(1) for the even cut, O(chunks) for an explicit one. REQUIRES: as CutIntoChunks.
+int64_t EncoderEndChunk(const ModelSpec& model, int64_t chunks, std::span<const int64_t> layer_cut);
+int64_t EncoderEndChunk(const ModelSpec& model, const ParallelConfig& par);
+// Layers per chunk of the even rules, over the concatenated stack (a one-chunk encoder-decoder
+// model: both stacks in one). REQUIRES: ChunksFit(model, chunks).
+std::vector<int64_t> EvenLayerCut(const ModelSpec& model, int64_t chunks);
+// "8+8+9+7", or "even" for an empty cut.
+std::string DescribeLayerCut(std::span<const int64_t> layer_cut);
 
 }  // namespace sluice

@@ -86,6 +86,12 @@ Status CheckHeteroFits(const HeteroConfig& config, const ModelSpec& model,
       return InvalidArgumentError(fmt::format(
           "{}: field 'ep' is {}; heterogeneous replicas run ep = 1 (allowed: 1)", where, g.ep));
     }
+    if (!g.layer_cut.empty()) {
+      return InvalidArgumentError(fmt::format(
+          "{}: field 'layer_cut' is given; heterogeneous replicas cut their layers evenly (the "
+          "reduction groups follow the even cuts; allowed: no layer_cut)",
+          where));
+    }
     if (g.zero > 2) {
       return InvalidArgumentError(fmt::format(
           "{}: field 'zero' is {}; ZeRO-3's per-layer gathers are not planned across groups "

@@ -32,7 +32,8 @@ constexpr int64_t kMaxDevices = int64_t{1} << 60;
 constexpr double kMaxMemoryLimitMb = 1e9;  // 10^9 MB = 1 PB
 
 constexpr std::string_view kKeys[] = {
-    "dp", "pp", "tp", "cp", "ep", "vpp", "zero", "memory_limit_mb", "memory_reserve_mb"};
+    "dp",       "pp", "tp", "cp", "ep", "vpp", "zero", "memory_limit_mb", "memory_reserve_mb",
+    "layer_cut"};
 
 // The degree field called `key`, or nullptr for "zero" and the memory keys.
 int64_t* Degree(ParallelConfig& config, std::string_view key) {
@@ -69,6 +70,21 @@ bool TpFits(int64_t tp, const ModelSpec& model, std::string* why) {
 
 Status CheckChunks(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {
   const int64_t chunks = config.chunks();
+  if (!config.layer_cut.empty()) {
+    // ValidateParallelConfig checked the count and each entry's range.
+    int64_t sum = 0;
+    for (const int64_t n : config.layer_cut) sum += n;
+    const int64_t total = model.layers + (model.is_encoder_decoder() ? model.decoder_layers : 0);
+    if (sum == total) return Status::Ok();
+    return FieldError(
+        source, "layer_cut",
+        fmt::format("model '{}': the {} chunks hold {} layers, but the model has {} ({}; every "
+                    "chunk at least 1)",
+                    model.name, chunks, sum, total,
+                    model.is_encoder_decoder() ? fmt::format("layers + decoder_layers = {} + {}",
+                                                             model.layers, model.decoder_layers)
+                                               : fmt::format("layers = {}", model.layers)));
+  }
   if (!model.is_encoder_decoder()) {
     if (chunks <= model.layers && model.layers % chunks == 0) return Status::Ok();
     return InvalidArgumentError(
@@ -117,10 +133,10 @@ Status CheckEp(const ParallelConfig& config, const ModelSpec& model, std::string
 
 Status CheckCp(const ParallelConfig& config, const ModelSpec& model, std::string_view source) {
   if (config.cp == 1 || !model.is_encoder_decoder()) return Status::Ok();
-  return InvalidArgumentError(fmt::format(
-      "{}: model '{}': cp = {} needs a decoder-only model; context parallelism of "
-      "encoder-decoder models is not supported (allowed cp: 1)",
-      source, model.name, config.cp));
+  return InvalidArgumentError(
+      fmt::format("{}: model '{}': cp = {} needs a decoder-only model; context parallelism of "
+                  "encoder-decoder models is not supported (allowed cp: 1)",
+                  source, model.name, config.cp));
 }
 
 Status CheckCluster(const ParallelConfig& config, const ClusterSpec& cluster,
@@ -167,8 +183,8 @@ Status CheckMemoryReserve(Bytes reserve, std::string_view source) {
 
 }  // namespace
 
-CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& par,
-                            int64_t pp_index, int64_t first_device) {
+CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& par, int64_t pp_index,
+                            int64_t first_device) {
   std::vector<int64_t> devices;
   devices.reserve(static_cast<size_t>(par.dp * par.cp));
   for (int64_t d = 0; d < par.dp; ++d) {
@@ -196,12 +212,9 @@ Bytes MemoryBudget(std::optional<Bytes> limit, std::optional<Bytes> reserve,
 }
 
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source) {
-  const std::pair<std::string_view, int64_t> degrees[] = {{"dp", config.dp},
-                                                          {"pp", config.pp},
-                                                          {"tp", config.tp},
-                                                          {"cp", config.cp},
-                                                          {"ep", config.ep},
-                                                          {"vpp", config.vpp}};
+  const std::pair<std::string_view, int64_t> degrees[] = {{"dp", config.dp}, {"pp", config.pp},
+                                                          {"tp", config.tp}, {"cp", config.cp},
+                                                          {"ep", config.ep}, {"vpp", config.vpp}};
   for (const auto& [key, degree] : degrees) {
     SLUICE_RETURN_IF_ERROR(CheckIntRange(source, key, degree, 1, kMaxDegree));
   }
@@ -210,6 +223,17 @@ Status ValidateParallelConfig(const ParallelConfig& config, std::string_view sou
                       fmt::format("dp*pp*tp*cp exceeds 2^60 devices (cp = {})", config.cp));
   }
   SLUICE_RETURN_IF_ERROR(CheckIntRange(source, "zero", config.zero, 0, kMaxZero));
+  if (!config.layer_cut.empty()) {
+    if (static_cast<int64_t>(config.layer_cut.size()) != config.chunks()) {
+      return FieldError(
+          source, "layer_cut",
+          fmt::format("has {} entries, but pp*vpp = {}*{} = {} chunks need one each",
+                      config.layer_cut.size(), config.pp, config.vpp, config.chunks()));
+    }
+    for (const int64_t n : config.layer_cut) {
+      SLUICE_RETURN_IF_ERROR(CheckIntRange(source, "layer_cut", n, 1, kMaxDegree));
+    }
+  }
   if (config.memory_limit.has_value()) {
     SLUICE_RETURN_IF_ERROR(CheckMemoryLimit(*config.memory_limit, source));
   }
@@ -247,6 +271,18 @@ StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::st
     }
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("zero", &config.zero, 0, kMaxZero));
+  if (const nlohmann::json* cut = r.Child("layer_cut")) {
+    if (!cut->is_array() || cut->empty() || cut->size() > static_cast<size_t>(kMaxDegree)) {
+      return r.Error("layer_cut", "must be a non-empty array of integers, one per chunk");
+    }
+    for (const nlohmann::json& n : *cut) {
+      if (!n.is_number_integer()) {
+        return r.Error("layer_cut",
+                       fmt::format("must hold integers (layers per chunk), got {}", n.dump()));
+      }
+      config.layer_cut.push_back(n.get<int64_t>());
+    }
+  }
   double mb = 0;
   SLUICE_RETURN_IF_ERROR(model_internal::ReadPositive(r, "memory_limit_mb", /*required=*/false,
                                                       kMaxMemoryLimitMb, &mb));
@@ -265,6 +301,7 @@ nlohmann::json ParallelConfigToJson(const ParallelConfig& config) {
   nlohmann::json j = {{"dp", config.dp}, {"pp", config.pp},   {"tp", config.tp},
                       {"ep", config.ep}, {"vpp", config.vpp}, {"zero", config.zero}};
   if (config.cp != 1) j["cp"] = config.cp;
+  if (!config.layer_cut.empty()) j["layer_cut"] = config.layer_cut;
   if (config.memory_limit.has_value()) {
     j["memory_limit_mb"] = model_internal::NumberJson(config.memory_limit->mb());
   }
@@ -314,6 +351,28 @@ StatusOr<ParallelConfig> ParseParallelPairs(std::string_view spec_or_file,
       return FieldError(source, key, fmt::format("unknown key; allowed keys: {}", allowed));
     }
     if (!seen.emplace(key).second) return FieldError(source, key, "is given twice");
+    if (key == "layer_cut") {
+      size_t from = 0;
+      while (from <= value.size()) {
+        size_t plus = value.find('+', from);
+        if (plus == std::string_view::npos) plus = value.size();
+        const std::string_view part = value.substr(from, plus - from);
+        from = plus + 1;
+        const std::optional<int64_t> n = model_internal::ParseDecimal(part);
+        if (!n.has_value()) {
+          return FieldError(source, key,
+                            fmt::format("must be layers per chunk joined by '+' (e.g. "
+                                        "layer_cut=9+8+8+7), got '{}'",
+                                        value));
+        }
+        SLUICE_RETURN_IF_ERROR(CheckIntRange(source, key, *n, 1, kMaxDegree));
+        config.layer_cut.push_back(*n);
+        if (config.layer_cut.size() > static_cast<size_t>(kMaxDegree)) {
+          return FieldError(source, key, "has more entries than any pipeline has chunks");
+        }
+      }
+      continue;
+    }
     int64_t* degree = Degree(config, key);
     const int64_t lo = key == "zero" || key == "memory_reserve_mb" ? 0 : 1;
     const int64_t hi = degree != nullptr ? kMaxDegree

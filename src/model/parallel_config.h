@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "base/units.h"
@@ -42,6 +43,11 @@ struct ParallelConfig {
   int64_t zero = 0;                      // ZeRO stage 0..3
   std::optional<Bytes> memory_limit;     // per-device budget; absent = device memory - reserve
   std::optional<Bytes> memory_reserve;   // without memory_limit; absent = DefaultMemoryReserve
+  // Layers of each of the pp * vpp chunks, in chunk (pipeline) order, over the concatenated stack
+  // [encoder layers; decoder layers] (model/chunk_cut.h); empty: the even cut. Megatron-LM's
+  // uneven pipeline split (--decoder-first/last-pipeline-num-layers, T5's split rank) and
+  // DeepSpeed's partition_method; the planner's balanced cut (planner/layer_cut.h).
+  std::vector<int64_t> layer_cut;
 
   int64_t devices() const { return dp * pp * tp * cp; }
   // Devices of one pipeline position (one plan rank): tp * cp.
@@ -77,13 +83,15 @@ CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& pa
                             int64_t pp_index, int64_t first_device = 0);
 
 // Field ranges only: each degree in [1, 2^20], zero in [0, 3], memory limit in (0, 10^9] MB
-// (10^6 bytes), memory reserve in [0, 10^9] MB, not both a limit and a reserve.
+// (10^6 bytes), memory reserve in [0, 10^9] MB, not both a limit and a reserve; layer_cut empty
+// or pp * vpp entries, each in [1, 2^20].
 Status ValidateParallelConfig(const ParallelConfig& config, std::string_view source);
 // Whether `config` can run `model` on `cluster`:
-//   - pp*vpp chunks divide the layers evenly. Encoder-decoder models: pp*vpp == 1 (one chunk
-//     holds both stacks), pp*vpp is even with pp*vpp/2 dividing both stacks (encoder on the
-//     first half of the chunks, decoder on the second), or pp*vpp divides layers +
-//     decoder_layers (equal runs of the concatenated stack); model/chunk_cut.h;
+//   - without a layer_cut, pp*vpp chunks divide the layers evenly. Encoder-decoder models:
+//     pp*vpp == 1 (one chunk holds both stacks), pp*vpp is even with pp*vpp/2 dividing both
+//     stacks (encoder on the first half of the chunks, decoder on the second), or pp*vpp divides
+//     layers + decoder_layers (equal runs of the concatenated stack); model/chunk_cut.h;
+//   - with one, its entries sum to layers + decoder_layers;
 //   - tp divides heads and ffn_hidden (and moe->expert_ffn_hidden), and kv_heads % tp == 0 or
 //     tp % kv_heads == 0;
 //   - ep > 1 only for MoE models, and ep divides moe->experts and dp;
@@ -98,14 +106,14 @@ Status CheckParallelFits(const ParallelConfig& config, const ModelSpec& model,
 // JSON form: {"dp":2,"pp":4,"tp":1,"ep":1,"vpp":1,"zero":1,"memory_limit_mb":36000}; every key is
 // optional (degrees default to 1, zero to 0, no memory limit, the default reserve); "cp" is
 // written only when it is not 1, so files of configurations without context parallelism are
-// unchanged;
+// unchanged, and "layer_cut" (an array of pp * vpp integers) only when it is given;
 // memory_limit_mb and memory_reserve_mb are MB (10^6 bytes, as in the profile tables) and may be
 // fractional. FromJson(ToJson(config)) == config for every valid config.
 StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::string_view source);
 nlohmann::json ParallelConfigToJson(const ParallelConfig& config);
 // `--parallel K=V,...|FILE`: keys dp, pp, tp, cp, ep, vpp, zero, memory_limit_mb, memory_reserve_mb
-// with plain decimal
-// integer values; unspecified = 1 (zero = 0, no memory limit). An unknown key is an error listing
+// with plain decimal integer values, and layer_cut with '+'-separated ones (layer_cut=9+8+8+7);
+// unspecified = 1 (zero = 0, no memory limit, the even cut). An unknown key is an error listing
 // the allowed keys; a key given twice, a value that is not an integer or is out of range is an
 // error naming the key. An argument without '=' that names an existing file is read as JSON.
 // An argument with '=' never touches the file system.

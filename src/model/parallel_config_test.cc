@@ -97,8 +97,8 @@ TEST(ParallelFlagTest, UnknownKeyListsAllowedKeys) {
   EXPECT_THAT(
       FlagError("dp=2,pipeline=4"),
       AllOf(HasSubstr("--parallel 'dp=2,pipeline=4'"), HasSubstr("field 'pipeline': unknown key"),
-            HasSubstr("'dp', 'pp', 'tp', 'cp', 'ep', 'vpp', 'zero', 'memory_limit_mb' or "
-                      "'memory_reserve_mb'")));
+            HasSubstr("'dp', 'pp', 'tp', 'cp', 'ep', 'vpp', 'zero', 'memory_limit_mb', "
+                      "'memory_reserve_mb' or 'layer_cut'")));
   EXPECT_THAT(FlagError("DP=2"), HasSubstr("field 'DP': unknown key"));
 }
 
@@ -189,6 +189,45 @@ TEST(ParallelConfigTest, JsonErrors) {
   EXPECT_THAT(error_of(R"([1, 2])"), HasSubstr("p.json: top level"));
 }
 
+TEST(ParallelConfigTest, LayerCut) {
+  const ParallelConfig c = Parse("dp=2,pp=4,layer_cut=9+8+8+7");
+  EXPECT_EQ(c.layer_cut, (std::vector<int64_t>{9, 8, 8, 7}));
+  EXPECT_EQ(ParallelConfigToJson(c)["layer_cut"], nlohmann::json::parse("[9, 8, 8, 7]"));
+  StatusOr<ParallelConfig> back = ParallelConfigFromJson(ParallelConfigToJson(c), "rt.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+  EXPECT_FALSE(ParallelConfigToJson(Parse("pp=4")).contains("layer_cut"));
+  const ModelSpec gpt = *ModelPreset("gpt-6.7b");
+  EXPECT_TRUE(Fits("pp=4,layer_cut=9+8+8+7", gpt));
+  EXPECT_TRUE(Fits("pp=3,layer_cut=11+11+10", gpt));  // no even cut into 3, an explicit one
+  EXPECT_TRUE(Fits("pp=2,vpp=2,layer_cut=9+7+8+8", gpt));
+  EXPECT_THAT(FitError("pp=4,layer_cut=9+8+8+8", gpt),
+              AllOf(HasSubstr("--parallel"), HasSubstr("'layer_cut'"),
+                    HasSubstr("the 4 chunks hold 33 layers, but the model has 32 (layers = 32")));
+  const ModelSpec t5 = *ModelPreset("t5-11b");
+  EXPECT_TRUE(Fits("pp=4,layer_cut=14+14+10+10", t5));
+  EXPECT_THAT(FitError("pp=4,layer_cut=12+12+12+13", t5),
+              HasSubstr("layers + decoder_layers = 24 + 24"));
+  EXPECT_THAT(FlagError("pp=4,layer_cut=9+8+8"),
+              AllOf(HasSubstr("'layer_cut'"),
+                    HasSubstr("has 3 entries, but pp*vpp = 4*1 = 4 chunks need one each")));
+  EXPECT_THAT(FlagError("pp=2,layer_cut=32+0"), AllOf(HasSubstr("'layer_cut'"), HasSubstr("[1, ")));
+  EXPECT_THAT(FlagError("pp=2,layer_cut=16,16"), HasSubstr("is not K=V"));
+  EXPECT_THAT(FlagError("pp=2,layer_cut=16+x"),
+              AllOf(HasSubstr("'layer_cut'"), HasSubstr("joined by '+'")));
+  EXPECT_THAT(FlagError("pp=2,layer_cut="), HasSubstr("joined by '+'"));
+  auto json_error = [](std::string_view text) {
+    StatusOr<ParallelConfig> r = ParallelConfigFromJson(nlohmann::json::parse(text), "p.json");
+    EXPECT_FALSE(r.ok()) << text;
+    return r.status().message();
+  };
+  EXPECT_THAT(json_error(R"({"pp": 2, "layer_cut": "16+16"})"),
+              HasSubstr("p.json: field 'layer_cut': must be a non-empty array"));
+  EXPECT_THAT(json_error(R"({"pp": 2, "layer_cut": [16, 1.5]})"), HasSubstr("must hold integers"));
+  EXPECT_THAT(json_error(R"({"pp": 2, "layer_cut": []})"), HasSubstr("non-empty array"));
+  EXPECT_THAT(json_error(R"({"pp": 2, "layer_cut": [16, 16, 0]})"), HasSubstr("has 3 entries"));
+}
+
 TEST(ParallelConfigTest, ValidateChecksStructsBuiltInCode) {
   ParallelConfig c;
   c.tp = 0;
@@ -205,22 +244,26 @@ TEST(GradientRingTest, MembersNodesAndCrossingShares) {
   auto ring = [&](const char* spec, int64_t p) {
     return GradientRing(c16, *ResolveParallel(spec), p);
   };
-  EXPECT_EQ(ring("dp=16", 0), (CollectiveRing{.members = 16, .spans_nodes = true,
-                                               .crossing_shares = 8, .intra_hops = true}));
+  EXPECT_EQ(ring("dp=16", 0),
+            (CollectiveRing{
+                .members = 16, .spans_nodes = true, .crossing_shares = 8, .intra_hops = true}));
   // dp 2 x pp 4 x tp 2: each replica fills a node; the two members of a stage's ring sit on
   // different nodes, one device each.
   EXPECT_EQ(ring("dp=2,pp=4,tp=2", 3),
             (CollectiveRing{.members = 2, .spans_nodes = true, .crossing_shares = 1}));
   // dp 4 x pp 4: ranks p, 4 + p, 8 + p, 12 + p, two on each node.
-  EXPECT_EQ(ring("dp=4,pp=4", 1), (CollectiveRing{.members = 4, .spans_nodes = true,
-                                                   .crossing_shares = 2, .intra_hops = true}));
+  EXPECT_EQ(ring("dp=4,pp=4", 1),
+            (CollectiveRing{
+                .members = 4, .spans_nodes = true, .crossing_shares = 2, .intra_hops = true}));
   // The cp ranks reduce with the replicas: dp 2 x cp 4 in one node, dp 2 x cp 8 over two.
   EXPECT_EQ(ring("dp=2,cp=4", 0), (CollectiveRing{.members = 8, .intra_hops = true}));
-  EXPECT_EQ(ring("dp=2,cp=8", 0), (CollectiveRing{.members = 16, .spans_nodes = true,
-                                                   .crossing_shares = 8, .intra_hops = true}));
+  EXPECT_EQ(ring("dp=2,cp=8", 0),
+            (CollectiveRing{
+                .members = 16, .spans_nodes = true, .crossing_shares = 8, .intra_hops = true}));
   // dp 3 x cp 3: the third member's cp devices (6, 7, 8) straddle the two nodes.
-  EXPECT_EQ(ring("dp=3,cp=3", 0), (CollectiveRing{.members = 9, .spans_nodes = true,
-                                                   .crossing_shares = 1, .intra_hops = true}));
+  EXPECT_EQ(ring("dp=3,cp=3", 0),
+            (CollectiveRing{
+                .members = 9, .spans_nodes = true, .crossing_shares = 1, .intra_hops = true}));
   EXPECT_EQ(ring("dp=1,pp=2", 1), CollectiveRing{});
   // Gloo's crossing: one share whatever the ring.
   ClusterSpec cpu = *ClusterPreset("cpu", 16);

@@ -27,7 +27,7 @@ double EmbeddingAtEnd(const ExecutionPlan& plan, int64_t stage) {
 std::vector<double> MoeSegmentGradParams(const ExecutionPlan& plan, int64_t stage) {
   const ModelSpec& m = plan.model;
   const int64_t S = plan.num_stages();
-  const ChunkCut cut = CutIntoChunks(m, S)[static_cast<size_t>(stage)];
+  const ChunkCut cut = CutIntoChunks(m, plan.parallel)[static_cast<size_t>(stage)];
   const double t = static_cast<double>(plan.parallel.tp), h = static_cast<double>(m.hidden);
   const double mats = m.mlp == MlpKind::kSwiGlu ? 3 : 2;
   // Expert gradients are reduced over the replicas of each expert: none when dp <= ep.

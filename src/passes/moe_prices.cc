@@ -12,7 +12,7 @@ std::vector<double> MoeSegmentShares(const ExecutionPlan& plan, int64_t dp_index
   const ModelSpec& m = plan.model;
   const LayerShape& shape = plan.replicas[dp_index].micro_batches[mb].shape;
   const int64_t S = plan.num_stages();
-  const ChunkCut cut = CutIntoChunks(m, S)[static_cast<size_t>(stage)];
+  const ChunkCut cut = CutIntoChunks(m, plan.parallel)[static_cast<size_t>(stage)];
   const double t = static_cast<double>(plan.parallel.tp), h = static_cast<double>(m.hidden);
   const double mats = m.mlp == MlpKind::kSwiGlu ? 3 : 2;
   const double b = static_cast<double>(shape.mbs);

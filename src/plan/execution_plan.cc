@@ -22,18 +22,17 @@ std::optional<TransferLink> LinkOf(OpKind op, int64_t stage, int64_t num_stages)
 }
 
 std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,
-                                        int64_t boundary, int64_t num_stages) {
+                                        int64_t boundary, const ParallelConfig& par) {
   std::vector<TensorShape> out = {{shape.mbs, shape.seqlen, model.hidden}};
-  if (model.is_encoder_decoder() && boundary >= EncoderEndChunk(model, num_stages)) {
+  if (model.is_encoder_decoder() && boundary >= EncoderEndChunk(model, par)) {
     out.push_back({shape.mbs, shape.dec_seqlen, model.hidden});
   }
   return out;
 }
 
 bool IsBoundaryShapes(const std::vector<TensorShape>& shapes, const ModelSpec& model,
-                      const LayerShape& shape, int64_t boundary, int64_t num_stages) {
-  const bool two =
-      model.is_encoder_decoder() && boundary >= EncoderEndChunk(model, num_stages);
+                      const LayerShape& shape, int64_t boundary, const ParallelConfig& par) {
+  const bool two = model.is_encoder_decoder() && boundary >= EncoderEndChunk(model, par);
   auto is = [&](const TensorShape& t, int64_t len) {
     return t.size() == 3 && t[0] == shape.mbs && t[1] == len && t[2] == model.hidden;
   };
@@ -80,10 +79,11 @@ Bytes Fp16Bytes(const std::vector<TensorShape>& shapes) { return SaturatingBytes
 
 Bytes TokenBytes(const std::vector<TensorShape>& shapes) { return SaturatingBytes(shapes, 8); }
 
-std::vector<int64_t> MoeLayersOfStage(const ModelSpec& model, int64_t stage, int64_t num_stages) {
+std::vector<int64_t> MoeLayersOfStage(const ModelSpec& model, int64_t stage,
+                                      const ParallelConfig& par) {
   std::vector<int64_t> out;
   if (!model.moe.has_value()) return out;
-  const ChunkCut cut = CutIntoChunks(model, num_stages)[static_cast<size_t>(stage)];
+  const ChunkCut cut = CutIntoChunks(model, par)[static_cast<size_t>(stage)];
   for (int64_t i = cut.first_encoder_layer; i < cut.first_encoder_layer + cut.encoder_layers;
        ++i) {
     if (model.IsMoeLayer(i)) out.push_back(i);
@@ -124,7 +124,7 @@ std::vector<Instruction> AllToAllsOf(const ExecutionPlan& plan, int64_t rank, Op
       !IsCompute(op)) {
     return out;
   }
-  const std::vector<int64_t> layers = MoeLayersOfStage(plan.model, stage, plan.num_stages());
+  const std::vector<int64_t> layers = MoeLayersOfStage(plan.model, stage, plan.parallel);
   if (layers.empty()) return out;
   const std::vector<int64_t> group = EpGroupOf(plan, rank);
   const int64_t local = plan.model.moe->experts / ep;

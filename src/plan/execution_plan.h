@@ -131,12 +131,13 @@ std::optional<TransferLink> LinkOf(OpKind op, int64_t stage, int64_t num_stages)
 // stage that ends the encoder (model/chunk_cut.h's EncoderEndChunk) the encoder hidden state
 // {mbs, seqlen, hidden}; from it on the encoder output and the decoder hidden state
 // {mbs, seqlen, hidden}, {mbs, dec_seqlen, hidden} (StageCostEvaluator::BoundaryBytes' rule).
+// `par`: the plan's configuration (its chunks and layer cut).
 std::vector<TensorShape> BoundaryShapes(const ModelSpec& model, const LayerShape& shape,
-                                        int64_t boundary, int64_t num_stages);
-// Whether `shapes` == BoundaryShapes(model, shape, boundary, num_stages), without allocating
+                                        int64_t boundary, const ParallelConfig& par);
+// Whether `shapes` == BoundaryShapes(model, shape, boundary, par), without allocating
 // (the validator asks once per transfer).
 bool IsBoundaryShapes(const std::vector<TensorShape>& shapes, const ModelSpec& model,
-                      const LayerShape& shape, int64_t boundary, int64_t num_stages);
+                      const LayerShape& shape, int64_t boundary, const ParallelConfig& par);
 // Token ids the first stage loads (int64): {mbs, seqlen}, plus {mbs, dec_seqlen} decoder inputs
 // for encoder-decoder models.
 std::vector<TensorShape> InputShapes(const ModelSpec& model, const LayerShape& shape);
@@ -158,8 +159,9 @@ Bytes TokenBytes(const std::vector<TensorShape>& shapes);
 //
 // The MoE layers of virtual stage `stage`, ascending, as indices in the stack [encoder; decoder]
 // (decoder-only: the layer index; an encoder-decoder's decoder layer j is layers + j), by
-// model/chunk_cut.h's cut. Empty for dense models. REQUIRES: ChunksFit(model, num_stages).
-std::vector<int64_t> MoeLayersOfStage(const ModelSpec& model, int64_t stage, int64_t num_stages);
+// model/chunk_cut.h's cut of `par`. Empty for dense models. REQUIRES: as CutIntoChunks.
+std::vector<int64_t> MoeLayersOfStage(const ModelSpec& model, int64_t stage,
+                                      const ParallelConfig& par);
 // Expert capacity of one MoE layer for a micro-batch of `shape`: ceil(capacity_factor * T *
 // top_k / experts) tokens, T = mbs * seqlen (mbs * dec_seqlen for an encoder-decoder's decoder
 // layers; `layer` as in MoeLayersOfStage). REQUIRES: model.moe.

@@ -13,6 +13,13 @@
 namespace sluice {
 namespace {
 
+// A configuration of `pp` pipeline chunks (the even cut).
+ParallelConfig Pipeline(int64_t pp) {
+  ParallelConfig p;
+  p.pp = pp;
+  return p;
+}
+
 using ::testing::HasSubstr;
 
 TEST(OpKindTest, NamesRoundTrip) {
@@ -95,7 +102,7 @@ TEST(ShapesTest, BoundaryShapesFollowTheModel) {
   ModelSpec gpt;
   gpt.hidden = 1024;
   const LayerShape shape{2, 128, 0};
-  EXPECT_EQ(BoundaryShapes(gpt, shape, 0, 4), (std::vector<TensorShape>{{2, 128, 1024}}));
+  EXPECT_EQ(BoundaryShapes(gpt, shape, 0, Pipeline(4)), (std::vector<TensorShape>{{2, 128, 1024}}));
   EXPECT_EQ(LoadShapes(gpt, shape, 0, 4), (std::vector<TensorShape>{{2, 128}}));
   EXPECT_EQ(LoadShapes(gpt, shape, 3, 4), (std::vector<TensorShape>{{2, 128}}));
   EXPECT_TRUE(LoadShapes(gpt, shape, 1, 4).empty());
@@ -105,8 +112,8 @@ TEST(ShapesTest, BoundaryShapesFollowTheModel) {
   t5.layers = 4;
   t5.decoder_layers = 4;
   const LayerShape ed{2, 128, 32};
-  EXPECT_EQ(BoundaryShapes(t5, ed, 0, 8), (std::vector<TensorShape>{{2, 128, 1024}}));
-  EXPECT_EQ(BoundaryShapes(t5, ed, 3, 8),
+  EXPECT_EQ(BoundaryShapes(t5, ed, 0, Pipeline(8)), (std::vector<TensorShape>{{2, 128, 1024}}));
+  EXPECT_EQ(BoundaryShapes(t5, ed, 3, Pipeline(8)),
             (std::vector<TensorShape>{{2, 128, 1024}, {2, 32, 1024}}));
   EXPECT_EQ(LoadShapes(t5, ed, 0, 8), (std::vector<TensorShape>{{2, 128}, {2, 32}}));
   EXPECT_EQ(LoadShapes(t5, ed, 7, 8), (std::vector<TensorShape>{{2, 32}}));
@@ -115,22 +122,23 @@ TEST(ShapesTest, BoundaryShapesFollowTheModel) {
   ModelSpec t5_3 = t5;
   t5_3.layers = 3;
   t5_3.decoder_layers = 3;
-  EXPECT_EQ(BoundaryShapes(t5_3, ed, 0, 3), (std::vector<TensorShape>{{2, 128, 1024}}));
-  EXPECT_EQ(BoundaryShapes(t5_3, ed, 1, 3),
+  EXPECT_EQ(BoundaryShapes(t5_3, ed, 0, Pipeline(3)), (std::vector<TensorShape>{{2, 128, 1024}}));
+  EXPECT_EQ(BoundaryShapes(t5_3, ed, 1, Pipeline(3)),
             (std::vector<TensorShape>{{2, 128, 1024}, {2, 32, 1024}}));
-  EXPECT_TRUE(IsBoundaryShapes(BoundaryShapes(t5_3, ed, 1, 3), t5_3, ed, 1, 3));
-  EXPECT_FALSE(IsBoundaryShapes(BoundaryShapes(t5_3, ed, 0, 3), t5_3, ed, 1, 3));
+  EXPECT_TRUE(IsBoundaryShapes(BoundaryShapes(t5_3, ed, 1, Pipeline(3)), t5_3, ed, 1, Pipeline(3)));
+  EXPECT_FALSE(
+      IsBoundaryShapes(BoundaryShapes(t5_3, ed, 0, Pipeline(3)), t5_3, ed, 1, Pipeline(3)));
   // IsBoundaryShapes agrees with BoundaryShapes everywhere.
   for (const ModelSpec* m : {&gpt, &t5}) {
     for (int64_t b = 0; b < 7; ++b) {
-      const std::vector<TensorShape> want = BoundaryShapes(*m, ed, b, 8);
-      EXPECT_TRUE(IsBoundaryShapes(want, *m, ed, b, 8));
+      const std::vector<TensorShape> want = BoundaryShapes(*m, ed, b, Pipeline(8));
+      EXPECT_TRUE(IsBoundaryShapes(want, *m, ed, b, Pipeline(8)));
       std::vector<TensorShape> off = want;
       off.back()[1] += 8;
-      EXPECT_FALSE(IsBoundaryShapes(off, *m, ed, b, 8));
+      EXPECT_FALSE(IsBoundaryShapes(off, *m, ed, b, Pipeline(8)));
       off = want;
       off.push_back({1});
-      EXPECT_FALSE(IsBoundaryShapes(off, *m, ed, b, 8));
+      EXPECT_FALSE(IsBoundaryShapes(off, *m, ed, b, Pipeline(8)));
     }
   }
 }

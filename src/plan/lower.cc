@@ -351,7 +351,7 @@ class RankAssembler {
 // Buckets of each virtual stage: its fp16 gradients cut into equal parts of at most `cap`.
 std::vector<std::vector<Bytes>> MakeBuckets(const StageCostEvaluator& eval, Bytes cap) {
   const ParallelConfig& par = eval.parallel();
-  const std::vector<StageLayers> chunks = ChunkStageLayers(eval.model(), par.chunks());
+  const std::vector<StageLayers> chunks = ChunkStageLayers(eval.model(), par);
   std::vector<std::vector<Bytes>> out(chunks.size());
   for (size_t s = 0; s < chunks.size(); ++s) {
     const int64_t bytes = 2 * ReducedGradientParams(eval.cost_model(), chunks[s], par);
@@ -503,7 +503,7 @@ StatusOr<ExecutionPlan> LowerPlan(const BatchPlan& batch_plan, std::span<const S
       c.boundary.emplace_back();
       c.p2p.emplace_back();
       for (int64_t b = 0; b + 1 < c.S; ++b) {
-        c.boundary[i].push_back(BoundaryShapes(plan.model, shape, b, c.S));
+        c.boundary[i].push_back(BoundaryShapes(plan.model, shape, b, plan.parallel));
         c.p2p[i].push_back(c.Remote(b, b + 1) ? std::max(costs[d].p2p[i][b], kMinTime)
                                               : Duration::Zero());
       }

@@ -155,7 +155,7 @@ TEST(LowerPlanTest, PlacesFinishesAndFrees) {
   EXPECT_EQ(InstructionText(r0[2]), "0SEND_F0");
   EXPECT_EQ(r0[2].peer, 1);
   EXPECT_EQ(r0[2].shapes,
-            BoundaryShapes(f->plan.model, f->plan.replicas[0].micro_batches[0].shape, 0, 2));
+            BoundaryShapes(f->plan.model, f->plan.replicas[0].micro_batches[0].shape, 0, f->plan.parallel));
   EXPECT_EQ(r0[2].bytes, Fp16Bytes(r0[2].shapes));
   for (const RankProgram& p : f->plan.ranks) {
     const auto& list = p.instructions;

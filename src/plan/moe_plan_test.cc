@@ -14,6 +14,13 @@
 namespace sluice {
 namespace {
 
+// A configuration of `pp` pipeline chunks (the even cut).
+ParallelConfig Pipeline(int64_t pp) {
+  ParallelConfig p;
+  p.pp = pp;
+  return p;
+}
+
 using ::testing::HasSubstr;
 using testing::MakePlanFixture;
 using ::testing::Not;
@@ -41,16 +48,16 @@ std::vector<const Instruction*> AllToAlls(const RankProgram& p) {
 TEST(MoePlanTest, MoeLayersAndCapacity) {
   ModelSpec m = testing::TestGptModel();  // 16 layers
   m.moe = MoeSpec{.experts = 4, .top_k = 2, .capacity_factor = 1.25, .layer_interval = 2};
-  EXPECT_EQ(MoeLayersOfStage(m, 0, 4), (std::vector<int64_t>{1, 3}));
-  EXPECT_EQ(MoeLayersOfStage(m, 3, 4), (std::vector<int64_t>{13, 15}));
+  EXPECT_EQ(MoeLayersOfStage(m, 0, Pipeline(4)), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(MoeLayersOfStage(m, 3, Pipeline(4)), (std::vector<int64_t>{13, 15}));
   // 2 x 100 tokens, top-2 of 4 experts, factor 1.25: ceil(1.25 * 200 * 2 / 4) = 125.
   EXPECT_EQ(ExpertCapacity(m, LayerShape{.mbs = 2, .seqlen = 100}, 1), 125);
   EXPECT_EQ(ExpertCapacity(m, LayerShape{.mbs = 1, .seqlen = 3}, 1), 2);  // ceil(1.875)
   m.moe.reset();
-  EXPECT_TRUE(MoeLayersOfStage(m, 0, 4).empty());
+  EXPECT_TRUE(MoeLayersOfStage(m, 0, Pipeline(4)).empty());
   ModelSpec t5 = testing::TestT5Model();  // 8 + 8 layers
   t5.moe = MoeSpec{.experts = 4, .top_k = 1, .capacity_factor = 1.0, .layer_interval = 4};
-  EXPECT_EQ(MoeLayersOfStage(t5, 0, 1), (std::vector<int64_t>{3, 7, 11, 15}));
+  EXPECT_EQ(MoeLayersOfStage(t5, 0, Pipeline(1)), (std::vector<int64_t>{3, 7, 11, 15}));
   // Decoder layers count dec_seqlen tokens.
   EXPECT_EQ(ExpertCapacity(t5, LayerShape{.mbs = 1, .seqlen = 64, .dec_seqlen = 8}, 11), 2);
   EXPECT_EQ(ExpertCapacity(t5, LayerShape{.mbs = 1, .seqlen = 64, .dec_seqlen = 8}, 3), 16);

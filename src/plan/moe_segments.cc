@@ -21,7 +21,7 @@ int64_t SplitPart(int64_t x, int64_t c, int64_t n) { return x / n + (c < x % n ?
 int64_t NumSegments(const ExecutionPlan& plan, int64_t stage) {
   if (plan.parallel.ep <= 1 || !plan.model.moe.has_value()) return 0;
   const int64_t k =
-      static_cast<int64_t>(MoeLayersOfStage(plan.model, stage, plan.num_stages()).size());
+      static_cast<int64_t>(MoeLayersOfStage(plan.model, stage, plan.parallel).size());
   return k == 0 ? 0 : 2 * k + 1;
 }
 

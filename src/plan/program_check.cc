@@ -104,7 +104,7 @@ std::optional<std::string> AllToAllFieldProblem(const ExecutionPlan& plan,
                          in.microbatch, member, mbs.size());
     }
   }
-  const std::vector<int64_t> layers = MoeLayersOfStage(plan.model, in.stage, plan.num_stages());
+  const std::vector<int64_t> layers = MoeLayersOfStage(plan.model, in.stage, plan.parallel);
   if (std::find(layers.begin(), layers.end(), in.layer) == layers.end()) {
     return fmt::format("layer {} is not an MoE layer of stage {} (its MoE layers: [{}])",
                        in.layer, in.stage, fmt::join(layers, ", "));
@@ -187,10 +187,10 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
     const int64_t b = in.op == OpKind::kForward ? in.stage : in.stage - 1;
     const bool produces = in.op != OpKind::kBackwardWeight && b >= 0 && b < last &&
                           (in.segment < 0 || !in.outputs.empty());
-    if (produces ? IsBoundaryShapes(in.shapes, plan.model, mb.shape, b, S) : in.shapes.empty()) {
+    if (produces ? IsBoundaryShapes(in.shapes, plan.model, mb.shape, b, plan.parallel) : in.shapes.empty()) {
       return std::nullopt;
     }
-    return want_shapes(produces ? BoundaryShapes(plan.model, mb.shape, b, S)
+    return want_shapes(produces ? BoundaryShapes(plan.model, mb.shape, b, plan.parallel)
                                 : std::vector<TensorShape>{});
   }
   const std::optional<TransferLink> link = LinkOf(in.op, in.stage, S);
@@ -206,8 +206,8 @@ std::optional<std::string> FieldProblem(const ExecutionPlan& plan, const RankPro
   }
   const int64_t tag = MessageTag(in.microbatch, link->boundary, link->gradient, S);
   if (in.tag != tag) return fmt::format("tag {} differs from MessageTag() = {}", in.tag, tag);
-  if (!IsBoundaryShapes(in.shapes, plan.model, mb.shape, link->boundary, S)) {
-    return want_shapes(BoundaryShapes(plan.model, mb.shape, link->boundary, S));
+  if (!IsBoundaryShapes(in.shapes, plan.model, mb.shape, link->boundary, plan.parallel)) {
+    return want_shapes(BoundaryShapes(plan.model, mb.shape, link->boundary, plan.parallel));
   }
   if (in.bytes != Fp16Bytes(in.shapes)) {
     return fmt::format("bytes {} differ from the {} of the fp16 tensors", in.bytes.count(),

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "cost/comm_model.h"
+#include "model/chunk_cut.h"
+#include "planner/layer_cut.h"
 
 namespace sluice {
 namespace {
@@ -44,9 +46,12 @@ std::string Candidate::Describe() const {
   std::string vpp = parallel.vpp > 1 ? fmt::format(" x vpp {}", parallel.vpp) : "";
   std::string cp = parallel.cp > 1 ? fmt::format(" x cp {}", parallel.cp) : "";
   std::string ep = parallel.ep > 1 ? fmt::format(" x ep {}", parallel.ep) : "";
-  return fmt::format("dp {} x pp {} x tp {}{}{}{}, ZeRO-{}, {}, {}{}", parallel.dp, parallel.pp,
-                     parallel.tp, cp, ep, vpp, parallel.zero, ScheduleKindName(schedule), batching,
-                     dynamic_cp ? ", dynamic cp" : "");
+  std::string cut = parallel.layer_cut.empty()
+                        ? ""
+                        : fmt::format(" (layers {})", DescribeLayerCut(parallel.layer_cut));
+  return fmt::format("dp {} x pp {} x tp {}{}{}{}{}, ZeRO-{}, {}, {}{}", parallel.dp, parallel.pp,
+                     parallel.tp, cp, ep, vpp, cut, parallel.zero, ScheduleKindName(schedule),
+                     batching, dynamic_cp ? ", dynamic cp" : "");
 }
 
 std::string Candidate::Key() const {
@@ -57,7 +62,8 @@ std::string Candidate::Key() const {
   return fmt::format("{:06d}/{:06d}/{:06d}{}{}/{:04d}/{}/{}/{}", parallel.dp, parallel.pp,
                      parallel.tp, cp, ep, parallel.vpp, parallel.zero, ScheduleKindName(schedule),
                      batching) +
-         (dynamic_cp ? "/dcp" : "");
+         (dynamic_cp ? "/dcp" : "") +
+         (parallel.layer_cut.empty() ? "" : "/cut" + DescribeLayerCut(parallel.layer_cut));
 }
 
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -228,8 +234,9 @@ CandidateScorer::CandidateScorer(const CostModel& cost, const ClusterSpec& clust
 
 StatusOr<std::shared_ptr<const StageCostEvaluator>> CandidateScorer::Evaluator(
     const ParallelConfig& par, ScheduleKind schedule) {
-  const EvalKey key{par.dp,  par.pp, par.tp,   par.cp,
-                    par.ep,  par.vpp, par.zero, InFlightPolicyFor(schedule, par.vpp)};
+  const EvalKey key{par.dp,       par.pp,  par.tp,   par.cp,
+                    par.ep,       par.vpp, par.zero, InFlightPolicyFor(schedule, par.vpp),
+                    par.layer_cut};
   auto it = evaluators_.find(key);
   if (it == evaluators_.end()) {
     it = evaluators_.emplace(key, MakePlannerEvaluator(*cost_, par, *cluster_, schedule)).first;
@@ -245,8 +252,8 @@ PlannerOptions CandidateScorer::OptionsFor(const Candidate& c) const {
   options.dynamic_cp = c.dynamic_cp && c.parallel.cp > 1;
   // Megatron-Core's hybrid cp splits by its length rule; sluice's batchings by the fastest
   // prediction.
-  options.dynamic_cp_rule = c.batching == "megatron-hybrid-cp" ? DynamicCpRule::kMegatronLength
-                                                               : DynamicCpRule::kFastest;
+  options.dynamic_cp_rule =
+      c.batching == "megatron-hybrid-cp" ? DynamicCpRule::kMegatronLength : DynamicCpRule::kFastest;
   return options;
 }
 
@@ -302,6 +309,9 @@ StatusOr<CandidateScore> CandidateScorer::Score(const Candidate& c) {
     }
     score.tokens += tokens;
     score.estimated_time += r->makespan + sync;
+    const std::vector<double> busy = StageComputeSeconds(r->plan);
+    score.stage_busy.resize(busy.size(), 0);
+    for (size_t k = 0; k < busy.size(); ++k) score.stage_busy[k] += busy[k];
     tally.AddRan(tokens, (r->makespan + sync).seconds());
   }
   score.failed_batches = tally.failed;
@@ -356,10 +366,44 @@ StatusOr<CandidateScore> CandidateScorer::Simulate(const Candidate& c) {
   return scores_[c.Key()] = score;
 }
 
+StatusOr<std::optional<CandidateScore>> BalanceLayerCut(CandidateScorer& scorer,
+                                                        const Candidate& base) {
+  const ParallelConfig& par = base.parallel;
+  using Out = std::optional<CandidateScore>;
+  if (par.chunks() == 1 || par.vpp > 1 || !par.layer_cut.empty()) return Out();
+  const ModelSpec& model = scorer.cost().model();
+  const std::vector<int64_t> even =
+      ChunksFit(model, par.chunks()) ? EvenLayerCut(model, par.chunks()) : std::vector<int64_t>{};
+  const int64_t all = static_cast<int64_t>(scorer.batches().size());
+  auto with = [&](const std::vector<int64_t>& cut) {
+    Candidate c = base;
+    if (cut != even) c.parallel.layer_cut = cut;  // the even cut is the base candidate itself
+    return c;
+  };
+  LayerCutScorer score = [&](const std::vector<int64_t>& cut) -> StatusOr<LayerCutScore> {
+    SLUICE_ASSIGN_OR_RETURN(CandidateScore s, scorer.Score(with(cut)));
+    LayerCutScore out;
+    out.failed_batches = s.state == CandidateScore::State::kOk ? s.failed_batches : all;
+    out.time = s.estimated_time;
+    out.chunk_busy = s.stage_busy;
+    return out;
+  };
+  std::vector<Sample> samples;
+  for (const GlobalBatch& b : scorer.batches()) {
+    samples.insert(samples.end(), b.samples.begin(), b.samples.end());
+  }
+  SLUICE_ASSIGN_OR_RETURN(LayerCutChoice choice,
+                          ChooseLayerCut(scorer.cost(), par, samples, score));
+  if (choice.cut.empty()) return Out();
+  SLUICE_ASSIGN_OR_RETURN(CandidateScore s, scorer.Simulate(with(choice.cut)));
+  return Out(std::move(s));
+}
+
 StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& method,
                                     std::span<const Candidate> candidates, int64_t simulate_top,
                                     const std::function<void()>& on_candidate,
-                                    const std::function<bool()>& cancelled) {
+                                    const std::function<bool()>& cancelled,
+                                    bool balance_layer_cut) {
   MethodSearch out;
   out.method = method;
   for (const Candidate& c : candidates) {
@@ -385,10 +429,22 @@ StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& 
     if (s.state != CandidateScore::State::kOk) return 2;
     return s.simulated ? 0 : 1;
   };
-  std::sort(out.ranked.begin(), out.ranked.end(), [&](const auto& a, const auto& b) {
-    if (group(a) != group(b)) return group(a) < group(b);
-    return RankBefore(a, b);
-  });
+  auto sort_ranked = [&] {
+    std::sort(out.ranked.begin(), out.ranked.end(), [&](const auto& a, const auto& b) {
+      if (group(a) != group(b)) return group(a) < group(b);
+      return RankBefore(a, b);
+    });
+  };
+  sort_ranked();
+  if (balance_layer_cut && !out.ranked.empty() && group(out.ranked.front()) == 0 &&
+      !(cancelled && cancelled())) {
+    SLUICE_ASSIGN_OR_RETURN(std::optional<CandidateScore> cut,
+                            BalanceLayerCut(scorer, out.ranked.front().candidate));
+    if (cut.has_value()) {
+      out.ranked.push_back(std::move(*cut));
+      sort_ranked();
+    }
+  }
   if (!out.ranked.empty() && group(out.ranked.front()) == 0) {
     out.best = out.ranked.front();
     return out;

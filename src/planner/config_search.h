@@ -105,6 +105,9 @@ struct CandidateScore {
   bool simulated = false;
   double simulated_tokens_per_s = 0;  // RunTally::TokensPerSecond of the simulated times
   Duration planning_time;             // summed Planner::Plan wall time over the score batches
+  // Compute seconds of each virtual stage (StageComputeSeconds, planner/layer_cut.h) summed over
+  // the score batches that ran: what the layer cut search rescales its weights by.
+  std::vector<double> stage_busy;
 
   bool complete() const { return state == State::kOk && failed_batches == 0; }
 };
@@ -135,10 +138,14 @@ class CandidateScorer {
   // memory or deadlocks is a failed batch (with the simulator's reason).
   StatusOr<CandidateScore> Simulate(const Candidate& candidate);
 
+  const CostModel& cost() const { return *cost_; }
+  std::span<const GlobalBatch> batches() const { return batches_; }
+
  private:
   struct EvalKey {
     int64_t dp, pp, tp, cp, ep, vpp, zero;
     InFlightPolicy policy;
+    std::vector<int64_t> layer_cut;
     auto operator<=>(const EvalKey&) const = default;
   };
   const CostModel* cost_;
@@ -163,12 +170,22 @@ struct MethodSearch {
   bool unsupported = false;  // no batching method of the method supports the model
 };
 
+// The layer cut search (planner/layer_cut.h) on `base`'s configuration, scored by
+// scorer.Score; the chosen cut simulated (scorer.Simulate), or nullopt when `base` has no
+// pipeline to cut (one chunk), runs vpp > 1 or already has a cut, or the even cut stays best.
+StatusOr<std::optional<CandidateScore>> BalanceLayerCut(CandidateScorer& scorer,
+                                                        const Candidate& base);
+
 // Runs the search of `method` over `candidates` (see MethodSearch). `on_candidate` is called
 // after each candidate scored (progress); `cancelled` is polled between candidates (the search
-// then stops with what it has).
+// then stops with what it has). With `balance_layer_cut` (SearchSpace::layer_cut "balanced"),
+// the best simulated candidate with a pipeline (vpp 1, the even cut) then gets the layer cut
+// search (planner/layer_cut.h) scored by Score() on the score batches; a cut it finds is
+// simulated as a candidate of its own and ranked with the others.
 StatusOr<MethodSearch> SearchMethod(CandidateScorer& scorer, const std::string& method,
                                     std::span<const Candidate> candidates, int64_t simulate_top,
                                     const std::function<void()>& on_candidate,
-                                    const std::function<bool()>& cancelled);
+                                    const std::function<bool()>& cancelled,
+                                    bool balance_layer_cut = false);
 
 }  // namespace sluice

@@ -131,7 +131,7 @@ TEST(ReductionGroupsTest, SweepOfMixes) {
       ASSERT_EQ(r.members.size(), pp.size());
       for (size_t g = 0; g < pp.size(); ++g) {
         EXPECT_EQ(r.members[g].group, static_cast<int64_t>(g));
-        const std::vector<ChunkCut> chunks = CutIntoChunks(model, pp[g]);
+        const std::vector<ChunkCut> chunks = CutIntoChunks(model, pp[g], {});
         const ChunkCut& c = chunks[r.members[g].stage];
         EXPECT_LE(c.first_encoder_layer, r.first_layer);
         EXPECT_GE(c.first_encoder_layer + c.encoder_layers, r.first_layer + r.layers);

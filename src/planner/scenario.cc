@@ -7,6 +7,7 @@
 
 #include "cost/cost_factory.h"
 #include "data/data_source.h"
+#include "model/chunk_cut.h"
 
 namespace sluice {
 namespace {
@@ -159,7 +160,9 @@ std::string Scenario::Describe(const ScenarioDescribeOptions& options) const {
         "cluster:  {} ({} devices), dp {} x pp {} x tp {}{}, ZeRO-{}, memory limit {:.0f} MB{}\n",
         cluster.name, cluster.num_devices(), p.dp, p.pp, p.tp,
         (p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "") +
-            (p.vpp > 1 ? fmt::format(" x vpp {}", p.vpp) : ""),
+            (p.vpp > 1 ? fmt::format(" x vpp {}", p.vpp) : "") +
+            (p.layer_cut.empty() ? ""
+                                 : fmt::format(" (layers {})", DescribeLayerCut(p.layer_cut))),
         p.zero, MemoryLimit().mb(), reserve);
   } else {
     s += fmt::format("cluster:  {} ({} devices), memory limit {:.0f} MB per device{}\n",

@@ -71,6 +71,10 @@ struct SearchSpace {
   int64_t score_batches = 2;
   bool score_extremes = true;
   int64_t simulate_top = 3;            // candidates per method simulated after the fast estimate
+  // "layer_cut": "balanced": each method's best simulated pipeline also gets the layer cut
+  // search (planner/layer_cut.h, SearchMethod); "even" (the default): every chunk the same
+  // number of layers.
+  bool balance_layer_cut = false;
 
   friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
 };

@@ -410,7 +410,7 @@ class IterationRun {
       SLUICE_RETURN_IF_ERROR(
           CheckShapes(run.grad_outputs,
                       Local(BoundaryShapes(plan_.model, replica_.micro_batches[in.microbatch].shape,
-                                           in.stage, num_stages_),
+                                           in.stage, plan_.parallel),
                             in.microbatch),
                       "output gradients"));
     }

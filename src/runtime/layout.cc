@@ -7,9 +7,13 @@
 
 namespace sluice::runtime {
 
-std::vector<ChunkSpec> ChunkLayout(const ModelSpec& model, int64_t chunks) {
-  const std::vector<ChunkCut> cuts = CutIntoChunks(model, chunks);
-  const std::vector<StageLayers> layers = ChunkStageLayers(model, chunks);
+std::vector<ChunkSpec> ChunkLayout(const ModelSpec& model, int64_t chunks,
+                                   std::span<const int64_t> layer_cut) {
+  const std::vector<ChunkCut> cuts = CutIntoChunks(model, chunks, layer_cut);
+  ParallelConfig par;
+  par.pp = chunks;
+  par.layer_cut.assign(layer_cut.begin(), layer_cut.end());
+  const std::vector<StageLayers> layers = ChunkStageLayers(model, par);
   std::vector<ChunkSpec> out(cuts.size());
   for (size_t c = 0; c < cuts.size(); ++c) {
     out[c].index = static_cast<int64_t>(c);
@@ -25,9 +29,10 @@ bool ChunkNeedsWordEmbedding(const ModelSpec& model, const ChunkSpec& c) {
   return c.layers.embedding || c.ends_encoder || (c.layers.output_head && model.tied_embeddings);
 }
 
-std::vector<int64_t> WordEmbeddingRanks(const ModelSpec& model, int64_t pp, int64_t vpp) {
+std::vector<int64_t> WordEmbeddingRanks(const ModelSpec& model, int64_t pp, int64_t vpp,
+                                        std::span<const int64_t> layer_cut) {
   std::vector<int64_t> ranks;
-  for (const ChunkSpec& c : ChunkLayout(model, pp * vpp)) {
+  for (const ChunkSpec& c : ChunkLayout(model, pp * vpp, layer_cut)) {
     if (ChunkNeedsWordEmbedding(model, c)) ranks.push_back(c.index % pp);
   }
   std::sort(ranks.begin(), ranks.end());

@@ -42,15 +42,18 @@ struct ChunkSpec {
   friend bool operator==(const ChunkSpec&, const ChunkSpec&) = default;
 };
 
-// The pp * vpp chunks of `model`. REQUIRES: ChunksFit(model, chunks).
-std::vector<ChunkSpec> ChunkLayout(const ModelSpec& model, int64_t chunks);
+// The pp * vpp chunks of `model`, cut by `layer_cut` (ParallelConfig::layer_cut; empty: the even
+// cut). REQUIRES: as model/chunk_cut.h's CutIntoChunks.
+std::vector<ChunkSpec> ChunkLayout(const ModelSpec& model, int64_t chunks,
+                                   std::span<const int64_t> layer_cut);
 
 // Whether chunk `c` needs the word embedding matrix (embedding, decoder-input embedding, or a
 // tied output head).
 bool ChunkNeedsWordEmbedding(const ModelSpec& model, const ChunkSpec& c);
 
 // Pipeline ranks (ascending) that hold a copy of the word embedding.
-std::vector<int64_t> WordEmbeddingRanks(const ModelSpec& model, int64_t pp, int64_t vpp);
+std::vector<int64_t> WordEmbeddingRanks(const ModelSpec& model, int64_t pp, int64_t vpp,
+                                        std::span<const int64_t> layer_cut);
 
 // Element ranges [begin, end) of a stage's flat gradient of `elements` values that the plan's
 // buckets of that stage (their bytes, in issue order) cover: cut in proportion to the bytes, so

@@ -382,7 +382,8 @@ std::vector<at::Tensor> Chunk::Forward(const std::vector<at::Tensor>& inputs,
 
 StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model, int64_t pp,
                                                          int64_t vpp, int64_t pp_index,
-                                                         uint64_t seed, ExpertShard experts) {
+                                                         uint64_t seed, ExpertShard experts,
+                                                         std::vector<int64_t> layer_cut) {
   if (experts.ep < 1 || experts.index < 0 || experts.index >= experts.ep) {
     return InvalidArgumentError(
         fmt::format("model shard: expert group {} of ep {}", experts.index, experts.ep));
@@ -405,7 +406,13 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
     return InvalidArgumentError(fmt::format("model shard: pipeline rank {} of pp {} x vpp {}",
                                             pp_index, pp, vpp));
   }
-  if (!ChunksFit(model, chunks)) {
+  if (!layer_cut.empty()) {
+    ParallelConfig par;
+    par.pp = pp;
+    par.vpp = vpp;
+    par.layer_cut = layer_cut;
+    SLUICE_RETURN_IF_ERROR(CheckParallelFits(par, model, nullptr, "model shard"));
+  } else if (!ChunksFit(model, chunks)) {
     return InvalidArgumentError(fmt::format(
         "model '{}' ({} + {} layers) cannot be cut into pp * vpp = {} chunks (allowed: {})",
         model.name, model.layers, model.decoder_layers, chunks,
@@ -417,7 +424,7 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelSpec& model,
   shard->experts_ = experts;
   const ModelSpec& m = shard->model_;
   Registry reg(&shard->named_);
-  std::vector<ChunkSpec> layout = ChunkLayout(m, chunks);
+  std::vector<ChunkSpec> layout = ChunkLayout(m, chunks, layer_cut);
   bool wte_assigned = false;
   for (const ChunkSpec& spec : layout) {
     if (spec.index % pp != pp_index) continue;

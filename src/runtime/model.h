@@ -286,7 +286,8 @@ class ModelShard {
   // that does not divide the experts.
   static StatusOr<std::unique_ptr<ModelShard>> Create(const ModelSpec& model, int64_t pp,
                                                       int64_t vpp, int64_t pp_index, uint64_t seed,
-                                                      ExpertShard experts = {});
+                                                      ExpertShard experts = {},
+                                                      std::vector<int64_t> layer_cut = {});
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;
 

@@ -20,6 +20,13 @@
 namespace sluice::runtime {
 namespace {
 
+// A configuration of `pp` pipeline chunks (the even cut).
+ParallelConfig Pipeline(int64_t pp) {
+  ParallelConfig p;
+  p.pp = pp;
+  return p;
+}
+
 constexpr uint64_t kSeed = 7;
 
 ModelSpec Model(const std::string& preset, int64_t layers) {
@@ -72,13 +79,14 @@ TEST_P(WeightGradTapeTest, SplitBackwardEqualsOneBackward) {
     inputs.push_back(mb.tokens);
     if (c.model.is_encoder_decoder()) inputs.push_back(mb.dec_tokens);
   } else {
-    for (const TensorShape& s : BoundaryShapes(c.model, mb.shape, c.chunk - 1, c.chunks)) {
+    for (const TensorShape& s :
+         BoundaryShapes(c.model, mb.shape, c.chunk - 1, Pipeline(c.chunks))) {
       inputs.push_back(torch::empty(s, torch::kFloat32).normal_(0, 1, gen));
     }
   }
   std::vector<at::Tensor> grad_outputs;
   if (!last) {
-    for (const TensorShape& s : BoundaryShapes(c.model, mb.shape, c.chunk, c.chunks)) {
+    for (const TensorShape& s : BoundaryShapes(c.model, mb.shape, c.chunk, Pipeline(c.chunks))) {
       grad_outputs.push_back(torch::empty(s, torch::kFloat32).normal_(0, 1, gen));
     }
   }
@@ -200,8 +208,8 @@ TEST(WeightGradTapeSegmentTest, PerSegmentWeightPassEqualsOneBackward) {
     return out;
   };
   // One backward through both chunks.
-  std::vector<at::Tensor> loss1 = b.Forward(a.Forward({mb.tokens}, {}, mb, false), mb.labels, mb,
-                                            false);
+  std::vector<at::Tensor> loss1 =
+      b.Forward(a.Forward({mb.tokens}, {}, mb, false), mb.labels, mb, false);
   torch::autograd::backward(loss1, {torch::ones_like(loss1[0])}, false, false, params);
   const std::vector<at::Tensor> want = take_grads();
 
@@ -310,7 +318,9 @@ TEST_P(MoeLayerTest, MatchesAPerTokenLoopOfTheDocumentedRules) {
 
 INSTANTIATE_TEST_SUITE_P(DropPolicies, MoeLayerTest,
                          ::testing::Values(MoeDropPolicy::kChoice, MoeDropPolicy::kPosition),
-                         [](const auto& info) { return std::string(MoeDropPolicyName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(MoeDropPolicyName(info.param));
+                         });
 
 }  // namespace
 }  // namespace sluice::runtime

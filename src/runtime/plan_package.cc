@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "model/chunk_cut.h"
 #include "plan/plan_json.h"
 
 namespace sluice::runtime {
@@ -168,32 +169,41 @@ Status CheckPlanMatches(const ExecutionPlan& plan, const JobConfig& job, std::st
         source, model_field, va, vb, plan.model.name, job.model.name));
   }
   const std::pair<const char*, int64_t> fields[] = {
-      {"dp", plan.parallel.dp - job.parallel.dp},   {"pp", plan.parallel.pp - job.parallel.pp},
-      {"tp", plan.parallel.tp - job.parallel.tp},   {"ep", plan.parallel.ep - job.parallel.ep},
+      {"dp", plan.parallel.dp - job.parallel.dp},
+      {"pp", plan.parallel.pp - job.parallel.pp},
+      {"tp", plan.parallel.tp - job.parallel.tp},
+      {"ep", plan.parallel.ep - job.parallel.ep},
       {"vpp", plan.parallel.vpp - job.parallel.vpp},
       {"zero", plan.parallel.zero - job.parallel.zero},
       {"cp", plan.parallel.cp - job.parallel.cp}};
-  const int64_t plan_values[] = {plan.parallel.dp,  plan.parallel.pp,   plan.parallel.tp,
-                                 plan.parallel.ep,  plan.parallel.vpp,  plan.parallel.zero,
+  const int64_t plan_values[] = {plan.parallel.dp, plan.parallel.pp,  plan.parallel.tp,
+                                 plan.parallel.ep, plan.parallel.vpp, plan.parallel.zero,
                                  plan.parallel.cp};
   for (size_t i = 0; i < std::size(fields); ++i) {
     if (fields[i].second != 0) {
-      return InvalidArgumentError(fmt::format(
-          "{}: field 'parallel.{}': the plan has {}, this run has {}", source, fields[i].first,
-          plan_values[i], plan_values[i] - fields[i].second));
+      return InvalidArgumentError(
+          fmt::format("{}: field 'parallel.{}': the plan has {}, this run has {}", source,
+                      fields[i].first, plan_values[i], plan_values[i] - fields[i].second));
     }
+  }
+  if (plan.parallel.layer_cut != job.parallel.layer_cut) {
+    return InvalidArgumentError(fmt::format(
+        "{}: field 'parallel.layer_cut': the plan cuts the layers {}, this run {} (the model is "
+        "sharded once per run; plan every batch with one cut)",
+        source, DescribeLayerCut(plan.parallel.layer_cut),
+        DescribeLayerCut(job.parallel.layer_cut)));
   }
   const int64_t need = plan.parallel.dp * plan.parallel.pp * plan.parallel.tp * plan.parallel.cp;
   if (need != job.world_size) {
-    return InvalidArgumentError(fmt::format(
-        "{}: the plan needs dp * pp * tp * cp = {} processes, this job has {}", source, need,
-        job.world_size));
+    return InvalidArgumentError(
+        fmt::format("{}: the plan needs dp * pp * tp * cp = {} processes, this job has {}", source,
+                    need, job.world_size));
   }
   if (static_cast<int64_t>(plan.ranks.size()) != plan.parallel.dp * plan.parallel.pp ||
       static_cast<int64_t>(plan.replicas.size()) != plan.parallel.dp) {
-    return InvalidArgumentError(fmt::format(
-        "{}: field 'ranks': {} rank programs and {} replicas for dp {} x pp {}", source,
-        plan.ranks.size(), plan.replicas.size(), plan.parallel.dp, plan.parallel.pp));
+    return InvalidArgumentError(
+        fmt::format("{}: field 'ranks': {} rank programs and {} replicas for dp {} x pp {}", source,
+                    plan.ranks.size(), plan.replicas.size(), plan.parallel.dp, plan.parallel.pp));
   }
   return Status::Ok();
 }

@@ -84,10 +84,14 @@ struct LayoutCase {
 void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<LayoutCase> LayoutCases() {
-  return {{"gpt_pp2", Preset("gpt-tiny"), 2, 1}, {"gpt_pp2_vpp2", Preset("gpt-tiny"), 2, 2},
-          {"gpt6_pp3", Gpt6(), 3, 1},            {"gpt6_pp3_vpp2", Gpt6(), 3, 2},
-          {"t5_pp1", Preset("t5-tiny"), 1, 1},   {"t5_pp2", Preset("t5-tiny"), 2, 1},
-          {"t5_pp2_vpp2", Preset("t5-tiny"), 2, 2}, {"t5x3_pp3", T5With3(), 3, 1},
+  return {{"gpt_pp2", Preset("gpt-tiny"), 2, 1},
+          {"gpt_pp2_vpp2", Preset("gpt-tiny"), 2, 2},
+          {"gpt6_pp3", Gpt6(), 3, 1},
+          {"gpt6_pp3_vpp2", Gpt6(), 3, 2},
+          {"t5_pp1", Preset("t5-tiny"), 1, 1},
+          {"t5_pp2", Preset("t5-tiny"), 2, 1},
+          {"t5_pp2_vpp2", Preset("t5-tiny"), 2, 2},
+          {"t5x3_pp3", T5With3(), 3, 1},
           {"t5x3_pp3_vpp2", T5With3(), 3, 2}};
 }
 
@@ -97,7 +101,7 @@ class LayoutTest : public ::testing::TestWithParam<LayoutCase> {};
 TEST_P(LayoutTest, ChunksSumToTheEvaluatorsStages) {
   const LayoutCase& c = GetParam();
   auto s = MakeSetup(c.model, 1, c.pp, c.vpp);
-  const std::vector<ChunkSpec> chunks = ChunkLayout(c.model, c.pp * c.vpp);
+  const std::vector<ChunkSpec> chunks = ChunkLayout(c.model, c.pp * c.vpp, {});
   std::vector<StageLayers> sums(c.pp);
   for (const ChunkSpec& ch : chunks) {
     StageLayers& l = sums[ch.index % c.pp];
@@ -137,7 +141,7 @@ TEST_P(LayoutTest, ChunksMatchThePlansGradientBuckets) {
   StatusOr<PlanResult> r = planner->Plan(batch);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->outcome, PlanOutcome::kOk) << r->infeasible_reason;
-  const std::vector<ChunkSpec> chunks = ChunkLayout(c.model, c.pp * c.vpp);
+  const std::vector<ChunkSpec> chunks = ChunkLayout(c.model, c.pp * c.vpp, {});
   for (const RankProgram& prog : r->plan.ranks) {
     std::map<int64_t, int64_t> bytes;  // stage -> bucket bytes
     for (const Instruction& in : prog.instructions) {
@@ -156,26 +160,26 @@ INSTANTIATE_TEST_SUITE_P(Cuts, LayoutTest, ::testing::ValuesIn(LayoutCases()),
 
 TEST(LayoutTest, WordEmbeddingRanks) {
   ModelSpec gpt = Preset("gpt-tiny");
-  EXPECT_EQ(WordEmbeddingRanks(gpt, 1, 1), (std::vector<int64_t>{0}));
-  EXPECT_EQ(WordEmbeddingRanks(gpt, 2, 1), (std::vector<int64_t>{0, 1}));
-  EXPECT_EQ(WordEmbeddingRanks(gpt, 2, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(WordEmbeddingRanks(gpt, 1, 1, {}), (std::vector<int64_t>{0}));
+  EXPECT_EQ(WordEmbeddingRanks(gpt, 2, 1, {}), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(WordEmbeddingRanks(gpt, 2, 2, {}), (std::vector<int64_t>{0, 1}));
   gpt.tied_embeddings = false;
-  EXPECT_EQ(WordEmbeddingRanks(gpt, 2, 1), (std::vector<int64_t>{0}));
+  EXPECT_EQ(WordEmbeddingRanks(gpt, 2, 1, {}), (std::vector<int64_t>{0}));
   // T5 at 6 chunks on 3 ranks: chunk 0 (rank 0), the last encoder chunk 2 (rank 2), chunk 5
   // (rank 2, tied head).
-  EXPECT_EQ(WordEmbeddingRanks(T5With3(), 3, 2), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(WordEmbeddingRanks(T5With3(), 3, 2, {}), (std::vector<int64_t>{0, 2}));
   ModelSpec t5 = T5With3();
   t5.tied_embeddings = false;
-  EXPECT_EQ(WordEmbeddingRanks(t5, 3, 2), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(WordEmbeddingRanks(t5, 3, 2, {}), (std::vector<int64_t>{0, 2}));
   // T5 3 + 3 at 3 chunks: chunk 1 holds encoder layer 2 and decoder layer 0, so it ends the
   // encoder and embeds the decoder inputs (rank 1); the tied head is on rank 2.
-  const std::vector<ChunkSpec> spans = ChunkLayout(T5With3(), 3);
+  const std::vector<ChunkSpec> spans = ChunkLayout(T5With3(), 3, {});
   EXPECT_EQ(spans[1].layers.encoder_layers, 1);
   EXPECT_EQ(spans[1].layers.decoder_layers, 1);
   EXPECT_TRUE(spans[1].ends_encoder);
   EXPECT_EQ(spans[2].first_decoder_layer, 1);
-  EXPECT_EQ(WordEmbeddingRanks(T5With3(), 3, 1), (std::vector<int64_t>{0, 1, 2}));
-  EXPECT_EQ(WordEmbeddingRanks(t5, 3, 1), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(WordEmbeddingRanks(T5With3(), 3, 1, {}), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(WordEmbeddingRanks(t5, 3, 1, {}), (std::vector<int64_t>{0, 1}));
 }
 
 TEST(BucketRangesTest, CoverEveryElementOnceInProportion) {
@@ -308,8 +312,9 @@ TEST(PlanPackageTest, MismatchNamesTheField) {
             std::string::npos);
   JobConfig pp3 = job;
   pp3.parallel.pp = 3;
-  EXPECT_NE(CheckPlanMatches(plan, pp3, "p.json").message().find(
-                "field 'parallel.pp': the plan has 2, this run has 3"),
+  EXPECT_NE(CheckPlanMatches(plan, pp3, "p.json")
+                .message()
+                .find("field 'parallel.pp': the plan has 2, this run has 3"),
             std::string::npos);
   JobConfig world = job;
   world.world_size = 4;

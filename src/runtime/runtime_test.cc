@@ -9,8 +9,8 @@
 // Each test runs the sluice binary (SLUICE_BINARY, set by CMake) on a port the kernel just
 // handed out (so `ctest -j` runs tests side by side) under a hard deadline.
 #include <arpa/inet.h>
-#include <fmt/core.h>
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -31,16 +31,17 @@
 #include <thread>
 
 #include "base/json_util.h"
+#include "model/chunk_cut.h"
 #include "model/model_spec.h"
 #include "passes/moe_overlap.h"
-#include "runtime/dump.h"
-#include "runtime/hetero_train.h"
 #include "plan/plan_json.h"
 #include "plan/validate.h"
+#include "runtime/dump.h"
+#include "runtime/hetero_train.h"
 #include "runtime/plan_package.h"
 #include "runtime/reference.h"
-#include "runtime/trainer.h"
 #include "runtime/runtime_test_util.h"
+#include "runtime/trainer.h"
 
 namespace sluice::runtime {
 namespace {
@@ -54,9 +55,10 @@ struct Case {
   int64_t dp, pp, vpp;
   std::string schedule;
   std::string method = "dynapipe";
-  std::string recompute;  // "" = the method chooses
+  std::string recompute;     // "" = the method chooses
   std::string memory_limit;  // "" = 40 MB for T5, 55 MB for GPT
   int64_t cp = 1;            // context parallelism: dp * pp * cp processes
+  std::string layer_cut;     // "" = the even cut; else --parallel's layer_cut=...
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -70,15 +72,15 @@ std::vector<Case> Cases() {
       for (const std::string& s : flat) {
         cases.push_back({fmt::format("gpt_{}_pp{}_dp{}", s, pp, dp), gpt, dp, pp, 1, s});
       }
-      cases.push_back({fmt::format("gpt_interleaved_pp{}_dp{}", pp, dp), gpt, dp, pp, 2,
-                       "interleaved"});
+      cases.push_back(
+          {fmt::format("gpt_interleaved_pp{}_dp{}", pp, dp), gpt, dp, pp, 2, "interleaved"});
       // T5 3 + 3 at pp 3: chunk 1 holds the encoder's last layer and the decoder's first.
       const std::string t5 = pp == 2 ? "t5-tiny" : "t5-tiny-3";
       for (const std::string& s : flat) {
         cases.push_back({fmt::format("t5_{}_pp{}_dp{}", s, pp, dp), t5, dp, pp, 1, s});
       }
-      cases.push_back({fmt::format("t5_interleaved_pp{}_dp{}", pp, dp), t5, dp, pp, 2,
-                       "interleaved"});
+      cases.push_back(
+          {fmt::format("t5_interleaved_pp{}_dp{}", pp, dp), t5, dp, pp, 2, "interleaved"});
       if (pp == 3) {
         cases.push_back({fmt::format("t5_adaptive_vpp2_pp3_dp{}", dp), t5, dp, 3, 2, "adaptive"});
       }
@@ -104,28 +106,66 @@ std::vector<Case> Cases() {
   cases.push_back({"gpt_1f1b_pp1_dp1_cp2", "gpt-tiny", 1, 1, 1, "1f1b", "dynapipe", "", "", 2});
   cases.push_back({"gpt_1f1b_pp2_dp1_cp2", "gpt-tiny", 1, 2, 1, "1f1b", "dynapipe", "", "", 2});
   cases.push_back({"gpt_1f1b_pp1_dp2_cp2", "gpt-tiny", 2, 1, 1, "1f1b", "dynapipe", "", "40", 2});
+  cases.push_back({"gpt_zb-h1_pp2_dp1_cp2_selective", "gpt-tiny", 1, 2, 1, "zb-h1", "dynapipe",
+                   "selective", "", 2});
   cases.push_back(
-      {"gpt_zb-h1_pp2_dp1_cp2_selective", "gpt-tiny", 1, 2, 1, "zb-h1", "dynapipe", "selective",
-       "", 2});
-  cases.push_back({"gpt_1f1b_pp1_dp1_cp2_multipack", "gpt-tiny", 1, 1, 1, "1f1b", "multipack",
-                   "", "40", 2});
+      {"gpt_1f1b_pp1_dp1_cp2_multipack", "gpt-tiny", 1, 1, 1, "1f1b", "multipack", "", "40", 2});
   // Encoder-decoder varlen rows (encoder and decoder packed separately, cross attention within
   // the sample): one process, a pipeline, and Hydraulis' one-row micro-batches over dp 2.
   cases.push_back({"t5_1f1b_pp1_dp1_multipack", "t5-tiny", 1, 1, 1, "1f1b", "multipack"});
   cases.push_back({"t5_1f1b_pp2_dp1_multipack", "t5-tiny", 1, 2, 1, "1f1b", "multipack"});
   cases.push_back({"t5_1f1b_pp2_dp2_hydraulis", "t5-tiny", 2, 2, 1, "1f1b", "hydraulis"});
+  // Uneven layer cuts (ParallelConfig::layer_cut): 4 layers on 3 stages (no even cut), 6 as
+  // 1 + 2 + 3 under a split backward, and T5 3 + 3 with the encoder ending inside the middle
+  // chunk or inside the first (the chunk holding the embedding also embeds the decoder inputs).
+  cases.push_back(
+      {"gpt_1f1b_pp3_dp1_cut2_1_1", "gpt-tiny", 1, 3, 1, "1f1b", "dynapipe", "", "", 1, "2+1+1"});
+  cases.push_back({"gpt_zb-h1_pp3_dp2_cut1_2_3", "gpt-tiny-6", 2, 3, 1, "zb-h1", "dynapipe", "", "",
+                   1, "1+2+3"});
+  cases.push_back(
+      {"t5_1f1b_pp3_dp1_cut1_4_1", "t5-tiny-3", 1, 3, 1, "1f1b", "dynapipe", "", "", 1, "1+4+1"});
+  cases.push_back(
+      {"t5_zb-h1_pp3_dp1_cut4_1_1", "t5-tiny-3", 1, 3, 1, "zb-h1", "dynapipe", "", "", 1, "4+1+1"});
   return cases;
 }
 
 std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_t iterations) {
-  std::vector<std::string> a = {
-      "train", "--nproc", std::to_string(c.dp * c.pp * c.cp), "--model", ModelArg(c.model, dir),
-      "--parallel", fmt::format("dp={},pp={},vpp={},cp={}", c.dp, c.pp, c.vpp, c.cp), "--schedule",
-      c.schedule, "--method", c.method, "--data", "mixture-4task", "--tokens-per-batch",
-      std::to_string(600 * c.dp), "--max-seqlen", "96", "--memory-limit",
-      !c.memory_limit.empty() ? c.memory_limit : c.model.rfind("t5", 0) == 0 ? "40" : "55",
-      "--iterations", std::to_string(iterations), "--seed", std::to_string(kSeed), "--lr", "0.001",
-      "--threads", "1", "--timeout", "60", "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"};
+  std::vector<std::string> a = {"train",
+                                "--nproc",
+                                std::to_string(c.dp * c.pp * c.cp),
+                                "--model",
+                                ModelArg(c.model, dir),
+                                "--parallel",
+                                fmt::format("dp={},pp={},vpp={},cp={}{}", c.dp, c.pp, c.vpp, c.cp,
+                                            c.layer_cut.empty() ? "" : ",layer_cut=" + c.layer_cut),
+                                "--schedule",
+                                c.schedule,
+                                "--method",
+                                c.method,
+                                "--data",
+                                "mixture-4task",
+                                "--tokens-per-batch",
+                                std::to_string(600 * c.dp),
+                                "--max-seqlen",
+                                "96",
+                                "--memory-limit",
+                                !c.memory_limit.empty()       ? c.memory_limit
+                                : c.model.rfind("t5", 0) == 0 ? "40"
+                                                              : "55",
+                                "--iterations",
+                                std::to_string(iterations),
+                                "--seed",
+                                std::to_string(kSeed),
+                                "--lr",
+                                "0.001",
+                                "--threads",
+                                "1",
+                                "--timeout",
+                                "60",
+                                "--dump-dir",
+                                dir,
+                                "--metrics",
+                                dir + "/metrics.jsonl"};
   if (!c.recompute.empty()) {
     a.push_back("--recompute");
     a.push_back(c.recompute);
@@ -160,6 +200,8 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     ASSERT_EQ(p->kind, PackageKind::kPlan);
     EXPECT_EQ(p->plan.parallel.vpp, c.vpp);
     EXPECT_EQ(p->plan.parallel.cp, c.cp);
+    EXPECT_EQ(DescribeLayerCut(p->plan.parallel.layer_cut),
+              c.layer_cut.empty() ? "even" : c.layer_cut);
     std::map<int64_t, Sample> by_id;
     for (const Sample& s : p->samples) by_id[s.id] = s;
     ReferenceBatch placed;  // rows of the reference: one sample, or a row attended as a whole
@@ -227,11 +269,11 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     for (const NamedValues& v : *got) params += static_cast<int64_t>(v.values.size());
     EXPECT_GE(m.at("peak_tensor_bytes").get<int64_t>(), 16 * params) << line;
   }
-  std::printf("largest relative error: loss %.2e, gradient %.2e (max |diff| %.2e; %zu "
-              "parameters, %zu shapes)\n",
-              std::max(std::abs(losses[0] / ref->losses[0] - 1),
-                       std::abs(losses[1] / ref->losses[1] - 1)),
-              worst, worst_abs, ref->grads.size(), shapes.size());
+  std::printf(
+      "largest relative error: loss %.2e, gradient %.2e (max |diff| %.2e; %zu "
+      "parameters, %zu shapes)\n",
+      std::max(std::abs(losses[0] / ref->losses[0] - 1), std::abs(losses[1] / ref->losses[1] - 1)),
+      worst, worst_abs, ref->grads.size(), shapes.size());
   fs::remove_all(dir);
 }
 
@@ -264,14 +306,36 @@ TEST_P(HeteroTest, LossesAndGradientsMatchTheSingleProcessReference) {
   const HeteroCase& c = GetParam();
   const std::string dir = MakeDir(c.name);
   constexpr int64_t kIterations = 2;
-  const Outcome run = RunSluice(
-      {"train", "--nproc", std::to_string(c.processes), "--model", "gpt-tiny", "--replicas",
-       c.replicas, "--data", "mixture-4task", "--tokens-per-batch", "1200", "--max-seqlen",
-       c.max_seqlen,
-       "--memory-limit", "45", "--iterations", std::to_string(kIterations), "--seed",
-       std::to_string(kSeed), "--lr", "0.001", "--threads", "1", "--timeout", "60",
-       "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"},
-      dir);
+  const Outcome run = RunSluice({"train",
+                                 "--nproc",
+                                 std::to_string(c.processes),
+                                 "--model",
+                                 "gpt-tiny",
+                                 "--replicas",
+                                 c.replicas,
+                                 "--data",
+                                 "mixture-4task",
+                                 "--tokens-per-batch",
+                                 "1200",
+                                 "--max-seqlen",
+                                 c.max_seqlen,
+                                 "--memory-limit",
+                                 "45",
+                                 "--iterations",
+                                 std::to_string(kIterations),
+                                 "--seed",
+                                 std::to_string(kSeed),
+                                 "--lr",
+                                 "0.001",
+                                 "--threads",
+                                 "1",
+                                 "--timeout",
+                                 "60",
+                                 "--dump-dir",
+                                 dir,
+                                 "--metrics",
+                                 dir + "/metrics.jsonl"},
+                                dir);
   ASSERT_EQ(run.status, 0) << run.output;
   // "longest sequence per group: A / B"
   const size_t at = run.output.find("longest sequence per group: ");
@@ -294,8 +358,7 @@ TEST_P(HeteroTest, LossesAndGradientsMatchTheSingleProcessReference) {
       StatusOr<std::string> bytes = ReadFileToString(dir + "/" + GroupPackageDumpName(i, g));
       ASSERT_TRUE(bytes.ok()) << bytes.status().message();
       StatusOr<PlanPackage> p = DecodePackage(
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()),
-                                   bytes->size()),
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()),
           "dump");
       ASSERT_TRUE(p.ok()) << p.status().message();
       ASSERT_EQ(p->kind, PackageKind::kPlan);
@@ -351,18 +414,19 @@ TEST_P(HeteroTest, LossesAndGradientsMatchTheSingleProcessReference) {
     loss_abs = std::max(loss_abs, std::abs(losses[i] - ref->losses[i]));
   }
   ExpectGradientsMatch(dir, c.processes, ref->grads, &worst, &worst_abs);
-  std::printf("largest relative error: loss %.2e, gradient %.2e (max |diff|: loss %.2e, gradient "
-              "%.2e); %ld sequences longer than %ld tokens routed to group %ld\n",
-              loss_error, worst, loss_abs, worst_abs, static_cast<long>(routed_long),
-              static_cast<long>(narrow_cap), static_cast<long>(wide + 1));
+  std::printf(
+      "largest relative error: loss %.2e, gradient %.2e (max |diff|: loss %.2e, gradient "
+      "%.2e); %ld sequences longer than %ld tokens routed to group %ld\n",
+      loss_error, worst, loss_abs, worst_abs, static_cast<long>(routed_long),
+      static_cast<long>(narrow_cap), static_cast<long>(wide + 1));
   if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Replicas, HeteroTest,
-                         ::testing::Values(
-                             HeteroCase{"pp2_and_pp1", "dp=1,pp=2;dp=1,pp=1", 3, "256"},
-                             HeteroCase{"pp2_and_cp2", "dp=1,pp=2;dp=1,cp=2", 4, "320"}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Replicas, HeteroTest,
+    ::testing::Values(HeteroCase{"pp2_and_pp1", "dp=1,pp=2;dp=1,pp=1", 3, "256"},
+                      HeteroCase{"pp2_and_cp2", "dp=1,pp=2;dp=1,cp=2", 4, "320"}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace sluice::runtime

@@ -197,7 +197,8 @@ class Trainer {
     const int64_t dp_index = local / par.cp / par.pp;
     SLUICE_ASSIGN_OR_RETURN(
         shard_, ModelShard::Create(o_.model, par.pp, par.vpp, local / par.cp % par.pp, o_.seed,
-                                   ExpertShard{.ep = par.ep, .index = dp_index % par.ep}));
+                                   ExpertShard{.ep = par.ep, .index = dp_index % par.ep},
+                                   par.layer_cut));
     int64_t threads = o_.threads;
     if (threads <= 0) {
       const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -206,7 +207,7 @@ class Trainer {
     torch::set_num_threads(static_cast<int>(threads));
     SLUICE_ASSIGN_OR_RETURN(
         comm_, Communicator::Create(
-                   env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp), backend, o_.timeout,
+                   env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp, par.layer_cut), backend, o_.timeout,
                    RankPlacement{offset_, group_ >= 0 ? fmt::format("g{}/", group_) : ""}));
     comm_->SetLinkDelay(o_.link_delay);
     // A common time origin for the traces: rank 0's steady clock (shared on one host).
