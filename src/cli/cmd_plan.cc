@@ -152,6 +152,30 @@ Status RunPlan(const PlanFlags& f) {
         LayerCutChoice choice,
         ChooseLayerCut(*sc.cost, base, samples,
                        PlannerLayerCutScorer(*sc.cost, sc.cluster, base, even.options(), pending)));
+    // The estimate chose; the simulator confirms: the even cut stays unless the chosen one
+    // simulates shorter on the same batches.
+    std::string simulated;
+    if (!choice.cut.empty() && choice.even_exists) {
+      auto sim = [&](const std::vector<int64_t>& cut) {
+        return SimulateLayerCut(*sc.cost, sc.cluster, base, even.options(), pending, cut,
+                                SimOptions{});
+      };
+      SLUICE_ASSIGN_OR_RETURN(const LayerCutScore even_sim,
+                              sim(EvenLayerCut(sc.model, base.chunks())));
+      SLUICE_ASSIGN_OR_RETURN(const LayerCutScore cut_sim, sim(choice.cut));
+      auto failed = [](const LayerCutScore& x) {
+        return x.failed_batches > 0 ? fmt::format(" ({} failed)", x.failed_batches) : "";
+      };
+      const bool keep = cut_sim < even_sim;
+      simulated =
+          fmt::format("; simulated: even {:.1f} ms{}, {} {:.1f} ms{}{}", even_sim.time.millis(),
+                      failed(even_sim), DescribeLayerCut(choice.cut), cut_sim.time.millis(),
+                      failed(cut_sim), keep ? "" : ", not shorter, so the even cut is kept");
+      if (!keep) {
+        choice.cut.clear();
+        choice.chosen = choice.even;
+      }
+    }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     sc.parallel->layer_cut = choice.cut;
@@ -168,11 +192,14 @@ Status RunPlan(const PlanFlags& f) {
     } else {
       cut_line = fmt::format(
           "layer cut: {} ({}), chosen on the first {} batches by the planner's estimate: even "
-          "{} -> {}; {} cuts scored in {:.0f} ms\n",
+          "{} -> {}{}; {} cuts scored in {:.0f} ms\n",
           choice.cut.empty() ? "even" : DescribeLayerCut(choice.cut),
-          choice.cut.empty() ? "no other cut was shorter" : "balanced", pending.size(),
+          choice.cut.empty() ? (simulated.empty() ? "no other cut was shorter"
+                                                  : "the estimate's best did not simulate shorter")
+                             : "balanced",
+          pending.size(),
           choice.even_exists ? score(choice.even) : "(none: the layers do not divide)",
-          score(choice.chosen), choice.evaluated, ms);
+          score(choice.chosen), simulated, choice.evaluated, ms);
     }
   } else if (f.layer_cut != "even") {
     return InvalidArgumentError(

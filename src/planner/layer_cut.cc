@@ -143,6 +143,44 @@ LayerCutScorer PlannerLayerCutScorer(const CostModel& cost, const ClusterSpec& c
   };
 }
 
+StatusOr<LayerCutScore> SimulateLayerCut(const CostModel& cost, const ClusterSpec& cluster,
+                                         const ParallelConfig& base, const PlannerOptions& options,
+                                         std::span<const GlobalBatch> batches,
+                                         const std::vector<int64_t>& cut, const SimOptions& sim) {
+  ParallelConfig par = base;
+  par.layer_cut = cut;
+  LayerCutScore out;
+  PlannerOptions plain = options;
+  plain.optimize = false;
+  StatusOr<std::shared_ptr<const StageCostEvaluator>> eval =
+      CheckParallelFits(par, cost.model(), &cluster, "layer cut").ok()
+          ? MakePlannerEvaluator(cost, par, cluster, plain.schedule)
+          : StatusOr<std::shared_ptr<const StageCostEvaluator>>(
+                InvalidArgumentError("the cut does not fit"));
+  if (!eval.ok()) {
+    out.failed_batches = static_cast<int64_t>(batches.size());
+    return out;
+  }
+  SLUICE_ASSIGN_OR_RETURN(Planner planner, Planner::Create(*eval, cluster, plain));
+  SimOptions o = sim;
+  o.record_timeline = false;
+  o.record_memory = false;
+  for (const GlobalBatch& b : batches) {
+    SLUICE_ASSIGN_OR_RETURN(PlanResult r, planner.Plan(b.samples));
+    if (r.outcome != PlanOutcome::kOk) {
+      ++out.failed_batches;
+      continue;
+    }
+    SLUICE_ASSIGN_OR_RETURN(SimResult s, Simulate(r.plan, o));
+    if (s.outcome != SimOutcome::kOk) {
+      ++out.failed_batches;
+      continue;
+    }
+    out.time += s.iteration_time;
+  }
+  return out;
+}
+
 StatusOr<LayerCutChoice> ChooseLayerCut(const CostModel& cost, const ParallelConfig& par,
                                         std::span<const Sample> samples,
                                         const LayerCutScorer& score,

@@ -49,6 +49,7 @@
 #include "model/cluster_spec.h"
 #include "model/parallel_config.h"
 #include "planner/planner.h"
+#include "sim/simulator.h"
 
 namespace sluice {
 
@@ -104,6 +105,16 @@ std::vector<int64_t> MinMaxLayerCut(const LayerWeights& weights, int64_t chunks)
 LayerCutScorer PlannerLayerCutScorer(const CostModel& cost, const ClusterSpec& cluster,
                                      const ParallelConfig& base, const PlannerOptions& options,
                                      std::span<const GlobalBatch> batches);
+
+// The simulated check of a chosen cut: plans every batch as PlannerLayerCutScorer does and
+// simulates each plan (sim/simulator.h, `sim`); time = the summed simulated iteration times, a
+// batch that does not plan or whose simulation runs out of memory or deadlocks a failed batch.
+// `sluice plan --layer-cut balanced` keeps a cut only when this says it is shorter than the even
+// cut, as `sluice compare` keeps a configuration by its simulation.
+StatusOr<LayerCutScore> SimulateLayerCut(const CostModel& cost, const ClusterSpec& cluster,
+                                         const ParallelConfig& base, const PlannerOptions& options,
+                                         std::span<const GlobalBatch> batches,
+                                         const std::vector<int64_t>& cut, const SimOptions& sim);
 
 // Compute time (seconds) of each virtual stage of `plan`: the durations of its forward,
 // backward, backward-input and backward-weight instructions summed over every rank.

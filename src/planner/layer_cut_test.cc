@@ -271,6 +271,21 @@ TEST(PlannerLayerCutTest, BalancesT5EncoderAndDecoderStages) {
   const Duration shorter = PlanAll(*setup, balanced, options, batches);
   std::printf("planned: even %.4f s, balanced %.4f s\n", even.seconds(), shorter.seconds());
   EXPECT_LT(shorter.seconds(), even.seconds() * 0.97);
+  // And in simulation (the check `sluice plan --layer-cut balanced` keeps a cut by).
+  StatusOr<LayerCutScore> sim_even =
+      SimulateLayerCut(*setup->cost, setup->cluster, setup->parallel, options, batches,
+                       EvenLayerCut(setup->cost->model(), 4), SimOptions{});
+  StatusOr<LayerCutScore> sim_cut = SimulateLayerCut(*setup->cost, setup->cluster, setup->parallel,
+                                                     options, batches, c->cut, SimOptions{});
+  ASSERT_TRUE(sim_even.ok() && sim_cut.ok());
+  EXPECT_EQ(sim_even->failed_batches, 0);
+  EXPECT_EQ(sim_cut->failed_batches, 0);
+  EXPECT_LT(sim_cut->time, sim_even->time);
+  // A cut whose stage cannot hold its model states fails every batch.
+  StatusOr<LayerCutScore> too_deep = SimulateLayerCut(
+      *setup->cost, setup->cluster, setup->parallel, options, batches, {45, 1, 1, 1}, SimOptions{});
+  ASSERT_TRUE(too_deep.ok());
+  EXPECT_EQ(too_deep->failed_batches, 2);
 }
 
 TEST(PlannerLayerCutTest, GptCutsPlanValidateAndSimulate) {
