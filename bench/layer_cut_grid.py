@@ -8,7 +8,8 @@ of PP stages (dp = devices / pp, ZeRO-1, DynaPipe's batching, as bench/optimizer
 plans them), once with the even cut and once with --layer-cut balanced, simulates every planned
 batch (`sluice simulate --collectives closed-form`, the gradient reduction included), and prints
 per row: the batches planned (out of memory counted), the mean simulated iteration of each, the
-gain, the cut chosen and the time the cut search took. A row where the two plan a different number of batches
+gain, the cut chosen and the time the cut search took; then the samples each scenario clipped or
+dropped. A row where the two plan a different number of batches
 says so and is left out of the gain's median (its means cover other batches). Prints a Markdown
 table and the medians.
 
@@ -28,6 +29,9 @@ import tempfile
 SUMMARY = re.compile(r"summary over (\d+) global batches \((\d+) planned, (\d+) out of memory\)")
 MEAN = re.compile(r"mean makespan ([\d.]+) ms")
 CUT = re.compile(r"layer cut: (\S+) .*?; (\d+) cuts scored in (\d+) ms")
+
+
+LOST = {}  # per scenario: the planner's line on clipped and dropped samples
 
 
 def simulate(a, paths):
@@ -55,6 +59,9 @@ def plan(a, sc, dp, schedule, cut, tmp):
     s = SUMMARY.search(p.stdout)
     m = MEAN.search(p.stdout)
     c = CUT.search(p.stdout)
+    lost = re.search(r"^lost:\s*(.*)$", p.stdout, re.M)
+    if lost:
+        LOST[sc["name"].removeprefix("dynapipe-")] = lost.group(1)
     if s is None:
         err = (p.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": err}
@@ -114,6 +121,10 @@ def main():
               f"on {changed}; median gain {statistics.median(gains):.2f}%, max "
               f"{max(gains):.2f}%, min {min(gains):.2f}%; median search {statistics.median(searches)}"
               f" ms, max {max(searches)} ms")
+    if LOST:
+        print("\nData lost before planning (the same for both cuts):")
+        for name, line in LOST.items():
+            print(f"- {name}: {line}")
 
 
 if __name__ == "__main__":

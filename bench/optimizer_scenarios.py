@@ -17,7 +17,7 @@ simulations (not by the clock), printing the gain and wall time of each.
 
 Usage: bench/optimizer_scenarios.py [--sluice build/sluice] [--iterations 3] [--budget-ms 50]
            [--pp 4] [--schedules 1f1b,zb-h1] [--methods dynapipe] [--only SUBSTRING]
-           [--searches mcmc,greedy --seeds 0,1,2 --steps 100]
+           [--searches mcmc,greedy --seeds 0,1,2 --steps 100] [--layer-cut even|balanced]
 """
 import argparse
 import glob
@@ -47,6 +47,9 @@ def main():
     ap.add_argument("--searches", default="")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--layer-cut", default="even", choices=["even", "balanced"],
+                    help="the plans' layer cut (sluice plan --layer-cut): the optimizer then "
+                    "starts from the balanced cut's lowered plans")
     a = ap.parse_args()
     if a.searches:
         return compare_searches(a, here)
@@ -69,7 +72,8 @@ def main():
                        "--tokens-per-batch", str(sc["tokens_per_batch"]), "--max-seqlen",
                        str(sc["max_seqlen"]), "--memory-limit", str(sc["memory_limit_mb"]),
                        "--iterations", str(a.iterations), "--method", method, "--schedule",
-                       schedule, "--optimize-budget-ms", str(a.budget_ms)]
+                       schedule, "--optimize-budget-ms", str(a.budget_ms),
+                       "--layer-cut", a.layer_cut]
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 m = LINE.search(p.stdout)
                 name = sc["name"].removeprefix("dynapipe-")

@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <fmt/format.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -382,11 +383,17 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("ep", [](const ParallelConfig& c) { return c.ep; })
       .def_property_readonly("vpp", [](const ParallelConfig& c) { return c.vpp; })
       .def_property_readonly("zero", [](const ParallelConfig& c) { return c.zero; })
+      .def_property_readonly("cp", [](const ParallelConfig& c) { return c.cp; })
+      .def_property_readonly("layer_cut", [](const ParallelConfig& c) { return c.layer_cut; })
       .def_property_readonly("devices", &ParallelConfig::devices)
       .def("__eq__", [](const ParallelConfig& a, const ParallelConfig& b) { return a == b; })
       .def("__repr__", [](const ParallelConfig& c) {
-        return fmt::format("<sluice.ParallelConfig dp={} pp={} tp={} ep={} vpp={} zero={}>", c.dp,
-                           c.pp, c.tp, c.ep, c.vpp, c.zero);
+        return fmt::format("<sluice.ParallelConfig dp={} pp={} tp={} ep={} vpp={} zero={}{}{}>",
+                           c.dp, c.pp, c.tp, c.ep, c.vpp, c.zero,
+                           c.cp > 1 ? fmt::format(" cp={}", c.cp) : "",
+                           c.layer_cut.empty()
+                               ? ""
+                               : fmt::format(" layer_cut={}", fmt::join(c.layer_cut, "+")));
       });
 
   py::class_<PyPlanner, std::shared_ptr<PyPlanner>>(m, "_Planner")

@@ -32,6 +32,11 @@ def test_presets_dicts_and_files_round_trip(tmp_path):
     assert (p.dp, p.pp, p.tp, p.zero) == (2, 4, 1, 1)
     assert sluice.parallel(dp=2, pp=4, zero=1) == p
     assert sluice.parallel(p.to_dict()) == p
+    assert p.layer_cut == []
+    uneven = sluice.parallel("dp=2,pp=4,layer_cut=9+8+8+7")
+    assert uneven.layer_cut == [9, 8, 8, 7]
+    assert sluice.parallel(uneven.to_dict()) == uneven
+    assert "layer_cut=9+8+8+7" in repr(uneven)
     assert "gpt-tiny" in sluice.model_presets()
     assert "a100-40g" in sluice.device_presets()
 
