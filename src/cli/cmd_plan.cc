@@ -36,8 +36,6 @@ struct PlanFlags {
   std::string layer_cut = "even";  // even | balanced
 };
 
-// Global batches the balanced layer cut is chosen on: the first ones of the run.
-constexpr int64_t kLayerCutBatches = 3;
 
 struct CsvFlags {
   std::string file;
@@ -131,80 +129,15 @@ Status RunPlan(const PlanFlags& f) {
   std::vector<GlobalBatch> pending;
   std::string cut_line;
   if (f.layer_cut == "balanced") {
-    if (!sc.parallel->layer_cut.empty()) {
-      return InvalidArgumentError(fmt::format(
-          "--layer-cut balanced: --parallel already gives layer_cut={}; give one of them",
-          DescribeLayerCut(sc.parallel->layer_cut)));
-    }
-    SLUICE_ASSIGN_OR_RETURN(const Planner even, MakePlannerFromFlags(sc, f.scenario, f.planner));
     const int64_t take =
         sc.iterations == 0 ? kLayerCutBatches : std::min<int64_t>(kLayerCutBatches, sc.iterations);
     GlobalBatch b;
     while (static_cast<int64_t>(pending.size()) < take && sc.batcher->Next(&b)) {
       pending.push_back(b);
     }
-    std::vector<Sample> samples;
-    for (const GlobalBatch& g : pending)
-      samples.insert(samples.end(), g.samples.begin(), g.samples.end());
-    const ParallelConfig base = *sc.parallel;
-    const auto start = std::chrono::steady_clock::now();
-    SLUICE_ASSIGN_OR_RETURN(
-        LayerCutChoice choice,
-        ChooseLayerCut(*sc.cost, base, samples,
-                       PlannerLayerCutScorer(*sc.cost, sc.cluster, base, even.options(), pending)));
-    // The estimate chose; the simulator confirms: the even cut stays unless the chosen one
-    // simulates shorter on the same batches.
-    std::string simulated;
-    if (!choice.cut.empty() && choice.even_exists) {
-      auto sim = [&](const std::vector<int64_t>& cut) {
-        return SimulateLayerCut(*sc.cost, sc.cluster, base, even.options(), pending, cut,
-                                SimOptions{});
-      };
-      SLUICE_ASSIGN_OR_RETURN(const LayerCutScore even_sim,
-                              sim(EvenLayerCut(sc.model, base.chunks())));
-      SLUICE_ASSIGN_OR_RETURN(const LayerCutScore cut_sim, sim(choice.cut));
-      auto failed = [](const LayerCutScore& x) {
-        return x.failed_batches > 0 ? fmt::format(" ({} failed)", x.failed_batches) : "";
-      };
-      const bool keep = cut_sim < even_sim;
-      simulated =
-          fmt::format("; simulated: even {:.1f} ms{}, {} {:.1f} ms{}{}", even_sim.time.millis(),
-                      failed(even_sim), DescribeLayerCut(choice.cut), cut_sim.time.millis(),
-                      failed(cut_sim), keep ? "" : ", not shorter, so the even cut is kept");
-      if (!keep) {
-        choice.cut.clear();
-        choice.chosen = choice.even;
-      }
-    }
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    sc.parallel->layer_cut = choice.cut;
-    auto score = [](const LayerCutScore& s) {
-      return s.failed_batches > 0 ? fmt::format("{:.1f} ms, {} batch(es) out of memory",
-                                                s.time.millis(), s.failed_batches)
-                                  : fmt::format("{:.1f} ms", s.time.millis());
-    };
-    if (!choice.searched) {
-      cut_line = fmt::format(
-          "layer cut: even ({}; the balanced cut is searched for vpp = 1 and more than one "
-          "chunk)\n",
-          sc.parallel->vpp > 1 ? "vpp > 1" : "one chunk");
-    } else {
-      cut_line = fmt::format(
-          "layer cut: {} ({}), chosen on the first {} batches by the planner's estimate: even "
-          "{} -> {}{}; {} cuts scored in {:.0f} ms\n",
-          choice.cut.empty() ? "even" : DescribeLayerCut(choice.cut),
-          choice.cut.empty() ? (simulated.empty() ? "no other cut was shorter"
-                                                  : "the estimate's best did not simulate shorter")
-                             : "balanced",
-          pending.size(),
-          choice.even_exists ? score(choice.even) : "(none: the layers do not divide)",
-          score(choice.chosen), simulated, choice.evaluated, ms);
-    }
-  } else if (f.layer_cut != "even") {
-    return InvalidArgumentError(
-        fmt::format("--layer-cut: '{}' is not a cut rule (allowed: even, balanced)", f.layer_cut));
   }
+  SLUICE_ASSIGN_OR_RETURN(cut_line,
+                          ApplyLayerCutFlag(f.layer_cut, &sc, f.scenario, f.planner, pending));
   SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));
   // A bad --out folder is reported before planning, not after the first batch.
   if (!f.out.empty()) {

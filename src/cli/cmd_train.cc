@@ -46,6 +46,7 @@ struct TrainFlags {
   std::string replicas;     // --replicas SPEC|FILE (heterogeneous replica groups)
   std::string host_allocator = "cache";            // --host-allocator (runtime/host_allocator.h)
   std::string cpu_bind = "none";                   // --cpu-bind (runtime/cpu_bind.h)
+  std::string layer_cut = "even";                  // --layer-cut even | balanced
   const CLI::Option* parallel_option = nullptr;    // whether --parallel was given
   const CLI::Option* iterations_option = nullptr;  // whether --iterations was given
 };
@@ -127,6 +128,35 @@ Status RunTrain(const TrainFlags& f) {
     scenario_flags.cluster = fmt::format("cpu:{}", par.devices());
   }
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(scenario_flags));
+  std::string cut_line;
+  if (f.layer_cut != "even" && f.layer_cut != "balanced") {
+    return InvalidArgumentError(fmt::format(
+        "--layer-cut: '{}' is not a cut rule (allowed: even, balanced)", f.layer_cut));
+  }
+  if (f.layer_cut == "balanced") {
+    if (replicas.has_value()) {
+      return InvalidArgumentError(
+          "--layer-cut balanced: heterogeneous replica groups (--replicas) cut their layers "
+          "evenly (allowed with --replicas: even)");
+    }
+    if (!f.plans.empty()) {
+      return InvalidArgumentError(
+          "--layer-cut balanced: with --plan the plans carry their cut (give the run's cut with "
+          "--parallel ...,layer_cut=N+N+...)");
+    }
+    // The run's first batches, from a fresh copy of the data (the run's own batcher stays at
+    // its first batch). Every rank computes the same cut.
+    SLUICE_ASSIGN_OR_RETURN(Scenario first, ResolveScenarioFlags(scenario_flags));
+    std::vector<GlobalBatch> batches;
+    GlobalBatch b;
+    const int64_t take =
+        sc.iterations == 0 ? kLayerCutBatches : std::min<int64_t>(kLayerCutBatches, sc.iterations);
+    while (static_cast<int64_t>(batches.size()) < take && first.batcher->Next(&b)) {
+      batches.push_back(b);
+    }
+    SLUICE_ASSIGN_OR_RETURN(cut_line,
+                            ApplyLayerCutFlag(f.layer_cut, &sc, scenario_flags, f.planner, batches));
+  }
   SLUICE_ASSIGN_OR_RETURN(const Planner planner,
                           MakePlannerFromFlags(sc, scenario_flags, f.planner));
   std::optional<HeteroPlanner> hetero_planner;
@@ -258,6 +288,7 @@ Status RunTrain(const TrainFlags& f) {
   if (env.rank == 0) {
     // With --replicas the groups are named on their own line (the scenario's dp is a placeholder).
     fmt::print("{}\n", sc.Describe({.parallel = !hetero_planner.has_value()}));
+    if (!cut_line.empty()) fmt::print("{}", cut_line);
     fmt::print("method:   {}, schedule {}{}\n", f.planner.method, f.planner.schedule,
                f.plans.empty() ? (f.planner.no_search ? "" : ", micro-batch order searched")
                                : fmt::format(", {} plan files", f.plans.size()));
@@ -382,6 +413,12 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "instead of mapping and faulting it in again; steadier iteration times, resident "
                 "memory at its high-water mark) or system (glibc's own policy); the "
                 "MALLOC_*_ environment variables, when set, win")
+      ->capture_default_str();
+  t->add_option("--layer-cut", flags->layer_cut,
+                "Layers per pipeline chunk: even (the same number each, or --parallel's "
+                "layer_cut=...) or balanced (the cut `sluice plan --layer-cut balanced` chooses "
+                "on the run's first 3 batches; every rank finds the same one)")
+      ->type_name("even|balanced")
       ->capture_default_str();
   t->add_option("--cpu-bind", flags->cpu_bind,
                 "none (the scheduler places every rank's threads) or cores (this machine's "

@@ -3,10 +3,15 @@
 #include <fmt/core.h>
 
 #include <charconv>
+#include <chrono>
 #include <utility>
+#include <vector>
 
 #include "cli/cli_common.h"
+#include "model/chunk_cut.h"
 #include "model/parallel_config.h"
+#include "planner/layer_cut.h"
+#include "sim/simulator.h"
 
 namespace sluice::cli {
 
@@ -173,6 +178,82 @@ StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioF
   }
   // The planner's evaluator sizes micro-batches for the in-flight count of the schedule.
   return MakePlanner(scenario, std::move(options));
+}
+
+StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenario,
+                                        const ScenarioFlags& scenario_flags,
+                                        const PlannerFlags& flags,
+                                        std::span<const GlobalBatch> batches) {
+  if (rule == "even") return std::string();
+  if (rule != "balanced") {
+    return InvalidArgumentError(
+        fmt::format("--layer-cut: '{}' is not a cut rule (allowed: even, balanced)", rule));
+  }
+  Scenario& sc = *scenario;
+  if (!sc.parallel->layer_cut.empty()) {
+    return InvalidArgumentError(fmt::format(
+        "--layer-cut balanced: --parallel already gives layer_cut={}; give one of them",
+        DescribeLayerCut(sc.parallel->layer_cut)));
+  }
+  SLUICE_ASSIGN_OR_RETURN(const Planner even, MakePlannerFromFlags(sc, scenario_flags, flags));
+  std::vector<Sample> samples;
+  for (const GlobalBatch& g : batches) {
+    samples.insert(samples.end(), g.samples.begin(), g.samples.end());
+  }
+  const ParallelConfig base = *sc.parallel;
+  const auto start = std::chrono::steady_clock::now();
+  SLUICE_ASSIGN_OR_RETURN(
+      LayerCutChoice choice,
+      ChooseLayerCut(*sc.cost, base, samples,
+                     PlannerLayerCutScorer(*sc.cost, sc.cluster, base, even.options(), batches)));
+  // The estimate chose; the simulator confirms: the even cut stays unless the chosen one
+  // simulates shorter on the same batches.
+  std::string simulated;
+  if (!choice.cut.empty() && choice.even_exists) {
+    auto sim = [&](const std::vector<int64_t>& cut) {
+      return SimulateLayerCut(*sc.cost, sc.cluster, base, even.options(), batches, cut,
+                              SimOptions{});
+    };
+    SLUICE_ASSIGN_OR_RETURN(const LayerCutScore even_sim,
+                            sim(EvenLayerCut(sc.model, base.chunks())));
+    SLUICE_ASSIGN_OR_RETURN(const LayerCutScore cut_sim, sim(choice.cut));
+    auto failed = [](const LayerCutScore& x) {
+      return x.failed_batches > 0 ? fmt::format(" ({} failed)", x.failed_batches) : "";
+    };
+    const bool keep = cut_sim < even_sim;
+    simulated =
+        fmt::format("; simulated: even {:.1f} ms{}, {} {:.1f} ms{}{}", even_sim.time.millis(),
+                    failed(even_sim), DescribeLayerCut(choice.cut), cut_sim.time.millis(),
+                    failed(cut_sim), keep ? "" : ", not shorter, so the even cut is kept");
+    if (!keep) {
+      choice.cut.clear();
+      choice.chosen = choice.even;
+    }
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  sc.parallel->layer_cut = choice.cut;
+  auto score = [](const LayerCutScore& s) {
+    return s.failed_batches > 0 ? fmt::format("{:.1f} ms, {} batch(es) out of memory",
+                                              s.time.millis(), s.failed_batches)
+                                : fmt::format("{:.1f} ms", s.time.millis());
+  };
+  if (!choice.searched) {
+    return fmt::format(
+        "layer cut: even ({}; the balanced cut is searched for vpp = 1 and more than one "
+        "chunk)\n",
+        sc.parallel->vpp > 1 ? "vpp > 1" : "one chunk");
+  }
+  return fmt::format(
+        "layer cut: {} ({}), chosen on the first {} batches by the planner's estimate: even "
+        "{} -> {}{}; {} cuts scored in {:.0f} ms\n",
+        choice.cut.empty() ? "even" : DescribeLayerCut(choice.cut),
+        choice.cut.empty() ? (simulated.empty() ? "no other cut was shorter"
+                                                : "the estimate's best did not simulate shorter")
+                           : "balanced",
+        batches.size(),
+        choice.even_exists ? score(choice.even) : "(none: the layers do not divide)",
+        score(choice.chosen), simulated, choice.evaluated, ms);
 }
 
 }  // namespace sluice::cli

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,5 +92,19 @@ void AddPlannerFlags(CLI::App* app, PlannerFlags* flags);
 // resolved scenario). Errors name the flag.
 StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioFlags& scenario_flags,
                                        const PlannerFlags& flags);
+
+// Global batches `--layer-cut balanced` chooses the cut on: the run's first ones.
+inline constexpr int64_t kLayerCutBatches = 3;
+
+// --layer-cut (plan, train): "even" keeps the configuration's cut; "balanced" sets
+// scenario->parallel->layer_cut to the cut planner/layer_cut.h's ChooseLayerCut finds on
+// `batches` (the run's first kLayerCutBatches) under the planner options `flags` give, kept only
+// when it also simulates shorter than the even cut on them (SimulateLayerCut). Returns the line
+// to print ("" for even). Deterministic: every rank of a `sluice train` job finds the same cut.
+// Errors: an unknown rule, a --parallel that already gives a layer_cut.
+StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenario,
+                                        const ScenarioFlags& scenario_flags,
+                                        const PlannerFlags& flags,
+                                        std::span<const GlobalBatch> batches);
 
 }  // namespace sluice::cli

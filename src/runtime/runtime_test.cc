@@ -58,7 +58,8 @@ struct Case {
   std::string recompute;     // "" = the method chooses
   std::string memory_limit;  // "" = 40 MB for T5, 55 MB for GPT
   int64_t cp = 1;            // context parallelism: dp * pp * cp processes
-  std::string layer_cut;     // "" = the even cut; else --parallel's layer_cut=...
+  std::string layer_cut;     // "" = the even cut; "balanced": --layer-cut balanced; else
+                             // --parallel's layer_cut=...
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -126,6 +127,9 @@ std::vector<Case> Cases() {
       {"t5_1f1b_pp3_dp1_cut1_4_1", "t5-tiny-3", 1, 3, 1, "1f1b", "dynapipe", "", "", 1, "1+4+1"});
   cases.push_back(
       {"t5_zb-h1_pp3_dp1_cut4_1_1", "t5-tiny-3", 1, 3, 1, "zb-h1", "dynapipe", "", "", 1, "4+1+1"});
+  // The cut the planner chooses for the run (--layer-cut balanced), on every rank alike.
+  cases.push_back({"gpt_1f1b_pp2_dp2_cut_balanced", "gpt-tiny", 2, 2, 1, "1f1b", "dynapipe", "",
+                   "", 1, "balanced"});
   return cases;
 }
 
@@ -137,7 +141,8 @@ std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_
                                 ModelArg(c.model, dir),
                                 "--parallel",
                                 fmt::format("dp={},pp={},vpp={},cp={}{}", c.dp, c.pp, c.vpp, c.cp,
-                                            c.layer_cut.empty() ? "" : ",layer_cut=" + c.layer_cut),
+                                            c.layer_cut.empty() || c.layer_cut == "balanced" ? ""
+                                                                   : ",layer_cut=" + c.layer_cut),
                                 "--schedule",
                                 c.schedule,
                                 "--method",
@@ -170,6 +175,10 @@ std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_
     a.push_back("--recompute");
     a.push_back(c.recompute);
   }
+  if (c.layer_cut == "balanced") {
+    a.push_back("--layer-cut");
+    a.push_back("balanced");
+  }
   return a;
 }
 
@@ -200,8 +209,17 @@ TEST_P(PipelineTest, LossesAndGradientsMatchTheSingleProcessReference) {
     ASSERT_EQ(p->kind, PackageKind::kPlan);
     EXPECT_EQ(p->plan.parallel.vpp, c.vpp);
     EXPECT_EQ(p->plan.parallel.cp, c.cp);
-    EXPECT_EQ(DescribeLayerCut(p->plan.parallel.layer_cut),
-              c.layer_cut.empty() ? "even" : c.layer_cut);
+    if (c.layer_cut == "balanced") {
+      // The cut the run printed ("layer cut: 3+1 (balanced), ...") is the plans'.
+      const size_t at = run.output.find("layer cut: ");
+      ASSERT_NE(at, std::string::npos) << run.output;
+      const size_t from = at + std::string("layer cut: ").size();
+      EXPECT_EQ(DescribeLayerCut(p->plan.parallel.layer_cut),
+                run.output.substr(from, run.output.find(' ', from) - from));
+    } else {
+      EXPECT_EQ(DescribeLayerCut(p->plan.parallel.layer_cut),
+                c.layer_cut.empty() ? "even" : c.layer_cut);
+    }
     std::map<int64_t, Sample> by_id;
     for (const Sample& s : p->samples) by_id[s.id] = s;
     ReferenceBatch placed;  // rows of the reference: one sample, or a row attended as a whole
