@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "base/json_util.h"
+#include "base/split.h"
 #include "cli/cli_common.h"
 #include "cli/compare_report.h"
 #include "cli/scenario_flags.h"
@@ -37,9 +38,9 @@ struct CompareFlags {
   std::string score_batches = "2";
   bool score_extremes = false;     // --score-extremes
   bool no_score_extremes = false;  // --no-score-extremes
-  std::string methods;   // comma-separated
-  std::string parallel;    // every method's configuration (no search)
-  std::string controlled;  // the controlled comparison's configuration only
+  std::string methods;             // comma-separated
+  std::string parallel;            // every method's configuration (no search)
+  std::string controlled;          // the controlled comparison's configuration only
   std::string scenario_file;
   std::string calibration;  // --calibration FILE
   std::string scenario_dir;
@@ -47,10 +48,10 @@ struct CompareFlags {
   bool no_html = false;
   bool closed_form = false;  // deprecated --closed-form
   std::string collectives = "stepwise";
-  double optimize_budget_ms = 0;  // --optimize-budget-ms: > 0 adds the "(optimized)" rows
-  std::string cp = "1";  // --cp: context-parallel degrees searched
-  std::string ep = "1";  // --ep: expert-parallel degrees searched
-  std::string layer_cut = "even";  // --layer-cut: even | balanced
+  double optimize_budget_ms = 0;    // --optimize-budget-ms: > 0 adds the "(optimized)" rows
+  std::string cp = "1";             // --cp: context-parallel degrees searched
+  std::string ep = "1";             // --ep: expert-parallel degrees searched
+  std::string layer_cut = "even";   // --layer-cut: even | balanced
   std::string moe_overlap = "off";  // --moe-overlap: off or a passes::MoeOverlap name
   // --dynamic-screen: sluice-dynamic's screen margin, or "off" (checked by DynamicScreenMargin).
   std::string dynamic_screen = fmt::format("{}", kDynamicScreenMargin);
@@ -83,12 +84,7 @@ bool Given(const CompareFlags& f, const std::string& name) {
 StatusOr<std::vector<int64_t>> ParseDegrees(std::string_view flag, const std::string& text) {
   std::vector<int64_t> out;
   if (text == "all") return out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
-    start = end + 1;
+  for (const std::string_view item : SplitOn(text, ',')) {
     int64_t n = 0;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
     if (ec != std::errc() || ptr != item.data() + item.size() || n < 1 || n > 1048576) {
@@ -159,8 +155,8 @@ Status ApplyFlags(const CompareFlags& f, bool all, CompareScenario* s) {
   }
   if (use("--moe-overlap")) {
     if (f.moe_overlap != "off") {
-      StatusOr<passes::MoeOverlap> overlap = passes::ParseMoeOverlap(f.moe_overlap,
-                                                                    "--moe-overlap");
+      StatusOr<passes::MoeOverlap> overlap =
+          passes::ParseMoeOverlap(f.moe_overlap, "--moe-overlap");
       if (!overlap.ok()) return InvalidArgumentError(overlap.status().message() + ", off");
     }
     s->moe_overlap = f.moe_overlap == "off" ? "" : f.moe_overlap;
@@ -228,8 +224,7 @@ FieldNamer CompareFieldNamer(const CompareFlags& f, const std::string& source) {
     // --parallel sets the search lists and the controlled configuration (unless --controlled).
     const bool by_parallel =
         (field == "search.tp" || field == "search.pp" || field == "search.cp" ||
-         field == "search.ep" ||
-         field == "search.zero" || field == "search.vpp" ||
+         field == "search.ep" || field == "search.zero" || field == "search.vpp" ||
          (field == "controlled" && !Given(f, "--controlled")));
     if (by_parallel && Given(f, "--parallel")) return std::string("--parallel");
     const std::string_view flag = FlagForField(field);
@@ -554,9 +549,9 @@ void RegisterCompareCommands(CLI::App* app, RunState* state) {
           ->type_name("stepwise|closed-form")
           ->capture_default_str();
   // Deprecated spelling of --collectives closed-form (hidden: the empty group).
-  o["--closed-form"] = c->add_flag("--closed-form", f->closed_form,
-                                   "Deprecated: --collectives closed-form")
-                           ->group("");
+  o["--closed-form"] =
+      c->add_flag("--closed-form", f->closed_form, "Deprecated: --collectives closed-form")
+          ->group("");
   o["--dynamic-refresh"] =
       c->add_option("--dynamic-refresh", f->dynamic_refresh,
                     "sluice-dynamic: how a heterogeneous strategy the screen would skip is "

@@ -36,7 +36,6 @@ struct PlanFlags {
   std::string layer_cut = "even";  // even | balanced
 };
 
-
 struct CsvFlags {
   std::string file;
   int64_t replica = 0;

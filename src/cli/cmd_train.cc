@@ -41,12 +41,12 @@ struct TrainFlags {
   std::string run_id;
   std::string bind;
   std::string iface;
-  std::string calibration;  // --calibration FILE
-  std::string moe_overlap;  // --moe-overlap NAME (passes/moe_overlap.h), empty: off
-  std::string replicas;     // --replicas SPEC|FILE (heterogeneous replica groups)
-  std::string host_allocator = "cache";            // --host-allocator (runtime/host_allocator.h)
-  std::string cpu_bind = "none";                   // --cpu-bind (runtime/cpu_bind.h)
-  std::string layer_cut = "even";                  // --layer-cut even | balanced
+  std::string calibration;               // --calibration FILE
+  std::string moe_overlap;               // --moe-overlap NAME (passes/moe_overlap.h), empty: off
+  std::string replicas;                  // --replicas SPEC|FILE (heterogeneous replica groups)
+  std::string host_allocator = "cache";  // --host-allocator (runtime/host_allocator.h)
+  std::string cpu_bind = "none";         // --cpu-bind (runtime/cpu_bind.h)
+  std::string layer_cut = "even";        // --layer-cut even | balanced
   const CLI::Option* parallel_option = nullptr;    // whether --parallel was given
   const CLI::Option* iterations_option = nullptr;  // whether --iterations was given
 };
@@ -75,8 +75,7 @@ StatusOr<HeteroConfig> ResolveTrainReplicas(const TrainFlags& f) {
   }
   SLUICE_ASSIGN_OR_RETURN(HeteroConfig config, ResolveHetero(f.replicas, "--replicas"));
   SLUICE_RETURN_IF_ERROR(
-      runtime::CheckHeteroRunnable(config, f.nproc > 0 ? f.nproc : config.devices(),
-                                   "--replicas"));
+      runtime::CheckHeteroRunnable(config, f.nproc > 0 ? f.nproc : config.devices(), "--replicas"));
   return config;
 }
 
@@ -130,8 +129,8 @@ Status RunTrain(const TrainFlags& f) {
   SLUICE_ASSIGN_OR_RETURN(Scenario sc, ResolveScenarioFlags(scenario_flags));
   std::string cut_line;
   if (f.layer_cut != "even" && f.layer_cut != "balanced") {
-    return InvalidArgumentError(fmt::format(
-        "--layer-cut: '{}' is not a cut rule (allowed: even, balanced)", f.layer_cut));
+    return InvalidArgumentError(
+        fmt::format("--layer-cut: '{}' is not a cut rule (allowed: even, balanced)", f.layer_cut));
   }
   if (f.layer_cut == "balanced") {
     if (replicas.has_value()) {
@@ -154,8 +153,8 @@ Status RunTrain(const TrainFlags& f) {
     while (static_cast<int64_t>(batches.size()) < take && first.batcher->Next(&b)) {
       batches.push_back(b);
     }
-    SLUICE_ASSIGN_OR_RETURN(cut_line,
-                            ApplyLayerCutFlag(f.layer_cut, &sc, scenario_flags, f.planner, batches));
+    SLUICE_ASSIGN_OR_RETURN(
+        cut_line, ApplyLayerCutFlag(f.layer_cut, &sc, scenario_flags, f.planner, batches));
   }
   SLUICE_ASSIGN_OR_RETURN(const Planner planner,
                           MakePlannerFromFlags(sc, scenario_flags, f.planner));
@@ -205,7 +204,8 @@ Status RunTrain(const TrainFlags& f) {
     mo.overlap_grad_reduction = false;
     o.rewrite_plan = [overlap = *overlap, mo](ExecutionPlan* plan) -> std::string {
       StatusOr<passes::PassRecord> record = passes::MoeOverlapPass(overlap, mo).Run(plan);
-      if (!record.ok()) return fmt::format("--moe-overlap not applied: {}", record.status().message());
+      if (!record.ok())
+        return fmt::format("--moe-overlap not applied: {}", record.status().message());
       if (!record->rejected.empty()) {
         return fmt::format("--moe-overlap not applied (the plan runs whole ops): {}",
                            record->rejected);
@@ -242,8 +242,8 @@ Status RunTrain(const TrainFlags& f) {
     return runtime::LaunchLocal(argv, lo);
   }
   if (f.nproc > 0 && env.world_size != f.nproc) {
-    return InvalidArgumentError(fmt::format("--nproc {} but WORLD_SIZE is {}", f.nproc,
-                                            env.world_size));
+    return InvalidArgumentError(
+        fmt::format("--nproc {} but WORLD_SIZE is {}", f.nproc, env.world_size));
   }
   o.model = sc.model;
   o.parallel = *sc.parallel;
@@ -336,7 +336,8 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
   flags->scenario.max_seqlen = 512;
   flags->scenario.memory_limit_mb = 0;
   CLI::App* t = app->add_subcommand(
-      "train", "Train for real on libtorch + c10d, executing the planner's plans (docs/runtime.md)");
+      "train",
+      "Train for real on libtorch + c10d, executing the planner's plans (docs/runtime.md)");
   AddScenarioFlags(t, &flags->scenario);
   AddPlannerFlags(t, &flags->planner);
   flags->parallel_option = t->get_option("--parallel");
@@ -403,8 +404,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "Write each iteration's plan package and every rank's gradients (for checks)")
       ->type_name("DIR")
       ->check(PathCheck());
-  t->add_option("--threads", flags->threads,
-                "Intra-op threads per rank (0 = cores / local ranks)")
+  t->add_option("--threads", flags->threads, "Intra-op threads per rank (0 = cores / local ranks)")
       ->check(IntegerCheck(0, 4096, "an integer in [0, 4096], 0 = cores / local ranks"))
       ->capture_default_str();
   t->add_option("--host-allocator", flags->host_allocator,
@@ -429,8 +429,7 @@ void RegisterTrainCommands(CLI::App* app, RunState* state) {
                 "Plans rank 0 keeps ready beyond the running iteration")
       ->check(NumberCheck(1, false, 64, "an integer in [1, 64]"))
       ->capture_default_str();
-  t->add_option("--backend", flags->backend,
-                "gloo (CPU) or nccl (needs a CUDA libtorch build)")
+  t->add_option("--backend", flags->backend, "gloo (CPU) or nccl (needs a CUDA libtorch build)")
       ->capture_default_str();
   t->add_option("--fault", flags->fault,
                 "Testing aid: RANK:ITERATION:KIND injects a failure (exit, kill, stop, hang)")

@@ -84,8 +84,10 @@ FieldNamer FlagFieldNamer() {
 }
 
 std::vector<NamedInput> ScenarioInputs(const ScenarioFlags& f) {
-  std::vector<NamedInput> in = {
-      {"--model", f.model}, {"--cluster", f.cluster}, {"--parallel", f.parallel}, {"--data", f.data}};
+  std::vector<NamedInput> in = {{"--model", f.model},
+                                {"--cluster", f.cluster},
+                                {"--parallel", f.parallel},
+                                {"--data", f.data}};
   const size_t colon = f.cost.find(':');
   if (colon != std::string::npos) in.push_back({"--cost", f.cost.substr(colon + 1)});
   return in;
@@ -156,7 +158,8 @@ void AddPlannerFlags(CLI::App* app, PlannerFlags* flags) {
       ->capture_default_str();
 }
 
-StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioFlags& scenario_flags,
+StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario,
+                                       const ScenarioFlags& scenario_flags,
                                        const PlannerFlags& flags) {
   SLUICE_ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(flags.schedule));
   PlannerOptions options;
@@ -191,9 +194,9 @@ StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenari
   }
   Scenario& sc = *scenario;
   if (!sc.parallel->layer_cut.empty()) {
-    return InvalidArgumentError(fmt::format(
-        "--layer-cut balanced: --parallel already gives layer_cut={}; give one of them",
-        DescribeLayerCut(sc.parallel->layer_cut)));
+    return InvalidArgumentError(
+        fmt::format("--layer-cut balanced: --parallel already gives layer_cut={}; give one of them",
+                    DescribeLayerCut(sc.parallel->layer_cut)));
   }
   SLUICE_ASSIGN_OR_RETURN(const Planner even, MakePlannerFromFlags(sc, scenario_flags, flags));
   std::vector<Sample> samples;
@@ -245,15 +248,14 @@ StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenari
         sc.parallel->vpp > 1 ? "vpp > 1" : "one chunk");
   }
   return fmt::format(
-        "layer cut: {} ({}), chosen on the first {} batches by the planner's estimate: even "
-        "{} -> {}{}; {} cuts scored in {:.0f} ms\n",
-        choice.cut.empty() ? "even" : DescribeLayerCut(choice.cut),
-        choice.cut.empty() ? (simulated.empty() ? "no other cut was shorter"
-                                                : "the estimate's best did not simulate shorter")
-                           : "balanced",
-        batches.size(),
-        choice.even_exists ? score(choice.even) : "(none: the layers do not divide)",
-        score(choice.chosen), simulated, choice.evaluated, ms);
+      "layer cut: {} ({}), chosen on the first {} batches by the planner's estimate: even "
+      "{} -> {}{}; {} cuts scored in {:.0f} ms\n",
+      choice.cut.empty() ? "even" : DescribeLayerCut(choice.cut),
+      choice.cut.empty() ? (simulated.empty() ? "no other cut was shorter"
+                                              : "the estimate's best did not simulate shorter")
+                         : "balanced",
+      batches.size(), choice.even_exists ? score(choice.even) : "(none: the layers do not divide)",
+      score(choice.chosen), simulated, choice.evaluated, ms);
 }
 
 }  // namespace sluice::cli

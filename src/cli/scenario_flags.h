@@ -10,7 +10,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <span>
 #include <string>
@@ -18,8 +17,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cli/cli_common.h"
 #include "batching/stage_cost.h"
+#include "cli/cli_common.h"
 #include "planner/planner.h"
 #include "planner/scenario.h"
 
@@ -37,7 +36,7 @@ struct ScenarioFlags {
   std::string iterations = "20";
   double memory_limit_mb = 0;     // 0 = --parallel's memory_limit_mb, else device memory - reserve
   double memory_reserve_mb = -1;  // < 0 = --parallel's memory_reserve_mb, else the default
-  int64_t samples = 0;         // generator presets: how many samples (0 = default)
+  int64_t samples = 0;            // generator presets: how many samples (0 = default)
   uint64_t seed = 0;
 };
 
@@ -90,7 +89,8 @@ void AddPlannerFlags(CLI::App* app, PlannerFlags* flags);
 
 // MakePlanner with the options `flags` say (seed from the scenario flags, max_seqlen from the
 // resolved scenario). Errors name the flag.
-StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario, const ScenarioFlags& scenario_flags,
+StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario,
+                                       const ScenarioFlags& scenario_flags,
                                        const PlannerFlags& flags);
 
 // Global batches `--layer-cut balanced` chooses the cut on: the run's first ones.

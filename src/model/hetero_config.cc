@@ -7,6 +7,7 @@
 
 #include "base/json_util.h"
 #include "base/paths.h"
+#include "base/split.h"
 
 namespace sluice {
 
@@ -160,13 +161,8 @@ StatusOr<HeteroConfig> ResolveHetero(std::string_view spec_or_file, std::string_
         source, spec_or_file));
   }
   HeteroConfig config;
-  size_t start = 0;
   int64_t index = 0;
-  while (start <= spec_or_file.size()) {
-    size_t end = spec_or_file.find(';', start);
-    if (end == std::string_view::npos) end = spec_or_file.size();
-    const std::string_view item = spec_or_file.substr(start, end - start);
-    start = end + 1;
+  for (const std::string_view item : SplitOn(spec_or_file, ';')) {
     ++index;
     SLUICE_ASSIGN_OR_RETURN(
         ParallelConfig g,

@@ -12,6 +12,7 @@
 
 #include "base/json_util.h"
 #include "base/paths.h"
+#include "base/split.h"
 #include "model/chunk_cut.h"
 #include "model/hetero_config.h"
 #include "model/spec_util.h"
@@ -332,12 +333,7 @@ StatusOr<ParallelConfig> ParseParallelPairs(std::string_view spec_or_file,
   const std::string allowed = JoinAllowed(kKeys);
   ParallelConfig config;
   std::set<std::string, std::less<>> seen;
-  size_t start = 0;
-  while (start <= spec_or_file.size()) {
-    size_t end = spec_or_file.find(',', start);
-    if (end == std::string_view::npos) end = spec_or_file.size();
-    const std::string_view item = spec_or_file.substr(start, end - start);
-    start = end + 1;
+  for (const std::string_view item : SplitOn(spec_or_file, ',')) {
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
       return InvalidArgumentError(
@@ -352,12 +348,7 @@ StatusOr<ParallelConfig> ParseParallelPairs(std::string_view spec_or_file,
     }
     if (!seen.emplace(key).second) return FieldError(source, key, "is given twice");
     if (key == "layer_cut") {
-      size_t from = 0;
-      while (from <= value.size()) {
-        size_t plus = value.find('+', from);
-        if (plus == std::string_view::npos) plus = value.size();
-        const std::string_view part = value.substr(from, plus - from);
-        from = plus + 1;
+      for (const std::string_view part : SplitOn(value, '+')) {
         const std::optional<int64_t> n = model_internal::ParseDecimal(part);
         if (!n.has_value()) {
           return FieldError(source, key,

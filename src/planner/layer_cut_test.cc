@@ -22,18 +22,24 @@ using testing::MakeTestSetup;
 using testing::RandomTokenBatch;
 using testing::TestParallel;
 
-// The heaviest chunk of `cut` under `w`.
-double Heaviest(const LayerWeights& w, const std::vector<int64_t>& cut) {
-  double worst = 0;
+// Each chunk's weight under `w` (its layers, the embedding on the first, the head on the last).
+std::vector<double> ChunkWeights(const LayerWeights& w, const std::vector<int64_t>& cut) {
+  std::vector<double> out;
   size_t at = 0;
   for (size_t k = 0; k < cut.size(); ++k) {
     double t = 0;
     for (int64_t i = 0; i < cut[k]; ++i) t += w.layer[at++];
     if (k == 0) t += w.embedding;
     if (k + 1 == cut.size()) t += w.output_head;
-    worst = std::max(worst, t);
+    out.push_back(t);
   }
-  return worst;
+  return out;
+}
+
+// The heaviest chunk of `cut` under `w`.
+double Heaviest(const LayerWeights& w, const std::vector<int64_t>& cut) {
+  const std::vector<double> chunks = ChunkWeights(w, cut);
+  return *std::max_element(chunks.begin(), chunks.end());
 }
 
 // Every composition of n into k parts >= 1.
@@ -104,16 +110,7 @@ LayerCutScorer SyntheticScorer(const LayerWeights& w, int64_t max_first, int64_t
       return s;
     }
     s.time = Duration::Micros(static_cast<double>(Heaviest(w, cut) * 1000));
-    if (busy) {
-      size_t at = 0;
-      for (size_t k = 0; k < cut.size(); ++k) {
-        double t = 0;
-        for (int64_t i = 0; i < cut[k]; ++i) t += w.layer[at++];
-        if (k == 0) t += w.embedding;
-        if (k + 1 == cut.size()) t += w.output_head;
-        s.chunk_busy.push_back(t);
-      }
-    }
+    if (busy) s.chunk_busy = ChunkWeights(w, cut);
     return s;
   };
 }

@@ -128,49 +128,27 @@ std::vector<Case> Cases() {
   cases.push_back(
       {"t5_zb-h1_pp3_dp1_cut4_1_1", "t5-tiny-3", 1, 3, 1, "zb-h1", "dynapipe", "", "", 1, "4+1+1"});
   // The cut the planner chooses for the run (--layer-cut balanced), on every rank alike.
-  cases.push_back({"gpt_1f1b_pp2_dp2_cut_balanced", "gpt-tiny", 2, 2, 1, "1f1b", "dynapipe", "",
-                   "", 1, "balanced"});
+  cases.push_back({"gpt_1f1b_pp2_dp2_cut_balanced", "gpt-tiny", 2, 2, 1, "1f1b", "dynapipe", "", "",
+                   1, "balanced"});
   return cases;
 }
 
 std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_t iterations) {
-  std::vector<std::string> a = {"train",
-                                "--nproc",
-                                std::to_string(c.dp * c.pp * c.cp),
-                                "--model",
-                                ModelArg(c.model, dir),
-                                "--parallel",
-                                fmt::format("dp={},pp={},vpp={},cp={}{}", c.dp, c.pp, c.vpp, c.cp,
-                                            c.layer_cut.empty() || c.layer_cut == "balanced" ? ""
-                                                                   : ",layer_cut=" + c.layer_cut),
-                                "--schedule",
-                                c.schedule,
-                                "--method",
-                                c.method,
-                                "--data",
-                                "mixture-4task",
-                                "--tokens-per-batch",
-                                std::to_string(600 * c.dp),
-                                "--max-seqlen",
-                                "96",
-                                "--memory-limit",
-                                !c.memory_limit.empty()       ? c.memory_limit
-                                : c.model.rfind("t5", 0) == 0 ? "40"
-                                                              : "55",
-                                "--iterations",
-                                std::to_string(iterations),
-                                "--seed",
-                                std::to_string(kSeed),
-                                "--lr",
-                                "0.001",
-                                "--threads",
-                                "1",
-                                "--timeout",
-                                "60",
-                                "--dump-dir",
-                                dir,
-                                "--metrics",
-                                dir + "/metrics.jsonl"};
+  const bool explicit_cut = !c.layer_cut.empty() && c.layer_cut != "balanced";
+  const std::string parallel = fmt::format("dp={},pp={},vpp={},cp={}{}", c.dp, c.pp, c.vpp, c.cp,
+                                           explicit_cut ? ",layer_cut=" + c.layer_cut : "");
+  const std::string limit = !c.memory_limit.empty()       ? c.memory_limit
+                            : c.model.rfind("t5", 0) == 0 ? "40"
+                                                          : "55";
+  // clang-format off
+  std::vector<std::string> a = {
+      "train", "--nproc", std::to_string(c.dp * c.pp * c.cp), "--model", ModelArg(c.model, dir),
+      "--parallel", parallel, "--schedule", c.schedule, "--method", c.method,
+      "--data", "mixture-4task", "--tokens-per-batch", std::to_string(600 * c.dp),
+      "--max-seqlen", "96", "--memory-limit", limit, "--iterations", std::to_string(iterations),
+      "--seed", std::to_string(kSeed), "--lr", "0.001", "--threads", "1", "--timeout", "60",
+      "--dump-dir", dir, "--metrics", dir + "/metrics.jsonl"};
+  // clang-format on
   if (!c.recompute.empty()) {
     a.push_back("--recompute");
     a.push_back(c.recompute);
