@@ -34,7 +34,7 @@ moe="$tmp/moe.json"
 a2a="$tmp/a2a-cluster.json"
 export MASTER_PORT=$((29950 + RANDOM % 40))
 expect profile-moe-a2a 0 "wrote .*moe.json \(1 recompute level" -- profile \
-  --model gpt-tiny-moe --mbs 1,2 --seqlen 16,32 --repeats 2 --warmup 1 --threads 1 \
+  --model gpt-tiny-moe --mbs 1,2 --seqlen 16,32 --repeats 5 --warmup 1 --threads 1 \
   --all-to-all 2 --cluster-out "$a2a" --out "$moe"
 unset MASTER_PORT
 if grep -q '"moe_encoder_forward"' "$moe" && grep -q '"intra_node"' "$a2a" &&
