@@ -28,7 +28,7 @@ import tempfile
 
 SUMMARY = re.compile(r"summary over (\d+) global batches \((\d+) planned, (\d+) out of memory\)")
 MEAN = re.compile(r"mean makespan ([\d.]+) ms")
-CUT = re.compile(r"layer cut: (\S+) .*?; (\d+) cuts scored in (\d+) ms")
+CUT = re.compile(r"layer cut: (\S+) .*?; (\d+) cuts estimated, (\d+) simulated, in (\d+) ms")
 
 
 LOST = {}  # per scenario: the planner's line on clipped and dropped samples
@@ -68,8 +68,9 @@ def plan(a, sc, dp, schedule, cut, tmp):
     plans = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".json"))
     return {"batches": int(s.group(1)), "planned": int(s.group(2)), "oom": int(s.group(3)),
             "mean": simulate(a, plans) if m else None,
-            "cut": c.group(1) if c else "even", "scored": int(c.group(2)) if c else 0,
-            "search_ms": int(c.group(3)) if c else 0}
+            "cut": c.group(1) if c else "even",
+            "scored": f"{c.group(2)} / {c.group(3)}" if c else "-",
+            "search_ms": int(c.group(4)) if c else 0}
 
 
 def main():
@@ -83,7 +84,7 @@ def main():
     a = ap.parse_args()
     print("| scenario | schedule | batches planned (even / balanced) | even: simulated ms | "
           "balanced: simulated ms | "
-          "shorter | cut | cuts scored | search ms |")
+          "shorter | cut | cuts estimated / simulated | search ms |")
     print("|---|---|---|---|---|---|---|---|---|")
     gains, changed, rows, skipped, searches = [], 0, 0, 0, []
     tmp = tempfile.mkdtemp(prefix="sluice-layer-cut-")

@@ -209,37 +209,12 @@ StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenari
       LayerCutChoice choice,
       ChooseLayerCut(*sc.cost, base, samples,
                      PlannerLayerCutScorer(*sc.cost, sc.cluster, base, even.options(), batches)));
-  // The estimate chose; the simulator confirms: the even cut stays unless the chosen one
-  // simulates shorter on the same batches.
-  std::string simulated;
-  if (!choice.cut.empty() && choice.even_exists) {
-    auto sim = [&](const std::vector<int64_t>& cut) {
-      return SimulateLayerCut(*sc.cost, sc.cluster, base, even.options(), batches, cut,
-                              SimOptions{});
-    };
-    SLUICE_ASSIGN_OR_RETURN(const LayerCutScore even_sim,
-                            sim(EvenLayerCut(sc.model, base.chunks())));
-    SLUICE_ASSIGN_OR_RETURN(const LayerCutScore cut_sim, sim(choice.cut));
-    auto failed = [](const LayerCutScore& x) {
-      return x.failed_batches > 0 ? fmt::format(" ({} failed)", x.failed_batches) : "";
-    };
-    const bool keep = cut_sim < even_sim;
-    simulated =
-        fmt::format("; simulated: even {:.1f} ms{}, {} {:.1f} ms{}{}", even_sim.time.millis(),
-                    failed(even_sim), DescribeLayerCut(choice.cut), cut_sim.time.millis(),
-                    failed(cut_sim), keep ? "" : ", not shorter, so the even cut is kept");
-    if (!keep) {
-      choice.cut.clear();
-      choice.chosen = choice.even;
-    }
-  }
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  sc.parallel->layer_cut = choice.cut;
-  auto score = [](const LayerCutScore& s) {
-    return s.failed_batches > 0 ? fmt::format("{:.1f} ms, {} batch(es) out of memory",
-                                              s.time.millis(), s.failed_batches)
-                                : fmt::format("{:.1f} ms", s.time.millis());
+  // The estimate ranks the cuts; the simulator settles the last one-layer moves from its best
+  // (PolishLayerCut) and keeps a cut only when it simulates shorter than the even cut.
+  auto score = [](const LayerCutScore& x) {
+    return x.failed_batches > 0 ? fmt::format("{:.1f} ms ({} batch(es) out of memory)",
+                                              x.time.millis(), x.failed_batches)
+                                : fmt::format("{:.1f} ms", x.time.millis());
   };
   if (!choice.searched) {
     return fmt::format(
@@ -247,15 +222,49 @@ StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenari
         "chunk)\n",
         sc.parallel->vpp > 1 ? "vpp > 1" : "one chunk");
   }
+  const std::vector<int64_t> estimated = choice.cut;
+  std::string simulated;
+  int64_t simulations = 0;
+  if (choice.even_exists) {
+    LayerCutScorer sim = [&](const std::vector<int64_t>& cut) -> StatusOr<LayerCutScore> {
+      ++simulations;
+      return SimulateLayerCut(*sc.cost, sc.cluster, base, even.options(), batches, cut,
+                              SimOptions{});
+    };
+    const std::vector<int64_t> even_cut = EvenLayerCut(sc.model, base.chunks());
+    SLUICE_ASSIGN_OR_RETURN(const LayerCutScore even_sim, sim(even_cut));
+    const std::vector<int64_t> from = estimated.empty() ? even_cut : estimated;
+    LayerCutScore from_sim = even_sim;
+    if (from != even_cut) {
+      SLUICE_ASSIGN_OR_RETURN(from_sim, sim(from));
+    }
+    LayerCutSearchOptions polish;
+    polish.max_evaluations = kSimulatedLayerCuts;
+    LayerCutScore final_sim;
+    int64_t polished = 0;
+    SLUICE_ASSIGN_OR_RETURN(const std::vector<int64_t> final_cut,
+                            PolishLayerCut(from, from_sim, sim, polish, &final_sim, &polished));
+    const bool keep = final_cut != even_cut && final_sim < even_sim;
+    choice.cut = keep ? final_cut : std::vector<int64_t>{};
+    simulated = fmt::format("; simulated: even {}, {} {}", score(even_sim),
+                            DescribeLayerCut(from == even_cut ? std::vector<int64_t>{} : from),
+                            score(from_sim));
+    if (final_cut != from) {
+      simulated += fmt::format(", after the simulated moves {} {}", DescribeLayerCut(final_cut),
+                               score(final_sim));
+    }
+    if (!keep && final_cut != even_cut) simulated += ", not shorter, so the even cut is kept";
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  sc.parallel->layer_cut = choice.cut;
   return fmt::format(
-      "layer cut: {} ({}), chosen on the first {} batches by the planner's estimate: even "
-      "{} -> {}{}; {} cuts scored in {:.0f} ms\n",
-      choice.cut.empty() ? "even" : DescribeLayerCut(choice.cut),
-      choice.cut.empty() ? (simulated.empty() ? "no other cut was shorter"
-                                              : "the estimate's best did not simulate shorter")
-                         : "balanced",
+      "layer cut: {} ({}), chosen on the first {} batches: estimated even {} -> {} {}{}; {} cuts "
+      "estimated, {} simulated, in {:.0f} ms\n",
+      DescribeLayerCut(choice.cut), choice.cut.empty() ? "no other cut was shorter" : "balanced",
       batches.size(), choice.even_exists ? score(choice.even) : "(none: the layers do not divide)",
-      score(choice.chosen), simulated, choice.evaluated, ms);
+      DescribeLayerCut(estimated), score(choice.chosen), simulated, choice.evaluated, simulations,
+      ms);
 }
 
 }  // namespace sluice::cli

@@ -95,11 +95,15 @@ StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario,
 
 // Global batches `--layer-cut balanced` chooses the cut on: the run's first ones.
 inline constexpr int64_t kLayerCutBatches = 3;
+// Cuts `--layer-cut balanced` simulates beyond the even cut and the estimate's best, in the
+// one-layer moves from the latter (PolishLayerCut).
+inline constexpr int64_t kSimulatedLayerCuts = 8;
 
 // --layer-cut (plan, train): "even" keeps the configuration's cut; "balanced" sets
 // scenario->parallel->layer_cut to the cut planner/layer_cut.h's ChooseLayerCut finds on
-// `batches` (the run's first kLayerCutBatches) under the planner options `flags` give, kept only
-// when it also simulates shorter than the even cut on them (SimulateLayerCut). Returns the line
+// `batches` (the run's first kLayerCutBatches) under the planner options `flags` give, then
+// moved by PolishLayerCut scored in simulation (SimulateLayerCut, at most kSimulatedLayerCuts
+// cuts), and kept only when it simulates shorter than the even cut on them. Returns the line
 // to print ("" for even). Deterministic: every rank of a `sluice train` job finds the same cut.
 // Errors: an unknown rule, a --parallel that already gives a layer_cut.
 StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenario,

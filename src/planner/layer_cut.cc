@@ -181,6 +181,55 @@ StatusOr<LayerCutScore> SimulateLayerCut(const CostModel& cost, const ClusterSpe
   return out;
 }
 
+StatusOr<std::vector<int64_t>> PolishLayerCut(std::vector<int64_t> start, LayerCutScore start_score,
+                                              const LayerCutScorer& score,
+                                              const LayerCutSearchOptions& options,
+                                              LayerCutScore* best, int64_t* evaluated) {
+  const int64_t chunks = static_cast<int64_t>(start.size());
+  std::map<std::vector<int64_t>, LayerCutScore> seen;
+  seen.emplace(start, start_score);
+  *evaluated = 0;
+  std::vector<int64_t> current = std::move(start);
+  LayerCutScore current_score = std::move(start_score);
+  auto better = [&](const LayerCutScore& a, const LayerCutScore& b) {
+    if (a.failed_batches != b.failed_batches) return a.failed_batches < b.failed_batches;
+    return a.time.seconds() < b.time.seconds() * (1 - options.min_gain);
+  };
+  bool budget = true;
+  while (budget) {
+    std::vector<int64_t> step;
+    LayerCutScore step_score = current_score;
+    for (int64_t b = 0; b + 1 < chunks && budget; ++b) {
+      for (const int64_t dir : {+1, -1}) {
+        // dir +1: chunk b takes chunk b+1's first layer; -1: gives its last to b+1.
+        std::vector<int64_t> next = current;
+        next[b] += dir;
+        next[b + 1] -= dir;
+        if (next[b] < 1 || next[b + 1] < 1) continue;
+        auto it = seen.find(next);
+        if (it == seen.end()) {
+          if (*evaluated >= options.max_evaluations) {
+            budget = false;
+            break;
+          }
+          SLUICE_ASSIGN_OR_RETURN(LayerCutScore s, score(next));
+          ++*evaluated;
+          it = seen.emplace(next, std::move(s)).first;
+        }
+        if (better(it->second, step_score)) {
+          step = std::move(next);
+          step_score = it->second;
+        }
+      }
+    }
+    if (step.empty()) break;
+    current = std::move(step);
+    current_score = step_score;
+  }
+  *best = current_score;
+  return current;
+}
+
 StatusOr<LayerCutChoice> ChooseLayerCut(const CostModel& cost, const ParallelConfig& par,
                                         std::span<const Sample> samples,
                                         const LayerCutScorer& score,
@@ -253,27 +302,11 @@ StatusOr<LayerCutChoice> ChooseLayerCut(const CostModel& cost, const ParallelCon
     current = std::move(next);
     best = std::move(s);
   }
-  while (out.evaluated < options.max_evaluations) {
-    std::vector<int64_t> step;
-    LayerCutScore step_score = best;
-    for (int64_t b = 0; b + 1 < chunks && out.evaluated < options.max_evaluations; ++b) {
-      for (const int64_t dir : {+1, -1}) {
-        // dir +1: chunk b takes chunk b+1's first layer; -1: gives its last to b+1.
-        std::vector<int64_t> next = current;
-        next[b] += dir;
-        next[b + 1] -= dir;
-        if (next[b] < 1 || next[b + 1] < 1) continue;
-        if (out.evaluated >= options.max_evaluations && !seen.contains(next)) break;
-        SLUICE_ASSIGN_OR_RETURN(LayerCutScore s, eval(next));
-        if (better(s, step_score)) {
-          step = std::move(next);
-          step_score = s;
-        }
-      }
-    }
-    if (step.empty()) break;
-    current = std::move(step);
-    best = step_score;
+  if (out.evaluated < options.max_evaluations) {
+    LayerCutSearchOptions rest = options;
+    rest.max_evaluations = options.max_evaluations - out.evaluated;
+    int64_t calls = 0;
+    SLUICE_ASSIGN_OR_RETURN(current, PolishLayerCut(current, best, eval, rest, &best, &calls));
   }
   out.chosen = best;
   if (!(out.even_exists && current == EvenLayerCut(m, chunks))) out.cut = current;

@@ -116,6 +116,18 @@ StatusOr<LayerCutScore> SimulateLayerCut(const CostModel& cost, const ClusterSpe
                                          std::span<const GlobalBatch> batches,
                                          const std::vector<int64_t>& cut, const SimOptions& sim);
 
+// Step 3 alone: from `start` (whose score is `start_score`), one-layer moves scored by `score`,
+// the best neighbour taken while it is shorter by more than options.min_gain, at most
+// options.max_evaluations cuts scored. Returns the cut it ends on; *best is that cut's score and
+// *evaluated the cuts scored. `sluice plan` and `train` run it with SimulateLayerCut after
+// ChooseLayerCut: the estimate ranks cuts, the simulation settles the last steps (the estimate
+// charges every stage's gradient reduction as fully exposed, the simulator overlaps the last
+// stage's with the earlier stages' backwards).
+StatusOr<std::vector<int64_t>> PolishLayerCut(std::vector<int64_t> start, LayerCutScore start_score,
+                                              const LayerCutScorer& score,
+                                              const LayerCutSearchOptions& options,
+                                              LayerCutScore* best, int64_t* evaluated);
+
 // Compute time (seconds) of each virtual stage of `plan`: the durations of its forward,
 // backward, backward-input and backward-weight instructions summed over every rank.
 std::vector<double> StageComputeSeconds(const ExecutionPlan& plan);
