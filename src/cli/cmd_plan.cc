@@ -320,9 +320,9 @@ void RegisterPlanCommands(CLI::App* app, RunState* state) {
       ->type_name("FILE");
   p->add_option("--layer-cut", flags->layer_cut,
                 "Layers per pipeline chunk: even (the same number each, or --parallel's "
-                "layer_cut=...) or balanced (the cut whose plans of the first 3 batches the "
-                "planner estimates shortest, searched from the cost model's per-layer times; "
-                "planner/layer_cut.h)")
+                "layer_cut=...) or balanced (the cut whose plans of the first 3 batches run "
+                "shortest: searched by the planner's estimate, settled in simulation, kept only "
+                "when it simulates shorter than the even cut; planner/layer_cut.h)")
       ->type_name("even|balanced")
       ->capture_default_str();
   p->add_option("--show", flags->show, "Print micro-batches of this many first batches")

@@ -175,6 +175,43 @@ TEST(ChooseLayerCutTest, RespectsTheEvaluationBudget) {
   EXPECT_EQ(c->evaluated, calls);
 }
 
+TEST(PolishLayerCutTest, MovesToALocalOptimumWithinItsBudget) {
+  LayerWeights truth;
+  truth.layer.assign(16, 1.0);
+  truth.output_head = 3.0;
+  int64_t calls = 0;
+  const LayerCutScorer score = SyntheticScorer(truth, 16, &calls);
+  const std::vector<int64_t> start = {4, 4, 4, 4};  // the last chunk weighs 7
+  StatusOr<LayerCutScore> start_score = score(start);
+  ASSERT_TRUE(start_score.ok());
+  calls = 0;
+  LayerCutScore best;
+  int64_t evaluated = 0;
+  StatusOr<std::vector<int64_t>> cut =
+      PolishLayerCut(start, *start_score, score, Budget(100), &best, &evaluated);
+  ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+  EXPECT_EQ(evaluated, calls);
+  EXPECT_LT(best.time, start_score->time);
+  EXPECT_EQ(best.time, score(*cut)->time);
+  // No one-layer move from the result is shorter.
+  for (size_t b = 0; b + 1 < cut->size(); ++b) {
+    for (const int64_t dir : {+1, -1}) {
+      std::vector<int64_t> next = *cut;
+      next[b] += dir;
+      next[b + 1] -= dir;
+      if (next[b] < 1 || next[b + 1] < 1) continue;
+      EXPECT_GE(score(next)->time, best.time);
+    }
+  }
+  // The budget bounds the cuts scored; the start is not re-scored.
+  calls = 0;
+  StatusOr<std::vector<int64_t>> bounded =
+      PolishLayerCut(start, *start_score, score, Budget(2), &best, &evaluated);
+  ASSERT_TRUE(bounded.ok());
+  EXPECT_LE(evaluated, 2);
+  EXPECT_EQ(calls, evaluated);
+}
+
 TEST(ChooseLayerCutTest, InterleavedAndOneChunkKeepTheEvenCut) {
   for (const auto& [pp, vpp] : {std::pair<int64_t, int64_t>{2, 2}, {1, 1}}) {
     auto setup = MakeTestSetup("gpt-6.7b", TestParallel(8 / pp, pp, 1, 36000, 2, vpp));
