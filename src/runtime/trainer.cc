@@ -1,16 +1,14 @@
 #include "runtime/trainer.h"
 
 #include <fmt/core.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -44,7 +42,6 @@ std::string StatsKey(int64_t i, int64_t r) { return fmt::format("sluice/stats/{}
 constexpr const char* kEpochKey = "sluice/epoch_ns";
 constexpr const char* kDoneKey = "sluice/done";
 
-
 // Peak resident memory of this process (VmHWM, bytes); 0 when unknown.
 int64_t PeakRss() {
   std::ifstream in("/proc/self/status");
@@ -64,21 +61,6 @@ int64_t PeakRss() {
 void ResetPeakRss() {
   std::ofstream out("/proc/self/clear_refs");
   if (out) out << "5";
-}
-
-void InjectFault(const FaultSpec& f, int64_t rank, int64_t iteration) {
-  if (f.kind == FaultSpec::Kind::kNone || f.rank != rank || f.iteration != iteration) return;
-  std::fprintf(stderr, "sluice: rank %ld: injecting fault at iteration %ld (--fault)\n",
-               static_cast<long>(rank), static_cast<long>(iteration));
-  std::fflush(stderr);
-  switch (f.kind) {
-    case FaultSpec::Kind::kExit: std::_Exit(3);
-    case FaultSpec::Kind::kKill: raise(SIGKILL); break;
-    case FaultSpec::Kind::kStop: raise(SIGSTOP); break;
-    case FaultSpec::Kind::kHang:
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-    case FaultSpec::Kind::kNone: break;
-  }
 }
 
 // Rank 0's planner thread: plans (or reads) iteration i's plan while rank 0 runs an earlier one
@@ -174,8 +156,7 @@ class Trainer {
     }
     const Backend backend = o_.backend == "nccl" ? Backend::kNccl : Backend::kGloo;
     if (o_.backend != "gloo" && o_.backend != "nccl") {
-      return InvalidArgumentError(
-          fmt::format("--backend: '{}' (allowed: gloo, nccl)", o_.backend));
+      return InvalidArgumentError(fmt::format("--backend: '{}' (allowed: gloo, nccl)", o_.backend));
     }
     for (const std::string& dir : {o_.trace_dir, o_.dump_dir}) {
       std::error_code ec;
@@ -196,9 +177,9 @@ class Trainer {
     const int64_t local = env_.rank - offset_;
     const int64_t dp_index = local / par.cp / par.pp;
     SLUICE_ASSIGN_OR_RETURN(
-        shard_, ModelShard::Create(o_.model, par.pp, par.vpp, local / par.cp % par.pp, o_.seed,
-                                   ExpertShard{.ep = par.ep, .index = dp_index % par.ep},
-                                   par.layer_cut));
+        shard_,
+        ModelShard::Create(o_.model, par.pp, par.vpp, local / par.cp % par.pp, o_.seed,
+                           ExpertShard{.ep = par.ep, .index = dp_index % par.ep}, par.layer_cut));
     int64_t threads = o_.threads;
     if (threads <= 0) {
       const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -206,24 +187,24 @@ class Trainer {
     }
     torch::set_num_threads(static_cast<int>(threads));
     SLUICE_ASSIGN_OR_RETURN(
-        comm_, Communicator::Create(
-                   env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp, par.layer_cut), backend, o_.timeout,
-                   RankPlacement{offset_, group_ >= 0 ? fmt::format("g{}/", group_) : ""}));
+        comm_,
+        Communicator::Create(
+            env_, par, WordEmbeddingRanks(o_.model, par.pp, par.vpp, par.layer_cut), backend,
+            o_.timeout, RankPlacement{offset_, group_ >= 0 ? fmt::format("g{}/", group_) : ""}));
     comm_->SetLinkDelay(o_.link_delay);
     // A common time origin for the traces: rank 0's steady clock (shared on one host).
     if (env_.rank == 0) {
       epoch_ = Clock::now();
-      SLUICE_RETURN_IF_ERROR(comm_->store().SetString(
-          kEpochKey, std::to_string(epoch_.time_since_epoch().count())));
+      SLUICE_RETURN_IF_ERROR(
+          comm_->store().SetString(kEpochKey, std::to_string(epoch_.time_since_epoch().count())));
     } else {
       SLUICE_ASSIGN_OR_RETURN(const std::string e, comm_->store().GetString(kEpochKey));
       epoch_ = Clock::time_point(Clock::duration(std::stoll(e)));
     }
     SLUICE_ASSIGN_OR_RETURN(watchdog_, Watchdog::Start(env_, o_.timeout));
     if (o_.replicas.has_value()) {
-      SLUICE_ASSIGN_OR_RETURN(cross_,
-                              CrossGroupSync::Create(comm_.get(), watchdog_.get(), *shard_,
-                                                     *o_.replicas));
+      SLUICE_ASSIGN_OR_RETURN(
+          cross_, CrossGroupSync::Create(comm_.get(), watchdog_.get(), *shard_, *o_.replicas));
     }
     optimizer_ = std::make_unique<torch::optim::AdamW>(
         shard_->Parameters(),
@@ -291,8 +272,8 @@ class Trainer {
       SLUICE_RETURN_IF_ERROR(store.Delete(ReadKey(i, g)));
     }
     if (env_.rank == offset_ && !o_.dump_dir.empty()) {  // rank 0, or a group's first process
-      const std::string path = fmt::format(
-          "{}/{}", o_.dump_dir, g < 0 ? PackageDumpName(i) : GroupPackageDumpName(i, g));
+      const std::string path = fmt::format("{}/{}", o_.dump_dir,
+                                           g < 0 ? PackageDumpName(i) : GroupPackageDumpName(i, g));
       SLUICE_RETURN_IF_ERROR(WriteStringToFile(
           path, std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size())));
     }
@@ -300,10 +281,10 @@ class Trainer {
     if (env_.rank == offset_ && !o_.trace_dir.empty() && p.kind == PackageKind::kPlan) {
       // The plan as it ran (rewritten by --moe-overlap, adjusted by --calibration), which
       // `sluice calibrate` and `sluice replay` match the traces against.
-      SLUICE_RETURN_IF_ERROR(WritePlanFile(
-          p.plan, fmt::format("{}/{}", o_.trace_dir,
-                              g < 0 ? fmt::format("plan-{}.json", i)
-                                    : fmt::format("plan-{}-group-{}.json", i, g))));
+      SLUICE_RETURN_IF_ERROR(
+          WritePlanFile(p.plan, fmt::format("{}/{}", o_.trace_dir,
+                                            g < 0 ? fmt::format("plan-{}.json", i)
+                                                  : fmt::format("plan-{}-group-{}.json", i, g))));
     }
     return p;
   }
@@ -329,8 +310,8 @@ class Trainer {
       SLUICE_ASSIGN_OR_RETURN(PlanPackage p, Fetch(i));
       if (p.kind == PackageKind::kEnd) break;
       if (p.kind == PackageKind::kError) {
-        return InvalidArgumentError(fmt::format("rank 0 could not plan iteration {}: {}", i,
-                                                p.error));
+        return InvalidArgumentError(
+            fmt::format("rank 0 could not plan iteration {}: {}", i, p.error));
       }
       const std::string source =
           o_.plan_files.empty() ? fmt::format("plan of iteration {}", i) : o_.plan_files[i];
@@ -371,22 +352,22 @@ class Trainer {
           o_.replicas.has_value() ? GlobalBatchLabels(o_.model, p.samples) : 0;
       SLUICE_ASSIGN_OR_RETURN(IterationResult r,
                               executor_->Run(p.plan, samples, i, before_step, loss_labels));
-      RankStats stats{r.loss,
-                      r.start_ns,
-                      r.end_ns,
-                      PeakRss(),
-                      r.compute.nanos(),
-                      r.waiting.nanos(),
-                      memory_ ? memory_->peak().count() : -1,
-                      r.moe_aux_loss,
-                      r.moe_assignments,
-                      r.moe_dropped,
-                      r.all_to_all.nanos(),
-                      comm_->pp_index() == 0 && comm_->cp_index() == 0
-                          ? static_cast<int64_t>(
-                                p.plan.replicas.at(comm_->dp_index()).micro_batches.size())
-                          : 0,
-                      r.all_to_all_span.nanos()};
+      RankStats stats{
+          r.loss,
+          r.start_ns,
+          r.end_ns,
+          PeakRss(),
+          r.compute.nanos(),
+          r.waiting.nanos(),
+          memory_ ? memory_->peak().count() : -1,
+          r.moe_aux_loss,
+          r.moe_assignments,
+          r.moe_dropped,
+          r.all_to_all.nanos(),
+          comm_->pp_index() == 0 && comm_->cp_index() == 0
+              ? static_cast<int64_t>(p.plan.replicas.at(comm_->dp_index()).micro_batches.size())
+              : 0,
+          r.all_to_all_span.nanos()};
       SLUICE_RETURN_IF_ERROR(comm_->store().SetString(StatsKey(i, env_.rank), StatsToText(stats)));
       if (env_.rank == 0) {
         IterationInfo info{i, p.batch_index, 0, 0, std::nullopt, std::nullopt};
@@ -490,11 +471,15 @@ class Trainer {
   void FlushAfterFailure() {
     if (trace_) {
       if (Status s = WriteTrace(); !s.ok()) {
-        fmt::print(stderr, "sluice train: rank {}: the trace of the failed run was not written: "
-                   "{}\n", env_.rank, s.message());
+        fmt::print(stderr,
+                   "sluice train: rank {}: the trace of the failed run was not written: "
+                   "{}\n",
+                   env_.rank, s.message());
       } else if (!o_.trace_dir.empty()) {
-        fmt::print(stderr, "sluice train: rank {}: trace of what ran before the failure: "
-                   "{}/trace-rank-{}.json\n", env_.rank, o_.trace_dir, env_.rank);
+        fmt::print(stderr,
+                   "sluice train: rank {}: trace of what ran before the failure: "
+                   "{}/trace-rank-{}.json\n",
+                   env_.rank, o_.trace_dir, env_.rank);
       }
     }
     if (Status s = CommitMetrics(); !s.ok()) {
@@ -526,8 +511,8 @@ class Trainer {
     if (!o_.trace_dir.empty()) {
       std::vector<std::string> docs;
       for (int64_t r = 0; r < env_.world_size; ++r) {
-        SLUICE_ASSIGN_OR_RETURN(std::string d, ReadFileToString(fmt::format(
-                                                   "{}/trace-rank-{}.json", o_.trace_dir, r)));
+        SLUICE_ASSIGN_OR_RETURN(
+            std::string d, ReadFileToString(fmt::format("{}/trace-rank-{}.json", o_.trace_dir, r)));
         docs.push_back(std::move(d));
       }
       SLUICE_ASSIGN_OR_RETURN(const std::string merged, MergeChromeTraces(docs));
@@ -541,11 +526,12 @@ class Trainer {
       if (iterations_ == 0) {
         fmt::print("no iteration ran (no batch could be planned)\n");
       } else {
-        fmt::print("\ntrained {} iterations: {} real tokens in {:.2f} s = {:.0f} tokens/s; loss "
-                   "{:.4f} -> {:.4f} (the data's next-token entropy is {:.2f} nats)\n",
-                   iterations_, total_tokens_, seconds,
-                   seconds > 0 ? static_cast<double>(total_tokens_) / seconds : 0.0, first_loss_,
-                   losses_.back(), tokens_->ConditionalEntropy());
+        fmt::print(
+            "\ntrained {} iterations: {} real tokens in {:.2f} s = {:.0f} tokens/s; loss "
+            "{:.4f} -> {:.4f} (the data's next-token entropy is {:.2f} nats)\n",
+            iterations_, total_tokens_, seconds,
+            seconds > 0 ? static_cast<double>(total_tokens_) / seconds : 0.0, first_loss_,
+            losses_.back(), tokens_->ConditionalEntropy());
       }
       PrintOptimizerSummary();
       PrintPredictionSummary();
@@ -558,9 +544,9 @@ class Trainer {
 
   const TrainOptions& o_;
   const DistEnv env_;
-  ParallelConfig par_;      // the job's, or this process's replica group's
-  int64_t group_ = -1;      // heterogeneous replicas: this process's group (-1: homogeneous)
-  int64_t offset_ = 0;      // the first process of the group
+  ParallelConfig par_;  // the job's, or this process's replica group's
+  int64_t group_ = -1;  // heterogeneous replicas: this process's group (-1: homogeneous)
+  int64_t offset_ = 0;  // the first process of the group
   // First member: destroyed last, after every tensor the trainer owns.
   std::unique_ptr<CpuMemoryCounter> memory_;
   std::unique_ptr<ModelShard> shard_;
@@ -584,38 +570,6 @@ class Trainer {
 };
 
 }  // namespace
-
-StatusOr<FaultSpec> ParseFault(std::string_view text) {
-  const auto bad = [&] {
-    return InvalidArgumentError(fmt::format(
-        "--fault '{}': expected RANK:ITERATION:KIND with KIND one of exit, kill, stop, hang",
-        text));
-  };
-  const size_t a = text.find(':');
-  const size_t b = a == std::string_view::npos ? a : text.find(':', a + 1);
-  if (b == std::string_view::npos) return bad();
-  FaultSpec f;
-  const std::string_view r = text.substr(0, a), it = text.substr(a + 1, b - a - 1);
-  const std::string_view kind = text.substr(b + 1);
-  if (std::from_chars(r.data(), r.data() + r.size(), f.rank).ptr != r.data() + r.size() ||
-      std::from_chars(it.data(), it.data() + it.size(), f.iteration).ptr !=
-          it.data() + it.size() ||
-      f.rank < 0 || f.iteration < 0 || r.empty() || it.empty()) {
-    return bad();
-  }
-  if (kind == "exit") {
-    f.kind = FaultSpec::Kind::kExit;
-  } else if (kind == "kill") {
-    f.kind = FaultSpec::Kind::kKill;
-  } else if (kind == "stop") {
-    f.kind = FaultSpec::Kind::kStop;
-  } else if (kind == "hang") {
-    f.kind = FaultSpec::Kind::kHang;
-  } else {
-    return bad();
-  }
-  return f;
-}
 
 Status Train(const TrainOptions& options, const DistEnv& env) {
   Trainer trainer(options, env);

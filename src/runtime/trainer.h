@@ -41,22 +41,10 @@
 #include "model/parallel_config.h"
 #include "planner/hetero.h"
 #include "planner/planner.h"
+#include "runtime/fault.h"
 #include "runtime/launcher.h"
 
 namespace sluice::runtime {
-
-// A fault injected for failure-handling tests: at the start of `iteration`, `rank` exits with
-// status 3 ("exit"), kills itself with SIGKILL ("kill"), stops itself with SIGSTOP ("stop":
-// a hung process, heartbeats included) or blocks its main thread forever ("hang": heartbeats go
-// on, its peers time out waiting for it).
-struct FaultSpec {
-  enum class Kind { kNone, kExit, kKill, kStop, kHang };
-  Kind kind = Kind::kNone;
-  int64_t rank = -1;
-  int64_t iteration = -1;
-};
-// "RANK:ITERATION:KIND", e.g. "1:2:kill". Errors name --fault and the allowed kinds.
-StatusOr<FaultSpec> ParseFault(std::string_view text);
 
 struct TrainOptions {
   ModelSpec model;
@@ -79,20 +67,20 @@ struct TrainOptions {
   // Train plans that leave samples of their batch out (ExecutionPlan::dropped) instead of
   // failing (--allow-partial).
   bool allow_partial = false;
-  int64_t lookahead = 2;      // how many plans rank 0 keeps ready beyond the running one
-  uint64_t seed = 0;          // model initialisation and token streams
-  double lr = 1e-3;           // AdamW learning rate (betas 0.9, 0.95; weight decay 0.01)
+  int64_t lookahead = 2;  // how many plans rank 0 keeps ready beyond the running one
+  uint64_t seed = 0;      // model initialisation and token streams
+  double lr = 1e-3;       // AdamW learning rate (betas 0.9, 0.95; weight decay 0.01)
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // rendezvous, waits, heartbeats
-  int64_t threads = 0;        // intra-op threads per rank; 0 = cores / local ranks (>= 1)
+  int64_t threads = 0;           // intra-op threads per rank; 0 = cores / local ranks (>= 1)
   std::string backend = "gloo";  // gloo | nccl (needs a CUDA libtorch; see docs/runtime.md)
-  std::string trace_dir;      // "" = no traces
-  std::string metrics_path;   // "" = none
-  std::string dump_dir;       // "" = no dumps
+  std::string trace_dir;         // "" = no traces
+  std::string metrics_path;      // "" = none
+  std::string dump_dir;          // "" = no dumps
   FaultSpec fault;
   // Testing aid (--link-delay-ms): every point-to-point send is handed to c10d this much later
   // (comm.h, Communicator::SetLinkDelay); 0 = none.
   std::chrono::nanoseconds link_delay{0};
-  bool print = true;          // rank 0 prints lines and the summary
+  bool print = true;  // rank 0 prints lines and the summary
   // Rank 0 (--calibration): applied to every plan before it is published (planned or read from
   // --plan; it rewrites durations and links, which the executor does not read, so what runs is
   // unchanged), and the plan then simulated: its iteration time and per-rank peak memory are
@@ -109,8 +97,7 @@ struct TrainOptions {
 // Heterogeneous replicas (hetero_train.h): errors for `sluice train --replicas` that the
 // planner's checks leave to the runtime: tp, ep, vpp, ZeRO >= 2, a world size that is not the
 // groups' devices. Messages start with `source`.
-Status CheckHeteroRunnable(const HeteroConfig& config, int64_t world_size,
-                           std::string_view source);
+Status CheckHeteroRunnable(const HeteroConfig& config, int64_t world_size, std::string_view source);
 
 // Runs this process's rank of the job `env` describes. Errors: bad options (InvalidArgument:
 // tp > 1, ZeRO >= 2, cp > 1 with T5 or ep > 1, a world size that is not dp * pp * cp or the
