@@ -4,7 +4,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -14,11 +13,9 @@
 #include "base/progress.h"
 #include "cli/cli_common.h"
 #include "cli/scenario_flags.h"
-#include "model/chunk_cut.h"
 #include "plan/plan_json.h"
 #include "plan/pytorch_csv.h"
 #include "plan/validate.h"
-#include "planner/layer_cut.h"
 #include "planner/planner.h"
 #include "sim/simulator.h"
 #include "trace/calibration.h"
@@ -127,14 +124,7 @@ Status RunPlan(const PlanFlags& f) {
   // --layer-cut balanced: chosen on the first batches, which are then planned like the others.
   std::vector<GlobalBatch> pending;
   std::string cut_line;
-  if (f.layer_cut == "balanced") {
-    const int64_t take =
-        sc.iterations == 0 ? kLayerCutBatches : std::min<int64_t>(kLayerCutBatches, sc.iterations);
-    GlobalBatch b;
-    while (static_cast<int64_t>(pending.size()) < take && sc.batcher->Next(&b)) {
-      pending.push_back(b);
-    }
-  }
+  if (f.layer_cut == "balanced") pending = TakeLayerCutBatches(sc);
   SLUICE_ASSIGN_OR_RETURN(cut_line,
                           ApplyLayerCutFlag(f.layer_cut, &sc, f.scenario, f.planner, pending));
   SLUICE_ASSIGN_OR_RETURN(const Planner planner, MakePlannerFromFlags(sc, f.scenario, f.planner));

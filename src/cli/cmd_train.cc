@@ -146,13 +146,7 @@ Status RunTrain(const TrainFlags& f) {
     // The run's first batches, from a fresh copy of the data (the run's own batcher stays at
     // its first batch). Every rank computes the same cut.
     SLUICE_ASSIGN_OR_RETURN(Scenario first, ResolveScenarioFlags(scenario_flags));
-    std::vector<GlobalBatch> batches;
-    GlobalBatch b;
-    const int64_t take =
-        sc.iterations == 0 ? kLayerCutBatches : std::min<int64_t>(kLayerCutBatches, sc.iterations);
-    while (static_cast<int64_t>(batches.size()) < take && first.batcher->Next(&b)) {
-      batches.push_back(b);
-    }
+    const std::vector<GlobalBatch> batches = TakeLayerCutBatches(first);
     SLUICE_ASSIGN_OR_RETURN(
         cut_line, ApplyLayerCutFlag(f.layer_cut, &sc, scenario_flags, f.planner, batches));
   }

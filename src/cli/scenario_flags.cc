@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <utility>
@@ -181,6 +182,16 @@ StatusOr<Planner> MakePlannerFromFlags(const Scenario& scenario,
   }
   // The planner's evaluator sizes micro-batches for the in-flight count of the schedule.
   return MakePlanner(scenario, std::move(options));
+}
+
+std::vector<GlobalBatch> TakeLayerCutBatches(Scenario& scenario) {
+  const int64_t take = scenario.iterations == 0
+                           ? kLayerCutBatches
+                           : std::min<int64_t>(kLayerCutBatches, scenario.iterations);
+  std::vector<GlobalBatch> out;
+  GlobalBatch b;
+  while (static_cast<int64_t>(out.size()) < take && scenario.batcher->Next(&b)) out.push_back(b);
+  return out;
 }
 
 StatusOr<std::string> ApplyLayerCutFlag(std::string_view rule, Scenario* scenario,

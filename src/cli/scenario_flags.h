@@ -99,6 +99,10 @@ inline constexpr int64_t kLayerCutBatches = 3;
 // one-layer moves from the latter (PolishLayerCut).
 inline constexpr int64_t kSimulatedLayerCuts = 8;
 
+// The batches `--layer-cut balanced` chooses on: the next kLayerCutBatches of `scenario`'s
+// batcher (fewer when the run has fewer iterations, or the data fewer batches).
+std::vector<GlobalBatch> TakeLayerCutBatches(Scenario& scenario);
+
 // --layer-cut (plan, train): "even" keeps the configuration's cut; "balanced" sets
 // scenario->parallel->layer_cut to the cut planner/layer_cut.h's ChooseLayerCut finds on
 // `batches` (the run's first kLayerCutBatches) under the planner options `flags` give, then
