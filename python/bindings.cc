@@ -385,6 +385,8 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("zero", [](const ParallelConfig& c) { return c.zero; })
       .def_property_readonly("cp", [](const ParallelConfig& c) { return c.cp; })
       .def_property_readonly("layer_cut", [](const ParallelConfig& c) { return c.layer_cut; })
+      .def_property_readonly(
+          "order", [](const ParallelConfig& c) { return std::string(RankOrderName(c.order)); })
       .def_property_readonly("devices", &ParallelConfig::devices)
       .def("__eq__", [](const ParallelConfig& a, const ParallelConfig& b) { return a == b; })
       .def("__repr__", [](const ParallelConfig& c) {

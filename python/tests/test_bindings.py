@@ -37,6 +37,11 @@ def test_presets_dicts_and_files_round_trip(tmp_path):
     assert uneven.layer_cut == [9, 8, 8, 7]
     assert sluice.parallel(uneven.to_dict()) == uneven
     assert "layer_cut=9+8+8+7" in repr(uneven)
+    assert p.order == "tp-cp-dp-pp"
+    inner = sluice.parallel("dp=2,pp=4,order=tp-cp-pp-dp")
+    assert inner.order == "tp-cp-pp-dp"
+    assert sluice.parallel(inner.to_dict()) == inner
+    assert sluice.parallel(dp=2, pp=4, order="tp-cp-pp-dp") == inner
     assert "gpt-tiny" in sluice.model_presets()
     assert "a100-40g" in sluice.device_presets()
 

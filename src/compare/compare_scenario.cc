@@ -293,6 +293,10 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     static constexpr std::array<std::string_view, 2> kCuts = {"even", "balanced"};
     SLUICE_RETURN_IF_ERROR(q.OptionalEnum("layer_cut", &cut, kCuts));
     s.search.balance_layer_cut = cut == "balanced";
+    std::string orders = s.search.orders ? "both" : "default";
+    static constexpr std::array<std::string_view, 2> kOrders = {"both", "default"};
+    SLUICE_RETURN_IF_ERROR(q.OptionalEnum("orders", &orders, kOrders));
+    s.search.orders = orders == "both";
     SLUICE_RETURN_IF_ERROR(q.Finish());
   }
   if (const nlohmann::json* sim = r.Child("simulator")) {
@@ -350,6 +354,7 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
   if (s.search.cp != std::vector<int64_t>{1}) j["search"]["cp"] = s.search.cp;
   if (s.search.ep != std::vector<int64_t>{1}) j["search"]["ep"] = s.search.ep;  // likewise
   if (s.search.balance_layer_cut) j["search"]["layer_cut"] = "balanced";  // likewise
+  if (!s.search.orders) j["search"]["orders"] = "default";                  // likewise
   if (!s.moe_overlap.empty()) j["moe_overlap"] = s.moe_overlap;
   if (s.search.score_batches == 0) {
     j["search"]["score_batches"] = "all";

@@ -69,20 +69,7 @@ struct ClusterSpec {
   friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
 };
 
-// Device placement, the one rule every planner, lowering and simulator uses: rank r (a position
-// in the dp x pp grid, rank = dp_index * pp + pp_index) holds the tensor-parallel group of
-// devices [r * tp, (r + 1) * tp). The node of a rank is the node of its first device.
-inline int64_t NodeOfRank(const ClusterSpec& cluster, int64_t rank, int64_t tp) {
-  return cluster.NodeOfDevice(rank * tp);
-}
-// Whether the point-to-point traffic of ranks a and b (device a*tp + j to b*tp + j for every j)
-// crosses nodes for any tensor-parallel peer pair.
-inline bool RanksCrossNodes(const ClusterSpec& cluster, int64_t a, int64_t b, int64_t tp) {
-  for (int64_t j = 0; j < tp; ++j) {
-    if (cluster.NodeOfDevice(a * tp + j) != cluster.NodeOfDevice(b * tp + j)) return true;
-  }
-  return false;
-}
+// Device placement: model/parallel_config.h (NodeOfRank, RanksCrossNodes).
 
 // Where a ring collective runs: its member count, whether it crosses nodes, how many devices'
 // inter-node shares one crossing moves over (1, or under RingCrossing::kAllMembers the fewest

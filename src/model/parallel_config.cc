@@ -34,7 +34,15 @@ constexpr double kMaxMemoryLimitMb = 1e9;  // 10^9 MB = 1 PB
 
 constexpr std::string_view kKeys[] = {
     "dp",       "pp", "tp", "cp", "ep", "vpp", "zero", "memory_limit_mb", "memory_reserve_mb",
-    "layer_cut"};
+    "layer_cut", "order"};
+
+constexpr std::string_view kOrders = "tp-cp-dp-pp, tp-cp-pp-dp";
+
+std::optional<RankOrder> ParseOrder(std::string_view name) {
+  if (name == "tp-cp-dp-pp") return RankOrder::kDataInner;
+  if (name == "tp-cp-pp-dp") return RankOrder::kPipelineInner;
+  return std::nullopt;
+}
 
 // The degree field called `key`, or nullptr for "zero" and the memory keys.
 int64_t* Degree(ParallelConfig& config, std::string_view key) {
@@ -184,6 +192,10 @@ Status CheckMemoryReserve(Bytes reserve, std::string_view source) {
 
 }  // namespace
 
+std::string_view RankOrderName(RankOrder order) {
+  return order == RankOrder::kDataInner ? "tp-cp-dp-pp" : "tp-cp-pp-dp";
+}
+
 CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& par, int64_t pp_index,
                             int64_t first_device) {
   std::vector<int64_t> devices;
@@ -191,10 +203,28 @@ CollectiveRing GradientRing(const ClusterSpec& cluster, const ParallelConfig& pa
   for (int64_t d = 0; d < par.dp; ++d) {
     const int64_t rank = d * par.pp + pp_index;
     for (int64_t c = 0; c < par.cp; ++c) {
-      devices.push_back(first_device + rank * par.devices_per_rank() + c * par.tp);
+      devices.push_back(first_device + par.FirstDevice(rank) + c * par.tp);
     }
   }
   return RingOverDevices(cluster, devices);
+}
+
+int64_t NodeOfRank(const ClusterSpec& cluster, const ParallelConfig& par, int64_t rank,
+                   int64_t first_device) {
+  return cluster.NodeOfDevice(first_device + par.FirstDevice(rank));
+}
+
+bool RanksCrossNodes(const ClusterSpec& cluster, const ParallelConfig& par, int64_t a, int64_t b,
+                     int64_t first_device) {
+  const int64_t da = first_device + par.FirstDevice(a), db = first_device + par.FirstDevice(b);
+  for (int64_t j = 0; j < par.devices_per_rank(); ++j) {
+    if (cluster.NodeOfDevice(da + j) != cluster.NodeOfDevice(db + j)) return true;
+  }
+  return false;
+}
+
+bool SearchesOrder(const ClusterSpec& cluster, const ParallelConfig& par) {
+  return par.pp > 1 && par.dp > 1 && cluster.nodes > 1;
 }
 
 Bytes ParallelConfig::MemoryLimit(const ClusterSpec& cluster) const {
@@ -272,6 +302,16 @@ StatusOr<ParallelConfig> ParallelConfigFromJson(const nlohmann::json& j, std::st
     }
   }
   SLUICE_RETURN_IF_ERROR(r.OptionalInt("zero", &config.zero, 0, kMaxZero));
+  if (const nlohmann::json* order = r.Child("order")) {
+    const std::optional<RankOrder> o =
+        order->is_string() ? ParseOrder(order->get<std::string>()) : std::nullopt;
+    if (!o.has_value()) {
+      return r.Error("order", fmt::format("must be one of {} (innermost first), got {}", kOrders,
+                                          order->dump(-1, ' ', false,
+                                                      nlohmann::json::error_handler_t::replace)));
+    }
+    config.order = *o;
+  }
   if (const nlohmann::json* cut = r.Child("layer_cut")) {
     if (!cut->is_array() || cut->empty() || cut->size() > static_cast<size_t>(kMaxDegree)) {
       return r.Error("layer_cut", "must be a non-empty array of integers, one per chunk");
@@ -303,6 +343,7 @@ nlohmann::json ParallelConfigToJson(const ParallelConfig& config) {
                       {"ep", config.ep}, {"vpp", config.vpp}, {"zero", config.zero}};
   if (config.cp != 1) j["cp"] = config.cp;
   if (!config.layer_cut.empty()) j["layer_cut"] = config.layer_cut;
+  if (config.order != RankOrder::kDataInner) j["order"] = RankOrderName(config.order);
   if (config.memory_limit.has_value()) {
     j["memory_limit_mb"] = model_internal::NumberJson(config.memory_limit->mb());
   }
@@ -347,6 +388,16 @@ StatusOr<ParallelConfig> ParseParallelPairs(std::string_view spec_or_file,
       return FieldError(source, key, fmt::format("unknown key; allowed keys: {}", allowed));
     }
     if (!seen.emplace(key).second) return FieldError(source, key, "is given twice");
+    if (key == "order") {
+      const std::optional<RankOrder> o = ParseOrder(value);
+      if (!o.has_value()) {
+        return FieldError(source, key,
+                          fmt::format("must be one of {} (innermost first), got '{}'", kOrders,
+                                      value));
+      }
+      config.order = *o;
+      continue;
+    }
     if (key == "layer_cut") {
       for (const std::string_view part : SplitOn(value, '+')) {
         const std::optional<int64_t> n = model_internal::ParseDecimal(part);

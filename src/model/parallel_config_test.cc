@@ -98,7 +98,7 @@ TEST(ParallelFlagTest, UnknownKeyListsAllowedKeys) {
       FlagError("dp=2,pipeline=4"),
       AllOf(HasSubstr("--parallel 'dp=2,pipeline=4'"), HasSubstr("field 'pipeline': unknown key"),
             HasSubstr("'dp', 'pp', 'tp', 'cp', 'ep', 'vpp', 'zero', 'memory_limit_mb', "
-                      "'memory_reserve_mb' or 'layer_cut'")));
+                      "'memory_reserve_mb', 'layer_cut' or 'order'")));
   EXPECT_THAT(FlagError("DP=2"), HasSubstr("field 'DP': unknown key"));
 }
 
@@ -189,6 +189,49 @@ TEST(ParallelConfigTest, JsonErrors) {
   EXPECT_THAT(error_of(R"([1, 2])"), HasSubstr("p.json: top level"));
 }
 
+// The device order: Megatron-Core's tp-cp-dp-pp by default (a stage's replicas are neighbours),
+// tp-cp-pp-dp on request (a replica's stages are); written only when not the default.
+TEST(ParallelConfigTest, Order) {
+  const ParallelConfig megatron = Parse("dp=2,pp=3,cp=2");
+  EXPECT_EQ(megatron.order, RankOrder::kDataInner);
+  const ParallelConfig inner = Parse("dp=2,pp=3,cp=2,order=tp-cp-pp-dp");
+  EXPECT_EQ(inner.order, RankOrder::kPipelineInner);
+  // rank = dp_index * pp + pp_index; blocks of tp * cp = 2 devices.
+  const std::vector<int64_t> megatron_blocks = {0, 2, 4, 1, 3, 5};
+  for (int64_t r = 0; r < 6; ++r) {
+    EXPECT_EQ(megatron.DeviceBlock(r), megatron_blocks[r]) << r;
+    EXPECT_EQ(megatron.RankOfBlock(megatron.DeviceBlock(r)), r);
+    EXPECT_EQ(megatron.FirstDevice(r), 2 * megatron_blocks[r]);
+    EXPECT_EQ(inner.DeviceBlock(r), r);
+    EXPECT_EQ(inner.RankOfBlock(r), r);
+  }
+  EXPECT_FALSE(ParallelConfigToJson(megatron).contains("order"));
+  EXPECT_EQ(ParallelConfigToJson(inner)["order"], "tp-cp-pp-dp");
+  StatusOr<ParallelConfig> back = ParallelConfigFromJson(ParallelConfigToJson(inner), "rt.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, inner);
+  EXPECT_EQ(Parse("order=tp-cp-dp-pp"), ParallelConfig{});
+  EXPECT_THAT(FlagError("dp=2,order=dp-pp"),
+              AllOf(HasSubstr("field 'order'"), HasSubstr("tp-cp-dp-pp, tp-cp-pp-dp"),
+                    HasSubstr("got 'dp-pp'")));
+  StatusOr<ParallelConfig> bad =
+      ParallelConfigFromJson(nlohmann::json::parse(R"({"order": 3})"), "p.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              AllOf(HasSubstr("p.json"), HasSubstr("'order'"), HasSubstr("got 3")));
+  // Nodes and crossings follow the order: dp 2 x pp 2 x tp 4 on two nodes of 8.
+  const ClusterSpec c16 = *ClusterPreset("a100-40g", 16);
+  const ParallelConfig m = Parse("dp=2,pp=2,tp=4");
+  const ParallelConfig p = Parse("dp=2,pp=2,tp=4,order=tp-cp-pp-dp");
+  EXPECT_EQ(NodeOfRank(c16, m, 1), 1);  // replica 0's stage 1: block 2, devices 8..11
+  EXPECT_EQ(NodeOfRank(c16, p, 1), 0);  // block 1, devices 4..7
+  EXPECT_TRUE(RanksCrossNodes(c16, m, 0, 1));
+  EXPECT_FALSE(RanksCrossNodes(c16, p, 0, 1));
+  EXPECT_TRUE(SearchesOrder(c16, m));
+  EXPECT_FALSE(SearchesOrder(*ClusterPreset("a100-40g", 8), Parse("dp=2,pp=4")));
+  EXPECT_FALSE(SearchesOrder(c16, Parse("dp=1,pp=16")));
+}
+
 TEST(ParallelConfigTest, LayerCut) {
   const ParallelConfig c = Parse("dp=2,pp=4,layer_cut=9+8+8+7");
   EXPECT_EQ(c.layer_cut, (std::vector<int64_t>{9, 8, 8, 7}));
@@ -247,12 +290,17 @@ TEST(GradientRingTest, MembersNodesAndCrossingShares) {
   EXPECT_EQ(ring("dp=16", 0),
             (CollectiveRing{
                 .members = 16, .spans_nodes = true, .crossing_shares = 8, .intra_hops = true}));
-  // dp 2 x pp 4 x tp 2: each replica fills a node; the two members of a stage's ring sit on
-  // different nodes, one device each.
-  EXPECT_EQ(ring("dp=2,pp=4,tp=2", 3),
+  // dp 2 x pp 4 x tp 2 in the default order (tp-cp-dp-pp): the two replicas of a stage are
+  // neighbours (devices 4s..4s+3), one node.
+  EXPECT_EQ(ring("dp=2,pp=4,tp=2", 3), (CollectiveRing{.members = 2, .intra_hops = true}));
+  // tp-cp-pp-dp: each replica fills a node; the two members of a stage's ring sit on different
+  // nodes, one device each.
+  EXPECT_EQ(ring("dp=2,pp=4,tp=2,order=tp-cp-pp-dp", 3),
             (CollectiveRing{.members = 2, .spans_nodes = true, .crossing_shares = 1}));
-  // dp 4 x pp 4: ranks p, 4 + p, 8 + p, 12 + p, two on each node.
-  EXPECT_EQ(ring("dp=4,pp=4", 1),
+  // dp 4 x pp 4: stage p on devices 4p..4p+3 (one node), or tp-cp-pp-dp's p, 4 + p, 8 + p,
+  // 12 + p, two on each node.
+  EXPECT_EQ(ring("dp=4,pp=4", 1), (CollectiveRing{.members = 4, .intra_hops = true}));
+  EXPECT_EQ(ring("dp=4,pp=4,order=tp-cp-pp-dp", 1),
             (CollectiveRing{
                 .members = 4, .spans_nodes = true, .crossing_shares = 2, .intra_hops = true}));
   // The cp ranks reduce with the replicas: dp 2 x cp 4 in one node, dp 2 x cp 8 over two.

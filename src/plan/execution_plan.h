@@ -18,10 +18,10 @@
 // sequence (its per-stage costs are per device, batching/stage_cost.h); the K/V ring exchanges
 // are part of Forward/Backward, like the tp all-reduces. Shapes stay the whole micro-batch's.
 //
-// Device placement (for link choice and collectives): device = rank * tp * cp + cp_index * tp +
-// tp_index, nodes are
-// runs of devices_per_node devices (NodeOfRank, model/cluster_spec.h), so a data-parallel group
-// of one pipeline rank spans nodes when its devices do.
+// Device placement (for link choice and collectives): device = parallel.FirstDevice(rank) +
+// cp_index * tp + tp_index (parallel.order: Megatron-Core's tp-cp-dp-pp by default), nodes are
+// runs of devices_per_node devices (NodeOfRank, model/parallel_config.h), so a data-parallel
+// group of one pipeline rank spans nodes when its devices do.
 //
 // Thread safety: value types.
 #pragma once
@@ -103,10 +103,8 @@ struct ExecutionPlan {
   int64_t RankId(int64_t dp_index, int64_t pp_index) const { return dp_index * pp() + pp_index; }
   // Pipeline rank of virtual stage s.
   int64_t PipelineRankOf(int64_t stage) const { return stage % pp(); }
-  // The node of rank `rank` (model/cluster_spec.h's placement rule).
-  int64_t NodeOf(int64_t rank) const {
-    return NodeOfRank(cluster, rank, parallel.devices_per_rank());
-  }
+  // The node of rank `rank` (model/parallel_config.h's placement rule).
+  int64_t NodeOf(int64_t rank) const { return NodeOfRank(cluster, parallel, rank); }
   // The per-device memory limit the plan must respect (parallel.MemoryLimit(cluster)).
   Bytes memory_limit() const { return parallel.MemoryLimit(cluster); }
 

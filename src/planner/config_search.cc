@@ -49,9 +49,12 @@ std::string Candidate::Describe() const {
   std::string cut = parallel.layer_cut.empty()
                         ? ""
                         : fmt::format(" (layers {})", DescribeLayerCut(parallel.layer_cut));
-  return fmt::format("dp {} x pp {} x tp {}{}{}{}{}, ZeRO-{}, {}, {}{}", parallel.dp, parallel.pp,
-                     parallel.tp, cp, ep, vpp, cut, parallel.zero, ScheduleKindName(schedule),
-                     batching, dynamic_cp ? ", dynamic cp" : "");
+  std::string order = parallel.order == RankOrder::kDataInner
+                          ? ""
+                          : fmt::format(", order {}", RankOrderName(parallel.order));
+  return fmt::format("dp {} x pp {} x tp {}{}{}{}{}, ZeRO-{}{}, {}, {}{}", parallel.dp,
+                     parallel.pp, parallel.tp, cp, ep, vpp, cut, parallel.zero, order,
+                     ScheduleKindName(schedule), batching, dynamic_cp ? ", dynamic cp" : "");
 }
 
 std::string Candidate::Key() const {
@@ -63,7 +66,8 @@ std::string Candidate::Key() const {
                      parallel.tp, cp, ep, parallel.vpp, parallel.zero, ScheduleKindName(schedule),
                      batching) +
          (dynamic_cp ? "/dcp" : "") +
-         (parallel.layer_cut.empty() ? "" : "/cut" + DescribeLayerCut(parallel.layer_cut));
+         (parallel.layer_cut.empty() ? "" : "/cut" + DescribeLayerCut(parallel.layer_cut)) +
+         (parallel.order == RankOrder::kDataInner ? "" : "/pp-inner");
 }
 
 ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec& cluster,
@@ -129,6 +133,11 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
                 break;
               }
               out.configs.push_back(par);
+              // The other device order, where it places the configuration differently.
+              if (space.orders && SearchesOrder(cluster, par)) {
+                par.order = RankOrder::kPipelineInner;
+                out.configs.push_back(par);
+              }
             }
           }
         }

@@ -93,7 +93,14 @@ TEST(ConfigSearchTest, EnumeratedConfigurationsFitTheModelAndUseEveryDevice) {
       EnumerateParallelConfigs(cost->model(), *cluster, *cost, space, Bytes::MB(36000));
   ASSERT_FALSE(ps.configs.empty());
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;
+  int64_t both = 0;
   for (const ParallelConfig& p : ps.configs) {
+    // Both device orders where they place the configuration differently (two nodes here).
+    if (p.order == RankOrder::kPipelineInner) {
+      EXPECT_TRUE(SearchesOrder(*cluster, p));
+      ++both;
+      continue;
+    }
     EXPECT_TRUE(CheckParallelFits(p, cost->model(), &*cluster, "test").ok());
     EXPECT_EQ(p.devices(), 16);
     EXPECT_LE(p.tp, 8) << "tensor parallelism stays within a node";
@@ -103,6 +110,17 @@ TEST(ConfigSearchTest, EnumeratedConfigurationsFitTheModelAndUseEveryDevice) {
     EXPECT_TRUE(seen.insert({p.dp, p.pp, p.tp, p.zero}).second) << "listed twice";
     if (p.dp == 1) EXPECT_EQ(p.zero, space.zero.front()) << "ZeRO is moot without dp";
   }
+  int64_t differ = 0;
+  for (const ParallelConfig& p : ps.configs) {
+    differ += p.order == RankOrder::kDataInner && SearchesOrder(*cluster, p);
+  }
+  EXPECT_GT(both, 0);
+  EXPECT_EQ(both, differ) << "one tp-cp-pp-dp twin per configuration the orders place apart";
+  SearchSpace one_order;
+  one_order.orders = false;
+  const ParallelSpace only = EnumerateParallelConfigs(cost->model(), *cluster, *cost, one_order,
+                                                      Bytes::MB(36000));
+  EXPECT_EQ(only.configs.size() + static_cast<size_t>(both), ps.configs.size());
   // A few a careful user would certainly try.
   EXPECT_TRUE(seen.contains({2, 8, 1, 1}));
   EXPECT_TRUE(seen.contains({4, 4, 1, 2}));
@@ -155,17 +173,22 @@ TEST(ConfigSearchTest, GradientSyncIsZeroWithoutDataParallelismAndSlowerAcrossNo
   ClusterSpec two = *one;  // the same 8 devices as two nodes of 4
   two.nodes = 2;
   two.devices_per_node = 4;
-  auto sync = [&](const ClusterSpec& cluster, int64_t dp, int64_t pp, int64_t zero) {
+  auto sync = [&](const ClusterSpec& cluster, int64_t dp, int64_t pp, int64_t zero,
+                  RankOrder order = RankOrder::kPipelineInner) {
     ParallelConfig p = testing::TestParallel(dp, pp, 1, 36000, zero);
+    p.order = order;
     auto eval = StageCostEvaluator::Create(*cost, p, cluster);
     EXPECT_TRUE(eval.ok()) << eval.status().ToString();
     return eval.ok() ? EstimateGradientSync(*eval, cluster) : Duration::Zero();
   };
   EXPECT_EQ(sync(*one, 1, 8, 1), Duration::Zero());
   const Duration in_node = sync(*one, 2, 4, 1);
-  const Duration across = sync(two, 2, 4, 1);  // replica 1's devices are on the second node
+  // tp-cp-pp-dp: replica 1's devices are on the second node.
+  const Duration across = sync(two, 2, 4, 1);
   EXPECT_GT(in_node, Duration::Zero());
   EXPECT_GT(across, in_node);
+  // In Megatron-Core's order the two replicas of a stage are neighbours: one node again.
+  EXPECT_EQ(sync(two, 2, 4, 1, RankOrder::kDataInner), in_node);
   // ZeRO-2's reduce-scatter + all-gather moves as much as ZeRO-1's all-reduce.
   const Duration zero2 = sync(*one, 2, 4, 2);
   EXPECT_NEAR(zero2.seconds(), in_node.seconds(), 0.05 * in_node.seconds());

@@ -50,7 +50,7 @@ int64_t Capacity(const StageCostEvaluator& eval, Recompute rc) {
 int64_t DeviceOf(const HeteroConfig& config, const std::vector<int64_t>& offsets, int64_t g,
                  int64_t replica, int64_t stage) {
   const ParallelConfig& p = config.groups[g];
-  return offsets[g] + (replica * p.pp + stage) * p.devices_per_rank();
+  return offsets[g] + p.FirstDevice(replica * p.pp + stage);
 }
 
 std::string GroupName(const HeteroConfig& config, int64_t g) {

@@ -162,7 +162,8 @@ std::string Scenario::Describe(const ScenarioDescribeOptions& options) const {
         (p.cp > 1 ? fmt::format(" x cp {}", p.cp) : "") +
             (p.vpp > 1 ? fmt::format(" x vpp {}", p.vpp) : "") +
             (p.layer_cut.empty() ? ""
-                                 : fmt::format(" (layers {})", DescribeLayerCut(p.layer_cut))),
+                                 : fmt::format(" (layers {})", DescribeLayerCut(p.layer_cut))) +
+            (SearchesOrder(cluster, p) ? fmt::format(", order {}", RankOrderName(p.order)) : ""),
         p.zero, MemoryLimit().mb(), reserve);
   } else {
     s += fmt::format("cluster:  {} ({} devices), memory limit {:.0f} MB per device{}\n",

@@ -75,6 +75,10 @@ struct SearchSpace {
   // search (planner/layer_cut.h, SearchMethod); "even" (the default): every chunk the same
   // number of layers.
   bool balance_layer_cut = false;
+  // Both device orders (model/parallel_config.h, RankOrder) for the configurations they place
+  // differently (SearchesOrder: pp > 1, dp > 1, more than one node); false: the default order
+  // (tp-cp-dp-pp) only.
+  bool orders = true;
 
   friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
 };

@@ -124,6 +124,14 @@ class Trainer {
       par_ = o_.parallel;
     }
     const ParallelConfig& par = par_;
+    // The launcher's RANK is where the process is (its device block: RANK - offset = block * cp +
+    // cp index); the plan's process numbering is offset + plan rank * cp + cp index (comm.h), and
+    // par.order says which plan rank each block holds (model/parallel_config.h). Block 0 holds
+    // plan rank 0 in every order, so RANK 0 (the store's host) stays process 0.
+    if (par.tp == 1 && env_.rank >= offset_ && env_.rank - offset_ < par.devices()) {
+      const int64_t here = env_.rank - offset_;
+      env_.rank = offset_ + par.RankOfBlock(here / par.cp) * par.cp + here % par.cp;
+    }
     if (par.tp != 1) {
       return InvalidArgumentError(fmt::format(
           "--parallel: the runtime implements tp = 1 only (got tp = {}); tensor parallelism is "
@@ -543,7 +551,7 @@ class Trainer {
   }
 
   const TrainOptions& o_;
-  const DistEnv env_;
+  DistEnv env_;  // Setup renumbers rank to the plan's process numbering (par.order)
   ParallelConfig par_;  // the job's, or this process's replica group's
   int64_t group_ = -1;  // heterogeneous replicas: this process's group (-1: homogeneous)
   int64_t offset_ = 0;  // the first process of the group

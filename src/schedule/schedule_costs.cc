@@ -24,12 +24,11 @@ StatusOr<ScheduleCosts> BuildScheduleCosts(std::span<const MicroBatch> micro_bat
         fmt::format("schedule cost options: w_stored_fraction must be in [0, 1], got {}",
                     options.w_stored_fraction));
   }
-  const int64_t per_rank = par.devices_per_rank();
-  const int64_t first = options.replica * pp * per_rank;
-  if (options.replica < 0 || first + pp * per_rank > cluster.num_devices()) {
-    return InvalidArgumentError(
-        fmt::format("schedule cost options: replica {} needs devices {}..{}, the cluster has {}",
-                    options.replica, first, first + pp * per_rank - 1, cluster.num_devices()));
+  if (options.replica < 0 || options.replica >= std::max(par.dp, int64_t{1}) ||
+      par.devices() > cluster.num_devices()) {
+    return InvalidArgumentError(fmt::format(
+        "schedule cost options: replica {} of dp {} needs {} devices, the cluster has {}",
+        options.replica, par.dp, par.devices(), cluster.num_devices()));
   }
   const AlphaBetaCommModel comm(cluster);
   ScheduleCosts out;
@@ -67,8 +66,8 @@ StatusOr<ScheduleCosts> BuildScheduleCosts(std::span<const MicroBatch> micro_bat
             d == dst
                 ? Duration::Zero()
                 : comm.PointToPoint(eval.ChunkBoundaryBytes(mb.shape, c),
-                                    RanksCrossNodes(cluster, options.replica * pp + d,
-                                                    options.replica * pp + dst, per_rank));
+                                    RanksCrossNodes(cluster, par, options.replica * pp + d,
+                                                    options.replica * pp + dst));
       }
     }
   }

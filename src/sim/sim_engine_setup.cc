@@ -410,7 +410,7 @@ Status Engine::BuildGroups() {
         add(Port(b, inter, true), 1.0);
       }
       for (const int32_t member : g.members) {
-        const int64_t first = member * par.devices_per_rank();
+        const int64_t first = par.FirstDevice(member);
         const int64_t last = first + (par.cp - 1) * par.tp;  // its last ring device
         // a member whose ring devices straddle nodes crosses inside itself;
         if (plan_.cluster.NodeOfDevice(first) != plan_.cluster.NodeOfDevice(last)) {

@@ -220,7 +220,10 @@ report::HtmlReport BuildSimulationReport(const ExecutionPlan& plan, const SimRes
       "dp {} x pp {} x tp {}{}, ZeRO-{}, method {}, schedule {}; cost model: {}", plan.dp(),
       plan.pp(), plan.parallel.tp,
       (plan.parallel.cp > 1 ? fmt::format(" x cp {}", plan.parallel.cp) : "") +
-          (plan.vpp() > 1 ? fmt::format(" x vpp {}", plan.vpp()) : ""),
+          (plan.vpp() > 1 ? fmt::format(" x vpp {}", plan.vpp()) : "") +
+          (SearchesOrder(plan.cluster, plan.parallel)
+               ? fmt::format(", order {}", RankOrderName(plan.parallel.order))
+               : ""),
       plan.parallel.zero, plan.method, schedule, plan.cost_model);
   if (r.outcome != SimOutcome::kOk || r.memory_exceeded) {
     report::Section problem;
