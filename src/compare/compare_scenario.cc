@@ -293,10 +293,15 @@ StatusOr<CompareScenario> CompareScenarioFromJson(const nlohmann::json& j, std::
     static constexpr std::array<std::string_view, 2> kCuts = {"even", "balanced"};
     SLUICE_RETURN_IF_ERROR(q.OptionalEnum("layer_cut", &cut, kCuts));
     s.search.balance_layer_cut = cut == "balanced";
-    std::string orders = s.search.orders ? "both" : "default";
-    static constexpr std::array<std::string_view, 2> kOrders = {"both", "default"};
+    std::string orders = s.search.only_order.has_value()
+                             ? std::string(RankOrderName(*s.search.only_order))
+                             : "both";
+    static constexpr std::array<std::string_view, 3> kOrders = {"both", "tp-cp-dp-pp",
+                                                                "tp-cp-pp-dp"};
     SLUICE_RETURN_IF_ERROR(q.OptionalEnum("orders", &orders, kOrders));
-    s.search.orders = orders == "both";
+    s.search.only_order.reset();
+    if (orders == "tp-cp-dp-pp") s.search.only_order = RankOrder::kDataInner;
+    if (orders == "tp-cp-pp-dp") s.search.only_order = RankOrder::kPipelineInner;
     SLUICE_RETURN_IF_ERROR(q.Finish());
   }
   if (const nlohmann::json* sim = r.Child("simulator")) {
@@ -354,7 +359,9 @@ nlohmann::json CompareScenarioToJson(const CompareScenario& s) {
   if (s.search.cp != std::vector<int64_t>{1}) j["search"]["cp"] = s.search.cp;
   if (s.search.ep != std::vector<int64_t>{1}) j["search"]["ep"] = s.search.ep;  // likewise
   if (s.search.balance_layer_cut) j["search"]["layer_cut"] = "balanced";  // likewise
-  if (!s.search.orders) j["search"]["orders"] = "default";                  // likewise
+  if (s.search.only_order.has_value()) {  // likewise
+    j["search"]["orders"] = RankOrderName(*s.search.only_order);
+  }
   if (!s.moe_overlap.empty()) j["moe_overlap"] = s.moe_overlap;
   if (s.search.score_batches == 0) {
     j["search"]["score_batches"] = "all";

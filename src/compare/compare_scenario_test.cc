@@ -101,6 +101,15 @@ TEST(CompareScenarioTest, RoundTripsThroughJson) {
   auto all_again = CompareScenarioFromJson(CompareScenarioToJson(*all), "round-trip");
   ASSERT_TRUE(all_again.ok()) << all_again.status().ToString();
   EXPECT_EQ(*all_again, *all);
+  // Device orders: both by default (not written), or one for every configuration.
+  EXPECT_FALSE(CompareScenario{}.search.only_order.has_value());
+  EXPECT_FALSE(CompareScenarioToJson(CompareScenario{})["search"].contains("orders"));
+  auto inner = Parse(R"({"search": {"orders": "tp-cp-pp-dp"}})");
+  ASSERT_TRUE(inner.ok()) << inner.status().ToString();
+  EXPECT_EQ(inner->search.only_order, RankOrder::kPipelineInner);
+  auto inner_again = CompareScenarioFromJson(CompareScenarioToJson(*inner), "round-trip");
+  ASSERT_TRUE(inner_again.ok()) << inner_again.status().ToString();
+  EXPECT_EQ(*inner_again, *inner);
   const CompareScenario defaults;
   auto d = CompareScenarioFromJson(CompareScenarioToJson(defaults), "round-trip");
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -132,6 +141,7 @@ TEST(CompareScenarioTest, ErrorsNameTheFileTheFieldAndTheAllowedValues) {
       {R"({"search": {"vpp": [1]}})", {"s.json", "search.vpp"}},
       {R"({"search": {"tpp": [1]}})", {"s.json", "search.tpp"}},
       {R"({"search": {"score_batches": 0}})", {"s.json", "search.score_batches"}},
+      {R"({"search": {"orders": "dp-pp"}})", {"s.json", "search.orders", "tp-cp-pp-dp"}},
       {R"({"memory_reserve_mb": -5})", {"s.json", "memory_reserve_mb"}},
       {R"({"simulator": {"collectives": "exact"}})",
        {"s.json", "simulator.collectives", "closed-form"}},

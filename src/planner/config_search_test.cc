@@ -116,11 +116,14 @@ TEST(ConfigSearchTest, EnumeratedConfigurationsFitTheModelAndUseEveryDevice) {
   }
   EXPECT_GT(both, 0);
   EXPECT_EQ(both, differ) << "one tp-cp-pp-dp twin per configuration the orders place apart";
-  SearchSpace one_order;
-  one_order.orders = false;
-  const ParallelSpace only = EnumerateParallelConfigs(cost->model(), *cluster, *cost, one_order,
-                                                      Bytes::MB(36000));
-  EXPECT_EQ(only.configs.size() + static_cast<size_t>(both), ps.configs.size());
+  for (RankOrder order : {RankOrder::kDataInner, RankOrder::kPipelineInner}) {
+    SearchSpace one_order;
+    one_order.only_order = order;
+    const ParallelSpace only = EnumerateParallelConfigs(cost->model(), *cluster, *cost,
+                                                        one_order, Bytes::MB(36000));
+    EXPECT_EQ(only.configs.size() + static_cast<size_t>(both), ps.configs.size());
+    for (const ParallelConfig& p : only.configs) EXPECT_EQ(p.order, order);
+  }
   // A few a careful user would certainly try.
   EXPECT_TRUE(seen.contains({2, 8, 1, 1}));
   EXPECT_TRUE(seen.contains({4, 4, 1, 2}));

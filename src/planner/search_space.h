@@ -21,11 +21,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
+#include "model/parallel_config.h"
 #include "schedule/generators.h"
 
 namespace sluice {
@@ -75,10 +77,10 @@ struct SearchSpace {
   // search (planner/layer_cut.h, SearchMethod); "even" (the default): every chunk the same
   // number of layers.
   bool balance_layer_cut = false;
-  // Both device orders (model/parallel_config.h, RankOrder) for the configurations they place
-  // differently (SearchesOrder: pp > 1, dp > 1, more than one node); false: the default order
-  // (tp-cp-dp-pp) only.
-  bool orders = true;
+  // The device order (model/parallel_config.h, RankOrder): absent = both, the second only for
+  // the configurations they place differently (SearchesOrder: pp > 1, dp > 1, more than one
+  // node); else that order for every configuration.
+  std::optional<RankOrder> only_order;
 
   friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
 };
