@@ -18,6 +18,7 @@ simulations (not by the clock), printing the gain and wall time of each.
 Usage: bench/optimizer_scenarios.py [--sluice build/sluice] [--iterations 3] [--budget-ms 50]
            [--pp 4] [--schedules 1f1b,zb-h1] [--methods dynapipe] [--only SUBSTRING]
            [--searches mcmc,greedy --seeds 0,1,2 --steps 100] [--layer-cut even|balanced]
+           [--order tp-cp-dp-pp|tp-cp-pp-dp]
 """
 import argparse
 import glob
@@ -47,6 +48,9 @@ def main():
     ap.add_argument("--searches", default="")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--order", default="tp-cp-dp-pp", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"],
+                    help="device order of every configuration (docs/formats.md); tp-cp-pp-dp "
+                         "is how plans were placed before 2026-12-02")
     ap.add_argument("--layer-cut", default="even", choices=["even", "balanced"],
                     help="the plans' layer cut (sluice plan --layer-cut): the optimizer then "
                     "starts from the balanced cut's lowered plans")
@@ -68,7 +72,7 @@ def main():
         for schedule in a.schedules.split(","):
             for method in a.methods.split(","):
                 cmd = [a.sluice, "plan", "--model", sc["model"], "--cluster", sc["cluster"],
-                       "--parallel", f"dp={dp},pp={a.pp},zero=1", "--data", sc["data"],
+                       "--parallel", f"dp={dp},pp={a.pp},zero=1,order={a.order}", "--data", sc["data"],
                        "--tokens-per-batch", str(sc["tokens_per_batch"]), "--max-seqlen",
                        str(sc["max_seqlen"]), "--memory-limit", str(sc["memory_limit_mb"]),
                        "--iterations", str(a.iterations), "--method", method, "--schedule",
@@ -135,7 +139,7 @@ def compare_searches(a, here):
         for schedule in a.schedules.split(","):
             plan = os.path.join(tmp, "plan.json")
             p = subprocess.run([a.sluice, "plan", "--model", sc["model"], "--cluster",
-                                sc["cluster"], "--parallel", f"dp={dp},pp={a.pp},zero=1", "--data",
+                                sc["cluster"], "--parallel", f"dp={dp},pp={a.pp},zero=1,order={a.order}", "--data",
                                 sc["data"], "--tokens-per-batch", str(sc["tokens_per_batch"]),
                                 "--max-seqlen", str(sc["max_seqlen"]), "--memory-limit",
                                 str(sc["memory_limit_mb"]), "--iterations", "1", "--method",

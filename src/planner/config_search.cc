@@ -132,7 +132,9 @@ ParallelSpace EnumerateParallelConfigs(const ModelSpec& model, const ClusterSpec
                 }
                 break;
               }
-              if (space.only_order.has_value()) par.order = *space.only_order;
+              if (space.only_order.has_value() && SearchesOrder(cluster, par)) {
+                par.order = *space.only_order;
+              }
               out.configs.push_back(par);
               // The other device order, where it places the configuration differently.
               if (!space.only_order.has_value() && SearchesOrder(cluster, par)) {

@@ -79,7 +79,8 @@ struct SearchSpace {
   bool balance_layer_cut = false;
   // The device order (model/parallel_config.h, RankOrder): absent = both, the second only for
   // the configurations they place differently (SearchesOrder: pp > 1, dp > 1, more than one
-  // node); else that order for every configuration.
+  // node); else that order for every configuration they place differently (the others keep the
+  // default, which places them the same).
   std::optional<RankOrder> only_order;
 
   friend bool operator==(const SearchSpace&, const SearchSpace&) = default;
