@@ -249,8 +249,9 @@ CLI::Option* AddClusterFlag(CLI::App* app, std::string* cluster) {
 
 CLI::Option* AddParallelFlag(CLI::App* app, std::string* parallel) {
   return app->add_option("--parallel", *parallel,
-                         "Parallelism: K=V,... with dp, pp, tp, cp, ep, vpp, zero, memory_limit_mb "
-                         "(a key left out of the value is 1, zero 0), or a JSON file")
+                         "Parallelism: K=V,... with dp, pp, tp, cp, ep, vpp, zero, memory_limit_mb, "
+                         "layer_cut (e.g. 9+8+8+7) and order (tp-cp-dp-pp, the default, or "
+                         "tp-cp-pp-dp) (a key left out of the value is 1, zero 0), or a JSON file")
       ->type_name("K=V,...|FILE");
 }
 

@@ -60,6 +60,7 @@ struct Case {
   int64_t cp = 1;            // context parallelism: dp * pp * cp processes
   std::string layer_cut;     // "" = the even cut; "balanced": --layer-cut balanced; else
                              // --parallel's layer_cut=...
+  std::string order;         // "" = the default device order (tp-cp-dp-pp)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -130,13 +131,19 @@ std::vector<Case> Cases() {
   // The cut the planner chooses for the run (--layer-cut balanced), on every rank alike.
   cases.push_back({"gpt_1f1b_pp2_dp2_cut_balanced", "gpt-tiny", 2, 2, 1, "1f1b", "dynapipe", "", "",
                    1, "balanced"});
+  // The other device order: RANK r runs plan rank r (under the default, RANK 1 runs replica
+  // 1's stage 0), so every process runs another program than in gpt_1f1b_pp2_dp2.
+  cases.push_back({"gpt_1f1b_pp2_dp2_order_tp_cp_pp_dp", "gpt-tiny", 2, 2, 1, "1f1b", "dynapipe",
+                   "", "", 1, "", "tp-cp-pp-dp"});
   return cases;
 }
 
 std::vector<std::string> TrainArgs(const Case& c, const std::string& dir, int64_t iterations) {
   const bool explicit_cut = !c.layer_cut.empty() && c.layer_cut != "balanced";
-  const std::string parallel = fmt::format("dp={},pp={},vpp={},cp={}{}", c.dp, c.pp, c.vpp, c.cp,
-                                           explicit_cut ? ",layer_cut=" + c.layer_cut : "");
+  const std::string parallel =
+      fmt::format("dp={},pp={},vpp={},cp={}{}{}", c.dp, c.pp, c.vpp, c.cp,
+                  explicit_cut ? ",layer_cut=" + c.layer_cut : "",
+                  c.order.empty() ? "" : ",order=" + c.order);
   const std::string limit = !c.memory_limit.empty()       ? c.memory_limit
                             : c.model.rfind("t5", 0) == 0 ? "40"
                                                           : "55";
