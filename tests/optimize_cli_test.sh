@@ -34,6 +34,9 @@ check optimize-order-deterministic cmp -s "$tmp/o5.json" "$tmp/o6.json"
 expect optimize-order-exhaustive 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o7.json" --data mixture-4task --steps 1 --budget-ms 100000 --order-exhaustive-up-to 4
 expect optimize-order-bad 2 "--order-exhaustive-up-to" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --data mixture-4task --order-exhaustive-up-to 11
 expect optimize-order-estimates-bad 2 "--order-estimates" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --order-estimates -1
+expect optimize-order-share 0 "kind reorder-microbatches: [0-9]+ tried" -- optimize "$tmp/plan.json" --out "$tmp/o8.json" --data mixture-4task --steps 10 --budget-ms 100000 --order-estimates 400 --order-share 0.3
+expect optimize-order-share-zero 2 "--order-share: .*allowed: a number in \\(0, 1\\]" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --order-share 0
+expect optimize-order-share-big 2 "--order-share" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --order-share 1.5
 # --data is clipped at --max-seqlen (default 2048, as the plan's); a plan longer than it was made
 # with a larger one.
 expect optimize-max-seqlen 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o4.json" --data mixture-4task --max-seqlen 2048 --steps 10 --budget-ms 100000

@@ -49,6 +49,7 @@ struct OptimizeFlags {
   int64_t max_seqlen = 2048;  // with --data: the clip the plan was made with
   int64_t order_estimates = 3000;
   int64_t order_exhaustive_up_to = 0;
+  double order_share = OptimizerOptions{}.order_budget_share;
 };
 
 // The recompute pricer for a plan file (passes/recompute.h): the plan's cost model rebuilt from
@@ -147,6 +148,7 @@ Status RunOptimize(const OptimizeFlags& f) {
   options.seed = f.seed;
   options.order_estimates = f.order_estimates;
   options.order_exhaustive_up_to = f.order_exhaustive_up_to;
+  options.order_budget_share = f.order_share;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
   FilePricer pricer;
   if (!f.data.empty()) {
@@ -233,6 +235,11 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
                 "With --data: replicas of at most this many micro-batches try every order (0-10; "
                 "0 = off; for measuring the search, it ignores the budget)")
       ->check(IntegerCheck(0, 10))
+      ->capture_default_str();
+  o->add_option("--order-share", flags->order_share,
+                "With --data: the share of --budget-ms the micro-batch order search may spend "
+                "(the rest goes to the other moves)")
+      ->check(NumberCheck(0, true, 1, "a number in (0, 1]"))
       ->capture_default_str();
   AddMaxSeqlenFlag(o, &flags->max_seqlen)
       ->description(

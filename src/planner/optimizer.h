@@ -15,7 +15,8 @@
 // With a pricer, the next candidate is the whole-plan recompute placement
 // (passes/recompute.h, RecomputePlacementPass), kept when the simulation says it is shorter.
 // Then each MoE overlap of `moe_overlaps` (passes/moe_overlap.h) is applied to that plan and the
-// shortest kept when it is shorter (the overlap rewrites are whole-plan moves, tried once).
+// shortest kept when it is shorter (the overlap rewrites are whole-plan moves, tried once,
+// whatever is left of the budget: they are the moves an MoE plan gains most from).
 // Then each step:
 //  1. Candidates from the simulated critical path of the current plan (SimResult::critical_path):
 //     for a compute op on the path, moving it one place earlier or later on its rank, and moving
@@ -36,7 +37,8 @@
 // local optimum), or when the wall-clock budget is spent. Checking and simulating the input is
 // timed first and stands for the cost of scoring one plan: the order search ends that much
 // before its share, the placement gets a deadline that much before the budget, and a step is
-// started only when the longest step so far (that cost before the first) ends within it.
+// started only when the longest step so far (that cost before the first), and a quarter of it
+// more, ends within it.
 //
 // Guarantees: the returned plan passes ValidatePlan and its simulated iteration time (with
 // `sim`) is at most the input's; the input is returned unchanged when nothing was shorter.
