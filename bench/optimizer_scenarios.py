@@ -7,7 +7,7 @@ memory limit), plans ITERATIONS global batches with `sluice plan` under a pipeli
 (dp = devices / pp, ZeRO-1) for each schedule and method, with the optimizer on
 (--optimize-budget-ms), and reads the plan summary's optimizer line: the mean simulated iteration
 of the lowered plans and of the optimized ones, how many plans changed, and the optimizer's mean
-wall time per batch. One process, one core. Prints a Markdown table, one row per (scenario,
+and largest wall time per batch. One process, one core. Prints a Markdown table, one row per (scenario,
 schedule, method), and the medians over the rows.
 
 With --searches mcmc,greedy it compares the searches instead: per scenario and schedule it writes
@@ -32,7 +32,8 @@ import tempfile
 
 SUMMARY = re.compile(r"summary over (\d+) global batches \((\d+) planned, (\d+) out of memory\)")
 LINE = re.compile(r"optimizer: mean simulated iteration ([\d.]+) ms -> ([\d.]+) ms \(([-\d.]+)% "
-                  r"shorter\), (\d+) of (\d+) plans changed, mean optimizer time ([\d.]+) ms")
+                  r"shorter\), (\d+) of (\d+) plans changed, mean optimizer time ([\d.]+) ms "
+                  r"\(max ([\d.]+) ms\)")
 
 
 def main():
@@ -61,7 +62,7 @@ def main():
     lost = {}  # per scenario: the planner's line on clipped and dropped samples
     batches = [0, 0]  # global batches asked for, and of them out of memory (not planned)
     print("| scenario | schedule | method | batches planned | unoptimized ms | optimized ms | "
-          "shorter | plans changed | optimizer ms/batch |")
+          "shorter | plans changed | optimizer ms/batch: mean (max) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for path in sorted(glob.glob(os.path.join(here, "scenarios", "dynapipe-*.json"))):
         sc = json.load(open(path))
@@ -98,11 +99,11 @@ def main():
                     print(f"| {name} | {schedule} | {method} | {planned} | - | - | - | - | - |"
                           f" <!-- {why[-1] if why else 'no output'} -->")
                     continue
-                before, after, gain, changed, total, ms = m.groups()
-                rows.append((float(before), float(after), float(gain), float(ms)))
+                before, after, gain, changed, total, ms, ms_max = m.groups()
+                rows.append((float(before), float(after), float(gain), float(ms), float(ms_max)))
                 print(f"| {name} | {schedule} | {method} | {planned} | {float(before):,.1f} | "
                       f"{float(after):,.1f} | {float(gain):.2f}% | {changed}/{total} | "
-                      f"{float(ms):.1f} |")
+                      f"{float(ms):.1f} ({float(ms_max):.1f}) |")
                 sys.stdout.flush()
     if lost:
         print()
@@ -115,8 +116,9 @@ def main():
               f"ms, median optimized {statistics.median(r[1] for r in rows):,.1f} ms, median "
               f"gain {statistics.median(r[2] for r in rows):.2f}% (max "
               f"{max(r[2] for r in rows):.2f}%), median optimizer time "
-              f"{statistics.median(r[3] for r in rows):.1f} ms/batch (max "
-              f"{max(r[3] for r in rows):.1f}); {batches[1]} of {batches[0]} global batches out "
+              f"{statistics.median(r[3] for r in rows):.1f} ms/batch (slowest batch "
+              f"{max(r[4] for r in rows):.1f} ms); {sum(r[2] >= 5 for r in rows)} of {len(rows)} "
+              f"rows >= 5%; {batches[1]} of {batches[0]} global batches out "
               f"of memory (not planned, so not optimized; the means are over the planned ones)")
 
 
