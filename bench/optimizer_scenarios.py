@@ -7,8 +7,8 @@ memory limit), plans ITERATIONS global batches with `sluice plan` under a pipeli
 (dp = devices / pp, ZeRO-1) for each schedule and method, with the optimizer on
 (--optimize-budget-ms), and reads the plan summary's optimizer line: the mean simulated iteration
 of the lowered plans and of the optimized ones, how many plans changed, and the optimizer's mean
-and largest wall time per batch. One process, one core. Prints a Markdown table, one row per (scenario,
-schedule, method), and the medians over the rows.
+and largest wall time per batch. One process, one core. Prints a Markdown table, one row per
+(scenario, schedule, method), the medians over the rows and how many rows are >= 5% shorter.
 
 With --searches mcmc,greedy it compares the searches instead: per scenario and schedule it writes
 the first batch's plan (`sluice plan --out`, no optimizer) and runs `sluice optimize` on it with
