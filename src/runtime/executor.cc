@@ -16,6 +16,7 @@
 #include "runtime/grad_reduction.h"
 #include "runtime/layout.h"
 #include "runtime/moe_exchange.h"
+#include "runtime/p2p_transfers.h"
 #include "runtime/segmented_ops.h"
 
 namespace sluice::runtime {
@@ -40,14 +41,6 @@ struct StageRun {
   std::unique_ptr<WeightGradTape> tape;
 };
 
-struct Transfer {
-  Communicator::Handle handle;
-  at::Tensor flat;  // the message buffer (kept alive until the Finish)
-  int64_t posted_ns = 0;
-  int64_t bytes = 0;
-  int64_t peer = -1;
-};
-
 class IterationRun {
  public:
   IterationRun(ModelShard* shard, Communicator* comm, torch::optim::Optimizer* optimizer,
@@ -69,6 +62,7 @@ class IterationRun {
         program_(plan.ranks[comm->plan_rank()]),
         replica_(plan.replicas[program_.dp_index]),
         num_stages_(plan.num_stages()),
+        p2p_(*comm, *watchdog, *trace, epoch, iteration, [this] { return Now(); }),
         exchange_(
             *comm, *watchdog, *trace, [this] { return Now(); }, iteration),
         cp_gather_(comm, watchdog),
@@ -126,12 +120,12 @@ class IterationRun {
                                             f.message()));
       }
     }
-    if (!runs_.empty() || !transfers_.empty() || grads_.outstanding() > 0 ||
+    if (!runs_.empty() || p2p_.in_flight() > 0 || grads_.outstanding() > 0 ||
         segmented_.running() > 0 || segmented_.posted() > 0) {
       return InternalError(fmt::format(
           "rank {}: the program ended with {} stage runs, {} transfers, {} reductions, {} "
           "segmented ops and {} posted all-to-alls outstanding",
-          rank_, runs_.size(), transfers_.size(), grads_.outstanding(), segmented_.running(),
+          rank_, runs_.size(), p2p_.in_flight(), grads_.outstanding(), segmented_.running(),
           segmented_.posted()));
     }
     result.loss = loss_;
@@ -182,7 +176,7 @@ class IterationRun {
       case OpKind::kSendActFinish:
       case OpKind::kSendGradFinish:
       case OpKind::kRecvActFinish:
-      case OpKind::kRecvGradFinish: return Finish(in);
+      case OpKind::kRecvGradFinish: return p2p_.Finish(in);
       case OpKind::kFreeBuffer:
         SLUICE_RETURN_IF_ERROR(CheckSlot(in.inputs.at(0)));
         slots_[in.inputs[0]].clear();
@@ -488,86 +482,16 @@ class IterationRun {
     return Status::Ok();
   }
 
-  static std::pair<bool, int64_t> TransferKey(const Instruction& in) {
-    return {IsSend(in.op), in.tag};
-  }
-
   Status SendStart(const Instruction& in) {
     SLUICE_ASSIGN_OR_RETURN(Tensors tensors, Read(in.inputs));
     SLUICE_RETURN_IF_ERROR(CheckShapes(tensors, Local(in.shapes, in.microbatch), "sent tensors"));
-    Transfer t;
-    if (tensors.size() == 1) {
-      t.flat = tensors[0].detach().contiguous();
-    } else {
-      Tensors flat;
-      for (const at::Tensor& x : tensors) flat.push_back(x.detach().reshape({-1}));
-      t.flat = torch::cat(flat);
-    }
-    const int64_t posted = Now();
-    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Send(t.flat, comm_.ProcessRank(in.peer), in.tag));
-    return Post(in, std::move(t), posted);
+    return p2p_.Send(in, tensors, &last_bytes_);
   }
 
   Status RecvStart(const Instruction& in) {
-    const std::vector<TensorShape> shapes = Local(in.shapes, in.microbatch);
-    int64_t total = 0;
-    for (const TensorShape& s : shapes) total += NumElements(s);
-    Transfer t;
-    t.flat = torch::empty({total}, torch::kFloat32);
-    Tensors views;
-    int64_t offset = 0;
-    for (const TensorShape& s : shapes) {
-      views.push_back(t.flat.narrow(0, offset, NumElements(s)).view(s));
-      offset += NumElements(s);
-    }
-    SLUICE_RETURN_IF_ERROR(Write(in, std::move(views)));
-    const int64_t posted = Now();
-    SLUICE_ASSIGN_OR_RETURN(t.handle, comm_.Recv(t.flat, comm_.ProcessRank(in.peer), in.tag));
-    return Post(in, std::move(t), posted);
-  }
-
-  // `posted_ns`: just before the transfer was handed to the communicator.
-  Status Post(const Instruction& in, Transfer t, int64_t posted_ns) {
-    t.posted_ns = posted_ns;
-    t.bytes = t.flat.numel() * t.flat.element_size();
-    t.peer = in.peer;
-    last_bytes_ = t.bytes;
-    if (!transfers_.emplace(TransferKey(in), std::move(t)).second) {
-      return InvalidArgumentError(fmt::format("tag {} is already in flight", in.tag));
-    }
-    return Status::Ok();
-  }
-
-  Status Finish(const Instruction& in) {
-    const Instruction key{.op = StartOf(in.op), .tag = in.tag};
-    auto it = transfers_.find(TransferKey(key));
-    if (it == transfers_.end()) return InvalidArgumentError("finish without a posted start");
-    const int64_t peer = comm_.ProcessRank(in.peer);
-    watchdog_.BeginWait(fmt::format("{} (iteration {})", InstructionText(in), iteration_), peer);
-    Status s = comm_.Wait(it->second.handle);
-    watchdog_.EndWait();
-    if (!s.ok()) {
-      return FailedPreconditionError(fmt::format("{} rank {} failed (rank {} died?): {}",
-                                                 IsSend(in.op) ? "send to" : "receive from",
-                                                 peer, peer, s.message()));
-    }
-    TraceEvent e = Event(in, IsSend(in.op) ? TraceStream::kSend : TraceStream::kRecv,
-                         it->second.posted_ns, Now());
-    e.name = InstructionText(Instruction{.op = StartOf(in.op),
-                                         .microbatch = in.microbatch,
-                                         .stage = in.stage,
-                                         .peer = in.peer,
-                                         .tag = in.tag});
-    e.op = std::string(OpKindName(StartOf(in.op)));
-    e.bytes = it->second.bytes;
-    if (const auto* d = dynamic_cast<const DelayedSend*>(it->second.handle.get())) {
-      // Under --link-delay-ms: when the helper thread handed the send to c10d.
-      e.handed_ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(d->handed_at() - epoch_).count();
-    }
-    trace_.Add(std::move(e));
-    transfers_.erase(it);
-    return Status::Ok();
+    return p2p_.Recv(
+        in, Local(in.shapes, in.microbatch),
+        [&](Tensors views) { return Write(in, std::move(views)); }, &last_bytes_);
   }
 
   Status Step() {
@@ -606,7 +530,7 @@ class IterationRun {
   std::map<int64_t, MicroBatchInputs> inputs_;
   std::map<std::pair<int64_t, int64_t>, StageRun> runs_;
   std::set<std::pair<int64_t, int64_t>> split_;  // (micro-batch, stage) with a split backward
-  std::map<std::pair<bool, int64_t>, Transfer> transfers_;
+  PipelineTransfers p2p_;
   PlanExchange exchange_;
   CpGather cp_gather_;
   int64_t pc_ = -1;                                            // the instruction being executed
