@@ -37,6 +37,9 @@ expect optimize-order-estimates-bad 2 "--order-estimates" -- optimize "$tmp/plan
 expect optimize-order-share 0 "kind reorder-microbatches: [0-9]+ tried" -- optimize "$tmp/plan.json" --out "$tmp/o8.json" --data mixture-4task --steps 10 --budget-ms 100000 --order-estimates 400 --order-share 0.3
 expect optimize-order-share-zero 2 "--order-share: .*allowed: a number in \\(0, 1\\]" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --order-share 0
 expect optimize-order-share-big 2 "--order-share" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --order-share 1.5
+expect optimize-placed-order-share 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o9.json" --data mixture-4task --steps 10 --budget-ms 100000 --order-estimates 400 --placed-order-share 0
+expect optimize-placed-order-share-big 2 "--placed-order-share: .*allowed: a number in \\[0, 1\\]" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --placed-order-share 1.5
+expect optimize-placed-order-share-negative 2 "--placed-order-share" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --placed-order-share -0.1
 # --data is clipped at --max-seqlen (default 2048, as the plan's); a plan longer than it was made
 # with a larger one.
 expect optimize-max-seqlen 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o4.json" --data mixture-4task --max-seqlen 2048 --steps 10 --budget-ms 100000

@@ -50,6 +50,7 @@ struct OptimizeFlags {
   int64_t order_estimates = 3000;
   int64_t order_exhaustive_up_to = 0;
   double order_share = OptimizerOptions{}.order_budget_share;
+  double placed_order_share = OptimizerOptions{}.placed_order_share;
 };
 
 // The recompute pricer for a plan file (passes/recompute.h): the plan's cost model rebuilt from
@@ -149,6 +150,7 @@ Status RunOptimize(const OptimizeFlags& f) {
   options.order_estimates = f.order_estimates;
   options.order_exhaustive_up_to = f.order_exhaustive_up_to;
   options.order_budget_share = f.order_share;
+  options.placed_order_share = f.placed_order_share;
   SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan, ReadPlanFileOrSay(f.file));
   FilePricer pricer;
   if (!f.data.empty()) {
@@ -240,6 +242,11 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
                 "With --data: the share of --budget-ms the micro-batch order search may spend "
                 "(the rest goes to the other moves)")
       ->check(NumberCheck(0, true, 1, "a number in (0, 1]"))
+      ->capture_default_str();
+  o->add_option("--placed-order-share", flags->placed_order_share,
+                "With --data: after a kept recompute placement, the share of --budget-ms more "
+                "that the order search may spend again with the placed levels (0 = not again)")
+      ->check(NumberCheck(0, false, 1, "a number in [0, 1]"))
       ->capture_default_str();
   AddMaxSeqlenFlag(o, &flags->max_seqlen)
       ->description(

@@ -184,6 +184,10 @@ Status CheckOptions(const OptimizerOptions& o) {
     return InvalidArgumentError(fmt::format(
         "optimizer: order_budget_share = {}; allowed: (0, 1]", o.order_budget_share));
   }
+  if (!(o.placed_order_share >= 0 && o.placed_order_share <= 1)) {
+    return InvalidArgumentError(fmt::format(
+        "optimizer: placed_order_share = {}; allowed: [0, 1]", o.placed_order_share));
+  }
   if (o.order_estimates < 0) {
     return InvalidArgumentError(
         fmt::format("optimizer: order_estimates = {}; allowed: 0 or more", o.order_estimates));
@@ -245,22 +249,45 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     result.plan = current;
     result.applied = current_path;
   };
-  // First, with a relowerer: the micro-batch orders (see the header).
-  if (options.relowerer != nullptr && options.max_steps > 0 && options.order_estimates > 0) {
-    const Relowerer& rl = *options.relowerer;
-    const int64_t dp = rl.dp();
-    std::vector<std::vector<int64_t>> orders(static_cast<size_t>(dp));
-    for (int64_t d = 0; d < dp; ++d) {
-      orders[d].resize(static_cast<size_t>(rl.size(d)));
-      for (int64_t i = 0; i < rl.size(d); ++i) orders[d][i] = i;
+  // The orders the plan's replicas run (permutations of the input's micro-batches) and the
+  // estimates the order search measures against.
+  std::vector<std::vector<int64_t>> orders;
+  const bool reorder =
+      options.relowerer != nullptr && options.max_steps > 0 && options.order_estimates > 0;
+  if (reorder) {
+    orders.resize(static_cast<size_t>(options.relowerer->dp()));
+    for (int64_t d = 0; d < options.relowerer->dp(); ++d) {
+      orders[d].resize(static_cast<size_t>(options.relowerer->size(d)));
+      for (int64_t i = 0; i < options.relowerer->size(d); ++i) orders[d][i] = i;
     }
-    const Duration order_end =
-        Duration::Nanos(static_cast<int64_t>(static_cast<double>(options.budget.nanos()) *
-                                             options.order_budget_share)) -
-        eval_cost;
+  }
+  // The micro-batch order search (see the header) with `rl`, until `order_end` after t0. Returns
+  // whether an order was kept.
+  // The estimates the order search may spend before the placement: all of them, unless the plan
+  // recomputes somewhere and a pricer is given (the placement may then change levels), when the
+  // search after the placement keeps its share of them.
+  int64_t first_estimates = options.order_estimates;
+  if (reorder && options.pricer != nullptr && options.placed_order_share > 0) {
+    bool recomputes = false;
+    for (const RankProgram& p : plan.ranks) {
+      for (const Instruction& in : p.instructions) {
+        recomputes = recomputes || (in.op == OpKind::kForward && in.recompute != Recompute::kNone);
+      }
+    }
+    if (recomputes) {
+      first_estimates = static_cast<int64_t>(
+          static_cast<double>(options.order_estimates) * options.order_budget_share /
+          std::min(1.0, options.order_budget_share + options.placed_order_share));
+    }
+  }
+  auto order_phase = [&](const Relowerer& rl, Duration order_end, int64_t max_estimates,
+                         const std::string& kind = "reorder-microbatches") -> StatusOr<bool> {
+    if (result.order_estimates + rl.dp() >= max_estimates || elapsed() >= order_end) return false;
+    const int64_t dp = rl.dp();
     std::vector<bool> searched(static_cast<size_t>(dp), false);
     std::vector<Duration> estimate(static_cast<size_t>(dp), Duration::Zero());
     std::vector<std::vector<int64_t>> found = orders;
+    bool any = false;
     // The estimates of the plan's own orders.
     ScheduleCosts scratch;
     for (int64_t d = 0; d < dp; ++d) {
@@ -276,7 +303,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       const int64_t critical = CriticalReplica(current, base);
       if (critical < 0 || searched[critical]) break;
       const Clock::time_point c0 = Clock::now();
-      CandidateKindStats& stats = StatsOf(&result, "reorder-microbatches");
+      CandidateKindStats& stats = StatsOf(&result, kind);
       // Critical replica first, then every replica still estimated longer, slowest first.
       std::vector<int64_t> todo = {critical};
       std::vector<int64_t> rest;
@@ -293,7 +320,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         if (d != critical && estimate[d] <= target) continue;
         // An equal part of what is left, for this replica and each one after it.
         const int64_t parts = static_cast<int64_t>(todo.size() - k);
-        const int64_t left = (options.order_estimates - result.order_estimates) / parts;
+        const int64_t left = (max_estimates - result.order_estimates) / parts;
         const Duration time_left = order_end - elapsed();
         if (left <= 0 || time_left <= Duration::Zero()) {
           result.budget_hit = result.budget_hit || time_left <= Duration::Zero();
@@ -352,6 +379,20 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
                                                "lowered plan",
                                                d, text));
         }
+        // With placed levels (WithLevelsOf) the record also lists them, in the new plan's
+        // micro-batch indices: it replaces the placement's record.
+        for (const RankProgram& p : next->ranks) {
+          for (const Instruction& in : p.instructions) {
+            if (in.op != OpKind::kForward) continue;
+            const Recompute own =
+                next->replicas[p.dp_index].micro_batches[in.microbatch].recompute;
+            if (in.recompute == own) continue;
+            record.changes.push_back(fmt::format(
+                "replica {} micro-batch {} stage {}: {} -> {} (placed before the reorder)",
+                p.dp_index, in.microbatch, in.stage, RecomputeName(own),
+                RecomputeName(in.recompute)));
+          }
+        }
         ++stats.accepted;
         stats.gain += current_time - r.iteration_time;
         for (int64_t d = 0; d < dp; ++d) {
@@ -362,24 +403,31 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
           }
         }
         orders = t;
-        // The record holds every replica's order from the input: it replaces the earlier ones.
+        // The record holds every replica's order from the input, and the levels it keeps: it
+        // replaces the earlier ones.
         current_path.clear();
         keep(std::move(next).value(), std::move(r), std::move(record));
         kept = true;
+        any = true;
         break;
       }
       stats.wall += Duration::Nanos(
           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
       if (!kept) break;
     }
-  }
-  // With a pricer: the whole-plan recompute placement, the one bulk move (it changes many
-  // (micro-batch, stage) pairs at once, which single moves would take many steps to reach).
-  const bool place =
-      options.pricer != nullptr && options.max_steps > 0 && result.simulations < options.max_steps;
-  if (place && elapsed() + eval_cost >= options.budget) {
-    result.budget_hit = true;
-  } else if (place) {
+    return any;
+  };
+  // The whole-plan recompute placement, the one bulk move (it changes many (micro-batch, stage)
+  // pairs at once, which single moves would take many steps to reach). Returns whether it was
+  // kept.
+  auto placement_phase = [&]() -> StatusOr<bool> {
+    const bool place = options.pricer != nullptr && options.max_steps > 0 &&
+                       result.simulations < options.max_steps;
+    if (!place) return false;
+    if (elapsed() + eval_cost >= options.budget) {
+      result.budget_hit = true;
+      return false;
+    }
     const Clock::time_point c0 = Clock::now();
     CandidateKindStats& stats = StatsOf(&result, "recompute-placement");
     ++stats.tried;
@@ -389,6 +437,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
                             passes::RecomputePlacementPass(options.pricer, deadline).Run(&next));
     if (!record.degraded.empty()) result.budget_hit = true;
+    bool kept = false;
     if (record.changed) {
       SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
       ++result.simulations;
@@ -397,12 +446,40 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         ++stats.accepted;
         stats.gain += current_time - r.iteration_time;
         keep(std::move(next), std::move(r), std::move(record));
+        kept = true;
       }
     } else if (!record.rejected.empty() && record.degraded.empty()) {
       ++result.invalid;
     }
     stats.wall += Duration::Nanos(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
+    return kept;
+  };
+  const auto share_end = [&](double share) {
+    return Duration::Nanos(
+               static_cast<int64_t>(static_cast<double>(options.budget.nanos()) * share)) -
+           eval_cost;
+  };
+  // The orders, the placement, and (when the placement was kept and changed levels) the orders
+  // again at the placed levels, then the placement again (see the header).
+  if (reorder) {
+    SLUICE_RETURN_IF_ERROR(
+        order_phase(*options.relowerer, share_end(options.order_budget_share), first_estimates)
+            .status());
+  }
+  SLUICE_ASSIGN_OR_RETURN(const bool placed, placement_phase());
+  if (reorder && placed && options.placed_order_share > 0) {
+    SLUICE_ASSIGN_OR_RETURN(const Relowerer at_levels,
+                            options.relowerer->WithLevelsOf(current, orders));
+    if (at_levels.level_changes() > 0) {
+      SLUICE_ASSIGN_OR_RETURN(
+          const bool moved,
+          order_phase(at_levels,
+                      share_end(std::min(
+                          1.0, options.order_budget_share + options.placed_order_share)),
+                      options.order_estimates, "reorder-microbatches (placed levels)"));
+      if (moved) SLUICE_RETURN_IF_ERROR(placement_phase().status());
+    }
   }
   // Then the MoE overlap rewrites, each on the same plan; the shortest is kept if shorter.
   if (!options.moe_overlaps.empty() && options.max_steps > 0) {

@@ -14,6 +14,12 @@
 // scored by the simulator like every other candidate.
 // With a pricer, the next candidate is the whole-plan recompute placement
 // (passes/recompute.h, RecomputePlacementPass), kept when the simulation says it is shorter.
+// When it is kept, the order search runs again (to `placed_order_share` more of the budget) with
+// the micro-batches at the levels it placed (Relowerer::WithLevelsOf: the first search priced
+// them at the batching's levels, which leave memory the placement then spends, and a zero-bubble
+// schedule is generated again from the placed costs), and after a kept order the placement
+// again (it offers the pairs that did not fit before). The reorder's record then holds the
+// orders and the levels, and replaces the earlier records.
 // Then each MoE overlap of `moe_overlaps` (passes/moe_overlap.h) is applied to that plan and the
 // shortest kept when it is shorter (the overlap rewrites are whole-plan moves, tried once,
 // whatever is left of the budget: they are the moves an MoE plan gains most from).
@@ -107,6 +113,11 @@ struct OptimizerOptions {
   // Order moves: the share of `budget` the order search may spend (in (0, 1]); each replica
   // searched gets an equal part of what is left. The rest goes to the other moves.
   double order_budget_share = 0.6;
+  // Order moves: when the recompute placement was kept, the order search runs again with each
+  // (micro-batch, stage) at the level the placement chose (Relowerer::WithLevelsOf), until
+  // order_budget_share + placed_order_share of `budget` (at most all of it; in [0, 1]; 0: not
+  // run), and the placement again when an order was kept.
+  double placed_order_share = 0.3;
   // Order moves: replicas of at most this many micro-batches try every order instead (0..10;
   // SearchReplicaOrder). 0: off. For measuring the search's headroom, not for the time budget.
   int64_t order_exhaustive_up_to = 0;

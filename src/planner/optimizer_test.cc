@@ -196,6 +196,85 @@ TEST(RelowerTest, AnyOrderGivesAValidPlanOrARefusal) {
               HasSubstr("not a permutation"));
 }
 
+// The levels the recompute placement chose travel with their micro-batch: in any order (the
+// plan's own included) every (micro-batch, stage) runs at the level and cost it had, and the plan
+// passes checks 1-6; in the plan's own orders a 1F1B plan (whose action order does not depend on
+// the costs) comes back byte for byte. (Other schedules are generated again from the placed
+// costs, and the estimator may find an order over its budget that the plan's memory rule fits:
+// the lowering then refuses it, saying why.)
+TEST(RelowerTest, PlacedLevelsTravelWithTheirMicroBatch) {
+  ValidateOptions without_memory;
+  without_memory.check_memory = false;
+  int64_t placed_plans = 0, pairs = 0, same = 0, lowered = 0, refused = 0;
+  for (const SweepCase& c : Sweep()) {
+    ExecutionPlan placed = c.plan;
+    StatusOr<passes::PassRecord> record = passes::RecomputePlacementPass(c.pricer).Run(&placed);
+    ASSERT_TRUE(record.ok()) << c.name << ": " << record.status().ToString();
+    if (!record->changed) continue;
+    ++placed_plans;
+    const int64_t dp = c.plan.dp();
+    std::vector<std::vector<int64_t>> identity(static_cast<size_t>(dp));
+    for (int64_t d = 0; d < dp; ++d) {
+      for (int64_t i = 0; i < c.relowerer->size(d); ++i) identity[d].push_back(i);
+    }
+    StatusOr<Relowerer> rl = c.relowerer->WithLevelsOf(placed, identity);
+    ASSERT_TRUE(rl.ok()) << c.name << ": " << rl.status().ToString();
+    EXPECT_EQ(rl->level_changes(), static_cast<int64_t>(record->changes.size())) << c.name;
+    pairs += rl->level_changes();
+    Rng rng(5);
+    std::vector<std::vector<int64_t>> shuffled = identity;
+    for (int64_t d = 0; d < dp; ++d) {
+      for (int64_t i = c.relowerer->size(d) - 1; i > 0; --i) {
+        std::swap(shuffled[d][i], shuffled[d][rng.UniformInt(0, i)]);
+      }
+    }
+    for (const std::vector<std::vector<int64_t>>* orders : {&identity, &shuffled}) {
+      StatusOr<ExecutionPlan> p = rl->Lower(*orders);
+      if (!p.ok()) {
+        EXPECT_THAT(p.status().message(), HasSubstr("in this order")) << c.name;
+        ++refused;
+        continue;
+      }
+      ++lowered;
+      const Status valid = ValidatePlan(*p, without_memory);
+      ASSERT_TRUE(valid.ok()) << c.name << ": " << valid.ToString();
+      if (orders == &identity && c.plan.replicas[0].schedule == "1f1b") {
+        EXPECT_TRUE(*p == placed) << c.name;
+        ++same;
+      }
+      for (int64_t d = 0; d < dp; ++d) {
+        for (int64_t i = 0; i < c.relowerer->size(d); ++i) {
+          const int64_t from = (*orders)[d][i];
+          EXPECT_EQ(p->replicas[d].micro_batches[i].stages,
+                    placed.replicas[d].micro_batches[from].stages)
+              << c.name;
+          for (int64_t s = 0; s < c.plan.num_stages(); ++s) {
+            EXPECT_EQ(passes::RecomputeAt(*p, d, i, s), passes::RecomputeAt(placed, d, from, s))
+                << c.name << " replica " << d << " micro-batch " << i << " stage " << s;
+          }
+        }
+      }
+    }
+  }
+  fmt::print(
+      "placed levels: {} placed plans, {} (micro-batch, stage) pairs moved; {} lowered ({} "
+      "1F1B plans given back), {} refused\n",
+      placed_plans, pairs, lowered, same, refused);
+  EXPECT_GT(placed_plans, 0);
+  EXPECT_GT(same, 0);
+  EXPECT_GT(lowered, refused);
+  // A plan that is not the relowering's: an error naming the replica.
+  const SweepCase& c = Sweep().front();
+  EXPECT_EQ(c.relowerer->WithLevelsOf(c.plan, std::vector<std::vector<int64_t>>{}).status().code(),
+            StatusCode::kInvalidArgument);
+  std::vector<std::vector<int64_t>> reversed(static_cast<size_t>(c.plan.dp()));
+  for (int64_t d = 0; d < c.plan.dp(); ++d) {
+    for (int64_t i = c.relowerer->size(d) - 1; i >= 0; --i) reversed[d].push_back(i);
+  }
+  EXPECT_THAT(c.relowerer->WithLevelsOf(c.plan, reversed).status().message(),
+              HasSubstr("is not micro-batch"));
+}
+
 // The order search never lengthens the estimate, is deterministic, and with every order tried
 // (small replicas) is at least as short as the local search.
 TEST(RelowerTest, OrderSearchNeverLongerAndExhaustiveIsBest) {
@@ -234,7 +313,7 @@ TEST(RelowerTest, OrderSearchNeverLongerAndExhaustiveIsBest) {
 }
 
 TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
-  int64_t improved = 0, reordered = 0;
+  int64_t improved = 0, reordered = 0, at_placed_levels = 0;
   double gain_sum = 0;
   for (const SweepCase& c : Sweep()) {
     OptimizerOptions o;
@@ -260,6 +339,20 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     for (const passes::PassRecord& p : r->applied) {
       reordered += p.pass == "reorder-microbatches" ? 1 : 0;
     }
+    // The second order search (at the placed levels) ran after a kept placement only, and a
+    // reorder it kept records the levels it carried.
+    for (const CandidateKindStats& k : r->kinds) {
+      if (k.kind != "reorder-microbatches (placed levels)" || k.accepted == 0) continue;
+      ++at_placed_levels;
+      ASSERT_FALSE(r->applied.empty());
+      const passes::PassRecord& first = r->applied.front();
+      EXPECT_EQ(first.pass, "reorder-microbatches") << c.name;
+      bool levels = false;
+      for (const std::string& line : first.changes) {
+        levels = levels || line.find("(placed before the reorder)") != std::string::npos;
+      }
+      EXPECT_TRUE(levels) << c.name;
+    }
     if (r->after < r->before) {
       ++improved;
       gain_sum += 1.0 - r->after.seconds() / r->before.seconds();
@@ -268,10 +361,14 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     ASSERT_TRUE(twice.ok());
     EXPECT_EQ(twice->plan, r->plan) << c.name;
   }
-  fmt::print("optimizer sweep: {} plans, {} shorter ({} reordered), mean gain of those {:.2f}%\n",
-             Sweep().size(), improved, reordered, improved > 0 ? 100.0 * gain_sum / improved : 0.0);
+  fmt::print(
+      "optimizer sweep: {} plans, {} shorter ({} reordered, {} at the placed levels), mean gain "
+      "of those {:.2f}%\n",
+      Sweep().size(), improved, reordered, at_placed_levels,
+      improved > 0 ? 100.0 * gain_sum / improved : 0.0);
   EXPECT_GT(improved, 0);
   EXPECT_GT(reordered, 0);
+  EXPECT_GT(at_placed_levels, 0);
 }
 
 TEST(OptimizerTest, RejectsBadOptionsAndInvalidPlans) {
@@ -288,6 +385,9 @@ TEST(OptimizerTest, RejectsBadOptionsAndInvalidPlans) {
   o = {};
   o.order_exhaustive_up_to = 11;
   EXPECT_THAT(OptimizePlan(c.plan, o).status().message(), HasSubstr("order_exhaustive_up_to"));
+  o = {};
+  o.placed_order_share = 1.5;
+  EXPECT_THAT(OptimizePlan(c.plan, o).status().message(), HasSubstr("placed_order_share"));
   o = {};
   o.budget = Duration::Zero();
   EXPECT_THAT(OptimizePlan(c.plan, o).status().message(), HasSubstr("budget"));

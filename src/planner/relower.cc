@@ -133,7 +133,119 @@ StatusOr<ExecutionPlan> Relowerer::Lower(std::span<const std::vector<int64_t>> o
     }
     schedules[d] = std::move(s.schedule);
   }
-  return LowerPlan(batch_plan, batch_, schedules, *eval_, cluster_, lower_);
+  SLUICE_ASSIGN_OR_RETURN(ExecutionPlan plan,
+                          LowerPlan(batch_plan, batch_, schedules, *eval_, cluster_, lower_));
+  if (!levels_.empty()) ApplyLevels(orders, &plan);
+  return plan;
+}
+
+void Relowerer::ApplyLevels(std::span<const std::vector<int64_t>> orders,
+                            ExecutionPlan* plan) const {
+  const int64_t stages = plan->num_stages();
+  for (RankProgram& p : plan->ranks) {
+    const int64_t d = p.dp_index;
+    if (d < 0 || d >= dp() || levels_[d].empty()) continue;
+    for (Instruction& in : p.instructions) {
+      if (!IsCompute(in.op) || in.microbatch < 0 || in.microbatch >= size(d) || in.stage < 0 ||
+          in.stage >= stages) {
+        continue;
+      }
+      const int64_t original = orders[d].empty() ? in.microbatch : orders[d][in.microbatch];
+      const std::vector<Recompute>& levels = levels_[d][original];
+      if (levels.empty() || levels[in.stage] == replicas_[d][original].recompute) continue;
+      const ChunkCost& cost = costs_[d].chunks[original][in.stage];
+      switch (in.op) {
+        case OpKind::kForward:
+          in.duration = cost.forward;
+          break;
+        case OpKind::kBackward:
+          in.duration = cost.backward();
+          break;
+        case OpKind::kBackwardInput:
+          in.duration = cost.backward_input;
+          break;
+        default:
+          in.duration = cost.backward_weight;
+          break;
+      }
+      if (in.op != OpKind::kBackwardWeight) in.recompute = levels[in.stage];
+    }
+  }
+  for (int64_t d = 0; d < dp(); ++d) {
+    if (levels_[d].empty()) continue;
+    for (int64_t i = 0; i < size(d); ++i) {
+      const int64_t original = orders[d].empty() ? i : orders[d][i];
+      const std::vector<Recompute>& levels = levels_[d][original];
+      for (int64_t s = 0; s < static_cast<int64_t>(levels.size()); ++s) {
+        if (levels[s] != replicas_[d][original].recompute) {
+          plan->replicas[d].micro_batches[i].stages[s] = costs_[d].chunks[original][s];
+        }
+      }
+    }
+  }
+}
+
+StatusOr<Relowerer> Relowerer::WithLevelsOf(const ExecutionPlan& plan,
+                                            std::span<const std::vector<int64_t>> orders) const {
+  if (static_cast<int64_t>(orders.size()) != dp() || plan.dp() != dp()) {
+    return InvalidArgumentError(fmt::format(
+        "relowering: {} orders and a plan of {} replicas for {} replicas", orders.size(),
+        plan.dp(), dp()));
+  }
+  const int64_t stages = plan.num_stages();
+  Relowerer out = *this;
+  out.levels_.assign(static_cast<size_t>(dp()), {});
+  for (int64_t d = 0; d < dp(); ++d) {
+    if (!IsPermutation(orders[d], size(d)) ||
+        static_cast<int64_t>(plan.replicas[d].micro_batches.size()) != size(d)) {
+      return InvalidArgumentError(fmt::format(
+          "relowering: replica {}: the order is not a permutation of its {} micro-batches, or "
+          "the plan has another number of them",
+          d, size(d)));
+    }
+    out.levels_[d].assign(static_cast<size_t>(size(d)), {});
+    for (int64_t i = 0; i < size(d); ++i) {
+      const int64_t original = orders[d][i];
+      const PlanMicroBatch& pmb = plan.replicas[d].micro_batches[i];
+      if (pmb.rows != replicas_[d][original].rows ||
+          static_cast<int64_t>(pmb.stages.size()) != stages ||
+          static_cast<int64_t>(costs_[d].chunks[original].size()) != stages) {
+        return InvalidArgumentError(fmt::format(
+            "relowering: micro-batch {} of replica {} is not micro-batch {} of the plan this "
+            "relowering was made from",
+            i, d, original));
+      }
+      out.levels_[d][original].assign(static_cast<size_t>(stages), replicas_[d][original].recompute);
+    }
+  }
+  // Each pair's level is its F's; the cost is the one the plan records for it.
+  for (const RankProgram& p : plan.ranks) {
+    const int64_t d = p.dp_index;
+    if (d < 0 || d >= dp()) continue;
+    for (const Instruction& in : p.instructions) {
+      if (in.op != OpKind::kForward || in.microbatch < 0 || in.microbatch >= size(d) ||
+          in.stage < 0 || in.stage >= stages) {
+        continue;
+      }
+      const int64_t original = orders[d][in.microbatch];
+      out.levels_[d][original][in.stage] = in.recompute;
+      if (in.recompute != replicas_[d][original].recompute) {
+        out.costs_[d].chunks[original][in.stage] =
+            plan.replicas[d].micro_batches[in.microbatch].stages[in.stage];
+      }
+    }
+  }
+  return out;
+}
+
+int64_t Relowerer::level_changes() const {
+  int64_t n = 0;
+  for (size_t d = 0; d < levels_.size(); ++d) {
+    for (size_t mb = 0; mb < levels_[d].size(); ++mb) {
+      for (Recompute level : levels_[d][mb]) n += level != replicas_[d][mb].recompute ? 1 : 0;
+    }
+  }
+  return n;
 }
 
 StatusOr<OrderSearch> SearchReplicaOrder(

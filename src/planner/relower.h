@@ -69,9 +69,25 @@ class Relowerer {
   // is not a permutation, or the lowering's errors.
   StatusOr<ExecutionPlan> Lower(std::span<const std::vector<int64_t>> orders) const;
 
+  // A copy whose micro-batches keep the recompute level each (micro-batch, stage) runs at in
+  // `plan`, at the cost `plan` records for it (PlanMicroBatch::stages): the levels the recompute
+  // placement (passes/recompute.h) chose travel with their micro-batch into every other order,
+  // both in Estimate (the order search prices orders at them, memory included) and in Lower (the
+  // lowered plan runs each pair at its level; the result is not validated: a level that fit
+  // memory in one order may not in another). `plan` must be this Relowerer's lowering with
+  // `orders` (rewritten since only in levels, durations and the like); the copy's orders are, as
+  // this one's, permutations of the original micro-batch indices. Errors: orders that are not
+  // permutations, or a plan whose replicas or micro-batches are not this Relowerer's in `orders`
+  // (InvalidArgument).
+  StatusOr<Relowerer> WithLevelsOf(const ExecutionPlan& plan,
+                                   std::span<const std::vector<int64_t>> orders) const;
+  // (Micro-batch, stage) pairs whose level differs from the micro-batch's own (WithLevelsOf).
+  int64_t level_changes() const;
+
  private:
   Relowerer() = default;
-
+  // Lower's last step with levels_: each pair not at its micro-batch's level gets it.
+  void ApplyLevels(std::span<const std::vector<int64_t>> orders, ExecutionPlan* plan) const;
 
   const StageCostEvaluator* eval_ = nullptr;
   ClusterSpec cluster_;
@@ -83,6 +99,9 @@ class Relowerer {
   std::vector<ScheduleKind> kinds_;   // [dp]
   std::vector<ScheduleOptions> schedule_options_;  // [dp]
   LowerOptions lower_;
+  // [dp][micro-batch][virtual stage]: the level a pair runs at when not the micro-batch's own
+  // (WithLevelsOf); empty: every pair at its micro-batch's level.
+  std::vector<std::vector<std::vector<Recompute>>> levels_;
 };
 
 // A shorter order for one replica, by its schedule estimate (schedule/estimator.h; DynaPipe's
