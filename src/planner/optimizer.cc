@@ -211,6 +211,16 @@ Duration BudgetLeft(Duration budget, std::chrono::steady_clock::time_point since
   return std::max(Duration::Micros(1), budget - spent);
 }
 
+namespace {
+
+Duration Since(std::chrono::steady_clock::time_point t) {
+  return Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - t)
+                             .count());
+}
+
+}  // namespace
+
 StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const OptimizerOptions& options) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
@@ -280,6 +290,10 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
           std::min(1.0, options.order_budget_share + options.placed_order_share));
     }
   }
+  // The longest lowering, check and simulation of an order tried, and the first placement's
+  // time: what the search after the placement leaves room for.
+  Duration longest_try = Duration::Zero();
+  Duration placement_wall = Duration::Zero();
   auto order_phase = [&](const Relowerer& rl, Duration order_end, int64_t max_estimates,
                          const std::string& kind = "reorder-microbatches") -> StatusOr<bool> {
     if (result.order_estimates + rl.dp() >= max_estimates || elapsed() >= order_end) return false;
@@ -354,15 +368,24 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         tries.back()[critical] = found[critical];
       }
       bool kept = false;
-      for (const std::vector<std::vector<int64_t>>& t : tries) {
+      for (size_t k = 0; k < tries.size(); ++k) {
+        const std::vector<std::vector<int64_t>>& t = tries[k];
         if (result.simulations >= options.max_steps) break;
+        // The fallback (the critical replica's order alone) only when it ends within the budget.
+        if (k > 0 && elapsed() + longest_try + Duration::Nanos(longest_try.nanos() / 4) >=
+                         options.budget) {
+          result.budget_hit = true;
+          break;
+        }
         ++stats.tried;
+        const Clock::time_point l0 = Clock::now();
         StatusOr<ExecutionPlan> next = rl.Lower(t);
         if (!next.ok() || !ValidatePlan(*next).ok()) {
           ++result.invalid;
           continue;
         }
         SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(*next, sim));
+        longest_try = std::max(longest_try, Since(l0));
         ++result.simulations;
         ++stats.simulated;
         if (r.outcome != SimOutcome::kOk || r.iteration_time >= current_time) continue;
@@ -451,8 +474,8 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     } else if (!record.rejected.empty() && record.degraded.empty()) {
       ++result.invalid;
     }
-    stats.wall += Duration::Nanos(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - c0).count());
+    stats.wall += Since(c0);
+    placement_wall = std::max(placement_wall, Since(c0));
     return kept;
   };
   const auto share_end = [&](double share) {
@@ -471,13 +494,17 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   if (reorder && placed && options.placed_order_share > 0) {
     SLUICE_ASSIGN_OR_RETURN(const Relowerer at_levels,
                             options.relowerer->WithLevelsOf(current, orders));
-    if (at_levels.level_changes() > 0) {
-      SLUICE_ASSIGN_OR_RETURN(
-          const bool moved,
-          order_phase(at_levels,
-                      share_end(std::min(
-                          1.0, options.order_budget_share + options.placed_order_share)),
-                      options.order_estimates, "reorder-microbatches (placed levels)"));
+    // It ends early enough for its try (the orders lowered, checked and simulated) and the
+    // placement after it, a quarter more on top (as a local step's margin, below).
+    const Duration one_try = std::max(longest_try, eval_cost + eval_cost);
+    const Duration after = one_try + placement_wall + eval_cost;
+    const Duration end = std::min(
+        share_end(std::min(1.0, options.order_budget_share + options.placed_order_share)),
+        options.budget - after - Duration::Nanos(after.nanos() / 4));
+    if (at_levels.level_changes() > 0 && elapsed() < end) {
+      SLUICE_ASSIGN_OR_RETURN(const bool moved,
+                              order_phase(at_levels, end, options.order_estimates,
+                                          "reorder-microbatches (placed levels)"));
       if (moved) SLUICE_RETURN_IF_ERROR(placement_phase().status());
     }
   }

@@ -112,12 +112,12 @@ struct OptimizerOptions {
   int64_t order_estimates = 3000;
   // Order moves: the share of `budget` the order search may spend (in (0, 1]); each replica
   // searched gets an equal part of what is left. The rest goes to the other moves.
-  double order_budget_share = 0.6;
+  double order_budget_share = 0.45;
   // Order moves: when the recompute placement was kept, the order search runs again with each
   // (micro-batch, stage) at the level the placement chose (Relowerer::WithLevelsOf), until
   // order_budget_share + placed_order_share of `budget` (at most all of it; in [0, 1]; 0: not
   // run), and the placement again when an order was kept.
-  double placed_order_share = 0.3;
+  double placed_order_share = 0.45;
   // Order moves: replicas of at most this many micro-batches try every order instead (0..10;
   // SearchReplicaOrder). 0: off. For measuring the search's headroom, not for the time budget.
   int64_t order_exhaustive_up_to = 0;
