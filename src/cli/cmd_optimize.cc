@@ -47,7 +47,7 @@ struct OptimizeFlags {
   int64_t samples = 0;
   uint64_t data_seed = 0;
   int64_t max_seqlen = 2048;  // with --data: the clip the plan was made with
-  int64_t order_estimates = 3000;
+  int64_t order_estimates = OptimizerOptions{}.order_estimates;
   int64_t order_exhaustive_up_to = 0;
   double order_share = OptimizerOptions{}.order_budget_share;
   double placed_order_share = OptimizerOptions{}.placed_order_share;

@@ -109,7 +109,7 @@ struct OptimizerOptions {
   // no order moves. The planner passes one made from its batch.
   std::shared_ptr<const Relowerer> relowerer;
   // Order moves: schedule estimates at most over the whole order search (>= 0).
-  int64_t order_estimates = 3000;
+  int64_t order_estimates = 20000;
   // Order moves: the share of `budget` the order search may spend (in (0, 1]); each replica
   // searched gets an equal part of what is left. The rest goes to the other moves.
   double order_budget_share = 0.45;

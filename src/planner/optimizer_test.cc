@@ -275,6 +275,32 @@ TEST(RelowerTest, PlacedLevelsTravelWithTheirMicroBatch) {
               HasSubstr("is not micro-batch"));
 }
 
+// Makespan (the order search's measure; 1F1B's schedule built once) is Estimate's makespan, or
+// Infinite where Estimate's schedule does not fit or run, for every kind of schedule in the sweep.
+TEST(RelowerTest, MakespanIsTheEstimates) {
+  int64_t checked = 0;
+  for (const SweepCase& c : Sweep()) {
+    Rng rng(9);
+    ScheduleCosts a, b;
+    for (int64_t d = 0; d < c.relowerer->dp(); ++d) {
+      std::vector<int64_t> order(static_cast<size_t>(c.relowerer->size(d)));
+      for (int64_t i = 0; i < c.relowerer->size(d); ++i) order[i] = i;
+      for (int k = 0; k < 4; ++k) {
+        StatusOr<ScheduleResult> full = c.relowerer->Estimate(d, order, &a);
+        StatusOr<Duration> fast = c.relowerer->Makespan(d, order, &b);
+        ASSERT_TRUE(full.ok() && fast.ok()) << c.name;
+        const bool runs = full->outcome == PlanOutcome::kOk && full->estimate.completed;
+        EXPECT_EQ(*fast, runs ? full->estimate.makespan : Duration::Infinite()) << c.name;
+        ++checked;
+        for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) {
+          std::swap(order[i], order[rng.UniformInt(0, i)]);
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 200);
+}
+
 // The order search never lengthens the estimate, is deterministic, and with every order tried
 // (small replicas) is at least as short as the local search.
 TEST(RelowerTest, OrderSearchNeverLongerAndExhaustiveIsBest) {

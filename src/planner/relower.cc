@@ -54,6 +54,7 @@ StatusOr<Relowerer> Relowerer::Create(const ExecutionPlan& plan, const StageCost
   r.replicas_.resize(static_cast<size_t>(dp));
   r.costs_.resize(static_cast<size_t>(dp));
   r.kinds_.resize(static_cast<size_t>(dp));
+  r.fixed_.resize(static_cast<size_t>(dp));
   r.schedule_options_.assign(static_cast<size_t>(dp), schedule);
   for (int64_t d = 0; d < dp; ++d) {
     const PlanReplica& replica = plan.replicas[d];
@@ -90,6 +91,9 @@ StatusOr<Relowerer> Relowerer::Create(const ExecutionPlan& plan, const StageCost
       }
       r.replicas_[d].push_back(std::move(mb));
     }
+    if (r.kinds_[d] == ScheduleKind::k1F1B) {
+      r.fixed_[d] = OneFOneBOrder(eval.pp(), static_cast<int64_t>(replica.micro_batches.size()));
+    }
     ScheduleCostOptions co = lower.costs;
     co.replica = d;
     SLUICE_ASSIGN_OR_RETURN(r.costs_[d], BuildScheduleCosts(r.replicas_[d], eval, cluster, co));
@@ -101,6 +105,19 @@ StatusOr<ScheduleResult> Relowerer::Estimate(int64_t d, std::span<const int64_t>
                                              ScheduleCosts* scratch) const {
   PermuteMicroBatches(costs_[d], order, scratch);
   return GenerateSchedule(kinds_[d], *scratch, schedule_options_[d]);
+}
+
+StatusOr<Duration> Relowerer::Makespan(int64_t d, std::span<const int64_t> order,
+                                       ScheduleCosts* scratch) const {
+  if (!fixed_[d].has_value()) {
+    SLUICE_ASSIGN_OR_RETURN(ScheduleResult r, Estimate(d, order, scratch));
+    if (r.outcome != PlanOutcome::kOk || !r.estimate.completed) return Duration::Infinite();
+    return r.estimate.makespan;
+  }
+  PermuteMicroBatches(costs_[d], order, scratch);
+  const ScheduleEstimate e = EstimateSchedule(*fixed_[d], *scratch);
+  if (!e.completed || !e.fits_memory) return Duration::Infinite();
+  return e.makespan;
 }
 
 StatusOr<ExecutionPlan> Relowerer::Lower(std::span<const std::vector<int64_t>> orders) const {
@@ -267,9 +284,7 @@ StatusOr<OrderSearch> SearchReplicaOrder(
   ScheduleCosts scratch;
   auto estimate = [&](const std::vector<int64_t>& order) -> StatusOr<Duration> {
     ++out.estimates;
-    SLUICE_ASSIGN_OR_RETURN(ScheduleResult r, relowerer.Estimate(d, order, &scratch));
-    if (r.outcome != PlanOutcome::kOk || !r.estimate.completed) return Duration::Infinite();
-    return r.estimate.makespan;
+    return relowerer.Makespan(d, order, &scratch);
   };
   SLUICE_ASSIGN_OR_RETURN(out.start_makespan, estimate(out.order));
   out.makespan = out.start_makespan;

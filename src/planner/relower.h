@@ -64,6 +64,13 @@ class Relowerer {
   StatusOr<ScheduleResult> Estimate(int64_t d, std::span<const int64_t> order,
                                     ScheduleCosts* scratch) const;
 
+  // Estimate's makespan, Infinite when that schedule does not fit the memory budget or does not
+  // run: what the order search compares. For 1F1B (whose action order is the same whatever the
+  // micro-batches cost) the schedule is built once and only estimated again.
+  // REQUIRES: order is a permutation of 0 .. size(d) - 1.
+  StatusOr<Duration> Makespan(int64_t d, std::span<const int64_t> order,
+                              ScheduleCosts* scratch) const;
+
   // The plan lowered with replica d's micro-batches in orders[d] (an empty order: the plan's).
   // The result is not validated (run ValidatePlan). Errors: orders.size() != dp(), an order that
   // is not a permutation, or the lowering's errors.
@@ -97,6 +104,7 @@ class Relowerer {
   std::string method_;
   std::vector<ScheduleCosts> costs_;  // [dp], plan order
   std::vector<ScheduleKind> kinds_;   // [dp]
+  std::vector<std::optional<Schedule>> fixed_;  // [dp]: the 1F1B schedule, built once
   std::vector<ScheduleOptions> schedule_options_;  // [dp]
   LowerOptions lower_;
   // [dp][micro-batch][virtual stage]: the level a pair runs at when not the micro-batch's own

@@ -38,9 +38,17 @@ inline int64_t Transient(const ChunkCost& c) {
   return std::max<int64_t>(0, c.peak.count() - c.stored.count());
 }
 
-// ZB-H1 by greedy list scheduling (generators.h): `bound` is the activation bound per rank.
+// Per rank, as the generator's simulation timed its list: time computing, end of its last action.
+struct ListTimes {
+  std::vector<Duration> busy, finish;
+};
+
+// ZB-H1 by greedy list scheduling (generators.h): `bound` is the activation bound per rank. With
+// `times`, the simulation's timing of the list, which is EstimateSchedule's (zb_h1_schedule.cc):
+// the generator then estimates only the list's memory (EstimateScheduleMemory).
 // REQUIRES: costs.vpp == 1, bound.size() == pp.
-std::string ZbH1Order(const ScheduleCosts& costs, const std::vector<Bytes>& bound, Schedule* out);
+std::string ZbH1Order(const ScheduleCosts& costs, const std::vector<Bytes>& bound, Schedule* out,
+                      ListTimes* times = nullptr);
 
 // DynaPipe's memory-throttled cyclic order (generators.h). `max_in_flight` 0 = unlimited.
 std::string AdaptiveOrder(const ScheduleCosts& costs, int64_t max_in_flight, Schedule* out);

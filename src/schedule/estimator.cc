@@ -334,6 +334,47 @@ Duration ActionDuration(const Action& a, const ScheduleCosts& costs) {
   return Duration::Nanos(DurationNs(costs.chunks[a.microbatch][a.stage], a.kind));
 }
 
+namespace {
+
+// The memory half of an estimate: every rank's peak by its list order, and the first over budget.
+void EstimateMemory(const Schedule& schedule, const ScheduleCosts& costs, ScheduleEstimate* e) {
+  const int64_t pp = schedule.pp;
+  e->peak_memory.assign(static_cast<size_t>(pp), Bytes::Zero());
+  for (int64_t r = 0; r < pp; ++r) {
+    e->peak_memory[r] = RankPeakMemory(schedule.ranks[r], costs);
+    if (!costs.budget.empty() && e->peak_memory[r] > costs.budget[r] && e->fits_memory) {
+      e->fits_memory = false;
+      e->memory_problem =
+          fmt::format("rank {} needs {} of activations{}, its budget is {}", r,
+                      FormatBytes(e->peak_memory[r]), costs.held.empty() ? "" : " and held buffers",
+                      FormatBytes(costs.budget[r]));
+    }
+  }
+}
+
+}  // namespace
+
+ScheduleEstimate EstimateTimedSchedule(const Schedule& schedule, const ScheduleCosts& costs,
+                                       std::span<const Duration> busy,
+                                       std::span<const Duration> finish) {
+  ScheduleEstimate e;
+  EstimateMemory(schedule, costs, &e);
+  e.completed = true;
+  e.busy.assign(busy.begin(), busy.end());
+  e.finish.assign(finish.begin(), finish.end());
+  int64_t total_busy = 0;
+  for (size_t r = 0; r < e.finish.size(); ++r) {
+    e.makespan = std::max(e.makespan, e.finish[r]);
+    total_busy += e.busy[r].nanos();
+  }
+  if (e.makespan.nanos() > 0) {
+    e.bubble_fraction =
+        1.0 - static_cast<double>(total_busy) /
+                  (static_cast<double>(schedule.pp) * static_cast<double>(e.makespan.nanos()));
+  }
+  return e;
+}
+
 ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts& costs) {
   ScheduleEstimate e;
   e.problem = CheckShapes(schedule, costs);
@@ -344,17 +385,7 @@ ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts&
   const int64_t pp = schedule.pp;
   e.busy.assign(static_cast<size_t>(pp), Duration::Zero());
   e.finish.assign(static_cast<size_t>(pp), Duration::Zero());
-  e.peak_memory.assign(static_cast<size_t>(pp), Bytes::Zero());
-  for (int64_t r = 0; r < pp; ++r) {
-    e.peak_memory[r] = RankPeakMemory(schedule.ranks[r], costs);
-    if (!costs.budget.empty() && e.peak_memory[r] > costs.budget[r] && e.fits_memory) {
-      e.fits_memory = false;
-      e.memory_problem =
-          fmt::format("rank {} needs {} of activations{}, its budget is {}", r,
-                      FormatBytes(e.peak_memory[r]), costs.held.empty() ? "" : " and held buffers",
-                      FormatBytes(costs.budget[r]));
-    }
-  }
+  EstimateMemory(schedule, costs, &e);
   Replay replay(schedule, costs, ReplayOptions{}, nullptr);
   replay.Run();
   e.completed = true;

@@ -70,6 +70,15 @@ Bytes RankPeakMemory(std::span<const Action> list, const ScheduleCosts& costs);
 // costs.p2p may be empty (free transfers); costs.budget may be empty (unlimited memory).
 ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts& costs);
 
+// The estimate of a schedule that its generator already timed under this model (ZB-H1's
+// simulation, schedule/cost_driven_orders.h): memory as EstimateSchedule computes it, the timing
+// from `busy` and `finish` (per rank), without replaying the schedule. Equal to EstimateSchedule
+// when those are the model's timing (generators_test checks it for ZB-H1).
+// REQUIRES: the schedule's shape matches the costs; busy.size() == finish.size() == pp.
+ScheduleEstimate EstimateTimedSchedule(const Schedule& schedule, const ScheduleCosts& costs,
+                                       std::span<const Duration> busy,
+                                       std::span<const Duration> finish);
+
 // How ReplaySchedule times a schedule (EstimateSchedule uses the defaults).
 struct ReplayOptions {
   // Transfers queue on their channel (the model above); false: each takes its own time, as if

@@ -68,6 +68,19 @@ StatusOr<ScheduleResult> Finish(Schedule s, const ScheduleCosts& costs, std::str
   return r;
 }
 
+// As Finish, for a schedule its generator timed (EstimateTimedSchedule).
+ScheduleResult FinishTimed(Schedule s, const ScheduleCosts& costs,
+                           const schedule_internal::ListTimes& times) {
+  ScheduleResult r;
+  r.estimate = EstimateTimedSchedule(s, costs, times.busy, times.finish);
+  if (!r.estimate.fits_memory) {
+    r.outcome = PlanOutcome::kOutOfMemory;
+    r.infeasible_reason = fmt::format("{}: {}", s.name, r.estimate.memory_problem);
+  }
+  r.schedule = std::move(s);
+  return r;
+}
+
 ScheduleResult OutOfMemory(std::string reason) {
   ScheduleResult r;
   r.outcome = PlanOutcome::kOutOfMemory;
@@ -382,9 +395,11 @@ StatusOr<ScheduleResult> GenerateSchedule(ScheduleKind kind, const ScheduleCosts
         bound[r] = std::min(bound[r], costs.budget[r]);
       }
       Schedule s;
-      const std::string oom = schedule_internal::ZbH1Order(costs, bound, &s);
+      schedule_internal::ListTimes times;
+      const std::string oom = schedule_internal::ZbH1Order(costs, bound, &s, &times);
       if (!oom.empty()) return OutOfMemory("zb-h1: " + oom);
-      return Finish(std::move(s), costs, "");
+      // ZB-H1's simulation timed the list as the estimator would: only its memory is estimated.
+      return FinishTimed(std::move(s), costs, times);
     }
     case ScheduleKind::kAdaptive: {
       Schedule s;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "schedule/test_util.h"
@@ -62,6 +63,44 @@ TEST(GeneratorsTest, GPipeAnd1F1BMatchTheClosedForm) {
 // so the comparison is of idle time). The greedy reaches the ideal exactly on uniform costs (the
 // makespan 3 m f + (p - 1) f is asserted exactly), so the ratio is 1/3 up to floating-point
 // rounding; the tolerance 1e-9 only absorbs that.
+// ZB-H1's generator times its list itself (EstimateTimedSchedule): the estimate is exactly the
+// estimator's replay of that list, over random costs, transfers and budgets.
+TEST(GeneratorsTest, ZbH1TimingIsTheEstimators) {
+  int64_t checked = 0, oom = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    for (int64_t pp : {1, 2, 3, 4, 8}) {
+      const int64_t m = 1 + static_cast<int64_t>(seed % 23);
+      ScheduleCosts c = RandomCosts(seed, pp, 1, m);
+      if (seed % 3 == 0) c.p2p.clear();  // free transfers too
+      if (seed % 5 == 0) {               // a budget that some orders exceed
+        const ScheduleResult free = Must(ScheduleKind::kZbH1, c);
+        Bytes peak;
+        for (Bytes b : free.estimate.peak_memory) peak = std::max(peak, b);
+        SetBudget(&c, peak.mb() * 0.9);
+      }
+      const ScheduleResult zb = Must(ScheduleKind::kZbH1, c);
+      if (zb.outcome != PlanOutcome::kOk && zb.schedule.ranks.empty()) {
+        ++oom;  // the generator could not fit the bound: no list to compare
+        continue;
+      }
+      const ScheduleEstimate want = EstimateSchedule(zb.schedule, c);
+      ASSERT_TRUE(want.completed) << want.problem;
+      EXPECT_EQ(zb.estimate.makespan, want.makespan) << "seed " << seed << " pp " << pp;
+      EXPECT_EQ(zb.estimate.busy, want.busy) << "seed " << seed << " pp " << pp;
+      EXPECT_EQ(zb.estimate.finish, want.finish) << "seed " << seed << " pp " << pp;
+      EXPECT_EQ(zb.estimate.peak_memory, want.peak_memory);
+      EXPECT_EQ(zb.estimate.fits_memory, want.fits_memory);
+      EXPECT_EQ(zb.estimate.memory_problem, want.memory_problem);
+      EXPECT_DOUBLE_EQ(zb.estimate.bubble_fraction, want.bubble_fraction);
+      EXPECT_TRUE(zb.estimate.completed);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000);
+  std::printf("zb-h1 timing: %lld schedules checked, %lld over the bound\n",
+              static_cast<long long>(checked), static_cast<long long>(oom));
+}
+
 TEST(GeneratorsTest, ZbH1BubbleIsAThirdOf1F1B) {
   for (int64_t pp : {2, 4, 8}) {
     for (int64_t m : {8, 16, 32}) {

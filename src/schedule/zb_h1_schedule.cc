@@ -17,8 +17,10 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 // Greedy ZB-H1 (vpp = 1, stage r on rank r): a time-ordered simulation in which every idle rank
 // picks, in this priority, the I of its oldest micro-batch whose gradient has arrived, the F of its
 // next micro-batch (if fewer than pp - r await their I and Need() fits the bound), or the W of
-// its oldest micro-batch past I. Transfers use the same channels as the estimator, so its timing
-// is the estimator's.
+// its oldest micro-batch past I. Transfers use the same channels as the estimator, and every
+// action starts as soon as its rank is free and its inputs are there, so its timing is the
+// estimator's of the list it writes (generators_test checks it): each rank's busy time and the
+// end of its last action are kept for the estimate.
 class ZbH1 {
  public:
   ZbH1(const ScheduleCosts& c, const std::vector<Bytes>& bound, Schedule* out)
@@ -34,6 +36,8 @@ class ZbH1 {
         next_i_(static_cast<size_t>(pp_), 0),
         next_w_(static_cast<size_t>(pp_), 0),
         held_(static_cast<size_t>(pp_), 0),
+        busy_(static_cast<size_t>(pp_), 0),
+        free_at_(static_cast<size_t>(pp_), 0),
         running_(static_cast<size_t>(pp_), 0),
         decide_(static_cast<size_t>(pp_), 0),
         channels_(pp_) {
@@ -43,7 +47,7 @@ class ZbH1 {
     }
   }
 
-  std::string Run() {
+  std::string Run(ListTimes* times) {
     InitSchedule(c_, "zb-h1", out_);
     int64_t now = 0;
     for (int64_t r = 0; r < pp_; ++r) Decide(r, now);
@@ -67,6 +71,14 @@ class ZbH1 {
     }
     for (int64_t r = 0; r < pp_; ++r) {
       if (next_w_[r] < m_) return Stuck(r);
+    }
+    if (times != nullptr) {
+      times->busy.resize(static_cast<size_t>(pp_));
+      times->finish.resize(static_cast<size_t>(pp_));
+      for (int64_t r = 0; r < pp_; ++r) {
+        times->busy[r] = Duration::Nanos(busy_[r]);
+        times->finish[r] = Duration::Nanos(free_at_[r]);
+      }
     }
     return "";
   }
@@ -113,12 +125,14 @@ class ZbH1 {
         d = c.backward_weight;
         break;
     }
+    busy_[r] += d.nanos();
     Push(now + d.nanos(), r, true);
   }
 
   // Hands the output of the action rank r just finished to its neighbour.
   void Complete(int64_t r, int64_t t) {
     running_[r] = 0;
+    free_at_[r] = t;
     const Action& a = out_->ranks[r].back();
     if (a.kind == ActionKind::kForward) f_done_[Index(a.microbatch, a.stage)] = t;
     const auto out = ProducedBoundary(a.kind, a.stage, pp_);
@@ -182,6 +196,7 @@ class ZbH1 {
   std::vector<int64_t> f_in_, g_in_, f_done_;      // [mb * pp + stage], ns; kNever until known
   std::vector<int64_t> next_f_, next_i_, next_w_;  // per rank: next micro-batch of each kind
   std::vector<int64_t> held_;                      // per rank: activation bytes held
+  std::vector<int64_t> busy_, free_at_;            // per rank: ns computing; end of its last
   std::vector<uint8_t> running_, decide_;
   std::vector<int64_t> to_decide_;  // ranks to let choose at the current instant
   TransferChannels channels_;  // the estimator's links, so its timing is the estimator's
@@ -191,8 +206,9 @@ class ZbH1 {
 
 }  // namespace
 
-std::string ZbH1Order(const ScheduleCosts& costs, const std::vector<Bytes>& bound, Schedule* out) {
-  return ZbH1(costs, bound, out).Run();
+std::string ZbH1Order(const ScheduleCosts& costs, const std::vector<Bytes>& bound, Schedule* out,
+                      ListTimes* times) {
+  return ZbH1(costs, bound, out).Run(times);
 }
 
 }  // namespace sluice::schedule_internal
