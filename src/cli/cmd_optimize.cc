@@ -240,7 +240,7 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
       ->capture_default_str();
   o->add_option("--order-share", flags->order_share,
                 "With --data: the share of --budget-ms the micro-batch order search may spend "
-                "(the rest goes to the other moves)")
+                "before the recompute placement (the rest goes to the other moves)")
       ->check(NumberCheck(0, true, 1, "a number in (0, 1]"))
       ->capture_default_str();
   o->add_option("--placed-order-share", flags->placed_order_share,
