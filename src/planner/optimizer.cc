@@ -447,7 +447,10 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     const bool place = options.pricer != nullptr && options.max_steps > 0 &&
                        result.simulations < options.max_steps;
     if (!place) return false;
-    if (elapsed() + eval_cost >= options.budget) {
+    // Its simulation at the end is as long as the input's, a quarter more on top (as a step's
+    // margin, below).
+    const Duration last = eval_cost + Duration::Nanos(eval_cost.nanos() / 4);
+    if (elapsed() + last >= options.budget) {
       result.budget_hit = true;
       return false;
     }
@@ -456,7 +459,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     ++stats.tried;
     ExecutionPlan next = current;
     const Clock::time_point deadline =
-        t0 + std::chrono::nanoseconds((options.budget - eval_cost).nanos());
+        t0 + std::chrono::nanoseconds((options.budget - last).nanos());
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
                             passes::RecomputePlacementPass(options.pricer, deadline).Run(&next));
     if (!record.degraded.empty()) result.budget_hit = true;
