@@ -43,7 +43,7 @@
 // local optimum), or when the wall-clock budget is spent. Checking and simulating the input is
 // timed first and stands for the cost of scoring one plan: the order search ends that much
 // before its share, the placement gets a deadline that much before the budget, and a step is
-// started only when the longest step so far (that cost before the first), and a quarter of it
+// started only when the longest step so far (that cost before the first), and half of it
 // more, ends within it.
 //
 // Guarantees: the returned plan passes ValidatePlan and its simulated iteration time (with
