@@ -2,7 +2,8 @@
 // file named after it: ZB-H1 (zb_h1_schedule.cc) and DynaPipe's adaptive schedule
 // (adaptive_schedule.cc).
 //
-// Both simulate the pipeline to decide the order, then leave timing to EstimateSchedule. Each
+// Both simulate the pipeline to decide the order; the adaptive one leaves timing to
+// EstimateSchedule, ZB-H1's simulation times its list as EstimateSchedule would (ListTimes). Each
 // returns "" and fills `out` (name, pp, vpp, num_microbatches, ranks) on success, or the reason
 // the micro-batches cannot fit memory (then `out` is left partly filled and must not be used).
 // REQUIRES: ValidateScheduleCosts(costs) is OK.
@@ -45,7 +46,7 @@ struct ListTimes {
 
 // ZB-H1 by greedy list scheduling (generators.h): `bound` is the activation bound per rank. With
 // `times`, the simulation's timing of the list, which is EstimateSchedule's (zb_h1_schedule.cc):
-// the generator then estimates only the list's memory (EstimateScheduleMemory).
+// the generator then estimates only the list's memory (EstimateTimedSchedule).
 // REQUIRES: costs.vpp == 1, bound.size() == pp.
 std::string ZbH1Order(const ScheduleCosts& costs, const std::vector<Bytes>& bound, Schedule* out,
                       ListTimes* times = nullptr);
