@@ -69,20 +69,7 @@ RankMemory SetLevel(ExecutionPlan* plan, int64_t d, int64_t mb, int64_t stage, i
   for (size_t i : indices) {
     Instruction& in = instructions[i];
     saved.push_back({in.duration, in.recompute});
-    switch (in.op) {
-      case OpKind::kForward:
-        in.duration = cost.forward;
-        break;
-      case OpKind::kBackward:
-        in.duration = cost.backward();
-        break;
-      case OpKind::kBackwardInput:
-        in.duration = cost.backward_input;
-        break;
-      default:
-        in.duration = cost.backward_weight;
-        break;
-    }
+    in.duration = ComputeDuration(in.op, cost);
     if (in.op != OpKind::kBackwardWeight) in.recompute = level;
   }
   if (!check) return RankMemory{};

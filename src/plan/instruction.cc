@@ -51,6 +51,19 @@ bool IsCompute(OpKind op) {
          op == OpKind::kBackwardWeight;
 }
 
+Duration ComputeDuration(OpKind op, const ChunkCost& cost) {
+  switch (op) {
+    case OpKind::kForward:
+      return cost.forward;
+    case OpKind::kBackward:
+      return cost.backward();
+    case OpKind::kBackwardInput:
+      return cost.backward_input;
+    default:
+      return cost.backward_weight;
+  }
+}
+
 bool IsCommStart(OpKind op) {
   return op == OpKind::kSendActStart || op == OpKind::kRecvActStart ||
          op == OpKind::kSendGradStart || op == OpKind::kRecvGradStart;

@@ -23,6 +23,7 @@
 
 #include "base/status.h"
 #include "base/units.h"
+#include "cost/chunk_cost.h"
 #include "cost/cost_model.h"
 
 namespace sluice {
@@ -62,6 +63,9 @@ std::string_view OpKindName(OpKind op);
 std::optional<OpKind> OpKindFromName(std::string_view name);
 
 bool IsCompute(OpKind op);     // Forward, Backward, BackwardInput, BackwardWeight
+// What a compute op lasts at `cost`: F its forward, B backward(), I backward_input, W
+// backward_weight. REQUIRES: IsCompute(op).
+Duration ComputeDuration(OpKind op, const ChunkCost& cost);
 bool IsCommStart(OpKind op);   // the four *Start ops
 bool IsCommFinish(OpKind op);  // the four *Finish ops
 bool IsSend(OpKind op);        // SendAct*, SendGrad*

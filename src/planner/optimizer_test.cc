@@ -90,6 +90,18 @@ const std::vector<SweepCase>& Sweep() {
   return *cases;
 }
 
+// Each replica's micro-batch indices 0 .. m - 1, shuffled (seeded) when `shuffle`.
+std::vector<std::vector<int64_t>> Orders(const Relowerer& rl, Rng* rng, bool shuffle) {
+  std::vector<std::vector<int64_t>> orders(static_cast<size_t>(rl.dp()));
+  for (int64_t d = 0; d < rl.dp(); ++d) {
+    for (int64_t i = 0; i < rl.size(d); ++i) orders[d].push_back(i);
+    for (int64_t i = rl.size(d) - 1; shuffle && i > 0; --i) {
+      std::swap(orders[d][i], orders[d][rng->UniformInt(0, i)]);
+    }
+  }
+  return orders;
+}
+
 TEST(PassSweepTest, EveryPassKeepsEveryPlanValid) {
   ASSERT_GE(Sweep().size(), 40u);
   int64_t runs = 0, changed = 0, refused = 0;
@@ -161,12 +173,7 @@ TEST(RelowerTest, AnyOrderGivesAValidPlanOrARefusal) {
   for (const SweepCase& c : Sweep()) {
     Rng rng(11);
     for (int k = 0; k < 3; ++k) {
-      std::vector<std::vector<int64_t>> orders(static_cast<size_t>(c.plan.dp()));
-      for (int64_t d = 0; d < c.plan.dp(); ++d) {
-        const int64_t m = c.relowerer->size(d);
-        for (int64_t i = 0; i < m; ++i) orders[d].push_back(i);
-        for (int64_t i = m - 1; i > 0; --i) std::swap(orders[d][i], orders[d][rng.UniformInt(0, i)]);
-      }
+      const std::vector<std::vector<int64_t>> orders = Orders(*c.relowerer, &rng, true);
       StatusOr<ExecutionPlan> p = c.relowerer->Lower(orders);
       if (!p.ok()) {
         EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition) << c.name;
@@ -213,21 +220,13 @@ TEST(RelowerTest, PlacedLevelsTravelWithTheirMicroBatch) {
     if (!record->changed) continue;
     ++placed_plans;
     const int64_t dp = c.plan.dp();
-    std::vector<std::vector<int64_t>> identity(static_cast<size_t>(dp));
-    for (int64_t d = 0; d < dp; ++d) {
-      for (int64_t i = 0; i < c.relowerer->size(d); ++i) identity[d].push_back(i);
-    }
+    Rng rng(5);
+    const std::vector<std::vector<int64_t>> identity = Orders(*c.relowerer, &rng, false);
     StatusOr<Relowerer> rl = c.relowerer->WithLevelsOf(placed, identity);
     ASSERT_TRUE(rl.ok()) << c.name << ": " << rl.status().ToString();
     EXPECT_EQ(rl->level_changes(), static_cast<int64_t>(record->changes.size())) << c.name;
     pairs += rl->level_changes();
-    Rng rng(5);
-    std::vector<std::vector<int64_t>> shuffled = identity;
-    for (int64_t d = 0; d < dp; ++d) {
-      for (int64_t i = c.relowerer->size(d) - 1; i > 0; --i) {
-        std::swap(shuffled[d][i], shuffled[d][rng.UniformInt(0, i)]);
-      }
-    }
+    const std::vector<std::vector<int64_t>> shuffled = Orders(*c.relowerer, &rng, true);
     for (const std::vector<std::vector<int64_t>>* orders : {&identity, &shuffled}) {
       StatusOr<ExecutionPlan> p = rl->Lower(*orders);
       if (!p.ok()) {

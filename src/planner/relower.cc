@@ -170,21 +170,7 @@ void Relowerer::ApplyLevels(std::span<const std::vector<int64_t>> orders,
       const int64_t original = orders[d].empty() ? in.microbatch : orders[d][in.microbatch];
       const std::vector<Recompute>& levels = levels_[d][original];
       if (levels.empty() || levels[in.stage] == replicas_[d][original].recompute) continue;
-      const ChunkCost& cost = costs_[d].chunks[original][in.stage];
-      switch (in.op) {
-        case OpKind::kForward:
-          in.duration = cost.forward;
-          break;
-        case OpKind::kBackward:
-          in.duration = cost.backward();
-          break;
-        case OpKind::kBackwardInput:
-          in.duration = cost.backward_input;
-          break;
-        default:
-          in.duration = cost.backward_weight;
-          break;
-      }
+      in.duration = ComputeDuration(in.op, costs_[d].chunks[original][in.stage]);
       if (in.op != OpKind::kBackwardWeight) in.recompute = levels[in.stage];
     }
   }
