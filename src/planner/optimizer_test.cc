@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,28 @@ std::vector<std::vector<int64_t>> Orders(const Relowerer& rl, Rng* rng, bool shu
   return orders;
 }
 
+// `rl` lowered with `orders`: the plan, which passes checks 1-6 (memory is the optimizer's check:
+// it refuses a plan over the limit), or nullopt after a refusal that says why (the schedule does
+// not fit the budget). Counts either in *lowered or *refused.
+std::optional<ExecutionPlan> LowerOrRefusal(const Relowerer& rl,
+                                            const std::vector<std::vector<int64_t>>& orders,
+                                            const std::string& name, int64_t* lowered,
+                                            int64_t* refused) {
+  StatusOr<ExecutionPlan> p = rl.Lower(orders);
+  if (!p.ok()) {
+    EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition) << name;
+    EXPECT_THAT(p.status().message(), HasSubstr("in this order")) << name;
+    ++*refused;
+    return std::nullopt;
+  }
+  ++*lowered;
+  ValidateOptions without_memory;
+  without_memory.check_memory = false;
+  const Status valid = ValidatePlan(*p, without_memory);
+  EXPECT_TRUE(valid.ok()) << name << ": " << valid.ToString();
+  return std::move(p).value();
+}
+
 TEST(PassSweepTest, EveryPassKeepsEveryPlanValid) {
   ASSERT_GE(Sweep().size(), 40u);
   int64_t runs = 0, changed = 0, refused = 0;
@@ -167,23 +190,14 @@ TEST(RelowerTest, OwnOrderGivesThePlanBack) {
 // Any order gives a plan that passes checks 1-6 (memory is the optimizer's check: it refuses a
 // plan over the limit), or a refusal that says why (the schedule does not fit the budget).
 TEST(RelowerTest, AnyOrderGivesAValidPlanOrARefusal) {
-  ValidateOptions without_memory;
-  without_memory.check_memory = false;
   int64_t lowered = 0, refused = 0, fit = 0;
   for (const SweepCase& c : Sweep()) {
     Rng rng(11);
     for (int k = 0; k < 3; ++k) {
       const std::vector<std::vector<int64_t>> orders = Orders(*c.relowerer, &rng, true);
-      StatusOr<ExecutionPlan> p = c.relowerer->Lower(orders);
-      if (!p.ok()) {
-        EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition) << c.name;
-        EXPECT_THAT(p.status().message(), HasSubstr("in this order")) << c.name;
-        ++refused;
-        continue;
-      }
-      ++lowered;
-      const Status valid = ValidatePlan(*p, without_memory);
-      ASSERT_TRUE(valid.ok()) << c.name << ": " << valid.ToString();
+      const std::optional<ExecutionPlan> p =
+          LowerOrRefusal(*c.relowerer, orders, c.name, &lowered, &refused);
+      if (!p.has_value()) continue;
       fit += ValidatePlan(*p).ok() ? 1 : 0;
       // The plan records the new order.
       for (int64_t d = 0; d < c.plan.dp(); ++d) {
@@ -210,8 +224,6 @@ TEST(RelowerTest, AnyOrderGivesAValidPlanOrARefusal) {
 // costs, and the estimator may find an order over its budget that the plan's memory rule fits:
 // the lowering then refuses it, saying why.)
 TEST(RelowerTest, PlacedLevelsTravelWithTheirMicroBatch) {
-  ValidateOptions without_memory;
-  without_memory.check_memory = false;
   int64_t placed_plans = 0, pairs = 0, same = 0, lowered = 0, refused = 0;
   for (const SweepCase& c : Sweep()) {
     ExecutionPlan placed = c.plan;
@@ -228,15 +240,8 @@ TEST(RelowerTest, PlacedLevelsTravelWithTheirMicroBatch) {
     pairs += rl->level_changes();
     const std::vector<std::vector<int64_t>> shuffled = Orders(*c.relowerer, &rng, true);
     for (const std::vector<std::vector<int64_t>>* orders : {&identity, &shuffled}) {
-      StatusOr<ExecutionPlan> p = rl->Lower(*orders);
-      if (!p.ok()) {
-        EXPECT_THAT(p.status().message(), HasSubstr("in this order")) << c.name;
-        ++refused;
-        continue;
-      }
-      ++lowered;
-      const Status valid = ValidatePlan(*p, without_memory);
-      ASSERT_TRUE(valid.ok()) << c.name << ": " << valid.ToString();
+      const std::optional<ExecutionPlan> p = LowerOrRefusal(*rl, *orders, c.name, &lowered, &refused);
+      if (!p.has_value()) continue;
       if (orders == &identity && c.plan.replicas[0].schedule == "1f1b") {
         EXPECT_TRUE(*p == placed) << c.name;
         ++same;
