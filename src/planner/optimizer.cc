@@ -185,8 +185,8 @@ Status CheckOptions(const OptimizerOptions& o) {
         "optimizer: order_budget_share = {}; allowed: (0, 1]", o.order_budget_share));
   }
   if (!(o.placed_order_share >= 0 && o.placed_order_share <= 1)) {
-    return InvalidArgumentError(fmt::format(
-        "optimizer: placed_order_share = {}; allowed: [0, 1]", o.placed_order_share));
+    return InvalidArgumentError(
+        fmt::format("optimizer: placed_order_share = {}; allowed: [0, 1]", o.placed_order_share));
   }
   if (o.order_estimates < 0) {
     return InvalidArgumentError(
@@ -214,9 +214,9 @@ Duration BudgetLeft(Duration budget, std::chrono::steady_clock::time_point since
 namespace {
 
 Duration Since(std::chrono::steady_clock::time_point t) {
-  return Duration::Nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now() - t)
-                             .count());
+  return Duration::Nanos(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t)
+          .count());
 }
 
 }  // namespace
@@ -372,8 +372,8 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         const std::vector<std::vector<int64_t>>& t = tries[k];
         if (result.simulations >= options.max_steps) break;
         // The fallback (the critical replica's order alone) only when it ends within the budget.
-        if (k > 0 && elapsed() + longest_try + Duration::Nanos(longest_try.nanos() / 4) >=
-                         options.budget) {
+        if (k > 0 &&
+            elapsed() + longest_try + Duration::Nanos(longest_try.nanos() / 4) >= options.budget) {
           result.budget_hit = true;
           break;
         }
@@ -407,8 +407,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         for (const RankProgram& p : next->ranks) {
           for (const Instruction& in : p.instructions) {
             if (in.op != OpKind::kForward) continue;
-            const Recompute own =
-                next->replicas[p.dp_index].micro_batches[in.microbatch].recompute;
+            const Recompute own = next->replicas[p.dp_index].micro_batches[in.microbatch].recompute;
             if (in.recompute == own) continue;
             record.changes.push_back(fmt::format(
                 "replica {} micro-batch {} stage {}: {} -> {} (placed before the reorder)",
@@ -501,9 +500,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     // placement after it, a quarter more on top.
     const Duration one_try = std::max(longest_try, eval_cost + eval_cost);
     const Duration after = one_try + placement_wall + eval_cost;
-    const Duration end = std::min(
-        share_end(std::min(1.0, options.order_budget_share + options.placed_order_share)),
-        options.budget - after - Duration::Nanos(after.nanos() / 4));
+    const Duration end =
+        std::min(share_end(std::min(1.0, options.order_budget_share + options.placed_order_share)),
+                 options.budget - after - Duration::Nanos(after.nanos() / 4));
     if (at_levels.level_changes() > 0 && elapsed() < end) {
       SLUICE_ASSIGN_OR_RETURN(const bool moved,
                               order_phase(at_levels, end, options.order_estimates,

@@ -240,7 +240,8 @@ TEST(RelowerTest, PlacedLevelsTravelWithTheirMicroBatch) {
     pairs += rl->level_changes();
     const std::vector<std::vector<int64_t>> shuffled = Orders(*c.relowerer, &rng, true);
     for (const std::vector<std::vector<int64_t>>* orders : {&identity, &shuffled}) {
-      const std::optional<ExecutionPlan> p = LowerOrRefusal(*rl, *orders, c.name, &lowered, &refused);
+      const std::optional<ExecutionPlan> p =
+          LowerOrRefusal(*rl, *orders, c.name, &lowered, &refused);
       if (!p.has_value()) continue;
       if (orders == &identity && c.plan.replicas[0].schedule == "1f1b") {
         EXPECT_TRUE(*p == placed) << c.name;

@@ -191,9 +191,9 @@ void Relowerer::ApplyLevels(std::span<const std::vector<int64_t>> orders,
 StatusOr<Relowerer> Relowerer::WithLevelsOf(const ExecutionPlan& plan,
                                             std::span<const std::vector<int64_t>> orders) const {
   if (static_cast<int64_t>(orders.size()) != dp() || plan.dp() != dp()) {
-    return InvalidArgumentError(fmt::format(
-        "relowering: {} orders and a plan of {} replicas for {} replicas", orders.size(),
-        plan.dp(), dp()));
+    return InvalidArgumentError(
+        fmt::format("relowering: {} orders and a plan of {} replicas for {} replicas",
+                    orders.size(), plan.dp(), dp()));
   }
   const int64_t stages = plan.num_stages();
   Relowerer out = *this;
@@ -218,7 +218,8 @@ StatusOr<Relowerer> Relowerer::WithLevelsOf(const ExecutionPlan& plan,
             "relowering was made from",
             i, d, original));
       }
-      out.levels_[d][original].assign(static_cast<size_t>(stages), replicas_[d][original].recompute);
+      out.levels_[d][original].assign(static_cast<size_t>(stages),
+                                      replicas_[d][original].recompute);
     }
   }
   // Each pair's level is its F's; the cost is the one the plan records for it.

@@ -104,7 +104,7 @@ class Relowerer {
   std::string method_;
   std::vector<ScheduleCosts> costs_;  // [dp], plan order
   std::vector<ScheduleKind> kinds_;   // [dp]
-  std::vector<std::optional<Schedule>> fixed_;  // [dp]: the 1F1B schedule, built once
+  std::vector<std::optional<Schedule>> fixed_;     // [dp]: the 1F1B schedule, built once
   std::vector<ScheduleOptions> schedule_options_;  // [dp]
   LowerOptions lower_;
   // [dp][micro-batch][virtual stage]: the level a pair runs at when not the micro-batch's own

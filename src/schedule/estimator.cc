@@ -344,10 +344,9 @@ void EstimateMemory(const Schedule& schedule, const ScheduleCosts& costs, Schedu
     e->peak_memory[r] = RankPeakMemory(schedule.ranks[r], costs);
     if (!costs.budget.empty() && e->peak_memory[r] > costs.budget[r] && e->fits_memory) {
       e->fits_memory = false;
-      e->memory_problem =
-          fmt::format("rank {} needs {} of activations{}, its budget is {}", r,
-                      FormatBytes(e->peak_memory[r]), costs.held.empty() ? "" : " and held buffers",
-                      FormatBytes(costs.budget[r]));
+      e->memory_problem = fmt::format(
+          "rank {} needs {} of activations{}, its budget is {}", r, FormatBytes(e->peak_memory[r]),
+          costs.held.empty() ? "" : " and held buffers", FormatBytes(costs.budget[r]));
     }
   }
 }
