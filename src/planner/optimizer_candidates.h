@@ -1,0 +1,32 @@
+// The plan optimizer's candidates (planner/optimizer.h, step 1): dPRO's critical-path pruning on
+// sluice's IR. From the simulated critical path of a plan: for a compute op on it, moving it one
+// place earlier or later on its rank, and moving the rank's next W (zero-bubble weight gradient)
+// to just before it; for a transfer on it, posting its Start (on both ranks) earlier: one
+// instruction, or before the nearest blocking Finish; for a collective on it, halving or
+// doubling the gradient buckets; for an F, B or I on it that recomputes (with a pricer), a lower
+// recompute level for that (micro-batch, stage) (none, or selective after full).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "passes/pass.h"
+#include "passes/recompute.h"
+#include "plan/execution_plan.h"
+#include "sim/simulator.h"
+
+namespace sluice {
+
+// The candidates above from `sim`'s critical path of `plan`, without duplicates (by Describe()),
+// in the order the path visits them. REQUIRES: `sim` is `plan`'s simulation with its timeline.
+std::vector<std::shared_ptr<const passes::PlanPass>> CriticalPathCandidates(
+    const ExecutionPlan& plan, const SimResult& sim,
+    const std::shared_ptr<const passes::RecomputePricer>& pricer);
+
+// The replica that holds most of the compute time on `sim`'s critical path, or -1.
+int64_t CriticalReplica(const ExecutionPlan& plan, const SimResult& sim);
+
+}  // namespace sluice
