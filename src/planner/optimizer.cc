@@ -125,6 +125,31 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     result.wall = elapsed();
     return result;
   }
+  // The hard end: no candidate is scored after it, and a simulation still running then stops (the
+  // simulator asks every few hundred events), its candidate dropped; what the search kept so far is
+  // returned. The soft checks below (a phase or a step is not started when it would not end in
+  // time) keep that rare; this bounds the rest: a step slower than any before it (a busy machine,
+  // a page fault). Its reserve (a fortieth of the budget, 1.25 ms of 50) covers the simulator's
+  // check interval and what follows the last check.
+  const Clock::time_point hard_end =
+      t0 + std::chrono::nanoseconds(options.budget.nanos() - options.budget.nanos() / 40);
+  bool out_of_time = false;
+  SimOptions bounded = sim;
+  bounded.cancelled = [&] {
+    out_of_time = out_of_time || Clock::now() >= hard_end;
+    return out_of_time || (sim.cancelled && sim.cancelled());
+  };
+  // The candidate simulated, or nullopt (and budget_hit) when the hard end came first.
+  auto score = [&](const ExecutionPlan& p) -> StatusOr<std::optional<SimResult>> {
+    out_of_time = out_of_time || Clock::now() >= hard_end;
+    if (!out_of_time) {
+      StatusOr<SimResult> r = Simulate(p, bounded);
+      if (r.ok()) return std::optional<SimResult>(std::move(r).value());
+      if (!out_of_time) return r.status();
+    }
+    result.budget_hit = true;
+    return std::optional<SimResult>();
+  };
   Rng rng(options.seed);
   ExecutionPlan current = plan;
   Duration current_time = base.iteration_time;
@@ -177,7 +202,11 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   Duration placement_wall = Duration::Zero();
   auto order_phase = [&](const Relowerer& rl, Duration order_end, int64_t max_estimates,
                          const std::string& kind = "reorder-microbatches") -> StatusOr<bool> {
-    if (result.order_estimates + rl.dp() >= max_estimates || elapsed() >= order_end) return false;
+    if (result.order_estimates + rl.dp() >= max_estimates) return false;
+    if (elapsed() >= order_end) {
+      result.budget_hit = true;
+      return false;
+    }
     const int64_t dp = rl.dp();
     std::vector<bool> searched(static_cast<size_t>(dp), false);
     std::vector<Duration> estimate(static_cast<size_t>(dp), Duration::Zero());
@@ -191,7 +220,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       estimate[d] = r.estimate.makespan;
     }
     while (result.simulations < options.max_steps) {
-      if (elapsed() >= options.budget) {
+      if (out_of_time || elapsed() >= options.budget) {
         result.budget_hit = true;
         break;
       }
@@ -265,7 +294,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
           ++result.invalid;
           continue;
         }
-        SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(*next, sim));
+        SLUICE_ASSIGN_OR_RETURN(std::optional<SimResult> scored, score(*next));
+        if (!scored.has_value()) break;
+        SimResult& r = *scored;
         longest_try = std::max(longest_try, Since(l0));
         ++result.simulations;
         ++stats.simulated;
@@ -326,7 +357,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   auto placement_phase = [&]() -> StatusOr<bool> {
     const bool place = options.pricer != nullptr && options.max_steps > 0 &&
                        result.simulations < options.max_steps;
-    if (!place) return false;
+    if (!place || out_of_time) return false;
     // Its simulation at the end is as long as the input's, a quarter more on top (as a step's
     // margin, below).
     const Duration last = eval_cost + Duration::Nanos(eval_cost.nanos() / 4);
@@ -345,7 +376,12 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     if (!record.degraded.empty()) result.budget_hit = true;
     bool kept = false;
     if (record.changed) {
-      SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
+      SLUICE_ASSIGN_OR_RETURN(std::optional<SimResult> scored, score(next));
+      if (!scored.has_value()) {
+        stats.wall += Since(c0);
+        return false;
+      }
+      SimResult& r = *scored;
       ++result.simulations;
       ++stats.simulated;
       if (r.outcome == SimOutcome::kOk && r.iteration_time < current_time) {
@@ -401,7 +437,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     }
   }
   // Then the MoE overlap rewrites, each on the same plan; the shortest is kept if shorter.
-  if (!options.moe_overlaps.empty() && options.max_steps > 0) {
+  if (!options.moe_overlaps.empty() && options.max_steps > 0 && !out_of_time) {
     const Clock::time_point c0 = Clock::now();
     CandidateKindStats& stats = StatsOf(&result, "moe-overlap");
     const ExecutionPlan start = current;
@@ -416,7 +452,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         if (!record.rejected.empty()) ++result.invalid;
         continue;
       }
-      SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
+      SLUICE_ASSIGN_OR_RETURN(std::optional<SimResult> scored, score(next));
+      if (!scored.has_value()) break;
+      SimResult& r = *scored;
       ++result.simulations;
       ++stats.simulated;
       if (r.outcome == SimOutcome::kOk && r.iteration_time < current_time) {
@@ -450,7 +488,8 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     // Half the longest step on top: a step on a busy machine can take longer than any before it
     // (without a margin, 0.3-1.0 ms past a 50 ms budget was measured; with a quarter, 0.5-1.8 ms
     // on the grid's T5 rows with the other core busy).
-    if (elapsed() + longest_step + Duration::Nanos(longest_step.nanos() / 2) >= options.budget) {
+    if (out_of_time ||
+        elapsed() + longest_step + Duration::Nanos(longest_step.nanos() / 2) >= options.budget) {
       result.budget_hit = true;
       break;
     }
@@ -473,7 +512,12 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       charge();
       continue;
     }
-    SLUICE_ASSIGN_OR_RETURN(SimResult r, Simulate(next, sim));
+    SLUICE_ASSIGN_OR_RETURN(std::optional<SimResult> scored, score(next));
+    if (!scored.has_value()) {
+      charge();
+      break;
+    }
+    SimResult& r = *scored;
     ++result.simulations;
     ++stats.simulated;
     if (r.outcome != SimOutcome::kOk) {

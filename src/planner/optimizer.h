@@ -44,7 +44,10 @@
 // timed first and stands for the cost of scoring one plan: the order search ends that much
 // before its share, the placement gets a deadline that much before the budget, and a step is
 // started only when the longest step so far (that cost before the first), and half of it
-// more, ends within it.
+// more, ends within it. Those checks foresee; one more bounds: at the hard end (a fortieth of the
+// budget before it) no candidate is scored, and a simulation still running stops (the simulator
+// asks every 512 events, SimOptions::cancelled) and its candidate is dropped, so a step slower
+// than any before it does not carry the search past the budget.
 //
 // Guarantees: the returned plan passes ValidatePlan and its simulated iteration time (with
 // `sim`) is at most the input's; the input is returned unchanged when nothing was shorter.

@@ -402,6 +402,36 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
   EXPECT_GT(at_placed_levels, 0);
 }
 
+// Budgets that end anywhere in the search (before the first candidate, in a simulation, in a
+// step): whatever the clock did, the plan returned is valid, never longer, and its figure is the
+// simulator's; a budget shorter than the search says it was hit.
+TEST(OptimizerTest, AnyBudgetEndGivesAValidPlanNeverLonger) {
+  int64_t hit = 0, runs = 0;
+  for (size_t i = 0; i < Sweep().size(); i += 3) {
+    const SweepCase& c = Sweep()[i];
+    for (const int64_t micros : {1, 200, 700, 2000, 6000}) {
+      OptimizerOptions o;
+      o.budget = Duration::Micros(micros);
+      o.sim.samples = c.batch;
+      o.pricer = c.pricer;
+      o.relowerer = c.relowerer;
+      StatusOr<OptimizeResult> r = OptimizePlan(c.plan, o);
+      ASSERT_TRUE(r.ok()) << c.name << " " << micros << " us: " << r.status().ToString();
+      ++runs;
+      hit += r->budget_hit ? 1 : 0;
+      EXPECT_LE(r->after, r->before) << c.name;
+      const Status valid = ValidatePlan(r->plan);
+      ASSERT_TRUE(valid.ok()) << c.name << " " << micros << " us: " << valid.ToString();
+      StatusOr<SimResult> again = Simulate(r->plan, o.sim);
+      ASSERT_TRUE(again.ok());
+      EXPECT_EQ(again->iteration_time, r->after) << c.name << " " << micros << " us";
+      EXPECT_EQ(r->changed(), !(r->plan == c.plan)) << c.name;
+    }
+  }
+  fmt::print("budgets ending in the search: {} of {} runs hit the budget\n", hit, runs);
+  EXPECT_GT(hit, 0);
+}
+
 TEST(OptimizerTest, RejectsBadOptionsAndInvalidPlans) {
   const SweepCase& c = Sweep().front();
   OptimizerOptions o;

@@ -147,7 +147,7 @@ void Engine::Finish(SimResult* result) {
 Status Engine::Run(SimResult* result) {
   SLUICE_RETURN_IF_ERROR(Prepare());
   for (int32_t r = 0; r < static_cast<int32_t>(ranks_.size()); ++r) RunHost(r, Duration::Zero());
-  constexpr int64_t kCancelCheckEvents = 4096;
+  constexpr int64_t kCancelCheckEvents = 512;
   while (!events_.empty()) {
     const Event e = events_.Pop();
     ++popped_;

@@ -101,7 +101,7 @@ struct SimOptions {
   // FLOPs. Empty: the plan holds no lengths, so real tokens and FLOPs fall back to the padded
   // shapes (SimResult::tokens_from_samples = false). Every sample id of a plan row must be here.
   std::vector<Sample> samples;
-  // Asked every few thousand events; when it returns true the run stops and Run returns
+  // Asked every 512 events; when it returns true the run stops and Run returns
   // FailedPrecondition ("interrupted"). Empty: never (`sluice simulate` stops on Ctrl-C).
   std::function<bool()> cancelled;
 };
