@@ -13,18 +13,6 @@ namespace {
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
-// Completion of the action a rank is running.
-struct Event {
-  int64_t time;
-  int64_t seq;  // insertion order: equal times complete in the order they were started
-  int64_t rank;
-};
-struct Later {
-  bool operator()(const Event& a, const Event& b) const {
-    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-  }
-};
-
 // Duration of an action of `kind` with chunk cost `c`, in nanoseconds.
 inline int64_t DurationNs(const ChunkCost& c, ActionKind kind) {
   switch (kind) {
@@ -102,8 +90,13 @@ std::string CheckShapes(const Schedule& s, const ScheduleCosts& c) {
   return "";
 }
 
-// Event-driven replay of the per-rank lists (estimator.h, "Model"); records every action's start
-// and end into `timeline` when one is given.
+// Replay of the per-rank lists (estimator.h, "Model"); records every action's start and end into
+// `timeline` when one is given. Each rank runs its list in order as far as its inputs are known
+// (their times may lie ahead of the rank's clock); a rank that produced another's input wakes it.
+// No event queue is needed: an action's times depend only on its rank's previous action, the
+// times of its inputs, and the channels its rank sends on (only that rank writes them, in its list
+// order, which is the order their data became ready), so the times do not depend on the order the
+// ranks are advanced in.
 class Replay {
  public:
   Replay(const Schedule& s, const ScheduleCosts& c, const ReplayOptions& options,
@@ -122,11 +115,9 @@ class Replay {
         next_(static_cast<size_t>(s.pp), 0),
         free_(static_cast<size_t>(s.pp), 0),
         busy_(static_cast<size_t>(s.pp), 0),
-        running_(static_cast<size_t>(s.pp), 0),
-        run_ns_(static_cast<size_t>(s.pp), 0),
-        start_ns_(static_cast<size_t>(s.pp), 0),
+        queued_(static_cast<size_t>(s.pp), 0),
         channels_(s.pp) {
-    heap_.reserve(static_cast<size_t>(s.pp) + 1);
+    work_.reserve(static_cast<size_t>(s.pp));
     for (int64_t st = 0; st < stages_; ++st) rank_of_[st] = s.RankOf(st);
     if (timeline_ != nullptr) {
       timeline_->start.assign(static_cast<size_t>(s.pp), {});
@@ -144,12 +135,12 @@ class Replay {
       f_in_[Index(mb, 0)] = 0;
       g_in_[Index(mb, stages_ - 1)] = 0;
     }
-    for (int64_t r = 0; r < s_.pp; ++r) TryStart(r);
-    while (!heap_.empty()) {
-      std::pop_heap(heap_.begin(), heap_.end(), Later());
-      const Event e = heap_.back();
-      heap_.pop_back();
-      Complete(e.rank, e.time);
+    for (int64_t r = s_.pp - 1; r >= 0; --r) Wake(r);
+    while (!work_.empty()) {
+      const int64_t r = work_.back();
+      work_.pop_back();
+      queued_[r] = 0;
+      Advance(r);
     }
   }
 
@@ -167,6 +158,12 @@ class Replay {
     return static_cast<size_t>(mb * stages_ + stage);
   }
 
+  void Wake(int64_t r) {
+    if (queued_[r]) return;
+    queued_[r] = 1;
+    work_.push_back(r);
+  }
+
   // Time the data of `t`, ready at `ready` on rank `src`, arrives at the consumer's rank.
   int64_t Transfer(int64_t src, const BoundaryTransfer& t, int64_t ready, int64_t mb) {
     const int64_t dst = rank_of_[t.to_stage];
@@ -177,57 +174,49 @@ class Replay {
     return channels_.Arrive(src, dst, ready, d);
   }
 
-  // Starts rank r's next action if its inputs are known (their times may lie ahead).
-  void TryStart(int64_t r) {
-    if (running_[r] || Finished(r)) return;
-    const Action& a = s_.ranks[r][next_[r]];
-    const size_t i = Index(a.microbatch, a.stage);
-    int64_t ready = 0;
-    switch (a.kind) {
-      case ActionKind::kForward:
-        ready = f_in_[i];
-        break;
-      case ActionKind::kBackward:
-      case ActionKind::kBackwardInput:
-        ready = std::max(f_done_[i], g_in_[i]);
-        break;
-      case ActionKind::kBackwardWeight:
-        ready = i_done_[i];
-        break;
+  // Runs rank r's next actions, in order, while their inputs are known.
+  void Advance(int64_t r) {
+    const std::vector<Action>& list = s_.ranks[r];
+    while (next_[r] < list.size()) {
+      const Action& a = list[next_[r]];
+      const size_t i = Index(a.microbatch, a.stage);
+      int64_t ready = 0;
+      switch (a.kind) {
+        case ActionKind::kForward:
+          ready = f_in_[i];
+          break;
+        case ActionKind::kBackward:
+        case ActionKind::kBackwardInput:
+          ready = std::max(f_done_[i], g_in_[i]);
+          break;
+        case ActionKind::kBackwardWeight:
+          ready = i_done_[i];
+          break;
+      }
+      if (ready == kNever) return;
+      const int64_t start = std::max(free_[r], ready);
+      const int64_t run = std::max(min_ns_, DurationNs(c_.chunks[a.microbatch][a.stage], a.kind));
+      const int64_t end = start + run;
+      ++next_[r];
+      busy_[r] += run;
+      free_[r] = end;
+      if (timeline_ != nullptr) {
+        timeline_->start[r].push_back(Duration::Nanos(start));
+        timeline_->end[r].push_back(Duration::Nanos(end));
+      }
+      if (a.kind == ActionKind::kForward) {
+        f_done_[i] = end;
+      } else if (ProducesInputGradient(a.kind)) {
+        i_done_[i] = end;
+      }
+      if (const auto out = ProducedBoundary(a.kind, a.stage, stages_)) {
+        // The consumer's input of (mb, to_stage): activations for its F, gradients for its B/I.
+        std::vector<int64_t>& in = out->gradient ? g_in_ : f_in_;
+        in[Index(a.microbatch, out->to_stage)] = Transfer(r, *out, end, a.microbatch);
+        const int64_t dst = rank_of_[out->to_stage];
+        if (dst != r) Wake(dst);
+      }
     }
-    if (ready == kNever) return;
-    const int64_t start = std::max(free_[r], ready);
-    running_[r] = 1;
-    run_ns_[r] = std::max(min_ns_, DurationNs(c_.chunks[a.microbatch][a.stage], a.kind));
-    start_ns_[r] = start;
-    heap_.push_back(Event{start + run_ns_[r], seq_++, r});
-    std::push_heap(heap_.begin(), heap_.end(), Later());
-  }
-
-  void Complete(int64_t r, int64_t t) {
-    const Action& a = s_.ranks[r][next_[r]];
-    ++next_[r];
-    running_[r] = 0;
-    busy_[r] += run_ns_[r];
-    free_[r] = t;
-    if (timeline_ != nullptr) {
-      timeline_->start[r].push_back(Duration::Nanos(start_ns_[r]));
-      timeline_->end[r].push_back(Duration::Nanos(t));
-    }
-    const size_t i = Index(a.microbatch, a.stage);
-    if (a.kind == ActionKind::kForward) {
-      f_done_[i] = t;
-    } else if (ProducesInputGradient(a.kind)) {
-      i_done_[i] = t;
-    }
-    if (const auto out = ProducedBoundary(a.kind, a.stage, stages_)) {
-      // The consumer's input of (mb, to_stage): activations for its F, gradients for its B/I.
-      std::vector<int64_t>& in = out->gradient ? g_in_ : f_in_;
-      in[Index(a.microbatch, out->to_stage)] = Transfer(r, *out, t, a.microbatch);
-      const int64_t dst = rank_of_[out->to_stage];
-      if (dst != r) TryStart(dst);
-    }
-    TryStart(r);
   }
 
   const Schedule& s_;
@@ -242,12 +231,9 @@ class Replay {
   std::vector<int64_t> f_in_, g_in_, f_done_, i_done_;
   std::vector<size_t> next_;  // per rank: index of the next action
   std::vector<int64_t> free_, busy_;
-  std::vector<uint8_t> running_;
-  std::vector<int64_t> run_ns_;    // per rank: duration of the running action
-  std::vector<int64_t> start_ns_;  // per rank: start of the running action
+  std::vector<uint8_t> queued_;  // per rank: in work_
   TransferChannels channels_;
-  std::vector<Event> heap_;  // at most one running action per rank
-  int64_t seq_ = 0;
+  std::vector<int64_t> work_;  // ranks whose inputs changed since they last stopped
 };
 
 // Where each stuck rank stopped and what its next action waits for.

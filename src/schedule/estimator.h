@@ -20,8 +20,9 @@
 //    against; the budgets keep room for the buffers it counts beyond `held`.
 //  - A rank whose next action can never start is a deadlock: the estimate says which ranks stop
 //    where and what they wait for; it never hangs.
-// Cost: O(A log pp) time for A actions (at most one running action per rank in the event heap),
-// vectors sized once per call, nothing allocated per event.
+// Cost: O(A) time for A actions (each rank runs its list as far as its inputs are known; no event
+// queue: the times do not depend on the order ranks are advanced in), vectors sized once per
+// call, nothing allocated per action.
 //
 // Thread safety: a pure function of its arguments.
 #pragma once
