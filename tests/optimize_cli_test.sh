@@ -40,6 +40,9 @@ expect optimize-order-share-big 2 "--order-share" -- optimize "$tmp/plan.json" -
 expect optimize-placed-order-share 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o9.json" --data mixture-4task --steps 10 --budget-ms 100000 --order-estimates 400 --placed-order-share 0
 expect optimize-placed-order-share-big 2 "--placed-order-share: .*allowed: a number in \\[0, 1\\]" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --placed-order-share 1.5
 expect optimize-placed-order-share-negative 2 "--placed-order-share" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --placed-order-share -0.1
+# dPRO's uniform draw of candidates, beside the default draw by kind.
+expect optimize-draw-uniform 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o10.json" --steps 10 --budget-ms 100000 --draw uniform
+check optimize-draw-uniform-valid "$sluice" plan check "$tmp/o10.json"
 # --data is clipped at --max-seqlen (default 2048, as the plan's); a plan longer than it was made
 # with a larger one.
 expect optimize-max-seqlen 0 "wrote" -- optimize "$tmp/plan.json" --out "$tmp/o4.json" --data mixture-4task --max-seqlen 2048 --steps 10 --budget-ms 100000
@@ -52,6 +55,7 @@ expect optimize-onto-input 2 "--out" -- optimize "$tmp/plan.json" --out "$tmp/pl
 check input-intact "$sluice" plan check "$tmp/plan.json"
 expect optimize-bad-dir 2 "--out" -- optimize "$tmp/plan.json" --out "$tmp/no/such/dir/o.json"
 expect optimize-bad-search 2 "allowed values are mcmc, greedy" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --search sa
+expect optimize-bad-draw 2 "allowed values are by-kind, uniform" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --draw random
 expect optimize-bad-collectives 2 "allowed values are stepwise, closed-form" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --collectives exact
 expect optimize-zero-budget 2 "--budget-ms" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --budget-ms 0
 expect optimize-bad-steps 2 "--steps" -- optimize "$tmp/plan.json" --out "$tmp/x.json" --steps -1

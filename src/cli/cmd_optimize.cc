@@ -42,6 +42,7 @@ struct OptimizeFlags {
   int64_t steps = 200;
   uint64_t seed = 0;
   std::string search = "greedy";
+  std::string draw = "by-kind";
   std::string collectives = "closed-form";
   std::string data;  // the lengths the plan was made from: enables recompute moves
   int64_t samples = 0;
@@ -136,6 +137,14 @@ Status RunOptimize(const OptimizeFlags& f) {
     return InvalidArgumentError(
         fmt::format("--search '{}': allowed values are mcmc, greedy", f.search));
   }
+  if (f.draw == "by-kind") {
+    options.draw = CandidateDraw::kByKind;
+  } else if (f.draw == "uniform") {
+    options.draw = CandidateDraw::kUniform;
+  } else {
+    return InvalidArgumentError(
+        fmt::format("--draw '{}': allowed values are by-kind, uniform", f.draw));
+  }
   if (f.collectives == "stepwise") {
     options.sim.collectives = CollectiveMode::kStepwise;
   } else if (f.collectives == "closed-form") {
@@ -214,6 +223,11 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
   o->add_option("--search", flags->search,
                 "greedy (only shorter plans) or mcmc (dPRO's Metropolis rule)")
       ->type_name("greedy|mcmc")
+      ->capture_default_str();
+  o->add_option("--draw", flags->draw,
+                "How a step draws its candidate: by-kind (a kind by the time it saved per ms so "
+                "far, then one of its candidates) or uniform (dPRO's: every candidate alike)")
+      ->type_name("by-kind|uniform")
       ->capture_default_str();
   o->add_option("--collectives", flags->collectives,
                 "How the simulator scores: stepwise or closed-form collectives")

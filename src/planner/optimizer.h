@@ -33,8 +33,8 @@
 //     level for that (micro-batch, stage) (none, or selective after full).
 //     The candidate list is rebuilt after every accepted step (dPRO rebuilds its candidate space
 //     from the new critical path after each accept).
-//  2. One candidate, drawn uniformly (seeded) from those not yet tried on the current plan, is
-//     applied to a copy; a pass that would break the plan (ValidatePlan, memory included) leaves
+//  2. One candidate, drawn (seeded; OptimizerOptions::draw: by kind, or uniformly as dPRO) from
+//     those not yet tried on the current plan, is applied to a copy; a pass that would break the plan (ValidatePlan, memory included) leaves
 //     it unchanged and the candidate is dropped without a simulation.
 //  3. The copy is simulated; search kMcmc accepts it with dPRO's rule
 //     p = exp(beta * ln(step + 1) * (C_cur - C_new) / C_cur * 100)  (C: simulated iteration time;
@@ -87,6 +87,20 @@ enum class OptimizerSearch : uint8_t {
 };
 std::string_view OptimizerSearchName(OptimizerSearch search);  // "mcmc", "greedy"
 
+// How a step draws its candidate from the untried ones on the current plan.
+enum class CandidateDraw : uint8_t {
+  kUniform,  // dPRO's: every candidate alike
+  // A kind first ("move-compute", "bucket", ...), with weight (gain + g0) / (wall + t0): the
+  // simulated time that kind's candidates saved so far in this search per unit of the time they
+  // took, after a prior of one step (t0: checking and simulating the input) that saves a
+  // thousandth of the current plan's time (g0); a kind that pays is drawn more, one that does
+  // not fades as its time grows, none is starved. Then one of its candidates uniformly. A kind
+  // with many candidates (the compute moves of a long critical path) no longer crowds out one
+  // with few (the buckets).
+  kByKind,
+};
+std::string_view CandidateDrawName(CandidateDraw draw);  // "uniform", "by-kind"
+
 // The simulator options the optimizer scores with by default: closed-form collectives (the fast
 // mode; within 1% of the stepwise one on an uncontended collective, sim/simulator.h).
 inline SimOptions ScoringSimOptions() {
@@ -102,6 +116,7 @@ struct OptimizerOptions {
   Duration budget = Duration::Millis(50);  // wall-clock cap (> 0)
   uint64_t seed = 0;                       // the draws of candidates and of acceptance
   double beta = 10.0;                      // kMcmc: dPRO's mcmc_beta (> 0), per percent
+  CandidateDraw draw = CandidateDraw::kByKind;
   // Scoring: the simulator's options. The timeline is always recorded (the critical path);
   // memory is not (validation checks it).
   SimOptions sim = ScoringSimOptions();

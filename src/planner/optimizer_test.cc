@@ -391,6 +391,15 @@ TEST(OptimizerSweepTest, NeverLongerAlwaysValidAndDeterministic) {
     StatusOr<OptimizeResult> twice = OptimizePlan(c.plan, o);
     ASSERT_TRUE(twice.ok());
     EXPECT_EQ(twice->plan, r->plan) << c.name;
+    // dPRO's uniform draw: the same guarantees.
+    o.draw = CandidateDraw::kUniform;
+    StatusOr<OptimizeResult> uniform = OptimizePlan(c.plan, o);
+    ASSERT_TRUE(uniform.ok()) << c.name;
+    EXPECT_LE(uniform->after, uniform->before) << c.name;
+    ASSERT_TRUE(ValidatePlan(uniform->plan).ok()) << c.name;
+    StatusOr<OptimizeResult> uniform_twice = OptimizePlan(c.plan, o);
+    ASSERT_TRUE(uniform_twice.ok());
+    EXPECT_EQ(uniform_twice->plan, uniform->plan) << c.name;
   }
   fmt::print(
       "optimizer sweep: {} plans, {} shorter ({} reordered, {} at the placed levels), mean gain "
