@@ -175,9 +175,24 @@ StatusOr<PassRecord> RecomputePlacementPass::Run(ExecutionPlan* plan) const {
   };
   std::vector<Option> options;
   std::vector<std::vector<ChunkCost>> prices;
+  int64_t pairs = 0;  // (replica, micro-batch) pairs, and of them priced
+  for (int64_t d = 0; d < plan->dp(); ++d) {
+    pairs += static_cast<int64_t>(plan->replicas[d].micro_batches.size());
+  }
+  int64_t priced = 0;
   for (int64_t d = 0; d < plan->dp(); ++d) {
     const int64_t m = static_cast<int64_t>(plan->replicas[d].micro_batches.size());
     for (int64_t mb = 0; mb < m; ++mb) {
+      // Pricing a T5 plan's micro-batches takes milliseconds: the deadline holds here too, and
+      // the plan is then left as it was.
+      if (deadline_.has_value() && std::chrono::steady_clock::now() >= *deadline_) {
+        record.degraded = fmt::format(
+            "the time budget ended the placement while pricing: {} of {} micro-batches priced, "
+            "nothing placed",
+            priced, pairs);
+        return record;
+      }
+      ++priced;
       for (Recompute level : {Recompute::kNone, Recompute::kSelective}) {
         std::optional<size_t> price;
         for (int64_t s = 0; s < stages; ++s) {

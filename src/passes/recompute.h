@@ -68,7 +68,8 @@ class RecomputePass final : public PlanPass {
 // by that rise); otherwise the rank is replayed: the decisions are a replay per offer's.
 // With a deadline (the optimizer's wall-clock budget), no option is tried after it: the plan
 // keeps the options applied so far (the largest savings) and PassRecord::degraded says how many
-// were left untried. Without one the result is deterministic.
+// were left untried; a deadline that passes while the micro-batches are priced leaves the plan
+// unchanged (degraded says how many were priced). Without one the result is deterministic.
 class RecomputePlacementPass final : public PlanPass {
  public:
   using Deadline = std::chrono::steady_clock::time_point;

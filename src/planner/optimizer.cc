@@ -165,7 +165,11 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   sim.record_timeline = true;
   sim.record_memory = false;
   OptimizeResult result;
+  // Copying the plan once, timed: what freeing the search's copies of it at the end takes is
+  // of that order (the hard end below leaves room for it).
+  const Clock::time_point copy0 = Clock::now();
   result.plan = plan;
+  const Duration copy_cost = Since(copy0);
   SLUICE_ASSIGN_OR_RETURN(SimResult base, Simulate(plan, sim));
   result.before = result.after = base.iteration_time;
   auto elapsed = [&] {
@@ -183,10 +187,15 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   // simulator asks every few hundred events), its candidate dropped; what the search kept so far is
   // returned. The soft checks below (a phase or a step is not started when it would not end in
   // time) keep that rare; this bounds the rest: a step slower than any before it (a busy machine,
-  // a page fault). Its reserve (a fortieth of the budget, 1.25 ms of 50) covers the simulator's
-  // check interval and what follows the last check.
-  const Clock::time_point hard_end =
-      t0 + std::chrono::nanoseconds(options.budget.nanos() - options.budget.nanos() / 40);
+  // a page fault). Its reserve covers the simulator's check interval and what follows the last
+  // check: a fortieth of the budget (1.25 ms of 50), and four plan copies' time for freeing the
+  // search's copies of the plan and its simulations (a 16-rank T5 plan of 150 micro-batches:
+  // 0.7-0.9 ms were measured between the search's end and its caller's).
+  // The checks below that foresee (a phase or a step is started only when it ends in time) aim
+  // at the hard end too, so that the reserve is left for what it covers.
+  const Duration usable = Duration::Nanos(std::max<int64_t>(
+      0, options.budget.nanos() - options.budget.nanos() / 40 - 4 * copy_cost.nanos()));
+  const Clock::time_point hard_end = t0 + std::chrono::nanoseconds(usable.nanos());
   bool out_of_time = false;
   SimOptions bounded = sim;
   bounded.cancelled = [&] {
@@ -274,7 +283,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       estimate[d] = r.estimate.makespan;
     }
     while (result.simulations < options.max_steps) {
-      if (out_of_time || elapsed() >= options.budget) {
+      if (out_of_time || elapsed() >= usable) {
         result.budget_hit = true;
         break;
       }
@@ -335,9 +344,11 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
       for (size_t k = 0; k < tries.size(); ++k) {
         const std::vector<std::vector<int64_t>>& t = tries[k];
         if (result.simulations >= options.max_steps) break;
-        // The fallback (the critical replica's order alone) only when it ends within the budget.
-        if (k > 0 &&
-            elapsed() + longest_try + Duration::Nanos(longest_try.nanos() / 4) >= options.budget) {
+        // A try only when it ends within the budget, as long as the longest one so far (twice
+        // the input's check and simulation before the first: lowering the orders again is the
+        // part the hard end cannot stop), a quarter more on top.
+        const Duration expect = std::max(longest_try, eval_cost + eval_cost);
+        if (elapsed() + expect + Duration::Nanos(expect.nanos() / 4) >= usable) {
           result.budget_hit = true;
           break;
         }
@@ -415,7 +426,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     // Its simulation at the end is as long as the input's, a quarter more on top (as a step's
     // margin, below).
     const Duration last = eval_cost + Duration::Nanos(eval_cost.nanos() / 4);
-    if (elapsed() + last >= options.budget) {
+    if (elapsed() + last >= usable) {
       result.budget_hit = true;
       return false;
     }
@@ -424,7 +435,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     ++stats.tried;
     ExecutionPlan next = current;
     const Clock::time_point deadline =
-        t0 + std::chrono::nanoseconds((options.budget - last).nanos());
+        t0 + std::chrono::nanoseconds((usable - last).nanos());
     SLUICE_ASSIGN_OR_RETURN(passes::PassRecord record,
                             passes::RecomputePlacementPass(options.pricer, deadline).Run(&next));
     if (!record.degraded.empty()) result.budget_hit = true;
@@ -473,16 +484,17 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     const Duration after = one_try + placement_wall + eval_cost;
     const Duration end =
         std::min(share_end(std::min(1.0, options.order_budget_share + options.placed_order_share)),
-                 options.budget - after - Duration::Nanos(after.nanos() / 4));
+                 usable - after - Duration::Nanos(after.nanos() / 4));
     if (at_levels.level_changes() > 0 && elapsed() < end) {
       SLUICE_ASSIGN_OR_RETURN(const bool moved,
                               order_phase(at_levels, end, options.order_estimates,
                                           "reorder-microbatches (placed levels)"));
-      // The placement again, when it ends within the budget as long as the first one took (its
-      // prices are all taken before its deadline is first checked), half of it more on top.
+      // The placement again, when it ends within the budget as long as the first one took, half
+      // of it more on top (one its deadline stops while pricing changes nothing: that time would
+      // be lost).
       if (moved) {
         if (elapsed() + placement_wall + Duration::Nanos(placement_wall.nanos() / 2) <
-            options.budget) {
+            usable) {
           SLUICE_RETURN_IF_ERROR(placement_phase().status());
         } else {
           result.budget_hit = true;
@@ -550,7 +562,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     // (without a margin, 0.3-1.0 ms past a 50 ms budget was measured; with a quarter, 0.5-1.8 ms
     // on the grid's T5 rows with the other core busy).
     if (out_of_time ||
-        elapsed() + longest_step + Duration::Nanos(longest_step.nanos() / 2) >= options.budget) {
+        elapsed() + longest_step + Duration::Nanos(longest_step.nanos() / 2) >= usable) {
       result.budget_hit = true;
       break;
     }
@@ -614,6 +626,11 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     }
     charge();
   }
+  // The search's copies are freed here, inside the time it reports.
+  next = ExecutionPlan();
+  current = ExecutionPlan();
+  base = SimResult();
+  pool.clear();
   result.wall = elapsed();
   return result;
 }

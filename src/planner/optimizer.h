@@ -45,9 +45,11 @@
 // before its share, the placement gets a deadline that much before the budget, and a step is
 // started only when the longest step so far (that cost before the first), and half of it
 // more, ends within it. Those checks foresee; one more bounds: at the hard end (a fortieth of the
-// budget before it) no candidate is scored, and a simulation still running stops (the simulator
+// budget, and four times what copying the plan once took, before the budget; the checks that
+// foresee aim at it) no candidate is scored, and a simulation still running stops (the simulator
 // asks every 512 events, SimOptions::cancelled) and its candidate is dropped, so a step slower
-// than any before it does not carry the search past the budget.
+// than any before it does not carry the search past the budget. The search frees its copies of
+// the plan before it returns, inside the time it reports (OptimizeResult::wall).
 //
 // Guarantees: the returned plan passes ValidatePlan and its simulated iteration time (with
 // `sim`) is at most the input's; the input is returned unchanged when nothing was shorter.
