@@ -14,9 +14,13 @@ import sys
 
 
 def rows(paths):
-    gains, slowest, missing = {}, {}, 0
+    gains, slowest, missing, oom = {}, {}, 0, [0, 0]
     for path in paths.split(","):
         for line in open(path):
+            m = re.search(r"(\d+) of (\d+) global batches out of memory", line)
+            if m:
+                oom[0] += int(m.group(1))
+                oom[1] += int(m.group(2))
             if not (line.startswith("| gpt") or line.startswith("| t5")):
                 continue
             c = [x.strip() for x in line.split("|")]
@@ -25,15 +29,16 @@ def rows(paths):
                 continue
             gains[(c[1], c[2])] = float(c[7].rstrip("%"))
             slowest[(c[1], c[2])] = float(re.search(r"\(([\d.]+)\)", c[9]).group(1))
-    return gains, slowest, missing
+    return gains, slowest, missing, oom
 
 
-def summary(name, gains, slowest, missing):
+def summary(name, gains, slowest, missing, oom):
     over = sum(s > 50 for s in slowest.values())
     print(f"{name}: {len(gains)} rows ({missing} without a figure), median gain "
           f"{statistics.median(gains.values()):.2f}%, {sum(g >= 5 for g in gains.values())} rows "
           f">= 5%, mean gain {statistics.mean(gains.values()):.3f}%, slowest batch "
-          f"{max(slowest.values()):.1f} ms, {over} rows with a batch past 50 ms")
+          f"{max(slowest.values()):.1f} ms, {over} rows with a batch past 50 ms, {oom[0]} of {oom[1]} "
+          f"global batches out of memory (not planned, not optimized)")
 
 
 a = rows(sys.argv[1])

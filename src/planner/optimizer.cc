@@ -43,54 +43,6 @@ void RestoreFrom(const ExecutionPlan& from, ExecutionPlan* to) {
 // The kind of a pass: its Describe() up to the first '('.
 std::string KindOf(const std::string& describe) { return describe.substr(0, describe.find('(')); }
 
-// The index in `pool` of the next candidate (see CandidateDraw); `kinds` holds each one's kind.
-size_t DrawCandidate(CandidateDraw draw, const std::vector<std::string>& kinds,
-                     const OptimizeResult& result, Duration current, Duration step, Rng* rng) {
-  if (draw == CandidateDraw::kUniform || kinds.size() < 2) {
-    return static_cast<size_t>(rng->UniformInt(0, static_cast<int64_t>(kinds.size()) - 1));
-  }
-  std::vector<std::string_view> distinct;
-  std::vector<double> weight;
-  std::vector<int64_t> count;
-  for (const std::string& k : kinds) {
-    const auto at = std::find(distinct.begin(), distinct.end(), k);
-    if (at != distinct.end()) {
-      ++count[static_cast<size_t>(at - distinct.begin())];
-      continue;
-    }
-    distinct.push_back(k);
-    count.push_back(1);
-    // The simulated time a kind saved per ms it took, after a prior of one step that saves a
-    // thousandth of the current plan's time.
-    const double prior_gain = 1e-3 * static_cast<double>(current.nanos());
-    const double prior_wall = static_cast<double>(std::max<int64_t>(step.nanos(), 1));
-    double gain = 0, wall = 0;
-    for (const CandidateKindStats& st : result.kinds) {
-      if (st.kind == k) {
-        gain = static_cast<double>(std::max<int64_t>(st.gain.nanos(), 0));
-        wall = static_cast<double>(st.wall.nanos());
-      }
-    }
-    weight.push_back((gain + prior_gain) / (wall + prior_wall));
-  }
-  double total = 0;
-  for (double w : weight) total += w;
-  double x = rng->Uniform01() * total;
-  size_t kind = distinct.size() - 1;
-  for (size_t i = 0; i < distinct.size(); ++i) {
-    if (x < weight[i]) {
-      kind = i;
-      break;
-    }
-    x -= weight[i];
-  }
-  int64_t nth = rng->UniformInt(0, count[kind] - 1);
-  for (size_t i = 0; i < kinds.size(); ++i) {
-    if (kinds[i] == distinct[kind] && nth-- == 0) return i;
-  }
-  return kinds.size() - 1;  // not reached: count[kind] candidates are of that kind
-}
-
 CandidateKindStats& StatsOf(OptimizeResult* result, const std::string& kind) {
   for (CandidateKindStats& k : result->kinds) {
     if (k.kind == kind) return k;

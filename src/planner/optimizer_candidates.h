@@ -11,11 +11,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "passes/pass.h"
 #include "passes/recompute.h"
+#include "base/rng.h"
 #include "plan/execution_plan.h"
+#include "planner/optimizer.h"
 #include "sim/simulator.h"
 
 namespace sluice {
@@ -28,5 +31,11 @@ std::vector<std::shared_ptr<const passes::PlanPass>> CriticalPathCandidates(
 
 // The replica that holds most of the compute time on `sim`'s critical path, or -1.
 int64_t CriticalReplica(const ExecutionPlan& plan, const SimResult& sim);
+
+// The index of a step's candidate among the untried ones, whose kinds are `kinds` (one each; see
+// CandidateDraw): `result.kinds` holds each kind's gain and time so far, `current` is the current
+// plan's simulated time and `step` the cost of scoring one plan. REQUIRES: !kinds.empty().
+size_t DrawCandidate(CandidateDraw draw, const std::vector<std::string>& kinds,
+                     const OptimizeResult& result, Duration current, Duration step, Rng* rng);
 
 }  // namespace sluice
