@@ -33,9 +33,11 @@ std::vector<std::shared_ptr<const passes::PlanPass>> CriticalPathCandidates(
 int64_t CriticalReplica(const ExecutionPlan& plan, const SimResult& sim);
 
 // The index of a step's candidate among the untried ones, whose kinds are `kinds` (one each; see
-// CandidateDraw): `result.kinds` holds each kind's gain and time so far, `current` is the current
-// plan's simulated time and `step` the cost of scoring one plan. REQUIRES: !kinds.empty().
+// CandidateDraw): `result.kinds` holds each kind's gain and counts so far, `current` is the
+// current plan's simulated time and `ranks` the plan's rank count (a refused candidate costs the
+// validation of one rank: 1/ranks of a simulation). Only counts and simulated times enter, never
+// the clock, so the draw is the same on any machine. REQUIRES: !kinds.empty(), ranks > 0.
 size_t DrawCandidate(CandidateDraw draw, const std::vector<std::string>& kinds,
-                     const OptimizeResult& result, Duration current, Duration step, Rng* rng);
+                     const OptimizeResult& result, Duration current, int64_t ranks, Rng* rng);
 
 }  // namespace sluice

@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "passes/recompute.h"
 #include "passes/reorder.h"
 #include "plan/validate.h"
+#include "planner/optimizer_candidates.h"
 #include "planner/planner.h"
 #include "planner/recompute_pricer.h"
 #include "planner/relower.h"
@@ -472,6 +474,55 @@ TEST(OptimizerTest, RejectsBadOptionsAndInvalidPlans) {
   EXPECT_EQ(r->plan, c.plan);
   EXPECT_EQ(r->before, r->after);
   EXPECT_FALSE(r->changed());
+}
+
+// The by-kind draw counts, it does not time: two searches whose kinds saved the same and were
+// tried as often draw the same candidates, whatever their steps took (a seed gives one plan on
+// any machine; CI once drew differently from this machine when the weights were per ms). A kind
+// that saved more per simulation is drawn more, and one that saved nothing is not starved.
+TEST(OptimizerTest, ByKindDrawDependsOnCountsNotOnTheClock) {
+  auto stats = [](std::string kind, int64_t tried, int64_t simulated, int64_t gain_us,
+                  int64_t wall_us) {
+    CandidateKindStats k;
+    k.kind = std::move(kind);
+    k.tried = tried;
+    k.simulated = simulated;
+    k.gain = Duration::Micros(gain_us);
+    k.wall = Duration::Micros(wall_us);
+    return k;
+  };
+  OptimizeResult fast, slow;
+  fast.kinds = {stats("move-compute", 40, 30, 2000, 900), stats("bucket", 2, 2, 9000, 60),
+                stats("hoist-start", 10, 4, 0, 150)};
+  slow.kinds = {stats("move-compute", 40, 30, 2000, 4100), stats("bucket", 2, 2, 9000, 70),
+                stats("hoist-start", 10, 4, 0, 990)};
+  std::vector<std::string> kinds;
+  for (int i = 0; i < 300; ++i) kinds.push_back("move-compute");
+  for (int i = 0; i < 2; ++i) kinds.push_back("bucket");
+  for (int i = 0; i < 20; ++i) kinds.push_back("hoist-start");
+  const Duration current = Duration::Millis(1000);
+  Rng a(7), b(7);
+  std::map<std::string, int64_t> drawn;
+  for (int i = 0; i < 2000; ++i) {
+    const size_t x = DrawCandidate(CandidateDraw::kByKind, kinds, fast, current, 16, &a);
+    const size_t y = DrawCandidate(CandidateDraw::kByKind, kinds, slow, current, 16, &b);
+    ASSERT_EQ(x, y) << "draw " << i;
+    ASSERT_LT(x, kinds.size());
+    ++drawn[kinds[x]];
+  }
+  // Weights (gain + 1 ms) / (1 + simulated + refused / 16): bucket 10/3 = 3.3, move-compute
+  // 3/31.6 = 0.095, hoist-start 1/5.4 = 0.19.
+  EXPECT_GT(drawn["bucket"], 1700);
+  EXPECT_GT(drawn["hoist-start"], drawn["move-compute"]);
+  EXPECT_GT(drawn["move-compute"], 0);
+  // dPRO's uniform draw: by candidate, so the many compute moves dominate.
+  Rng u(7);
+  int64_t moves = 0;
+  for (int i = 0; i < 2000; ++i) {
+    moves += kinds[DrawCandidate(CandidateDraw::kUniform, kinds, fast, current, 16, &u)] ==
+             "move-compute";
+  }
+  EXPECT_GT(moves, 1700);
 }
 
 // The planner runs the optimizer when asked, and its plan is the optimizer's.
