@@ -520,7 +520,7 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
     }
     const Clock::time_point c0 = Clock::now();
     const size_t pick = DrawCandidate(options.draw, pool_kinds, result, current_time,
-                                     static_cast<int64_t>(current.ranks.size()), &rng);
+                                      static_cast<int64_t>(current.ranks.size()), &rng);
     const Candidate candidate = pool[pick];
     CandidateKindStats& stats = StatsOf(&result, pool_kinds[pick]);
     pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(pick));
