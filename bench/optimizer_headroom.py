@@ -97,6 +97,8 @@ def main():
     ap.add_argument("--sluice", default="build/sluice")
     ap.add_argument("--only", default="gpt-08gpu-len2048-tok016k")
     ap.add_argument("--schedules", default="1f1b,zb-h1")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="which global batch of the scenario (0: the first)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sluice-headroom-")
     print("| scenario | schedule | micro-batches per replica | unoptimized ms | 50 ms: gain (ms/batch) "
@@ -110,12 +112,16 @@ def main():
         dp = int(sc["cluster"].split(":")[1]) // 4
         for schedule in a.schedules.split(","):
             plan = os.path.join(tmp, "plan.json")
+            many = a.batch > 0  # sluice plan --out then writes PATH-<batch>.json per batch
             subprocess.run([a.sluice, "plan", "--model", sc["model"], "--cluster", sc["cluster"],
                             "--parallel", f"dp={dp},pp=4,zero=1", "--data", sc["data"],
                             "--tokens-per-batch", str(sc["tokens_per_batch"]), "--max-seqlen",
                             str(sc["max_seqlen"]), "--memory-limit", str(sc["memory_limit_mb"]),
-                            "--iterations", "1", "--method", "dynapipe", "--schedule", schedule,
-                            "--out", plan], capture_output=True, text=True, check=True)
+                            "--iterations", str(a.batch + 1), "--method", "dynapipe",
+                            "--schedule", schedule, "--out", plan],
+                           capture_output=True, text=True, check=True)
+            if many:
+                plan = os.path.join(tmp, f"plan-{a.batch}.json")
             p = json.load(open(plan))
             sizes = [len(r["micro_batches"]) for r in p["replicas"]]
             before = simulate(a.sluice, plan)

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/rng.h"
+
 namespace sluice {
 namespace {
 
@@ -254,7 +256,8 @@ int64_t Relowerer::level_changes() const {
 
 StatusOr<OrderSearch> SearchReplicaOrder(
     const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
-    int64_t exhaustive_up_to, std::optional<std::chrono::steady_clock::time_point> deadline) {
+    int64_t exhaustive_up_to, std::optional<std::chrono::steady_clock::time_point> deadline,
+    bool kicks) {
   const int64_t m = relowerer.size(d);
   if (exhaustive_up_to < 0 || exhaustive_up_to > 10) {
     return InvalidArgumentError(fmt::format(
@@ -316,7 +319,6 @@ StatusOr<OrderSearch> SearchReplicaOrder(
       ++out.moves;
     }
   }
-  // 2. Insertion sweeps, first improvement.
   auto more = [&] {
     if (out.estimates >= max_estimates) return false;
     if (deadline && std::chrono::steady_clock::now() >= *deadline) {
@@ -325,25 +327,73 @@ StatusOr<OrderSearch> SearchReplicaOrder(
     }
     return true;
   };
+  // 2. Descent from `order` (estimate `t`): first-improvement sweeps of insertion moves
+  // (micro-batch at position i moved to position j), then of swaps (positions i < j - 1
+  // exchanged), again until neither improves or the bounds end it.
   std::vector<int64_t> candidate(static_cast<size_t>(m));
-  bool improved = true;
-  while (improved && more()) {
-    improved = false;
-    for (int64_t i = 0; i < m && more(); ++i) {
-      for (int64_t j = 0; j < m && more(); ++j) {
-        if (j == i || j == i - 1) continue;  // moving i before i - 1 = moving i - 1 after i
-        candidate = out.order;
-        const int64_t x = candidate[i];
-        candidate.erase(candidate.begin() + i);
-        candidate.insert(candidate.begin() + j, x);
-        SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(candidate));
-        if (t < out.makespan) {
-          out.order = candidate;
-          out.makespan = t;
-          ++out.moves;
-          improved = true;
+  auto descend = [&](std::vector<int64_t>* order, Duration* t) -> StatusOr<int64_t> {
+    int64_t moves = 0;
+    bool improved = true;
+    while (improved && more()) {
+      improved = false;
+      for (int64_t i = 0; i < m && more(); ++i) {
+        for (int64_t j = 0; j < m && more(); ++j) {
+          if (j == i || j == i - 1) continue;  // moving i before i - 1 = moving i - 1 after i
+          candidate = *order;
+          const int64_t x = candidate[i];
+          candidate.erase(candidate.begin() + i);
+          candidate.insert(candidate.begin() + j, x);
+          SLUICE_ASSIGN_OR_RETURN(Duration c, estimate(candidate));
+          if (c < *t) {
+            *order = candidate;
+            *t = c;
+            ++moves;
+            improved = true;
+          }
         }
       }
+      if (improved) continue;
+      // Swaps of non-neighbours (a neighbours' swap is an insertion).
+      for (int64_t i = 0; i < m && more(); ++i) {
+        for (int64_t j = i + 2; j < m && more(); ++j) {
+          candidate = *order;
+          std::swap(candidate[i], candidate[j]);
+          SLUICE_ASSIGN_OR_RETURN(Duration c, estimate(candidate));
+          if (c < *t) {
+            *order = candidate;
+            *t = c;
+            ++moves;
+            improved = true;
+          }
+        }
+      }
+    }
+    return moves;
+  };
+  SLUICE_ASSIGN_OR_RETURN(int64_t descent_moves, descend(&out.order, &out.makespan));
+  out.moves += descent_moves;
+  // 3. Kicks (iterated local search): from the best order, three micro-batches moved to seeded
+  // random places, then the descent again; the result is kept when shorter. Seeded by the
+  // replica and its size only, so the search stays a pure function of its inputs.
+  Rng rng(0x5eed0fd3ULL ^ (static_cast<uint64_t>(d) << 20) ^ static_cast<uint64_t>(m));
+  int64_t idle = 0;
+  while (kicks && m >= 3 && idle < 2 * m && more()) {
+    ++idle;
+    std::vector<int64_t> kicked = out.order;
+    for (int k = 0; k < 3; ++k) {
+      const int64_t i = rng.UniformInt(0, m - 1);
+      const int64_t x = kicked[i];
+      kicked.erase(kicked.begin() + i);
+      kicked.insert(kicked.begin() + rng.UniformInt(0, m - 1), x);
+    }
+    SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(kicked));
+    SLUICE_ASSIGN_OR_RETURN(int64_t kicked_moves, descend(&kicked, &t));
+    (void)kicked_moves;
+    if (t < out.makespan) {
+      out.order = std::move(kicked);
+      out.makespan = t;
+      ++out.moves;
+      idle = 0;
     }
   }
   return out;

@@ -117,9 +117,15 @@ class Relowerer {
 //  1. the start order, and the "organ pipe" of its micro-batches (by total time over the stages:
 //     the shortest first and last, the longest in the middle, so that neither the fill nor the
 //     drain of the pipeline waits for a long one); the shorter that fits the budget is kept;
-//  2. first-improvement sweeps of insertion moves (micro-batch at position i moved to position j,
-//     i and j ascending) until a sweep improves nothing or `max_estimates` estimates were spent.
-// With exhaustive_up_to >= m (at most 10), every permutation is estimated instead (steps 1-2
+//  2. descent: first-improvement sweeps of insertion moves (micro-batch at position i moved to
+//     position j, i and j ascending), and when a sweep improves nothing, a sweep of swaps
+//     (positions i < j - 1 exchanged); again until neither improves;
+//  3. with `kicks` (iterated local search): from the best order, three micro-batches moved to
+//     random places (seeded by d and the replica's size), the descent again, the result kept when
+//     shorter; until 2 m kicks in a row found nothing (a small replica does not spend the whole
+//     bound on orders it has seen).
+// Steps 2-3 end when `max_estimates` estimates were spent or the deadline has passed.
+// With exhaustive_up_to >= m (at most 10), every permutation is estimated instead (steps 1-3
 // skipped; max_estimates does not apply): the best order by the estimate, for measuring what
 // the search leaves (the oracle of docs/benchmarks.md).
 // A candidate counts only when its schedule fits the memory budget and its makespan is strictly
@@ -133,11 +139,12 @@ struct OrderSearch {
   bool deadline_hit = false;   // the deadline ended the search (the result depends on timing)
 };
 // Errors: `start` is not a permutation of replica d's micro-batches, or the generator's errors.
-// With a deadline, steps 1-2 also stop when it has passed (checked before each estimate).
+// With a deadline, steps 1-3 also stop when it has passed (checked before each estimate).
 // Errors also: exhaustive_up_to outside 0..10.
 StatusOr<OrderSearch> SearchReplicaOrder(
     const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
     int64_t exhaustive_up_to = 0,
-    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+    std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+    bool kicks = true);
 
 }  // namespace sluice
