@@ -272,9 +272,9 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
         const Clock::time_point deadline =
             Clock::now() + std::chrono::nanoseconds(time_left.nanos() / parts);
         SLUICE_ASSIGN_OR_RETURN(
-            OrderSearch os, SearchReplicaOrder(rl, d, orders[d], left,
-                                               options.order_exhaustive_up_to, deadline,
-                                               /*kicks=*/kicks));
+            OrderSearch os,
+            SearchReplicaOrder(rl, d, orders[d], left, options.order_exhaustive_up_to, deadline,
+                               /*kicks=*/kicks));
         result.order_estimates += os.estimates;
         result.budget_hit = result.budget_hit || os.deadline_hit;
         searched[d] = true;
