@@ -225,8 +225,9 @@ void RegisterOptimizeCommands(CLI::App* app, RunState* state) {
       ->type_name("greedy|mcmc")
       ->capture_default_str();
   o->add_option("--draw", flags->draw,
-                "How a step draws its candidate: by-kind (a kind by the time it saved per ms so "
-                "far, then one of its candidates) or uniform (dPRO's: every candidate alike)")
+                "How a step draws its candidate: by-kind (a kind by the time it saved per "
+                "simulation so far, then one of its candidates) or uniform (dPRO's: every "
+                "candidate alike)")
       ->type_name("by-kind|uniform")
       ->capture_default_str();
   o->add_option("--collectives", flags->collectives,

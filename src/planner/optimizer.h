@@ -92,13 +92,14 @@ std::string_view OptimizerSearchName(OptimizerSearch search);  // "mcmc", "greed
 // How a step draws its candidate from the untried ones on the current plan.
 enum class CandidateDraw : uint8_t {
   kUniform,  // dPRO's: every candidate alike
-  // A kind first ("move-compute", "bucket", ...), with weight (gain + g0) / (wall + t0): the
-  // simulated time that kind's candidates saved so far in this search per unit of the time they
-  // took, after a prior of one step (t0: checking and simulating the input) that saves a
-  // thousandth of the current plan's time (g0); a kind that pays is drawn more, one that does
-  // not fades as its time grows, none is starved. Then one of its candidates uniformly. A kind
-  // with many candidates (the compute moves of a long critical path) no longer crowds out one
-  // with few (the buckets).
+  // A kind first ("move-compute", "bucket", ...), with weight
+  // (gain + g0) / (1 + simulated + refused / ranks): the simulated time that kind's candidates
+  // saved so far in this search per simulation they cost (a refused one costs one rank's
+  // validation), after a prior of one simulation that saves a thousandth of the current plan's
+  // time (g0); a kind that pays is drawn more, one that does not fades as it is tried, none is
+  // starved. Then one of its candidates uniformly. Counts, not the clock: the same seed draws
+  // the same on any machine. A kind with many candidates (the compute moves of a long critical
+  // path) no longer crowds out one with few (the buckets).
   kByKind,
 };
 std::string_view CandidateDrawName(CandidateDraw draw);  // "uniform", "by-kind"
