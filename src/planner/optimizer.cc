@@ -215,13 +215,10 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   // time: what the search after the placement leaves room for.
   Duration longest_try = Duration::Zero();
   Duration placement_wall = Duration::Zero();
-  auto order_phase = [&](const Relowerer& rl, Duration order_end, int64_t max_estimates,
+  // `kicks`: SearchReplicaOrder's iterated local search after its descent.
+  auto order_phase = [&](const Relowerer& rl, Duration order_end, int64_t max_estimates, bool kicks,
                          const std::string& kind = "reorder-microbatches") -> StatusOr<bool> {
     if (result.order_estimates + rl.dp() >= max_estimates) return false;
-    // Kicks (iterated local search) in the first search only: at the placed levels an order
-    // tuned further to its estimate left the placement after it less to gain (measured in
-    // docs/benchmarks.md, "Kicks in the order search").
-    const bool kicks = kind == "reorder-microbatches";
     if (elapsed() >= order_end) {
       result.budget_hit = true;
       return false;
@@ -427,9 +424,10 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
   // The orders, the placement, and (when the placement was kept and changed levels) the orders
   // again at the placed levels, then the placement again (see the header).
   if (reorder) {
-    SLUICE_RETURN_IF_ERROR(
-        order_phase(*options.relowerer, share_end(options.order_budget_share), first_estimates)
-            .status());
+    SLUICE_RETURN_IF_ERROR(order_phase(*options.relowerer, share_end(options.order_budget_share),
+                                       first_estimates,
+                                       /*kicks=*/true)
+                               .status());
   }
   SLUICE_ASSIGN_OR_RETURN(const bool placed, placement_phase());
   if (reorder && placed && options.placed_order_share > 0) {
@@ -444,8 +442,11 @@ StatusOr<OptimizeResult> OptimizePlan(const ExecutionPlan& plan, const Optimizer
                  usable - after - Duration::Nanos(after.nanos() / 4));
     if (at_levels.level_changes() > 0 && elapsed() < end) {
       SLUICE_ASSIGN_OR_RETURN(const bool moved,
+                              // Without kicks: at the placed levels an order tuned further to
+                              // its estimate left the placement after it less to gain
+                              // (docs/benchmarks.md, "Kicks in the order search").
                               order_phase(at_levels, end, options.order_estimates,
-                                          "reorder-microbatches (placed levels)"));
+                                          /*kicks=*/false, "reorder-microbatches (placed levels)"));
       // The placement again, when it ends within the budget as long as the first one took, half
       // of it more on top (one its deadline stops while pricing changes nothing: that time would
       // be lost).

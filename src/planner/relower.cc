@@ -331,9 +331,19 @@ StatusOr<OrderSearch> SearchReplicaOrder(
   // (micro-batch at position i moved to position j), then of swaps (positions i < j - 1
   // exchanged), again until neither improves or the bounds end it.
   std::vector<int64_t> candidate(static_cast<size_t>(m));
-  auto descend = [&](std::vector<int64_t>* order, Duration* t) -> StatusOr<int64_t> {
-    int64_t moves = 0;
+  auto descend = [&](std::vector<int64_t>* order, Duration* t, int64_t* moves) -> Status {
     bool improved = true;
+    // Estimates `candidate` and adopts it when shorter.
+    auto try_candidate = [&]() -> Status {
+      SLUICE_ASSIGN_OR_RETURN(Duration c, estimate(candidate));
+      if (c < *t) {
+        *order = candidate;
+        *t = c;
+        ++*moves;
+        improved = true;
+      }
+      return Status::Ok();
+    };
     while (improved && more()) {
       improved = false;
       for (int64_t i = 0; i < m && more(); ++i) {
@@ -343,13 +353,7 @@ StatusOr<OrderSearch> SearchReplicaOrder(
           const int64_t x = candidate[i];
           candidate.erase(candidate.begin() + i);
           candidate.insert(candidate.begin() + j, x);
-          SLUICE_ASSIGN_OR_RETURN(Duration c, estimate(candidate));
-          if (c < *t) {
-            *order = candidate;
-            *t = c;
-            ++moves;
-            improved = true;
-          }
+          SLUICE_RETURN_IF_ERROR(try_candidate());
         }
       }
       if (improved) continue;
@@ -358,20 +362,13 @@ StatusOr<OrderSearch> SearchReplicaOrder(
         for (int64_t j = i + 2; j < m && more(); ++j) {
           candidate = *order;
           std::swap(candidate[i], candidate[j]);
-          SLUICE_ASSIGN_OR_RETURN(Duration c, estimate(candidate));
-          if (c < *t) {
-            *order = candidate;
-            *t = c;
-            ++moves;
-            improved = true;
-          }
+          SLUICE_RETURN_IF_ERROR(try_candidate());
         }
       }
     }
-    return moves;
+    return Status::Ok();
   };
-  SLUICE_ASSIGN_OR_RETURN(int64_t descent_moves, descend(&out.order, &out.makespan));
-  out.moves += descent_moves;
+  SLUICE_RETURN_IF_ERROR(descend(&out.order, &out.makespan, &out.moves));
   // 3. Kicks (iterated local search): from the best order, three micro-batches moved to seeded
   // random places, then the descent again; the result is kept when shorter. Seeded by the
   // replica and its size only, so the search stays a pure function of its inputs.
@@ -387,8 +384,8 @@ StatusOr<OrderSearch> SearchReplicaOrder(
       kicked.insert(kicked.begin() + rng.UniformInt(0, m - 1), x);
     }
     SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(kicked));
-    SLUICE_ASSIGN_OR_RETURN(int64_t kicked_moves, descend(&kicked, &t));
-    (void)kicked_moves;
+    int64_t kicked_moves = 0;  // one move counted for the whole kick when it is kept
+    SLUICE_RETURN_IF_ERROR(descend(&kicked, &t, &kicked_moves));
     if (t < out.makespan) {
       out.order = std::move(kicked);
       out.makespan = t;
