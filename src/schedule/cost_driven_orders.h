@@ -39,14 +39,16 @@ inline int64_t Transient(const ChunkCost& c) {
   return std::max<int64_t>(0, c.peak.count() - c.stored.count());
 }
 
-// Per rank, as the generator's simulation timed its list: time computing, end of its last action.
+// Per rank, as the generator's simulation timed and walked its list: time computing, end of its
+// last action, and its memory peak (RankPeakMemory of the list).
 struct ListTimes {
   std::vector<Duration> busy, finish;
+  std::vector<Bytes> peak;
 };
 
 // ZB-H1 by greedy list scheduling (generators.h): `bound` is the activation bound per rank. With
-// `times`, the simulation's timing of the list, which is EstimateSchedule's (zb_h1_schedule.cc):
-// the generator then estimates only the list's memory (EstimateTimedSchedule).
+// `times`, the simulation's timing and memory peaks of the list, which are EstimateSchedule's
+// (zb_h1_schedule.cc): the generator then replays nothing (EstimateTimedSchedule).
 // REQUIRES: costs.vpp == 1, bound.size() == pp.
 std::string ZbH1Order(const ScheduleCosts& costs, const std::vector<Bytes>& bound, Schedule* out,
                       ListTimes* times = nullptr);

@@ -38,12 +38,39 @@ struct BoundaryTransfer {
 
 // The boundary tensor an action of `kind` on `stage` receives from another stage; nullopt for W,
 // for F on the first stage and for B/I on the last. REQUIRES: 0 <= stage < num_stages.
-std::optional<BoundaryTransfer> ConsumedBoundary(ActionKind kind, int64_t stage,
-                                                 int64_t num_stages);
+// (Inline: the estimator and the ZB-H1 generator ask it for every action.)
+inline std::optional<BoundaryTransfer> ConsumedBoundary(ActionKind kind, int64_t stage,
+                                                        int64_t num_stages) {
+  switch (kind) {
+    case ActionKind::kForward:
+      if (stage == 0) return std::nullopt;
+      return BoundaryTransfer{stage - 1, stage - 1, stage, false};
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+      if (stage + 1 >= num_stages) return std::nullopt;
+      return BoundaryTransfer{stage, stage + 1, stage, true};
+    case ActionKind::kBackwardWeight:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
 // The boundary tensor an action of `kind` on `stage` hands to another stage; nullopt for W, for F
 // on the last stage and for B/I on the first. REQUIRES: 0 <= stage < num_stages.
-std::optional<BoundaryTransfer> ProducedBoundary(ActionKind kind, int64_t stage,
-                                                 int64_t num_stages);
+inline std::optional<BoundaryTransfer> ProducedBoundary(ActionKind kind, int64_t stage,
+                                                        int64_t num_stages) {
+  switch (kind) {
+    case ActionKind::kForward:
+      if (stage + 1 >= num_stages) return std::nullopt;
+      return BoundaryTransfer{stage, stage, stage + 1, false};
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+      if (stage == 0) return std::nullopt;
+      return BoundaryTransfer{stage - 1, stage, stage - 1, true};
+    case ActionKind::kBackwardWeight:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
 // The action of the same micro-batch and stage that must run first: F for B and I, I for W;
 // nullopt for F.
 std::optional<ActionKind> LocalPrerequisite(ActionKind kind);

@@ -288,32 +288,9 @@ double ScheduleEstimate::RankBubbleFraction(int64_t rank) const {
 }
 
 Bytes RankPeakMemory(std::span<const Action> list, const ScheduleCosts& costs) {
-  int64_t cur = 0;
-  int64_t peak = 0;
-  for (const Action& a : list) {
-    const ChunkCost& c = costs.chunks[a.microbatch][a.stage];
-    const int64_t transient = std::max<int64_t>(0, c.peak.count() - c.stored.count());
-    const int64_t held = costs.Held(a.microbatch, a.stage).count();
-    switch (a.kind) {
-      case ActionKind::kForward:
-        peak = std::max(peak, cur + c.peak.count() + held);
-        cur += c.stored.count() + held;
-        break;
-      case ActionKind::kBackward:
-        peak = std::max(peak, cur + transient);
-        cur -= c.stored.count() + held;
-        break;
-      case ActionKind::kBackwardInput:
-        peak = std::max(peak, cur + transient);
-        cur -= c.stored.count() - c.stored_until_w.count() + held;
-        break;
-      case ActionKind::kBackwardWeight:
-        peak = std::max(peak, cur);
-        cur -= c.stored_until_w.count();
-        break;
-    }
-  }
-  return Bytes::Of(peak);
+  MemoryWalk walk;
+  for (const Action& a : list) walk.Apply(a, costs);
+  return Bytes::Of(walk.peak);
 }
 
 Duration ActionDuration(const Action& a, const ScheduleCosts& costs) {
@@ -322,12 +299,9 @@ Duration ActionDuration(const Action& a, const ScheduleCosts& costs) {
 
 namespace {
 
-// The memory half of an estimate: every rank's peak by its list order, and the first over budget.
-void EstimateMemory(const Schedule& schedule, const ScheduleCosts& costs, ScheduleEstimate* e) {
-  const int64_t pp = schedule.pp;
-  e->peak_memory.assign(static_cast<size_t>(pp), Bytes::Zero());
-  for (int64_t r = 0; r < pp; ++r) {
-    e->peak_memory[r] = RankPeakMemory(schedule.ranks[r], costs);
+// The budget check of the memory half: the first rank whose peak is over its budget.
+void CheckMemory(const ScheduleCosts& costs, ScheduleEstimate* e) {
+  for (size_t r = 0; r < e->peak_memory.size(); ++r) {
     if (!costs.budget.empty() && e->peak_memory[r] > costs.budget[r] && e->fits_memory) {
       e->fits_memory = false;
       e->memory_problem = fmt::format(
@@ -337,13 +311,24 @@ void EstimateMemory(const Schedule& schedule, const ScheduleCosts& costs, Schedu
   }
 }
 
+// The memory half of an estimate: every rank's peak by its list order, and the first over budget.
+void EstimateMemory(const Schedule& schedule, const ScheduleCosts& costs, ScheduleEstimate* e) {
+  e->peak_memory.resize(static_cast<size_t>(schedule.pp));
+  for (int64_t r = 0; r < schedule.pp; ++r) {
+    e->peak_memory[r] = RankPeakMemory(schedule.ranks[r], costs);
+  }
+  CheckMemory(costs, e);
+}
+
 }  // namespace
 
 ScheduleEstimate EstimateTimedSchedule(const Schedule& schedule, const ScheduleCosts& costs,
                                        std::span<const Duration> busy,
-                                       std::span<const Duration> finish) {
+                                       std::span<const Duration> finish,
+                                       std::span<const Bytes> peak) {
   ScheduleEstimate e;
-  EstimateMemory(schedule, costs, &e);
+  e.peak_memory.assign(peak.begin(), peak.end());
+  CheckMemory(costs, &e);
   e.completed = true;
   e.busy.assign(busy.begin(), busy.end());
   e.finish.assign(finish.begin(), finish.end());

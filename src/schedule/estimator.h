@@ -27,6 +27,7 @@
 // Thread safety: a pure function of its arguments.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -62,6 +63,42 @@ struct ScheduleEstimate {
 // REQUIRES: a's micro-batch and stage inside costs.
 Duration ActionDuration(const Action& a, const ScheduleCosts& costs);
 
+// The memory rule above, one action at a time: the bytes of activations and held buffers a rank
+// holds after the actions applied so far, and their high-water mark. RankPeakMemory walks a whole
+// list; a generator that builds its list action by action (ZB-H1) walks it as it goes.
+struct MemoryWalk {
+  int64_t held = 0;
+  int64_t peak = 0;
+
+  // REQUIRES: a's micro-batch and stage inside costs.
+  void Apply(const Action& a, const ScheduleCosts& costs) {
+    const ChunkCost& c = costs.chunks[a.microbatch][a.stage];
+    const int64_t transient = std::max<int64_t>(0, c.peak.count() - c.stored.count());
+    const int64_t buffers = costs.Held(a.microbatch, a.stage).count();
+    switch (a.kind) {
+      case ActionKind::kForward:
+        Peak(held + c.peak.count() + buffers);
+        held += c.stored.count() + buffers;
+        break;
+      case ActionKind::kBackward:
+        Peak(held + transient);
+        held -= c.stored.count() + buffers;
+        break;
+      case ActionKind::kBackwardInput:
+        Peak(held + transient);
+        held -= c.stored.count() - c.stored_until_w.count() + buffers;
+        break;
+      case ActionKind::kBackwardWeight:
+        Peak(held);
+        held -= c.stored_until_w.count();
+        break;
+    }
+  }
+
+ private:
+  void Peak(int64_t bytes) { peak = std::max(peak, bytes); }
+};
+
 // High-water mark of activations and held buffers of one rank running `list` in order (the
 // memory rule above).
 // REQUIRES: every action's micro-batch and stage inside costs.
@@ -71,14 +108,16 @@ Bytes RankPeakMemory(std::span<const Action> list, const ScheduleCosts& costs);
 // costs.p2p may be empty (free transfers); costs.budget may be empty (unlimited memory).
 ScheduleEstimate EstimateSchedule(const Schedule& schedule, const ScheduleCosts& costs);
 
-// The estimate of a schedule that its generator already timed under this model (ZB-H1's
-// simulation, schedule/cost_driven_orders.h): memory as EstimateSchedule computes it, the timing
-// from `busy` and `finish` (per rank), without replaying the schedule. Equal to EstimateSchedule
-// when those are the model's timing (generators_test checks it for ZB-H1).
-// REQUIRES: the schedule's shape matches the costs; busy.size() == finish.size() == pp.
+// The estimate of a schedule that its generator already timed and walked under this model
+// (ZB-H1's simulation, schedule/cost_driven_orders.h): the timing from `busy` and `finish`, the
+// memory from `peak` (per rank, RankPeakMemory of its list) checked against the budget, without
+// replaying the schedule. Equal to EstimateSchedule when those are the model's (generators_test
+// checks it for ZB-H1).
+// REQUIRES: busy.size() == finish.size() == peak.size() == pp, costs.budget empty or of size pp.
 ScheduleEstimate EstimateTimedSchedule(const Schedule& schedule, const ScheduleCosts& costs,
                                        std::span<const Duration> busy,
-                                       std::span<const Duration> finish);
+                                       std::span<const Duration> finish,
+                                       std::span<const Bytes> peak);
 
 // How ReplaySchedule times a schedule (EstimateSchedule uses the defaults).
 struct ReplayOptions {

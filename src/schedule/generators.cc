@@ -27,28 +27,34 @@ Schedule EmptySchedule(std::string name, int64_t pp, int64_t vpp, int64_t m) {
 Action F(int64_t stage, int64_t mb) { return Action{stage, ActionKind::kForward, mb}; }
 Action B(int64_t stage, int64_t mb) { return Action{stage, ActionKind::kBackward, mb}; }
 
-// Rank r's 1F1B list: min(pp - r - 1, m) warm-up F, F/B pairs, the remaining B.
-void AppendOneFOneB(int64_t r, int64_t pp, int64_t m, std::vector<Action>* list) {
+// Calls fn(action) for rank r's 1F1B list in order: min(pp - r - 1, m) warm-up F, F/B pairs,
+// the remaining B.
+template <class Fn>
+void ForEachOneFOneB(int64_t r, int64_t pp, int64_t m, Fn&& fn) {
   const int64_t warmup = std::min(pp - r - 1, m);
-  for (int64_t mb = 0; mb < warmup; ++mb) list->push_back(F(r, mb));
+  for (int64_t mb = 0; mb < warmup; ++mb) fn(F(r, mb));
   for (int64_t i = 0; i < m - warmup; ++i) {
-    list->push_back(F(r, warmup + i));
-    list->push_back(B(r, i));
+    fn(F(r, warmup + i));
+    fn(B(r, i));
   }
-  for (int64_t mb = m - warmup; mb < m; ++mb) list->push_back(B(r, mb));
+  for (int64_t mb = m - warmup; mb < m; ++mb) fn(B(r, mb));
 }
 
-// The pipeline's 1F1B peak: the largest per-rank activation peak of the 1F1B order.
+void AppendOneFOneB(int64_t r, int64_t pp, int64_t m, std::vector<Action>* list) {
+  ForEachOneFOneB(r, pp, m, [list](const Action& a) { list->push_back(a); });
+}
+
+// The pipeline's 1F1B peak: the largest per-rank activation peak of the 1F1B order (walked
+// without building the lists: ZB-H1 asks it for every order the search scores).
 Bytes OneFOneBPeak(const ScheduleCosts& costs) {
-  std::vector<Action> list;
-  list.reserve(static_cast<size_t>(2 * costs.num_microbatches()));
-  Bytes peak;
+  int64_t peak = 0;
   for (int64_t r = 0; r < costs.pp; ++r) {
-    list.clear();
-    AppendOneFOneB(r, costs.pp, costs.num_microbatches(), &list);
-    peak = std::max(peak, RankPeakMemory(list, costs));
+    MemoryWalk walk;
+    ForEachOneFOneB(r, costs.pp, costs.num_microbatches(),
+                    [&](const Action& a) { walk.Apply(a, costs); });
+    peak = std::max(peak, walk.peak);
   }
-  return peak;
+  return Bytes::Of(peak);
 }
 
 // Estimates `s` and turns the estimate into an outcome. A generated schedule that does not run
@@ -68,11 +74,11 @@ StatusOr<ScheduleResult> Finish(Schedule s, const ScheduleCosts& costs, std::str
   return r;
 }
 
-// As Finish, for a schedule its generator timed (EstimateTimedSchedule).
+// As Finish, for a schedule its generator timed and walked (EstimateTimedSchedule).
 ScheduleResult FinishTimed(Schedule s, const ScheduleCosts& costs,
                            const schedule_internal::ListTimes& times) {
   ScheduleResult r;
-  r.estimate = EstimateTimedSchedule(s, costs, times.busy, times.finish);
+  r.estimate = EstimateTimedSchedule(s, costs, times.busy, times.finish, times.peak);
   if (!r.estimate.fits_memory) {
     r.outcome = PlanOutcome::kOutOfMemory;
     r.infeasible_reason = fmt::format("{}: {}", s.name, r.estimate.memory_problem);
@@ -398,7 +404,7 @@ StatusOr<ScheduleResult> GenerateSchedule(ScheduleKind kind, const ScheduleCosts
       schedule_internal::ListTimes times;
       const std::string oom = schedule_internal::ZbH1Order(costs, bound, &s, &times);
       if (!oom.empty()) return OutOfMemory("zb-h1: " + oom);
-      // ZB-H1's simulation timed the list as the estimator would: only its memory is estimated.
+      // ZB-H1's simulation timed and walked the list as the estimator would.
       return FinishTimed(std::move(s), costs, times);
     }
     case ScheduleKind::kAdaptive: {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "schedule/dependencies.h"
+#include "schedule/estimator.h"
 
 namespace sluice::schedule_internal {
 namespace {
@@ -19,8 +20,14 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 // next micro-batch (if fewer than pp - r await their I and Need() fits the bound), or the W of
 // its oldest micro-batch past I. Transfers use the same channels as the estimator, and every
 // action starts as soon as its rank is free and its inputs are there, so its timing is the
-// estimator's of the list it writes (generators_test checks it): each rank's busy time and the
-// end of its last action are kept for the estimate.
+// estimator's of the list it writes (generators_test checks it): each rank's busy time, the end
+// of its last action and its memory walk (the estimator's memory rule) are kept for the estimate.
+//
+// The simulation keeps one next event per rank instead of an event queue: a running rank's is
+// the end of its action, an idle rank's the arrival of an input it may wait for. At each instant
+// the ranks whose action ends hand on their outputs, then the idle ranks with an event choose.
+// Neither order within an instant matters: a rank sends on channels only it sends on, and
+// chooses from its own state and the inputs sent to it.
 class ZbH1 {
  public:
   ZbH1(const ScheduleCosts& c, const std::vector<Bytes>& bound, Schedule* out)
@@ -29,138 +36,133 @@ class ZbH1 {
         out_(out),
         pp_(c.pp),
         m_(c.num_microbatches()),
-        f_in_(static_cast<size_t>(m_ * pp_), kNever),
-        g_in_(f_in_.size(), kNever),
-        f_done_(f_in_.size(), kNever),
-        next_f_(static_cast<size_t>(pp_), 0),
-        next_i_(static_cast<size_t>(pp_), 0),
-        next_w_(static_cast<size_t>(pp_), 0),
-        held_(static_cast<size_t>(pp_), 0),
-        busy_(static_cast<size_t>(pp_), 0),
-        free_at_(static_cast<size_t>(pp_), 0),
-        running_(static_cast<size_t>(pp_), 0),
-        decide_(static_cast<size_t>(pp_), 0),
+        times_(static_cast<size_t>(m_ * pp_)),
+        ranks_(static_cast<size_t>(pp_)),
         channels_(pp_) {
     for (int64_t mb = 0; mb < m_; ++mb) {
-      f_in_[Index(mb, 0)] = 0;
-      g_in_[Index(mb, pp_ - 1)] = 0;
+      At(mb, 0).f_in = 0;
+      At(mb, pp_ - 1).g_in = 0;
     }
   }
 
   std::string Run(ListTimes* times) {
     InitSchedule(c_, "zb-h1", out_);
-    int64_t now = 0;
-    for (int64_t r = 0; r < pp_; ++r) Decide(r, now);
-    while (!heap_.empty()) {
-      // Apply every event of this instant, then let the ranks it concerns choose, in rank order.
-      now = heap_.front().time;
-      to_decide_.clear();
-      while (!heap_.empty() && heap_.front().time == now) {
-        std::pop_heap(heap_.begin(), heap_.end(), Later());
-        const Event e = heap_.back();
-        heap_.pop_back();
-        if (e.completes) Complete(e.rank, e.time);
-        if (!decide_[e.rank]) to_decide_.push_back(e.rank);
-        decide_[e.rank] = 1;
+    int64_t now = kNever;
+    for (int64_t r = 0; r < pp_; ++r) {
+      Decide(r, 0);
+      now = std::min(now, ranks_[r].event_at);
+    }
+    while (now != kNever) {
+      for (int64_t r = 0; r < pp_; ++r) {
+        if (ranks_[r].running && ranks_[r].event_at == now) Complete(r, now);
       }
-      std::sort(to_decide_.begin(), to_decide_.end());
-      for (int64_t r : to_decide_) {
-        decide_[r] = 0;
-        if (!running_[r]) Decide(r, now);
+      int64_t next = kNever;
+      for (int64_t r = 0; r < pp_; ++r) {
+        Rank& k = ranks_[r];
+        if (!k.running && k.event_at == now) {
+          k.event_at = kNever;
+          Decide(r, now);
+        }
+        next = std::min(next, k.event_at);
       }
+      now = next;
     }
     for (int64_t r = 0; r < pp_; ++r) {
-      if (next_w_[r] < m_) return Stuck(r);
+      if (ranks_[r].next_w < m_) return Stuck(r);
     }
     if (times != nullptr) {
       times->busy.resize(static_cast<size_t>(pp_));
       times->finish.resize(static_cast<size_t>(pp_));
+      times->peak.resize(static_cast<size_t>(pp_));
       for (int64_t r = 0; r < pp_; ++r) {
-        times->busy[r] = Duration::Nanos(busy_[r]);
-        times->finish[r] = Duration::Nanos(free_at_[r]);
+        times->busy[r] = Duration::Nanos(ranks_[r].busy);
+        times->finish[r] = Duration::Nanos(ranks_[r].free_at);
+        times->peak[r] = Bytes::Of(ranks_[r].memory.peak);
       }
     }
     return "";
   }
 
  private:
-  struct Event {
-    int64_t time;
-    int64_t seq;
-    int64_t rank;
-    bool completes;  // false: an input arrives at `rank`
+  // When the inputs of one micro-batch's stage arrive and its F ended, in ns (kNever until known).
+  struct StageTimes {
+    int64_t f_in = kNever, g_in = kNever, f_done = kNever;
   };
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-    }
+  struct Rank {
+    int64_t next_f = 0, next_i = 0, next_w = 0;  // next micro-batch of each kind
+    int64_t busy = 0, free_at = 0;               // ns computing; end of its last action
+    // Its next event: the end of its action when running, else when an input it may wait for
+    // arrives (kNever: none known; an input sent later sets it).
+    int64_t event_at = kNever;
+    bool running = false;
+    MemoryWalk memory;  // the estimator's memory rule over the list so far
   };
 
-  size_t Index(int64_t mb, int64_t stage) const { return static_cast<size_t>(mb * pp_ + stage); }
-  void Push(int64_t time, int64_t rank, bool completes) {
-    heap_.push_back(Event{time, seq_++, rank, completes});
-    std::push_heap(heap_.begin(), heap_.end(), Later());
-  }
+  StageTimes& At(int64_t mb, int64_t stage) { return times_[static_cast<size_t>(mb * pp_ + stage)]; }
 
   void Start(int64_t r, Action a, int64_t now) {
     out_->ranks[r].push_back(a);
-    running_[r] = 1;
+    Rank& k = ranks_[r];
+    k.running = true;
+    k.memory.Apply(a, c_);
     const ChunkCost& c = c_.chunks[a.microbatch][a.stage];
-    Duration d;
+    int64_t d = 0;
     switch (a.kind) {
       case ActionKind::kForward:
-        held_[r] += c.stored.count() + c_.Held(a.microbatch, a.stage).count();
-        ++next_f_[r];
-        d = c.forward;
+        ++k.next_f;
+        d = c.forward.nanos();
         break;
       case ActionKind::kBackwardInput:
-        held_[r] -=
-            c.stored.count() - c.stored_until_w.count() + c_.Held(a.microbatch, a.stage).count();
-        ++next_i_[r];
-        d = c.backward_input;
+        ++k.next_i;
+        d = c.backward_input.nanos();
         break;
       default:
-        held_[r] -= c.stored_until_w.count();
-        ++next_w_[r];
-        d = c.backward_weight;
+        ++k.next_w;
+        d = c.backward_weight.nanos();
         break;
     }
-    busy_[r] += d.nanos();
-    Push(now + d.nanos(), r, true);
+    k.busy += d;
+    k.event_at = now + d;
   }
 
-  // Hands the output of the action rank r just finished to its neighbour.
+  // Hands the output of the action rank r just finished to its neighbour; the rank then chooses
+  // at this instant (its event stays `t`).
   void Complete(int64_t r, int64_t t) {
-    running_[r] = 0;
-    free_at_[r] = t;
+    Rank& k = ranks_[r];
+    k.running = false;
+    k.free_at = t;
     const Action& a = out_->ranks[r].back();
-    if (a.kind == ActionKind::kForward) f_done_[Index(a.microbatch, a.stage)] = t;
+    if (a.kind == ActionKind::kForward) At(a.microbatch, a.stage).f_done = t;
     const auto out = ProducedBoundary(a.kind, a.stage, pp_);
     if (!out) return;
     const int64_t dst = out->to_stage;  // vpp = 1: stage s runs on rank s
     const int64_t d = c_.p2p.empty() ? 0 : c_.p2p[a.microbatch][out->boundary].nanos();
     const int64_t arrive = channels_.Arrive(r, dst, t, d);
-    (out->gradient ? g_in_ : f_in_)[Index(a.microbatch, dst)] = arrive;
-    if (!running_[dst]) Push(arrive, dst, false);
+    StageTimes& in = At(a.microbatch, dst);
+    (out->gradient ? in.g_in : in.f_in) = arrive;
+    Rank& to = ranks_[dst];
+    if (!to.running) to.event_at = std::min(to.event_at, arrive);
   }
 
   void Decide(int64_t r, int64_t now) {
-    const int64_t i = next_i_[r];
-    if (i < next_f_[r] && f_done_[Index(i, r)] <= now && g_in_[Index(i, r)] <= now) {
+    Rank& k = ranks_[r];
+    const int64_t i = k.next_i;
+    const bool i_open = i < k.next_f;
+    if (i_open && At(i, r).f_done <= now && At(i, r).g_in <= now) {
       return Start(r, Action{r, ActionKind::kBackwardInput, i}, now);
     }
-    const int64_t f = next_f_[r];
-    if (f < m_ && f_in_[Index(f, r)] <= now && f - i < pp_ - r &&
-        held_[r] + Need(r, f) <= bound_[r].count()) {
+    const int64_t f = k.next_f;
+    if (f < m_ && At(f, r).f_in <= now && f - i < pp_ - r &&
+        k.memory.held + Need(r, f) <= bound_[r].count()) {
       return Start(r, Action{r, ActionKind::kForward, f}, now);
     }
-    if (next_w_[r] < i) return Start(r, Action{r, ActionKind::kBackwardWeight, next_w_[r]}, now);
+    if (k.next_w < i) return Start(r, Action{r, ActionKind::kBackwardWeight, k.next_w}, now);
     // Idle: wake up when the input of the next I or F arrives (inputs already announced; later
     // ones wake this rank when they are sent).
     int64_t wake = kNever;
-    if (i < next_f_[r] && g_in_[Index(i, r)] > now) wake = g_in_[Index(i, r)];
-    if (f < m_ && f_in_[Index(f, r)] > now) wake = std::min(wake, f_in_[Index(f, r)]);
-    if (wake != kNever) Push(wake, r, false);
+    if (i_open && At(i, r).g_in > now) wake = At(i, r).g_in;
+    if (f < m_ && At(f, r).f_in > now) wake = std::min(wake, At(f, r).f_in);
+    k.event_at = wake;
   }
 
   // Bytes the F of micro-batch f on rank r needs beside what the rank holds: its peak, and its
@@ -168,7 +170,7 @@ class ZbH1 {
   // (f included), so that no I can exceed the bound later.
   int64_t Need(int64_t r, int64_t f) const {
     int64_t transient = 0;
-    for (int64_t y = next_i_[r]; y <= f; ++y) {
+    for (int64_t y = ranks_[r].next_i; y <= f; ++y) {
       transient = std::max(transient, Transient(c_.chunks[y][r]));
     }
     const ChunkCost& c = c_.chunks[f][r];
@@ -176,13 +178,13 @@ class ZbH1 {
   }
 
   std::string Stuck(int64_t r) const {
-    const int64_t f = next_f_[r];
+    const int64_t f = ranks_[r].next_f;
     if (f < m_) {
       return fmt::format(
           "rank {} cannot run micro-batch {}: its forward needs {} (its peak, or its stored "
           "activations plus the largest backward transient still to come) beside {} held; the "
           "bound is {} (the 1F1B peak, capped by the budget)",
-          r, f, FormatBytes(Bytes::Of(Need(r, f))), FormatBytes(Bytes::Of(held_[r])),
+          r, f, FormatBytes(Bytes::Of(Need(r, f))), FormatBytes(Bytes::Of(ranks_[r].memory.held)),
           FormatBytes(bound_[r]));
     }
     return fmt::format("rank {} stopped before the end (internal)", r);
@@ -193,15 +195,9 @@ class ZbH1 {
   Schedule* out_;
   const int64_t pp_;
   const int64_t m_;
-  std::vector<int64_t> f_in_, g_in_, f_done_;      // [mb * pp + stage], ns; kNever until known
-  std::vector<int64_t> next_f_, next_i_, next_w_;  // per rank: next micro-batch of each kind
-  std::vector<int64_t> held_;                      // per rank: activation bytes held
-  std::vector<int64_t> busy_, free_at_;            // per rank: ns computing; end of its last
-  std::vector<uint8_t> running_, decide_;
-  std::vector<int64_t> to_decide_;  // ranks to let choose at the current instant
+  std::vector<StageTimes> times_;  // [mb * pp + stage]
+  std::vector<Rank> ranks_;
   TransferChannels channels_;  // the estimator's links, so its timing is the estimator's
-  std::vector<Event> heap_;
-  int64_t seq_ = 0;
 };
 
 }  // namespace
