@@ -1,12 +1,11 @@
 // ZB-H1's greedy list scheduling (generators.h, schedule/cost_driven_orders.h).
-#include "schedule/cost_driven_orders.h"
-
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <limits>
 #include <utility>
 
+#include "schedule/cost_driven_orders.h"
 #include "schedule/dependencies.h"
 #include "schedule/estimator.h"
 
@@ -98,7 +97,9 @@ class ZbH1 {
     MemoryWalk memory;  // the estimator's memory rule over the list so far
   };
 
-  StageTimes& At(int64_t mb, int64_t stage) { return times_[static_cast<size_t>(mb * pp_ + stage)]; }
+  StageTimes& At(int64_t mb, int64_t stage) {
+    return times_[static_cast<size_t>(mb * pp_ + stage)];
+  }
 
   void Start(int64_t r, Action a, int64_t now) {
     out_->ranks[r].push_back(a);
