@@ -112,9 +112,8 @@ StatusOr<ScheduleResult> Relowerer::Estimate(int64_t d, std::span<const int64_t>
 StatusOr<Duration> Relowerer::Makespan(int64_t d, std::span<const int64_t> order,
                                        ScheduleCosts* scratch) const {
   if (!fixed_[d].has_value()) {
-    SLUICE_ASSIGN_OR_RETURN(ScheduleResult r, Estimate(d, order, scratch));
-    if (r.outcome != PlanOutcome::kOk || !r.estimate.completed) return Duration::Infinite();
-    return r.estimate.makespan;
+    PermuteMicroBatches(costs_[d], order, scratch);
+    return ScheduleMakespan(kinds_[d], *scratch, schedule_options_[d]);
   }
   PermuteMicroBatches(costs_[d], order, scratch);
   const ScheduleEstimate e = EstimateSchedule(*fixed_[d], *scratch);

@@ -46,9 +46,13 @@ struct ListTimes {
   std::vector<Bytes> peak;
 };
 
+// ZB-H1's activation bound per rank: the pipeline's 1F1B peak, capped by each rank's budget.
+std::vector<Bytes> ZbH1Bound(const ScheduleCosts& costs);
+
 // ZB-H1 by greedy list scheduling (generators.h): `bound` is the activation bound per rank. With
 // `times`, the simulation's timing and memory peaks of the list, which are EstimateSchedule's
-// (zb_h1_schedule.cc): the generator then replays nothing (EstimateTimedSchedule).
+// (zb_h1_schedule.cc): the generator then replays nothing (EstimateTimedSchedule). `out` may be
+// null: the lists are not kept (for timing only).
 // REQUIRES: costs.vpp == 1, bound.size() == pp.
 std::string ZbH1Order(const ScheduleCosts& costs, const std::vector<Bytes>& bound, Schedule* out,
                       ListTimes* times = nullptr);

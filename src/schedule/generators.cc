@@ -395,14 +395,10 @@ StatusOr<ScheduleResult> GenerateSchedule(ScheduleKind kind, const ScheduleCosts
     case ScheduleKind::kInterleaved:
       return Interleaved(costs, options);
     case ScheduleKind::kZbH1: {
-      // The 1F1B bound: the pipeline's 1F1B peak, capped by each rank's budget.
-      std::vector<Bytes> bound(static_cast<size_t>(pp), OneFOneBPeak(costs));
-      for (int64_t r = 0; r < pp && !costs.budget.empty(); ++r) {
-        bound[r] = std::min(bound[r], costs.budget[r]);
-      }
       Schedule s;
       schedule_internal::ListTimes times;
-      const std::string oom = schedule_internal::ZbH1Order(costs, bound, &s, &times);
+      const std::string oom =
+          schedule_internal::ZbH1Order(costs, schedule_internal::ZbH1Bound(costs), &s, &times);
       if (!oom.empty()) return OutOfMemory("zb-h1: " + oom);
       // ZB-H1's simulation timed and walked the list as the estimator would.
       return FinishTimed(std::move(s), costs, times);
@@ -416,5 +412,37 @@ StatusOr<ScheduleResult> GenerateSchedule(ScheduleKind kind, const ScheduleCosts
   }
   return InternalError("unknown schedule kind");
 }
+
+StatusOr<Duration> ScheduleMakespan(ScheduleKind kind, const ScheduleCosts& costs,
+                                    const ScheduleOptions& options) {
+  if (kind != ScheduleKind::kZbH1 || costs.vpp != 1 || options.max_in_flight < 0) {
+    SLUICE_ASSIGN_OR_RETURN(ScheduleResult r, GenerateSchedule(kind, costs, options));
+    if (r.outcome != PlanOutcome::kOk || !r.estimate.completed) return Duration::Infinite();
+    return r.estimate.makespan;
+  }
+  SLUICE_RETURN_IF_ERROR(ValidateScheduleCosts(costs));
+  schedule_internal::ListTimes times;
+  if (!schedule_internal::ZbH1Order(costs, schedule_internal::ZbH1Bound(costs), nullptr, &times)
+           .empty()) {
+    return Duration::Infinite();
+  }
+  // As EstimateTimedSchedule: over budget is out of memory (the bound keeps it within).
+  for (size_t r = 0; r < times.peak.size() && !costs.budget.empty(); ++r) {
+    if (times.peak[r] > costs.budget[r]) return Duration::Infinite();
+  }
+  return *std::max_element(times.finish.begin(), times.finish.end());
+}
+
+namespace schedule_internal {
+
+std::vector<Bytes> ZbH1Bound(const ScheduleCosts& costs) {
+  std::vector<Bytes> bound(static_cast<size_t>(costs.pp), OneFOneBPeak(costs));
+  for (int64_t r = 0; r < costs.pp && !costs.budget.empty(); ++r) {
+    bound[r] = std::min(bound[r], costs.budget[r]);
+  }
+  return bound;
+}
+
+}  // namespace schedule_internal
 
 }  // namespace sluice

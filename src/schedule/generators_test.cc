@@ -1,5 +1,6 @@
 #include "schedule/generators.h"
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,6 +100,48 @@ TEST(GeneratorsTest, ZbH1TimingIsTheEstimators) {
   EXPECT_GT(checked, 1000);
   std::printf("zb-h1 timing: %lld schedules checked, %lld over the bound\n",
               static_cast<long long>(checked), static_cast<long long>(oom));
+}
+
+// ScheduleMakespan is GenerateSchedule's makespan, or Infinite when its outcome is not kOk, for
+// every kind (ZB-H1 by its own path), over random costs, transfers and budgets that some orders
+// exceed; its errors are GenerateSchedule's.
+TEST(GeneratorsTest, ScheduleMakespanIsTheGeneratedEstimates) {
+  int64_t finite = 0, infinite = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    for (int64_t pp : {1, 2, 4, 8}) {
+      const int64_t m = 1 + static_cast<int64_t>(seed % 19);
+      ScheduleCosts c = RandomCosts(seed, pp, 1, m);
+      if (seed % 3 == 0) c.p2p.clear();
+      if (seed % 2 == 0) {
+        const ScheduleResult free = Must(ScheduleKind::kZbH1, c);
+        Bytes peak;
+        for (Bytes b : free.estimate.peak_memory) peak = std::max(peak, b);
+        SetBudget(&c, peak.mb() * (seed % 4 == 0 ? 0.7 : 0.95));
+      }
+      for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1,
+                                ScheduleKind::kAdaptive}) {
+        const ScheduleResult r = Must(kind, c);
+        const StatusOr<Duration> t = ScheduleMakespan(kind, c);
+        ASSERT_TRUE(t.ok()) << t.status().message();
+        const std::string what = fmt::format("{} seed {} pp {}", ScheduleKindName(kind), seed, pp);
+        if (r.outcome == PlanOutcome::kOk) {
+          EXPECT_EQ(*t, r.estimate.makespan) << what;
+          ++finite;
+        } else {
+          EXPECT_EQ(*t, Duration::Infinite()) << what;
+          ++infinite;
+        }
+      }
+    }
+  }
+  EXPECT_GT(finite, 1000);
+  EXPECT_GT(infinite, 50);  // the budgets made some orders not fit
+  ScheduleCosts bad = RandomCosts(1, 2, 2, 3);
+  EXPECT_FALSE(ScheduleMakespan(ScheduleKind::kZbH1, bad).ok());  // vpp 2: as GenerateSchedule
+  bad.vpp = 1;
+  EXPECT_FALSE(ScheduleMakespan(ScheduleKind::kZbH1, bad).ok());  // shape: invalid costs
+  EXPECT_FALSE(
+      ScheduleMakespan(ScheduleKind::kZbH1, RandomCosts(1, 2, 1, 3), {.max_in_flight = -1}).ok());
 }
 
 TEST(GeneratorsTest, ZbH1BubbleIsAThirdOf1F1B) {

@@ -45,7 +45,7 @@ class ZbH1 {
   }
 
   std::string Run(ListTimes* times) {
-    InitSchedule(c_, "zb-h1", out_);
+    if (out_ != nullptr) InitSchedule(c_, "zb-h1", out_);
     int64_t now = kNever;
     for (int64_t r = 0; r < pp_; ++r) {
       Decide(r, 0);
@@ -94,6 +94,7 @@ class ZbH1 {
     // arrives (kNever: none known; an input sent later sets it).
     int64_t event_at = kNever;
     bool running = false;
+    Action current;     // the action it runs or ran last
     MemoryWalk memory;  // the estimator's memory rule over the list so far
   };
 
@@ -102,9 +103,10 @@ class ZbH1 {
   }
 
   void Start(int64_t r, Action a, int64_t now) {
-    out_->ranks[r].push_back(a);
+    if (out_ != nullptr) out_->ranks[r].push_back(a);
     Rank& k = ranks_[r];
     k.running = true;
+    k.current = a;
     k.memory.Apply(a, c_);
     const ChunkCost& c = c_.chunks[a.microbatch][a.stage];
     int64_t d = 0;
@@ -132,7 +134,7 @@ class ZbH1 {
     Rank& k = ranks_[r];
     k.running = false;
     k.free_at = t;
-    const Action& a = out_->ranks[r].back();
+    const Action& a = k.current;
     if (a.kind == ActionKind::kForward) At(a.microbatch, a.stage).f_done = t;
     const auto out = ProducedBoundary(a.kind, a.stage, pp_);
     if (!out) return;
@@ -148,22 +150,26 @@ class ZbH1 {
   void Decide(int64_t r, int64_t now) {
     Rank& k = ranks_[r];
     const int64_t i = k.next_i;
-    const bool i_open = i < k.next_f;
-    if (i_open && At(i, r).f_done <= now && At(i, r).g_in <= now) {
-      return Start(r, Action{r, ActionKind::kBackwardInput, i}, now);
-    }
     const int64_t f = k.next_f;
-    if (f < m_ && At(f, r).f_in <= now && f - i < pp_ - r &&
-        k.memory.held + Need(r, f) <= bound_[r].count()) {
-      return Start(r, Action{r, ActionKind::kForward, f}, now);
+    const bool i_open = i < f;
+    Action a{r, ActionKind::kBackwardInput, i};
+    if (i_open && At(i, r).f_done <= now && At(i, r).g_in <= now) {
+      // a: the I
+    } else if (f < m_ && At(f, r).f_in <= now && f - i < pp_ - r &&
+               k.memory.held + Need(r, f) <= bound_[r].count()) {
+      a = Action{r, ActionKind::kForward, f};
+    } else if (k.next_w < i) {
+      a = Action{r, ActionKind::kBackwardWeight, k.next_w};
+    } else {
+      // Idle: wake up when the input of the next I or F arrives (inputs already announced; later
+      // ones wake this rank when they are sent).
+      int64_t wake = kNever;
+      if (i_open && At(i, r).g_in > now) wake = At(i, r).g_in;
+      if (f < m_ && At(f, r).f_in > now) wake = std::min(wake, At(f, r).f_in);
+      k.event_at = wake;
+      return;
     }
-    if (k.next_w < i) return Start(r, Action{r, ActionKind::kBackwardWeight, k.next_w}, now);
-    // Idle: wake up when the input of the next I or F arrives (inputs already announced; later
-    // ones wake this rank when they are sent).
-    int64_t wake = kNever;
-    if (i_open && At(i, r).g_in > now) wake = At(i, r).g_in;
-    if (f < m_ && At(f, r).f_in > now) wake = std::min(wake, At(f, r).f_in);
-    k.event_at = wake;
+    Start(r, a, now);
   }
 
   // Bytes the F of micro-batch f on rank r needs beside what the rank holds: its peak, and its
