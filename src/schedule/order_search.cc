@@ -180,22 +180,33 @@ StatusOr<OrderSearchResult> SearchMicroBatchOrder(ScheduleKind kind, const Sched
   ScheduleCosts permuted;
   bool have = false;
   std::string first_reason;
+  Duration best = Duration::Infinite();
+  // Scored by ScheduleMakespan (for ZB-H1 about a third cheaper than generating); the winner is
+  // generated once at the end, and the given order again only when it does not fit (its reason).
   for (const std::vector<int64_t>& order : candidates.orders()) {
     PermuteMicroBatches(costs, order, &permuted);
-    SLUICE_ASSIGN_OR_RETURN(ScheduleResult r, GenerateSchedule(kind, permuted, options.schedule));
+    SLUICE_ASSIGN_OR_RETURN(Duration t, ScheduleMakespan(kind, permuted, options.schedule));
     const bool given = out.candidates == 0;
     ++out.candidates;
-    if (r.outcome != PlanOutcome::kOk) {
-      if (given) first_reason = r.infeasible_reason;
+    if (t == Duration::Infinite()) {
+      if (given) {
+        SLUICE_ASSIGN_OR_RETURN(ScheduleResult r,
+                                GenerateSchedule(kind, permuted, options.schedule));
+        first_reason = r.infeasible_reason;
+      }
       continue;
     }
     ++out.feasible;
-    if (given) out.given_makespan = r.estimate.makespan;
-    if (!have || r.estimate.makespan < out.result.estimate.makespan) {
+    if (given) out.given_makespan = t;
+    if (!have || t < best) {
       have = true;
+      best = t;
       out.order = order;
-      out.result = std::move(r);
     }
+  }
+  if (have) {
+    PermuteMicroBatches(costs, out.order, &permuted);
+    SLUICE_ASSIGN_OR_RETURN(out.result, GenerateSchedule(kind, permuted, options.schedule));
   }
   if (!have) {
     out.outcome = PlanOutcome::kOutOfMemory;
