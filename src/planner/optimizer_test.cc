@@ -12,6 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -217,6 +219,71 @@ TEST(RelowerTest, AnyOrderGivesAValidPlanOrARefusal) {
   bad[0] = {0, 0};
   EXPECT_THAT(Sweep().front().relowerer->Lower(bad).status().message(),
               HasSubstr("not a permutation"));
+}
+
+// The resumable search ends where one run ends: in pieces of 7 estimates, through the exhaustive
+// enumeration as well, and it stops as soon as its best is shorter than `stop_below`.
+TEST(RelowerTest, OrderSearchInPiecesEndsWhereOneRunEnds) {
+  int64_t compared = 0, stopped_early = 0;
+  for (size_t k = 0; k < Sweep().size(); k += 2) {
+    const SweepCase& c = Sweep()[k];
+    for (int64_t d = 0; d < c.relowerer->dp(); ++d) {
+      const int64_t m = c.relowerer->size(d);
+      std::vector<int64_t> start(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) start[i] = m - 1 - i;
+      for (const int64_t exhaustive : {int64_t{0}, int64_t{6}}) {
+        const int64_t bound = 400;
+        StatusOr<OrderSearch> whole =
+            SearchReplicaOrder(*c.relowerer, d, start, bound, exhaustive);
+        ASSERT_TRUE(whole.ok()) << c.name << ": " << whole.status().ToString();
+        StatusOr<ReplicaOrderSearch> s =
+            ReplicaOrderSearch::Start(*c.relowerer, d, start, exhaustive);
+        ASSERT_TRUE(s.ok());
+        EXPECT_EQ(s->estimates(), 1);
+        EXPECT_EQ(s->makespan(), whole->start_makespan) << c.name;
+        for (int64_t to = 8; !s->converged() && s->estimates() < bound; to += 7) {
+          const int64_t before = s->estimates();
+          ASSERT_TRUE(s->Run(std::min(to, bound)).ok());
+          // The enumeration runs to its end at once; the local search to its bound.
+          if (s->estimates() == before) EXPECT_TRUE(s->converged()) << c.name;
+          EXPECT_FALSE(s->deadline_hit());
+        }
+        const OrderSearch pieces = s->result();
+        EXPECT_EQ(pieces.order, whole->order) << c.name << " d=" << d;
+        EXPECT_EQ(pieces.makespan, whole->makespan) << c.name << " d=" << d;
+        EXPECT_EQ(pieces.estimates, whole->estimates) << c.name << " d=" << d;
+        EXPECT_EQ(pieces.moves, whole->moves) << c.name << " d=" << d;
+        ++compared;
+        // stop_below: the first best shorter than the start ends the run.
+        if (whole->makespan < whole->start_makespan) {
+          StatusOr<ReplicaOrderSearch> t =
+              ReplicaOrderSearch::Start(*c.relowerer, d, start, exhaustive);
+          ASSERT_TRUE(t.ok());
+          ASSERT_TRUE(t->Run(bound, std::nullopt, whole->start_makespan).ok());
+          EXPECT_LT(t->makespan(), whole->start_makespan) << c.name;
+          EXPECT_LE(t->estimates(), whole->estimates) << c.name;
+          stopped_early += t->estimates() < whole->estimates ? 1 : 0;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 40);
+  EXPECT_GT(stopped_early, 0);
+  // A passed deadline stops the local search before its next estimate.
+  const SweepCase& c = Sweep().front();
+  std::vector<int64_t> start(static_cast<size_t>(c.relowerer->size(0)));
+  for (int64_t i = 0; i < static_cast<int64_t>(start.size()); ++i) start[i] = i;
+  StatusOr<ReplicaOrderSearch> late = ReplicaOrderSearch::Start(*c.relowerer, 0, start);
+  ASSERT_TRUE(late.ok());
+  ASSERT_TRUE(late->Run(100, std::chrono::steady_clock::now()).ok());
+  EXPECT_TRUE(late->deadline_hit());
+  EXPECT_EQ(late->estimates(), 1);
+  EXPECT_THAT(ReplicaOrderSearch::Start(*c.relowerer, c.relowerer->dp(), start).status().message(),
+              HasSubstr("replica"));
+  EXPECT_THAT(ReplicaOrderSearch::Start(*c.relowerer, 0, std::vector<int64_t>{}).status().message(),
+              HasSubstr("not a permutation"));
+  EXPECT_THAT(ReplicaOrderSearch::Start(*c.relowerer, 0, start, 11).status().message(),
+              HasSubstr("exhaustive_up_to"));
 }
 
 // The levels the recompute placement chose travel with their micro-batch: in any order (the

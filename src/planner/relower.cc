@@ -253,146 +253,247 @@ int64_t Relowerer::level_changes() const {
   return n;
 }
 
-StatusOr<OrderSearch> SearchReplicaOrder(
-    const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
-    int64_t exhaustive_up_to, std::optional<std::chrono::steady_clock::time_point> deadline,
-    bool kicks) {
-  const int64_t m = relowerer.size(d);
+ReplicaOrderSearch::ReplicaOrderSearch(const Relowerer& relowerer, int64_t d, bool kicks)
+    : relowerer_(&relowerer),
+      d_(d),
+      m_(relowerer.size(d)),
+      kicks_(kicks),
+      // Seeded by the replica and its size only, so the search stays a pure function of its
+      // inputs.
+      rng_(0x5eed0fd3ULL ^ (static_cast<uint64_t>(d) << 20) ^
+           static_cast<uint64_t>(relowerer.size(d))) {}
+
+StatusOr<ReplicaOrderSearch> ReplicaOrderSearch::Start(const Relowerer& relowerer, int64_t d,
+                                                       std::span<const int64_t> start,
+                                                       int64_t exhaustive_up_to, bool kicks) {
   if (exhaustive_up_to < 0 || exhaustive_up_to > 10) {
     return InvalidArgumentError(fmt::format(
         "order search: exhaustive_up_to = {}; allowed: 0..10", exhaustive_up_to));
   }
+  if (d < 0 || d >= relowerer.dp()) {
+    return InvalidArgumentError(
+        fmt::format("order search: replica {}; the plan has {}", d, relowerer.dp()));
+  }
+  const int64_t m = relowerer.size(d);
   if (!IsPermutation(start, m)) {
     return InvalidArgumentError(fmt::format(
         "order search: the start order of replica {} is not a permutation of its {} "
         "micro-batches",
         d, m));
   }
-  OrderSearch out;
-  out.order.assign(start.begin(), start.end());
-  ScheduleCosts scratch;
-  auto estimate = [&](const std::vector<int64_t>& order) -> StatusOr<Duration> {
-    ++out.estimates;
-    return relowerer.Makespan(d, order, &scratch);
-  };
-  SLUICE_ASSIGN_OR_RETURN(out.start_makespan, estimate(out.order));
-  out.makespan = out.start_makespan;
+  ReplicaOrderSearch s(relowerer, d, kicks);
+  s.order_.assign(start.begin(), start.end());
+  SLUICE_ASSIGN_OR_RETURN(s.start_makespan_, s.Estimate(s.order_));
+  s.makespan_ = s.start_makespan_;
   if (m >= 2 && m <= exhaustive_up_to) {
-    std::vector<int64_t> perm(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) perm[i] = i;
-    do {
-      if (perm == out.order) continue;
-      SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(perm));
-      if (t < out.makespan) {
-        out.order = perm;
-        out.makespan = t;
-        ++out.moves;
+    s.perm_.resize(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) s.perm_[i] = i;
+    s.phase_ = Phase::kExhaustive;
+  } else if (m >= 2) {
+    s.phase_ = Phase::kOrgan;
+  }
+  return s;
+}
+
+StatusOr<Duration> ReplicaOrderSearch::Estimate(const std::vector<int64_t>& order) {
+  ++estimates_;
+  return relowerer_->Makespan(d_, order, &scratch_);
+}
+
+Duration ReplicaOrderSearch::makespan() const {
+  return phase_ == Phase::kKickDescent && kicked_makespan_ < makespan_ ? kicked_makespan_
+                                                                       : makespan_;
+}
+
+OrderSearch ReplicaOrderSearch::result() const {
+  OrderSearch out;
+  const bool kick = phase_ == Phase::kKickDescent && kicked_makespan_ < makespan_;
+  out.order = kick ? kicked_ : order_;
+  out.start_makespan = start_makespan_;
+  out.makespan = kick ? kicked_makespan_ : makespan_;
+  out.estimates = estimates_;
+  out.moves = moves_ + (kick ? 1 : 0);
+  out.deadline_hit = deadline_hit_;
+  return out;
+}
+
+void ReplicaOrderSearch::BeginDescent() {
+  swaps_ = false;
+  i_ = 0;
+  j_ = 0;
+  improved_ = false;
+}
+
+bool ReplicaOrderSearch::NextMove() {
+  for (;;) {
+    if (i_ >= m_) {
+      // A sweep ended: after an improving one, insertions again; after insertions that improved
+      // nothing, swaps; after swaps that improved nothing, the end.
+      if (improved_ || !swaps_) {
+        swaps_ = !improved_;
+        improved_ = false;
+        i_ = 0;
+        j_ = swaps_ ? 2 : 0;
+        continue;
       }
-    } while (std::next_permutation(perm.begin(), perm.end()));
-    return out;
-  }
-  if (m < 2 || max_estimates <= 1) return out;
-  // 1. The organ pipe: sorted by total time ascending (ties: the start order), the even ranks
-  // forward then the odd ones backward.
-  const ScheduleCosts& costs = relowerer.costs(d);
-  std::vector<Duration> total(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) {
-    for (const ChunkCost& c : costs.chunks[i]) {
-      total[i] += c.forward + c.backward_input + c.backward_weight;
+      return false;
+    }
+    if (!swaps_) {
+      // Insertions: moving i before i - 1 = moving i - 1 after i.
+      if (j_ >= m_) {
+        ++i_;
+        j_ = 0;
+      } else if (j_ == i_ || j_ == i_ - 1) {
+        ++j_;
+      } else {
+        return true;
+      }
+    } else {
+      // Swaps of non-neighbours (a neighbours' swap is an insertion).
+      if (j_ >= m_) {
+        ++i_;
+        j_ = i_ + 2;
+      } else {
+        return true;
+      }
     }
   }
-  std::vector<int64_t> by_time = out.order;
-  std::stable_sort(by_time.begin(), by_time.end(),
-                   [&](int64_t a, int64_t b) { return total[a] < total[b]; });
-  std::vector<int64_t> organ;
-  organ.reserve(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; i += 2) organ.push_back(by_time[i]);
-  for (int64_t i = (m - 1) - ((m - 1) % 2 == 0 ? 1 : 0); i >= 1; i -= 2) organ.push_back(by_time[i]);
-  const bool late = deadline && std::chrono::steady_clock::now() >= *deadline;
-  out.deadline_hit = late;
-  if (organ != out.order && !late) {
-    SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(organ));
-    if (t < out.makespan) {
-      out.order = std::move(organ);
-      out.makespan = t;
-      ++out.moves;
-    }
-  }
+}
+
+Status ReplicaOrderSearch::Run(int64_t max_estimates,
+                               std::optional<std::chrono::steady_clock::time_point> deadline,
+                               Duration stop_below) {
+  deadline_hit_ = false;
   auto more = [&] {
-    if (out.estimates >= max_estimates) return false;
+    if (makespan() < stop_below || estimates_ >= max_estimates) return false;
     if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-      out.deadline_hit = true;
+      deadline_hit_ = true;
       return false;
     }
     return true;
   };
-  // 2. Descent from `order` (estimate `t`): first-improvement sweeps of insertion moves
-  // (micro-batch at position i moved to position j), then of swaps (positions i < j - 1
-  // exchanged), again until neither improves or the bounds end it.
-  std::vector<int64_t> candidate(static_cast<size_t>(m));
-  auto descend = [&](std::vector<int64_t>* order, Duration* t, int64_t* moves) -> Status {
-    bool improved = true;
-    // Estimates `candidate` and adopts it when shorter.
-    auto try_candidate = [&]() -> Status {
-      SLUICE_ASSIGN_OR_RETURN(Duration c, estimate(candidate));
-      if (c < *t) {
-        *order = candidate;
-        *t = c;
-        ++*moves;
-        improved = true;
-      }
-      return Status::Ok();
-    };
-    while (improved && more()) {
-      improved = false;
-      for (int64_t i = 0; i < m && more(); ++i) {
-        for (int64_t j = 0; j < m && more(); ++j) {
-          if (j == i || j == i - 1) continue;  // moving i before i - 1 = moving i - 1 after i
-          candidate = *order;
-          const int64_t x = candidate[i];
-          candidate.erase(candidate.begin() + i);
-          candidate.insert(candidate.begin() + j, x);
-          SLUICE_RETURN_IF_ERROR(try_candidate());
+  while (phase_ != Phase::kDone) {
+    switch (phase_) {
+      case Phase::kExhaustive: {
+        if (makespan_ < stop_below) return Status::Ok();
+        if (perm_ != order_) {
+          SLUICE_ASSIGN_OR_RETURN(Duration t, Estimate(perm_));
+          if (t < makespan_) {
+            order_ = perm_;
+            makespan_ = t;
+            ++moves_;
+          }
         }
+        if (!std::next_permutation(perm_.begin(), perm_.end())) phase_ = Phase::kDone;
+        break;
       }
-      if (improved) continue;
-      // Swaps of non-neighbours (a neighbours' swap is an insertion).
-      for (int64_t i = 0; i < m && more(); ++i) {
-        for (int64_t j = i + 2; j < m && more(); ++j) {
-          candidate = *order;
-          std::swap(candidate[i], candidate[j]);
-          SLUICE_RETURN_IF_ERROR(try_candidate());
+      case Phase::kOrgan: {
+        // 1. The organ pipe: sorted by total time ascending (ties: the start order), the even
+        // ranks forward then the odd ones backward.
+        if (!more()) return Status::Ok();
+        const ScheduleCosts& costs = relowerer_->costs(d_);
+        std::vector<Duration> total(static_cast<size_t>(m_));
+        for (int64_t i = 0; i < m_; ++i) {
+          for (const ChunkCost& c : costs.chunks[i]) {
+            total[i] += c.forward + c.backward_input + c.backward_weight;
+          }
         }
+        std::vector<int64_t> by_time = order_;
+        std::stable_sort(by_time.begin(), by_time.end(),
+                         [&](int64_t a, int64_t b) { return total[a] < total[b]; });
+        std::vector<int64_t> organ;
+        organ.reserve(static_cast<size_t>(m_));
+        for (int64_t i = 0; i < m_; i += 2) organ.push_back(by_time[i]);
+        for (int64_t i = (m_ - 1) - ((m_ - 1) % 2 == 0 ? 1 : 0); i >= 1; i -= 2) {
+          organ.push_back(by_time[i]);
+        }
+        if (organ != order_) {
+          SLUICE_ASSIGN_OR_RETURN(Duration t, Estimate(organ));
+          if (t < makespan_) {
+            order_ = std::move(organ);
+            makespan_ = t;
+            ++moves_;
+          }
+        }
+        BeginDescent();
+        phase_ = Phase::kDescent;
+        break;
       }
-    }
-    return Status::Ok();
-  };
-  SLUICE_RETURN_IF_ERROR(descend(&out.order, &out.makespan, &out.moves));
-  // 3. Kicks (iterated local search): from the best order, three micro-batches moved to seeded
-  // random places, then the descent again; the result is kept when shorter. Seeded by the
-  // replica and its size only, so the search stays a pure function of its inputs.
-  Rng rng(0x5eed0fd3ULL ^ (static_cast<uint64_t>(d) << 20) ^ static_cast<uint64_t>(m));
-  int64_t idle = 0;
-  while (kicks && m >= 3 && idle < 2 * m && more()) {
-    ++idle;
-    std::vector<int64_t> kicked = out.order;
-    for (int k = 0; k < 3; ++k) {
-      const int64_t i = rng.UniformInt(0, m - 1);
-      const int64_t x = kicked[i];
-      kicked.erase(kicked.begin() + i);
-      kicked.insert(kicked.begin() + rng.UniformInt(0, m - 1), x);
-    }
-    SLUICE_ASSIGN_OR_RETURN(Duration t, estimate(kicked));
-    int64_t kicked_moves = 0;  // one move counted for the whole kick when it is kept
-    SLUICE_RETURN_IF_ERROR(descend(&kicked, &t, &kicked_moves));
-    if (t < out.makespan) {
-      out.order = std::move(kicked);
-      out.makespan = t;
-      ++out.moves;
-      idle = 0;
+      case Phase::kDescent:
+      case Phase::kKickDescent: {
+        // 2. Descent from the best order (or a kick's): first-improvement sweeps of insertion
+        // moves (micro-batch at position i moved to position j), then of swaps (positions
+        // i < j - 1 exchanged), again until neither improves.
+        const bool kick = phase_ == Phase::kKickDescent;
+        if (!NextMove()) {
+          if (kick && kicked_makespan_ < makespan_) {
+            order_ = std::move(kicked_);
+            makespan_ = kicked_makespan_;
+            ++moves_;  // one move counted for the whole kick
+            idle_ = 0;
+          }
+          phase_ = Phase::kKickStart;
+          break;
+        }
+        if (!more()) return Status::Ok();
+        std::vector<int64_t>& work = kick ? kicked_ : order_;
+        candidate_ = work;
+        if (!swaps_) {
+          const int64_t x = candidate_[i_];
+          candidate_.erase(candidate_.begin() + i_);
+          candidate_.insert(candidate_.begin() + j_, x);
+        } else {
+          std::swap(candidate_[i_], candidate_[j_]);
+        }
+        ++j_;
+        SLUICE_ASSIGN_OR_RETURN(Duration c, Estimate(candidate_));
+        Duration& t = kick ? kicked_makespan_ : makespan_;
+        if (c < t) {
+          work = candidate_;
+          t = c;
+          ++(kick ? kicked_moves_ : moves_);
+          improved_ = true;
+        }
+        break;
+      }
+      case Phase::kKickStart: {
+        // 3. Kicks (iterated local search): from the best order, three micro-batches moved to
+        // seeded random places, then the descent again; the result is kept when shorter; until
+        // 2 m kicks in a row found nothing.
+        if (!kicks_ || m_ < 3 || idle_ >= 2 * m_) {
+          phase_ = Phase::kDone;
+          break;
+        }
+        if (!more()) return Status::Ok();
+        ++idle_;
+        kicked_ = order_;
+        for (int k = 0; k < 3; ++k) {
+          const int64_t i = rng_.UniformInt(0, m_ - 1);
+          const int64_t x = kicked_[i];
+          kicked_.erase(kicked_.begin() + i);
+          kicked_.insert(kicked_.begin() + rng_.UniformInt(0, m_ - 1), x);
+        }
+        SLUICE_ASSIGN_OR_RETURN(kicked_makespan_, Estimate(kicked_));
+        kicked_moves_ = 0;
+        BeginDescent();
+        phase_ = Phase::kKickDescent;
+        break;
+      }
+      case Phase::kDone:
+        break;
     }
   }
-  return out;
+  return Status::Ok();
+}
+
+StatusOr<OrderSearch> SearchReplicaOrder(
+    const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
+    int64_t exhaustive_up_to, std::optional<std::chrono::steady_clock::time_point> deadline,
+    bool kicks) {
+  SLUICE_ASSIGN_OR_RETURN(ReplicaOrderSearch s,
+                          ReplicaOrderSearch::Start(relowerer, d, start, exhaustive_up_to, kicks));
+  SLUICE_RETURN_IF_ERROR(s.Run(max_estimates, deadline));
+  return s.result();
 }
 
 }  // namespace sluice

@@ -29,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "base/rng.h"
 #include "base/status.h"
 #include "batching/micro_batch.h"
 #include "batching/stage_cost.h"
@@ -141,10 +142,78 @@ struct OrderSearch {
 // Errors: `start` is not a permutation of replica d's micro-batches, or the generator's errors.
 // With a deadline, steps 1-3 also stop when it has passed (checked before each estimate).
 // Errors also: exhaustive_up_to outside 0..10.
+// One ReplicaOrderSearch run once to its bounds (below).
 StatusOr<OrderSearch> SearchReplicaOrder(
     const Relowerer& relowerer, int64_t d, std::span<const int64_t> start, int64_t max_estimates,
     int64_t exhaustive_up_to = 0,
     std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
     bool kicks = true);
+
+// The same search, resumable: Run goes on from where the last Run stopped (the phase, the sweep's
+// positions, the kick's order, the generator's state), so that runs in pieces end where one run
+// to the same bounds ends (OrderSearchTest checks it). The optimizer spends its estimates on the
+// replica estimated longest, a piece at a time (see optimizer.h).
+// REQUIRES: the relowerer outlives the search.
+class ReplicaOrderSearch {
+ public:
+  // Estimates `start` (one estimate). Errors as SearchReplicaOrder's.
+  static StatusOr<ReplicaOrderSearch> Start(const Relowerer& relowerer, int64_t d,
+                                            std::span<const int64_t> start,
+                                            int64_t exhaustive_up_to = 0, bool kicks = true);
+
+  // Searches until `max_estimates` estimates were spent since Start (the start's included), the
+  // deadline has passed (deadline_hit), the best makespan is shorter than `stop_below` (checked
+  // before each estimate; Zero: never), or the search has converged. The exhaustive enumeration
+  // stops only at `stop_below` or at its end.
+  Status Run(int64_t max_estimates,
+             std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+             Duration stop_below = Duration::Zero());
+
+  // The best order so far (a kick's order when it is shorter than the best before it).
+  OrderSearch result() const;
+  Duration makespan() const;
+  int64_t estimates() const { return estimates_; }
+  // Nothing is left to search (the descent and the kicks ended, or the enumeration did).
+  bool converged() const { return phase_ == Phase::kDone; }
+  // The last Run ended because its deadline had passed.
+  bool deadline_hit() const { return deadline_hit_; }
+
+ private:
+  enum class Phase { kExhaustive, kOrgan, kDescent, kKickStart, kKickDescent, kDone };
+  ReplicaOrderSearch(const Relowerer& relowerer, int64_t d, bool kicks);
+  StatusOr<Duration> Estimate(const std::vector<int64_t>& order);
+  // Moves (i_, j_) to the descent's next move, starting the next sweep when one ends; false when
+  // the descent has ended (a sweep of swaps after one of insertions improved nothing).
+  bool NextMove();
+  void BeginDescent();
+
+  const Relowerer* relowerer_;
+  int64_t d_;
+  int64_t m_;
+  bool kicks_;
+  Phase phase_ = Phase::kDone;
+  std::vector<int64_t> order_;  // the best order
+  Duration start_makespan_;
+  Duration makespan_;
+  int64_t estimates_ = 0;
+  int64_t moves_ = 0;
+  bool deadline_hit_ = false;
+  std::vector<int64_t> perm_;  // the enumeration's next permutation
+  // The descent: its sweep (insertions, or swaps), the next move (i_, j_), whether this round's
+  // sweeps improved.
+  bool swaps_ = false;
+  int64_t i_ = 0;
+  int64_t j_ = 0;
+  bool improved_ = false;
+  // The kicks: the order being descended from a kick, its estimate, the generator, the kicks in a
+  // row that found nothing.
+  std::vector<int64_t> kicked_;
+  Duration kicked_makespan_;
+  int64_t kicked_moves_ = 0;
+  Rng rng_;
+  int64_t idle_ = 0;
+  std::vector<int64_t> candidate_;
+  ScheduleCosts scratch_;
+};
 
 }  // namespace sluice
