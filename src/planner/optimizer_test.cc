@@ -233,8 +233,7 @@ TEST(RelowerTest, OrderSearchInPiecesEndsWhereOneRunEnds) {
       for (int64_t i = 0; i < m; ++i) start[i] = m - 1 - i;
       for (const int64_t exhaustive : {int64_t{0}, int64_t{6}}) {
         const int64_t bound = 400;
-        StatusOr<OrderSearch> whole =
-            SearchReplicaOrder(*c.relowerer, d, start, bound, exhaustive);
+        StatusOr<OrderSearch> whole = SearchReplicaOrder(*c.relowerer, d, start, bound, exhaustive);
         ASSERT_TRUE(whole.ok()) << c.name << ": " << whole.status().ToString();
         StatusOr<ReplicaOrderSearch> s =
             ReplicaOrderSearch::Start(*c.relowerer, d, start, exhaustive);
